@@ -1,0 +1,118 @@
+"""The scheduling model shared by every policy, the simulator and the Slurm backend.
+
+Units: times are seconds (float), service is GPU-seconds. A job is a gang of
+``num_gpus`` GPUs that run all at once (all-or-nothing).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+
+class InputError(ValueError):
+    """Bad user input: the message is one line naming the field and the value."""
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What is known about a job when it is submitted.
+
+    ``duration_s`` is the true run time on a consolidated placement. Only the
+    simulated cluster and the perfect-knowledge baselines (srtf, srsf) may read it.
+    """
+
+    job_id: str
+    num_gpus: int
+    submit_time_s: float
+    duration_s: Optional[float] = None
+    skew: float = 0.0  # share of the model in its largest tensor, 0..1
+    user_priority: int = 1  # larger = more urgent (multi-partition objective weight)
+    partition: str = "default"
+    user: str = ""
+    model_name: str = ""
+
+
+@dataclass
+class JobState:
+    """A job as the policy sees it in one round (the simulator keeps these live).
+
+    ``attained_gpu_s`` is the total service, never reset (reports, accounting).
+    ``queue_service_gpu_s`` is the service that places the job in the MLFQ: equal to
+    ``attained_gpu_s`` until a starvation promotion resets it to zero.
+    ``executed_since_promotion_s`` / ``waited_since_promotion_s`` are t_J and
+    delta_J of the starvation rule.
+    """
+
+    spec: JobSpec
+    index: int  # arrival order, the deterministic tie-breaker
+    attained_gpu_s: float = 0.0
+    queue_service_gpu_s: float = 0.0
+    executed_s: float = 0.0  # wall time holding GPUs, over all runs
+    executed_since_promotion_s: float = 0.0
+    waited_since_promotion_s: float = 0.0
+    progress_s: float = 0.0  # useful work done, in consolidated-speed seconds
+    first_start_s: Optional[float] = None
+    running: bool = False
+    placement: tuple[tuple[str, int], ...] = ()  # (node, gpus) while running
+    preemptions: int = 0
+    promotions: int = 0
+    finish_time_s: Optional[float] = None
+
+    @property
+    def job_id(self) -> str:
+        return self.spec.job_id
+
+    @property
+    def num_gpus(self) -> int:
+        return self.spec.num_gpus
+
+    def remaining_s(self) -> float:
+        """True remaining run time (perfect-knowledge policies only)."""
+        if self.spec.duration_s is None:
+            raise InputError(f"job {self.job_id}: duration unknown, a perfect-knowledge policy needs it")
+        return max(self.spec.duration_s - self.progress_s, 0.0)
+
+
+@dataclass(frozen=True)
+class Node:
+    """A node as seen in one round: its name, GPU count and GPUs not held by jobs."""
+
+    name: str
+    gpus_total: int
+    gpus_free: int
+    available: bool = True  # False when down or drained: nothing new goes there
+
+
+@dataclass
+class Snapshot:
+    """Everything a policy may read in one round."""
+
+    now_s: float
+    jobs: list[JobState]  # pending and running jobs only
+    nodes: list[Node]
+    service_samples_gpu_s: Optional["object"] = None  # a ServiceDistribution or None
+
+    @property
+    def total_gpus(self) -> int:
+        return sum(n.gpus_total for n in self.nodes if n.available)
+
+
+# Published skew values (spec/scheduling.md): VGG and AlexNet hold 61-77% of the
+# model in one tensor; ResNet/Inception/GoogleNet 3.6-14.6%. Used when a trace
+# names the model but gives no measured skew.
+MODEL_SKEW = {
+    "vgg11": 0.70, "vgg16": 0.72, "vgg19": 0.73, "vgg": 0.70, "alexnet": 0.773,
+    "resnet50": 0.10, "resnet101": 0.08, "resnet152": 0.06, "resnet": 0.10,
+    "inception3": 0.05, "inception4": 0.036, "googlenet": 0.146,
+}
+
+
+def skew_for_model(model_name: str) -> float:
+    """Published skew for a model family, 0 when unknown."""
+    name = model_name.strip().lower()
+    if name in MODEL_SKEW:
+        return MODEL_SKEW[name]
+    for prefix in ("vgg", "alexnet", "resnet", "inception", "googlenet"):
+        if name.startswith(prefix):
+            return MODEL_SKEW.get(prefix, MODEL_SKEW.get(prefix + "3", 0.0))
+    return 0.0

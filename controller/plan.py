@@ -1,0 +1,65 @@
+"""What one scheduling round decides: a plan of actions, each with a reason.
+
+The engine produces a Plan from a Snapshot; an executor (the simulated cluster or
+the Slurm backend) applies it. ``explain``, shadow mode and the decision log all
+read the same decision ids.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Union
+
+
+@dataclass(frozen=True)
+class Start:
+    """Run a pending job on these (node, gpus) slots."""
+
+    decision_id: str
+    job_id: str
+    placement: tuple[tuple[str, int], ...]
+    reason: str
+    kind: str = "start"
+
+
+@dataclass(frozen=True)
+class Preempt:
+    """A running job must yield its GPUs (checkpoint, then requeue)."""
+
+    decision_id: str
+    job_id: str
+    reason: str
+    kind: str = "preempt"
+
+
+@dataclass(frozen=True)
+class Promote:
+    """Starvation promotion: back to the first queue, starvation clocks reset."""
+
+    decision_id: str
+    job_id: str
+    reason: str
+    kind: str = "promote"
+
+
+Action = Union[Start, Preempt, Promote]
+
+
+@dataclass
+class Plan:
+    """The outcome of one round.
+
+    ``order`` lists every active job id, highest priority first; ``levels`` gives
+    each job's MLFQ queue (0-based; 0 for continuous policies); ``wait_reasons``
+    says, for each job left waiting, why.
+    """
+
+    round_id: int
+    now_s: float
+    order: list[str] = field(default_factory=list)
+    levels: dict[str, int] = field(default_factory=dict)
+    actions: list[Action] = field(default_factory=list)
+    wait_reasons: dict[str, str] = field(default_factory=dict)
+    keys: dict[str, float] = field(default_factory=dict)  # the priority value shown to users
+
+    def of_kind(self, kind: str) -> list[Action]:
+        return [a for a in self.actions if a.kind == kind]
