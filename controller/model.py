@@ -6,7 +6,7 @@ Units: times are seconds (float), service is GPU-seconds. A job is a gang of
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
 
 class InputError(ValueError):
@@ -85,16 +85,53 @@ class Node:
 
 @dataclass
 class Snapshot:
-    """Everything a policy may read in one round."""
+    """Everything a policy may read in one round.
+
+    The simulator passes its live node table as ``free_by_node`` (name -> free GPUs)
+    to avoid rebuilding Node objects every event; the controller leaves it None.
+    """
 
     now_s: float
     jobs: list[JobState]  # pending and running jobs only
     nodes: list[Node]
-    service_samples_gpu_s: Optional["object"] = None  # a ServiceDistribution or None
+    service: Optional["object"] = None  # a ServiceDistribution, None = nothing learned
+    round_id: int = 0
+    # The simulator keeps running jobs' counters lazily: the engine calls ``sync``
+    # before it reads them. ``allow_fast_path`` lets it skip ordering when every
+    # active job fits (every policy then runs them all); ``waiting`` and
+    # ``demand_gpus`` are its cheap hints for that check. ``detailed`` asks for the
+    # order, levels and wait reasons that explain/reports need.
+    sync: Optional[Callable[[], None]] = None
+    allow_fast_path: bool = False
+    detailed: bool = True
+    free_by_node: Optional[dict[str, int]] = None
+    waiting: Optional[list[JobState]] = None
+    demand_gpus: Optional[int] = None
+    capacity_gpus: Optional[int] = None
+    max_gpus_per_node: Optional[int] = None
+
+    def __post_init__(self):
+        available = [n for n in self.nodes if n.available]
+        if self.capacity_gpus is None:
+            self.capacity_gpus = sum(n.gpus_total for n in available)
+        if self.max_gpus_per_node is None:
+            self.max_gpus_per_node = max((n.gpus_total for n in available), default=0)
 
     @property
     def total_gpus(self) -> int:
-        return sum(n.gpus_total for n in self.nodes if n.available)
+        return self.capacity_gpus
+
+    def free_gpus_by_node(self) -> dict[str, int]:
+        """A fresh, mutable copy of free GPUs per available node."""
+        if self.free_by_node is not None:
+            return dict(self.free_by_node)
+        return {n.name: n.gpus_free for n in self.nodes if n.available}
+
+    def waiting_jobs(self) -> list[JobState]:
+        return self.waiting if self.waiting is not None else [j for j in self.jobs if not j.running]
+
+    def demand(self) -> int:
+        return self.demand_gpus if self.demand_gpus is not None else sum(j.num_gpus for j in self.jobs)
 
 
 # Published skew values (spec/scheduling.md): VGG and AlexNet hold 61-77% of the

@@ -1,0 +1,28 @@
+"""Policy registry: one module per policy, looked up by its CLI name."""
+from controller.model import InputError
+from controller.policies.base import Policy, PolicyContext
+from controller.policies.dgittins import DiscretizedGittins
+from controller.policies.dlas import DiscretizedLas
+from controller.policies.fifo import Fifo
+from controller.policies.fifo_skip import FifoSkip
+from controller.policies.gittins import Gittins
+from controller.policies.las import Las
+from controller.policies.srsf import Srsf
+from controller.policies.srtf import Srtf
+from controller.policies.timeshare import TimeShare
+
+POLICIES: dict[str, type[Policy]] = {
+    cls.name: cls
+    for cls in (Fifo, FifoSkip, Srtf, Srsf, Las, Gittins, DiscretizedLas, DiscretizedGittins, TimeShare)
+}
+
+
+def get_policy(name: str) -> Policy:
+    """Instantiate a policy by name; unknown names are a one-line InputError."""
+    try:
+        return POLICIES[name]()
+    except KeyError:
+        raise InputError(f"policy '{name}' is unknown; choose from {', '.join(POLICIES)}") from None
+
+
+__all__ = ["POLICIES", "Policy", "PolicyContext", "get_policy"]

@@ -1,0 +1,73 @@
+"""Where a job's GPUs go: skew-based consolidation, fragmentation-aware spreading.
+
+Modes
+- ``consolidate`` (default): a job whose skew exceeds PACKLIMIT gets the fewest
+  nodes possible or waits; other jobs go where they cut fragmentation most.
+- ``spread``: topology-aware but skew-blind (every job as an insensitive one), the
+  baseline for measuring what consolidation buys.
+- ``count``: topology ignored, only the number of free GPUs matters, to compare with
+  simulators that model no nodes.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+from controller.model import InputError
+
+PLACEMENT_MODES = ("consolidate", "spread", "count")
+COUNT_NODE = "*"  # the single pseudo-node of count mode
+
+
+def check_mode(mode: str) -> str:
+    if mode not in PLACEMENT_MODES:
+        raise InputError(f"placement '{mode}' is unknown; choose from {', '.join(PLACEMENT_MODES)}")
+    return mode
+
+
+def minimum_nodes(num_gpus: int, max_gpus_per_node: int) -> int:
+    """Fewest nodes a job can span on this cluster."""
+    return max(1, math.ceil(num_gpus / max(max_gpus_per_node, 1)))
+
+
+def place(num_gpus: int, free_by_node: dict[str, int], *, consolidate: bool,
+          max_gpus_per_node: int) -> Optional[tuple[tuple[str, int], ...]]:
+    """Choose (node, gpus) slots for a gang, or None if it cannot go now.
+
+    One node that fits the whole gang: the fullest such node (best fit, keeps big
+    holes for big jobs). Otherwise a consolidated gang takes the emptiest nodes
+    until satisfied and must need no more than the cluster minimum; an
+    insensitive gang fills the fullest nodes first, soaking up fragments.
+    Ties are broken by node name so that placement is deterministic.
+    """
+    if num_gpus <= 0:
+        return ()
+    candidates = [(free, name) for name, free in free_by_node.items() if free > 0]
+    if sum(free for free, _ in candidates) < num_gpus:
+        return None
+    fitting = [(free, name) for free, name in candidates if free >= num_gpus]
+    if fitting:
+        free, name = min(fitting)
+        return ((name, num_gpus),)
+    if consolidate:
+        order = sorted(candidates, key=lambda fn: (-fn[0], fn[1]))
+    else:
+        order = sorted(candidates)
+    slots: list[tuple[str, int]] = []
+    needed = num_gpus
+    for free, name in order:
+        take = min(free, needed)
+        slots.append((name, take))
+        needed -= take
+        if needed == 0:
+            break
+    if consolidate and len(slots) > minimum_nodes(num_gpus, max_gpus_per_node):
+        return None
+    return tuple(sorted(slots))
+
+
+def is_spread(placement: tuple[tuple[str, int], ...], num_gpus: int, max_gpus_per_node: int) -> bool:
+    """True when a gang spans more nodes than it needs (a sensitive job then runs slower)."""
+    if not placement or placement[0][0] == COUNT_NODE:
+        return False
+    return len(placement) > minimum_nodes(num_gpus, max_gpus_per_node)

@@ -1,0 +1,69 @@
+"""What every priority policy provides: a sort key per job, smaller = served first.
+
+Policies are pure: they read a job's state and the round's context and return a
+key; the engine does the all-or-nothing walk, placement and preemption.
+"""
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from typing import Optional
+
+from controller.gittins import ServiceDistribution
+from controller.model import JobState
+
+
+# Float round-off must not keep a job one ulp below a threshold it has reached:
+# the simulator schedules a demotion at the exact crossing time.
+LEVEL_TOLERANCE_GPU_S = 1e-6
+STARVATION_TOLERANCE_S = 1e-6
+
+
+@dataclass(frozen=True)
+class PolicyContext:
+    """Round-wide inputs of a policy.
+
+    ``thresholds_gpu_s`` are hi_1..hi_{K-1} of the MLFQ (increasing); ``service``
+    is the learned or given service distribution (None = nothing known yet).
+    ``queue_service_override`` holds jobs promoted in this round (service 0).
+    """
+
+    now_s: float
+    thresholds_gpu_s: tuple[float, ...] = (3600.0,)
+    service: Optional[ServiceDistribution] = None
+    queue_service_override: dict = field(default_factory=dict)
+
+    def queue_service(self, job: JobState) -> float:
+        return self.queue_service_override.get(job.job_id, job.queue_service_gpu_s)
+
+    def level(self, job: JobState) -> int:
+        """0-based MLFQ level: Q_1 is 0."""
+        return bisect.bisect_right(self.thresholds_gpu_s, self.queue_service(job) + LEVEL_TOLERANCE_GPU_S)
+
+
+def started_fifo_key(job: JobState) -> tuple:
+    """Intra-queue FIFO of the spec: by FIRST start time; never-started jobs after, by submit."""
+    if job.first_start_s is None:
+        return (1, job.spec.submit_time_s, job.index)
+    return (0, job.first_start_s, job.index)
+
+
+class Policy:
+    """Base class. Subclasses set the flags and implement ``sort_key``."""
+
+    name = "base"
+    needs_duration = False  # reads the true duration (perfect-knowledge baseline)
+    discretized = False  # MLFQ levels (reported as the job's level)
+    head_of_line_blocking = False  # strict FIFO: stop at the first job that does not fit
+    drifts_while_running = False  # priority changes continuously: needs a quantum
+    uses_service_distribution = False
+
+    def sort_key(self, job: JobState, ctx: PolicyContext) -> tuple:
+        raise NotImplementedError
+
+    def display_value(self, job: JobState, ctx: PolicyContext) -> float:
+        """The number shown in reports as the job's priority (policy-specific)."""
+        return float(self.sort_key(job, ctx)[0])
+
+    def level(self, job: JobState, ctx: PolicyContext) -> int:
+        return ctx.level(job) if self.discretized else 0

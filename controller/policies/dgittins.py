@@ -1,0 +1,22 @@
+"""Discretized 2D-Gittins (Tiresias-G).
+
+Q_1..Q_{K-1}: by Gittins index with the quantum ending at the queue's upper
+threshold hi_i; Q_K (Delta = inf): FIFO by first start. No history: as dlas.
+"""
+from controller.policies.base import Policy, started_fifo_key
+
+
+class DiscretizedGittins(Policy):
+    name = "dgittins"
+    discretized = True
+    uses_service_distribution = True
+
+    def sort_key(self, job, ctx):
+        level = ctx.level(job)
+        if level >= len(ctx.thresholds_gpu_s) or ctx.service is None or len(ctx.service) == 0:
+            return (level, 0.0) + started_fifo_key(job)
+        index = ctx.service.index(ctx.queue_service(job), ctx.thresholds_gpu_s[level])
+        return (level, -index) + started_fifo_key(job)
+
+    def display_value(self, job, ctx):
+        return -self.sort_key(job, ctx)[1]

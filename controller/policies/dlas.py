@@ -1,0 +1,16 @@
+"""Discretized 2D-LAS (Tiresias-L): MLFQ on attained GPU-seconds.
+
+Q_1 first; inside a queue FIFO by first start time, never-started jobs after.
+"""
+from controller.policies.base import Policy, started_fifo_key
+
+
+class DiscretizedLas(Policy):
+    name = "dlas"
+    discretized = True
+
+    def sort_key(self, job, ctx):
+        return (ctx.level(job),) + started_fifo_key(job)
+
+    def display_value(self, job, ctx):
+        return float(ctx.level(job))

@@ -1,0 +1,9 @@
+"""Best-effort FIFO: arrival order, but later jobs start while an earlier one lacks GPUs."""
+from controller.policies.base import Policy
+
+
+class FifoSkip(Policy):
+    name = "fifo-skip"
+
+    def sort_key(self, job, ctx):
+        return (job.spec.submit_time_s, job.index)
