@@ -42,13 +42,17 @@ def place(num_gpus: int, free_by_node: dict[str, int], *, consolidate: bool,
     """
     if num_gpus <= 0:
         return ()
-    candidates = [(free, name) for name, free in free_by_node.items() if free > 0]
-    if sum(free for free, _ in candidates) < num_gpus:
+    # One pass: best-fitting single node (ties: lowest name) and the total free.
+    best_name, best_free, total_free = None, 0, 0
+    for name, free in free_by_node.items():
+        total_free += free
+        if free >= num_gpus and (best_name is None or free < best_free or (free == best_free and name < best_name)):
+            best_name, best_free = name, free
+    if best_name is not None:
+        return ((best_name, num_gpus),)
+    if total_free < num_gpus:
         return None
-    fitting = [(free, name) for free, name in candidates if free >= num_gpus]
-    if fitting:
-        free, name = min(fitting)
-        return ((name, num_gpus),)
+    candidates = [(free, name) for name, free in free_by_node.items() if free > 0]
     if consolidate:
         order = sorted(candidates, key=lambda fn: (-fn[0], fn[1]))
     else:

@@ -146,6 +146,7 @@ class Simulation:
         else:
             nodes = [Node(f"n{i:04d}", cfg.gpus_per_node, cfg.gpus_per_node) for i in range(cfg.nodes)]
         free_by_node = {n.name: n.gpus_total for n in nodes}
+        max_per_node = max(n.gpus_total for n in nodes)
         learned = LearnedDistribution() if cfg.service is None else None
         active: dict[int, JobState] = {}
         waiting: dict[int, JobState] = {}
@@ -236,7 +237,8 @@ class Simulation:
                     now_s=now, jobs=list(active.values()), nodes=nodes,
                     service=cfg.service if learned is None else learned.current,
                     round_id=rounds, sync=sync_all, allow_fast_path=True, detailed=False,
-                    free_by_node=free_by_node, waiting=list(waiting.values()), demand_gpus=demand)
+                    free_by_node=free_by_node, waiting=list(waiting.values()), demand_gpus=demand,
+                    capacity_gpus=cfg.capacity_gpus, max_gpus_per_node=max_per_node)
                 # sync waiting jobs before the plan changes their state
                 plan = self.engine.step(snapshot)
                 for action in plan.actions:

@@ -35,6 +35,7 @@ field and the offending value.
 from __future__ import annotations
 
 import csv
+import gc
 import math
 import os
 from datetime import datetime, timezone
@@ -455,6 +456,18 @@ def _check_time_scale(time_scale: float) -> float:
 def load_trace(path: str | os.PathLike[str], *, time_scale: float = 1.0) -> list[JobSpec]:
     """Read a job trace in any supported format (see the module docstring)."""
     ts = _check_time_scale(time_scale)
+    # Hundreds of thousands of small containers are made here and none is cyclic:
+    # pausing the cyclic GC roughly halves the load time of the large traces.
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _load_trace(path, ts)
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _load_trace(path: str | os.PathLike[str], ts: float) -> list[JobSpec]:
     table = _Table(path)
     parsed = _parse_rows(table)
     if not parsed:
@@ -474,22 +487,19 @@ def load_trace(path: str | os.PathLike[str], *, time_scale: float = 1.0) -> list
             seen[jid] = k
 
     order = sorted(range(len(parsed)), key=lambda k: (parsed[k][0], k))
-    skew_cache: dict[str, float] = {}
-    out: list[JobSpec] = []
-    append = out.append
-    for k in order:
-        t, _, g, d, skew, prio, part, user, model = parsed[k]
-        if skew is None:
-            skew = skew_cache.get(model)
-            if skew is None:
-                skew = skew_cache[model] = skew_for_model(model) if model else 0.0
-        rel = t - base
-        if ts != 1.0:
-            rel *= ts
-            if d is not None:
-                d *= ts
-        append(JobSpec(ids[k], g, rel, d, skew, prio, part, user, model))
-    return out
+    skews = {m: skew_for_model(m) if m else 0.0 for m in {p[8] for p in parsed}}
+    rows = [parsed[k] for k in order]
+    ids = [ids[k] for k in order]
+    if ts == 1.0:
+        return [
+            JobSpec(jid, g, t - base, d, skews[m] if sk is None else sk, pr, pa, u, m)
+            for jid, (t, _, g, d, sk, pr, pa, u, m) in zip(ids, rows)
+        ]
+    return [
+        JobSpec(jid, g, (t - base) * ts, None if d is None else d * ts,
+                skews[m] if sk is None else sk, pr, pa, u, m)
+        for jid, (t, _, g, d, sk, pr, pa, u, m) in zip(ids, rows)
+    ]
 
 
 def load_actuals(path: str | os.PathLike[str], *, time_scale: float = 1.0) -> dict[str, dict[str, Any]]:

@@ -55,6 +55,7 @@ class Policy:
     needs_duration = False  # reads the true duration (perfect-knowledge baseline)
     discretized = False  # MLFQ levels (reported as the job's level)
     head_of_line_blocking = False  # strict FIFO: stop at the first job that does not fit
+    preemptive = True  # False: running jobs keep their GPUs whatever the order says
     drifts_while_running = False  # priority changes continuously: needs a quantum
     uses_service_distribution = False
 

@@ -3,6 +3,7 @@ from controller.policies.base import Policy
 
 
 class Fifo(Policy):
+    preemptive = False
     name = "fifo"
     head_of_line_blocking = True
 

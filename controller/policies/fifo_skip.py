@@ -3,6 +3,7 @@ from controller.policies.base import Policy
 
 
 class FifoSkip(Policy):
+    preemptive = False
     name = "fifo-skip"
 
     def sort_key(self, job, ctx):

@@ -1,0 +1,402 @@
+#!/bin/bash
+# Local Slurm test cluster on one host: munge, mariadb, slurmdbd, slurmctld and
+# four slurmd (gpu1..gpu4, 4 fake GPUs each) started with `slurmd -N`.
+#
+#   containers/slurm-cluster.sh up      install/configure/start (idempotent: verifies if already up)
+#   containers/slurm-cluster.sh down    stop every daemon by the PID in its pid file
+#   containers/slurm-cluster.sh status  show daemons and sinfo; exit 0 when the cluster is up
+#
+# Environment:
+#   TIRESIAS_PROLOG / TIRESIAS_EPILOG / TIRESIAS_TASK_PROLOG  paths -> Prolog= / Epilog= / TaskProlog=
+#   TIRESIAS_SLURM_FRESH=1   start slurmctld with -c (discard saved job state)
+#   TIRESIAS_SLURM_WAIT_S    readiness bound per step in seconds (default 60)
+#
+# Written for Debian 12 (Slurm 22.05) and Debian 13 (Slurm 24.11); see
+# /work/shared/spec/slurm.md for the recipe this follows. Needs root.
+set -u -o pipefail
+
+ETC=/etc/slurm
+LOGDIR=/var/log/slurm
+CTLD_SPOOL=/var/spool/slurmctld
+SLURMD_SPOOL=/var/spool/slurmd
+FAKEGPU_DIR=/var/tmp/fakegpu
+NODES=(gpu1 gpu2 gpu3 gpu4)
+CTLD_PID=/run/slurmctld.pid
+DBD_PID=/run/slurmdbd.pid
+MARIADB_PID=/run/mysqld/mariadb.pid
+MUNGE_PID=/run/munge/munged.pid
+WAIT_S=${TIRESIAS_SLURM_WAIT_S:-60}
+DB_NAME=slurm_acct_db
+DB_USER=slurm
+DB_PASS=slurmpw
+PACKAGES=(munge slurmctld slurmd slurm-client slurmdbd mariadb-server slurm-wlm-basic-plugins)
+
+now() { date +%s.%N; }
+elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'; }
+log() { echo "[slurm-cluster] $*"; }
+
+# die MESSAGE [LOGFILE]: print the message (and the log's tail) and exit 1.
+die() {
+    echo "[slurm-cluster] ERROR: $1" >&2
+    if [ -n "${2:-}" ] && [ -f "$2" ]; then
+        echo "----- last 30 lines of $2 -----" >&2
+        tail -n 30 "$2" >&2
+        echo "-----" >&2
+    fi
+    exit 1
+}
+
+# pid_alive PIDFILE: true when the file names a running process.
+pid_alive() {
+    local pid
+    [ -f "$1" ] || return 1
+    pid=$(cat "$1" 2>/dev/null) || return 1
+    [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null
+}
+
+# wait_until SECONDS CMD...: run CMD every 0.2 s until it succeeds or time is up.
+wait_until() {
+    local limit=$1; shift
+    local deadline=$(( $(date +%s) + limit ))
+    while [ "$(date +%s)" -lt "$deadline" ]; do
+        "$@" >/dev/null 2>&1 && return 0
+        sleep 0.2
+    done
+    return 1
+}
+
+# "22.05.8" -> 2205 ; used to guard options that differ between releases.
+slurm_version_num() {
+    slurmctld -V 2>/dev/null | awk '{ split($2, v, "."); printf "%d%02d\n", v[1], v[2] }'
+}
+
+install_packages() {
+    local missing=() p
+    for p in "${PACKAGES[@]}"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    log "installing ${missing[*]}"
+    local t0; t0=$(now)
+    if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" \
+            >/tmp/slurm-cluster-apt.log 2>&1; then
+        # The package lists may be missing on a fresh image.
+        apt-get update -q >>/tmp/slurm-cluster-apt.log 2>&1
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" \
+            >>/tmp/slurm-cluster-apt.log 2>&1 || die "apt-get install failed" /tmp/slurm-cluster-apt.log
+    fi
+    log "packages installed in $(elapsed "$t0") s"
+}
+
+prepare_host() {
+    if [ ! -s /etc/munge/munge.key ]; then
+        if command -v mungekey >/dev/null; then
+            mungekey --create --keyfile=/etc/munge/munge.key
+        else
+            dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 status=none
+        fi
+        chown munge:munge /etc/munge/munge.key
+        chmod 400 /etc/munge/munge.key
+    fi
+    # Fake GPUs: slurmd only needs the File= paths to exist. Character devices
+    # are closest to real ones; fall back to plain files where mknod is refused.
+    mkdir -p "$FAKEGPU_DIR"
+    local i
+    for i in 0 1 2 3; do
+        [ -e "$FAKEGPU_DIR/nvidia$i" ] && continue
+        mknod "$FAKEGPU_DIR/nvidia$i" c 195 "$i" 2>/dev/null || touch "$FAKEGPU_DIR/nvidia$i"
+    done
+    local u
+    for u in alice bob; do
+        id "$u" >/dev/null 2>&1 || useradd --create-home --shell /bin/bash "$u" \
+            || die "useradd $u failed"
+    done
+    mkdir -p "$LOGDIR" "$CTLD_SPOOL" /run/munge /run/mysqld
+    for n in "${NODES[@]}"; do mkdir -p "$SLURMD_SPOOL/$n"; done
+    chown slurm:slurm "$LOGDIR" "$CTLD_SPOOL"
+    chown munge:munge /run/munge
+    chown mysql:mysql /run/mysqld
+}
+
+# write_if_changed PATH MODE OWNER: stdin -> PATH; returns 0 when the content changed.
+write_if_changed() {
+    local tmp; tmp=$(mktemp)
+    cat >"$tmp"
+    if [ -f "$1" ] && cmp -s "$tmp" "$1"; then
+        rm -f "$tmp"; return 1
+    fi
+    install -m "$2" -o "${3%%:*}" -g "${3##*:}" "$tmp" "$1"
+    rm -f "$tmp"
+    return 0
+}
+
+write_configs() {
+    local ver; ver=$(slurm_version_num)
+    [ -n "$ver" ] || die "cannot read the Slurm version from 'slurmctld -V'"
+    mkdir -p "$ETC"
+    CONFIG_CHANGED=0
+    local hooks=""
+    [ -n "${TIRESIAS_PROLOG:-}" ] && hooks+="Prolog=${TIRESIAS_PROLOG}"$'\n'
+    [ -n "${TIRESIAS_EPILOG:-}" ] && hooks+="Epilog=${TIRESIAS_EPILOG}"$'\n'
+    [ -n "${TIRESIAS_TASK_PROLOG:-}" ] && hooks+="TaskProlog=${TIRESIAS_TASK_PROLOG}"$'\n'
+    # SwitchType=switch/none and CredType are left at their defaults: switch/none
+    # was removed in 23.11 and the defaults are what we want on every release.
+    {
+        cat <<EOF
+# Generated by containers/slurm-cluster.sh (Slurm $(slurmctld -V | awk '{print $2}')); edits are overwritten.
+ClusterName=testcluster
+SlurmctldHost=localhost
+SlurmctldPort=6817
+SlurmUser=slurm
+SlurmdUser=root
+AuthType=auth/munge
+AuthInfo=cred_expire=10
+StateSaveLocation=$CTLD_SPOOL
+SlurmdSpoolDir=$SLURMD_SPOOL/%n
+SlurmctldPidFile=$CTLD_PID
+SlurmdPidFile=/run/slurmd-%n.pid
+SlurmctldLogFile=$LOGDIR/slurmctld.log
+SlurmdLogFile=$LOGDIR/slurmd-%n.log
+SlurmctldDebug=info
+SlurmdDebug=info
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+MpiDefault=none
+# No mail on a test cluster (the default /bin/mail is absent).
+MailProg=/bin/true
+ReturnToService=2
+# The nodes claim 8 CPUs on a host that may have 2.
+SlurmdParameters=config_overrides
+SchedulerType=sched/backfill
+SchedulerParameters=sched_interval=2,bf_interval=2,sched_min_interval=100000
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+# SiteFactor is added unweighted; keep the other factors small so it dominates.
+PriorityType=priority/multifactor
+PriorityWeightAge=1
+PriorityMaxAge=1-0
+PriorityWeightJobSize=0
+PriorityWeightFairshare=0
+PriorityWeightPartition=1000
+PriorityWeightQOS=0
+PriorityCalcPeriod=1
+JobRequeue=1
+GresTypes=gpu,mps
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=localhost
+AccountingStorageTRES=gres/gpu,gres/mps
+# Keep --comment in sacct as well.
+AccountingStoreFlags=job_comment
+JobCompType=jobcomp/filetxt
+JobCompLoc=$LOGDIR/jobcomp.txt
+JobAcctGatherType=jobacct_gather/linux
+JobAcctGatherFrequency=5
+MinJobAge=300
+KillWait=10
+InactiveLimit=0
+SlurmctldTimeout=30
+SlurmdTimeout=30
+EOF
+        printf '%s' "$hooks"
+        local i=1 n
+        for n in "${NODES[@]}"; do
+            echo "NodeName=$n NodeHostname=localhost NodeAddr=127.0.0.1 Port=1700$i CPUs=8 RealMemory=16000 Gres=gpu:4,mps:400 State=UNKNOWN"
+            i=$((i + 1))
+        done
+        cat <<EOF
+PartitionName=batch Nodes=gpu[1-4] Default=YES MaxTime=INFINITE State=UP PriorityJobFactor=1
+PartitionName=urgent Nodes=gpu[1-4] MaxTime=INFINITE State=UP PriorityJobFactor=10
+PartitionName=small Nodes=gpu[1-2] MaxTime=INFINITE State=UP
+EOF
+    } | write_if_changed "$ETC/slurm.conf" 644 root:root && CONFIG_CHANGED=1
+
+    write_if_changed "$ETC/gres.conf" 644 root:root <<EOF && CONFIG_CHANGED=1
+AutoDetect=off
+NodeName=gpu[1-4] Name=gpu File=$FAKEGPU_DIR/nvidia[0-3]
+NodeName=gpu[1-4] Name=mps Count=400 File=$FAKEGPU_DIR/nvidia[0-3]
+EOF
+
+    # From 23.11 slurmd always loads a cgroup plugin; there is no usable cgroup
+    # tree for four slurmd sharing one host, so switch it off.
+    if [ "$ver" -ge 2311 ]; then
+        write_if_changed "$ETC/cgroup.conf" 644 root:root <<EOF && CONFIG_CHANGED=1
+CgroupPlugin=disabled
+EOF
+    fi
+
+    write_if_changed "$ETC/slurmdbd.conf" 600 slurm:slurm <<EOF || true
+AuthType=auth/munge
+DbdHost=localhost
+DbdPort=6819
+SlurmUser=slurm
+LogFile=$LOGDIR/slurmdbd.log
+PidFile=$DBD_PID
+StorageType=accounting_storage/mysql
+StorageHost=localhost
+StorageUser=$DB_USER
+StoragePass=$DB_PASS
+StorageLoc=$DB_NAME
+EOF
+}
+
+start_munge() {
+    pid_alive "$MUNGE_PID" && return 0
+    local t0; t0=$(now)
+    runuser -u munge -- /usr/sbin/munged --pid-file="$MUNGE_PID" >/dev/null 2>&1 \
+        || die "munged failed to start" /var/log/munge/munged.log
+    wait_until "$WAIT_S" munge -n || die "munge does not answer" /var/log/munge/munged.log
+    log "munge up in $(elapsed "$t0") s"
+}
+
+start_mariadb() {
+    if ! pid_alive "$MARIADB_PID"; then
+        local t0; t0=$(now)
+        if [ ! -d /var/lib/mysql/mysql ]; then
+            mariadb-install-db --user=mysql --datadir=/var/lib/mysql >"$LOGDIR/mariadb-install.log" 2>&1 \
+                || die "mariadb-install-db failed" "$LOGDIR/mariadb-install.log"
+        fi
+        setsid mariadbd --user=mysql --bind-address=127.0.0.1 --pid-file="$MARIADB_PID" \
+            --log-error="$LOGDIR/mariadb.log" </dev/null >/dev/null 2>&1 &
+        wait_until "$WAIT_S" mariadb-admin --connect-timeout=2 ping \
+            || die "mariadb does not answer" "$LOGDIR/mariadb.log"
+        log "mariadb up in $(elapsed "$t0") s"
+    fi
+    mariadb -e "CREATE DATABASE IF NOT EXISTS $DB_NAME;
+                CREATE USER IF NOT EXISTS '$DB_USER'@'localhost' IDENTIFIED BY '$DB_PASS';
+                GRANT ALL ON $DB_NAME.* TO '$DB_USER'@'localhost';" \
+        || die "creating the accounting database failed" "$LOGDIR/mariadb.log"
+}
+
+start_slurmdbd() {
+    pid_alive "$DBD_PID" && return 0
+    local t0; t0=$(now)
+    slurmdbd || die "slurmdbd failed to start" "$LOGDIR/slurmdbd.log"
+    wait_until "$WAIT_S" timeout 3 sacctmgr -n list cluster \
+        || die "slurmdbd does not answer within ${WAIT_S} s" "$LOGDIR/slurmdbd.log"
+    log "slurmdbd up in $(elapsed "$t0") s"
+}
+
+start_slurmctld() {
+    if pid_alive "$CTLD_PID"; then
+        [ "${TIRESIAS_SLURM_FRESH:-0}" = 1 ] && log "slurmctld already running; TIRESIAS_SLURM_FRESH ignored (run 'down' first)"
+        if [ "${CONFIG_CHANGED:-0}" = 1 ]; then
+            log "slurm.conf changed: scontrol reconfigure"
+            timeout 10 scontrol reconfigure || log "scontrol reconfigure failed (GRES changes need 'down' + 'up')"
+        fi
+        return 0
+    fi
+    local t0 flags=(); t0=$(now)
+    [ "${TIRESIAS_SLURM_FRESH:-0}" = 1 ] && flags+=(-c)
+    slurmctld "${flags[@]}" || die "slurmctld failed to start" "$LOGDIR/slurmctld.log"
+    wait_until "$WAIT_S" timeout 3 scontrol ping \
+        || die "slurmctld does not answer within ${WAIT_S} s" "$LOGDIR/slurmctld.log"
+    log "slurmctld up in $(elapsed "$t0") s${flags[*]:+ (flags ${flags[*]})}"
+}
+
+register_accounts() {
+    local t0; t0=$(now)
+    if [ -z "$(timeout 10 sacctmgr -n -P list account research format=account 2>/dev/null)" ]; then
+        timeout 10 sacctmgr -i add account research >/dev/null \
+            || die "sacctmgr add account research failed" "$LOGDIR/slurmdbd.log"
+    fi
+    local u
+    for u in alice bob; do
+        if [ -z "$(timeout 10 sacctmgr -n -P list user "$u" format=user 2>/dev/null)" ]; then
+            timeout 10 sacctmgr -i add user "$u" account=research >/dev/null \
+                || die "sacctmgr add user $u failed" "$LOGDIR/slurmdbd.log"
+        fi
+    done
+    log "accounts registered in $(elapsed "$t0") s"
+}
+
+idle_node_count() {
+    timeout 3 sinfo -h -N -p batch -t idle,mixed,allocated -o %N 2>/dev/null | sort -u | wc -l
+}
+
+start_slurmds() {
+    local t0 n; t0=$(now)
+    for n in "${NODES[@]}"; do
+        pid_alive "/run/slurmd-$n.pid" && continue
+        slurmd -N "$n" || die "slurmd -N $n failed to start" "$LOGDIR/slurmd-$n.log"
+    done
+    local deadline=$(( $(date +%s) + WAIT_S )) count=0
+    while [ "$(date +%s)" -lt "$deadline" ]; do
+        count=$(idle_node_count)
+        [ "$count" = "${#NODES[@]}" ] && break
+        sleep 0.2
+    done
+    if [ "$count" != "${#NODES[@]}" ]; then
+        timeout 3 sinfo -N >&2
+        die "only $count of ${#NODES[@]} nodes are up after ${WAIT_S} s" "$LOGDIR/slurmd-gpu1.log"
+    fi
+    log "${#NODES[@]} nodes up in $(elapsed "$t0") s"
+}
+
+cmd_up() {
+    [ "$(id -u)" = 0 ] || die "must run as root"
+    local t0; t0=$(now)
+    install_packages
+    prepare_host
+    write_configs
+    start_munge
+    start_mariadb
+    start_slurmdbd
+    start_slurmctld
+    register_accounts
+    start_slurmds
+    log "cluster up; total $(elapsed "$t0") s"
+    timeout 5 sinfo
+}
+
+# stop_pidfile NAME PIDFILE: TERM, wait up to 10 s, then KILL (slurmd may ignore TERM).
+stop_pidfile() {
+    local pid
+    [ -f "$2" ] || return 0
+    pid=$(cat "$2" 2>/dev/null)
+    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+        kill -TERM "$pid" 2>/dev/null
+        local deadline=$(( $(date +%s) + 10 ))
+        while kill -0 "$pid" 2>/dev/null && [ "$(date +%s)" -lt "$deadline" ]; do sleep 0.1; done
+        if kill -0 "$pid" 2>/dev/null; then
+            kill -KILL "$pid" 2>/dev/null
+            log "$1 (pid $pid) ignored TERM; killed"
+        else
+            log "$1 (pid $pid) stopped"
+        fi
+    fi
+    rm -f "$2"
+}
+
+cmd_down() {
+    local n
+    for n in "${NODES[@]}"; do stop_pidfile "slurmd $n" "/run/slurmd-$n.pid"; done
+    stop_pidfile slurmctld "$CTLD_PID"
+    stop_pidfile slurmdbd "$DBD_PID"
+    stop_pidfile mariadb "$MARIADB_PID"
+    stop_pidfile munged "$MUNGE_PID"
+}
+
+cmd_status() {
+    local ok=0 name file n
+    for pair in "munged:$MUNGE_PID" "mariadb:$MARIADB_PID" "slurmdbd:$DBD_PID" "slurmctld:$CTLD_PID" \
+                $(for n in "${NODES[@]}"; do echo "slurmd-$n:/run/slurmd-$n.pid"; done); do
+        name=${pair%%:*}; file=${pair#*:}
+        if pid_alive "$file"; then
+            echo "$name: running (pid $(cat "$file"))"
+        else
+            echo "$name: not running"; ok=1
+        fi
+    done
+    if [ "$ok" = 0 ]; then
+        timeout 5 sinfo || ok=1
+        [ "$(idle_node_count)" = "${#NODES[@]}" ] || { echo "not all nodes are up"; ok=1; }
+    fi
+    return "$ok"
+}
+
+case "${1:-}" in
+    up) cmd_up ;;
+    down) cmd_down ;;
+    status) cmd_status ;;
+    *) echo "usage: $0 up|down|status" >&2; exit 2 ;;
+esac

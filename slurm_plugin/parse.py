@@ -1,0 +1,782 @@
+"""Normalize Slurm command output into one model, at the edge.
+
+Two JSON generations are accepted and turned into the same dataclasses:
+
+* Slurm 22.05 (openapi/v0.0.38 plugin): plain numbers, ``null`` for unset,
+  ``job_state`` a string, node ``state`` a lower-case string plus ``state_flags``.
+* Slurm 23.02+ / 24.11 (data_parser v0.0.39..v0.0.42): numbers wrapped as
+  ``{"set": bool, "infinite": bool, "number": N}``, ``job_state`` and node
+  ``state`` as lists of upper-case flags, ``--gres`` stored as ``gres/gpu:2``.
+
+Plus the text form ``scontrol show job -o`` (one job per line).
+
+Error handling: input that is not the expected document at all (not JSON, no
+``jobs``/``nodes`` list) raises :class:`SlurmParseError`. A single malformed
+record does not fail the whole parse: every ``parse_*`` function takes an
+optional ``errors`` list; the record is skipped and its
+:class:`SlurmParseError` (with ``record_index`` and ``job_id``/``node`` set where
+known) is appended there. Without an ``errors`` list the skipped records are
+dropped silently, so callers that care should pass one.
+
+Times are epoch seconds (float); durations carry ``_s``. Slurm's "unset"
+values (0, ``Unknown``, ``set: false``) become ``None``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+__all__ = [
+    "SlurmParseError",
+    "SlurmJob",
+    "SlurmNode",
+    "parse_squeue_json",
+    "parse_sinfo_json",
+    "parse_scontrol_show_job",
+    "parse_sacct_json",
+    "expand_hostlist",
+    "gres_counts",
+]
+
+
+class SlurmParseError(ValueError):
+    """Malformed Slurm output. The message is one line naming field and value."""
+
+    def __init__(self, message: str, *, record_index: int | None = None,
+                 job_id: str | None = None, node: str | None = None):
+        super().__init__(message)
+        self.record_index = record_index
+        self.job_id = job_id
+        self.node = node
+
+
+# Base job states; anything else in a 23.02+ job_state list is a flag.
+JOB_BASE_STATES = frozenset({
+    "PENDING", "RUNNING", "SUSPENDED", "COMPLETED", "CANCELLED", "FAILED", "TIMEOUT",
+    "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY", "REQUEUED",
+    "RESIZING", "REVOKED",
+})
+TERMINAL_JOB_STATES = frozenset({
+    "COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
+    "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY", "REQUEUED", "REVOKED",
+})
+NODE_BASE_STATES = frozenset({
+    "idle", "mixed", "allocated", "down", "error", "future", "unknown",
+})
+# Base states and flags that mean "do not plan work onto this node".
+NODE_UNAVAILABLE_STATES = frozenset({"down", "error", "future", "unknown"})
+NODE_UNAVAILABLE_FLAGS = frozenset({
+    "DRAIN", "DRAINED", "DRAINING", "NOT_RESPONDING", "FAIL", "FAILING",
+    "POWERED_DOWN", "POWERING_DOWN", "POWER_DOWN", "MAINTENANCE", "REBOOT_ISSUED",
+    "INVALID_REG",
+})
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    """One job as Slurm reports it, in one shape for every Slurm version.
+
+    ``gpus`` is the total number of whole GPUs the job asks for (all nodes);
+    ``mps`` the total MPS shares (an MPS-only job has ``gpus == 0``).
+    ``start_time`` of a pending job and ``end_time`` of an unfinished job are
+    Slurm's estimates and are reported as ``None``. ``time_limit_s`` is ``None``
+    for UNLIMITED. ``requeue`` is ``None`` where the source does not say (sacct).
+    """
+
+    job_id: str
+    name: str = ""
+    user: str = ""
+    account: str = ""
+    partition: str = ""
+    state: str = ""
+    state_flags: frozenset[str] = frozenset()
+    reason: str = ""
+    gpus: int = 0
+    mps: int = 0
+    nodes: list[str] = field(default_factory=list)
+    node_count: int = 0
+    submit_time: float | None = None
+    start_time: float | None = None
+    end_time: float | None = None
+    restart_count: int = 0
+    requeue: bool | None = None
+    batch: bool = False
+    comment: str = ""
+    priority: int | None = None
+    site_factor: int | None = None
+    required_nodes: list[str] = field(default_factory=list)
+    excluded_nodes: list[str] = field(default_factory=list)
+    time_limit_s: float | None = None
+
+    @property
+    def partitions(self) -> list[str]:
+        """The partition field split on commas (a pending job may list several)."""
+        return [p for p in self.partition.split(",") if p]
+
+
+@dataclass(frozen=True)
+class SlurmNode:
+    """One node: base ``state`` lower-case (idle/mixed/allocated/down/...),
+    ``flags`` upper-case (DRAIN, NOT_RESPONDING, ...), GPU counts in whole GPUs."""
+
+    name: str
+    state: str
+    flags: frozenset[str] = frozenset()
+    gpus_total: int = 0
+    gpus_used: int = 0
+    partitions: list[str] = field(default_factory=list)
+    reason: str = ""
+    available: bool = True
+
+    @property
+    def gpus_free(self) -> int:
+        return max(0, self.gpus_total - self.gpus_used)
+
+
+# --------------------------------------------------------------------------
+# hostlists and GRES strings
+
+_HOSTLIST_EMPTY = {"", "(null)", "none assigned", "n/a", "none"}
+
+
+def expand_hostlist(hostlist: str | None) -> list[str]:
+    """Expand a Slurm hostlist such as ``gpu[1-3,5],login01`` into names.
+
+    Zero padding follows the range bound (``n[01-03]`` -> n01 n02 n03); several
+    bracket groups in one name give their product. Empty/``(null)``/``None
+    assigned`` give ``[]``. Raises SlurmParseError on an unbalanced bracket or a
+    bad range.
+    """
+    if hostlist is None:
+        return []
+    text = hostlist.strip()
+    if text.lower() in _HOSTLIST_EMPTY:
+        return []
+    names: list[str] = []
+    for item in _split_top_level(text, "hostlist"):
+        if item:
+            names.extend(_expand_host_item(item, hostlist))
+    return names
+
+
+def _split_top_level(text: str, what: str) -> list[str]:
+    """Split on commas outside brackets and parentheses."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch in "[(":
+            depth += 1
+        elif ch in "])":
+            depth -= 1
+            if depth < 0:
+                raise SlurmParseError(f"{what}: unbalanced '{ch}' in {text!r}")
+        elif ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    if depth != 0:
+        raise SlurmParseError(f"{what}: unbalanced brackets in {text!r}")
+    parts.append(text[start:])
+    return [p.strip() for p in parts]
+
+
+def _expand_host_item(item: str, whole: str) -> list[str]:
+    open_at = item.find("[")
+    if open_at < 0:
+        if "]" in item:
+            raise SlurmParseError(f"hostlist: unbalanced ']' in {whole!r}")
+        return [item]
+    close_at = item.find("]", open_at)
+    if close_at < 0:
+        raise SlurmParseError(f"hostlist: unbalanced '[' in {whole!r}")
+    prefix, body, rest = item[:open_at], item[open_at + 1:close_at], item[close_at + 1:]
+    suffixes = _expand_host_item(rest, whole) if rest else [""]
+    out = []
+    for part in body.split(","):
+        part = part.strip()
+        m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        if not m:
+            raise SlurmParseError(f"hostlist: bad range {part!r} in {whole!r}")
+        lo_text, hi_text = m.group(1), m.group(2) or m.group(1)
+        lo, hi = int(lo_text), int(hi_text)
+        if hi < lo:
+            raise SlurmParseError(f"hostlist: descending range {part!r} in {whole!r}")
+        width = len(lo_text) if lo_text.startswith("0") or len(lo_text) == len(hi_text) else 0
+        for n in range(lo, hi + 1):
+            for suffix in suffixes:
+                out.append(f"{prefix}{n:0{width}d}{suffix}")
+    return out
+
+
+def gres_counts(spec: str | None, *, field_name: str = "gres") -> dict[str, int]:
+    """Count GRES by name in any of Slurm's spellings; typed entries are summed.
+
+    Accepts ``gres:gpu:2`` (22.05 tres_per_*), ``gres/gpu:2`` (23.02+),
+    ``gpu:a100:2(IDX:0-1)`` (gres/gres_used), ``mps:(null):0(IDX:N/A)``,
+    ``gres/gpu=3`` (TRES strings) and ``gres/gpu`` (count 1). Non-GRES TRES
+    (cpu=, mem=...) are ignored. When a TRES string lists both ``gres/gpu`` and
+    ``gres/gpu:a100`` the untyped total wins, so nothing is counted twice.
+    """
+    if not spec or spec.strip() in ("(null)", "N/A"):
+        return {}
+    untyped: dict[str, int] = {}
+    typed: dict[str, int] = {}
+    for raw in _split_top_level(spec.strip(), field_name):
+        item = re.sub(r"\([^)]*\)", "", raw).strip()  # drop (IDX:0-1), (S:0-1)
+        if not item:
+            continue
+        if "=" in item:  # TRES form: gres/gpu=2, gres/gpu:a100=2, cpu=1
+            key, _, value = item.partition("=")
+            if not key.startswith("gres/"):
+                continue
+            parts = key[len("gres/"):].split(":")
+            count_text = value
+        else:
+            if item.startswith("gres:") or item.startswith("gres/"):
+                item = item[5:]
+            elif "/" in item or ":" not in item and item in ("cpu", "mem", "node", "billing"):
+                continue
+            parts = item.split(":")
+            # name, name:count, name:type, name:type:count ("gpu:a100" means one a100).
+            if len(parts) > 2 or len(parts) == 2 and re.fullmatch(r"\d+[kKmMgG]?", parts[1]):
+                count_text = parts.pop()
+            else:
+                count_text = "1"
+        name = parts[0]
+        gtype = parts[1] if len(parts) > 1 and parts[1] not in ("", "(null)", "no_consume") else None
+        count = _gres_number(count_text, field_name, spec)
+        target = typed if gtype else untyped
+        target[name] = target.get(name, 0) + count
+    out = dict(untyped)
+    for name, count in typed.items():
+        out.setdefault(name, count)
+    return out
+
+
+def _gres_number(text: str, field_name: str, spec: str) -> int:
+    m = re.fullmatch(r"(\d+)([kKmMgG]?)", text.strip())
+    if not m:
+        raise SlurmParseError(f"{field_name}: bad count {text!r} in {spec!r}")
+    scale = {"": 1, "k": 1024, "m": 1024 ** 2, "g": 1024 ** 3}[m.group(2).lower()]
+    return int(m.group(1)) * scale
+
+
+# --------------------------------------------------------------------------
+# value helpers shared by the JSON parsers
+
+def _number(value: Any, field_name: str) -> float | None:
+    """A Slurm number in either generation; None for unset or infinite."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise SlurmParseError(f"{field_name}: expected a number, got {value!r}")
+    if isinstance(value, (int, float)):
+        return value
+    if isinstance(value, dict) and "number" in value:
+        if not value.get("set", True) or value.get("infinite", False):
+            return None
+        return _number(value["number"], field_name)
+    if isinstance(value, str) and re.fullmatch(r"-?\d+", value.strip()):
+        return int(value)
+    raise SlurmParseError(f"{field_name}: expected a number, got {value!r}")
+
+
+def _int(value: Any, field_name: str, default: int = 0) -> int:
+    n = _number(value, field_name)
+    return default if n is None else int(n)
+
+
+def _epoch(value: Any, field_name: str) -> float | None:
+    n = _number(value, field_name)
+    return None if not n else float(n)
+
+
+def _str(value: Any, field_name: str) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    raise SlurmParseError(f"{field_name}: expected a string, got {value!r}")
+
+
+def _split_state(value: Any, field_name: str) -> tuple[str, frozenset[str]]:
+    """22.05 'RUNNING' or 23.02+ ['PENDING', 'REQUEUED'] -> ('PENDING', {'REQUEUED'})."""
+    if isinstance(value, str):
+        items = [value]
+    elif isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        items = list(value)
+    else:
+        raise SlurmParseError(f"{field_name}: expected a state string or list, got {value!r}")
+    items = [v.strip().upper() for v in items if v.strip()]
+    if not items:
+        raise SlurmParseError(f"{field_name}: empty state {value!r}")
+    base = next((v for v in items if v in JOB_BASE_STATES - {"REQUEUED"}), None)
+    if base is None:
+        base = next((v for v in items if v in JOB_BASE_STATES), items[0])
+    return base, frozenset(v for v in items if v != base)
+
+
+def _load_document(text: str | bytes, list_keys: Iterable[str], what: str) -> tuple[str, list]:
+    try:
+        doc = json.loads(text)
+    except (TypeError, ValueError) as exc:
+        raise SlurmParseError(f"{what}: not JSON ({exc})") from None
+    if not isinstance(doc, dict):
+        raise SlurmParseError(f"{what}: expected a JSON object, got {type(doc).__name__}")
+    for key in list_keys:
+        if key in doc:
+            records = doc[key]
+            if not isinstance(records, list):
+                raise SlurmParseError(f"{what}: {key!r} is {type(records).__name__}, not a list")
+            return key, records
+    raise SlurmParseError(f"{what}: no {' or '.join(repr(k) for k in list_keys)} list in the document")
+
+
+def _collect(records: list, parse_one: Callable[[dict], Any], errors: list | None,
+             id_key: str, what: str) -> list:
+    out = []
+    for index, record in enumerate(records):
+        try:
+            if not isinstance(record, dict):
+                raise SlurmParseError(f"{what}[{index}]: expected an object, got {type(record).__name__}")
+            out.append(parse_one(record))
+        except SlurmParseError as exc:
+            if errors is not None:
+                exc.record_index = index
+                if isinstance(record, dict) and record.get(id_key) is not None:
+                    if id_key == "name":
+                        exc.node = str(record[id_key])
+                    else:
+                        exc.job_id = str(record[id_key])
+                errors.append(exc)
+    return out
+
+
+def _gpus_and_mps_from_request(record: dict, node_count: int, task_count: int) -> tuple[int, int]:
+    """GPUs/MPS a squeue record asks for, from the most specific field present."""
+    per_job = gres_counts(_str(record.get("tres_per_job"), "tres_per_job"), field_name="tres_per_job")
+    per_node = gres_counts(_str(record.get("tres_per_node"), "tres_per_node"), field_name="tres_per_node")
+    per_task = gres_counts(_str(record.get("tres_per_task"), "tres_per_task"), field_name="tres_per_task")
+    req = gres_counts(_str(record.get("tres_req_str"), "tres_req_str"), field_name="tres_req_str")
+    result = []
+    for name in ("gpu", "mps"):
+        if name in per_job:
+            result.append(per_job[name])
+        elif name in per_node:
+            result.append(per_node[name] * max(1, node_count))
+        elif name in per_task:
+            result.append(per_task[name] * max(1, task_count))
+        else:
+            result.append(req.get(name, 0))
+    return result[0], result[1]
+
+
+def _finish_times(state: str, start: float | None, end: float | None) -> tuple[float | None, float | None]:
+    # Pending start and unfinished end are estimates (often far future): drop them.
+    if state == "PENDING":
+        start = None
+    if state not in TERMINAL_JOB_STATES:
+        end = None
+    return start, end
+
+
+# --------------------------------------------------------------------------
+# squeue --json
+
+def parse_squeue_json(text: str | bytes, errors: list | None = None) -> list[SlurmJob]:
+    """Jobs from ``squeue --json`` (22.05 and 23.02+ shapes; also slurmrestd /jobs)."""
+    _, records = _load_document(text, ("jobs",), "squeue --json")
+    return _collect(records, _squeue_job, errors, "job_id", "jobs")
+
+
+def _squeue_job(r: dict) -> SlurmJob:
+    if r.get("job_id") is None:
+        raise SlurmParseError("job_id: missing")
+    job_id = str(_int(r["job_id"], "job_id"))
+    state, flags = _split_state(r.get("job_state"), "job_state")
+    node_count = _int(r.get("node_count"), "node_count")
+    task_count = _int(r.get("tasks"), "tasks")
+    gpus, mps = _gpus_and_mps_from_request(r, node_count, task_count)
+    start, end = _finish_times(state, _epoch(r.get("start_time"), "start_time"),
+                               _epoch(r.get("end_time"), "end_time"))
+    limit_min = _number(r.get("time_limit"), "time_limit")
+    site = r.get("site_factor")
+    return SlurmJob(
+        job_id=job_id,
+        name=_str(r.get("name"), "name"),
+        user=_str(r.get("user_name"), "user_name"),
+        account=_str(r.get("account"), "account"),
+        partition=_str(r.get("partition"), "partition"),
+        state=state,
+        state_flags=flags,
+        reason=_str(r.get("state_reason"), "state_reason"),
+        gpus=gpus,
+        mps=mps,
+        nodes=expand_hostlist(_str(r.get("nodes"), "nodes")),
+        node_count=node_count,
+        submit_time=_epoch(r.get("submit_time"), "submit_time"),
+        start_time=start,
+        end_time=end,
+        restart_count=_int(r.get("restart_cnt"), "restart_cnt"),
+        requeue=bool(r["requeue"]) if r.get("requeue") is not None else None,
+        batch=bool(r.get("batch_flag")),
+        comment=_str(r.get("comment"), "comment"),
+        priority=_int(r.get("priority"), "priority") if r.get("priority") is not None else None,
+        site_factor=_int(site, "site_factor") if site is not None else None,
+        required_nodes=expand_hostlist(_str(r.get("required_nodes"), "required_nodes")),
+        excluded_nodes=expand_hostlist(_str(r.get("excluded_nodes"), "excluded_nodes")),
+        time_limit_s=None if limit_min is None else float(limit_min) * 60.0,
+    )
+
+
+# --------------------------------------------------------------------------
+# sinfo --json / scontrol show nodes --json
+
+def parse_sinfo_json(text: str | bytes, errors: list | None = None) -> list[SlurmNode]:
+    """Nodes from ``sinfo --json`` (22.05: ``nodes``), ``scontrol show nodes --json``
+    or slurmrestd ``/nodes`` (23.02+: ``nodes`` with list states), or the 23.11+
+    ``sinfo --json`` grouping (``sinfo`` entries; merged per node)."""
+    key, records = _load_document(text, ("nodes", "sinfo"), "sinfo --json")
+    if key == "nodes":
+        return _collect(records, _node, errors, "name", "nodes")
+    return _sinfo_groups(records, errors)
+
+
+def _node_state(r: dict) -> tuple[str, frozenset[str]]:
+    raw = r.get("state")
+    extra = r.get("state_flags") or []
+    if isinstance(raw, str):
+        items = [raw] + list(extra)
+    elif isinstance(raw, list) and all(isinstance(v, str) for v in raw):
+        items = list(raw) + list(extra)
+    else:
+        raise SlurmParseError(f"state: expected a node state string or list, got {raw!r}")
+    # 22.05 text states may carry a suffix: 'idle*' (not responding), 'idle~' (powered down).
+    suffix_flags = {"*": "NOT_RESPONDING", "~": "POWERED_DOWN", "#": "POWERING_UP",
+                    "%": "POWERING_DOWN", "!": "POWER_DOWN", "$": "MAINTENANCE", "@": "REBOOT_REQUESTED"}
+    base, flags = None, set()
+    for item in items:
+        item = item.strip()
+        while item and item[-1] in suffix_flags:
+            flags.add(suffix_flags[item[-1]])
+            item = item[:-1]
+        low = item.lower()
+        if low in NODE_BASE_STATES and base is None:
+            base = low
+        elif low in ("drained", "draining", "drain"):
+            flags.add("DRAIN")
+        elif item:
+            flags.add(item.upper())
+    if base is None:
+        raise SlurmParseError(f"state: no base node state in {raw!r}")
+    return base, frozenset(flags)
+
+
+def _gpu_count(gres: Any, tres: Any, field_name: str) -> int:
+    counts = gres_counts(_str(gres, field_name), field_name=field_name)
+    if "gpu" in counts:
+        return counts["gpu"]
+    return gres_counts(_str(tres, "tres"), field_name="tres").get("gpu", 0)
+
+
+def _node(r: dict) -> SlurmNode:
+    name = _str(r.get("name"), "name")
+    if not name:
+        raise SlurmParseError("name: missing node name")
+    state, flags = _node_state(r)
+    partitions = r.get("partitions") or []
+    if not isinstance(partitions, list):
+        raise SlurmParseError(f"partitions: expected a list, got {partitions!r}")
+    return SlurmNode(
+        name=name,
+        state=state,
+        flags=flags,
+        gpus_total=_gpu_count(r.get("gres"), r.get("tres"), "gres"),
+        gpus_used=_gpu_count(r.get("gres_used"), r.get("tres_used"), "gres_used"),
+        partitions=[str(p) for p in partitions],
+        reason=_str(r.get("reason"), "reason"),
+        available=state not in NODE_UNAVAILABLE_STATES and not (flags & NODE_UNAVAILABLE_FLAGS),
+    )
+
+
+def _sinfo_groups(records: list, errors: list | None) -> list[SlurmNode]:
+    # 23.11+ `sinfo --json`: one entry per (partition, state, ...) group with
+    # node names under nodes.nodes. GPU counts are per node in gres.total/used.
+    by_name: dict[str, SlurmNode] = {}
+    order: list[str] = []
+    for index, g in enumerate(records):
+        try:
+            if not isinstance(g, dict):
+                raise SlurmParseError(f"sinfo[{index}]: expected an object")
+            names = (g.get("nodes") or {}).get("nodes") or []
+            if isinstance(names, str):
+                names = expand_hostlist(names)
+            state, flags = _node_state(g.get("node") or {})
+            gres = g.get("gres") or {}
+            part = ((g.get("partition") or {}).get("name")) or ""
+            for name in names:
+                for n in expand_hostlist(name):
+                    prev = by_name.get(n)
+                    parts = (prev.partitions if prev else []) + ([part] if part and (not prev or part not in prev.partitions) else [])
+                    by_name[n] = SlurmNode(
+                        name=n, state=state, flags=flags,
+                        gpus_total=_gpu_count(gres.get("total"), None, "gres.total"),
+                        gpus_used=_gpu_count(gres.get("used"), None, "gres.used"),
+                        partitions=parts,
+                        reason=_str((g.get("reason") or {}).get("description")
+                                    if isinstance(g.get("reason"), dict) else g.get("reason"), "reason"),
+                        available=state not in NODE_UNAVAILABLE_STATES and not (flags & NODE_UNAVAILABLE_FLAGS),
+                    )
+                    if prev is None:
+                        order.append(n)
+        except SlurmParseError as exc:
+            exc.record_index = index
+            if errors is not None:
+                errors.append(exc)
+    return [by_name[n] for n in order]
+
+
+# --------------------------------------------------------------------------
+# sacct --json
+
+def parse_sacct_json(text: str | bytes, errors: list | None = None) -> list[SlurmJob]:
+    """Job records from ``sacct --json`` (22.05 and 23.02+ shapes).
+
+    With ``sacct -D`` a requeued job appears once per run: earlier runs have
+    state REQUEUED. GPUs come from ``tres.allocated`` when the job ran, else
+    ``tres.requested``.
+    """
+    _, records = _load_document(text, ("jobs",), "sacct --json")
+    return _collect(records, _sacct_job, errors, "job_id", "jobs")
+
+
+def _tres_list_counts(items: Any, field_name: str) -> dict[str, int]:
+    if items is None:
+        return {}
+    if not isinstance(items, list):
+        raise SlurmParseError(f"{field_name}: expected a list, got {items!r}")
+    untyped: dict[str, int] = {}
+    typed: dict[str, int] = {}
+    for item in items:
+        if not isinstance(item, dict):
+            raise SlurmParseError(f"{field_name}: expected TRES objects, got {item!r}")
+        if item.get("type") != "gres" or not item.get("name"):
+            continue
+        name, _, gtype = str(item["name"]).partition(":")
+        count = _int(item.get("count"), f"{field_name}.count")
+        target = typed if gtype else untyped
+        target[name] = target.get(name, 0) + count
+    out = dict(untyped)
+    for name, count in typed.items():
+        out.setdefault(name, count)
+    return out
+
+
+def _sacct_job(r: dict) -> SlurmJob:
+    if r.get("job_id") is None:
+        raise SlurmParseError("job_id: missing")
+    job_id = str(_int(r["job_id"], "job_id"))
+    st = r.get("state")
+    if not isinstance(st, dict):
+        raise SlurmParseError(f"state: expected an object, got {st!r}")
+    state, flags = _split_state(st.get("current"), "state.current")
+    t = r.get("time") or {}
+    if not isinstance(t, dict):
+        raise SlurmParseError(f"time: expected an object, got {t!r}")
+    tres = r.get("tres") or {}
+    allocated = _tres_list_counts(tres.get("allocated"), "tres.allocated")
+    requested = _tres_list_counts(tres.get("requested"), "tres.requested")
+    counts = allocated if allocated else requested
+    start, end = _finish_times(state, _epoch(t.get("start"), "time.start"), _epoch(t.get("end"), "time.end"))
+    limit_min = _number(t.get("limit"), "time.limit")
+    comment = r.get("comment")
+    if isinstance(comment, dict):  # {administrator, job, system}
+        comment = comment.get("job")
+    steps = r.get("steps") or []
+    batch = any(isinstance(s, dict) and (s.get("step") or {}).get("name") == "batch" for s in steps)
+    names = expand_hostlist(_str(r.get("nodes"), "nodes"))
+    return SlurmJob(
+        job_id=job_id,
+        name=_str(r.get("name"), "name"),
+        user=_str(r.get("user"), "user") or _str((r.get("association") or {}).get("user"), "association.user"),
+        account=_str(r.get("account"), "account"),
+        partition=_str(r.get("partition"), "partition"),
+        state=state,
+        state_flags=flags,
+        reason=_str(st.get("reason"), "state.reason"),
+        gpus=counts.get("gpu", 0),
+        mps=counts.get("mps", 0),
+        nodes=names,
+        node_count=_int(r.get("allocation_nodes"), "allocation_nodes") or len(names),
+        submit_time=_epoch(t.get("submission"), "time.submission"),
+        start_time=start,
+        end_time=end,
+        restart_count=_int(r.get("restart_cnt"), "restart_cnt"),
+        requeue=None,
+        batch=batch,
+        comment=_str(comment, "comment.job"),
+        priority=_int(r.get("priority"), "priority") if r.get("priority") is not None else None,
+        required_nodes=[],
+        excluded_nodes=[],
+        time_limit_s=None if limit_min is None else float(limit_min) * 60.0,
+    )
+
+
+# --------------------------------------------------------------------------
+# scontrol show job -o
+
+# Keys whose values are free text and may contain spaces or 'word=' fragments.
+_FREE_TEXT_KEYS = frozenset({
+    "JobName", "Comment", "AdminComment", "SystemComment", "Command", "WorkDir",
+    "StdErr", "StdIn", "StdOut", "Reason", "Dependency", "Features", "Licenses",
+    "Network", "Container", "ContainerID", "Extra", "Prefer", "MailUser",
+})
+# Every key seen in 22.05-24.11 one-line output; a candidate key outside this
+# set that follows a free-text key is taken as part of that value.
+_KNOWN_KEYS = frozenset({
+    "JobId", "ArrayJobId", "ArrayTaskId", "ArrayTaskThrottle", "HetJobId", "HetJobOffset",
+    "HetJobIdSet", "JobName", "UserId", "GroupId", "MCS_label", "Priority", "Nice", "Account",
+    "QOS", "JobState", "Reason", "Dependency", "Requeue", "Restarts", "BatchFlag", "Reboot",
+    "ExitCode", "DerivedExitCode", "RunTime", "TimeLimit", "TimeMin", "SubmitTime",
+    "EligibleTime", "AccrueTime", "StartTime", "EndTime", "Deadline", "SuspendTime",
+    "SecsPreSuspend", "LastSchedEval", "Scheduler", "Partition", "AllocNode:Sid",
+    "ReqNodeList", "ExcNodeList", "NodeList", "BatchHost", "SchedNodeList", "NumNodes",
+    "NumCPUs", "NumTasks", "CPUs/Task", "ReqB:S:C:T", "TRES", "ReqTRES", "AllocTRES",
+    "Socks/Node", "NtasksPerN:B:S:C", "CoreSpec", "MinCPUsNode", "MinMemoryNode",
+    "MinMemoryCPU", "MinTmpDiskNode", "Features", "DelayBoot", "OverSubscribe",
+    "Contiguous", "Licenses", "LicensesAlloc", "Network", "Command", "WorkDir", "Comment",
+    "AdminComment", "SystemComment", "StdErr", "StdIn", "StdOut", "Power", "TresPerNode",
+    "TresPerJob", "TresPerTask", "TresPerSocket", "TresBind", "TresFreq", "CpusPerTres",
+    "MemPerTres", "MailUser", "MailType", "Reservation", "Prefer", "Extra", "Container",
+    "ContainerID", "SiteFactor", "PreemptEligibleTime", "PreemptTime", "ResvPorts",
+    "Partition", "Qos", "Wckey", "NtasksPerTRES", "OOMKillStep", "CpuFreq", "KillOInInvalidDependent",
+    "Resizing", "BurstBuffer", "BurstBufferState", "ThreadSpec", "ClusterFeatures",
+    "StepMgrEnabled", "Segment",
+})
+_KEY_RE = re.compile(r"(?:^|\s)([A-Z][A-Za-z0-9_:/]*)=")
+
+
+def _split_scontrol_line(line: str) -> dict[str, str]:
+    matches = list(_KEY_RE.finditer(line))
+    pairs: list[list[str]] = []
+    for i, m in enumerate(matches):
+        value_end = matches[i + 1].start() if i + 1 < len(matches) else len(line)
+        key, value = m.group(1), line[m.end():value_end]
+        if pairs and key not in _KNOWN_KEYS and pairs[-1][0] in _FREE_TEXT_KEYS:
+            pairs[-1][1] += line[m.start():value_end]
+            continue
+        pairs.append([key, value])
+    return {k: v.strip() for k, v in pairs}
+
+
+_NULLISH = {"", "(null)", "None", "Unknown", "N/A", "none"}
+
+
+def _scontrol_time(value: str | None, field_name: str) -> float | None:
+    if value is None or value in _NULLISH:
+        return None
+    try:
+        return time.mktime(time.strptime(value, "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        raise SlurmParseError(f"{field_name}: bad timestamp {value!r}") from None
+
+
+def parse_duration_s(value: str | None, field_name: str = "duration") -> float | None:
+    """Slurm ``[days-]HH:MM:SS`` / ``MM:SS`` / ``MM`` to seconds; UNLIMITED -> None."""
+    if value is None or value in _NULLISH or value.upper() in ("UNLIMITED", "INFINITE"):
+        return None
+    m = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", value.strip())
+    if not m:
+        raise SlurmParseError(f"{field_name}: bad duration {value!r}")
+    days, a, b, c = (int(g) if g else None for g in m.groups())
+    if c is not None:
+        h, mi, s = a, b, c
+    elif b is not None:
+        h, mi, s = (a, b, 0) if days is not None else (0, a, b)
+    else:
+        h, mi, s = (a, 0, 0) if days is not None else (0, a, 0)
+    return float((days or 0) * 86400 + h * 3600 + mi * 60 + s)
+
+
+def parse_scontrol_show_job(text: str, errors: list | None = None) -> list[SlurmJob]:
+    """Jobs from ``scontrol show job -o`` (one ``Key=Value ...`` line per job).
+
+    Timestamps are local time of this process (as scontrol prints them).
+    ``Reason`` keeps scontrol's underscores. ``No jobs in the system`` gives [].
+    """
+    if not isinstance(text, str):
+        raise SlurmParseError(f"scontrol show job: expected text, got {type(text).__name__}")
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if len(lines) == 1 and lines[0].strip().lower().startswith("no jobs"):
+        return []
+    records = []
+    for line in lines:
+        if not line.lstrip().startswith("JobId="):
+            raise SlurmParseError(f"scontrol show job: line does not start with JobId=: {line[:60]!r}")
+        records.append(_split_scontrol_line(line.strip()))
+    return _collect(records, _scontrol_job, errors, "JobId", "scontrol")
+
+
+def _scontrol_int(value: str | None, field_name: str, default: int = 0) -> int:
+    if value is None or value in _NULLISH:
+        return default
+    if not re.fullmatch(r"-?\d+", value):
+        raise SlurmParseError(f"{field_name}: expected an integer, got {value!r}")
+    return int(value)
+
+
+def _scontrol_job(r: dict) -> SlurmJob:
+    job_id = r.get("JobId", "")
+    if not re.fullmatch(r"\d+", job_id):
+        raise SlurmParseError(f"JobId: expected an integer, got {job_id!r}")
+    state, flags = _split_state(r.get("JobState", ""), "JobState")
+    num_nodes = r.get("NumNodes", "0")
+    m = re.match(r"(\d+)", num_nodes)
+    if not m:
+        raise SlurmParseError(f"NumNodes: expected a count, got {num_nodes!r}")
+    node_count = int(m.group(1))
+    fake = {
+        "tres_per_job": _nullish_to_empty(r.get("TresPerJob")),
+        "tres_per_node": _nullish_to_empty(r.get("TresPerNode")),
+        "tres_per_task": _nullish_to_empty(r.get("TresPerTask")),
+        "tres_req_str": _nullish_to_empty(r.get("ReqTRES") or r.get("TRES")),
+    }
+    gpus, mps = _gpus_and_mps_from_request(fake, node_count, _scontrol_int(r.get("NumTasks"), "NumTasks"))
+    start, end = _finish_times(state, _scontrol_time(r.get("StartTime"), "StartTime"),
+                               _scontrol_time(r.get("EndTime"), "EndTime"))
+    user = r.get("UserId", "")
+    site = r.get("SiteFactor")
+    return SlurmJob(
+        job_id=job_id,
+        name=r.get("JobName", ""),
+        user=user.split("(", 1)[0],
+        account=_nullish_to_empty(r.get("Account")),
+        partition=_nullish_to_empty(r.get("Partition")),
+        state=state,
+        state_flags=flags,
+        reason=_nullish_to_empty(r.get("Reason")),
+        gpus=gpus,
+        mps=mps,
+        nodes=expand_hostlist(r.get("NodeList")),
+        node_count=node_count,
+        submit_time=_scontrol_time(r.get("SubmitTime"), "SubmitTime"),
+        start_time=start,
+        end_time=end,
+        restart_count=_scontrol_int(r.get("Restarts"), "Restarts"),
+        requeue=(r["Requeue"] == "1") if "Requeue" in r else None,
+        batch=r.get("BatchFlag") == "1",
+        comment=_nullish_to_empty(r.get("Comment")),
+        priority=_scontrol_int(r.get("Priority"), "Priority") if "Priority" in r else None,
+        site_factor=_scontrol_int(site, "SiteFactor") if site not in (None, "") else None,
+        required_nodes=expand_hostlist(r.get("ReqNodeList")),
+        excluded_nodes=expand_hostlist(r.get("ExcNodeList")),
+        time_limit_s=parse_duration_s(r.get("TimeLimit"), "TimeLimit"),
+    )
+
+
+def _nullish_to_empty(value: str | None) -> str:
+    return "" if value is None or value == "(null)" else value

@@ -1,0 +1,72 @@
+"""Shared pytest fixtures for tests that need the local Slurm test cluster.
+
+Import the fixtures into a test module (``from tests.slurm_fixtures import
+slurm_cluster, submit_as``). The cluster is started with
+``containers/slurm-cluster.sh up``; when that fails the tests are skipped with
+the reason, except under CI (``CI=true``) where they fail.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CLUSTER_SCRIPT = REPO_ROOT / "containers" / "slurm-cluster.sh"
+CLUSTER_UP_TIMEOUT_S = 600  # includes apt-get install on a fresh host
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"Slurm test cluster unavailable under CI: {reason}")
+    pytest.skip(f"Slurm test cluster unavailable: {reason}")
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> Path:
+    """Make sure the local test cluster is up; returns the script path."""
+    if os.geteuid() != 0:
+        _unavailable("needs root (installs packages, starts daemons)")
+    if shutil.which("bash") is None:
+        _unavailable("bash not found")
+    started = time.monotonic()
+    try:
+        proc = subprocess.run(["bash", str(CLUSTER_SCRIPT), "up"], capture_output=True, text=True,
+                              timeout=CLUSTER_UP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        _unavailable(f"'slurm-cluster.sh up' did not finish in {CLUSTER_UP_TIMEOUT_S} s")
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+        _unavailable(f"'slurm-cluster.sh up' exited {proc.returncode}:\n{tail}")
+    print(f"slurm cluster ready in {time.monotonic() - started:.1f} s")
+    return CLUSTER_SCRIPT
+
+
+@pytest.fixture
+def submit_as(slurm_cluster) -> Callable[[str, str], str]:
+    """``submit_as(user, args) -> job_id``: run ``sbatch --parsable ARGS`` as USER
+    in a temporary directory that USER owns (job output lands there)."""
+    made: list[str] = []
+
+    def submit(user: str, args: str) -> str:
+        workdir = tempfile.mkdtemp(prefix=f"tiresias-{user}-")
+        made.append(workdir)
+        shutil.chown(workdir, user=user, group=user)
+        command = f"cd {shlex.quote(workdir)} && sbatch --parsable {args}"
+        proc = subprocess.run(["su", user, "-c", command], capture_output=True, text=True, timeout=30)
+        if proc.returncode != 0:
+            raise RuntimeError(f"sbatch as {user} failed ({proc.returncode}): {proc.stderr.strip()}")
+        # --parsable prints "jobid" or "jobid;cluster".
+        return proc.stdout.strip().split(";", 1)[0]
+
+    yield submit
+    for workdir in made:
+        shutil.rmtree(workdir, ignore_errors=True)

@@ -1,0 +1,345 @@
+"""Parser tests on recorded Slurm 22.05 output and derived 24.11-shaped output."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from slurm_plugin.parse import (
+    SlurmParseError,
+    expand_hostlist,
+    gres_counts,
+    parse_duration_s,
+    parse_sacct_json,
+    parse_scontrol_show_job,
+    parse_sinfo_json,
+    parse_squeue_json,
+)
+
+FIXTURES = Path(__file__).parent / "fixtures" / "slurm"
+GENERATIONS = ["22.05", "24.11"]
+
+
+def read(version: str, name: str) -> str:
+    return (FIXTURES / version / name).read_text()
+
+
+def by_id(jobs):
+    return {j.job_id: j for j in jobs}
+
+
+# ---------------------------------------------------------------- squeue
+
+@pytest.mark.parametrize("version", GENERATIONS)
+def test_squeue_all_jobs_parse(version):
+    errors: list = []
+    jobs = parse_squeue_json(read(version, "squeue.json"), errors)
+    assert errors == []
+    assert sorted(int(j.job_id) for j in jobs) == list(range(1, 12))
+
+
+@pytest.mark.parametrize("version", GENERATIONS)
+def test_squeue_running_gpu_job_with_comment(version):
+    job = by_id(parse_squeue_json(read(version, "squeue.json")))["5"]
+    assert job.name == "train-resnet"
+    assert job.user == "alice"
+    assert job.account == "research"
+    assert job.partition == "batch"
+    assert job.state == "RUNNING"
+    assert job.gpus == 2 and job.mps == 0
+    assert job.nodes == ["gpu1"] and job.node_count == 1
+    assert job.comment == "tiresias: ckpt every 10m, lr=0.1"
+    assert job.submit_time == 1796060528.0
+    assert job.start_time == 1796060529.0
+    assert job.end_time is None  # running: Slurm's end_time is only the limit
+    assert job.time_limit_s == 120 * 60
+    assert job.requeue is True and job.batch is True
+    assert job.restart_count == 0
+
+
+@pytest.mark.parametrize("version", GENERATIONS)
+def test_squeue_pending_multi_partition_gpu_job(version):
+    job = by_id(parse_squeue_json(read(version, "squeue.json")))["10"]
+    assert job.state == "PENDING"
+    assert job.reason == "Resources"
+    assert job.partition == "batch,urgent"
+    assert job.partitions == ["batch", "urgent"]
+    assert job.node_count == 4
+    assert job.gpus == 16  # gres:gpu:4 per node x 4 nodes
+    assert job.nodes == []
+    assert job.start_time is None and job.end_time is None  # estimates dropped
+    assert job.time_limit_s is None  # UNLIMITED
+
+
+@pytest.mark.parametrize("version", GENERATIONS)
+def test_squeue_requeued_job_is_pending_begin_time(version):
+    job = by_id(parse_squeue_json(read(version, "squeue.json")))["4"]
+    assert job.state == "PENDING"
+    assert job.reason == "BeginTime"
+    assert job.restart_count == 1
+    assert job.gpus == 1
+    if version == "24.11":
+        assert job.state_flags == {"REQUEUED"}
+
+
+@pytest.mark.parametrize("version", GENERATIONS)
+def test_squeue_gpu_sources_mps_per_job_pinned_held(version):
+    jobs = by_id(parse_squeue_json(read(version, "squeue.json")))
+    assert (jobs["6"].gpus, jobs["6"].mps) == (0, 50)          # --gres=mps:50
+    assert (jobs["7"].gpus, jobs["7"].partition) == (3, "small")  # --gpus=3 (tres_per_job)
+    assert jobs["8"].required_nodes == ["gpu4"] and jobs["8"].excluded_nodes == ["gpu3"]
+    assert jobs["11"].reason == "JobHeldUser" and jobs["11"].priority == 0
+    assert jobs["11"].time_limit_s == 600
+    assert jobs["3"].state == "FAILED" and jobs["3"].gpus == 0
+    assert jobs["9"].state == "CANCELLED"
+    assert jobs["1"].state == "COMPLETED" and jobs["1"].end_time == 1796060515.0
+
+
+def test_squeue_single_bad_record_is_skipped_not_fatal():
+    doc = json.loads(read("22.05", "squeue.json"))
+    doc["jobs"][4]["job_state"] = 42
+    doc["jobs"][6]["tres_per_job"] = "gres:gpu:a100:lots"
+    errors: list = []
+    jobs = parse_squeue_json(json.dumps(doc), errors)
+    assert len(jobs) == 9
+    assert [(e.record_index, e.job_id) for e in errors] == [(4, "5"), (6, "7")]
+    assert "job_state" in str(errors[0]) and "42" in str(errors[0])
+    assert "lots" in str(errors[1])
+    assert all("\n" not in str(e) for e in errors)
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("not json", "not JSON"),
+    ("[]", "JSON object"),
+    ('{"meta": {}}', "'jobs'"),
+    ('{"jobs": {}}', "not a list"),
+])
+def test_squeue_malformed_document_raises(text, fragment):
+    with pytest.raises(SlurmParseError, match=fragment):
+        parse_squeue_json(text)
+
+
+def test_parse_error_is_value_error():
+    assert issubclass(SlurmParseError, ValueError)
+
+
+# ---------------------------------------------------------------- sinfo
+
+@pytest.mark.parametrize("version", GENERATIONS)
+def test_sinfo_nodes(version):
+    nodes = {n.name: n for n in parse_sinfo_json(read(version, "sinfo.json"))}
+    assert nodes["gpu1"].state == "mixed" and nodes["gpu1"].flags == frozenset()
+    assert (nodes["gpu1"].gpus_total, nodes["gpu1"].gpus_used) == (4, 2)
+    assert (nodes["gpu2"].gpus_used, nodes["gpu2"].gpus_free) == (3, 1)  # 3 GPUs + an MPS share
+    assert nodes["gpu3"].state == "idle" and nodes["gpu3"].gpus_used == 0
+    assert nodes["gpu4"].gpus_used == 1
+    assert nodes["gpu1"].partitions == ["batch", "urgent", "small"]
+    assert nodes["gpu3"].partitions == ["batch", "urgent"]
+    assert all(nodes[f"gpu{i}"].available for i in range(1, 5))
+
+
+def test_sinfo_2411_drained_node_unavailable():
+    nodes = {n.name: n for n in parse_sinfo_json(read("24.11", "sinfo.json"))}
+    gpu5 = nodes["gpu5"]
+    assert gpu5.state == "idle" and gpu5.flags == {"DRAIN"}
+    assert gpu5.available is False and gpu5.reason == "maintenance"
+
+
+@pytest.mark.parametrize("state, flags, available", [
+    ("down", [], False),
+    ("idle", ["NOT_RESPONDING"], False),
+    ("idle*", [], False),
+    ("allocated", ["DRAIN"], False),
+    (["MIXED", "COMPLETING"], [], True),
+    (["IDLE", "FAIL"], [], False),
+])
+def test_sinfo_availability(state, flags, available):
+    doc = {"nodes": [{"name": "n1", "state": state, "state_flags": flags,
+                      "gres": "gpu:a100:8(S:0-1)", "gres_used": "gpu:a100:3(IDX:0-2)"}]}
+    node = parse_sinfo_json(json.dumps(doc))[0]
+    assert node.available is available
+    assert (node.gpus_total, node.gpus_used) == (8, 3)
+
+
+def test_sinfo_grouped_2311_shape():
+    doc = {"sinfo": [
+        {"node": {"state": ["IDLE"]}, "nodes": {"nodes": ["gpu[1-2]"]},
+         "gres": {"total": "gpu:4", "used": "gpu:0"}, "partition": {"name": "batch"}},
+        {"node": {"state": ["IDLE"]}, "nodes": {"nodes": ["gpu[1-2]"]},
+         "gres": {"total": "gpu:4", "used": "gpu:0"}, "partition": {"name": "small"}},
+    ]}
+    nodes = parse_sinfo_json(json.dumps(doc))
+    assert [n.name for n in nodes] == ["gpu1", "gpu2"]
+    assert nodes[0].partitions == ["batch", "small"]
+
+
+def test_sinfo_bad_node_skipped():
+    doc = {"nodes": [{"name": "ok", "state": "idle", "gres": "gpu:4"},
+                     {"name": "bad", "state": {"weird": 1}}]}
+    errors: list = []
+    nodes = parse_sinfo_json(json.dumps(doc), errors)
+    assert [n.name for n in nodes] == ["ok"]
+    assert errors[0].node == "bad" and "state" in str(errors[0])
+
+
+# ---------------------------------------------------------------- sacct
+
+@pytest.mark.parametrize("version", GENERATIONS)
+def test_sacct_records(version):
+    errors: list = []
+    records = parse_sacct_json(read(version, "sacct.json"), errors)
+    assert errors == []
+    assert [r.job_id for r in records] == ["4", "1", "2", "3", "4", "5", "6", "7", "8", "10"]
+    requeued, rerun = [r for r in records if r.job_id == "4"]
+    assert requeued.state == "REQUEUED" and requeued.nodes == ["gpu1"]
+    assert requeued.start_time == 1796060529.0 and requeued.end_time == 1796060530.0
+    assert rerun.state == "RUNNING" and rerun.nodes == ["gpu2"] and rerun.end_time is None
+    assert requeued.gpus == rerun.gpus == 1
+    # 22.05 sacct has no restart_cnt; 23.02+ does.
+    assert rerun.restart_count == (1 if version == "24.11" else 0)
+    jobs = by_id(records[1:])
+    assert jobs["1"].user == "alice" and jobs["1"].gpus == 2 and jobs["1"].state == "COMPLETED"
+    assert jobs["3"].state == "FAILED" and jobs["3"].user == "bob" and jobs["3"].gpus == 0
+    assert (jobs["6"].gpus, jobs["6"].mps) == (0, 50)
+    assert jobs["7"].gpus == 3 and jobs["7"].partition == "small"
+    assert jobs["5"].time_limit_s == 7200 and jobs["5"].batch is True
+    assert jobs["10"].state == "PENDING" and jobs["10"].gpus == 16  # from tres.requested
+    assert jobs["10"].nodes == [] and jobs["10"].partition == "batch,urgent"
+    assert jobs["1"].requeue is None
+
+
+def test_sacct_bad_record_skipped():
+    doc = json.loads(read("22.05", "sacct.json"))
+    doc["jobs"][1]["state"] = "COMPLETED"  # should be an object
+    errors: list = []
+    records = parse_sacct_json(json.dumps(doc), errors)
+    assert len(records) == 9 and errors[0].job_id == "1"
+    assert str(errors[0]).startswith("state:")
+
+
+# ---------------------------------------------------------------- scontrol show job -o
+
+@pytest.fixture
+def utc(monkeypatch):
+    # The fixture was recorded on a UTC host; scontrol prints local time.
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def test_scontrol_show_job_matches_squeue(utc):
+    errors: list = []
+    jobs = by_id(parse_scontrol_show_job(read("22.05", "scontrol_show_job.txt"), errors))
+    assert errors == []
+    assert sorted(jobs, key=int) == [str(i) for i in range(1, 12)]
+    squeue = by_id(parse_squeue_json(read("22.05", "squeue.json")))
+    for job_id, job in jobs.items():
+        other = squeue[job_id]
+        for attr in ("name", "user", "partition", "state", "gpus", "mps", "nodes", "node_count",
+                     "submit_time", "start_time", "end_time", "restart_count", "requeue", "batch",
+                     "comment", "required_nodes", "excluded_nodes", "time_limit_s", "priority"):
+            assert getattr(job, attr) == getattr(other, attr), (job_id, attr)
+
+
+def test_scontrol_values_with_spaces(utc):
+    jobs = by_id(parse_scontrol_show_job(read("22.05", "scontrol_show_job.txt")))
+    assert jobs["5"].comment == "tiresias: ckpt every 10m, lr=0.1"
+    assert jobs["10"].reason.startswith("Nodes_required_for_job")
+    assert jobs["11"].reason == "JobHeldUser" and jobs["11"].time_limit_s == 600
+
+
+def test_scontrol_free_text_with_key_like_words():
+    line = ("JobId=77 JobName=my job UserId=bob(1002) Priority=5 JobState=PENDING Reason=Priority "
+            "Requeue=0 Restarts=2 BatchFlag=1 TimeLimit=1-02:00:00 SubmitTime=Unknown NumNodes=2-4 "
+            "Partition=a,b ReqNodeList=n[01-02] ExcNodeList=(null) NodeList= "
+            "Command=/bin/train --Lr=3 --x y Comment=Note: Foo=bar baz StdOut=/tmp/o "
+            "TRES=cpu=2,node=2,gres/gpu:a100=4 TresPerNode=gres/gpu:a100:2 SiteFactor=1000")
+    job = parse_scontrol_show_job(line)[0]
+    assert job.name == "my job"
+    assert job.comment == "Note: Foo=bar baz"
+    assert job.requeue is False and job.restart_count == 2
+    assert job.time_limit_s == 26 * 3600
+    assert job.node_count == 2 and job.gpus == 4  # 2 per node x 2 nodes
+    assert job.required_nodes == ["n01", "n02"] and job.excluded_nodes == []
+    assert job.site_factor == 1000 and job.submit_time is None
+
+
+def test_scontrol_empty_and_bad():
+    assert parse_scontrol_show_job("No jobs in the system\n") == []
+    with pytest.raises(SlurmParseError, match="JobId"):
+        parse_scontrol_show_job("garbage line\n")
+    errors: list = []
+    jobs = parse_scontrol_show_job("JobId=1 JobState=RUNNING NumNodes=1\nJobId=x JobState=RUNNING\n", errors)
+    assert [j.job_id for j in jobs] == ["1"]
+    assert "JobId" in str(errors[0]) and "'x'" in str(errors[0])
+
+
+# ---------------------------------------------------------------- helpers
+
+@pytest.mark.parametrize("text, expected", [
+    ("gpu[1-3,5]", ["gpu1", "gpu2", "gpu3", "gpu5"]),
+    ("gpu1", ["gpu1"]),
+    ("n[08-11]", ["n08", "n09", "n10", "n11"]),
+    ("a[1-2],b3,c[7]", ["a1", "a2", "b3", "c7"]),
+    ("rack[1-2]-n[01-02]", ["rack1-n01", "rack1-n02", "rack2-n01", "rack2-n02"]),
+    ("", []),
+    ("(null)", []),
+    ("None assigned", []),
+    (None, []),
+])
+def test_expand_hostlist(text, expected):
+    assert expand_hostlist(text) == expected
+
+
+@pytest.mark.parametrize("text", ["gpu[1-3", "gpu1-3]", "gpu[a-b]", "gpu[5-2]"])
+def test_expand_hostlist_malformed(text):
+    with pytest.raises(SlurmParseError, match="hostlist"):
+        expand_hostlist(text)
+
+
+@pytest.mark.parametrize("spec, expected", [
+    ("gres:gpu:2", {"gpu": 2}),
+    ("gres/gpu:2", {"gpu": 2}),
+    ("gres/gpu", {"gpu": 1}),
+    ("gres:gpu:a100:2", {"gpu": 2}),
+    ("gpu:2,mps:(null):0(IDX:N/A)", {"gpu": 2, "mps": 0}),
+    ("gpu:a100:2(IDX:0-1),gpu:v100:1(IDX:3)", {"gpu": 3}),
+    ("cpu=1,mem=16000M,node=1,billing=1,gres/gpu=3", {"gpu": 3}),
+    ("cpu=1,gres/gpu=2,gres/gpu:a100=2", {"gpu": 2}),
+    ("gres:mps:50", {"mps": 50}),
+    ("gres:gpu:a100", {"gpu": 1}),
+    ("", {}),
+    ("(null)", {}),
+])
+def test_gres_counts(spec, expected):
+    assert gres_counts(spec) == expected
+
+
+@pytest.mark.parametrize("spec", ["gres:gpu:a100:lots", "gres/gpu=x", "gpu:2(IDX:0-1"])
+def test_gres_counts_malformed(spec):
+    with pytest.raises(SlurmParseError):
+        gres_counts(spec, field_name="tres_per_node")
+
+
+@pytest.mark.parametrize("text, seconds", [
+    ("UNLIMITED", None), ("10", 600), ("10:30", 630), ("02:00:00", 7200),
+    ("1-00:00:00", 86400), ("2-3", 2 * 86400 + 3 * 3600),
+])
+def test_parse_duration(text, seconds):
+    assert parse_duration_s(text) == seconds
+
+
+def test_24_11_numbers_unset_and_infinite():
+    doc = {"jobs": [{"job_id": 9, "job_state": ["PENDING"], "node_count": {"set": True, "infinite": False, "number": 1},
+                     "time_limit": {"set": False, "infinite": True, "number": 0},
+                     "submit_time": {"set": True, "infinite": False, "number": 100},
+                     "start_time": {"set": False, "infinite": False, "number": 0},
+                     "tres_per_node": "gres/gpu:1", "user_name": "u", "nodes": ""}]}
+    job = parse_squeue_json(json.dumps(doc))[0]
+    assert job.time_limit_s is None and job.submit_time == 100.0 and job.start_time is None
+    assert job.gpus == 1 and job.state == "PENDING"

@@ -1,0 +1,348 @@
+"""Trace readers: every shipped trace, formats, errors, round trip."""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from controller.model import InputError, JobSpec
+from controller.traces import (
+    load_actuals,
+    load_service_samples,
+    load_trace,
+    write_trace,
+)
+
+TRACES = Path(os.environ.get("TIRESIAS_TRACES", Path(__file__).resolve().parents[2] / "shared" / "traces"))
+needs_traces = pytest.mark.skipif(not TRACES.is_dir(), reason=f"no trace directory at {TRACES}")
+
+# Job counts from shared/traces/README.md.
+EXPECTED = {
+    "itp/cluster01.csv": 1595, "itp/cluster02.csv": 5778, "itp/cluster03.csv": 3011,
+    "itp/cluster04.csv": 15802, "itp/cluster05.csv": 3629, "itp/cluster06.csv": 2396,
+    "itp/cluster07.csv": 12699, "itp/cluster08.csv": 13047, "itp/cluster09.csv": 11134,
+    "itp/cluster10.csv": 260,
+    "philly_pollux.csv": 82247,
+    "muri-raw/trace1.csv": 1494, "muri-raw/trace2.csv": 5755,
+    "muri-raw/trace3.csv": 992, "muri-raw/trace4.csv": 2638,
+    "tiresias-format/muri_trace1_sec.csv": 1494, "tiresias-format/muri_trace2_sec.csv": 5755,
+    "tiresias-format/muri_trace3_sec.csv": 992, "tiresias-format/muri_trace4_sec.csv": 2638,
+    "tiresias-format/itp_cluster01_tiresias.csv": 1595,
+    "tiresias-format/itp_cluster03_tiresias.csv": 3011,
+    "tiresias-format/itp_cluster04_tiresias.csv": 15802,
+    "tiresias-format/itp_cluster05_tiresias.csv": 3629,
+    "tiresias-format/itp_cluster10_tiresias.csv": 260,
+    "tiresias-format/tiresias_60_job.csv": 60,
+}
+SAMPLE_FILES = {"yarn_gpu_time_1000.csv"}  # a service-time sample, not a job trace
+
+
+def _trace_files() -> list[str]:
+    if not TRACES.is_dir():
+        return []
+    return sorted(str(p.relative_to(TRACES)) for p in TRACES.rglob("*.csv")
+                  if str(p.relative_to(TRACES)) not in SAMPLE_FILES)
+
+
+@needs_traces
+def test_glob_finds_every_listed_trace():
+    found = set(_trace_files())
+    assert set(EXPECTED) <= found
+
+
+@needs_traces
+@pytest.mark.parametrize("rel", _trace_files() or ["<none>"])
+def test_every_trace_loads(rel):
+    jobs = load_trace(TRACES / rel)
+    if rel in EXPECTED:
+        assert len(jobs) == EXPECTED[rel]
+    assert jobs, rel
+    assert jobs[0].submit_time_s == 0.0
+    times = [j.submit_time_s for j in jobs]
+    assert times == sorted(times)
+    assert len({j.job_id for j in jobs}) == len(jobs)
+    for j in jobs:
+        assert j.num_gpus >= 1
+        assert j.duration_s is not None and j.duration_s >= 0
+        assert 0.0 <= j.skew <= 1.0
+        assert j.partition
+
+
+@needs_traces
+def test_itp_unsorted_rows_come_back_sorted_and_keep_ids():
+    jobs = load_trace(TRACES / "itp/cluster01.csv")
+    # The file's first row (a 64-GPU job) is also its earliest submit.
+    assert jobs[0].job_id == "965d744f-0445-c1a8-12af-97e4c536c66e"
+    assert jobs[0].num_gpus == 64 and jobs[0].duration_s == 2429.0
+    # The Tiresias-format conversion of the same trace has the same sequence.
+    conv = load_trace(TRACES / "tiresias-format/itp_cluster01_tiresias.csv")
+    assert [(j.submit_time_s, j.num_gpus) for j in jobs] == [(j.submit_time_s, j.num_gpus) for j in conv]
+    assert sorted(j.duration_s for j in jobs) == sorted(j.duration_s for j in conv)
+
+
+@needs_traces
+def test_muri_raw_milliseconds_match_seconds_file():
+    for t in (1, 2, 3, 4):
+        raw = load_trace(TRACES / f"muri-raw/trace{t}.csv")
+        sec = load_trace(TRACES / f"tiresias-format/muri_trace{t}_sec.csv")
+        assert len(raw) == len(sec)
+        by_id = {j.job_id: j for j in sec}
+        for j in raw:
+            s = by_id[j.job_id]
+            assert j.duration_s == pytest.approx(s.duration_s, abs=1e-6)
+            assert j.submit_time_s == pytest.approx(s.submit_time_s, abs=1e-6)
+            assert j.num_gpus == s.num_gpus and j.model_name == s.model_name
+            assert j.user_priority in (1, 2)  # Muri priority 0/1 -> 1/2
+
+
+@needs_traces
+def test_philly_partitions_ids_and_speed():
+    t0 = time.perf_counter()
+    jobs = load_trace(TRACES / "philly_pollux.csv")
+    elapsed = time.perf_counter() - t0
+    assert len(jobs) == 82247
+    assert len({j.partition for j in jobs}) == 15
+    # No id column: ids are the 1-based data row numbers.
+    assert {j.job_id for j in jobs} == {str(i) for i in range(1, 82248)}
+    assert elapsed < 4.0, f"philly_pollux.csv took {elapsed:.2f} s"  # target < 2 s; slack for slow CI
+
+
+@needs_traces
+def test_tiresias_60_skew_from_model():
+    jobs = load_trace(TRACES / "tiresias-format/tiresias_60_job.csv")
+    by_id = {j.job_id: j for j in jobs}
+    assert by_id["0"].model_name == "vgg19" and by_id["0"].skew == pytest.approx(0.73)
+    assert by_id["2"].model_name == "inception4" and by_id["2"].skew == pytest.approx(0.036)
+
+
+@needs_traces
+def test_service_samples():
+    s = load_service_samples(TRACES / "yarn_gpu_time_1000.csv")
+    assert len(s) == 1001 and min(s) > 0  # README says 1,000; the file holds 1,001 values
+    with pytest.raises(InputError, match="unknown trace header 'duration'"):
+        load_trace(TRACES / "yarn_gpu_time_1000.csv")
+
+
+# --------------------------------------------------------------------------- small files
+def _write(tmp_path: Path, text: str, name: str = "t.csv") -> Path:
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def test_unsorted_input_sorted_stably_and_rebased(tmp_path):
+    p = _write(tmp_path, "job_id,submission_time,duration,num_gpu\n"
+                         "a,500,10,1\nb,200,20,2\nc,500,30,4\nd,300,0,1\n")
+    jobs = load_trace(p)
+    assert [j.job_id for j in jobs] == ["b", "d", "a", "c"]  # ties keep row order
+    assert [j.submit_time_s for j in jobs] == [0.0, 100.0, 300.0, 300.0]
+    assert jobs[1].duration_s == 0.0  # zero duration is legal
+
+
+def test_time_scale(tmp_path):
+    p = _write(tmp_path, "job_id,submission_time,duration,num_gpu\na,100,10,1\nb,300,20,2\n")
+    jobs = load_trace(p, time_scale=0.5)
+    assert [(j.submit_time_s, j.duration_s) for j in jobs] == [(0.0, 5.0), (100.0, 10.0)]
+    with pytest.raises(InputError, match="time_scale"):
+        load_trace(p, time_scale=0)
+
+
+def test_philly_format_small(tmp_path):
+    p = _write(tmp_path, "timestamp,duration,num_gpus,gpu_time,cluster\n"
+                         "2017-10-09 07:01:55,66.0,1,66.0,c1\n"
+                         "2017-10-09 06:01:55,10.0,8,80.0,c2\n"
+                         "\n")
+    jobs = load_trace(p)
+    assert [(j.job_id, j.submit_time_s, j.partition, j.num_gpus) for j in jobs] == [
+        ("2", 0.0, "c2", 8), ("1", 3600.0, "c1", 1)]
+
+
+def test_muri_raw_small(tmp_path):
+    p = _write(tmp_path, "job_id,num_gpu,submit_time,iterations,model_name,batch_size,duration,interval,"
+                         "iteration_time,resource_time_0,resource_time_1,resource_time_2,priority\n"
+                         "0,1,1000,5,vgg16,128,2500,0,490,446,8,0,1\n"
+                         "1,8,4000,5,resnet50,128,1000,0,490,446,8,0,0\n")
+    a, b = load_trace(p)
+    assert (a.submit_time_s, a.duration_s, a.user_priority, a.skew) == (0.0, 2.5, 2, pytest.approx(0.72))
+    assert (b.submit_time_s, b.duration_s, b.user_priority) == (3.0, 1.0, 1)
+
+
+def test_round_trip(tmp_path):
+    jobs = [
+        JobSpec("j1", 4, 0.0, 3600.0, 0.72, 3, "gpu-a", "alice", "vgg16"),
+        JobSpec("j,2", 1, 12.5, None, 0.1, 1, "default", "", "resnet50"),
+        JobSpec("j3", 8, 12.5, 0.1 + 0.2, 0.0, 2, "gpu-b", "bob \"b\"", ""),
+    ]
+    p = tmp_path / "out.csv"
+    write_trace(p, jobs)
+    assert load_trace(p) == jobs
+    text = p.read_text()
+    assert text.splitlines()[0] == "job_id,num_gpus,submit_time_s,duration_s,skew,user_priority,partition,user,model_name"
+    assert text.splitlines()[1] == "j1,4,0,3600,0.72,3,gpu-a,alice,vgg16"
+    write_trace(tmp_path / "again.csv", load_trace(p))
+    assert (tmp_path / "again.csv").read_text() == text  # deterministic
+    assert load_actuals(p) == {}
+
+
+@needs_traces
+def test_round_trip_real_trace(tmp_path):
+    jobs = load_trace(TRACES / "tiresias-format/tiresias_60_job.csv")
+    write_trace(tmp_path / "x.csv", jobs)
+    assert load_trace(tmp_path / "x.csv") == jobs
+
+
+def test_actuals(tmp_path):
+    jobs = [JobSpec("a", 2, 0.0, 100.0), JobSpec("b", 1, 50.0, 10.0)]
+    acts = {"a": {"actual_start_s": 5.0, "actual_end_s": 110.0, "requeues": 1, "state": "COMPLETED"},
+            "b": {"actual_start_s": None, "actual_end_s": None, "requeues": 0, "state": "PENDING"}}
+    p = tmp_path / "acct.csv"
+    write_trace(p, jobs, actuals=acts)
+    assert load_trace(p) == jobs
+    assert load_actuals(p) == acts
+    # Shifted like the submit times.
+    p2 = _write(tmp_path, "job_id,num_gpus,submit_time_s,duration_s,actual_start_s,actual_end_s,requeues,state\n"
+                          "x,1,1000,5,1010,1015,,COMPLETED\n", "acct2.csv")
+    assert load_actuals(p2) == {"x": {"actual_start_s": 10.0, "actual_end_s": 15.0,
+                                      "requeues": 0, "state": "COMPLETED"}}
+
+
+def test_project_format_defaults(tmp_path):
+    p = _write(tmp_path, "job_id,num_gpus,submit_time_s,duration_s,model_name,extra\n"
+                         "x,2,7,5,vgg19,whatever\n")
+    (j,) = load_trace(p)
+    assert j == JobSpec("x", 2, 0.0, 5.0, pytest.approx(0.73), 1, "default", "", "vgg19")
+
+
+ITP_HEADER = "job_id,submission_time,duration,num_gpu\n"
+
+
+@pytest.mark.parametrize("row,field,value", [
+    ("a,10,5,abc", "num_gpu", "abc"),
+    ("a,10,5,0", "num_gpu", "0"),
+    ("a,10,5,-2", "num_gpu", "-2"),
+    ("a,10,5,1.5", "num_gpu", "1.5"),
+    ("a,10,-5,1", "duration", "-5"),
+    ("a,10,nan,1", "duration", "nan"),
+    ("a,-1,5,1", "submission_time", "-1"),
+    ("a,1e,5,1", "submission_time", "1e"),
+    ("a,10,,1", "duration", ""),
+    (",10,5,1", "job_id", ""),
+])
+def test_bad_field_names_file_line_field_value(tmp_path, row, field, value):
+    p = _write(tmp_path, ITP_HEADER + "ok1,0,5,1\n" + row + "\nok2,3,5,1\n")
+    with pytest.raises(InputError) as ei:
+        load_trace(p)
+    msg = str(ei.value)
+    assert msg.startswith(f"{p}:3: field '{field}' value '{value}' ")
+    assert "\n" not in msg
+
+
+def test_bad_field_line_number_counts_blank_lines(tmp_path):
+    p = _write(tmp_path, ITP_HEADER + "\nok1,0,5,1\n\nbad,1,5,x\n")
+    with pytest.raises(InputError, match=r":5: field 'num_gpu' value 'x' is not a positive integer"):
+        load_trace(p)
+
+
+def test_bad_philly_timestamp(tmp_path):
+    p = _write(tmp_path, "timestamp,duration,num_gpus,gpu_time,cluster\n"
+                         "2017-10-09 07:01:55,66.0,1,66.0,c1\n2017-13-09 07:01:55,1,1,1,c1\n")
+    with pytest.raises(InputError, match=r":3: field 'timestamp' value '2017-13-09 07:01:55' is not a datetime"):
+        load_trace(p)
+
+
+def test_short_row(tmp_path):
+    p = _write(tmp_path, ITP_HEADER + "a,1,5\n")
+    with pytest.raises(InputError, match=r":2: row has 3 fields, the header has 4"):
+        load_trace(p)
+
+
+def test_duplicate_id(tmp_path):
+    p = _write(tmp_path, ITP_HEADER + "a,1,5,1\nb,2,5,1\na,3,5,1\n")
+    with pytest.raises(InputError, match=r":4: field 'job_id' value 'a' is a duplicate \(first on line 2\)"):
+        load_trace(p)
+
+
+def test_unknown_header_lists_formats(tmp_path):
+    p = _write(tmp_path, "foo,bar,baz\n1,2,3\n")
+    with pytest.raises(InputError) as ei:
+        load_trace(p)
+    msg = str(ei.value)
+    assert msg.startswith(f"{p}:1: unknown trace header 'foo,bar,baz'")
+    for name in ("project", "tiresias", "itp", "philly-pollux", "muri-raw"):
+        assert name in msg
+    assert "\n" not in msg
+
+
+def test_missing_column_named(tmp_path):
+    p = _write(tmp_path, "job_id,submission_time,num_gpu\na,1,1\n")
+    with pytest.raises(InputError, match=r":1: header .* looks like the itp format but lacks column\(s\) 'duration'"):
+        load_trace(p)
+
+
+def test_empty_file_and_header_only(tmp_path):
+    with pytest.raises(InputError, match="empty file"):
+        load_trace(_write(tmp_path, "", "e.csv"))
+    assert load_trace(_write(tmp_path, ITP_HEADER, "h.csv")) == []
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(InputError, match="cannot read trace"):
+        load_trace(tmp_path / "nope.csv")
+
+
+def test_header_case_and_bom(tmp_path):
+    p = tmp_path / "bom.csv"
+    p.write_text("\ufeffJob_ID, Submission_Time ,Duration,NUM_GPU\na,1,5,1\n", encoding="utf-8")
+    (j,) = load_trace(p)
+    assert j.job_id == "a" and j.num_gpus == 1
+
+
+@needs_traces
+@pytest.mark.parametrize("rel", ["itp/cluster05.csv", "muri-raw/trace3.csv",
+                                 "tiresias-format/tiresias_60_job.csv", "philly_pollux.csv"])
+def test_fast_path_equals_row_path(rel):
+    from controller import traces as T
+
+    table = T._Table(TRACES / rel)
+    fast = T._bulk_parse(table)
+    assert fast is not None
+    orig = T._bulk_parse
+    try:
+        T._bulk_parse = lambda _t: None
+        slow = T._parse_rows(table)
+    finally:
+        T._bulk_parse = orig
+    assert fast == slow
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+_text = st.text(alphabet=st.characters(blacklist_categories=("Cs", "Cc", "Zs", "Zl", "Zp")), max_size=8)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(
+    st.integers(1, 512),
+    st.floats(0, 1e7, allow_nan=False),
+    st.one_of(st.none(), st.floats(0, 1e7, allow_nan=False)),
+    st.floats(0, 1, allow_nan=False),
+    st.integers(0, 5), _text, _text, _text,
+), min_size=1, max_size=20))
+def test_round_trip_property(rows):
+    import tempfile
+
+    jobs = [JobSpec(f"j{i}", g, t, d, sk, pr, pa or "default", u, m)
+            for i, (g, t, d, sk, pr, pa, u, m) in enumerate(rows)]
+    base = min(j.submit_time_s for j in jobs)
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / "x.csv"
+        write_trace(p, jobs)
+        back = load_trace(p)
+    expect = sorted(jobs, key=lambda j: j.submit_time_s)  # stable: ties keep order
+    assert [j.job_id for j in back] == [j.job_id for j in expect]
+    for a, b in zip(back, expect):
+        assert a.submit_time_s == b.submit_time_s - base
+        assert (a.num_gpus, a.duration_s, a.skew, a.user_priority, a.partition, a.user, a.model_name) == \
+            (b.num_gpus, b.duration_s, b.skew, b.user_priority, b.partition, b.user, b.model_name)
