@@ -75,6 +75,7 @@ class Engine:
         if snapshot.sync is not None:
             snapshot.sync()
         ctx = self._context(snapshot, plan)
+        self.policy.prepare(snapshot.jobs, ctx)
         keyed = sorted(((self.policy.sort_key(job, ctx), job) for job in snapshot.jobs), key=lambda kj: kj[0])
         ordered = [job for _, job in keyed]
         walk = self._select(ordered, self._capacity(snapshot))

@@ -32,6 +32,7 @@ class PolicyContext:
     thresholds_gpu_s: tuple[float, ...] = (3600.0,)
     service: Optional[ServiceDistribution] = None
     queue_service_override: dict = field(default_factory=dict)
+    cache: dict = field(default_factory=dict)  # per-round values a policy computes in bulk
 
     def queue_service(self, job: JobState) -> float:
         return self.queue_service_override.get(job.job_id, job.queue_service_gpu_s)
@@ -58,6 +59,9 @@ class Policy:
     preemptive = True  # False: running jobs keep their GPUs whatever the order says
     drifts_while_running = False  # priority changes continuously: needs a quantum
     uses_service_distribution = False
+
+    def prepare(self, jobs: list[JobState], ctx: PolicyContext) -> None:
+        """Compute per-round values for all jobs at once (into ctx.cache), if useful."""
 
     def sort_key(self, job: JobState, ctx: PolicyContext) -> tuple:
         raise NotImplementedError

@@ -1,0 +1,392 @@
+"""A controller Backend that drives Slurm through its command-line tools.
+
+On Slurm 22.05 the CLI is the only complete interface (slurmrestd has no
+SiteFactor, ReqNodeList or requeue; pyslurm does not build against 22.05), so
+every read and every lever is one ``squeue``/``sinfo``/``sprio``/``scontrol``/
+``scancel`` call with an argument list (never a shell string) and a time-out.
+
+Reading: ``squeue --json`` and ``sinfo --json`` always return every job/node
+(22.05 ignores their filters), so partitions are filtered here. 22.05's squeue
+JSON has no ``site_factor`` and ``scontrol show job`` does not print
+``SiteFactor=`` either; ``sprio -h -o "%i %S"`` does (pending, unheld jobs
+only), so it is read when some pending job lacks a site factor.
+
+Failure policy: a command that times out or cannot reach slurmctld raises
+:class:`controller.backend.BackendUnavailable`; the observation is then
+discarded whole, never returned partially. 22.05's ``squeue --json`` exits 0
+with an empty job list and a non-empty ``errors`` list when slurmctld is down,
+so that list is checked too. A lever that Slurm refuses (job gone, no longer
+pending, ...) raises :class:`LeverFailed`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterable, Mapping, Optional, Sequence
+
+from controller.backend import BackendUnavailable, Observation, ObservedJob
+from controller.model import Node
+from slurm_plugin.parse import (
+    SlurmJob,
+    SlurmNode,
+    SlurmParseError,
+    expand_hostlist,
+    gres_counts,
+    parse_sinfo_json,
+    parse_squeue_json,
+)
+
+__all__ = ["SlurmBackend", "LeverFailed", "CommandResult", "subprocess_runner"]
+
+_JOB_ID_RE = re.compile(r"\d+(?:_\d+)?")
+_NAME_RE = re.compile(r"[A-Za-z0-9_.\-\[\],]+")
+_SIGNAL_RE = re.compile(r"(?:SIG)?[A-Z][A-Z0-9+\-]*|\d+")
+SITE_FACTOR_LIMIT = 2147483645  # Slurm's documented +- range for SiteFactor
+# Stderr fragments that mean "slurmctld did not answer", not "Slurm said no".
+# 22.05 prints "Unexpected message received for job N" for `scontrol requeue`
+# and SiteFactor updates when it cannot connect at all.
+_UNREACHABLE_MARKERS = (
+    "unable to contact slurm controller",
+    "connect failure",
+    "socket timed out",
+    "connection refused",
+    "unexpected message received",
+    "zero bytes were transmitted or received",
+    "slurm_persist_conn",
+)
+# Stop one comma list from growing without bound (argv and RPC size); far above
+# any realistic number of jobs that share one SiteFactor value in a round.
+MAX_IDS_PER_UPDATE = 1000
+
+
+class LeverFailed(RuntimeError):
+    """Slurm refused a lever (job vanished, no longer pending, ...): one line with
+    the job id(s) and Slurm's stderr."""
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+# runner(argv, timeout_s, env) -> CommandResult-like (returncode/stdout/stderr);
+# raises subprocess.TimeoutExpired on a time-out, OSError when the tool is missing.
+Runner = Callable[[Sequence[str], float, Optional[Mapping[str, str]]], object]
+
+
+def subprocess_runner(argv: Sequence[str], timeout_s: float,
+                      env: Optional[Mapping[str, str]] = None) -> CommandResult:
+    """Run one command (argument list, no shell) and capture its text output."""
+    proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout_s,
+                          env=dict(env) if env is not None else None, stdin=subprocess.DEVNULL)
+    return CommandResult(proc.returncode, proc.stdout, proc.stderr)
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    line = " | ".join(part.strip() for part in (text or "").strip().splitlines() if part.strip())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def _check_job_id(job_id: object) -> str:
+    text = str(job_id) if isinstance(job_id, int) and not isinstance(job_id, bool) else job_id
+    if not isinstance(text, str) or not _JOB_ID_RE.fullmatch(text):
+        raise ValueError(f"invalid Slurm job id {job_id!r}: expected digits, optionally _digits")
+    return text
+
+
+def _check_name(value: object, what: str) -> str:
+    if not isinstance(value, str) or not _NAME_RE.fullmatch(value):
+        raise ValueError(f"invalid {what} {value!r}: allowed characters are A-Z a-z 0-9 _ . - [ ] ,")
+    return value
+
+
+class SlurmBackend:
+    """controller.backend.Backend over Slurm's CLI.
+
+    ``partitions``: only jobs (and nodes) in these partitions are observed; None
+    means all. ``command_timeout_s``: per command, in seconds. ``runner``: how a
+    command is run (tests wrap :func:`subprocess_runner` to record calls).
+    ``env``: variables laid over this process's environment for every command
+    (e.g. ``SLURM_CONF``).
+    """
+
+    def __init__(self, partitions: list[str] | None = None, command_timeout_s: float = 15,
+                 runner: Runner | None = None, env: Mapping[str, str] | None = None):
+        if partitions is not None:
+            partitions = [_check_name(p, "partition name") for p in partitions]
+        if command_timeout_s <= 0:
+            raise ValueError(f"command_timeout_s must be > 0, got {command_timeout_s!r}")
+        self.partitions = None if partitions is None else set(partitions)
+        self.command_timeout_s = float(command_timeout_s)
+        self.runner: Runner = runner or subprocess_runner
+        self.env = None if env is None else {**os.environ, **dict(env)}
+        # SiteFactor per job id as last observed (or last set successfully):
+        # lets set_site_factors send only what differs.
+        self._site_factors: dict[str, int] = {}
+
+    # ------------------------------------------------------------------ commands
+
+    def _run(self, argv: list[str]) -> CommandResult:
+        """Run one command; time-outs and a missing tool raise BackendUnavailable."""
+        try:
+            result = self.runner(argv, self.command_timeout_s, self.env)
+        except subprocess.TimeoutExpired:
+            raise BackendUnavailable(
+                f"{argv[0]} did not answer within {self.command_timeout_s:g} s: {' '.join(argv)}") from None
+        except OSError as exc:
+            raise BackendUnavailable(f"cannot run {argv[0]}: {exc}") from None
+        return CommandResult(int(result.returncode), result.stdout or "", result.stderr or "")
+
+    @staticmethod
+    def _unreachable(result: CommandResult) -> bool:
+        text = (result.stderr + "\n" + result.stdout).lower()
+        return any(marker in text for marker in _UNREACHABLE_MARKERS)
+
+    def _read(self, argv: list[str]) -> str:
+        result = self._run(argv)
+        if result.returncode != 0:
+            raise BackendUnavailable(
+                f"{' '.join(argv)} exited {result.returncode}: {_one_line(result.stderr) or 'no message'}")
+        return result.stdout
+
+    def _lever(self, argv: list[str], what: str) -> None:
+        result = self._run(argv)
+        if result.returncode == 0:
+            return
+        message = _one_line(result.stderr) or _one_line(result.stdout) or f"exit status {result.returncode}"
+        if self._unreachable(result):
+            raise BackendUnavailable(f"{what}: slurmctld unreachable: {message}")
+        raise LeverFailed(f"{what}: {' '.join(argv)} failed ({result.returncode}): {message}")
+
+    # ------------------------------------------------------------------ observe
+
+    def observe(self) -> Observation:
+        """Every job in the configured partitions and their nodes, read now.
+
+        Raises BackendUnavailable when any read fails; records that do not parse
+        are listed in ``Observation.skipped`` (one line each).
+        """
+        observed_at_s = time.time()
+        squeue_text = self._read(["squeue", "--json"])
+        sinfo_text = self._read(["sinfo", "--json"])
+        squeue_doc = self._load(squeue_text, "squeue --json", "jobs")
+        sinfo_doc = self._load(sinfo_text, "sinfo --json", "nodes")
+
+        skipped: list[str] = []
+        job_errors: list[SlurmParseError] = []
+        node_errors: list[SlurmParseError] = []
+        try:
+            jobs = parse_squeue_json(squeue_text, errors=job_errors)
+            nodes = parse_sinfo_json(sinfo_text, errors=node_errors)
+        except SlurmParseError as exc:  # not a document at all: act on nothing
+            raise BackendUnavailable(f"unreadable Slurm output: {exc}") from None
+        for exc in job_errors:
+            skipped.append(f"squeue job {exc.job_id or '?'} (record {exc.record_index}): {exc}")
+        for exc in node_errors:
+            skipped.append(f"sinfo node {exc.node or '?'} (record {exc.record_index}): {exc}")
+
+        jobs = [j for j in jobs if self._in_scope(j.partitions)]
+        raw_by_id = self._raw_records_by_id(squeue_doc.get("jobs", []))
+
+        site_factors = {j.job_id: j.site_factor for j in jobs if j.site_factor is not None}
+        if any(j.state == "PENDING" and j.job_id not in site_factors for j in jobs):
+            site_factors.update(self._read_sprio_site_factors(skipped))
+
+        observed_jobs: list[ObservedJob] = []
+        for job in jobs:
+            try:
+                observed_jobs.append(self._observed_job(job, raw_by_id.get(job.job_id),
+                                                        site_factors.get(job.job_id)))
+            except (SlurmParseError, TypeError, ValueError) as exc:
+                skipped.append(f"squeue job {job.job_id}: {_one_line(str(exc))}")
+
+        observed_nodes = [
+            Node(name=n.name, gpus_total=n.gpus_total, gpus_free=n.gpus_free, available=n.available)
+            for n in nodes if self._node_in_scope(n)
+        ]
+        self._site_factors = {j.job_id: j.site_factor for j in observed_jobs if j.site_factor is not None}
+        return Observation(observed_at_s=observed_at_s, jobs=observed_jobs, nodes=observed_nodes,
+                           skipped=skipped)
+
+    @staticmethod
+    def _load(text: str, what: str, key: str) -> dict:
+        try:
+            doc = json.loads(text)
+        except ValueError as exc:
+            raise BackendUnavailable(f"{what}: not JSON ({exc})") from None
+        if not isinstance(doc, dict):
+            raise BackendUnavailable(f"{what}: expected a JSON object")
+        errors = doc.get("errors") or []
+        if errors:
+            # 22.05 exits 0 with an empty list and an error entry when slurmctld is down.
+            first = errors[0] if isinstance(errors[0], dict) else {"error": errors[0]}
+            detail = first.get("description") or first.get("error") or first
+            source = first.get("source", "")
+            raise BackendUnavailable(f"{what} reported an error: {detail}{f' ({source})' if source else ''}")
+        if not isinstance(doc.get(key), list) and not (key == "nodes" and isinstance(doc.get("sinfo"), list)):
+            raise BackendUnavailable(f"{what}: no {key!r} list in the output")
+        return doc
+
+    @staticmethod
+    def _raw_records_by_id(records: Iterable) -> dict[str, dict]:
+        out: dict[str, dict] = {}
+        for record in records:
+            if isinstance(record, dict) and isinstance(record.get("job_id"), (int, str)):
+                out[str(record["job_id"])] = record
+        return out
+
+    def _in_scope(self, partitions: list[str]) -> bool:
+        return self.partitions is None or any(p in self.partitions for p in partitions)
+
+    def _node_in_scope(self, node: SlurmNode) -> bool:
+        # A node without a partition list (older/other shapes) is kept.
+        return self.partitions is None or not node.partitions or self._in_scope(node.partitions)
+
+    def _read_sprio_site_factors(self, skipped: list[str]) -> dict[str, int]:
+        """SiteFactor of pending, unheld jobs (``sprio`` lists no others)."""
+        argv = ["sprio", "-h", "-o", "%.30i %.30S"]
+        result = self._run(argv)
+        if result.returncode != 0:
+            if self._unreachable(result):
+                raise BackendUnavailable(f"sprio: slurmctld unreachable: {_one_line(result.stderr)}")
+            # e.g. priority/basic: no factors to read; levers then send every value.
+            skipped.append(f"sprio exited {result.returncode}: {_one_line(result.stderr)}; site factors unknown")
+            return {}
+        factors: dict[str, int] = {}
+        for line in result.stdout.splitlines():
+            parts = line.split()
+            if not parts:
+                continue
+            if len(parts) != 2 or not re.fullmatch(r"-?\d+", parts[1]):
+                skipped.append(f"sprio line {line.strip()[:80]!r}: expected 'JOBID SITE'")
+                continue
+            factors[parts[0]] = int(parts[1])
+        return factors
+
+    @staticmethod
+    def _gpus_by_node(job: SlurmJob, raw: dict | None) -> tuple[tuple[str, int], ...]:
+        """Per-node GPU counts of a job holding nodes: from gres_detail (aligned with
+        the allocated node list) when present, else the total split evenly."""
+        if not job.nodes or job.state == "PENDING":
+            return ()
+        names = list(job.nodes)
+        raw = raw or {}
+        resources = raw.get("job_resources")
+        if isinstance(resources, dict) and isinstance(resources.get("allocated_nodes"), list):
+            allocated = [n.get("nodename") for n in resources["allocated_nodes"] if isinstance(n, dict)]
+            if allocated and all(isinstance(n, str) and n for n in allocated):
+                names = allocated
+        detail = raw.get("gres_detail")
+        if isinstance(detail, list) and len(detail) == len(names) and all(isinstance(d, str) for d in detail):
+            counts = [gres_counts(d, field_name="gres_detail").get("gpu", 0) for d in detail]
+            if sum(counts) > 0 or job.gpus == 0:
+                return tuple(zip(names, counts))
+        if job.gpus <= 0:
+            return tuple((n, 0) for n in names)
+        share, extra = divmod(job.gpus, len(names))
+        return tuple((n, share + (1 if i < extra else 0)) for i, n in enumerate(names))
+
+    def _observed_job(self, job: SlurmJob, raw: dict | None, site_factor: int | None) -> ObservedJob:
+        return ObservedJob(
+            job_id=job.job_id,
+            user=job.user,
+            partition=job.partition,
+            state=job.state,
+            reason=job.reason,
+            gpus=job.gpus,
+            nodes=tuple(job.nodes),
+            gpus_by_node=self._gpus_by_node(job, raw),
+            submit_time_s=job.submit_time,
+            start_time_s=job.start_time,
+            end_time_s=job.end_time,
+            restart_count=job.restart_count,
+            requeueable=bool(job.requeue),
+            batch=job.batch,
+            comment=job.comment,
+            site_factor=site_factor,
+            required_nodes=tuple(job.required_nodes),
+            excluded_nodes=tuple(job.excluded_nodes),
+            mps=job.mps,
+        )
+
+    # ------------------------------------------------------------------ levers
+
+    def set_site_factors(self, factors: dict[str, int]) -> None:
+        """Set SiteFactor (added unweighted to the multifactor priority) per job id.
+
+        One ``scontrol update JobId=a,b,c SiteFactor=N`` per distinct value; jobs
+        whose last observed SiteFactor already equals the value are left out.
+        All ids and values are validated before anything runs. When some calls
+        fail the others still run; LeverFailed then names every failed group
+        (Slurm still updates the valid ids of a list that names a vanished job).
+        """
+        groups: dict[int, list[str]] = {}
+        for raw_id, value in factors.items():
+            job_id = _check_job_id(raw_id)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"job {job_id}: SiteFactor must be an integer, got {value!r}")
+            if not -SITE_FACTOR_LIMIT <= value <= SITE_FACTOR_LIMIT:
+                raise ValueError(f"job {job_id}: SiteFactor {value} outside +-{SITE_FACTOR_LIMIT}")
+            if self._site_factors.get(job_id) == value:
+                continue
+            groups.setdefault(value, []).append(job_id)
+        failures: list[str] = []
+        for value in sorted(groups):
+            ids = sorted(groups[value], key=lambda j: [int(p) for p in j.split("_")])
+            for start in range(0, len(ids), MAX_IDS_PER_UPDATE):
+                chunk = ids[start:start + MAX_IDS_PER_UPDATE]
+                try:
+                    self._lever(["scontrol", "update", f"JobId={','.join(chunk)}", f"SiteFactor={value}"],
+                                f"SiteFactor={value} for job(s) {','.join(chunk)}")
+                except LeverFailed as exc:
+                    failures.append(str(exc))
+                    for job_id in chunk:  # some may have changed: forget what we knew
+                        self._site_factors.pop(job_id, None)
+                else:
+                    for job_id in chunk:
+                        self._site_factors[job_id] = value
+        if failures:
+            raise LeverFailed("; ".join(failures))
+
+    def pin_nodes(self, job_id: str, nodes: list[str]) -> None:
+        """ReqNodeList= for a pending job; an empty list clears it."""
+        job_id = _check_job_id(job_id)
+        names = [_check_name(n, "node name") for n in nodes]
+        self._lever(["scontrol", "update", f"JobId={job_id}", f"ReqNodeList={','.join(names)}"],
+                    f"pin job {job_id} to [{','.join(names)}]")
+
+    def signal(self, job_id: str, signal_name: str) -> None:
+        """Deliver a signal to the job's batch shell only (the checkpoint request)."""
+        job_id = _check_job_id(job_id)
+        if not isinstance(signal_name, str) or not _SIGNAL_RE.fullmatch(signal_name):
+            raise ValueError(f"invalid signal name {signal_name!r}: expected e.g. USR1, SIGTERM or 10")
+        self._lever(["scancel", f"--signal={signal_name}", "--batch", job_id],
+                    f"signal {signal_name} to job {job_id}")
+
+    def requeue(self, job_id: str) -> None:
+        """Requeue a running batch job (needs Requeue=1); it comes back PENDING."""
+        job_id = _check_job_id(job_id)
+        self._lever(["scontrol", "requeue", job_id], f"requeue job {job_id}")
+
+    def make_requeueable(self, job_id: str) -> None:
+        job_id = _check_job_id(job_id)
+        self._lever(["scontrol", "update", f"JobId={job_id}", "Requeue=1"], f"make job {job_id} requeueable")
+
+    def release_begin_time(self, job_id: str) -> None:
+        """StartTime=now: clears the cred_expire+1 s BeginTime hold after a requeue."""
+        job_id = _check_job_id(job_id)
+        self._lever(["scontrol", "update", f"JobId={job_id}", "StartTime=now"],
+                    f"release begin time of job {job_id}")
+
+    def move_partition(self, job_id: str, partition: str) -> None:
+        """Move a pending job (``a,b`` lets Slurm pick the earliest start)."""
+        job_id = _check_job_id(job_id)
+        partition = _check_name(partition, "partition name")
+        self._lever(["scontrol", "update", f"JobId={job_id}", f"Partition={partition}"],
+                    f"move job {job_id} to partition {partition}")

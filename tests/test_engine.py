@@ -1,0 +1,134 @@
+"""The engine on hand-made snapshots: pure state -> plan, no simulator."""
+import math
+
+import pytest
+
+from controller.engine import Engine, EngineConfig
+from controller.gittins import ServiceDistribution
+from controller.model import InputError, JobSpec, JobState, Node, Snapshot
+from controller.policies import POLICIES
+
+
+def job(i, gpus, *, served=0.0, running=False, first_start=None, submit=0.0, duration=100.0, skew=0.0,
+        placement=(), waited=0.0, executed=0.0):
+    state = JobState(spec=JobSpec(f"j{i}", gpus, submit, duration, skew=skew), index=i,
+                     attained_gpu_s=served, queue_service_gpu_s=served, first_start_s=first_start,
+                     running=running, placement=placement, waited_since_promotion_s=waited,
+                     executed_since_promotion_s=executed)
+    return state
+
+
+def nodes(*free, total=4):
+    return [Node(f"n{i}", total, f) for i, f in enumerate(free)]
+
+
+def kinds(plan):
+    return sorted((a.kind, a.job_id) for a in plan.actions)
+
+
+def test_every_action_has_a_reason_and_decision_id():
+    snap = Snapshot(0, [job(0, 2), job(1, 4)], nodes(4))
+    plan = Engine(EngineConfig(policy="dlas")).step(snap)
+    assert plan.actions
+    assert all(a.reason and a.decision_id.startswith("r0.") for a in plan.actions)
+
+
+def test_dlas_new_job_preempts_demoted_job():
+    running = job(0, 4, served=5000, running=True, first_start=0, placement=(("n0", 4),))
+    new = job(1, 4, submit=10)
+    plan = Engine(EngineConfig(policy="dlas", thresholds_gpu_s=(3600,))).step(
+        Snapshot(10, [running, new], nodes(0)))
+    assert kinds(plan) == [("preempt", "j0"), ("start", "j1")]
+    assert plan.levels == {"j0": 1, "j1": 0}
+
+
+def test_dlas_intra_queue_fifo_by_first_start_not_submit():
+    early_submit_never_started = job(0, 2, submit=0)
+    started_later_submitted = job(1, 2, submit=5, served=100, first_start=6)
+    plan = Engine(EngineConfig(policy="dlas")).step(
+        Snapshot(10, [early_submit_never_started, started_later_submitted], nodes(2)))
+    assert plan.order == ["j1", "j0"]
+
+
+def test_skipping_keeps_gpus_busy():
+    snap = Snapshot(0, [job(0, 8), job(1, 2), job(2, 2)], nodes(4))
+    plan = Engine(EngineConfig(policy="fifo-skip")).step(snap)
+    assert kinds(plan) == [("start", "j1"), ("start", "j2")]
+    assert "needs 8 GPUs" in plan.wait_reasons["j0"]
+
+
+def test_strict_fifo_blocks_head_of_line():
+    snap = Snapshot(0, [job(0, 8), job(1, 2)], nodes(4))
+    plan = Engine(EngineConfig(policy="fifo")).step(snap)
+    assert plan.actions == []
+    assert "head-of-line job j0" in plan.wait_reasons["j1"]
+
+
+def test_fifo_never_preempts():
+    running = job(1, 4, running=True, first_start=1, submit=1, placement=(("n0", 4),))
+    older = job(0, 4, submit=0)
+    plan = Engine(EngineConfig(policy="fifo-skip")).step(Snapshot(2, [running, older], nodes(0)))
+    assert plan.actions == []
+
+
+def test_starvation_promotion():
+    starving = job(0, 4, served=5000, waited=1000, executed=400, first_start=5)
+    runner = job(1, 4, served=4000, running=True, first_start=1, placement=(("n0", 4),))
+    config = EngineConfig(policy="dlas", promote_knob=2)
+    plan = Engine(config).step(Snapshot(3000, [starving, runner], nodes(0)))
+    assert kinds(plan) == [("preempt", "j1"), ("promote", "j0"), ("start", "j0")]
+    assert "PROMOTEKNOB 2" in plan.of_kind("promote")[0].reason
+    # below the knob: no promotion
+    starving.waited_since_promotion_s = 700
+    assert Engine(config).step(Snapshot(3000, [starving, runner], nodes(0))).actions == []
+
+
+def test_consolidation_waits_and_backfills():
+    sensitive = job(0, 8, skew=0.7)
+    small = job(1, 2)
+    # 8 GPUs free, but spread over 3 nodes: the sensitive job waits, the small one runs
+    snap = Snapshot(0, [sensitive, small], [Node("a", 4, 4), Node("b", 4, 2), Node("c", 4, 2)])
+    plan = Engine(EngineConfig(policy="dlas", placement="consolidate")).step(snap)
+    assert kinds(plan) == [("start", "j1")]
+    assert "waiting for consolidation" in plan.wait_reasons["j0"]
+    spread = Engine(EngineConfig(policy="dlas", placement="spread")).step(snap)
+    assert ("start", "j0") in kinds(spread)
+
+
+def test_dgittins_orders_by_index_in_first_queue():
+    service = ServiceDistribution([10, 10, 10, 1000])
+    near_done = job(0, 1, served=9, first_start=0)  # likely to finish within the quantum
+    fresh = job(1, 1, served=0, first_start=1)
+    plan = Engine(EngineConfig(policy="dgittins", thresholds_gpu_s=(100,))).step(
+        Snapshot(5, [fresh, near_done], nodes(1), service=service))
+    assert plan.order == ["j0", "j1"]
+    assert kinds(plan) == [("start", "j0")]
+
+
+@pytest.mark.parametrize("name", sorted(POLICIES))
+def test_every_policy_respects_capacity(name):
+    jobs = [job(i, g, served=i * 10.0) for i, g in enumerate([3, 1, 2, 4, 1])]
+    plan = Engine(EngineConfig(policy=name, placement="spread")).step(Snapshot(0, jobs, nodes(4, 2)))
+    started = sum(next(j.num_gpus for j in jobs if j.job_id == a.job_id) for a in plan.of_kind("start"))
+    assert 0 < started <= 6
+    for a in plan.of_kind("start"):
+        assert sum(g for _, g in a.placement) == next(j.num_gpus for j in jobs if j.job_id == a.job_id)
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    ({"policy": "nope"}, "policy 'nope'"),
+    ({"thresholds_gpu_s": (10, 5)}, "threshold 5"),
+    ({"thresholds_gpu_s": ()}, "at least one threshold"),
+    ({"placement": "random"}, "placement 'random'"),
+    ({"promote_knob": 0}, "promote_knob"),
+    ({"pack_limit": 2}, "pack_limit"),
+])
+def test_bad_config_names_the_field(kwargs, field):
+    with pytest.raises(InputError, match=field):
+        EngineConfig(**kwargs)
+
+
+def test_perfect_knowledge_needs_duration():
+    unknown = JobState(spec=JobSpec("x", 1, 0, None), index=0)
+    with pytest.raises(InputError, match="duration unknown"):
+        Engine(EngineConfig(policy="srtf")).step(Snapshot(0, [unknown, job(1, 1)], nodes(0)))
