@@ -11,6 +11,7 @@ from controller.model import InputError
 # name -> (module, help). Modules expose add_arguments(parser) and run(args) -> int.
 SUBCOMMANDS = {
     "simulate": ("controller.cmd_simulate", "replay a job trace (or the synthetic default) under several policies"),
+    "run": ("controller.cmd_run", "run the controller against Slurm (observe, shadow or enforce)"),
 }
 
 

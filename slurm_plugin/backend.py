@@ -366,6 +366,20 @@ class SlurmBackend:
         job_id = _check_job_id(job_id)
         if not isinstance(signal_name, str) or not _SIGNAL_RE.fullmatch(signal_name):
             raise ValueError(f"invalid signal name {signal_name!r}: expected e.g. USR1, SIGTERM or 10")
+        # 22.05 `scancel --signal` on a job that is not running does not fail: it
+        # retries for over a minute, which would look like slurmctld being down.
+        # Ask for the state first (squeue honours -j outside --json).
+        state_argv = ["squeue", "-h", "-j", job_id, "-o", "%T"]
+        state = self._run(state_argv)
+        if state.returncode != 0:
+            message = _one_line(state.stderr) or f"exit status {state.returncode}"
+            if self._unreachable(state):
+                raise BackendUnavailable(f"signal {signal_name} to job {job_id}: slurmctld unreachable: {message}")
+            raise LeverFailed(f"signal {signal_name} to job {job_id}: {' '.join(state_argv)} failed: {message}")
+        states = {s.strip().upper() for s in state.stdout.split()}
+        if "RUNNING" not in states:
+            raise LeverFailed(f"signal {signal_name} to job {job_id}: job is "
+                              f"{','.join(sorted(states)) or 'not listed'}, not RUNNING; nothing sent")
         self._lever(["scancel", f"--signal={signal_name}", "--batch", job_id],
                     f"signal {signal_name} to job {job_id}")
 

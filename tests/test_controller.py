@@ -1,0 +1,170 @@
+"""The controller loop at its own boundary: a scripted backend, a real SQLite store,
+a virtual clock. The end-to-end suite on real Slurm is tests/test_slurm_controller.py."""
+import dataclasses
+
+import pytest
+
+from controller.backend import BackendUnavailable, Observation, ObservedJob
+from controller.config import Config, from_mapping
+from controller.daemon import Controller, parse_skew_hint
+from controller.model import InputError, Node
+from controller.store import Store
+
+
+class ScriptedBackend:
+    """Holds the cluster state a test sets; records every lever call."""
+
+    def __init__(self):
+        self.jobs: dict[str, ObservedJob] = {}
+        self.nodes = [Node(f"gpu{i}", 4, 4) for i in range(1, 5)]
+        self.calls: list[tuple] = []
+        self.down = False
+        self.now = 1000.0
+
+    def observe(self):
+        if self.down:
+            raise BackendUnavailable("slurmctld: connection refused")
+        used: dict[str, int] = {}
+        for job in self.jobs.values():
+            if job.state == "RUNNING":
+                for node, gpus in job.gpus_by_node:
+                    used[node] = used.get(node, 0) + gpus
+        nodes = [dataclasses.replace(n, gpus_free=n.gpus_total - used.get(n.name, 0)) for n in self.nodes]
+        return Observation(self.now, list(self.jobs.values()), nodes)
+
+    def __getattr__(self, lever):
+        def record(*args):
+            self.calls.append((lever, *args))
+        return record
+
+    def add(self, job_id, gpus, state="PENDING", start=None, nodes=(), restarts=0, comment="", reason="Priority"):
+        self.jobs[job_id] = ObservedJob(job_id=job_id, user="alice", partition="batch", state=state, reason=reason,
+                                        gpus=gpus, gpus_by_node=tuple(nodes), submit_time_s=self.now,
+                                        start_time_s=start, restart_count=restarts, requeueable=True,
+                                        comment=comment)
+
+
+@pytest.fixture
+def store(tmp_path):
+    with Store(f"sqlite:///{tmp_path}/t.db") as s:
+        yield s
+
+
+def controller(store, backend, **settings):
+    config = from_mapping({"mode": "enforce", "preempt_min_runtime_s": 0, "preempt_grace_s": 10,
+                           "queues_gpu_s": [100.0], **settings})
+    return Controller(config, backend, store, clock=lambda: backend.now)
+
+
+def test_attained_service_accumulates_and_survives_restart(store):
+    backend = ScriptedBackend()
+    backend.add("1", 2, "RUNNING", start=1000.0, nodes=[("gpu1", 2)])
+    c = controller(store, backend)
+    c.run_round()
+    backend.now = 1030.0
+    c.run_round()
+    assert c.records["1"].attained_gpu_s == pytest.approx(60)
+    # a new controller process (kill -9) picks up from the store
+    backend.now = 1050.0
+    c2 = controller(store, backend)
+    c2.run_round()
+    assert c2.records["1"].attained_gpu_s == pytest.approx(100)
+    assert c2.records["1"].level == 1  # crossed the 100 GPU-s threshold
+
+
+def test_preemption_is_signal_then_grace_then_requeue_once(store):
+    backend = ScriptedBackend()
+    backend.add("1", 16, "RUNNING", start=0.0, nodes=[(f"gpu{i}", 4) for i in range(1, 5)])
+    c = controller(store, backend)
+    c.run_round()  # job 1 attains 1000 s x 16 GPUs: queue 2
+    backend.add("2", 4)
+    c.run_round()
+    levers = [call[0] for call in backend.calls]
+    assert ("signal", "1", "USR1") in backend.calls and "requeue" not in levers
+    backend.now += 5
+    c.run_round()
+    assert "requeue" not in [call[0] for call in backend.calls]  # grace period not over
+    backend.now += 6
+    c_restarted = controller(store, backend)  # even across a restart: exactly one requeue
+    c_restarted.run_round()
+    c_restarted.run_round()
+    assert [call for call in backend.calls if call[0] == "requeue"] == [("requeue", "1")]
+    decisions = store.decisions("default", job_id="1")
+    assert {d["kind"] for d in decisions} >= {"preempt", "requeue"}
+    assert all(d["reason"] for d in decisions)
+
+
+def test_pending_jobs_get_site_factor_bands_by_level_and_order(store):
+    backend = ScriptedBackend()
+    backend.add("1", 16, "RUNNING", start=0.0, nodes=[(f"gpu{i}", 4) for i in range(1, 5)])
+    c = controller(store, backend, preempt_max_per_job=0)
+    c.run_round()
+    backend.add("2", 4)
+    backend.now += 1
+    backend.add("3", 4)
+    c.run_round()
+    factors = {}
+    for call in backend.calls:
+        if call[0] == "set_site_factors":
+            factors.update(call[1])
+    assert factors["2"] > factors["3"]  # same queue: plan order
+    assert factors["2"] // 100000 == 2  # K=2, queue 1 -> top band
+    # preemption refused by the per-job cap: logged with the reason, nothing signalled
+    assert not [call for call in backend.calls if call[0] == "signal"]
+    kept = [d for d in store.decisions("default", job_id="1") if d["kind"] == "preempt"]
+    assert kept and "preempt_max_per_job" in kept[0]["detail"]
+
+
+def test_shadow_mode_changes_nothing_but_logs(store):
+    backend = ScriptedBackend()
+    backend.add("1", 16, "RUNNING", start=0.0, nodes=[(f"gpu{i}", 4) for i in range(1, 5)])
+    c = controller(store, backend, mode="shadow")
+    c.run_round()
+    backend.add("2", 4)
+    c.run_round()
+    assert backend.calls == []
+    assert any("would signal" in d["detail"] for d in store.decisions("default", job_id="1"))
+    assert c.executor.would
+
+
+def test_outage_acts_on_nothing_and_recovers(store):
+    backend = ScriptedBackend()
+    backend.add("1", 2, "RUNNING", start=1000.0, nodes=[("gpu1", 2)])
+    c = controller(store, backend)
+    c.run_round()
+    backend.down = True
+    with pytest.raises(BackendUnavailable):
+        c.run_round()
+    backend.down = False
+    backend.now = 1100.0
+    c.run_round()
+    assert c.records["1"].attained_gpu_s == pytest.approx(200)
+
+
+def test_finished_jobs_feed_the_service_distribution(store):
+    backend = ScriptedBackend()
+    backend.add("1", 2, "RUNNING", start=1000.0, nodes=[("gpu1", 2)])
+    c = controller(store, backend, policy="dgittins", service_refresh_s=1)
+    c.run_round()
+    backend.now = 1050.0
+    backend.jobs["1"] = dataclasses.replace(backend.jobs["1"], state="COMPLETED", end_time_s=1040.0)
+    c.run_round()
+    assert store.service_samples("default") == [pytest.approx(80)]
+    assert "1" not in c.records
+
+
+@pytest.mark.parametrize("comment, value, problem", [
+    ("tiresias:skew=0.7", 0.7, None), ("x tiresias:skew=abc", None, "'abc' is not a number"),
+    ("tiresias:skew=2", None, "outside 0..1"), ("", None, None), ("rm -rf /; $(x)", None, None)])
+def test_skew_hint(comment, value, problem):
+    got, why = parse_skew_hint(comment)
+    assert got == value and (problem is None and why is None or problem in why)
+
+
+@pytest.mark.parametrize("data, needle", [
+    ({"bogus": 1}, "unknown key 'bogus'"), ({"mode": "yolo"}, "key 'mode' value 'yolo'"),
+    ({"interval_s": -1}, "key 'interval_s' value -1"), ({"queues_gpu_s": [10, 5]}, "threshold 5"),
+    ({"partitions": "batch"}, "key 'partitions'")])
+def test_bad_config(data, needle):
+    with pytest.raises(InputError, match=needle):
+        from_mapping(data)
