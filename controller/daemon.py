@@ -160,6 +160,17 @@ class Controller:
             self.metrics.observe_round(self, plan, report, time.perf_counter() - started)
         return report
 
+    def preview(self) -> tuple[Plan, Observation]:
+        """A read-only round for ``queue`` and ``explain``: the plan the controller
+        would make now, from Slurm's state and the stored accounts; writes nothing."""
+        observation = self._observe()
+        observed = {job.job_id: job for job in observation.jobs if job.gpus > 0}
+        self._account(observed, observation.observed_at_s)
+        self._refresh_service(observation.observed_at_s)
+        leaving = {p.job_id for p in self.store.pending_preemptions(self.config.cluster)}
+        snapshot = self._snapshot(observed, observation, observation.observed_at_s, 0, leaving)
+        return self.engine.step(snapshot), observation
+
     def _account(self, observed: dict[str, ObservedJob], now: float) -> None:
         """Advance attained service and the starvation clocks from the observation."""
         for job in observed.values():
@@ -211,6 +222,8 @@ class Controller:
                 record.attained_gpu_s += record.num_gpus * ran
                 record.executed_s += ran
             record.state, record.finished_s, record.end_state = "DONE", end, end_state
+            if self.metrics is not None and end_state == "COMPLETED":
+                self.metrics.observe_finished(record.submit_time_s, end)
             self.store.mark_finished(self.config.cluster, job_id, end, end_state, record.attained_gpu_s)
             if end_state == "COMPLETED" and record.attained_gpu_s > 0:
                 self.store.add_service_sample(self.config.cluster, job_id, record.attained_gpu_s, finished_s=end)

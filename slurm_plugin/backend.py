@@ -34,7 +34,6 @@ from slurm_plugin.parse import (
     SlurmJob,
     SlurmNode,
     SlurmParseError,
-    expand_hostlist,
     gres_counts,
     parse_sinfo_json,
     parse_squeue_json,

@@ -168,3 +168,29 @@ def test_skew_hint(comment, value, problem):
 def test_bad_config(data, needle):
     with pytest.raises(InputError, match=needle):
         from_mapping(data)
+
+
+def test_metrics_scraped_over_http(store):
+    import socket
+    import urllib.request
+
+    from controller.metrics import Metrics
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    metrics = Metrics(mode="enforce")
+    metrics.serve(port)
+    backend = ScriptedBackend()
+    backend.add("1", 16, "RUNNING", start=0.0, nodes=[(f"gpu{i}", 4) for i in range(1, 5)])
+    config = from_mapping({"mode": "enforce", "preempt_min_runtime_s": 0, "queues_gpu_s": [100.0]})
+    c = Controller(config, backend, store, clock=lambda: backend.now, metrics=metrics)
+    c.run_round()
+    backend.add("2", 4)
+    c.run_round()
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    assert 'tiresias_preemptions_total{mode="enforce"} 1.0' in text
+    assert 'tiresias_jobs{level="2",mode="enforce",state="RUNNING"} 1.0' in text
+    assert 'tiresias_jobs{level="1",mode="enforce",state="PENDING"} 1.0' in text
+    assert "tiresias_round_duration_seconds_bucket" in text
+    assert 'tiresias_decisions_total{applied="true",kind="preempt",mode="enforce"} 1.0' in text
