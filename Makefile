@@ -23,6 +23,7 @@ demo: $(VENV)/.installed
 # The whole suite: brings up the local Slurm test cluster (installs Debian's Slurm
 # packages when missing; needs root), then runs every test.
 test: $(VENV)/.installed-test
+	bash containers/install-system-deps.sh
 	bash containers/slurm-cluster.sh up
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 

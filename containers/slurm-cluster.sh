@@ -7,7 +7,13 @@
 #   containers/slurm-cluster.sh status  show daemons and sinfo; exit 0 when the cluster is up
 #
 # Environment:
-#   TIRESIAS_PROLOG / TIRESIAS_EPILOG / TIRESIAS_TASK_PROLOG  paths -> Prolog= / Epilog= / TaskProlog=
+#   TIRESIAS_PROLOG / TIRESIAS_EPILOG / TIRESIAS_TASK_PROLOG  source files installed as the node hooks
+#       (default: the repo's prolog/tiresias_prolog.py, epilog/tiresias_epilog.py, prolog/task_prolog.py).
+#       slurm.conf ALWAYS names the fixed copies $HOOK_DIR/{prolog,epilog,task_prolog}, so every
+#       engineer's `up` writes the same slurm.conf; `up` refreshes the copies even when the cluster runs.
+#   TIRESIAS_MPS_STANDIN_DIR  a directory put first on PATH of the slurmd daemons this script starts
+#       (e.g. tests/fakes, for the recording nvidia-cuda-mps-control). Only affects slurmd started by
+#       this `up`; the tests use /etc/tiresias/node.conf `mps_control=` instead, which needs no restart.
 #   TIRESIAS_SLURM_FRESH=1   start slurmctld with -c (discard saved job state)
 #   TIRESIAS_SLURM_WAIT_S    readiness bound per step in seconds (default 60)
 #
@@ -20,6 +26,8 @@ LOGDIR=/var/log/slurm
 CTLD_SPOOL=/var/spool/slurmctld
 SLURMD_SPOOL=/var/spool/slurmd
 FAKEGPU_DIR=/var/tmp/fakegpu
+REPO_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+HOOK_DIR=$ETC/tiresias
 NODES=(gpu1 gpu2 gpu3 gpu4)
 CTLD_PID=/run/slurmctld.pid
 DBD_PID=/run/slurmdbd.pid
@@ -130,15 +138,36 @@ write_if_changed() {
     return 0
 }
 
+# install_hook SRC NAME: copy SRC to $HOOK_DIR/NAME atomically (temp + rename), so a
+# slurmd starting the hook mid-copy sees the old or the new file, never half of one.
+install_hook() {
+    local src=$1 dest=$HOOK_DIR/$2 tmp
+    [ -f "$src" ] || die "hook source $src not found"
+    if [ -f "$dest" ] && cmp -s "$src" "$dest"; then return 0; fi
+    tmp=$(mktemp "$HOOK_DIR/.$2.XXXXXX") || die "cannot write in $HOOK_DIR"
+    cat "$src" >"$tmp" && chmod 755 "$tmp" && chown root:root "$tmp" && mv -f "$tmp" "$dest" \
+        || { rm -f "$tmp"; die "installing $dest failed"; }
+    log "installed $dest from $src"
+}
+
+# The node hooks (stdlib Python 3). The epilog and TaskProlog load the shared node
+# code from the installed prolog file next to them.
+install_hooks() {
+    mkdir -p "$HOOK_DIR"
+    chmod 755 "$HOOK_DIR"
+    install_hook "${TIRESIAS_PROLOG:-$REPO_DIR/prolog/tiresias_prolog.py}" prolog
+    install_hook "${TIRESIAS_EPILOG:-$REPO_DIR/epilog/tiresias_epilog.py}" epilog
+    install_hook "${TIRESIAS_TASK_PROLOG:-$REPO_DIR/prolog/task_prolog.py}" task_prolog
+}
+
 write_configs() {
     local ver; ver=$(slurm_version_num)
     [ -n "$ver" ] || die "cannot read the Slurm version from 'slurmctld -V'"
     mkdir -p "$ETC"
     CONFIG_CHANGED=0
-    local hooks=""
-    [ -n "${TIRESIAS_PROLOG:-}" ] && hooks+="Prolog=${TIRESIAS_PROLOG}"$'\n'
-    [ -n "${TIRESIAS_EPILOG:-}" ] && hooks+="Epilog=${TIRESIAS_EPILOG}"$'\n'
-    [ -n "${TIRESIAS_TASK_PROLOG:-}" ] && hooks+="TaskProlog=${TIRESIAS_TASK_PROLOG}"$'\n'
+    install_hooks
+    local hooks
+    hooks="Prolog=$HOOK_DIR/prolog"$'\n'"Epilog=$HOOK_DIR/epilog"$'\n'"TaskProlog=$HOOK_DIR/task_prolog"$'\n'
     # SwitchType=switch/none and CredType are left at their defaults: switch/none
     # was removed in 23.11 and the defaults are what we want on every release.
     {
@@ -315,9 +344,11 @@ idle_node_count() {
 
 start_slurmds() {
     local t0 n; t0=$(now)
+    local path=$PATH
+    [ -n "${TIRESIAS_MPS_STANDIN_DIR:-}" ] && path="$TIRESIAS_MPS_STANDIN_DIR:$PATH"
     for n in "${NODES[@]}"; do
         pid_alive "/run/slurmd-$n.pid" && continue
-        slurmd -N "$n" || die "slurmd -N $n failed to start" "$LOGDIR/slurmd-$n.log"
+        PATH=$path slurmd -N "$n" || die "slurmd -N $n failed to start" "$LOGDIR/slurmd-$n.log"
     done
     local deadline=$(( $(date +%s) + WAIT_S )) count=0
     while [ "$(date +%s)" -lt "$deadline" ]; do

@@ -12,7 +12,6 @@ quanta (continuous 2D-Gittins) is attained at b = some sample s > a, O(n).
 """
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -63,28 +62,10 @@ class ServiceDistribution:
 
 
 def load_service_samples(path: str | Path) -> ServiceDistribution:
-    """Read a one-column CSV of total service per job (header ``duration`` or ``gpu_s``)."""
-    path = Path(path)
-    try:
-        handle = path.open(newline="")
-    except OSError as err:
-        raise InputError(f"{path}: cannot read service samples: {err.strerror}") from None
-    values: list[float] = []
-    with handle:
-        reader = csv.reader(handle)
-        header = next(reader, None)
-        if not header or header[0].strip() not in ("duration", "gpu_s", "service_gpu_s"):
-            raise InputError(f"{path}:1: header {header!r} is not one of duration, gpu_s, service_gpu_s")
-        for line_no, row in enumerate(reader, start=2):
-            if not row or not row[0].strip():
-                continue
-            try:
-                value = float(row[0])
-            except ValueError:
-                raise InputError(f"{path}:{line_no}: field '{header[0]}' value {row[0]!r} is not a number") from None
-            if not np.isfinite(value) or value < 0:
-                raise InputError(f"{path}:{line_no}: field '{header[0]}' value {row[0]!r} must be >= 0")
-            values.append(value)
+    """A service distribution from a one-column sample file (see traces.load_service_samples)."""
+    from controller.traces import load_service_samples as read_samples
+
+    values = read_samples(path)
     if not values:
         raise InputError(f"{path}: no service samples")
     return ServiceDistribution(values)
