@@ -12,6 +12,18 @@ from controller.model import InputError
 SUBCOMMANDS = {
     "simulate": ("controller.cmd_simulate", "replay a job trace (or the synthetic default) under several policies"),
     "run": ("controller.cmd_run", "run the controller against Slurm (observe, shadow or enforce)"),
+    "learn": ("controller.cmd_learn", "learn a multi-partition priority function by genetic programming"),
+    "simulate-partitions": ("controller.cmd_partitions",
+                            "compare MCT/EVO job-to-partition allocators on multi-partition snapshots"),
+    "profile-skew": ("controller.cmd_profile_skew", "compute a checkpoint's tensor-size skew; --job stores it"),
+    "acct": ("controller.cmd_acct", "accounting of GPU jobs, like sacct (store or simulator output)"),
+    "queue": ("controller.cmd_queue", "pending and running GPU jobs in the controller's priority order, like squeue"),
+    "explain": ("controller.cmd_explain", "why a job waits: level, jobs ahead, GPUs, promotion, decisions"),
+    "show-config": ("controller.cmd_show_config", "print the effective settings with their documentation"),
+    "report": ("controller.cmd_report", "PNG figures: JCT CDF, queue length and GPU utilization over time"),
+    "demo-cluster": ("controller.cmd_demo_cluster", "a containerized Slurm + controller demo (needs Docker)"),
+    "trace": ("controller.cmd_trace", "export a trace of your own cluster from Slurm accounting (sacct)"),
+    "tune": ("controller.cmd_tune", "search queue thresholds, K and PROMOTEKNOB on a trace replay"),
 }
 
 

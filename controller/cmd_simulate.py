@@ -68,6 +68,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     out.add_argument("--bin-short-s", type=argtypes.positive_float, default=4 * 3600.0,
                      help="shortest 'long' job in seconds (default 14400)")
     out.add_argument("--no-progress", action="store_true", help="never draw the progress bar")
+    out.add_argument("--actual", action="store_true",
+                     help="also show what Slurm really did (a trace from `tiresias trace export`): "
+                          "row 'actual (Slurm)', JSON key 'actual', dashed CDF line")
 
 
 def _workload(args):
@@ -80,6 +83,21 @@ def _workload(args):
     jobs = generate(args.jobs, seed=args.seed, total_gpus=args.nodes * args.gpus_per_node,
                     gpus_per_node=args.gpus_per_node, load=args.load, time_scale=args.time_scale)
     return jobs, f"synthetic ({args.jobs} jobs, seed {args.seed}, load {args.load:g})"
+
+
+def _load_actuals(args):
+    """--actual: the trace's recorded Slurm outcomes, or None when not asked for."""
+    if not getattr(args, "actual", False):
+        return None
+    if not args.trace:
+        raise InputError("actual: needs --trace with a trace from `tiresias trace export`")
+    from controller.traces import load_actuals
+
+    actuals = load_actuals(args.trace, time_scale=args.time_scale)
+    if not actuals:
+        raise InputError(f"actual: trace {args.trace} has no actual_start_s/actual_end_s columns "
+                         f"(export one with `tiresias trace export`)")
+    return actuals
 
 
 class _Progress:
@@ -118,6 +136,7 @@ def run(args) -> int:
     jobs, source = _workload(args)
     if not jobs:
         raise InputError(f"trace {source}: no jobs")
+    actuals = _load_actuals(args)
     show_progress = not args.no_progress and not args.json and sys.stderr.isatty()
     results, summaries, bins, timings = [], [], [], {}
     small = args.bin_small_gpus or args.gpus_per_node
@@ -133,17 +152,29 @@ def run(args) -> int:
         results.append(result)
         summaries.append(summarize(result))
         bins.extend(bin_table(result, small, args.bin_short_s))
+    actual, actual_curve = None, None
+    if actuals is not None:
+        from controller.accounting import actual_jcts, actual_summary
+
+        dropped_ids = set(results[0].dropped_oversize)
+        actual = actual_summary(jobs, actuals, args.nodes * args.gpus_per_node, exclude=dropped_ids)
+        actual_curve = {"actual": list(actual_jcts(jobs, actuals, exclude=dropped_ids)[1])}
     if args.out:
         write_outputs(Path(args.out), results, summaries, bins,
                       title=f"JCT CDF: {Path(source).name if args.trace else source}, "
-                            f"{args.nodes}x{args.gpus_per_node} GPUs")
+                            f"{args.nodes}x{args.gpus_per_node} GPUs", extra_curves=actual_curve)
     if args.json:
-        print(json.dumps({"workload": source, "nodes": args.nodes, "gpus_per_node": args.gpus_per_node,
-                          "jobs_in": len(jobs), "summaries": summaries, "bins": bins}, sort_keys=True))
+        doc = {"workload": source, "nodes": args.nodes, "gpus_per_node": args.gpus_per_node,
+               "jobs_in": len(jobs), "summaries": summaries, "bins": bins}
+        if actual is not None:
+            doc["actual"] = actual
+        print(json.dumps(doc, sort_keys=True))
         return 0
     print(f"workload: {source}; cluster: {args.nodes} nodes x {args.gpus_per_node} GPUs; "
           f"placement {args.placement}; queues {','.join(f'{t:g}' for t in args.queues)} GPU-s")
-    print(comparison_table(summaries))
+    print(comparison_table(summaries + ([actual] if actual is not None else [])))
+    if actual is not None:
+        print(f"actual (Slurm): {actual['jobs']} jobs with a recorded start and end; 'preempt' = requeues")
     dropped = summaries[0]["dropped_oversize"]
     if dropped:
         print(f"dropped {dropped} job(s) larger than the cluster (--drop-oversize)")

@@ -371,7 +371,12 @@ class Controller:
                 self.store.finish_preemption(cluster, pending.job_id, "finished", now)
                 continue
             if job.restart_count > pending.restart_count or job.state == "PENDING":
-                self.store.finish_preemption(cluster, pending.job_id, "requeued", now)
+                # Requeued, but the process that did it died before recording it:
+                # count the preemption now, so preempt_max_per_job still holds.
+                if self.store.finish_preemption(cluster, pending.job_id, "requeued", now):
+                    record = self.records.get(job.job_id)
+                    if record is not None:
+                        record.preemptions += 1
                 continue
             if job.state == "RUNNING" and now >= pending.signalled_at_s + self.config.preempt_grace_s:
                 outcome = self.executor.call("requeue", job.job_id)

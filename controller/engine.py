@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from controller.model import InputError, JobState, Snapshot
-from controller.placement import COUNT_NODE, check_mode, minimum_nodes, place
+from controller.placement import COUNT_NODE, FreeGpus, check_mode, minimum_nodes
 from controller.plan import Plan, Preempt, Promote, Start
 from controller.policies import Policy, PolicyContext, get_policy
 from controller.policies.base import STARVATION_TOLERANCE_S
@@ -75,15 +75,19 @@ class Engine:
         if snapshot.sync is not None:
             snapshot.sync()
         ctx = self._context(snapshot, plan)
+        if self.policy.discretized:
+            ctx.precompute_levels(snapshot.jobs)
         self.policy.prepare(snapshot.jobs, ctx)
-        keyed = sorted(((self.policy.sort_key(job, ctx), job) for job in snapshot.jobs), key=lambda kj: kj[0])
+        sort_key = self.policy.sort_key
+        keyed = sorted(((sort_key(job, ctx), job) for job in snapshot.jobs), key=lambda kj: kj[0])
         ordered = [job for _, job in keyed]
         walk = self._select(ordered, self._capacity(snapshot))
         self._apply_walk(snapshot, ordered, walk, ctx, plan)
         if snapshot.detailed:
-            plan.order = [job.job_id for job in ordered]
-            plan.levels = {job.job_id: self.policy.level(job, ctx) for job in ordered}
-            plan.keys = {job.job_id: self.policy.display_value(job, ctx) for job in ordered}
+            plan.order = [job.spec.job_id for job in ordered]
+            level, display = self.policy.level, self.policy.display_from_key
+            plan.levels = {job_id: level(job, ctx) for job_id, job in zip(plan.order, ordered)}
+            plan.keys = {job_id: display(key, job, ctx) for job_id, (key, job) in zip(plan.order, keyed)}
         return plan
 
     def _context(self, snapshot: Snapshot, plan: Plan) -> PolicyContext:
@@ -148,9 +152,10 @@ class Engine:
                             free_by_node[node] += gpus
         free_total = sum(free_by_node.values()) if not count_mode else self._capacity(snapshot) - sum(
             j.num_gpus for j in walk.selected if j.running)
+        free_gpus = None if count_mode else FreeGpus(free_by_node)
         unplaced: list[JobState] = []
         for rank, job in enumerate(newcomers):
-            slots = self._place(job, free_by_node, max_per_node, count_mode)
+            slots = self._place(job, free_gpus, max_per_node, count_mode)
             if slots is None:
                 unplaced.append(job)
                 continue
@@ -163,7 +168,7 @@ class Engine:
             for job in ordered:
                 if job.running or job.job_id in selected_ids or job.num_gpus > free_total:
                     continue
-                slots = self._place(job, free_by_node, max_per_node, count_mode)
+                slots = self._place(job, free_gpus, max_per_node, count_mode)
                 if slots is not None:
                     free_total -= job.num_gpus
                     selected_ids.add(job.job_id)
@@ -172,14 +177,14 @@ class Engine:
         if snapshot.detailed:
             self._explain_waits(ordered, walk, selected_ids, unplaced, free_total, max_per_node, ctx, plan)
 
-    def _place(self, job: JobState, free_by_node: dict[str, int], max_per_node: int, count_mode: bool):
+    def _place(self, job: JobState, free: Optional[FreeGpus], max_per_node: int, count_mode: bool):
         if count_mode:
             return ((COUNT_NODE, job.num_gpus),)
         consolidate = self.config.placement == "consolidate" and job.spec.skew > self.config.pack_limit
-        slots = place(job.num_gpus, free_by_node, consolidate=consolidate, max_gpus_per_node=max_per_node)
+        slots = free.place(job.num_gpus, consolidate=consolidate, max_gpus_per_node=max_per_node)
         if slots is not None:
             for node, gpus in slots:
-                free_by_node[node] -= gpus
+                free.take(node, gpus)
         return slots
 
     def _explain_waits(self, ordered, walk, selected_ids, unplaced, free_total, max_per_node, ctx, plan):
@@ -212,10 +217,10 @@ class Engine:
         if snapshot.demand() > self._capacity(snapshot):
             return False
         count_mode = self.config.placement == "count"
-        free_by_node = snapshot.free_gpus_by_node()
+        free_gpus = None if count_mode else FreeGpus(snapshot.free_gpus_by_node())
         max_per_node = snapshot.max_gpus_per_node
         for job in snapshot.waiting_jobs():
-            slots = self._place(job, free_by_node, max_per_node, count_mode)
+            slots = self._place(job, free_gpus, max_per_node, count_mode)
             if slots is None:
                 return False
             plan.actions.append(Start(self._decision_id(plan), job.job_id, slots, "all active jobs fit: start"))

@@ -10,6 +10,7 @@ Modes
 """
 from __future__ import annotations
 
+import bisect
 import math
 from typing import Optional
 
@@ -68,6 +69,73 @@ def place(num_gpus: int, free_by_node: dict[str, int], *, consolidate: bool,
     if consolidate and len(slots) > minimum_nodes(num_gpus, max_gpus_per_node):
         return None
     return tuple(sorted(slots))
+
+
+class FreeGpus:
+    """Free GPUs per node for the many placements of one round.
+
+    ``place`` answers exactly as :func:`place` does on the equivalent dict, but
+    finds nodes through an index by free count (names sorted inside each count),
+    so a placement costs O(distinct free counts + nodes taken), not O(nodes):
+    thousands of placements on a thousand nodes stay in the millisecond range.
+    """
+
+    def __init__(self, free_by_node: dict[str, int]):
+        self.free = dict(free_by_node)
+        self.total = sum(self.free.values())
+        self._by_count: dict[int, list[str]] = {}
+        for name in sorted(self.free):
+            if self.free[name] > 0:
+                self._by_count.setdefault(self.free[name], []).append(name)
+        self._counts = sorted(self._by_count)  # distinct positive free counts, ascending
+
+    def take(self, name: str, gpus: int) -> None:
+        """``gpus`` of node ``name`` are no longer free."""
+        before = self.free[name]
+        after = before - gpus
+        self.free[name] = after
+        self.total -= gpus
+        if before > 0:
+            names = self._by_count[before]
+            del names[bisect.bisect_left(names, name)]
+            if not names:
+                del self._by_count[before]
+                del self._counts[bisect.bisect_left(self._counts, before)]
+        if after > 0:
+            names = self._by_count.get(after)
+            if names is None:
+                self._by_count[after] = [name]
+                bisect.insort(self._counts, after)
+            else:
+                bisect.insort(names, name)
+
+    def place(self, num_gpus: int, *, consolidate: bool,
+              max_gpus_per_node: int) -> Optional[tuple[tuple[str, int], ...]]:
+        """Same contract as :func:`place`; does not take the GPUs (call ``take``)."""
+        if num_gpus <= 0:
+            return ()
+        fit = bisect.bisect_left(self._counts, num_gpus)
+        if fit < len(self._counts):  # best fit: the fullest node that holds the gang, lowest name
+            return ((self._by_count[self._counts[fit]][0], num_gpus),)
+        if self.total < num_gpus:
+            return None
+        limit = minimum_nodes(num_gpus, max_gpus_per_node)
+        slots: list[tuple[str, int]] = []
+        needed = num_gpus
+        for count in (reversed(self._counts) if consolidate else self._counts):
+            for name in self._by_count[count]:
+                take = min(count, needed)
+                slots.append((name, take))
+                needed -= take
+                if needed == 0:
+                    break
+                if consolidate and len(slots) >= limit:
+                    return None  # would span more nodes than it needs
+            if needed == 0:
+                break
+        if consolidate and len(slots) > limit:
+            return None
+        return tuple(sorted(slots))
 
 
 def is_spread(placement: tuple[tuple[str, int], ...], num_gpus: int, max_gpus_per_node: int) -> bool:

@@ -33,13 +33,37 @@ class PolicyContext:
     service: Optional[ServiceDistribution] = None
     queue_service_override: dict = field(default_factory=dict)
     cache: dict = field(default_factory=dict)  # per-round values a policy computes in bulk
+    # level per job object, memoized for the round: a job's level is read by the sort
+    # key, the plan's levels, its display value and its wait reason (by id(): the
+    # snapshot keeps every job alive for the whole round).
+    _levels: dict = field(default_factory=dict, repr=False, compare=False)
 
     def queue_service(self, job: JobState) -> float:
-        return self.queue_service_override.get(job.job_id, job.queue_service_gpu_s)
+        if self.queue_service_override:
+            return self.queue_service_override.get(job.job_id, job.queue_service_gpu_s)
+        return job.queue_service_gpu_s
+
+    def precompute_levels(self, jobs: list[JobState]) -> None:
+        """Every job's level in one vectorized pass (same values as ``level``)."""
+        import numpy as np
+
+        if not jobs:
+            return
+        if self.queue_service_override:
+            services = [self.queue_service(job) for job in jobs]
+        else:
+            services = [job.queue_service_gpu_s for job in jobs]
+        levels = np.searchsorted(np.asarray(self.thresholds_gpu_s, dtype=float),
+                                 np.asarray(services, dtype=float) + LEVEL_TOLERANCE_GPU_S, side="right")
+        self._levels.update(zip(map(id, jobs), levels.tolist()))
 
     def level(self, job: JobState) -> int:
         """0-based MLFQ level: Q_1 is 0."""
-        return bisect.bisect_right(self.thresholds_gpu_s, self.queue_service(job) + LEVEL_TOLERANCE_GPU_S)
+        level = self._levels.get(id(job))
+        if level is None:
+            level = bisect.bisect_right(self.thresholds_gpu_s, self.queue_service(job) + LEVEL_TOLERANCE_GPU_S)
+            self._levels[id(job)] = level
+        return level
 
 
 def started_fifo_key(job: JobState) -> tuple:
@@ -69,6 +93,10 @@ class Policy:
     def display_value(self, job: JobState, ctx: PolicyContext) -> float:
         """The number shown in reports as the job's priority (policy-specific)."""
         return float(self.sort_key(job, ctx)[0])
+
+    def display_from_key(self, key: tuple, job: JobState, ctx: PolicyContext) -> float:
+        """``display_value`` given the job's sort key of this round (saves recomputing it)."""
+        return self.display_value(job, ctx)
 
     def level(self, job: JobState, ctx: PolicyContext) -> int:
         return ctx.level(job) if self.discretized else 0

@@ -38,3 +38,6 @@ class DiscretizedGittins(Policy):
 
     def display_value(self, job, ctx):
         return -self.sort_key(job, ctx)[1]
+
+    def display_from_key(self, key, job, ctx):
+        return -key[1]

@@ -14,3 +14,6 @@ class DiscretizedLas(Policy):
 
     def display_value(self, job, ctx):
         return float(ctx.level(job))
+
+    def display_from_key(self, key, job, ctx):
+        return float(key[0])

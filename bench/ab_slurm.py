@@ -1,0 +1,163 @@
+"""A/B benchmark on real Slurm: stock (multifactor + backfill) vs `tiresias run --mode enforce`.
+
+A compressed workload from a trace in ../shared/traces is submitted at its
+(compressed) arrival times as alice and bob to an isolated Slurm instance
+(containers/slurm-cluster.sh with TIRESIAS_CLUSTER_INSTANCE; 4 nodes x 4 GPUs),
+once with the controller off and once with it enforcing. Each job does its
+trace duration of "work" in one-second steps, checkpoints every second and
+resumes from the checkpoint after a requeue (bench/slurm_harness.JOB_SCRIPT), so
+a preemption costs the grace period, the requeue and the restart, as it would.
+
+Prints average, median and p95 JCT, makespan and preemptions (restarts) per run
+and the ratio stock / controller. Needs root. Example (about 12 minutes):
+
+    .venv/bin/python bench/ab_slurm.py --scale 0.15 --arrival-scale 0.1
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.slurm_harness import ControllerProcess, Instance, write_config  # noqa: E402
+from controller.traces import load_trace  # noqa: E402
+
+DEFAULT_TRACE = ROOT.parent / "shared" / "traces" / "tiresias-format" / "tiresias_60_job.csv"
+CLUSTER_GPUS = 16
+
+
+def workload(trace: Path, scale: float, arrival_scale: float, min_s: int, max_s: int, limit: int
+             ) -> list[tuple[float, int, int]]:
+    """(arrival s from start, GPUs, work s) per job, in arrival order."""
+    jobs = sorted(load_trace(trace), key=lambda j: (j.submit_time_s, j.job_id))[:limit]
+    first = jobs[0].submit_time_s
+    out = []
+    for job in jobs:
+        gpus = min(max(job.num_gpus, 1), CLUSTER_GPUS)
+        if gpus > 4 and gpus % 4:
+            gpus = 4 * round(gpus / 4)  # whole nodes for multi-node gangs (4 GPUs a node)
+        work = int(round(min(max(job.duration_s * scale, min_s), max_s)))
+        out.append(((job.submit_time_s - first) * arrival_scale, gpus, work))
+    return out
+
+
+def p95(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))]
+
+
+def run_once(instance: Instance, jobs, controller: bool, tmp: Path, settings: dict, timeout_s: float) -> dict:
+    instance.cancel_all()
+    proc = None
+    if controller:
+        config = write_config(tmp / "tiresias.yaml", f"sqlite:///{tmp}/tiresias.db", instance.name, **settings)
+        proc = ControllerProcess(instance, config, tmp / "controller.log",
+                                 interval_s=settings.get("interval_s", 1.0), poll_s=settings.get("poll_s", 0.5)).start()
+        time.sleep(2)
+    label = "controller" if controller else "stock"
+    started = time.time()
+    submitted: dict[str, float] = {}
+    ended: dict[str, float] = {}
+    states: dict[str, dict] = {}
+    pending = list(jobs)
+    k = 0
+    while (pending or len(ended) < len(submitted)) and time.time() - started < timeout_s:
+        while pending and time.time() - started >= pending[0][0]:
+            _, gpus, work = pending.pop(0)
+            job_id, _ = instance.submit("alice" if k % 2 == 0 else "bob", gpus, work, f"ab{k}")
+            submitted[job_id] = time.time()
+            k += 1
+        try:
+            current = instance.squeue()
+        except Exception as err:  # a slow answer: look again next time
+            print(f"  squeue failed: {err}", file=sys.stderr)
+            current = {}
+        for job_id in submitted:
+            job = current.get(job_id)
+            if job is None:
+                continue
+            states[job_id] = job
+            if job["job_state"] not in ("PENDING", "RUNNING", "COMPLETING", "CONFIGURING", "REQUEUED") \
+                    and job_id not in ended:
+                ended[job_id] = float(job["end_time"])
+        time.sleep(1.0)
+    if proc is not None:
+        proc.stop()
+    unfinished = [j for j in submitted if j not in ended]
+    if unfinished:
+        print(f"  {label}: {len(unfinished)} jobs unfinished after {timeout_s:.0f} s: cancelled", file=sys.stderr)
+        instance.cancel_all()
+    jct = [ended[j] - submitted[j] for j in submitted if j in ended]
+    completed = sum(1 for j in ended if states[j]["job_state"] == "COMPLETED")
+    return {
+        "label": label, "jobs": len(submitted), "completed": completed, "unfinished": len(unfinished),
+        "avg": statistics.mean(jct), "median": statistics.median(jct), "p95": p95(jct),
+        "makespan": max(ended.values()) - min(submitted.values()),
+        "preemptions": sum(int(states[j].get("restart_cnt") or 0) for j in submitted),
+        "wall": time.time() - started,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
+    parser.add_argument("--instance", default="tiresiasab")
+    parser.add_argument("--scale", type=float, default=0.15, help="job duration multiplier")
+    parser.add_argument("--arrival-scale", type=float, default=0.1, help="arrival time multiplier")
+    parser.add_argument("--min-s", type=int, default=10)
+    parser.add_argument("--max-s", type=int, default=300)
+    parser.add_argument("--jobs", type=int, default=60)
+    parser.add_argument("--queues", default="150", help="queues_gpu_s, comma-separated GPU-s")
+    parser.add_argument("--grace-s", type=float, default=3.0)
+    parser.add_argument("--min-runtime-s", type=float, default=2.0)
+    parser.add_argument("--interval-s", type=float, default=1.0)
+    parser.add_argument("--timeout-s", type=float, default=900.0, help="per run")
+    parser.add_argument("--only", choices=("stock", "controller"))
+    args = parser.parse_args()
+
+    jobs = workload(args.trace, args.scale, args.arrival_scale, args.min_s, args.max_s, args.jobs)
+    work = sum(g * w for _, g, w in jobs)
+    print(f"workload: {len(jobs)} jobs from {args.trace.name}, work {min(w for *_, w in jobs)}-"
+          f"{max(w for *_, w in jobs)} s, GPUs {sorted({g for _, g, _ in jobs})}, arrivals over "
+          f"{jobs[-1][0]:.0f} s, {work / CLUSTER_GPUS:.0f} s of whole-cluster work")
+    instance = Instance(args.instance)
+    up = instance.up()
+    if up.returncode != 0:
+        print(up.stdout + up.stderr, file=sys.stderr)
+        return 1
+    settings = {"queues_gpu_s": [float(q) for q in args.queues.split(",")], "preempt_grace_s": args.grace_s,
+                "preempt_min_runtime_s": args.min_runtime_s, "interval_s": args.interval_s,
+                "poll_s": min(0.5, args.interval_s)}
+    results = []
+    try:
+        for controller in (False, True):
+            if args.only and args.only != ("controller" if controller else "stock"):
+                continue
+            with tempfile.TemporaryDirectory(prefix="tiresias-ab-") as tmp:
+                result = run_once(instance, jobs, controller, Path(tmp), settings, args.timeout_s)
+            results.append(result)
+            print(f"{result['label']:<11} done in {result['wall']:.0f} s", flush=True)
+    finally:
+        instance.cancel_all()
+        instance.cleanup()
+    print(f"\nsettings: {settings}")
+    print(f"{'run':<11} {'jobs':>4} {'done':>4} {'avg JCT':>8} {'median':>8} {'p95':>8} {'makespan':>9} {'preempt':>7}")
+    for r in results:
+        print(f"{r['label']:<11} {r['jobs']:>4} {r['completed']:>4} {r['avg']:>8.1f} {r['median']:>8.1f} "
+              f"{r['p95']:>8.1f} {r['makespan']:>9.1f} {r['preemptions']:>7}")
+    if len(results) == 2:
+        stock, ctl = results
+        print(f"{'stock/ctl':<11} {'':>4} {'':>4} {stock['avg'] / ctl['avg']:>8.2f} "
+              f"{stock['median'] / ctl['median']:>8.2f} {stock['p95'] / ctl['p95']:>8.2f} "
+              f"{stock['makespan'] / ctl['makespan']:>9.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

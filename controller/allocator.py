@@ -1,0 +1,755 @@
+"""Multi-partition allocation (spec/multi-partition.md): layer 2, the objective, MCT, EVO.
+
+- Layer 2 (``plan_partition``): one partition, jobs in ascending priority value;
+  running jobs keep their nodes; each job starts at the first t' in {now} U {planned
+  finishes so far} where, for its whole run [t', t' + d), enough whole-node capacity
+  exists for all its workers (g/r GPUs per worker, a worker never spans nodes);
+  workers are placed Best Fit. Checking the whole run, not only the instant t',
+  keeps the plan valid when a later job is slotted in before an earlier one.
+- ``Objective``: w1 * C_avg + w2 * C_max + w3 * (1 - C_util) over the jobs being
+  allocated (see ``Objective`` for the exact sums).
+- Layer 1: ``allocate_mct`` (each job, by priority, to the feasible partition where
+  it finishes earliest) and ``allocate_evo`` (the evolutionary search).
+
+Units: seconds for times and durations, GPUs for capacity. The jobs are the
+"pending" set of an ``AllocationProblem``: a snapshot at ``now_s``.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+import numpy as np
+
+from controller.model import InputError
+from controller.synthetic import Partition, PartitionInstance
+
+__all__ = [
+    "Partition", "JobTable", "RunningJob", "AllocationProblem", "Timeline", "PartitionPlan",
+    "Objective", "Allocation", "EvoConfig", "feasible_partitions", "feasibility_matrix",
+    "plan_partition", "priority_order", "allocate_mct", "allocate_evo", "evaluate_assignment",
+    "random_individual", "crossover", "mutate_move", "mutate_swap", "snapshot_from_instance",
+    "workers_for_gpus",
+]
+
+_BIG = np.iinfo(np.int32).max // 4  # free GPUs of the sentinel row past the last breakpoint
+
+
+# --------------------------------------------------------------------------- inputs
+@dataclass(frozen=True)
+class JobTable:
+    """Pending jobs as arrays (one entry per job, same order everywhere).
+
+    ``duration_s`` is the remaining (estimated) duration d_j(t); ``queued_s`` the
+    queued time already spent q_j(t); ``submitted`` the index of the partition the
+    job was submitted to (-1: none of the given partitions).
+    """
+
+    job_ids: tuple[str, ...]
+    duration_s: np.ndarray
+    gpus: np.ndarray
+    workers: np.ndarray
+    user_priority: np.ndarray
+    queued_s: np.ndarray
+    submitted: np.ndarray
+
+    def __post_init__(self):
+        n = len(self.job_ids)
+        for name in ("duration_s", "gpus", "workers", "user_priority", "queued_s", "submitted"):
+            if len(getattr(self, name)) != n:
+                raise InputError(f"job table column '{name}' has {len(getattr(self, name))} rows, expected {n}")
+        bad = np.flatnonzero((self.workers <= 0) | (self.gpus <= 0) | (self.gpus % np.maximum(self.workers, 1) != 0))
+        if bad.size:
+            j = int(bad[0])
+            raise InputError(f"job {self.job_ids[j]}: {int(self.gpus[j])} GPUs cannot be split evenly over "
+                             f"{int(self.workers[j])} workers")
+        if np.any(~np.isfinite(self.duration_s)) or np.any(self.duration_s < 0):
+            j = int(np.flatnonzero(~np.isfinite(self.duration_s) | (self.duration_s < 0))[0])
+            raise InputError(f"job {self.job_ids[j]}: remaining duration {self.duration_s[j]} is not a finite "
+                             f"number >= 0")
+
+    def __len__(self) -> int:
+        return len(self.job_ids)
+
+    @property
+    def gpus_per_worker(self) -> np.ndarray:
+        return self.gpus // self.workers
+
+    @classmethod
+    def build(cls, rows: Sequence[tuple]) -> "JobTable":
+        """From (job_id, duration_s, gpus, workers, user_priority, queued_s, submitted) rows."""
+        cols = list(zip(*rows)) if rows else [()] * 7
+        return cls(tuple(str(x) for x in cols[0]), np.asarray(cols[1], dtype=float),
+                   np.asarray(cols[2], dtype=np.int64), np.asarray(cols[3], dtype=np.int64),
+                   np.asarray(cols[4], dtype=float), np.asarray(cols[5], dtype=float),
+                   np.asarray(cols[6], dtype=np.int64))
+
+
+@dataclass(frozen=True)
+class RunningJob:
+    """A job running in the partition it was submitted to: never moved by this layer.
+
+    ``node_gpus`` is its placement as (node index within the partition, GPUs).
+    """
+
+    job_id: str
+    partition: int
+    finish_s: float
+    gpus: int
+    node_gpus: tuple[tuple[int, int], ...]
+    remaining_s: float = 0.0
+
+
+def feasible_partitions(gpus: int, workers: int, partitions: Sequence[Partition]) -> list[int]:
+    """Indices p with ``floor(G_p * r / g) * N_p >= r`` (spec formula)."""
+    return [p for p, part in enumerate(partitions)
+            if (part.gpus_per_node * workers // gpus) * part.nodes >= workers]
+
+
+def feasibility_matrix(jobs: JobTable, partitions: Sequence[Partition]) -> np.ndarray:
+    """Boolean (jobs x partitions) matrix of the spec's feasibility formula."""
+    G = np.array([p.gpus_per_node for p in partitions], dtype=np.int64)
+    N = np.array([p.nodes for p in partitions], dtype=np.int64)
+    r = jobs.workers[:, None]
+    return (G[None, :] * r // jobs.gpus[:, None]) * N[None, :] >= r
+
+
+@dataclass
+class AllocationProblem:
+    """One allocation round: partitions, running jobs (fixed), pending jobs, time now."""
+
+    now_s: float
+    partitions: list[Partition]
+    jobs: JobTable
+    running: list[RunningJob] = field(default_factory=list)
+
+    def __post_init__(self):
+        if not self.partitions:
+            raise InputError("no partitions given")
+        self.feasible = feasibility_matrix(self.jobs, self.partitions)
+        self._initial = [self._initial_timeline(p) for p in range(len(self.partitions))]
+
+    @property
+    def capacity_gpus(self) -> int:
+        return int(sum(p.nodes * p.gpus_per_node for p in self.partitions))
+
+    def running_work_gpu_s(self) -> float:
+        return float(sum(r.gpus * r.remaining_s for r in self.running))
+
+    def _initial_timeline(self, p: int) -> "Timeline":
+        part = self.partitions[p]
+        tl = Timeline(self.now_s, part.nodes, part.gpus_per_node)
+        for job in sorted((r for r in self.running if r.partition == p), key=lambda r: (r.finish_s, r.job_id)):
+            alloc = np.zeros(part.nodes, dtype=np.int64)
+            for node, gpus in job.node_gpus:
+                alloc[node] += gpus
+            tl.occupy(self.now_s, max(job.finish_s, self.now_s), alloc, job.job_id)
+        return tl
+
+    def initial_timeline(self, p: int) -> "Timeline":
+        """A fresh copy of partition p with only its running jobs placed."""
+        return self._initial[p].copy()
+
+
+# --------------------------------------------------------------------------- layer 2
+class Timeline:
+    """Free GPUs per node as a step function of time.
+
+    ``times[k]`` (k < K) are breakpoints (times[0] = now); row k of ``free`` holds the
+    free GPUs per node during [times[k], times[k+1]); the last row lasts forever and
+    is all free once every placed job has finished. Row K is a sentinel (huge free
+    count) so windows can end at K. Arrays are over-allocated and grown by doubling:
+    inserting a breakpoint is a slice shift, not a reallocation.
+    """
+
+    __slots__ = ("_times", "_free", "K", "gpus_per_node")
+
+    def __init__(self, now_s: float, nodes: int, gpus_per_node: int, capacity: int = 16):
+        self._times = np.full(capacity, np.inf)
+        self._times[0] = float(now_s)
+        self._free = np.full((capacity + 1, nodes), _BIG, dtype=np.int64)
+        self._free[0] = gpus_per_node
+        self.K = 1
+        self.gpus_per_node = gpus_per_node
+
+    @property
+    def times(self) -> np.ndarray:
+        return self._times[:self.K]
+
+    @property
+    def free(self) -> np.ndarray:
+        """Rows 0..K (the last is the sentinel)."""
+        return self._free[:self.K + 1]
+
+    def copy(self) -> "Timeline":
+        other = Timeline.__new__(Timeline)
+        other._times = self._times.copy()
+        other._free = self._free.copy()
+        other.K = self.K
+        other.gpus_per_node = self.gpus_per_node
+        return other
+
+    def _breakpoint(self, t: float) -> int:
+        """Index of breakpoint t, inserting it (a copy of the row it splits) if new."""
+        K = self.K
+        j = int(self._times[:K].searchsorted(t))
+        if j < K and self._times[j] == t:
+            return j
+        if j == 0:
+            raise InputError(f"time {t} is before the timeline start {self._times[0]}")
+        if K + 1 >= self._times.size:
+            cap = 2 * self._times.size
+            times = np.full(cap, np.inf)
+            times[:K] = self._times[:K]
+            free = np.full((cap + 1, self._free.shape[1]), _BIG, dtype=np.int64)
+            free[:K + 1] = self._free[:K + 1]
+            self._times, self._free = times, free
+        self._times[j + 1:K + 1] = self._times[j:K].copy()
+        self._times[j] = t
+        self._free[j + 1:K + 2] = self._free[j:K + 1].copy()
+        self._free[j] = self._free[j - 1]
+        self.K = K + 1
+        return j
+
+    def occupy(self, start_s: float, finish_s: float, alloc: np.ndarray, what: str = "job") -> None:
+        i = self._breakpoint(start_s)
+        if finish_s <= start_s:
+            return
+        j = self._breakpoint(finish_s)
+        self._free[i:j] -= alloc
+        if np.any(self._free[i:j] < 0):
+            raise InputError(f"{what}: placement exceeds the free GPUs of its nodes")
+
+    def drop_before(self, t: float) -> None:
+        """Forget rows that end at or before t (no later job can start before t)."""
+        k = int(self._times[:self.K].searchsorted(t, side="right")) - 1
+        if k > 0:
+            K = self.K
+            self._times[:K - k] = self._times[k:K].copy()
+            self._times[K - k:K] = np.inf
+            self._free[:K - k + 1] = self._free[k:K + 1].copy()
+            self.K = K - k
+
+    def earliest(self, duration_s: float, per_worker: int, workers: int,
+                 not_before: Optional[float] = None) -> tuple[int, np.ndarray]:
+        """(row index of the earliest start, min free GPUs per node over the run).
+
+        Row index -1 means the job never fits (more than the partition holds).
+        """
+        first = self._breakpoint(not_before) if not_before is not None and not_before > self._times[0] else 0
+        K = self.K
+        times, free = self._times[:K], self._free
+        rows = free[:K]
+        d = max(duration_s, 0.0)
+        if K == 1:
+            wmin = rows[0]
+            return (0 if (wmin // per_worker).sum() >= workers else -1), wmin
+        # Necessary condition, cheap: every row of the window holds enough workers.
+        row_ok = (rows // per_worker).sum(axis=1) >= workers
+        ends = times.searchsorted(times[first:] + d, side="left")
+        starts = np.arange(first, K)
+        np.maximum(ends, starts + 1, out=ends)
+        bad_cum = np.zeros(K + 1, dtype=np.int64)
+        np.cumsum(~row_ok, out=bad_cum[1:])
+        good = (bad_cum[ends] == bad_cum[starts])
+        possible = np.flatnonzero(good)
+        if possible.size == 0:
+            return -1, rows[-1]
+        # Usually the first possible start works: test it alone before batching.
+        chunk = 1
+        pos = 0
+        while pos < possible.size:
+            cand = possible[pos:pos + chunk]
+            if cand.size == 1:
+                i = int(cand[0])
+                s, e = i + first, int(ends[i])
+                wmin = free[s] if e == s + 1 else free[s:e].min(axis=0)
+                if (wmin // per_worker).sum() >= workers:
+                    return s, wmin
+            else:
+                idx = np.empty(2 * cand.size, dtype=np.int64)
+                idx[0::2] = cand + first
+                idx[1::2] = ends[cand]
+                window_min = np.minimum.reduceat(free[:K + 1], idx, axis=0)[0::2]
+                fits = (window_min // per_worker).sum(axis=1) >= workers
+                if fits.any():
+                    h = int(np.argmax(fits))
+                    return int(cand[h]) + first, window_min[h]
+            pos += chunk
+            chunk *= 4
+        return -1, rows[-1]
+
+    def place(self, row: int, window_min: np.ndarray, duration_s: float, per_worker: int,
+              workers: int) -> tuple[float, float, np.ndarray]:
+        """Best Fit the workers on the window's free GPUs and book them.
+
+        Returns (start_s, finish_s, GPUs per node). Best Fit per worker (the node with
+        the least remaining capacity that still fits) fills the fullest fitting node
+        first and keeps filling it while a worker fits, so it is one sort.
+        """
+        if row < 0:
+            raise InputError("the job does not fit this partition")
+        start = float(self._times[row])
+        fit = window_min // per_worker
+        alloc = np.zeros_like(window_min)
+        if workers == 1:
+            cand = np.flatnonzero(fit)
+            alloc[cand[np.argmin(window_min[cand])]] = per_worker
+        else:
+            order = np.argsort(np.where(fit > 0, window_min, _BIG), kind="stable")
+            fo = fit[order]
+            taken = np.minimum(fo, np.maximum(workers - (np.cumsum(fo) - fo), 0))
+            alloc[order] = taken * per_worker
+        finish = start + max(duration_s, 0.0)
+        if finish > start:
+            j = self._breakpoint(finish)
+            self._free[row:j] -= alloc
+        return start, finish, alloc
+
+
+@dataclass
+class PartitionPlan:
+    """Layer-2 output for one partition: per job (in the given order) start, finish, placement."""
+
+    positions: np.ndarray  # indices into the problem's JobTable
+    start_s: np.ndarray
+    finish_s: np.ndarray
+    placement: list[tuple[tuple[int, int], ...]]  # (node index, GPUs) per job
+
+
+def plan_partition(problem: AllocationProblem, p: int, ordered_jobs: Sequence[int],
+                   with_placement: bool = True) -> PartitionPlan:
+    """Layer 2 for partition p: ``ordered_jobs`` (JobTable indices) by ascending priority."""
+    tl = problem.initial_timeline(p)
+    jobs = problem.jobs
+    order = np.asarray(ordered_jobs, dtype=np.int64)
+    d = jobs.duration_s[order]
+    k = jobs.gpus_per_worker[order]
+    r = jobs.workers[order]
+    start = np.empty(order.size)
+    finish = np.empty(order.size)
+    placement = []
+    for n in range(order.size):
+        row, wmin = tl.earliest(d[n], int(k[n]), int(r[n]))
+        if row < 0:
+            raise InputError(f"job {jobs.job_ids[order[n]]} does not fit partition "
+                             f"{problem.partitions[p].name}")
+        start[n], finish[n], alloc = tl.place(row, wmin, d[n], int(k[n]), int(r[n]))
+        if with_placement:
+            nz = np.flatnonzero(alloc)
+            placement.append(tuple((int(i), int(alloc[i])) for i in nz))
+    return PartitionPlan(order, start, finish, placement)
+
+
+# --------------------------------------------------------------------------- objective
+@dataclass(frozen=True)
+class Objective:
+    """``w1 * C_avg + w2 * C_max + w3 * (1 - C_util)`` (spec defaults 1, 1, 1).
+
+    Over the allocated (pending, feasible) jobs J: q_j = queued time so far + planned
+    start - now; C_avg = mean_j u_j q_j; C_max = max_j u_j q_j (seconds);
+    C_util = (sum_j g_j d_j(t) + running jobs' remaining GPU-seconds) /
+    (total GPUs x (max planned finish - now)), running jobs' finishes included.
+    With nothing to run C_util is 1.
+    """
+
+    w1: float = 1.0
+    w2: float = 1.0
+    w3: float = 1.0
+
+    def combine(self, c_avg: float, c_max: float, c_util: float) -> float:
+        return self.w1 * c_avg + self.w2 * c_max + self.w3 * (1.0 - c_util)
+
+
+def _util(work_gpu_s: float, capacity_gpus: int, horizon_s: float) -> float:
+    return work_gpu_s / (capacity_gpus * horizon_s) if horizon_s > 0 else 1.0
+
+
+@dataclass
+class Allocation:
+    """A layer-1 result: partition and plan per allocated job, the objective, and the
+    jobs that fit no partition (left where they were submitted, not planned)."""
+
+    method: str
+    assignment: dict[str, str]  # job id -> partition name
+    start_s: dict[str, float]
+    finish_s: dict[str, float]
+    placement: dict[str, tuple[tuple[int, int], ...]]
+    c_avg: float
+    c_max: float
+    c_util: float
+    value: float
+    infeasible: list[str]
+    history: list[float] = field(default_factory=list)  # EVO: best fitness per generation
+    evaluations: int = 0  # EVO: layer-2 partition runs actually computed (cache misses)
+
+
+def priority_order(values: np.ndarray) -> np.ndarray:
+    """Job indices by ascending priority value (smaller = earlier), ties by index;
+    NaN counts as +inf (served last)."""
+    v = np.asarray(values, dtype=float)
+    v = np.where(np.isnan(v), np.inf, v)
+    return np.lexsort((np.arange(v.size), v))
+
+
+def _finish_allocation(problem: AllocationProblem, method: str, part_of: np.ndarray, sched: np.ndarray,
+                       order_rank: np.ndarray, objective: Objective, infeasible: list[str],
+                       **extra) -> Allocation:
+    """Re-run layer 2 for the final assignment and compute the objective."""
+    jobs = problem.jobs
+    assignment, start, finish, placement = {}, {}, {}, {}
+    uq = []
+    max_finish = max([problem.now_s] + [r.finish_s for r in problem.running])
+    for p in range(len(problem.partitions)):
+        members = sched[part_of[sched] == p]
+        members = members[np.argsort(order_rank[members], kind="stable")]
+        if members.size == 0:
+            continue
+        plan = plan_partition(problem, p, members)
+        for n, j in enumerate(plan.positions):
+            jid = jobs.job_ids[j]
+            assignment[jid] = problem.partitions[p].name
+            start[jid], finish[jid] = float(plan.start_s[n]), float(plan.finish_s[n])
+            placement[jid] = plan.placement[n]
+        uq.append(jobs.user_priority[plan.positions] * (jobs.queued_s[plan.positions] + plan.start_s - problem.now_s))
+        max_finish = max(max_finish, float(plan.finish_s.max()))
+    uq_all = np.concatenate(uq) if uq else np.zeros(0)
+    c_avg = float(uq_all.mean()) if uq_all.size else 0.0
+    c_max = float(uq_all.max()) if uq_all.size else 0.0
+    work = float((jobs.gpus[sched] * jobs.duration_s[sched]).sum()) + problem.running_work_gpu_s()
+    c_util = _util(work, problem.capacity_gpus, max_finish - problem.now_s)
+    return Allocation(method, assignment, start, finish, placement, c_avg, c_max, c_util,
+                      objective.combine(c_avg, c_max, c_util), infeasible, **extra)
+
+
+def _split_feasible(problem: AllocationProblem) -> tuple[np.ndarray, list[str]]:
+    ok = problem.feasible.any(axis=1)
+    infeasible = [problem.jobs.job_ids[j] for j in np.flatnonzero(~ok)]
+    return np.flatnonzero(ok), infeasible
+
+
+def _rank(values: np.ndarray) -> np.ndarray:
+    order = priority_order(values)
+    rank = np.empty(order.size, dtype=np.int64)
+    rank[order] = np.arange(order.size)
+    return rank
+
+
+# --------------------------------------------------------------------------- MCT
+def allocate_mct(problem: AllocationProblem, priority: np.ndarray,
+                 objective: Objective = Objective()) -> Allocation:
+    """Minimum completion time: by ascending priority, each job goes to the feasible
+    partition where layer 2 would finish it earliest (ties: the submitted partition,
+    then the lowest index)."""
+    jobs = problem.jobs
+    rank = _rank(priority)
+    sched, infeasible = _split_feasible(problem)
+    timelines = [problem.initial_timeline(p) for p in range(len(problem.partitions))]
+    part_of = np.full(len(jobs), -1, dtype=np.int64)
+    k_all = jobs.gpus_per_worker
+    for j in sched[np.argsort(rank[sched], kind="stable")]:
+        d, k, r = float(jobs.duration_s[j]), int(k_all[j]), int(jobs.workers[j])
+        best = None
+        for p in np.flatnonzero(problem.feasible[j]):
+            row, wmin = timelines[p].earliest(d, k, r)
+            if row < 0:
+                continue
+            fin = float(timelines[p].times[row]) + d
+            key = (fin, p != jobs.submitted[j], p)
+            if best is None or key < best[0]:
+                best = (key, p, row, wmin)
+        _, p, row, wmin = best
+        timelines[p].place(row, wmin, d, k, r)
+        part_of[j] = p
+    return _finish_allocation(problem, "mct", part_of, sched, rank, objective, infeasible)
+
+
+# --------------------------------------------------------------------------- EVO operators
+def random_individual(feasible: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Each job (row) gets a uniformly random feasible partition (column)."""
+    counts = feasible.sum(axis=1)
+    pick = np.floor(rng.random(feasible.shape[0]) * counts).astype(np.int64)
+    # the pick-th True of each row
+    csum = np.cumsum(feasible, axis=1)
+    return np.argmax(csum > pick[:, None], axis=1).astype(np.int64)
+
+
+def crossover(a: np.ndarray, b: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Single-point crossover: a[:c] + b[c:] and b[:c] + a[c:], c in 1..len-1."""
+    if a.size < 2:
+        return a.copy(), b.copy()
+    c = int(rng.integers(1, a.size))
+    return np.concatenate((a[:c], b[c:])), np.concatenate((b[:c], a[c:]))
+
+
+def mutate_move(ind: np.ndarray, feasible: np.ndarray, rng: np.random.Generator) -> bool:
+    """Move one job (with another feasible partition) to another feasible partition, in place."""
+    movable = np.flatnonzero(feasible.sum(axis=1) >= 2)
+    if movable.size == 0:
+        return False
+    j = int(movable[rng.integers(movable.size)])
+    options = np.flatnonzero(feasible[j])
+    options = options[options != ind[j]]
+    ind[j] = int(options[rng.integers(options.size)])
+    return True
+
+
+def mutate_swap(ind: np.ndarray, feasible: np.ndarray, rng: np.random.Generator, attempts: int = 32) -> bool:
+    """Swap the partitions of two jobs, each feasible in the other's partition, in place.
+
+    Tries ``attempts`` random pairs at once; False when none qualifies.
+    """
+    n = ind.size
+    if n < 2:
+        return False
+    i = rng.integers(n, size=attempts)
+    j = rng.integers(n, size=attempts)
+    ok = (ind[i] != ind[j]) & feasible[i, ind[j]] & feasible[j, ind[i]]
+    if not ok.any():
+        return False
+    h = int(np.argmax(ok))
+    a, b = int(i[h]), int(j[h])
+    ind[a], ind[b] = ind[b], ind[a]
+    return True
+
+
+# --------------------------------------------------------------------------- EVO
+@dataclass(frozen=True)
+class EvoConfig:
+    """Published settings: population 100, 200 generations, mutation rate 0.1."""
+
+    population: int = 100
+    generations: int = 200
+    mutation_rate: float = 0.1
+    seed: int = 0
+    cache_limit: int = 500_000  # per-partition layer-2 results kept
+
+    def __post_init__(self):
+        if self.population < 2:
+            raise InputError(f"population value '{self.population}' must be at least 2")
+        if self.generations < 0:
+            raise InputError(f"generations value '{self.generations}' must be >= 0")
+        if not 0 <= self.mutation_rate <= 1:
+            raise InputError(f"mutation rate value '{self.mutation_rate}' must be within 0..1")
+
+
+class _Evaluator:
+    """Fitness of assignment vectors over jobs in priority order, with a cache of
+    layer-2 results per (partition, tuple of assigned jobs).
+
+    A child shares most partitions' job sets with a parent (always after mutation,
+    often after crossover once the population converges), so most partitions are
+    cache hits; only the changed ones run layer 2.
+    """
+
+    def __init__(self, problem: AllocationProblem, sched_in_order: np.ndarray, objective: Objective,
+                 cache_limit: int):
+        self.problem = problem
+        self.objective = objective
+        jobs = problem.jobs
+        s = sched_in_order
+        self.d = jobs.duration_s[s]
+        self.k = jobs.gpus_per_worker[s]
+        self.r = jobs.workers[s]
+        self.u = jobs.user_priority[s]
+        self.q0 = jobs.queued_s[s] - problem.now_s  # uq = u * (q0 + start)
+        self.P = len(problem.partitions)
+        self.n = s.size
+        self.work = float((jobs.gpus[s] * jobs.duration_s[s]).sum()) + problem.running_work_gpu_s()
+        self.base_finish = [float(problem._initial[p].times[-1]) for p in range(self.P)]
+        self.cache: dict = {}
+        self.cache_limit = cache_limit
+        self.misses = 0
+
+    def _partition(self, p: int, members: np.ndarray) -> tuple[float, float, float]:
+        key = (p, members.tobytes())
+        hit = self.cache.get(key)
+        if hit is not None:
+            return hit
+        self.misses += 1
+        tl = self.problem.initial_timeline(p)
+        starts = np.empty(members.size)
+        d, k, r = self.d, self.k, self.r
+        for n, j in enumerate(members.tolist()):
+            row, wmin = tl.earliest(d[j], int(k[j]), int(r[j]))
+            starts[n] = tl.place(row, wmin, d[j], int(k[j]), int(r[j]))[0]
+        uq = self.u[members] * (self.q0[members] + starts)
+        result = (float(uq.sum()), float(uq.max()), max(float(tl._times[tl.K - 1]), self.base_finish[p]))
+        if len(self.cache) >= self.cache_limit:
+            self.cache.clear()
+        self.cache[key] = result
+        return result
+
+    def fitness(self, ind: np.ndarray) -> float:
+        order = np.argsort(ind, kind="stable")  # grouped by partition, priority order inside
+        bounds = np.concatenate(([0], np.cumsum(np.bincount(ind, minlength=self.P))))
+        total_uq, max_uq, max_finish = 0.0, 0.0, self.problem.now_s
+        for p in range(self.P):
+            a, b = bounds[p], bounds[p + 1]
+            if a == b:
+                max_finish = max(max_finish, self.base_finish[p])
+                continue
+            s, m, f = self._partition(p, order[a:b])
+            total_uq += s
+            max_uq = max(max_uq, m)
+            max_finish = max(max_finish, f)
+        c_avg = total_uq / self.n if self.n else 0.0
+        c_util = _util(self.work, self.problem.capacity_gpus, max_finish - self.problem.now_s)
+        return self.objective.combine(c_avg, max_uq, c_util)
+
+
+def allocate_evo(problem: AllocationProblem, priority: np.ndarray, config: EvoConfig = EvoConfig(),
+                 objective: Objective = Objective(), initial: Sequence[np.ndarray] = ()) -> Allocation:
+    """The evolutionary job-to-partition assignment (spec "Layer 1").
+
+    Individuals are vectors over the schedulable jobs (in priority order) holding a
+    partition index. Random feasible initialization (``initial`` may replace the
+    first individuals: arrays over all jobs of the problem, partition indices),
+    single-point crossover of random pairs, then with probability ``mutation_rate``
+    a move or a swap (half each; a swap that finds no pair falls back to a move),
+    fitness = layer 2 on every partition + the objective, and the best
+    ``population`` of parents + offspring survive. Jobs feasible nowhere are
+    returned in ``infeasible`` and left where they were submitted.
+    """
+    rng = np.random.Generator(np.random.PCG64(config.seed))
+    rank = _rank(priority)
+    sched, infeasible = _split_feasible(problem)
+    sched = sched[np.argsort(rank[sched], kind="stable")]
+    feas = problem.feasible[sched]
+    ev = _Evaluator(problem, sched, objective, config.cache_limit)
+    n = config.population
+    pop = np.empty((n, sched.size), dtype=np.int64)
+    for i in range(n):
+        pop[i] = random_individual(feas, rng)
+    for i, given in enumerate(list(initial)[:n]):
+        given = np.asarray(given, dtype=np.int64)[sched]
+        if given.size and not feas[np.arange(sched.size), given].all():
+            raise InputError("an initial individual puts a job in an infeasible partition")
+        pop[i] = given
+    fit = np.array([ev.fitness(ind) for ind in pop])
+    history = [float(fit.min())]
+    if sched.size:
+        for _ in range(config.generations):
+            perm = rng.permutation(n)
+            kids = []
+            for h in range(0, n, 2):
+                a = pop[perm[h]]
+                b = pop[perm[h + 1]] if h + 1 < n else pop[perm[0]]
+                c1, c2 = crossover(a, b, rng)
+                kids.append(c1)
+                if len(kids) < n:
+                    kids.append(c2)
+            for child in kids:
+                if rng.random() < config.mutation_rate:
+                    if rng.random() < 0.5 or not mutate_swap(child, feas, rng):
+                        mutate_move(child, feas, rng)
+            kid_fit = np.array([ev.fitness(c) for c in kids])
+            all_pop = np.concatenate((pop, np.array(kids)))
+            all_fit = np.concatenate((fit, kid_fit))
+            keep = np.argsort(all_fit, kind="stable")[:n]
+            pop, fit = all_pop[keep], all_fit[keep]
+            history.append(float(fit[0]))
+    best = pop[int(np.argmin(fit))] if sched.size else np.zeros(0, dtype=np.int64)
+    part_of = np.full(len(problem.jobs), -1, dtype=np.int64)
+    part_of[sched] = best
+    return _finish_allocation(problem, "evo", part_of, sched, rank, objective, infeasible,
+                              history=history, evaluations=ev.misses)
+
+
+def evaluate_assignment(problem: AllocationProblem, priority: np.ndarray, partition_of: np.ndarray,
+                        objective: Objective = Objective(), method: str = "given") -> Allocation:
+    """Layer 2 + objective for a given assignment (array over all jobs, -1 = unplanned)."""
+    rank = _rank(priority)
+    part_of = np.asarray(partition_of, dtype=np.int64)
+    sched = np.flatnonzero(part_of >= 0)
+    bad = sched[~problem.feasible[sched, part_of[sched]]]
+    if bad.size:
+        raise InputError(f"job {problem.jobs.job_ids[bad[0]]} is assigned to a partition it does not fit")
+    infeasible = [problem.jobs.job_ids[j] for j in np.flatnonzero(part_of < 0)]
+    return _finish_allocation(problem, method, part_of, sched, rank, objective, infeasible)
+
+
+# --------------------------------------------------------------------------- snapshots
+def workers_for_gpus(gpus: int, max_gpus_per_node: int) -> int:
+    """Fewest workers r with r | g and g/r <= the largest node: how a trace job
+    without a worker count is split (8 GPUs -> 1 worker, 16 -> 2, 12 on 8-GPU nodes -> 2)."""
+    for r in range(1, gpus + 1):
+        if gpus % r == 0 and gpus // r <= max_gpus_per_node:
+            return r
+    return gpus
+
+
+def snapshot_from_instance(instance: PartitionInstance, *, at_fraction: Optional[float] = None,
+                           now_s: Optional[float] = None, max_pending: Optional[int] = None) -> AllocationProblem:
+    """The static snapshot used to compare allocators on a (generated or traced) instance.
+
+    The jobs first run FIFO (arrival order, earliest start >= arrival, reservations
+    kept, Best Fit) in the partitions they were submitted to; this replay is causal,
+    so a job's start depends only on earlier arrivals. ``now_s`` is then, by default,
+    the arrival at which the most jobs wait (the busiest moment; with
+    ``max_pending``, the busiest moment with at most that many waiting), or the
+    arrival ``at_fraction`` of the way through the arrivals. At now: jobs that
+    finished are gone, jobs that started are running (kept in place: the
+    non-preemptive set), jobs that arrived but did not start are pending with
+    q = now - submit and d = their duration. Later arrivals are ignored.
+    """
+    parts = list(instance.partitions)
+    index = {p.name: i for i, p in enumerate(parts)}
+    jobs = sorted(instance.jobs, key=lambda j: j.submit_time_s)
+    if not jobs:
+        raise InputError("the instance has no jobs")
+    t0 = jobs[0].submit_time_s
+    timelines = [Timeline(t0, p.nodes, p.gpus_per_node) for p in parts]
+    n = len(jobs)
+    submit = np.array([j.submit_time_s for j in jobs])
+    start = np.full(n, np.inf)
+    finish = np.full(n, np.inf)
+    placed: list = [()] * n
+    part_idx = np.empty(n, dtype=np.int64)
+    workers = np.empty(n, dtype=np.int64)
+    for i, spec in enumerate(jobs):
+        if spec.duration_s is None:
+            raise InputError(f"job {spec.job_id}: no duration; multi-partition mode needs an estimate")
+        p = index.get(spec.partition)
+        if p is None:
+            raise InputError(f"job {spec.job_id}: partition '{spec.partition}' is not among the partitions "
+                             f"({', '.join(index)})")
+        r = int(instance.workers[spec.job_id])
+        g = int(spec.num_gpus)
+        if r <= 0 or g <= 0 or g % r:
+            raise InputError(f"job {spec.job_id}: {g} GPUs cannot be split evenly over {r} workers")
+        part_idx[i], workers[i] = p, r
+        k, d = g // r, float(spec.duration_s)
+        if (parts[p].gpus_per_node // k) * parts[p].nodes < r:
+            continue  # never starts where it was submitted: pending from its arrival on
+        tl = timelines[p]
+        tl.drop_before(spec.submit_time_s)
+        row, wmin = tl.earliest(d, k, r, not_before=spec.submit_time_s)
+        start[i], finish[i], alloc = tl.place(row, wmin, d, k, r)
+        nz = np.flatnonzero(alloc)
+        placed[i] = tuple((int(x), int(alloc[x])) for x in nz)
+    if now_s is None:
+        if at_fraction is not None:
+            if not 0 <= at_fraction <= 1:
+                raise InputError(f"snapshot fraction '{at_fraction}' must be within 0..1")
+            now_s = float(submit[int(round(at_fraction * (n - 1)))])
+        else:
+            # waiting just after each arrival: arrived so far minus started by then
+            started_by = np.searchsorted(np.sort(start), submit, side="right")
+            waiting = np.arange(1, n + 1) - np.minimum(started_by, np.arange(1, n + 1))
+            if max_pending is not None:
+                waiting = np.where(waiting <= max_pending, waiting, -1)
+            now_s = float(submit[int(np.argmax(waiting))])
+    rows, running = [], []
+    for i, spec in enumerate(jobs):
+        if submit[i] > now_s:
+            break
+        if start[i] <= now_s:
+            if finish[i] > now_s:
+                running.append(RunningJob(spec.job_id, int(part_idx[i]), float(finish[i]), int(spec.num_gpus),
+                                          placed[i], float(finish[i] - now_s)))
+            continue
+        rows.append((spec.job_id, float(spec.duration_s), int(spec.num_gpus), int(workers[i]),
+                     float(spec.user_priority), now_s - submit[i], int(part_idx[i])))
+    return AllocationProblem(float(now_s), parts, JobTable.build(rows), running)

@@ -1,0 +1,93 @@
+"""Learn a priority function f(d, q, u, g) by genetic programming (multi-partition mode).
+
+Training and validation instances are seeded synthetic multi-partition snapshots;
+layer 1 is MCT. The score of a function is its objective divided by SRSF's
+(f = g * d) on the same instance (< 1 is better). Defaults are small and fast;
+--published selects the paper's settings (population 512, 100 generations,
+50 training instances, 2-26 partitions of 10-100 nodes). Writes the best
+expression (by validation score) to --out as one line of text.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from controller import argtypes
+from controller.allocator import Objective
+from controller.model import InputError
+
+
+def _weights(text: str) -> tuple[float, float, float]:
+    parts = text.split(",")
+    if len(parts) != 3:
+        raise argparse.ArgumentTypeError(f"value {text!r} is not three comma-separated weights w1,w2,w3")
+    return tuple(argtypes.non_negative_float(p) for p in parts)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", metavar="FILE", required=True, help="where to write the learned expression")
+    p.add_argument("--published", action="store_true", help="start from the published settings")
+    p.add_argument("--instances", type=argtypes.positive_int, help="training instances (default 6; published 50)")
+    p.add_argument("--validation", type=argtypes.positive_int, help="validation instances (default 3)")
+    p.add_argument("--population", type=argtypes.positive_int, help="GP population (default 32; published 512)")
+    p.add_argument("--generations", type=argtypes.non_negative_int, help="generations (default 10; published 100)")
+    p.add_argument("--max-depth", type=argtypes.positive_int, help="maximum tree depth (default 7)")
+    p.add_argument("--mutation-rate", type=argtypes.unit_float, help="subtree mutation probability (default 0.1)")
+    p.add_argument("--tournament", type=argtypes.positive_int, help="tournament size k (default 4)")
+    p.add_argument("--subset", type=argtypes.positive_int, help="training instances per generation (default 3)")
+    p.add_argument("--partitions-min", type=argtypes.positive_int)
+    p.add_argument("--partitions-max", type=argtypes.positive_int)
+    p.add_argument("--nodes-min", type=argtypes.positive_int)
+    p.add_argument("--nodes-max", type=argtypes.positive_int)
+    p.add_argument("--arrivals-per-node", type=argtypes.positive_int)
+    p.add_argument("--seed", type=argtypes.non_negative_int, default=0, help="seed (default 0)")
+    p.add_argument("--weights", type=_weights, default=(1.0, 1.0, 1.0), metavar="W1,W2,W3",
+                   help="objective weights of C_avg, C_max, 1 - C_util (default 1,1,1)")
+    p.add_argument("--quiet", action="store_true", help="no per-generation progress")
+
+
+def config_from_args(args):
+    from controller.learner import LearnConfig
+
+    base = LearnConfig.published() if args.published else LearnConfig()
+    changes = {"seed": args.seed}
+    for option, field in (("instances", "training"), ("validation", "validation"), ("population", "population"),
+                          ("generations", "generations"), ("max_depth", "max_depth"),
+                          ("mutation_rate", "mutation_rate"), ("tournament", "tournament"), ("subset", "subset"),
+                          ("arrivals_per_node", "arrivals_per_node")):
+        value = getattr(args, option)
+        if value is not None:
+            changes[field] = value
+    parts = (args.partitions_min or base.partitions[0], args.partitions_max or base.partitions[1])
+    nodes = (args.nodes_min or base.nodes[0], args.nodes_max or base.nodes[1])
+    if parts[0] > parts[1]:
+        raise InputError(f"--partitions-min {parts[0]} is larger than --partitions-max {parts[1]}")
+    if nodes[0] > nodes[1]:
+        raise InputError(f"--nodes-min {nodes[0]} is larger than --nodes-max {nodes[1]}")
+    changes["partitions"], changes["nodes"] = parts, nodes
+    max_depth = changes.get("max_depth", base.max_depth)
+    lo, hi = base.init_depth
+    changes["init_depth"] = (min(lo, max_depth), min(hi, max_depth))
+    return replace(base, **changes)
+
+
+def run(args) -> int:
+    from controller.learner import learn
+
+    config = config_from_args(args)
+    out = Path(args.out)
+    if out.parent and not out.parent.exists():
+        raise InputError(f"--out {out}: folder {out.parent} does not exist")
+    say = None if args.quiet else (lambda line: print(line, flush=True))
+    result = learn(config, Objective(*args.weights), progress=say)
+    out.write_text(f"# tiresias learn --seed {config.seed} population {config.population} generations "
+                   f"{config.generations} training {config.training}\n"
+                   f"# validation score {result.validation_score:.6f} (objective / SRSF objective)\n"
+                   f"{result.expression.to_text()}\n")
+    print(f"learned: {result.expression.to_text()}")
+    print(f"validation score {result.validation_score:.4f}, training score {result.training_score:.4f} "
+          f"(objective relative to MCT + SRSF; < 1 is better)")
+    print(f"written to {out}")
+    return 0

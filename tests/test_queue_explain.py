@@ -1,0 +1,154 @@
+"""queue and explain over a scripted backend (tests.test_controller.ScriptedBackend)
+and a real SQLite store; one end-to-end check against the local Slurm cluster."""
+import subprocess
+import time
+
+import pytest
+
+from controller import cmd_queue
+from controller.cli import main
+from controller.config import from_mapping
+from controller.daemon import Controller
+from controller.store import Store
+from tests.slurm_fixtures import slurm_cluster, submit_as  # noqa: F401  (pytest fixtures)
+from tests.test_controller import ScriptedBackend
+
+SETTINGS = {"mode": "shadow", "queues_gpu_s": [100.0], "preempt_min_runtime_s": 0}
+
+
+@pytest.fixture
+def cluster(tmp_path, monkeypatch):
+    """A store with history (one round, job 1 in queue 2) and the scripted backend
+    that queue/explain will read."""
+    url = f"sqlite:///{tmp_path}/t.db"
+    config_file = tmp_path / "c.yaml"
+    config_file.write_text(f"database_url: {url}\nmode: shadow\nqueues_gpu_s: [100.0]\npreempt_min_runtime_s: 0\n"
+                           "promote_knob: 2\n")
+    backend = ScriptedBackend()
+    backend.add("1", 16, "RUNNING", start=0.0, nodes=[(f"gpu{i}", 4) for i in range(1, 5)])
+    with Store(url) as store:
+        Controller(from_mapping({**SETTINGS, "database_url": url}), backend, store,
+                   clock=lambda: backend.now).run_round()
+        backend.add("2", 4)
+        Controller(from_mapping({**SETTINGS, "database_url": url}), backend, store,
+                   clock=lambda: backend.now).run_round()  # logs "would preempt 1"
+    backend.add("3", 4, reason="JobHeldUser")
+    monkeypatch.setattr(cmd_queue, "_backend_factory", lambda config: backend)
+    return str(config_file), backend
+
+
+def test_queue_lists_plan_order_actions_and_reasons(cluster, capsys):
+    config_file, backend = cluster
+    assert main(["queue", "--config", config_file]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["JOBID", "USER", "PARTITION", "GPUS", "STATE", "LEVEL", "PRIORITY", "ACTION", "REASON"]
+    rows = {line.split()[0]: line.split() for line in lines[1:]}
+    assert list(rows) == ["2", "1", "3"]  # plan order, unplanned (held) last
+    assert rows["2"][4:8] == ["PENDING", "1", "1/0", "start"]
+    assert rows["1"][4:8] == ["RUNNING", "2", "2/1", "preempt"]
+    assert rows["3"][5:8] == ["-", "-", "-"] and "JobHeldUser" in lines[3]
+    # nothing was written by the preview, nothing done in "Slurm"
+    assert backend.calls == []
+
+
+def test_queue_json_and_filters(cluster, capsys):
+    import json
+    config_file, _ = cluster
+    assert main(["queue", "--config", config_file, "--json", "-t", "R"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [j["job_id"] for j in doc["jobs"]] == ["1"] and doc["jobs"][0]["action"] == "preempt"
+
+
+def test_queue_empty_and_unavailable(tmp_path, monkeypatch, capsys):
+    backend = ScriptedBackend()
+    monkeypatch.setattr(cmd_queue, "_backend_factory", lambda config: backend)
+    url = f"sqlite:///{tmp_path}/none.db"
+    assert main(["queue", "--database-url", url]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith("no pending or running GPU jobs")
+    assert "no store at" in captured.err and not (tmp_path / "none.db").exists()
+    backend.down = True
+    assert main(["queue", "--database-url", url]) == 1
+    assert "Slurm did not answer" in capsys.readouterr().err
+
+
+def test_explain_waiting_job(cluster, capsys):
+    config_file, backend = cluster
+    backend.now += 30  # job 2 has waited; job 1 keeps running
+    assert main(["explain", "2", "--config", config_file]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("job 2 (alice, batch, 4 GPUs): PENDING in queue 1 of 2")
+    assert "this round: start" in out
+    assert "starvation: already in queue 1" in out
+    assert "next threshold 100 GPU-s" in out
+
+
+def test_explain_running_job_shows_decisions_and_promotion(cluster, capsys):
+    config_file, backend = cluster
+    assert main(["explain", "1", "--config", config_file]) == 0
+    out = capsys.readouterr().out
+    assert "job 1 (alice, batch, 16 GPUs): RUNNING in queue 2 of 2" in out
+    assert "this round: preempt" in out
+    assert "in the last queue" in out
+    assert "last decisions (newest first):" in out and "r2.1" in out and "would signal USR1" in out
+
+
+def test_explain_promotion_timing(cluster, capsys, monkeypatch):
+    """A job in queue 2 waiting: promoted once waited >= knob x executed."""
+    config_file, backend = cluster
+    import dataclasses
+    # job 1 was preempted (now pending, in queue 2); it executed 1000 s, knob 2 -> 2000 s of waiting
+    backend.jobs["1"] = dataclasses.replace(backend.jobs["1"], state="PENDING", gpus_by_node=(), reason="Priority")
+    backend.jobs.pop("2")
+    backend.now += 500
+    backend.add("4", 16, "RUNNING", start=backend.now - 1, nodes=[(f"gpu{i}", 4) for i in range(1, 5)])
+    assert main(["explain", "1", "--config", config_file]) == 0
+    out = capsys.readouterr().out
+    assert "starvation: would be promoted in 1500 s" in out, out
+    assert "GPUs: needs 16, 0 free now" in out
+    assert "1 job(s) ahead (1 running, 0 pending): 4" in out
+
+
+def test_explain_knob_inf(cluster, tmp_path, capsys):
+    config_file, backend = cluster
+    text = open(config_file).read().replace("promote_knob: 2", "promote_knob: .inf")
+    path = tmp_path / "inf.yaml"
+    path.write_text(text)
+    import dataclasses
+    backend.jobs["1"] = dataclasses.replace(backend.jobs["1"], state="PENDING", gpus_by_node=(), reason="Priority")
+    backend.add("4", 16, "RUNNING", start=backend.now, nodes=[(f"gpu{i}", 4) for i in range(1, 5)])
+    assert main(["explain", "1", "--config", str(path)]) == 0
+    assert "promotion disabled (promote_knob=inf)" in capsys.readouterr().out
+
+
+def test_explain_unknown_and_malformed(cluster, capsys):
+    config_file, _ = cluster
+    assert main(["explain", "999", "--config", config_file]) == 1
+    err = capsys.readouterr().err
+    assert "job 999 is known neither to Slurm nor to the store" in err and len(err.strip().splitlines()) == 1
+    assert main(["explain", "12;rm", "--config", config_file]) == 2
+    assert "job id '12;rm' is malformed" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:
+        main(["explain"])
+    assert exit_info.value.code == 2
+
+
+@pytest.mark.slurm
+def test_queue_against_real_slurm(submit_as, tmp_path, capsys):
+    job_id = submit_as("alice", "--hold --gres=gpu:2 -J queue-e2e --wrap 'sleep 30'")
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            code = main(["queue", "--database-url", f"sqlite:///{tmp_path}/none.db"])
+            out = capsys.readouterr().out
+            line = next((l for l in out.splitlines() if l.split()[:1] == [job_id]), None)
+            if line is not None or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert code == 0
+        assert line is not None, out
+        fields = line.split()
+        assert fields[1:5] == ["alice", "batch", "2", "PENDING"]
+        assert "JobHeld" in line  # a held job is listed, not planned
+    finally:
+        subprocess.run(["scancel", job_id], capture_output=True, timeout=15)
