@@ -212,6 +212,8 @@ PriorityWeightPartition=1000
 PriorityWeightQOS=0
 PriorityCalcPeriod=1
 JobRequeue=1
+# the checkpoint helpers exit 85 after saving: Slurm requeues such a job itself
+RequeueExit=85
 GresTypes=gpu,mps
 AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=localhost
@@ -523,6 +525,8 @@ PriorityWeightPartition=1000
 PriorityWeightQOS=0
 PriorityCalcPeriod=1
 JobRequeue=1
+# the checkpoint helpers exit 85 after saving: Slurm requeues such a job itself
+RequeueExit=85
 GresTypes=gpu,mps
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/filetxt

@@ -63,6 +63,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     except KeyboardInterrupt:
         print("tiresias: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # `tiresias acct | head`: the reader left; that is not an error.
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":

@@ -37,7 +37,8 @@ PUBLISHED_EXAMPLE = "((q + g) / q - u) * (2 * q / d) * (q + (d + g - u) / q^2)"
 TERMINALS = ("d", "q", "u", "g")
 MAX_EXPONENT = 16
 MAX_TEXT_CHARS = 20_000
-MAX_NESTING = 200  # parentheses / unary minus chain: keeps the recursion bounded
+MAX_TREE_DEPTH = 200  # evaluate/to_text recurse once per level
+MAX_NESTING = 64  # parentheses / unary minus chain: keeps the recursion far below Python's limit
 
 Value = Union[float, np.ndarray]
 
@@ -414,7 +415,21 @@ def parse_expression(text: str) -> Node:
         raise InputError(f"expression must be text, not {type(text).__name__}")
     if len(text) > MAX_TEXT_CHARS:
         raise InputError(f"expression is {len(text)} characters long (limit {MAX_TEXT_CHARS})")
-    return _Parser(text).parse()
+    tree = _Parser(text).parse()
+    depth = _depth_iterative(tree)
+    if depth > MAX_TREE_DEPTH:
+        raise InputError(f"expression is {depth} levels deep (limit {MAX_TREE_DEPTH})")
+    return tree
+
+
+def _depth_iterative(tree: Node) -> int:
+    """Depth without recursion: a long chain like d+d+...+d must not overflow the stack."""
+    best, stack = 0, [(tree, 1)]
+    while stack:
+        node, level = stack.pop()
+        best = max(best, level)
+        stack.extend((child, level + 1) for child in node.children())
+    return best
 
 
 def load_expression_file(path: Union[str, os.PathLike]) -> Node:

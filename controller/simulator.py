@@ -185,9 +185,14 @@ class Simulation:
                 job.waited_since_promotion_s += dt
             p.last_sync_s = t
 
+        # Waiting jobs only accrue waiting time, which only starvation promotion
+        # reads: with promotion off, only running jobs need syncing.
+        sync_waiting = math.isfinite(engine_cfg.promote_knob)
+
         def sync_all() -> None:
             for job in active.values():
-                sync_job(job, now)
+                if job.running or sync_waiting:
+                    sync_job(job, now)
 
         def completion_time(job: JobState) -> float:
             p = private[job.index]
@@ -230,8 +235,9 @@ class Simulation:
                 demand += job.spec.num_gpus
                 next_arrival += 1
                 events += 1
-            # 3. a round, if anyone waits
-            if waiting:
+            # 3. a round, if anyone waits (and something could start: a non-preemptive
+            # policy cannot start anything while every GPU is busy)
+            if waiting and (policy.preemptive or busy < cfg.capacity_gpus):
                 rounds += 1
                 snapshot = Snapshot(
                     now_s=now, jobs=list(active.values()), nodes=nodes,

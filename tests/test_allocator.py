@@ -1,0 +1,192 @@
+"""Layer 2, the objective, feasibility, MCT and the evolutionary allocator."""
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from controller.allocator import (AllocationProblem, EvoConfig, JobTable, Objective, Partition, RunningJob,
+                                  allocate_evo, allocate_mct, crossover, evaluate_assignment,
+                                  feasibility_matrix, feasible_partitions, mutate_move, mutate_swap,
+                                  plan_partition, random_individual, snapshot_from_instance, workers_for_gpus)
+from controller.model import InputError
+from controller.synthetic import generate_partition_instance
+
+
+def hand_problem():
+    """2 nodes x 4 GPUs; R runs on node 0 (2 GPUs) until t=10. Pending A, B, C, D."""
+    jobs = JobTable.build([
+        # id, remaining d, gpus, workers, u, queued so far, submitted partition
+        ("A", 5.0, 4, 1, 1, 10.0, 0),
+        ("B", 3.0, 4, 2, 2, 0.0, 0),
+        ("C", 1.0, 2, 1, 3, 5.0, 0),
+        ("D", 2.0, 4, 1, 1, 0.0, 0),
+    ])
+    running = [RunningJob("R", 0, 10.0, 2, ((0, 2),), remaining_s=10.0)]
+    return AllocationProblem(0.0, [Partition("p", 2, 4)], jobs, running)
+
+
+def test_layer2_hand_example():
+    problem = hand_problem()
+    plan = plan_partition(problem, 0, [0, 1, 2, 3])
+    # A fits now on node 1; B needs two 2-GPU workers: only at 5 (A done), Best Fit
+    # puts one on node 0 (2 free, the fullest) and one on node 1; C backfills at 0 on
+    # node 0 for [0, 1); D (a whole node) waits for node 1 to empty at 8.
+    assert plan.start_s.tolist() == [0.0, 5.0, 0.0, 8.0]
+    assert plan.finish_s.tolist() == [5.0, 8.0, 1.0, 10.0]
+    assert plan.placement == [((1, 4),), ((0, 2), (1, 2)), ((0, 2),), ((1, 4),)]
+
+
+def test_objective_hand_example():
+    problem = hand_problem()
+    result = evaluate_assignment(problem, np.arange(4.0), np.zeros(4, dtype=int))
+    # u*q: A 1*(10+0), B 2*(0+5), C 3*(5+0), D 1*(0+8)
+    assert result.c_avg == pytest.approx(43 / 4)
+    assert result.c_max == pytest.approx(15)
+    # work: 4*5 + 4*3 + 2*1 + 4*2 + running 2*10 = 62 GPU-s over 8 GPUs x 10 s
+    assert result.c_util == pytest.approx(62 / 80)
+    assert result.value == pytest.approx(43 / 4 + 15 + (1 - 62 / 80))
+    weighted = evaluate_assignment(problem, np.arange(4.0), np.zeros(4, dtype=int), Objective(2, 0.5, 10))
+    assert weighted.value == pytest.approx(2 * 43 / 4 + 0.5 * 15 + 10 * (1 - 62 / 80))
+
+
+def test_best_fit_picks_the_fullest_node_that_fits():
+    jobs = JobTable.build([("x", 1.0, 3, 1, 1, 0.0, 0), ("y", 1.0, 6, 1, 1, 0.0, 0), ("z", 1.0, 8, 1, 1, 0.0, 0)])
+    running = [RunningJob("r0", 0, 50.0, 2, ((0, 2),)), RunningJob("r1", 0, 50.0, 5, ((1, 5),))]
+    problem = AllocationProblem(0.0, [Partition("p", 3, 8)], jobs, running)  # free 6, 3, 8
+    plan = plan_partition(problem, 0, [0, 1, 2])
+    assert plan.placement == [((1, 3),), ((0, 6),), ((2, 8),)]
+    assert plan.start_s.tolist() == [0.0, 0.0, 0.0]
+
+
+def test_feasibility_formula():
+    parts = [Partition("one", 1, 8), Partition("two", 2, 8), Partition("four", 2, 4)]
+    assert feasible_partitions(16, 2, parts) == [1]  # two 8-GPU workers need two 8-GPU nodes
+    assert feasible_partitions(8, 1, parts) == [0, 1]  # a whole 8-GPU worker does not fit 4-GPU nodes
+    assert feasible_partitions(8, 2, parts) == [0, 1, 2]  # 2 x 4: floor(4*2/8)*2 = 2 >= 2
+    assert feasible_partitions(12, 1, parts) == []
+    jobs = JobTable.build([("a", 1.0, 16, 2, 1, 0.0, 0), ("b", 1.0, 8, 2, 1, 0.0, 0)])
+    assert feasibility_matrix(jobs, parts).tolist() == [[False, True, False], [True, True, True]]
+
+
+def test_workers_for_gpus():
+    assert [workers_for_gpus(g, 8) for g in (1, 8, 12, 16, 24, 7)] == [1, 1, 2, 2, 3, 1]
+
+
+def test_job_table_rejects_uneven_workers():
+    with pytest.raises(InputError, match="cannot be split evenly"):
+        JobTable.build([("a", 1.0, 6, 4, 1, 0.0, 0)])
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10**6), n_jobs=st.integers(1, 25), nodes=st.integers(1, 4))
+def test_layer2_plan_never_overbooks(seed, n_jobs, nodes):
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i in range(n_jobs):
+        workers = int(rng.integers(1, nodes + 1))
+        per = int(rng.choice([1, 2, 4]))
+        rows.append((str(i), float(rng.integers(1, 20)), workers * per, workers, 1, 0.0, 0))
+    problem = AllocationProblem(3.0, [Partition("p", nodes, 4)], JobTable.build(rows),
+                                [RunningJob("r", 0, 7.0, 3, ((0, 3),))])
+    plan = plan_partition(problem, 0, list(rng.permutation(n_jobs)))
+    usage = [(3.0, 7.0, ((0, 3),))] + list(zip(plan.start_s, plan.finish_s, plan.placement))
+    for t in sorted({s for s, _, _ in usage}):
+        per_node = np.zeros(nodes)
+        for s, f, place in usage:
+            if s <= t < f:
+                for node, gpus in place:
+                    per_node[node] += gpus
+        assert (per_node <= 4).all()
+    for n, j in enumerate(plan.positions):
+        assert plan.start_s[n] >= 3.0
+        assert sum(g for _, g in plan.placement[n]) == problem.jobs.gpus[j]
+        per = problem.jobs.gpus_per_worker[j]
+        assert all(g % per == 0 for _, g in plan.placement[n])
+
+
+feasibility = st.integers(1, 6).flatmap(lambda p: st.lists(
+    st.lists(st.booleans(), min_size=p, max_size=p).filter(any), min_size=2, max_size=30))
+
+
+def _feasible(ind, feas):
+    return bool(feas[np.arange(ind.size), ind].all())
+
+
+@settings(max_examples=100, deadline=None)
+@given(rows=feasibility, seed=st.integers(0, 10**6))
+def test_operators_keep_feasibility(rows, seed):
+    feas = np.array(rows)
+    rng = np.random.default_rng(seed)
+    a, b = random_individual(feas, rng), random_individual(feas, rng)
+    assert _feasible(a, feas) and _feasible(b, feas)
+    c1, c2 = crossover(a, b, rng)
+    assert _feasible(c1, feas) and _feasible(c2, feas)
+    before = a.copy()
+    moved = mutate_move(a, feas, rng)
+    assert _feasible(a, feas)
+    assert (not moved and (a == before).all()) or (moved and (a != before).sum() == 1)
+    before = b.copy()
+    swapped = mutate_swap(b, feas, rng)
+    assert _feasible(b, feas)
+    if swapped:
+        changed = np.flatnonzero(b != before)
+        assert changed.size == 2 and b[changed[0]] == before[changed[1]] and b[changed[1]] == before[changed[0]]
+    else:
+        assert (b == before).all()
+
+
+def small_problem(seed=3, partitions=3):
+    inst = generate_partition_instance(seed, partitions, nodes_range=(3, 8), arrivals_per_node=8)
+    return snapshot_from_instance(inst, max_pending=30)
+
+
+def test_evo_elitism_determinism_and_mct_seed():
+    problem = small_problem()
+    assert len(problem.jobs) > 5
+    prio = problem.jobs.gpus * problem.jobs.duration_s
+    cfg = EvoConfig(population=12, generations=15, seed=7)
+    a = allocate_evo(problem, prio, cfg)
+    b = allocate_evo(problem, prio, cfg)
+    assert a.assignment == b.assignment and a.value == b.value and a.history == b.history
+    assert all(x >= y for x, y in zip(a.history, a.history[1:]))  # elitist: best never worsens
+    assert a.value == pytest.approx(a.history[-1])
+    for jid, name in a.assignment.items():
+        j = problem.jobs.job_ids.index(jid)
+        assert problem.feasible[j, [p.name for p in problem.partitions].index(name)]
+    mct = allocate_mct(problem, prio)
+    index = {p.name: i for i, p in enumerate(problem.partitions)}
+    start = np.array([index[mct.assignment[j]] for j in problem.jobs.job_ids])
+    seeded = allocate_evo(problem, prio, cfg, initial=[start])
+    assert seeded.value <= mct.value + 1e-9
+
+
+def test_mct_picks_earliest_finish_and_prefers_submitted_on_ties():
+    parts = [Partition("busy", 1, 8), Partition("idle", 1, 8), Partition("idle2", 1, 8)]
+    jobs = JobTable.build([("a", 10.0, 8, 1, 1, 0.0, 0), ("b", 10.0, 8, 1, 1, 0.0, 2)])
+    running = [RunningJob("r", 0, 100.0, 8, ((0, 8),), 100.0)]
+    result = allocate_mct(AllocationProblem(0.0, parts, jobs, running), np.array([0.0, 1.0]))
+    assert result.assignment == {"a": "idle", "b": "idle2"}
+    assert result.start_s == {"a": 0.0, "b": 0.0}
+
+
+def test_infeasible_jobs_are_reported_not_planned():
+    parts = [Partition("small", 1, 8)]
+    jobs = JobTable.build([("big", 10.0, 16, 2, 1, 0.0, 0), ("ok", 5.0, 8, 1, 1, 0.0, 0)])
+    problem = AllocationProblem(0.0, parts, jobs)
+    for result in (allocate_mct(problem, np.zeros(2)),
+                   allocate_evo(problem, np.zeros(2), EvoConfig(population=4, generations=3))):
+        assert result.infeasible == ["big"]
+        assert result.assignment == {"ok": "small"}
+
+
+def test_snapshot_is_consistent():
+    inst = generate_partition_instance(5, 3, nodes_range=(3, 6), arrivals_per_node=8)
+    problem = snapshot_from_instance(inst)
+    assert len(problem.jobs) > 0
+    assert (problem.jobs.queued_s >= 0).all()
+    for r in problem.running:
+        assert r.finish_s > problem.now_s
+    # running jobs fit: the initial timelines were built without error
+    for p in range(len(problem.partitions)):
+        assert problem.initial_timeline(p).free[:-1].min() >= 0
+    with pytest.raises(InputError, match="fraction"):
+        snapshot_from_instance(inst, at_fraction=2.0)

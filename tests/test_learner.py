@@ -1,0 +1,62 @@
+"""Genetic programming of the priority function, and the `learned` policy."""
+import numpy as np
+import pytest
+
+from controller.expr import PUBLISHED_EXAMPLE, parse_expression
+from controller.learner import LearnConfig, learn, make_instances, score_expression, srsf_values
+from controller.allocator import allocate_mct
+from controller.model import InputError, JobSpec, JobState
+from controller.policies.base import PolicyContext
+from controller.policies.learned import Learned, from_file, job_terms
+
+TINY = LearnConfig(population=10, generations=3, training=3, validation=2, subset=2, seed=11,
+                   partitions=(2, 3), nodes=(3, 6), arrivals_per_node=6)
+
+
+def test_tiny_run_is_deterministic_and_not_worse_than_srsf():
+    a = learn(TINY)
+    b = learn(TINY)
+    assert a.expression == b.expression
+    assert a.validation_score == b.validation_score and a.history == b.history
+    text = a.expression.to_text()
+    assert parse_expression(text) == a.expression
+    assert a.expression.depth() <= TINY.max_depth
+    # score = objective / SRSF objective on all training instances; SRSF itself is 1
+    training = make_instances(TINY.training, 0, TINY)
+    assert score_expression(parse_expression("g * d"), training,
+                            [allocate_mct(p, srsf_values(p)).value for p in training]) == pytest.approx(1.0)
+    assert a.training_score <= 1.0 + 0.05
+
+
+def test_config_validation():
+    with pytest.raises(InputError, match="population"):
+        LearnConfig(population=1)
+    with pytest.raises(InputError, match="mutation rate"):
+        LearnConfig(mutation_rate=1.5)
+    pub = LearnConfig.published()
+    assert (pub.population, pub.generations, pub.max_depth, pub.training) == (512, 100, 7, 50)
+
+
+def job(jid, gpus, submit, duration=None, executed=0.0, progress=0.0, u=1, index=0):
+    return JobState(JobSpec(jid, gpus, submit, duration_s=duration, user_priority=u), index=index,
+                    executed_s=executed, progress_s=progress)
+
+
+def test_learned_policy_terms_and_order(tmp_path):
+    a = job("a", 4, 0.0, duration=100.0, executed=10.0, progress=10.0, u=2, index=0)
+    b = job("b", 1, 5.0, duration=None, executed=30.0, index=1)
+    assert job_terms(a, 50.0) == (90.0, 40.0, 2.0, 4.0)
+    assert job_terms(b, 50.0) == (30.0, 15.0, 1.0, 1.0)  # unknown duration: executed time as proxy
+    policy = Learned("g * d")
+    ctx = PolicyContext(now_s=50.0)
+    policy.prepare([a, b], ctx)
+    assert sorted([a, b], key=lambda j: policy.sort_key(j, ctx)) == [b, a]
+    assert policy.sort_key(a, PolicyContext(now_s=50.0)) == (360.0, 0)  # without prepare
+    f = tmp_path / "p.txt"
+    f.write_text("# comment\nq\n")
+    assert from_file(f).sort_key(a, ctx)[0] == 40.0
+    assert Learned().expression == parse_expression(PUBLISHED_EXAMPLE)
+    assert Learned("g / 0").sort_key(a, ctx)[0] == 4.0
+    f.write_text("open(f)\n")
+    with pytest.raises(InputError, match=r"p.txt:1: calls are not allowed"):
+        from_file(f)
