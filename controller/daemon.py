@@ -168,7 +168,7 @@ class Controller:
         self._account(observed, observation.observed_at_s)
         self._refresh_service(observation.observed_at_s)
         leaving = {p.job_id for p in self.store.pending_preemptions(self.config.cluster)}
-        snapshot = self._snapshot(observed, observation, observation.observed_at_s, 0, leaving)
+        snapshot = self._snapshot(observed, observation, observation.observed_at_s, 0, leaving, explain=True)
         return self.engine.step(snapshot), observation
 
     def _account(self, observed: dict[str, ObservedJob], now: float) -> None:
@@ -243,7 +243,7 @@ class Controller:
         self.service = ServiceDistribution(samples) if samples else None
         self.service_loaded_at = now
 
-    def _snapshot(self, observed, observation, now, round_id, leaving) -> Snapshot:
+    def _snapshot(self, observed, observation, now, round_id, leaving, explain=False) -> Snapshot:
         jobs: list[JobState] = []
         held_gpus = 0
         candidates = [j for j in observed.values() if j.state in ACTIVE_STATES]
@@ -267,7 +267,7 @@ class Controller:
         nodes = observation.nodes
         capacity = sum(n.gpus_total for n in nodes if n.available) - held_gpus
         return Snapshot(now_s=now, jobs=jobs, nodes=nodes, service=self.service, round_id=round_id,
-                        capacity_gpus=max(capacity, 0))
+                        capacity_gpus=max(capacity, 0), explain=explain)
 
     # -- applying the plan -------------------------------------------------------------------
     def _apply(self, plan: Plan, observed: dict[str, ObservedJob], now: float, report: RoundReport) -> None:

@@ -77,9 +77,7 @@ class Engine:
         ctx = self._context(snapshot, plan)
         if self.policy.discretized:
             ctx.precompute_levels(snapshot.jobs)
-        self.policy.prepare(snapshot.jobs, ctx)
-        sort_key = self.policy.sort_key
-        keyed = sorted(((sort_key(job, ctx), job) for job in snapshot.jobs), key=lambda kj: kj[0])
+        keyed = self.policy.ordered(snapshot.jobs, ctx)
         ordered = [job for _, job in keyed]
         walk = self._select(ordered, self._capacity(snapshot))
         self._apply_walk(snapshot, ordered, walk, ctx, plan)
@@ -174,7 +172,7 @@ class Engine:
                     selected_ids.add(job.job_id)
                     plan.actions.append(Start(self._decision_id(plan), job.job_id, slots,
                                               "backfill: GPUs left free by a gang waiting for placement"))
-        if snapshot.detailed:
+        if snapshot.detailed and snapshot.explain:
             self._explain_waits(ordered, walk, selected_ids, unplaced, free_total, max_per_node, ctx, plan)
 
     def _place(self, job: JobState, free: Optional[FreeGpus], max_per_node: int, count_mode: bool):

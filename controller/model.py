@@ -57,14 +57,14 @@ class JobState:
     preemptions: int = 0
     promotions: int = 0
     finish_time_s: Optional[float] = None
+    # Copies of spec fields read in every round's inner loops (plain attributes are
+    # several times cheaper than properties there).
+    job_id: str = field(init=False, repr=False)
+    num_gpus: int = field(init=False, repr=False)
 
-    @property
-    def job_id(self) -> str:
-        return self.spec.job_id
-
-    @property
-    def num_gpus(self) -> int:
-        return self.spec.num_gpus
+    def __post_init__(self):
+        self.job_id = self.spec.job_id
+        self.num_gpus = self.spec.num_gpus
 
     def remaining_s(self) -> float:
         """True remaining run time (perfect-knowledge policies only)."""
@@ -100,10 +100,11 @@ class Snapshot:
     # before it reads them. ``allow_fast_path`` lets it skip ordering when every
     # active job fits (every policy then runs them all); ``waiting`` and
     # ``demand_gpus`` are its cheap hints for that check. ``detailed`` asks for the
-    # order, levels and wait reasons that explain/reports need.
+    # order and levels the controller needs; ``explain`` adds the wait reasons.
     sync: Optional[Callable[[], None]] = None
     allow_fast_path: bool = False
     detailed: bool = True
+    explain: bool = True  # also build a wait reason for every waiting job (queue, explain)
     free_by_node: Optional[dict[str, int]] = None
     waiting: Optional[list[JobState]] = None
     demand_gpus: Optional[int] = None

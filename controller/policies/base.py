@@ -43,12 +43,14 @@ class PolicyContext:
             return self.queue_service_override.get(job.job_id, job.queue_service_gpu_s)
         return job.queue_service_gpu_s
 
-    def precompute_levels(self, jobs: list[JobState]) -> None:
-        """Every job's level in one vectorized pass (same values as ``level``)."""
+    def precompute_levels(self, jobs: list[JobState]):
+        """Every job's level in one vectorized pass (same values as ``level``); returns
+        them as an array aligned with ``jobs`` (memoized for that list)."""
         import numpy as np
 
-        if not jobs:
-            return
+        cached = self.cache.get("_level_array")
+        if cached is not None and cached[0] is jobs:
+            return cached[1]
         if self.queue_service_override:
             services = [self.queue_service(job) for job in jobs]
         else:
@@ -56,6 +58,8 @@ class PolicyContext:
         levels = np.searchsorted(np.asarray(self.thresholds_gpu_s, dtype=float),
                                  np.asarray(services, dtype=float) + LEVEL_TOLERANCE_GPU_S, side="right")
         self._levels.update(zip(map(id, jobs), levels.tolist()))
+        self.cache["_level_array"] = (jobs, levels)
+        return levels
 
     def level(self, job: JobState) -> int:
         """0-based MLFQ level: Q_1 is 0."""
@@ -64,6 +68,35 @@ class PolicyContext:
             level = bisect.bisect_right(self.thresholds_gpu_s, self.queue_service(job) + LEVEL_TOLERANCE_GPU_S)
             self._levels[id(job)] = level
         return level
+
+
+def mlfq_order(jobs: list[JobState], ctx: PolicyContext, within_level=None) -> list[tuple[tuple, JobState]]:
+    """The MLFQ order in one numpy lexsort: level, then ``within_level`` (smaller
+    first; None = nothing), then the intra-queue FIFO of ``started_fifo_key``.
+
+    Equivalent to sorting by ``(level, [within,] *started_fifo_key(job))``; the keys
+    returned are the ``(level[, within])`` prefix, which is what reports display.
+    """
+    import numpy as np
+
+    count = len(jobs)
+    if count == 0:
+        return []
+    levels = ctx.precompute_levels(jobs)
+    never_started = np.fromiter((job.first_start_s is None for job in jobs), dtype=bool, count=count)
+    since = np.fromiter((job.spec.submit_time_s if job.first_start_s is None else job.first_start_s
+                         for job in jobs), dtype=float, count=count)
+    arrival = np.fromiter((job.index for job in jobs), dtype=np.int64, count=count)
+    columns = [arrival, since, never_started]
+    if within_level is not None:
+        columns.append(within_level)
+    columns.append(levels)
+    order = np.lexsort(columns).tolist()
+    level_list = levels.tolist()
+    if within_level is None:
+        return [((level_list[i],), jobs[i]) for i in order]
+    within_list = within_level.tolist()
+    return [((level_list[i], within_list[i]), jobs[i]) for i in order]
 
 
 def started_fifo_key(job: JobState) -> tuple:
@@ -89,6 +122,12 @@ class Policy:
 
     def sort_key(self, job: JobState, ctx: PolicyContext) -> tuple:
         raise NotImplementedError
+
+    def ordered(self, jobs: list[JobState], ctx: PolicyContext) -> list[tuple[tuple, JobState]]:
+        """(key, job) pairs, highest priority first. Policies may do this in bulk."""
+        self.prepare(jobs, ctx)
+        sort_key = self.sort_key
+        return sorted(((sort_key(job, ctx), job) for job in jobs), key=lambda kj: kj[0])
 
     def display_value(self, job: JobState, ctx: PolicyContext) -> float:
         """The number shown in reports as the job's priority (policy-specific)."""

@@ -2,7 +2,7 @@
 
 Q_1 first; inside a queue FIFO by first start time, never-started jobs after.
 """
-from controller.policies.base import Policy, started_fifo_key
+from controller.policies.base import Policy, mlfq_order, started_fifo_key
 
 
 class DiscretizedLas(Policy):
@@ -11,6 +11,9 @@ class DiscretizedLas(Policy):
 
     def sort_key(self, job, ctx):
         return (ctx.level(job),) + started_fifo_key(job)
+
+    def ordered(self, jobs, ctx):
+        return mlfq_order(jobs, ctx)
 
     def display_value(self, job, ctx):
         return float(ctx.level(job))
