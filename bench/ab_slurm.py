@@ -16,6 +16,7 @@ and the ratio stock / controller. Needs root. Example (about 12 minutes):
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 import tempfile
@@ -32,19 +33,57 @@ DEFAULT_TRACE = ROOT.parent / "shared" / "traces" / "tiresias-format" / "tiresia
 CLUSTER_GPUS = 16
 
 
-def workload(trace: Path, scale: float, arrival_scale: float, min_s: int, max_s: int, limit: int
+def workload(trace: Path, scale: float, arrival_scale: float, min_s: int, max_s: int, limit: int,
+             start: int = 0, duration_map: str = "linear", arrival_window_s: float | None = None
              ) -> list[tuple[float, int, int]]:
-    """(arrival s from start, GPUs, work s) per job, in arrival order."""
-    jobs = sorted(load_trace(trace), key=lambda j: (j.submit_time_s, j.job_id))[:limit]
+    """(arrival s from start, GPUs, work s) per job, in arrival order.
+
+    ``duration_map`` linear: duration x scale, clipped to [min_s, max_s] (squeezes a
+    heavy tail flat); log: the trace's log-duration range mapped onto
+    [log min_s, log max_s], which keeps the order and the heavy tail's shape.
+    ``arrival_window_s`` stretches or squeezes all arrivals into that many seconds.
+    """
+    jobs = sorted(load_trace(trace), key=lambda j: (j.submit_time_s, j.job_id))[start:start + limit]
     first = jobs[0].submit_time_s
+    span = max(jobs[-1].submit_time_s - first, 1.0)
+    logs = [math.log(max(job.duration_s, 1.0)) for job in jobs]
+    low, high = min(logs), max(logs)
     out = []
-    for job in jobs:
+    for job, log_d in zip(jobs, logs):
         gpus = min(max(job.num_gpus, 1), CLUSTER_GPUS)
         if gpus > 4 and gpus % 4:
             gpus = 4 * round(gpus / 4)  # whole nodes for multi-node gangs (4 GPUs a node)
-        work = int(round(min(max(job.duration_s * scale, min_s), max_s)))
-        out.append(((job.submit_time_s - first) * arrival_scale, gpus, work))
+        if duration_map == "log":
+            fraction = (log_d - low) / (high - low) if high > low else 0.0
+            work = int(round(min_s * (max_s / min_s) ** fraction))
+        else:
+            work = int(round(min(max(job.duration_s * scale, min_s), max_s)))
+        offset = job.submit_time_s - first
+        arrival = offset / span * arrival_window_s if arrival_window_s is not None else offset * arrival_scale
+        out.append((arrival, gpus, work))
     return out
+
+
+def predict(jobs, settings: dict, restart_cost_s: float) -> str:
+    """What the simulator expects of this A/B: stock backfill with unlimited time
+    limits behaves as best-effort FIFO (fifo-skip); the controller as dlas with its
+    round interval and a preemption costing the grace period plus a restart."""
+    from controller.engine import EngineConfig
+    from controller.model import JobSpec
+    from controller.results import summarize
+    from controller.simulator import SimConfig, Simulation
+
+    specs = [JobSpec(str(i), g, a, float(w)) for i, (a, g, w) in enumerate(jobs)]
+    figures = {}
+    for label, policy in (("stock (fifo-skip)", "fifo-skip"), ("controller (dlas)", "dlas")):
+        config = SimConfig(nodes=4, gpus_per_node=4, round_interval_s=settings["interval_s"],
+                           preempt_pause_s=settings["preempt_grace_s"], preempt_resume_s=restart_cost_s,
+                           engine=EngineConfig(policy=policy, thresholds_gpu_s=tuple(settings["queues_gpu_s"])))
+        figures[label] = summarize(Simulation(config).run(specs))
+    stock, ctl = figures.values()
+    return (f"simulator prediction: stock avg JCT {stock['avg_jct_s']:.1f} s, controller "
+            f"{ctl['avg_jct_s']:.1f} s ({ctl['preemptions']} preemptions): ratio "
+            f"{stock['avg_jct_s'] / ctl['avg_jct_s']:.2f}")
 
 
 def p95(values: list[float]) -> float:
@@ -119,21 +158,32 @@ def main() -> int:
     parser.add_argument("--interval-s", type=float, default=1.0)
     parser.add_argument("--timeout-s", type=float, default=900.0, help="per run")
     parser.add_argument("--only", choices=("stock", "controller"))
+    parser.add_argument("--start", type=int, default=0, help="first trace job (in arrival order) to use")
+    parser.add_argument("--duration-map", choices=("linear", "log"), default="linear")
+    parser.add_argument("--arrival-window-s", type=float, default=None,
+                        help="squeeze all arrivals into this many seconds (instead of --arrival-scale)")
+    parser.add_argument("--restart-cost-s", type=float, default=3.0,
+                        help="requeue + restart seconds assumed by the prediction")
+    parser.add_argument("--predict-only", action="store_true", help="print the simulator's prediction and stop")
     args = parser.parse_args()
 
-    jobs = workload(args.trace, args.scale, args.arrival_scale, args.min_s, args.max_s, args.jobs)
+    jobs = workload(args.trace, args.scale, args.arrival_scale, args.min_s, args.max_s, args.jobs,
+                    start=args.start, duration_map=args.duration_map, arrival_window_s=args.arrival_window_s)
     work = sum(g * w for _, g, w in jobs)
     print(f"workload: {len(jobs)} jobs from {args.trace.name}, work {min(w for *_, w in jobs)}-"
           f"{max(w for *_, w in jobs)} s, GPUs {sorted({g for _, g, _ in jobs})}, arrivals over "
           f"{jobs[-1][0]:.0f} s, {work / CLUSTER_GPUS:.0f} s of whole-cluster work")
+    settings = {"queues_gpu_s": [float(q) for q in args.queues.split(",")], "preempt_grace_s": args.grace_s,
+                "preempt_min_runtime_s": args.min_runtime_s, "interval_s": args.interval_s,
+                "poll_s": min(0.5, args.interval_s)}
+    print(predict(jobs, settings, args.restart_cost_s), flush=True)
+    if args.predict_only:
+        return 0
     instance = Instance(args.instance)
     up = instance.up()
     if up.returncode != 0:
         print(up.stdout + up.stderr, file=sys.stderr)
         return 1
-    settings = {"queues_gpu_s": [float(q) for q in args.queues.split(",")], "preempt_grace_s": args.grace_s,
-                "preempt_min_runtime_s": args.min_runtime_s, "interval_s": args.interval_s,
-                "poll_s": min(0.5, args.interval_s)}
     results = []
     try:
         for controller in (False, True):

@@ -34,7 +34,9 @@ class OneLineErrorParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(selected: Optional[str] = None) -> argparse.ArgumentParser:
+    """The parser; only the selected subcommand's module is imported (fast start, and
+    one command's optional dependency never breaks another command)."""
     import importlib
 
     parser = OneLineErrorParser(
@@ -42,6 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="GPU job-priority controller for Slurm (discretized 2D attained service) and its simulator.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module_name, help_text) in SUBCOMMANDS.items():
+        if name != selected:
+            sub.add_parser(name, help=help_text)
+            continue
         module = importlib.import_module(module_name)
         command = sub.add_parser(name, help=help_text, description=(module.__doc__ or help_text).strip())
         module.add_arguments(command)
@@ -50,10 +55,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.command is None:
-        args = parser.parse_args(["simulate"] + list(argv if argv is not None else sys.argv[1:]))
+    argv = list(sys.argv[1:] if argv is None else argv)
+    selected = next((arg for arg in argv if arg in SUBCOMMANDS), None)
+    if argv and not argv[0].startswith("-") and argv[0] not in SUBCOMMANDS:
+        build_parser().error(f"unknown command '{argv[0]}' (choose from {', '.join(SUBCOMMANDS)})")
+    if selected is None and not any(arg in ("-h", "--help") for arg in argv):
+        argv, selected = ["simulate"] + argv, "simulate"  # no command: the built-in simulation
+    args = build_parser(selected).parse_args(argv)
     handler: Callable = args.handler
     try:
         return handler(args) or 0

@@ -58,6 +58,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     sch.add_argument("--pack-limit", type=argtypes.unit_float, default=0.5, help="PACKLIMIT skew (default 0.5)")
     sch.add_argument("--spread-speed", type=argtypes.unit_float, default=0.6,
                      help="speed of a skewed job placed across extra nodes (default 0.6)")
+    sch.add_argument("--priority-file", metavar="FILE",
+                     help="expression of policy 'learned' (see tiresias learn); default: the published example")
     sch.add_argument("--service-samples", metavar="FILE",
                      help="Gittins service distribution (one column of GPU-seconds); default: learned during the replay")
     out = p.add_argument_group("output")
@@ -131,7 +133,8 @@ def run(args) -> int:
     service = load_service_samples(args.service_samples) if args.service_samples else None
     # Validate every policy before the first (possibly long) replay.
     engine_configs = [EngineConfig(policy=name, thresholds_gpu_s=args.queues, promote_knob=args.promote_knob,
-                                   placement=args.placement, pack_limit=args.pack_limit, quantum_s=args.quantum_s)
+                                   placement=args.placement, pack_limit=args.pack_limit, quantum_s=args.quantum_s,
+                                   priority_file=args.priority_file)
                       for name in policies]
     jobs, source = _workload(args)
     if not jobs:

@@ -38,7 +38,9 @@ SCHEMA: tuple[Setting, ...] = (
             minimum=0.1),
     Setting("policy", "choice", "dlas", "priority policy: dlas (no duration knowledge) or dgittins "
             "(learned service distribution); las, gittins, fifo-skip for comparison",
-            ("dlas", "dgittins", "las", "gittins", "fifo-skip", "fifo", "timeshare")),
+            ("dlas", "dgittins", "las", "gittins", "fifo-skip", "fifo", "timeshare", "learned")),
+    Setting("priority_file", "str", "", "expression file of policy 'learned' (tiresias learn); "
+            "empty = the published example"),
     Setting("queues_gpu_s", "list[float]", [3600.0], "MLFQ thresholds in GPU-seconds, increasing (K = len + 1)"),
     Setting("promote_knob", "float", math.inf, "PROMOTEKNOB: waiting >= knob x executed promotes to queue 1; "
             "inf disables", minimum=0.0),
@@ -73,6 +75,7 @@ class Config:
     interval_s: float = 10.0
     poll_s: float = 2.0
     policy: str = "dlas"
+    priority_file: str = ""
     queues_gpu_s: tuple[float, ...] = (3600.0,)
     promote_knob: float = math.inf
     placement: str = "consolidate"
@@ -93,7 +96,7 @@ class Config:
 
         return EngineConfig(policy=self.policy, thresholds_gpu_s=self.queues_gpu_s,
                             promote_knob=self.promote_knob, placement=self.placement, pack_limit=self.pack_limit,
-                            quantum_s=self.interval_s)
+                            quantum_s=self.interval_s, priority_file=self.priority_file or None)
 
 
 def _coerce(setting: Setting, value: Any, where: str) -> Any:
@@ -109,7 +112,7 @@ def _coerce(setting: Setting, value: Any, where: str) -> Any:
             raise bad
         return value
     if kind == "str":
-        if not isinstance(value, str) or not value:
+        if not isinstance(value, str) or (not value and setting.default != ""):
             raise bad
         return value
     if kind in ("int", "float"):

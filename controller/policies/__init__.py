@@ -7,22 +7,29 @@ from controller.policies.fifo import Fifo
 from controller.policies.fifo_skip import FifoSkip
 from controller.policies.gittins import Gittins
 from controller.policies.las import Las
+from controller.policies.learned import Learned
 from controller.policies.srsf import Srsf
 from controller.policies.srtf import Srtf
 from controller.policies.timeshare import TimeShare
 
 POLICIES: dict[str, type[Policy]] = {
     cls.name: cls
-    for cls in (Fifo, FifoSkip, Srtf, Srsf, Las, Gittins, DiscretizedLas, DiscretizedGittins, TimeShare)
+    for cls in (Fifo, FifoSkip, Srtf, Srsf, Las, Gittins, DiscretizedLas, DiscretizedGittins, TimeShare, Learned)
 }
 
 
-def get_policy(name: str) -> Policy:
-    """Instantiate a policy by name; unknown names are a one-line InputError."""
-    try:
-        return POLICIES[name]()
-    except KeyError:
-        raise InputError(f"policy '{name}' is unknown; choose from {', '.join(POLICIES)}") from None
+def get_policy(name: str, priority_file: str | None = None) -> Policy:
+    """Instantiate a policy by name; unknown names are a one-line InputError.
+
+    ``learned`` reads its expression from ``priority_file`` (default: the
+    published example function)."""
+    if name not in POLICIES:
+        raise InputError(f"policy '{name}' is unknown; choose from {', '.join(POLICIES)}")
+    if name == Learned.name and priority_file:
+        from controller.policies.learned import from_file
+
+        return from_file(priority_file)
+    return POLICIES[name]()
 
 
 __all__ = ["POLICIES", "Policy", "PolicyContext", "get_policy"]
