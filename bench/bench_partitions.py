@@ -34,7 +34,7 @@ from controller.synthetic import generate_partition_instance  # noqa: E402
 
 def bench_ranks(args) -> dict:
     expr = load_expression_file(args.priority_file) if args.priority_file else parse_expression(PUBLISHED_EXAMPLE)
-    evo = EvoConfig(population=args.population, generations=args.generations, seed=0)
+    evo = EvoConfig(population=args.population, generations=args.generations, seed=0, evaluator=args.evaluator)
     rng = np.random.Generator(np.random.PCG64(args.seed))
     counts = {n: [0] * len(COMBINATIONS) for n in COMBINATIONS}
     rows = []
@@ -42,7 +42,15 @@ def bench_ranks(args) -> dict:
         parts = int(rng.integers(2, 27))
         inst = generate_partition_instance(args.seed + i, parts, nodes_range=(args.nodes_min, args.nodes_max),
                                            arrivals_per_node=args.arrivals_per_node)
-        problem = snapshot_from_instance(inst, max_pending=args.max_pending)
+        t0 = time.perf_counter()
+        max_pending = args.max_pending
+        if max_pending is None and args.replay == "none":
+            # backlog: the first arrivals whose GPUs add up to --backlog-load x the total GPUs
+            gpus = np.cumsum([j.num_gpus for j in sorted(inst.jobs, key=lambda j: j.submit_time_s)])
+            cap = sum(p.nodes * p.gpus_per_node for p in inst.partitions)
+            max_pending = int(min(gpus.searchsorted(args.backlog_load * cap) + 1, gpus.size))
+        problem = snapshot_from_instance(inst, max_pending=max_pending, replay=args.replay)
+        replay_s = time.perf_counter() - t0
         res = run_combinations(problem, expr, evo, Objective())
         values = [res[n][0].value for n in COMBINATIONS]
         rk = ranks(values)
@@ -53,7 +61,7 @@ def bench_ranks(args) -> dict:
                      "ranks": dict(zip(COMBINATIONS, rk)), "evo_s": res["EVO+learned"][1]})
         print(f"instance {i:2d}: {parts:2d} partitions, {len(problem.jobs):3d} pending, ranks "
               + " ".join(f"{n}={r}" for n, r in zip(COMBINATIONS, rk))
-              + f", EVO {res['EVO+learned'][1]:.1f}s", flush=True)
+              + f", EVO {res['EVO+learned'][1]:.1f}s (replay {replay_s:.1f}s)", flush=True)
     print()
     print(format_table(["combination"] + [f"#{k + 1}" for k in range(len(COMBINATIONS))],
                        [[n] + counts[n] for n in COMBINATIONS]))
@@ -80,7 +88,8 @@ def bench_timing(args) -> dict:
         problem = timing_problem(n, args.seed)
         jobs = problem.jobs
         prio = expr.evaluate(jobs.duration_s, jobs.queued_s, jobs.user_priority, jobs.gpus.astype(float))
-        cfg = EvoConfig(population=args.population, generations=args.generations, seed=0)
+        cfg = EvoConfig(population=args.population, generations=args.generations, seed=0,
+                        evaluator=args.evaluator)
         t0 = time.perf_counter()
         result = allocate_evo(problem, prio, cfg)
         seconds = time.perf_counter() - t0
@@ -118,11 +127,20 @@ def main(argv=None) -> int:
     p.add_argument("--nodes-min", type=int, default=10)
     p.add_argument("--nodes-max", type=int, default=100)
     p.add_argument("--arrivals-per-node", type=int, default=10)
-    p.add_argument("--max-pending", type=int, default=None)
+    p.add_argument("--max-pending", type=int, default=None,
+                   help="snapshot size (replay 'none': default from --backlog-load)")
+    p.add_argument("--backlog-load", type=float, default=1.5,
+                   help="replay 'none': pending GPUs / total GPUs of the backlog (default 1.5)")
+    p.add_argument("--replay", choices=("none", "mct", "submitted"), default="none",
+                   help="snapshot: 'none' (default) = a backlog of the first --max-pending arrivals, all "
+                        "waiting; 'submitted' = busiest moment of a FIFO replay in the submitted partitions; "
+                        "'mct' = busiest moment of an online MCT+FIFO replay")
     p.add_argument("--priority-file")
     p.add_argument("--population", type=int, default=100)
     p.add_argument("--generations", type=int, default=200)
     p.add_argument("--jobs", type=lambda s: [int(x) for x in s.split(",")], default=[100, 200, 500, 1000, 2000, 5000])
+    p.add_argument("--evaluator", choices=("exact", "surrogate"), default="exact",
+                   help="EVO fitness: exact layer 2 (reference) or the vectorized surrogate")
     p.add_argument("--out", help="folder for evo_timing.png and results JSON")
     args = p.parse_args(argv)
     result = bench_ranks(args) if args.what == "ranks" else bench_timing(args)

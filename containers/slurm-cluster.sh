@@ -444,6 +444,8 @@ cmd_status() {
 # the default instance's slurm.conf, so both clusters run the same node hooks.
 #   TIRESIAS_CLUSTER_PORT_BASE  slurmctld port (slurmd ports follow it); default derived
 #       from NAME in 20000..24990.
+#   TIRESIAS_INSTANCE_PARTITIONS  e.g. "left:1-2,right:3-4": these partitions (node
+#       ranges of NAMEg[1-4], the first is the default) instead of batch + small.
 # Unset, empty or "default": the default cluster above, unchanged.
 # ======================================================================================
 
@@ -462,7 +464,23 @@ instance_setup() {
     [[ "$I_PORT" =~ ^[0-9]+$ ]] && [ "$I_PORT" -gt 1024 ] && [ "$I_PORT" -lt 65530 ] \
         || die "TIRESIAS_CLUSTER_PORT_BASE '$I_PORT' is not a port number"
     [ "$I_PORT" = 6817 ] && die "port 6817 belongs to the default instance; set TIRESIAS_CLUSTER_PORT_BASE"
+    I_PARTITIONS=${TIRESIAS_INSTANCE_PARTITIONS:-}
+    [ -z "$I_PARTITIONS" ] || [[ "$I_PARTITIONS" =~ ^[a-z][a-z0-9_]*:[1-4](-[1-4])?(,[a-z][a-z0-9_]*:[1-4](-[1-4])?)*$ ]] \
+        || die "TIRESIAS_INSTANCE_PARTITIONS '$I_PARTITIONS': use NAME:FIRST-LAST[,NAME:FIRST-LAST...] over nodes 1-4"
     export SLURM_CONF=$I_ETC/slurm.conf
+}
+
+instance_partition_lines() {
+    if [ -z "$I_PARTITIONS" ]; then
+        echo "PartitionName=batch Nodes=${INST}g[1-4] Default=YES MaxTime=INFINITE State=UP PriorityJobFactor=1"
+        echo "PartitionName=small Nodes=${INST}g[1-2] MaxTime=INFINITE State=UP"
+        return
+    fi
+    local item default=YES
+    for item in ${I_PARTITIONS//,/ }; do
+        echo "PartitionName=${item%%:*} Nodes=${INST}g[${item#*:}] Default=$default MaxTime=INFINITE State=UP"
+        default=NO
+    done
 }
 
 instance_slurmd_pid() { echo "/run/slurmd-$INST-$1.pid"; }
@@ -544,10 +562,7 @@ EOF
             echo "NodeName=$n NodeHostname=localhost NodeAddr=127.0.0.1 Port=$((I_PORT + i)) CPUs=8 RealMemory=16000 Gres=gpu:4,mps:400 State=UNKNOWN"
             i=$((i + 1))
         done
-        cat <<EOF
-PartitionName=batch Nodes=${INST}g[1-4] Default=YES MaxTime=INFINITE State=UP PriorityJobFactor=1
-PartitionName=small Nodes=${INST}g[1-2] MaxTime=INFINITE State=UP
-EOF
+        instance_partition_lines
     } | write_if_changed "$I_ETC/slurm.conf" 644 root:root && CONFIG_CHANGED=1
     write_if_changed "$I_ETC/gres.conf" 644 root:root <<EOF && CONFIG_CHANGED=1
 AutoDetect=off
@@ -563,7 +578,7 @@ EOF
 }
 
 instance_idle_node_count() {
-    timeout 3 sinfo -h -N -p batch -t idle,mixed,allocated -o %N 2>/dev/null | sort -u | wc -l
+    timeout 3 sinfo -h -N -t idle,mixed,allocated -o %N 2>/dev/null | sort -u | wc -l
 }
 
 instance_up() {

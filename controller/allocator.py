@@ -30,7 +30,7 @@ __all__ = [
     "Objective", "Allocation", "EvoConfig", "feasible_partitions", "feasibility_matrix",
     "plan_partition", "priority_order", "allocate_mct", "allocate_evo", "evaluate_assignment",
     "random_individual", "crossover", "mutate_move", "mutate_swap", "snapshot_from_instance",
-    "workers_for_gpus",
+    "workers_for_gpus", "EVALUATORS", "SurrogateEvaluator", "timeline_after",
 ]
 
 _BIG = np.iinfo(np.int32).max // 4  # free GPUs of the sentinel row past the last breakpoint
@@ -437,14 +437,9 @@ def _rank(values: np.ndarray) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------- MCT
-def allocate_mct(problem: AllocationProblem, priority: np.ndarray,
-                 objective: Objective = Objective()) -> Allocation:
-    """Minimum completion time: by ascending priority, each job goes to the feasible
-    partition where layer 2 would finish it earliest (ties: the submitted partition,
-    then the lowest index)."""
+def _mct_assignment(problem: AllocationProblem, rank: np.ndarray, sched: np.ndarray) -> np.ndarray:
+    """MCT partition per job (-1 for jobs not in ``sched``); see ``allocate_mct``."""
     jobs = problem.jobs
-    rank = _rank(priority)
-    sched, infeasible = _split_feasible(problem)
     timelines = [problem.initial_timeline(p) for p in range(len(problem.partitions))]
     part_of = np.full(len(jobs), -1, dtype=np.int64)
     k_all = jobs.gpus_per_worker
@@ -462,6 +457,17 @@ def allocate_mct(problem: AllocationProblem, priority: np.ndarray,
         _, p, row, wmin = best
         timelines[p].place(row, wmin, d, k, r)
         part_of[j] = p
+    return part_of
+
+
+def allocate_mct(problem: AllocationProblem, priority: np.ndarray,
+                 objective: Objective = Objective()) -> Allocation:
+    """Minimum completion time: by ascending priority, each job goes to the feasible
+    partition where layer 2 would finish it earliest (ties: the submitted partition,
+    then the lowest index)."""
+    rank = _rank(priority)
+    sched, infeasible = _split_feasible(problem)
+    part_of = _mct_assignment(problem, rank, sched)
     return _finish_allocation(problem, "mct", part_of, sched, rank, objective, infeasible)
 
 
@@ -515,15 +521,30 @@ def mutate_swap(ind: np.ndarray, feasible: np.ndarray, rng: np.random.Generator,
 
 
 # --------------------------------------------------------------------------- EVO
+EVALUATORS = ("exact", "surrogate")
+
+
 @dataclass(frozen=True)
 class EvoConfig:
-    """Published settings: population 100, 200 generations, mutation rate 0.1."""
+    """Published settings: population 100, 200 generations, mutation rate 0.1.
+
+    ``seed_mct``: one individual of the initial population is the MCT assignment
+    (same priority order); with elitist selection EVO then never ends worse than
+    MCT on its own objective. ``evaluator``: ``"exact"`` (the reference: layer 2 on
+    every changed partition, incremental from the parent's plan) or ``"surrogate"``
+    (a vectorized fluid approximation of layer 2 for the search; the best
+    ``exact_top`` distinct individuals of the last population and the MCT seed
+    are then re-evaluated exactly and the exact best is returned).
+    """
 
     population: int = 100
     generations: int = 200
     mutation_rate: float = 0.1
     seed: int = 0
-    cache_limit: int = 500_000  # per-partition layer-2 results kept
+    cache_limit: int = 100_000  # per-partition layer-2 results kept (exact evaluator)
+    seed_mct: bool = True
+    evaluator: str = "exact"
+    exact_top: int = 8
 
     def __post_init__(self):
         if self.population < 2:
@@ -532,15 +553,69 @@ class EvoConfig:
             raise InputError(f"generations value '{self.generations}' must be >= 0")
         if not 0 <= self.mutation_rate <= 1:
             raise InputError(f"mutation rate value '{self.mutation_rate}' must be within 0..1")
+        if self.evaluator not in EVALUATORS:
+            raise InputError(f"evaluator value '{self.evaluator}' is not one of {', '.join(EVALUATORS)}")
+        if self.exact_top < 1:
+            raise InputError(f"exact_top value '{self.exact_top}' must be at least 1")
+
+
+@dataclass(frozen=True)
+class _PartitionRun:
+    """A cached layer-2 run of one partition: objective parts plus what is needed to
+    resume after any prefix (per job start, finish and sparse placement)."""
+
+    sum_uq: float
+    max_uq: float
+    finish: float
+    starts: np.ndarray
+    finishes: np.ndarray
+    nodes: np.ndarray  # placement entries, job after job
+    gpus: np.ndarray
+    offsets: np.ndarray  # entries of job n: offsets[n]:offsets[n + 1]
+
+
+def timeline_after(initial: Timeline, starts: np.ndarray, finishes: np.ndarray, nodes: np.ndarray,
+                   gpus: np.ndarray, counts: np.ndarray) -> Timeline:
+    """The timeline that layer 2 holds after placing jobs with these starts, finishes
+    and placements (entries ``nodes``/``gpus``, ``counts`` per job) on ``initial``.
+
+    Layer 2 only adds breakpoints at planned finishes (a start is always an existing
+    breakpoint), so the breakpoints are the initial ones plus the finishes, and the
+    free GPUs are the initial ones minus the placements active in each row: the
+    same arrays as placing the jobs one by one, built in a few vector operations.
+    """
+    t0 = initial.times
+    real = finishes > starts
+    T = np.union1d(t0, finishes[real])
+    K = T.size
+    N = initial._free.shape[1]
+    cap = max(16, 1 << int(K + 2).bit_length())
+    tl = Timeline.__new__(Timeline)
+    tl._times = np.full(cap, np.inf)
+    tl._times[:K] = T
+    tl._free = np.full((cap + 1, N), _BIG, dtype=np.int64)
+    tl._free[:K] = initial._free[t0.searchsorted(T, side="right") - 1]
+    if nodes.size:
+        job = np.repeat(np.arange(starts.size), counts)
+        si = T.searchsorted(starts)[job]
+        fi = T.searchsorted(finishes)[job]
+        fi = np.where(real[job], fi, si)
+        used = np.bincount(si * N + nodes, weights=gpus, minlength=(K + 1) * N)
+        used -= np.bincount(fi * N + nodes, weights=gpus, minlength=(K + 1) * N)
+        tl._free[:K] -= np.cumsum(used.reshape(K + 1, N), axis=0)[:K].round().astype(np.int64)
+    tl.K = K
+    tl.gpus_per_node = initial.gpus_per_node
+    return tl
 
 
 class _Evaluator:
-    """Fitness of assignment vectors over jobs in priority order, with a cache of
-    layer-2 results per (partition, tuple of assigned jobs).
+    """Exact fitness of assignment vectors over jobs in priority order.
 
-    A child shares most partitions' job sets with a parent (always after mutation,
-    often after crossover once the population converges), so most partitions are
-    cache hits; only the changed ones run layer 2.
+    Layer-2 results are cached per (partition, tuple of assigned jobs). On a miss,
+    the run resumes from a hint individual's (a parent's) cached run of the same
+    partition after the longest common prefix of the two job lists: a partition's
+    plan for its first m jobs depends only on those m jobs, so the prefix is
+    reused as is (``timeline_after``) and only the rest is placed.
     """
 
     def __init__(self, problem: AllocationProblem, sched_in_order: np.ndarray, objective: Objective,
@@ -561,42 +636,225 @@ class _Evaluator:
         self.cache: dict = {}
         self.cache_limit = cache_limit
         self.misses = 0
+        self.placed = 0  # jobs actually placed by layer 2 (not resumed)
 
-    def _partition(self, p: int, members: np.ndarray) -> tuple[float, float, float]:
+    def groups(self, ind: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        order = np.argsort(ind, kind="stable")  # grouped by partition, priority order inside
+        bounds = np.concatenate(([0], np.cumsum(np.bincount(ind, minlength=self.P))))
+        return order, bounds
+
+    def run(self, p: int, members: np.ndarray, hint: Optional[np.ndarray] = None) -> _PartitionRun:
         key = (p, members.tobytes())
         hit = self.cache.get(key)
         if hit is not None:
             return hit
         self.misses += 1
-        tl = self.problem.initial_timeline(p)
-        starts = np.empty(members.size)
+        m = 0
+        base = None
+        if hint is not None and hint.size and members.size:
+            size = min(hint.size, members.size)
+            diff = np.flatnonzero(hint[:size] != members[:size])
+            m = int(diff[0]) if diff.size else size
+            if m:
+                base = self.cache.get((p, hint.tobytes()))
+        if base is not None:
+            o = int(base.offsets[m])
+            tl = timeline_after(self.problem._initial[p], base.starts[:m], base.finishes[:m], base.nodes[:o],
+                                base.gpus[:o], np.diff(base.offsets[:m + 1]))
+            starts = np.empty(members.size)
+            finishes = np.empty(members.size)
+            starts[:m], finishes[:m] = base.starts[:m], base.finishes[:m]
+            node_parts, gpu_parts, counts = [base.nodes[:o]], [base.gpus[:o]], [np.diff(base.offsets[:m + 1])]
+        else:
+            m = 0
+            tl = self.problem.initial_timeline(p)
+            starts = np.empty(members.size)
+            finishes = np.empty(members.size)
+            node_parts, gpu_parts, counts = [], [], []
         d, k, r = self.d, self.k, self.r
-        for n, j in enumerate(members.tolist()):
+        rest = []
+        for n, j in enumerate(members[m:].tolist(), start=m):
             row, wmin = tl.earliest(d[j], int(k[j]), int(r[j]))
-            starts[n] = tl.place(row, wmin, d[j], int(k[j]), int(r[j]))[0]
+            starts[n], finishes[n], alloc = tl.place(row, wmin, d[j], int(k[j]), int(r[j]))
+            nz = np.flatnonzero(alloc)
+            node_parts.append(nz)
+            gpu_parts.append(alloc[nz])
+            rest.append(nz.size)
+        self.placed += members.size - m
+        counts.append(np.array(rest, dtype=np.int64))
+        cnt = np.concatenate(counts)
+        offsets = np.zeros(members.size + 1, dtype=np.int64)
+        np.cumsum(cnt, out=offsets[1:])
         uq = self.u[members] * (self.q0[members] + starts)
-        result = (float(uq.sum()), float(uq.max()), max(float(tl._times[tl.K - 1]), self.base_finish[p]))
+        result = _PartitionRun(float(uq.sum()), float(uq.max()), max(float(tl._times[tl.K - 1]), self.base_finish[p]),
+                               starts, finishes,
+                               np.concatenate(node_parts) if node_parts else np.zeros(0, dtype=np.int64),
+                               np.concatenate(gpu_parts) if gpu_parts else np.zeros(0, dtype=np.int64), offsets)
         if len(self.cache) >= self.cache_limit:
             self.cache.clear()
         self.cache[key] = result
         return result
 
-    def fitness(self, ind: np.ndarray) -> float:
-        order = np.argsort(ind, kind="stable")  # grouped by partition, priority order inside
-        bounds = np.concatenate(([0], np.cumsum(np.bincount(ind, minlength=self.P))))
+    def fitness(self, ind: np.ndarray, hint: Optional[np.ndarray] = None) -> float:
+        order, bounds = self.groups(ind)
+        h_order = h_bounds = None
+        if hint is not None:
+            h_order, h_bounds = self.groups(hint)
         total_uq, max_uq, max_finish = 0.0, 0.0, self.problem.now_s
         for p in range(self.P):
             a, b = bounds[p], bounds[p + 1]
             if a == b:
                 max_finish = max(max_finish, self.base_finish[p])
                 continue
-            s, m, f = self._partition(p, order[a:b])
-            total_uq += s
-            max_uq = max(max_uq, m)
-            max_finish = max(max_finish, f)
+            h = h_order[h_bounds[p]:h_bounds[p + 1]] if h_order is not None else None
+            res = self.run(p, order[a:b], h)
+            total_uq += res.sum_uq
+            max_uq = max(max_uq, res.max_uq)
+            max_finish = max(max_finish, res.finish)
         c_avg = total_uq / self.n if self.n else 0.0
         c_util = _util(self.work, self.problem.capacity_gpus, max_finish - self.problem.now_s)
         return self.objective.combine(c_avg, max_uq, c_util)
+
+
+class SurrogateEvaluator:
+    """Vectorized approximate fitness of a whole population (clearly not layer 2).
+
+    Per partition p (C_p GPUs) and job j in priority order, let A_j be the GPU-seconds
+    and O_j the GPUs of the jobs ahead of j in p (running jobs included, with their
+    remaining time). If the jobs ahead were packed in layers of C_p GPUs, each layer
+    lasting their mean duration A_j / O_j, j would start at
+    ``(A_j / C_p) * max(0, (O_j + g_j - C_p) / O_j)`` after now: 0 while everything
+    ahead fits side by side with j, tending to A_j / C_p (fluid) under heavy load.
+    Node fragmentation and backfilling are ignored. Planned finish = start + d;
+    the objective is then computed as for layer 2. All individuals at once: a stable
+    sort by partition and segmented cumulative sums, no Python loop over jobs.
+    """
+
+    def __init__(self, problem: AllocationProblem, sched_in_order: np.ndarray, objective: Objective):
+        jobs = problem.jobs
+        s = sched_in_order
+        self.objective = objective
+        self.P = len(problem.partitions)
+        self.n = s.size
+        self.d = jobs.duration_s[s].astype(float)
+        self.g = jobs.gpus[s].astype(float)
+        self.w = self.g * self.d
+        self.u = jobs.user_priority[s].astype(float)
+        self.q0 = jobs.queued_s[s].astype(float)  # starts here are relative to now
+        self.cap = np.array([p.nodes * p.gpus_per_node for p in problem.partitions], dtype=float)
+        run_w = np.zeros(self.P)
+        run_g = np.zeros(self.P)
+        for r in problem.running:
+            run_w[r.partition] += r.gpus * max(r.finish_s - problem.now_s, 0.0)
+            run_g[r.partition] += r.gpus if r.finish_s > problem.now_s else 0
+        self.run_w, self.run_g = run_w, run_g
+        self.base_horizon = max([0.0] + [float(problem._initial[p].times[-1]) - problem.now_s
+                                         for p in range(self.P)])
+        self.work = float(self.w.sum()) + problem.running_work_gpu_s()
+        self.capacity = problem.capacity_gpus
+        self.uq0 = self.u * self.q0
+        self.key_dtype = np.uint16
+        self._m = -1
+
+    def _buffers(self, m: int, n: int) -> None:
+        # preallocated work arrays: fresh large temporaries cost page faults on every call
+        P = self.P
+        self._m = m
+        self._rowkey = (np.arange(m) * P)[:, None]
+        self._rowstart = (np.arange(m) * n)[:, None]
+        self._col = np.tile(np.arange(n), m)
+        self._cap_key = np.tile(self.cap, m)
+        self._run_w_key = np.tile(self.run_w, m)
+        self._run_g_key = np.tile(self.run_g, m)
+        self._wf = np.tile(self.w, m)
+        self._gf = np.tile(self.g, m)
+        self._key = np.empty(m * n, dtype=np.int64)
+        self._sk = np.empty(m * n, dtype=np.int64)
+        self._cidx = np.empty(m * n, dtype=np.int64)
+        self._f = [np.empty(m * n) for _ in range(5)]
+
+    def fitness(self, pop: np.ndarray) -> np.ndarray:
+        pop = np.atleast_2d(pop)
+        m, n = pop.shape
+        P = self.P
+        if n == 0:
+            return np.full(m, self.objective.combine(0.0, 0.0, _util(self.work, self.capacity, self.base_horizon)))
+        if self._m != m:
+            self._buffers(m, n)
+        key = self._key
+        np.add(pop, self._rowkey, out=key.reshape(m, n))  # (individual, partition)
+        if P <= 255:  # a stable radix sort per row: segments by partition, priority order inside
+            order = (np.argsort(pop.astype(np.uint8), axis=1, kind="stable") + self._rowstart).ravel()
+        else:
+            order = np.argsort(key, kind="stable")
+        sk, col = self._sk, self._cidx
+        np.take(key, order, out=sk)
+        np.take(self._col, order, out=col)
+        w, g, A, O, t = self._f
+        np.take(self.w, col, out=w)
+        np.take(self.g, col, out=g)
+        tot_w = np.bincount(key, weights=self._wf, minlength=m * P)
+        tot_g = np.bincount(key, weights=self._gf, minlength=m * P)
+        # ahead of j in its partition = running total - j - earlier segments + running jobs
+        base_w = np.cumsum(tot_w)
+        base_w -= tot_w + self._run_w_key
+        base_g = np.cumsum(tot_g)
+        base_g -= tot_g + self._run_g_key
+        np.cumsum(w, out=A)
+        A -= w
+        A -= np.take(base_w, sk, out=t)  # A_j
+        np.cumsum(g, out=O)
+        O -= np.take(base_g, sk, out=t)  # O_j + g_j
+        C = np.take(self._cap_key, sk, out=w)  # w no longer needed
+        np.subtract(O, C, out=t)
+        np.maximum(t, 0.0, out=t)  # over = max(0, O_j + g_j - C)
+        O -= g
+        np.maximum(O, 1e-12, out=O)
+        A *= t
+        O *= C
+        A /= O  # start - now
+        uq = np.take(self.u, col, out=t)
+        uq *= A
+        uq += np.take(self.uq0, col, out=g)
+        A += np.take(self.d, col, out=g)  # finish - now
+        c_avg = uq.reshape(m, n).sum(axis=1) / n
+        c_max = uq.reshape(m, n).max(axis=1)
+        horizon = np.maximum(A.reshape(m, n).max(axis=1), self.base_horizon)
+        c_util = np.where(horizon > 0, self.work / (self.capacity * np.where(horizon > 0, horizon, 1.0)), 1.0)
+        o = self.objective
+        return o.w1 * c_avg + o.w2 * c_max + o.w3 * (1.0 - c_util)
+
+
+def _offspring(pop: np.ndarray, feas: np.ndarray, rate: float, rng: np.random.Generator
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """Children of one generation and, per child, the parent it shares its prefix with.
+
+    Random pairs (a permutation; with an odd population the last pairs with the
+    first of the permutation), single-point crossover a[:c] + b[c:] and
+    b[:c] + a[c:], then per child with probability ``rate`` a move or a swap (half
+    each; a swap that finds no pair falls back to a move).
+    """
+    n, L = pop.shape
+    perm = rng.permutation(n)
+    first = perm[0::2]
+    second = np.concatenate((perm[1::2], perm[:1]))[:first.size]
+    A, B = pop[first], pop[second]
+    if L >= 2:
+        cut = rng.integers(1, L, size=first.size)
+        mask = np.arange(L)[None, :] < cut[:, None]
+        c1, c2 = np.where(mask, A, B), np.where(mask, B, A)
+    else:
+        c1, c2 = A.copy(), B.copy()
+    kids = np.empty((2 * first.size, L), dtype=pop.dtype)
+    kids[0::2], kids[1::2] = c1, c2
+    parent = np.empty(2 * first.size, dtype=np.int64)
+    parent[0::2], parent[1::2] = first, second
+    kids, parent = kids[:n], parent[:n]
+    for i in np.flatnonzero(rng.random(n) < rate):
+        child = kids[i]
+        if rng.random() < 0.5 or not mutate_swap(child, feas, rng):
+            mutate_move(child, feas, rng)
+    return kids, parent
 
 
 def allocate_evo(problem: AllocationProblem, priority: np.ndarray, config: EvoConfig = EvoConfig(),
@@ -604,13 +862,24 @@ def allocate_evo(problem: AllocationProblem, priority: np.ndarray, config: EvoCo
     """The evolutionary job-to-partition assignment (spec "Layer 1").
 
     Individuals are vectors over the schedulable jobs (in priority order) holding a
-    partition index. Random feasible initialization (``initial`` may replace the
-    first individuals: arrays over all jobs of the problem, partition indices),
-    single-point crossover of random pairs, then with probability ``mutation_rate``
-    a move or a swap (half each; a swap that finds no pair falls back to a move),
-    fitness = layer 2 on every partition + the objective, and the best
-    ``population`` of parents + offspring survive. Jobs feasible nowhere are
-    returned in ``infeasible`` and left where they were submitted.
+    partition index. Initialization: random feasible partitions, except that, with
+    ``config.seed_mct`` (default), the first individual is the MCT assignment
+    (feasibility-aware initialisation, which the spec allows; seeding one individual
+    with the greedy solution is common practice). Because selection keeps the best
+    ``population`` of parents + offspring, the result is then never worse than
+    MCT with the same priority on the objective. ``initial`` may replace the next
+    individuals (arrays over all jobs of the problem, partition indices). Each
+    generation: single-point crossover of random pairs, then with probability
+    ``mutation_rate`` a move or a swap (half each; a swap that finds no pair falls
+    back to a move); fitness = layer 2 on every partition + the objective.
+    Jobs feasible nowhere are returned in ``infeasible`` and left where they were
+    submitted.
+
+    ``config.evaluator == "surrogate"``: the search ranks individuals with
+    ``SurrogateEvaluator`` (fast, approximate); at the end the best ``exact_top``
+    distinct individuals and the MCT seed are evaluated with the exact layer 2 and
+    the exact best is returned. ``history`` then holds surrogate values; ``value``
+    is always the exact objective.
     """
     rng = np.random.Generator(np.random.PCG64(config.seed))
     rank = _rank(priority)
@@ -622,35 +891,46 @@ def allocate_evo(problem: AllocationProblem, priority: np.ndarray, config: EvoCo
     pop = np.empty((n, sched.size), dtype=np.int64)
     for i in range(n):
         pop[i] = random_individual(feas, rng)
-    for i, given in enumerate(list(initial)[:n]):
+    seeds = []
+    if config.seed_mct and sched.size:
+        seeds.append(_mct_assignment(problem, rank, sched))
+    seeds.extend(list(initial))
+    for i, given in enumerate(seeds[:n]):
         given = np.asarray(given, dtype=np.int64)[sched]
         if given.size and not feas[np.arange(sched.size), given].all():
             raise InputError("an initial individual puts a job in an infeasible partition")
         pop[i] = given
-    fit = np.array([ev.fitness(ind) for ind in pop])
+    mct_seed = pop[0].copy() if config.seed_mct and sched.size else None
+    surrogate = config.evaluator == "surrogate" and sched.size > 0
+    if surrogate:
+        sur = SurrogateEvaluator(problem, sched, objective)
+        fit = sur.fitness(pop)
+    else:
+        fit = np.array([ev.fitness(ind) for ind in pop])
     history = [float(fit.min())]
     if sched.size:
         for _ in range(config.generations):
-            perm = rng.permutation(n)
-            kids = []
-            for h in range(0, n, 2):
-                a = pop[perm[h]]
-                b = pop[perm[h + 1]] if h + 1 < n else pop[perm[0]]
-                c1, c2 = crossover(a, b, rng)
-                kids.append(c1)
-                if len(kids) < n:
-                    kids.append(c2)
-            for child in kids:
-                if rng.random() < config.mutation_rate:
-                    if rng.random() < 0.5 or not mutate_swap(child, feas, rng):
-                        mutate_move(child, feas, rng)
-            kid_fit = np.array([ev.fitness(c) for c in kids])
-            all_pop = np.concatenate((pop, np.array(kids)))
+            kids, parent = _offspring(pop, feas, config.mutation_rate, rng)
+            if surrogate:
+                kid_fit = sur.fitness(kids)
+            else:
+                kid_fit = np.array([ev.fitness(c, pop[h]) for c, h in zip(kids, parent)])
+            all_pop = np.concatenate((pop, kids))
             all_fit = np.concatenate((fit, kid_fit))
             keep = np.argsort(all_fit, kind="stable")[:n]
             pop, fit = all_pop[keep], all_fit[keep]
             history.append(float(fit[0]))
-    best = pop[int(np.argmin(fit))] if sched.size else np.zeros(0, dtype=np.int64)
+    if not sched.size:
+        best = np.zeros(0, dtype=np.int64)
+    elif surrogate:
+        _, first = np.unique(pop, axis=0, return_index=True)
+        cands = [pop[i] for i in sorted(first)[:config.exact_top]]
+        if mct_seed is not None:
+            cands.append(mct_seed)
+        exact = [ev.fitness(c) for c in cands]
+        best = cands[int(np.argmin(exact))]
+    else:
+        best = pop[int(np.argmin(fit))]
     part_of = np.full(len(problem.jobs), -1, dtype=np.int64)
     part_of[sched] = best
     return _finish_allocation(problem, "evo", part_of, sched, rank, objective, infeasible,
@@ -681,7 +961,8 @@ def workers_for_gpus(gpus: int, max_gpus_per_node: int) -> int:
 
 
 def snapshot_from_instance(instance: PartitionInstance, *, at_fraction: Optional[float] = None,
-                           now_s: Optional[float] = None, max_pending: Optional[int] = None) -> AllocationProblem:
+                           now_s: Optional[float] = None, max_pending: Optional[int] = None,
+                           replay: str = "submitted") -> AllocationProblem:
     """The static snapshot used to compare allocators on a (generated or traced) instance.
 
     The jobs first run FIFO (arrival order, earliest start >= arrival, reservations
@@ -693,7 +974,22 @@ def snapshot_from_instance(instance: PartitionInstance, *, at_fraction: Optional
     finished are gone, jobs that started are running (kept in place: the
     non-preemptive set), jobs that arrived but did not start are pending with
     q = now - submit and d = their duration. Later arrivals are ignored.
+
+    ``replay="mct"``: the replay sends each arrival to the feasible partition where
+    it would finish earliest (ties: the one submitted to, then the lowest index),
+    as an online MCT + FIFO system would; jobs then wait only when no partition has
+    room, so the snapshot has real contention between partitions (with the default
+    replay, jobs queue in their own partition while others may be idle, and any
+    re-allocation clears the queue). Running jobs stay where the replay put them.
+
+    ``replay="none"``: no replay, a backlog: every job that arrived by now is pending
+    (none running); now is the ``max_pending``-th arrival (default: the last) or the
+    arrival ``at_fraction`` of the way through.
     """
+    if replay not in ("submitted", "mct", "none"):
+        raise InputError(f"replay value '{replay}' is not one of submitted, mct, none")
+    if replay == "none":
+        return _backlog_snapshot(instance, at_fraction, now_s, max_pending)
     parts = list(instance.partitions)
     index = {p.name: i for i, p in enumerate(parts)}
     jobs = sorted(instance.jobs, key=lambda j: j.submit_time_s)
@@ -707,6 +1003,7 @@ def snapshot_from_instance(instance: PartitionInstance, *, at_fraction: Optional
     finish = np.full(n, np.inf)
     placed: list = [()] * n
     part_idx = np.empty(n, dtype=np.int64)
+    run_part = np.empty(n, dtype=np.int64)
     workers = np.empty(n, dtype=np.int64)
     for i, spec in enumerate(jobs):
         if spec.duration_s is None:
@@ -720,13 +1017,30 @@ def snapshot_from_instance(instance: PartitionInstance, *, at_fraction: Optional
         if r <= 0 or g <= 0 or g % r:
             raise InputError(f"job {spec.job_id}: {g} GPUs cannot be split evenly over {r} workers")
         part_idx[i], workers[i] = p, r
+        run_part[i] = p
         k, d = g // r, float(spec.duration_s)
-        if (parts[p].gpus_per_node // k) * parts[p].nodes < r:
-            continue  # never starts where it was submitted: pending from its arrival on
-        tl = timelines[p]
-        tl.drop_before(spec.submit_time_s)
-        row, wmin = tl.earliest(d, k, r, not_before=spec.submit_time_s)
-        start[i], finish[i], alloc = tl.place(row, wmin, d, k, r)
+        if replay == "mct":
+            best = None
+            for q in range(len(parts)):
+                if (parts[q].gpus_per_node // k) * parts[q].nodes < r:
+                    continue
+                timelines[q].drop_before(spec.submit_time_s)
+                row, wmin = timelines[q].earliest(d, k, r, not_before=spec.submit_time_s)
+                key = (float(timelines[q].times[row]) + d, q != p, q)
+                if best is None or key < best[0]:
+                    best = (key, q, row, wmin)
+            if best is None:
+                continue  # fits nowhere: pending from its arrival on
+            _, q, row, wmin = best
+            run_part[i] = q
+            start[i], finish[i], alloc = timelines[q].place(row, wmin, d, k, r)
+        else:
+            if (parts[p].gpus_per_node // k) * parts[p].nodes < r:
+                continue  # never starts where it was submitted: pending from its arrival on
+            tl = timelines[p]
+            tl.drop_before(spec.submit_time_s)
+            row, wmin = tl.earliest(d, k, r, not_before=spec.submit_time_s)
+            start[i], finish[i], alloc = tl.place(row, wmin, d, k, r)
         nz = np.flatnonzero(alloc)
         placed[i] = tuple((int(x), int(alloc[x])) for x in nz)
     if now_s is None:
@@ -747,9 +1061,38 @@ def snapshot_from_instance(instance: PartitionInstance, *, at_fraction: Optional
             break
         if start[i] <= now_s:
             if finish[i] > now_s:
-                running.append(RunningJob(spec.job_id, int(part_idx[i]), float(finish[i]), int(spec.num_gpus),
+                running.append(RunningJob(spec.job_id, int(run_part[i]), float(finish[i]), int(spec.num_gpus),
                                           placed[i], float(finish[i] - now_s)))
             continue
         rows.append((spec.job_id, float(spec.duration_s), int(spec.num_gpus), int(workers[i]),
                      float(spec.user_priority), now_s - submit[i], int(part_idx[i])))
     return AllocationProblem(float(now_s), parts, JobTable.build(rows), running)
+
+
+def _backlog_snapshot(instance: PartitionInstance, at_fraction: Optional[float], now_s: Optional[float],
+                      max_pending: Optional[int]) -> AllocationProblem:
+    parts = list(instance.partitions)
+    index = {p.name: i for i, p in enumerate(parts)}
+    jobs = sorted(instance.jobs, key=lambda j: j.submit_time_s)
+    if not jobs:
+        raise InputError("the instance has no jobs")
+    submit = np.array([j.submit_time_s for j in jobs])
+    if now_s is None:
+        if at_fraction is not None:
+            if not 0 <= at_fraction <= 1:
+                raise InputError(f"snapshot fraction '{at_fraction}' must be within 0..1")
+            now_s = float(submit[int(round(at_fraction * (len(jobs) - 1)))])
+        else:
+            now_s = float(submit[min(max_pending or len(jobs), len(jobs)) - 1])
+    rows = []
+    for spec in jobs:
+        if spec.submit_time_s > now_s or (max_pending is not None and len(rows) >= max_pending):
+            break
+        if spec.duration_s is None:
+            raise InputError(f"job {spec.job_id}: no duration; multi-partition mode needs an estimate")
+        if spec.partition not in index:
+            raise InputError(f"job {spec.job_id}: partition '{spec.partition}' is not among the partitions "
+                             f"({', '.join(index)})")
+        rows.append((spec.job_id, float(spec.duration_s), int(spec.num_gpus), int(instance.workers[spec.job_id]),
+                     float(spec.user_priority), now_s - spec.submit_time_s, index[spec.partition]))
+    return AllocationProblem(float(now_s), parts, JobTable.build(rows))

@@ -59,6 +59,19 @@ SCHEMA: tuple[Setting, ...] = (
     Setting("make_requeueable", "bool", False, "set Requeue=1 on GPU jobs that lack it (site policy)"),
     Setting("service_refresh_s", "float", 300.0, "seconds between reloads of the learned service distribution",
             minimum=1.0),
+    Setting("partition_moves", "bool", False, "move pending GPU jobs to another partition the user allowed "
+            "(sbatch --partition=a,b) when it would start there sooner"),
+    Setting("partition_allocator", "choice", "mct", "how moves are planned: mct (minimum completion time) or "
+            "evo (evolutionary search seeded with MCT; seconds per round with hundreds of pending jobs)", ("mct", "evo")),
+    Setting("partition_move_min_gain_s", "float", 30.0, "move only when the predicted start is at least this "
+            "many seconds earlier", minimum=0.0),
+    Setting("partition_move_cooldown_s", "float", 600.0, "at most one move per job within this many seconds",
+            minimum=0.0),
+    Setting("partition_duration_estimate_s", "float", 3600.0, "run time assumed for a job when predicting "
+            "starts (durations are unknown to the controller)", minimum=1.0),
+    Setting("usage_spool_dir", "str", "/var/spool/tiresias/usage", "directory of the nodes' epilog usage "
+            "records, collected into the store when the directory exists"),
+    Setting("usage_collect_s", "float", 60.0, "seconds between collections of usage_spool_dir", minimum=1.0),
     Setting("metrics_port", "int", 0, "Prometheus port on 127.0.0.1 (0 = off)", minimum=0),
     Setting("log_level", "choice", "INFO", "log level", ("DEBUG", "INFO", "WARNING", "ERROR")),
 )
@@ -88,6 +101,13 @@ class Config:
     preempt_max_per_job: int = 10
     make_requeueable: bool = False
     service_refresh_s: float = 300.0
+    partition_moves: bool = False
+    partition_allocator: str = "mct"
+    partition_move_min_gain_s: float = 30.0
+    partition_move_cooldown_s: float = 600.0
+    partition_duration_estimate_s: float = 3600.0
+    usage_spool_dir: str = "/var/spool/tiresias/usage"
+    usage_collect_s: float = 60.0
     metrics_port: int = 0
     log_level: str = "INFO"
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import re
 import threading
 import time
@@ -22,8 +23,11 @@ from controller.engine import Engine
 from controller.executor import LeverExecutor
 from controller.gittins import ServiceDistribution
 from controller.model import JobSpec, JobState, Snapshot
+from controller.partitions import (MoveSettings, PendingGpuJob, RunningGpuJob, allowed_after_observation,
+                                   is_candidate, plan_moves, split_partitions)
 from controller.placement import COUNT_NODE
 from controller.plan import Plan
+from controller.spool import collect_spool
 from controller.store import JobRecord, Store, StoreError
 
 log = logging.getLogger("tiresias.controller")
@@ -80,6 +84,11 @@ class Controller:
         self.last_observation: Optional[Observation] = None
         self._outage_since: Optional[float] = None
         self._logged_once: set[str] = set()
+        # job id -> epoch s of its last move (or would-move in shadow), for the cooldown;
+        # -inf: the decision log was read and holds none.
+        self.last_move_s: dict[str, float] = {}
+        self.usage_collected_at = -math.inf
+        self._usage_failing = False
 
     # -- the loop -----------------------------------------------------------------------
     def run_forever(self, stop: Optional[threading.Event] = None) -> None:
@@ -150,10 +159,12 @@ class Controller:
         report = RoundReport(round_id, now, plan)
         self._apply(plan, observed, now, report)
         self._advance_preemptions(observed, now, report)
+        self._move_partitions(plan, observed, observation.nodes, now, report)
         self.store.save_jobs(self.config.cluster, self.records.values())
         if self.config.mode != "observe":
             self.store.log_decisions(self.config.cluster, round_id, now, self.config.mode, report.applied)
         self._forget_finished()
+        self._collect_usage(now)
         self.last_plan = plan
         self.last_observation = observation
         if self.metrics is not None:
@@ -204,7 +215,14 @@ class Controller:
             record.restart_count = job.restart_count
             record.last_observed_s = now
             record.state = job.state
-            record.partition = job.partition
+            # record.partition is the allowed set, kept from first sight: a move narrows
+            # the job's partition field and must never widen what the user allowed.
+            reset = allowed_after_observation(record.partition, job.partition)
+            if reset is not None:
+                if record.partition:
+                    log.info("job %s: partition changed to %s outside its allowed set %s: allowing %s",
+                             job.job_id, job.partition, record.partition, reset)
+                record.partition = reset
 
     def _finish_gone(self, observed: dict[str, ObservedJob], observation: Observation, now: float) -> None:
         """Jobs that ended (or left Slurm's memory) become service samples."""
@@ -233,6 +251,7 @@ class Controller:
             del self.records[job_id]
             self.pins.pop(job_id, None)
             self.site_factors_set.pop(job_id, None)
+            self.last_move_s.pop(job_id, None)
 
     def _refresh_service(self, now: float) -> None:
         if not self.engine.policy.uses_service_distribution:
@@ -328,6 +347,96 @@ class Controller:
             report.applied.append(_entry(action, applied=outcome.applied,
                                          detail=f"signal {cfg.preempt_signal}; requeue after "
                                                 f"{cfg.preempt_grace_s:g}s" if outcome.applied else outcome.detail))
+
+    # -- partition moves --------------------------------------------------------------------
+    def partition_nodes(self) -> Optional[dict[str, list[str]]]:
+        """Partition name -> node names from the backend (``sinfo``), limited to the
+        configured partitions; None when the backend offers no such map."""
+        reader = getattr(self.backend, "partition_nodes", None)
+        members = reader() if callable(reader) else None
+        if not isinstance(members, dict):
+            self._log_once("the backend offers no partition map (partition_nodes): no partition moves")
+            return None
+        wanted = set(self.config.partitions)
+        return {name: list(nodes) for name, nodes in members.items() if not wanted or name in wanted}
+
+    def _move_partitions(self, plan: Plan, observed: dict[str, ObservedJob], nodes: list, now: float,
+                         report: RoundReport) -> None:
+        """Move pending jobs among the partitions their users allowed (controller.partitions)."""
+        cfg = self.config
+        if not cfg.partition_moves:
+            return
+        pending, running = [], []
+        for job_id in plan.order:
+            job = observed.get(job_id)
+            if job is None or job.state != "PENDING" or job_id not in self.records:
+                continue
+            frozen = "pinned to nodes" if job_id in self.pins or job.required_nodes else ""
+            pending.append(PendingGpuJob(
+                job_id, job.gpus, split_partitions(self.records[job_id].partition), split_partitions(job.partition),
+                rank=len(pending), queued_s=now - (job.submit_time_s or now), frozen=frozen))
+        candidates = [p.job_id for p in pending if is_candidate(p)]
+        if not candidates:
+            return
+        members = self.partition_nodes()
+        if members is None:
+            return
+        for job in observed.values():
+            if job.state == "RUNNING" and job.gpus_by_node:
+                ran = now - job.start_time_s if job.start_time_s is not None else 0.0
+                running.append(RunningGpuJob(job.job_id, job.gpus_by_node, ran))
+        for job_id in candidates:
+            self._load_last_move(job_id)
+        settings = MoveSettings(cfg.partition_allocator, cfg.partition_move_min_gain_s, cfg.partition_move_cooldown_s,
+                                cfg.partition_duration_estimate_s)
+        try:
+            moves = plan_moves(now, members, nodes, pending, running, settings,
+                               {j: t for j, t in self.last_move_s.items() if t > -math.inf})
+        except Exception as err:  # an optional layer: never lose the round over it
+            self._log_once(f"partition moves skipped: {type(err).__name__}: {err}")
+            return
+        for number, move in enumerate(moves.moves, 1):
+            outcome = self.executor.call("move_partition", move.job_id, move.to_partition)
+            self.last_move_s[move.job_id] = now
+            if outcome.applied:
+                self.records[move.job_id].moves += 1
+            report.applied.append({"decision_id": f"r{report.round_id}.m{number}", "job_id": move.job_id,
+                                   "kind": "move", "reason": f"{move.from_partition} -> {move.to_partition}: "
+                                   f"{move.reason}", "applied": outcome.applied, "detail": outcome.detail})
+
+    def _load_last_move(self, job_id: str) -> None:
+        """The cooldown survives a restart: read the job's last move from the decision log once."""
+        if job_id in self.last_move_s:
+            return
+        last = -math.inf
+        for entry in self.store.decisions(self.config.cluster, job_id=job_id, limit=200):
+            if entry["kind"] == "move" and entry["mode"] == self.config.mode:
+                last = float(entry["now_s"])
+                break
+        self.last_move_s[job_id] = last
+
+    # -- usage records --------------------------------------------------------------------------
+    def _collect_usage(self, now: float) -> None:
+        """Collect the epilog usage spool every usage_collect_s, when the directory exists.
+        A failure is logged once (until collection works again) and never ends the round."""
+        cfg = self.config
+        if now - self.usage_collected_at < cfg.usage_collect_s or not os.path.isdir(cfg.usage_spool_dir):
+            return
+        self.usage_collected_at = now
+        try:
+            added, duplicates, bad = collect_spool(cfg.usage_spool_dir, self.store)
+        except Exception as err:  # store down, permissions: collection only waits
+            if not self._usage_failing:
+                log.warning("usage spool %s not collected (retrying every %gs): %s: %s", cfg.usage_spool_dir,
+                            cfg.usage_collect_s, type(err).__name__, err)
+            self._usage_failing = True
+            return
+        if self._usage_failing:
+            log.warning("usage spool %s collected again", cfg.usage_spool_dir)
+            self._usage_failing = False
+        if added or bad:
+            log.info("usage spool: %d records stored, %d already stored, %d unreadable lines", added, duplicates,
+                     bad)
 
     def _site_factors(self, plan: Plan, observed: dict[str, ObservedJob]) -> dict[str, int]:
         """Pending jobs only: band (K - level) x width, minus the rank inside the level."""

@@ -128,6 +128,8 @@ class SlurmBackend:
         # SiteFactor per job id as last observed (or last set successfully):
         # lets set_site_factors send only what differs.
         self._site_factors: dict[str, int] = {}
+        # Partition -> node names from the last ``sinfo --json`` read by observe().
+        self._partition_nodes: Optional[dict[str, list[str]]] = None
 
     # ------------------------------------------------------------------ commands
 
@@ -210,8 +212,30 @@ class SlurmBackend:
             for n in nodes if self._node_in_scope(n)
         ]
         self._site_factors = {j.job_id: j.site_factor for j in observed_jobs if j.site_factor is not None}
+        self._partition_nodes = self._partition_map(nodes)
         return Observation(observed_at_s=observed_at_s, jobs=observed_jobs, nodes=observed_nodes,
                            skipped=skipped)
+
+    def partition_nodes(self) -> dict[str, list[str]]:
+        """Partition name -> its node names (in ``sinfo`` order), for the partitions in
+        scope. From the ``sinfo --json`` of the last observe(); read now if none yet."""
+        if self._partition_nodes is None:
+            text = self._read(["sinfo", "--json"])
+            self._load(text, "sinfo --json", "nodes")
+            try:
+                nodes = parse_sinfo_json(text, errors=[])
+            except SlurmParseError as exc:
+                raise BackendUnavailable(f"unreadable Slurm output: {exc}") from None
+            self._partition_nodes = self._partition_map(nodes)
+        return {name: list(members) for name, members in self._partition_nodes.items()}
+
+    def _partition_map(self, nodes: Iterable[SlurmNode]) -> dict[str, list[str]]:
+        members: dict[str, list[str]] = {}
+        for node in nodes:
+            for name in node.partitions:
+                if (self.partitions is None or name in self.partitions) and node.name not in members.get(name, []):
+                    members.setdefault(name, []).append(node.name)
+        return members
 
     @staticmethod
     def _load(text: str, what: str, key: str) -> dict:

@@ -1,0 +1,130 @@
+"""Partition moves end to end: `tiresias run` against an isolated Slurm instance with two
+partitions that do not overlap (left = NAMEg[1-2], right = NAMEg[3-4]).
+
+The situation shown: alice allows her job in left or right (``--partition=left,right``),
+but the job ends up queued in left only, behind a job that fills left, while right
+is idle. Slurm does not revisit that (a site's job_submit routing or an admin's
+``scontrol update`` has the same effect; here the job is submitted held, narrowed
+with ``scontrol update Partition=left`` and released). The controller remembered the
+allowed set at first sight, so it moves the job to right, where it starts at once;
+without the controller it waits for the blocker. The same steps run once without and
+once with the controller, and the start delays are compared.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from bench.slurm_harness import CLUSTER_SCRIPT, ControllerProcess, Instance, cluster_script, write_config
+from controller.store import Store
+
+pytestmark = pytest.mark.slurm
+
+INSTANCE = os.environ.get("TIRESIAS_TEST_MOVES_INSTANCE") or f"tp{os.getpid()}"
+PARTITIONS = "left:1-2,right:3-4"
+BLOCKER_WORK_S = 30
+ACTIVE = {"PENDING", "RUNNING", "COMPLETING", "CONFIGURING", "REQUEUED", "SUSPENDED"}
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"isolated Slurm instance unavailable under CI: {reason}")
+    pytest.skip(f"isolated Slurm instance unavailable: {reason}")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    if os.geteuid() != 0:
+        _unavailable("needs root (starts daemons, submits as alice)")
+    env = {**os.environ, "TIRESIAS_CLUSTER_INSTANCE": INSTANCE, "TIRESIAS_INSTANCE_PARTITIONS": PARTITIONS}
+    env.pop("SLURM_CONF", None)
+    try:
+        proc = subprocess.run(["bash", str(CLUSTER_SCRIPT), "up"], capture_output=True, text=True, timeout=600,
+                              env=env)
+    except subprocess.TimeoutExpired:
+        _unavailable("'slurm-cluster.sh up' did not finish in time")
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+        _unavailable(f"'slurm-cluster.sh up' with TIRESIAS_INSTANCE_PARTITIONS={PARTITIONS} exited "
+                     f"{proc.returncode}:\n{tail}")
+    instance = Instance(INSTANCE)
+    yield instance
+    instance.cleanup()
+    if not os.environ.get("TIRESIAS_TEST_MOVES_INSTANCE"):
+        cluster_script(instance.name, "down", timeout_s=120)
+        for path in (f"/etc/slurm-{instance.name}", f"/var/spool/slurmctld-{instance.name}",
+                     f"/var/spool/slurmd-{instance.name}", f"/var/log/slurm-{instance.name}"):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def iso(cluster):
+    cluster.cancel_all()
+    yield cluster
+    cluster.cancel_all()
+
+
+def wait_for(predicate, timeout_s: float, what: str, interval_s: float = 0.5):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval_s)
+    raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
+
+
+def _scenario(iso: Instance, seen_by_controller=None) -> dict:
+    """Blocker fills left; the allowed-left,right job is narrowed to left and released.
+    Returns the job's start delay after its release and where it ran."""
+    blocker, _ = iso.submit("alice", 8, BLOCKER_WORK_S, "blocker", extra="-p left")
+    wait_for(lambda: iso.squeue()[blocker]["job_state"] == "RUNNING", 30, "the blocker to run")
+    job, _ = iso.submit("alice", 4, 3, "flexible", extra="-p left,right --hold")
+    if seen_by_controller is not None:
+        seen_by_controller(job)  # the controller records the allowed set at first sight
+    iso.run(["scontrol", "update", f"JobId={job}", "Partition=left"])
+    released = time.time()
+    iso.run(["scontrol", "release", job])
+    started = wait_for(lambda: iso.squeue()[job]["job_state"] not in ("PENDING",) and iso.squeue()[job],
+                       BLOCKER_WORK_S + 40, "the flexible job to start")
+    return {"job": job, "delay_s": started["start_time"] - released, "partition": started["partition"],
+            "blocker": iso.squeue()[blocker]}
+
+
+def test_controller_moves_a_pending_job_to_the_idle_allowed_partition(iso, tmp_path):
+    stock = _scenario(iso)
+    iso.cancel_all()
+
+    url = f"sqlite:///{tmp_path}/tiresias.db"
+    config = write_config(tmp_path / "tiresias.yaml", url, iso.name, partition_moves=True,
+                          preempt_max_per_job=0)  # no preemption: any gain is the move's
+    proc = ControllerProcess(iso, config, tmp_path / "controller.log").start()
+    try:
+        def recorded(job_id):
+            def check():
+                with Store(url) as store:
+                    record = store.load_jobs(iso.name, include_finished=True).get(job_id)
+                return record is not None and record.partition == "left,right"
+            wait_for(check, 20, "the controller to record the job's allowed partitions")
+
+        moved = _scenario(iso, seen_by_controller=recorded)
+        with Store(url) as store:
+            decisions = store.decisions(iso.name, job_id=moved["job"], limit=100)
+            record = store.load_jobs(iso.name, include_finished=True)[moved["job"]]
+        assert proc.alive(), proc.log_text()[-3000:]
+    finally:
+        proc.stop()
+    print(f"start delay after release: stock {stock['delay_s']:.0f} s in {stock['partition']}, "
+          f"controller {moved['delay_s']:.0f} s in {moved['partition']}")
+    assert stock["partition"] == "left" and stock["delay_s"] >= BLOCKER_WORK_S - 10
+    assert moved["partition"] == "right"
+    assert moved["delay_s"] <= 10 and moved["delay_s"] < stock["delay_s"] - 15
+    assert moved["blocker"]["job_state"] == "RUNNING" and moved["blocker"]["restart_cnt"] == 0  # not preempted
+    [move] = [d for d in decisions if d["kind"] == "move"]
+    assert move["applied"] and move["reason"].startswith("left -> right: predicted start in left now+")
+    assert record.moves == 1 and record.partition == "left,right"
