@@ -56,6 +56,8 @@ SCHEMA: tuple[Setting, ...] = (
     Setting("preempt_min_runtime_s", "float", 60.0, "never preempt a job that has run less than this",
             minimum=0.0),
     Setting("preempt_max_per_job", "int", 10, "never preempt one job more often than this", minimum=0),
+    Setting("requeue_settle_s", "float", 5.0, "after a requeue, wait this long before clearing the job's "
+            "BeginTime hold (slurmd must finish tearing down the previous run first)", minimum=0.0),
     Setting("make_requeueable", "bool", False, "set Requeue=1 on GPU jobs that lack it (site policy)"),
     Setting("service_refresh_s", "float", 300.0, "seconds between reloads of the learned service distribution",
             minimum=1.0),
@@ -99,6 +101,7 @@ class Config:
     preempt_grace_s: float = 30.0
     preempt_min_runtime_s: float = 60.0
     preempt_max_per_job: int = 10
+    requeue_settle_s: float = 5.0
     make_requeueable: bool = False
     service_refresh_s: float = 300.0
     partition_moves: bool = False

@@ -78,6 +78,7 @@ class Controller:
         self.records: dict[str, JobRecord] = store.load_jobs(config.cluster, include_finished=False)
         self.pins: dict[str, float] = {}  # job id -> expiry (epoch s)
         self.site_factors_set: dict[str, int] = {}
+        self.stopped_at: dict[str, float] = {}  # job id -> when its last run was seen to stop
         self.service: Optional[ServiceDistribution] = None
         self.service_loaded_at = -math.inf
         self.last_plan: Optional[Plan] = None
@@ -211,6 +212,10 @@ class Controller:
             else:
                 since = last if last is not None else record.submit_time_s
                 record.waited_since_promotion_s += max(0.0, now - since)
+            if record.last_running and job.state != "RUNNING":
+                self.stopped_at.setdefault(job.job_id, now)
+            elif job.state == "RUNNING":
+                self.stopped_at.pop(job.job_id, None)
             record.last_running = job.state == "RUNNING"
             record.restart_count = job.restart_count
             record.last_observed_s = now
@@ -251,6 +256,7 @@ class Controller:
             del self.records[job_id]
             self.pins.pop(job_id, None)
             self.site_factors_set.pop(job_id, None)
+            self.stopped_at.pop(job_id, None)
             self.last_move_s.pop(job_id, None)
 
     def _refresh_service(self, now: float) -> None:
@@ -315,7 +321,14 @@ class Controller:
                 if outcome.applied:
                     self.pins[job.job_id] = now + cfg.pin_expiry_s
             if job.reason == "BeginTime" and job.restart_count > 0:
-                details.append(self.executor.call("release_begin_time", job.job_id).detail)
+                # Not at once: slurmd refuses to relaunch a job whose previous run it is
+                # still tearing down (epilog) and the job then FAILS ("already killed").
+                stopped = self.stopped_at.get(job.job_id)
+                if stopped is None or now - stopped >= cfg.requeue_settle_s:
+                    details.append(self.executor.call("release_begin_time", job.job_id).detail)
+                else:
+                    details.append(f"BeginTime kept {cfg.requeue_settle_s - (now - stopped):.0f}s more: "
+                                   "the previous run is still being torn down")
             report.applied.append(_entry(action, applied=cfg.mode == "enforce", detail="; ".join(details)))
         # 3. expired pins
         for job_id, expiry in list(self.pins.items()):
@@ -490,6 +503,7 @@ class Controller:
             if job.state == "RUNNING" and now >= pending.signalled_at_s + self.config.preempt_grace_s:
                 outcome = self.executor.call("requeue", job.job_id)
                 if outcome.applied:
+                    self.stopped_at[job.job_id] = now
                     self.store.finish_preemption(cluster, job.job_id, "requeued", now)
                     record = self.records.get(job.job_id)
                     if record is not None:

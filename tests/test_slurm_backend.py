@@ -280,6 +280,11 @@ def test_signal_requeue_release_cycle(jobs, alice_dir):
     assert pending.reason == "BeginTime"  # held for cred_expire+1 s after a requeue
     assert pending.nodes == () and pending.gpus_by_node == ()
 
+    # As the controller does (requeue_settle_s): let slurmd finish tearing down the
+    # previous run, or it refuses the relaunch ("already killed") and the job fails.
+    from controller.config import Config
+
+    time.sleep(Config().requeue_settle_s)
     released_at = time.monotonic()
     backend.release_begin_time(job_id)
     running = _wait_for(backend, job_id, lambda j: j.state == "RUNNING", 15, "RUNNING again")
