@@ -34,7 +34,8 @@ from controller.synthetic import generate_partition_instance  # noqa: E402
 
 def bench_ranks(args) -> dict:
     expr = load_expression_file(args.priority_file) if args.priority_file else parse_expression(PUBLISHED_EXAMPLE)
-    evo = EvoConfig(population=args.population, generations=args.generations, seed=0, evaluator=args.evaluator)
+    evo = EvoConfig(population=args.population, generations=args.generations, seed=0, evaluator=args.evaluator,
+                    local_moves=args.local_moves)
     rng = np.random.Generator(np.random.PCG64(args.seed))
     counts = {n: [0] * len(COMBINATIONS) for n in COMBINATIONS}
     rows = []
@@ -89,7 +90,7 @@ def bench_timing(args) -> dict:
         jobs = problem.jobs
         prio = expr.evaluate(jobs.duration_s, jobs.queued_s, jobs.user_priority, jobs.gpus.astype(float))
         cfg = EvoConfig(population=args.population, generations=args.generations, seed=0,
-                        evaluator=args.evaluator)
+                        evaluator=args.evaluator, local_moves=args.local_moves)
         t0 = time.perf_counter()
         result = allocate_evo(problem, prio, cfg)
         seconds = time.perf_counter() - t0
@@ -141,6 +142,8 @@ def main(argv=None) -> int:
     p.add_argument("--jobs", type=lambda s: [int(x) for x in s.split(",")], default=[100, 200, 500, 1000, 2000, 5000])
     p.add_argument("--evaluator", choices=("exact", "surrogate"), default="exact",
                    help="EVO fitness: exact layer 2 (reference) or the vectorized surrogate")
+    p.add_argument("--local-moves", type=int, default=EvoConfig().local_moves,
+                   help="exact local-search moves after the EVO search (EvoConfig.local_moves)")
     p.add_argument("--out", help="folder for evo_timing.png and results JSON")
     args = p.parse_args(argv)
     result = bench_ranks(args) if args.what == "ranks" else bench_timing(args)

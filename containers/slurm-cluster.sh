@@ -162,6 +162,38 @@ install_hooks() {
     install_hook "${TIRESIAS_TASK_PROLOG:-$REPO_DIR/prolog/task_prolog.py}" task_prolog
 }
 
+# The scheduling, priority and requeue settings every instance shares (the default
+# cluster and the isolated ones differ only in names, paths, ports and accounting).
+scheduling_conf_lines() {
+    cat <<'CONF'
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+MpiDefault=none
+# No mail on a test cluster (the default /bin/mail is absent).
+MailProg=/bin/true
+ReturnToService=2
+# The nodes claim 8 CPUs on a host that may have 2.
+SlurmdParameters=config_overrides
+SchedulerType=sched/backfill
+SchedulerParameters=sched_interval=2,bf_interval=2,sched_min_interval=100000
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+# SiteFactor is added unweighted; keep the other factors small so it dominates.
+PriorityType=priority/multifactor
+PriorityWeightAge=1
+PriorityMaxAge=1-0
+PriorityWeightJobSize=0
+PriorityWeightFairshare=0
+PriorityWeightPartition=1000
+PriorityWeightQOS=0
+PriorityCalcPeriod=1
+JobRequeue=1
+# The checkpoint helpers exit 85 once the checkpoint is written: Slurm requeues such a job.
+RequeueExit=85
+GresTypes=gpu,mps
+CONF
+}
+
 write_configs() {
     local ver; ver=$(slurm_version_num)
     [ -n "$ver" ] || die "cannot read the Slurm version from 'slurmctld -V'"
@@ -190,31 +222,7 @@ SlurmctldLogFile=$LOGDIR/slurmctld.log
 SlurmdLogFile=$LOGDIR/slurmd-%n.log
 SlurmctldDebug=info
 SlurmdDebug=info
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-MpiDefault=none
-# No mail on a test cluster (the default /bin/mail is absent).
-MailProg=/bin/true
-ReturnToService=2
-# The nodes claim 8 CPUs on a host that may have 2.
-SlurmdParameters=config_overrides
-SchedulerType=sched/backfill
-SchedulerParameters=sched_interval=2,bf_interval=2,sched_min_interval=100000
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-# SiteFactor is added unweighted; keep the other factors small so it dominates.
-PriorityType=priority/multifactor
-PriorityWeightAge=1
-PriorityMaxAge=1-0
-PriorityWeightJobSize=0
-PriorityWeightFairshare=0
-PriorityWeightPartition=1000
-PriorityWeightQOS=0
-PriorityCalcPeriod=1
-JobRequeue=1
-# the checkpoint helpers exit 85 after saving: Slurm requeues such a job itself
-RequeueExit=85
-GresTypes=gpu,mps
+$(scheduling_conf_lines)
 AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=localhost
 AccountingStorageTRES=gres/gpu,gres/mps
@@ -524,28 +532,7 @@ SlurmctldLogFile=$I_LOGDIR/slurmctld.log
 SlurmdLogFile=$I_LOGDIR/slurmd-%n.log
 SlurmctldDebug=info
 SlurmdDebug=info
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-MpiDefault=none
-MailProg=/bin/true
-ReturnToService=2
-SlurmdParameters=config_overrides
-SchedulerType=sched/backfill
-SchedulerParameters=sched_interval=2,bf_interval=2,sched_min_interval=100000
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-PriorityType=priority/multifactor
-PriorityWeightAge=1
-PriorityMaxAge=1-0
-PriorityWeightJobSize=0
-PriorityWeightFairshare=0
-PriorityWeightPartition=1000
-PriorityWeightQOS=0
-PriorityCalcPeriod=1
-JobRequeue=1
-# the checkpoint helpers exit 85 after saving: Slurm requeues such a job itself
-RequeueExit=85
-GresTypes=gpu,mps
+$(scheduling_conf_lines)
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/filetxt
 JobCompLoc=$I_LOGDIR/jobcomp.txt

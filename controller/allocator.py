@@ -437,8 +437,125 @@ def _rank(values: np.ndarray) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------- MCT
-def _mct_assignment(problem: AllocationProblem, rank: np.ndarray, sched: np.ndarray) -> np.ndarray:
-    """MCT partition per job (-1 for jobs not in ``sched``); see ``allocate_mct``."""
+def _mct_assignment(problem: AllocationProblem, rank: np.ndarray, sched: np.ndarray,
+                    record: Optional[dict] = None) -> np.ndarray:
+    """MCT partition per job (-1 for jobs not in ``sched``); see ``allocate_mct``.
+
+    ``record`` (a dict), if given, receives per partition the layer-2 plan MCT built
+    there: p -> list of (job, start, finish, nodes, GPUs per node) in placement
+    (= priority) order, which is exactly ``plan_partition`` of those jobs; and under
+    ``"alt"`` job -> (runner-up partition, a lower bound on its finish there - the
+    chosen finish) for jobs with more than one feasible partition: the runner-up is
+    the second best partition tried, else the next by lower bound.
+
+    Exact, with pruning: per distinct GPUs-per-worker k, a (partitions x rows) table
+    of how many workers of k GPUs each timeline row holds is kept for all partitions
+    at once. The first row that holds r workers is a lower bound on a job's start in
+    that partition (layer 2 also needs the whole run to fit), so one vector operation
+    gives a lower bound on the finish in every feasible partition. Partitions are then
+    tried by ascending bound (ties as the MCT tie-break) and the search stops at the
+    first whose bound cannot beat the best finish found: the result is the one of
+    trying every feasible partition (``_mct_assignment_plain``).
+    """
+    jobs = problem.jobs
+    P = len(problem.partitions)
+    timelines = [problem.initial_timeline(p) for p in range(P)]
+    part_of = np.full(len(jobs), -1, dtype=np.int64)
+    if sched.size == 0:
+        return part_of
+    k_all = jobs.gpus_per_worker
+    ks = [int(k) for k in np.unique(k_all[sched])]
+    kpos = {k: i for i, k in enumerate(ks)}
+    cap = max(16, max(tl.K for tl in timelines) * 2)
+    T = np.full((P, cap), np.inf)
+    W = np.full((len(ks), P, cap), -1, dtype=np.int64)
+    col1 = np.arange(1, cap + 1)[None, :]
+
+    def refresh(p: int) -> None:
+        nonlocal T, W, cap, col1
+        tl = timelines[p]
+        K = tl.K
+        if K > cap:
+            new_cap = 2 * K
+            T2 = np.full((P, new_cap), np.inf)
+            T2[:, :cap] = T
+            W2 = np.full((len(ks), P, new_cap), -1, dtype=np.int64)
+            W2[:, :, :cap] = W
+            T, W, cap = T2, W2, new_cap
+        T[p, :K] = tl._times[:K]
+        T[p, K:] = np.inf
+        col1 = np.arange(1, cap + 1)[None, :]
+        rows = tl._free[:K]
+        for i, k in enumerate(ks):
+            W[i, p, :K] = (rows // k).sum(axis=1)
+        W[:, p, K:] = -1
+
+    for p in range(P):
+        refresh(p)
+    now = float(problem.now_s)
+    tmax = [max(float(tl._times[tl.K - 1]) for tl in timelines)]
+    submitted = jobs.submitted
+    for j in sched[np.argsort(rank[sched], kind="stable")].tolist():
+        d, k, r = float(jobs.duration_s[j]), int(k_all[j]), int(jobs.workers[j])
+        F = np.flatnonzero(problem.feasible[j])
+        ok = W[kpos[k], F] >= r
+        nF = F.size
+        # also every row of the run [t, t + d) must hold r workers: windows via one
+        # searchsorted over all rows (each offset by its own span), shortened by a
+        # margin so rounding can only weaken the bound
+        Tr = T[F] - now
+        span = tmax[0] - now + d + 2.0
+        np.minimum(Tr, span - 1.0, out=Tr)
+        offs = (np.arange(nF) * span)[:, None]
+        flat = (Tr + offs).ravel()
+        d_short = max(d - 1e-3 - 1e-9 * span * nF, 0.0)
+        ends = flat.searchsorted((Tr + offs + d_short).ravel(), side="left").reshape(nF, cap)
+        ends -= (np.arange(nF) * cap)[:, None]
+        np.maximum(ends, col1, out=ends)
+        np.minimum(ends, cap, out=ends)
+        bc = np.zeros((nF, cap + 1), dtype=np.int64)
+        np.cumsum(~ok, axis=1, out=bc[:, 1:])
+        good = ok & (np.take_along_axis(bc, ends, axis=1) == bc[:, :cap])
+        first = good.argmax(axis=1)
+        lb = T[F, first] + d
+        lb[~good[np.arange(nF), first]] = -np.inf  # no row holds it: no bound
+        sub = submitted[j]
+        order = np.lexsort((F, F != sub, lb))
+        best = second = None
+        pruned = None
+        for h in order.tolist():
+            p = int(F[h])
+            if best is not None and (float(lb[h]), p != sub, p) > best[0]:
+                pruned = (float(lb[h]), p)
+                break
+            row, wmin = timelines[p].earliest(d, k, r)
+            if row < 0:
+                continue
+            fin = float(timelines[p]._times[row]) + d
+            key = (fin, p != sub, p)
+            if best is None or key < best[0]:
+                best, second = (key, p, row, wmin), best
+            elif second is None or key < second[0]:
+                second = (key, p, row, wmin)
+        if record is not None and F.size > 1:
+            alt = (second[0][0], second[1]) if second is not None else pruned
+            if second is not None and pruned is not None and pruned[0] < alt[0]:
+                alt = pruned
+            if alt is not None:
+                record.setdefault("alt", {})[j] = (alt[1], alt[0] - best[0][0])
+        _, p, row, wmin = best
+        start, finish, alloc = timelines[p].place(row, wmin, d, k, r)
+        if record is not None:
+            nz = np.flatnonzero(alloc)
+            record.setdefault(p, []).append((j, start, finish, nz, alloc[nz]))
+        refresh(p)
+        tmax[0] = max(tmax[0], finish)
+        part_of[j] = p
+    return part_of
+
+
+def _mct_assignment_plain(problem: AllocationProblem, rank: np.ndarray, sched: np.ndarray) -> np.ndarray:
+    """Reference MCT (every feasible partition tried per job); ``_mct_assignment`` equals it."""
     jobs = problem.jobs
     timelines = [problem.initial_timeline(p) for p in range(len(problem.partitions))]
     part_of = np.full(len(jobs), -1, dtype=np.int64)
@@ -489,9 +606,13 @@ def crossover(a: np.ndarray, b: np.ndarray, rng: np.random.Generator) -> tuple[n
     return np.concatenate((a[:c], b[c:])), np.concatenate((b[:c], a[c:]))
 
 
-def mutate_move(ind: np.ndarray, feasible: np.ndarray, rng: np.random.Generator) -> bool:
-    """Move one job (with another feasible partition) to another feasible partition, in place."""
-    movable = np.flatnonzero(feasible.sum(axis=1) >= 2)
+def mutate_move(ind: np.ndarray, feasible: np.ndarray, rng: np.random.Generator,
+                movable: Optional[np.ndarray] = None) -> bool:
+    """Move one job (with another feasible partition) to another feasible partition, in place.
+
+    ``movable`` (optional) is ``np.flatnonzero(feasible.sum(axis=1) >= 2)`` precomputed."""
+    if movable is None:
+        movable = np.flatnonzero(feasible.sum(axis=1) >= 2)
     if movable.size == 0:
         return False
     j = int(movable[rng.integers(movable.size)])
@@ -530,7 +651,10 @@ class EvoConfig:
 
     ``seed_mct``: one individual of the initial population is the MCT assignment
     (same priority order); with elitist selection EVO then never ends worse than
-    MCT on its own objective. ``evaluator``: ``"exact"`` (the reference: layer 2 on
+    MCT on its own objective. ``local_moves``: after the search, an exact first-
+    improvement local search from the best individual tries this many single-job
+    moves (jobs whose MCT runner-up partition came closest first, each to that
+    partition), each evaluated with layer 2 on the two changed partitions only. ``evaluator``: ``"exact"`` (the reference: layer 2 on
     every changed partition, incremental from the parent's plan) or ``"surrogate"``
     (a vectorized fluid approximation of layer 2 for the search; the best
     ``exact_top`` distinct individuals of the last population and the MCT seed
@@ -545,6 +669,7 @@ class EvoConfig:
     seed_mct: bool = True
     evaluator: str = "exact"
     exact_top: int = 8
+    local_moves: int = 64
 
     def __post_init__(self):
         if self.population < 2:
@@ -557,6 +682,8 @@ class EvoConfig:
             raise InputError(f"evaluator value '{self.evaluator}' is not one of {', '.join(EVALUATORS)}")
         if self.exact_top < 1:
             raise InputError(f"exact_top value '{self.exact_top}' must be at least 1")
+        if self.local_moves < 0:
+            raise InputError(f"local_moves value '{self.local_moves}' must be >= 0")
 
 
 @dataclass(frozen=True)
@@ -695,6 +822,19 @@ class _Evaluator:
         self.cache[key] = result
         return result
 
+    def seed(self, p: int, members: np.ndarray, starts: np.ndarray, finishes: np.ndarray,
+             nodes: Sequence[np.ndarray], gpus: Sequence[np.ndarray]) -> None:
+        """Store a layer-2 run of partition p computed elsewhere (MCT's plan): members
+        are positions in priority order, with their starts, finishes and placements."""
+        counts = np.array([x.size for x in nodes], dtype=np.int64)
+        offsets = np.zeros(members.size + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        uq = self.u[members] * (self.q0[members] + starts)
+        fin = max(float(finishes.max()), self.base_finish[p]) if members.size else self.base_finish[p]
+        self.cache[(p, members.tobytes())] = _PartitionRun(
+            float(uq.sum()), float(uq.max()), fin, starts, finishes,
+            np.concatenate(nodes).astype(np.int64), np.concatenate(gpus).astype(np.int64), offsets)
+
     def fitness(self, ind: np.ndarray, hint: Optional[np.ndarray] = None) -> float:
         order, bounds = self.groups(ind)
         h_order = h_bounds = None
@@ -783,13 +923,15 @@ class SurrogateEvaluator:
             self._buffers(m, n)
         key = self._key
         np.add(pop, self._rowkey, out=key.reshape(m, n))  # (individual, partition)
+        sk, col = self._sk, self._cidx
         if P <= 255:  # a stable radix sort per row: segments by partition, priority order inside
-            order = (np.argsort(pop.astype(np.uint8), axis=1, kind="stable") + self._rowstart).ravel()
+            within = np.argsort(pop.astype(np.uint8), axis=1, kind="stable")
+            col[:] = within.ravel()  # the job of each sorted entry
+            order = (within + self._rowstart).ravel()
         else:
             order = np.argsort(key, kind="stable")
-        sk, col = self._sk, self._cidx
+            np.take(self._col, order, out=col)
         np.take(key, order, out=sk)
-        np.take(self._col, order, out=col)
         w, g, A, O, t = self._f
         np.take(self.w, col, out=w)
         np.take(self.g, col, out=g)
@@ -825,8 +967,8 @@ class SurrogateEvaluator:
         return o.w1 * c_avg + o.w2 * c_max + o.w3 * (1.0 - c_util)
 
 
-def _offspring(pop: np.ndarray, feas: np.ndarray, rate: float, rng: np.random.Generator
-               ) -> tuple[np.ndarray, np.ndarray]:
+def _offspring(pop: np.ndarray, feas: np.ndarray, rate: float, rng: np.random.Generator,
+               movable: Optional[np.ndarray] = None) -> tuple[np.ndarray, np.ndarray]:
     """Children of one generation and, per child, the parent it shares its prefix with.
 
     Random pairs (a permutation; with an odd population the last pairs with the
@@ -853,8 +995,41 @@ def _offspring(pop: np.ndarray, feas: np.ndarray, rate: float, rng: np.random.Ge
     for i in np.flatnonzero(rng.random(n) < rate):
         child = kids[i]
         if rng.random() < 0.5 or not mutate_swap(child, feas, rng):
-            mutate_move(child, feas, rng)
+            mutate_move(child, feas, rng, movable)
     return kids, parent
+
+
+def _local_search(ev: "_Evaluator", best: np.ndarray, best_val: float, feas: np.ndarray, sched: np.ndarray,
+                  alt_moves: dict, mct_seed: Optional[np.ndarray], moves: int) -> tuple[np.ndarray, float]:
+    """Exact first-improvement local search: single-job moves, at most ``moves`` tries.
+
+    Candidates: jobs by ascending MCT regret (a lower bound on how much later the job
+    would finish in its runner-up partition than in the chosen one, see
+    ``_mct_assignment``), each moved to its runner-up (or, if it already sits there,
+    back to its MCT partition). Each try is ``ev.fitness`` with the current best as
+    hint: only the two changed partitions are re-planned, from their first changed
+    job on. A move is kept when the exact objective decreases.
+    """
+    if not alt_moves:
+        return best, best_val
+    pos = np.empty(int(sched.max()) + 1, dtype=np.int64)
+    pos[sched] = np.arange(sched.size)
+    cands = sorted(alt_moves.items(), key=lambda kv: (kv[1][1], kv[0]))[:moves]
+    cur, cur_val = best.copy(), best_val
+    for j, (q, _) in cands:
+        i = int(pos[j])
+        if cur[i] == q:
+            if mct_seed is None or mct_seed[i] == q:
+                continue
+            q = int(mct_seed[i])
+        if not feas[i, q]:
+            continue
+        trial = cur.copy()
+        trial[i] = q
+        v = ev.fitness(trial, cur)
+        if v < cur_val:
+            cur, cur_val = trial, v
+    return cur, cur_val
 
 
 def allocate_evo(problem: AllocationProblem, priority: np.ndarray, config: EvoConfig = EvoConfig(),
@@ -892,8 +1067,16 @@ def allocate_evo(problem: AllocationProblem, priority: np.ndarray, config: EvoCo
     for i in range(n):
         pop[i] = random_individual(feas, rng)
     seeds = []
+    alt_moves: dict = {}
     if config.seed_mct and sched.size:
-        seeds.append(_mct_assignment(problem, rank, sched))
+        record: dict = {}
+        seeds.append(_mct_assignment(problem, rank, sched, record))
+        pos = np.empty(len(problem.jobs), dtype=np.int64)
+        pos[sched] = np.arange(sched.size)
+        alt_moves = record.pop("alt", {})
+        for p, placed in record.items():  # MCT's plans are layer-2 runs: the exact evaluator reuses them
+            ev.seed(p, pos[[x[0] for x in placed]], np.array([x[1] for x in placed]),
+                    np.array([x[2] for x in placed]), [x[3] for x in placed], [x[4] for x in placed])
     seeds.extend(list(initial))
     for i, given in enumerate(seeds[:n]):
         given = np.asarray(given, dtype=np.int64)[sched]
@@ -908,9 +1091,10 @@ def allocate_evo(problem: AllocationProblem, priority: np.ndarray, config: EvoCo
     else:
         fit = np.array([ev.fitness(ind) for ind in pop])
     history = [float(fit.min())]
+    movable = np.flatnonzero(feas.sum(axis=1) >= 2)
     if sched.size:
         for _ in range(config.generations):
-            kids, parent = _offspring(pop, feas, config.mutation_rate, rng)
+            kids, parent = _offspring(pop, feas, config.mutation_rate, rng, movable)
             if surrogate:
                 kid_fit = sur.fitness(kids)
             else:
@@ -927,10 +1111,18 @@ def allocate_evo(problem: AllocationProblem, priority: np.ndarray, config: EvoCo
         cands = [pop[i] for i in sorted(first)[:config.exact_top]]
         if mct_seed is not None:
             cands.append(mct_seed)
-        exact = [ev.fitness(c) for c in cands]
-        best = cands[int(np.argmin(exact))]
+        # only the partitions where a candidate differs from the MCT seed are re-planned,
+        # from their first differing job on (the seed's runs are in the cache)
+        exact = [ev.fitness(c, mct_seed) for c in cands]
+        h = int(np.argmin(exact))
+        best, best_val = cands[h], exact[h]
     else:
-        best = pop[int(np.argmin(fit))]
+        h = int(np.argmin(fit))
+        best, best_val = pop[h], float(fit[h])
+    if sched.size and config.local_moves:
+        best, best_val = _local_search(ev, best, best_val, feas, sched, alt_moves, mct_seed, config.local_moves)
+        if not surrogate:
+            history.append(best_val)
     part_of = np.full(len(problem.jobs), -1, dtype=np.int64)
     part_of[sched] = best
     return _finish_allocation(problem, "evo", part_of, sched, rank, objective, infeasible,

@@ -311,3 +311,41 @@ def test_snapshot_replays():
         assert mct.initial_timeline(p).free[:-1].min() >= 0
     with pytest.raises(InputError, match="replay"):
         snapshot_from_instance(inst, replay="x")
+
+
+# --------------------------------------------------------------------------- fast MCT, MCT-seeded cache
+from controller.allocator import _mct_assignment, _mct_assignment_plain, _rank  # noqa: E402
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10**6), n_jobs=st.integers(1, 40), nodes=st.integers(1, 4),
+       partitions=st.integers(1, 5), running=st.booleans())
+def test_pruned_mct_equals_plain_mct(seed, n_jobs, nodes, partitions, running):
+    """The lower-bound-pruned MCT picks exactly the partitions of trying them all."""
+    problem = _random_problem(seed, n_jobs, nodes, partitions, running)
+    rng = np.random.default_rng(seed)
+    rank = _rank(rng.integers(0, 5, size=n_jobs).astype(float))  # ties too
+    sched = np.flatnonzero(problem.feasible.any(axis=1))
+    record: dict = {}
+    fast = _mct_assignment(problem, rank, sched, record)
+    assert fast.tolist() == _mct_assignment_plain(problem, rank, sched).tolist()
+    # the recorded per-partition plans are layer 2 of those jobs in priority order
+    for p, placed in record.items():
+        if p == "alt":
+            continue
+        plan = plan_partition(problem, p, [x[0] for x in placed])
+        assert plan.start_s.tolist() == [x[1] for x in placed]
+        assert plan.finish_s.tolist() == [x[2] for x in placed]
+
+
+def test_mct_seeded_cache_gives_exact_values():
+    for seed in range(1, 6):
+        inst = generate_partition_instance(seed, 4, nodes_range=(3, 8), arrivals_per_node=10)
+        problem = snapshot_from_instance(inst, max_pending=50, replay="mct")
+        prio = problem.jobs.gpus * problem.jobs.duration_s
+        res = allocate_evo(problem, prio, EvoConfig(population=10, generations=10, evaluator="surrogate",
+                                                    local_moves=16))
+        index = {p.name: i for i, p in enumerate(problem.partitions)}
+        part_of = np.array([index.get(res.assignment.get(j), -1) for j in problem.jobs.job_ids])
+        assert res.value == pytest.approx(evaluate_assignment(problem, prio, part_of).value, rel=1e-12)
+        assert res.value <= allocate_mct(problem, prio).value + 1e-9
