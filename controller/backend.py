@@ -70,3 +70,6 @@ class Backend(Protocol):
         """StartTime=now after a requeue, so the job may start at once."""
 
     def move_partition(self, job_id: str, partition: str) -> None: ...
+
+    def set_mps_share(self, job_id: str, shares: int) -> None:
+        """A pending MPS job's share per node (--gres=mps:N; 100 shares = one GPU's SMs)."""

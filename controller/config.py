@@ -19,7 +19,7 @@ MODES = ("observe", "shadow", "enforce")
 @dataclass(frozen=True)
 class Setting:
     name: str
-    kind: str  # int, float, str, bool, list[float], list[str], choice
+    kind: str  # int, float, str, bool, list[int], list[float], list[str], choice
     default: Any
     doc: str
     choices: tuple = ()
@@ -71,6 +71,16 @@ SCHEMA: tuple[Setting, ...] = (
             minimum=0.0),
     Setting("partition_duration_estimate_s", "float", 3600.0, "run time assumed for a job when predicting "
             "starts (durations are unknown to the controller)", minimum=1.0),
+    Setting("gpu_sharing", "bool", False, "apply the MPS co-location policy to pending MPS jobs (--gres=mps:N): "
+            "set each one's share to its SM-quota tier (controller.colocation)"),
+    Setting("mps_tiers", "list[int]", [10, 25, 50, 75, 100], "allowed MPS SM-quota tiers, percent of one GPU "
+            "(each 1..100)"),
+    Setting("mps_default_tier", "int", 25, "tier of a job that asked for no tier (one of mps_tiers)", minimum=1),
+    Setting("mps_latency_tier", "int", 75, "tier of latency-class jobs (comment tiresias:class=latency; one of "
+            "mps_tiers)", minimum=1),
+    Setting("mps_max_tenants", "int", 4, "at most this many MPS jobs share one GPU", minimum=1),
+    Setting("mps_allow_multi_user", "bool", False, "let different users share one GPU (their MPS servers are "
+            "time-sliced, not concurrent)"),
     Setting("usage_spool_dir", "str", "/var/spool/tiresias/usage", "directory of the nodes' epilog usage "
             "records, collected into the store when the directory exists"),
     Setting("usage_collect_s", "float", 60.0, "seconds between collections of usage_spool_dir", minimum=1.0),
@@ -109,6 +119,12 @@ class Config:
     partition_move_min_gain_s: float = 30.0
     partition_move_cooldown_s: float = 600.0
     partition_duration_estimate_s: float = 3600.0
+    gpu_sharing: bool = False
+    mps_tiers: tuple[int, ...] = (10, 25, 50, 75, 100)
+    mps_default_tier: int = 25
+    mps_latency_tier: int = 75
+    mps_max_tenants: int = 4
+    mps_allow_multi_user: bool = False
     usage_spool_dir: str = "/var/spool/tiresias/usage"
     usage_collect_s: float = 60.0
     metrics_port: int = 0
@@ -120,6 +136,19 @@ class Config:
         return EngineConfig(policy=self.policy, thresholds_gpu_s=self.queues_gpu_s,
                             promote_knob=self.promote_knob, placement=self.placement, pack_limit=self.pack_limit,
                             quantum_s=self.interval_s, priority_file=self.priority_file or None)
+
+    def colocation_policy(self):
+        """The MPS co-location policy (controller.colocation); InputError when inconsistent."""
+        from controller.colocation import ColocationPolicy
+
+        tiers = tuple(self.mps_tiers)
+        if not tiers or any(not 1 <= t <= 100 for t in tiers):
+            raise InputError(f"mps_tiers {list(tiers)}: each tier must be a percent 1..100")
+        for key in ("mps_default_tier", "mps_latency_tier"):
+            if getattr(self, key) not in tiers:
+                raise InputError(f"{key} {getattr(self, key)} is not one of mps_tiers {list(tiers)}")
+        return ColocationPolicy(tiers=tiers, default_tier=self.mps_default_tier, latency_tier=self.mps_latency_tier,
+                                max_tenants=self.mps_max_tenants, allow_multi_user=self.mps_allow_multi_user)
 
 
 def _coerce(setting: Setting, value: Any, where: str) -> Any:
@@ -159,6 +188,11 @@ def _coerce(setting: Setting, value: Any, where: str) -> Any:
                 isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
             raise bad
         return tuple(float(v) for v in value)
+    if kind == "list[int]":
+        if not isinstance(value, list) or not value or not all(
+                isinstance(v, int) and not isinstance(v, bool) for v in value):
+            raise bad
+        return tuple(value)
     raise AssertionError(kind)
 
 
@@ -173,6 +207,10 @@ def from_mapping(data: dict, where: str = "config") -> Config:
         values[key] = _coerce(setting, value, where)
     config = Config(**values)
     config.engine_config()  # thresholds increasing, knob > 0, ...
+    try:
+        config.colocation_policy()  # tiers 1..100, default/latency tier among them
+    except InputError as err:
+        raise InputError(f"{where}: {err}") from None
     return config
 
 

@@ -45,6 +45,7 @@ _JOB_ID_RE = re.compile(r"\d+(?:_\d+)?")
 _NAME_RE = re.compile(r"[A-Za-z0-9_.\-\[\],]+")
 _SIGNAL_RE = re.compile(r"(?:SIG)?[A-Z][A-Z0-9+\-]*|\d+")
 SITE_FACTOR_LIMIT = 2147483645  # Slurm's documented +- range for SiteFactor
+MPS_SHARES_PER_GPU = 100  # Gres=gpu:N,mps:100*N: one MPS share = 1% of one GPU's SMs
 # Stderr fragments that mean "slurmctld did not answer", not "Slurm said no".
 # 22.05 prints "Unexpected message received for job N" for `scontrol requeue`
 # and SiteFactor updates when it cannot connect at all.
@@ -427,3 +428,22 @@ class SlurmBackend:
         partition = _check_name(partition, "partition name")
         self._lever(["scontrol", "update", f"JobId={job_id}", f"Partition={partition}"],
                     f"move job {job_id} to partition {partition}")
+
+    def set_mps_share(self, job_id: str, shares: int) -> None:
+        """Set a pending job's MPS share per node (= its percent of one GPU's SMs).
+
+        ``scontrol update JobId=X TresPerNode=gres:mps:N``. Checked on 22.05.8: this
+        form rewrites both TresPerNode and the job's TRES, and the job then starts
+        with CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=N. ``TresPerNode=gres/mps:N`` and
+        ``TresPerNode=mps:N`` also exit 0 but only rewrite the string: TRES and the
+        allocation keep the old share. Slurm accepts any count (0, 101, 500) for a
+        pending job, hence the 1..100 check here. A running job is refused ("Job is
+        no longer pending execution") -> LeverFailed.
+        """
+        job_id = _check_job_id(job_id)
+        if isinstance(shares, bool) or not isinstance(shares, int):
+            raise ValueError(f"job {job_id}: MPS share must be an integer, got {shares!r}")
+        if not 1 <= shares <= MPS_SHARES_PER_GPU:
+            raise ValueError(f"job {job_id}: MPS share {shares} outside 1..{MPS_SHARES_PER_GPU}")
+        self._lever(["scontrol", "update", f"JobId={job_id}", f"TresPerNode=gres:mps:{shares}"],
+                    f"set MPS share of job {job_id} to {shares}")

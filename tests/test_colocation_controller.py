@@ -1,0 +1,204 @@
+"""GPU sharing applied by the controller (controller.daemon._share_gpus): a scripted
+backend, a real SQLite store. The policy itself is controller.colocation; the real
+Slurm end-to-end test is tests/test_slurm_colocation.py."""
+from dataclasses import replace
+
+import pytest
+
+from controller.backend import ObservedJob
+from controller.config import from_mapping
+from controller.model import InputError
+from tests.test_controller import ScriptedBackend, controller, store  # noqa: F401  (fixture)
+
+
+def mps_job(backend, job_id, mps, state="PENDING", user="alice", comment="", nodes=(), reason="Priority",
+            requeueable=True):
+    backend.jobs[job_id] = ObservedJob(
+        job_id=job_id, user=user, partition="batch", state=state, reason=reason, gpus=0, mps=mps,
+        nodes=tuple(nodes), gpus_by_node=tuple((n, 0) for n in nodes), submit_time_s=backend.now,
+        start_time_s=backend.now if state == "RUNNING" else None, requeueable=requeueable, comment=comment)
+    backend.now += 1
+
+
+def share_calls(backend):
+    return [call for call in backend.calls if call[0] == "set_mps_share"]
+
+
+def shares(store, job_id):
+    return [d for d in store.decisions("default", job_id=job_id) if d["kind"] == "share"]
+
+
+def sharing(store, backend, **settings):
+    return controller(store, backend, gpu_sharing=True, **settings)
+
+
+def test_off_by_default_changes_nothing(store):
+    backend = ScriptedBackend()
+    mps_job(backend, "1", 30, comment="tiresias:class=latency")
+    controller(store, backend).run_round()
+    assert share_calls(backend) == [] and shares(store, "1") == []
+
+
+def test_tiers_latency_class_and_default(store):
+    backend = ScriptedBackend()
+    mps_job(backend, "1", 50, comment="tiresias:class=latency")  # latency: the large tier
+    mps_job(backend, "2", 50)  # asked for a tier: kept, no lever
+    mps_job(backend, "3", 30)  # not a tier: default
+    mps_job(backend, "4", 100, comment="x tiresias:class=latency;y")  # latency caps at 75
+    c = sharing(store, backend)
+    report = c.run_round()
+    assert share_calls(backend) == [("set_mps_share", "1", 75), ("set_mps_share", "3", 25),
+                                    ("set_mps_share", "4", 75)]
+    entries = {e["job_id"]: e for e in report.applied if e["kind"] == "share"}
+    assert set(entries) == {"1", "3", "4"} and all(e["applied"] for e in entries.values())
+    assert "latency-critical class gets the large tier 75%" in entries["1"]["reason"]
+    assert "50% -> 75%" in entries["1"]["reason"]
+    assert "not a tier" in entries["3"]["reason"]
+    logged = shares(store, "3")
+    assert len(logged) == 1 and logged[0]["applied"] and "default tier 25%" in logged[0]["reason"]
+    # Slurm now reports the new shares: nothing more to do
+    for job_id, tier in (("1", 75), ("3", 25), ("4", 75)):
+        backend.jobs[job_id] = replace(backend.jobs[job_id], mps=tier)
+    backend.calls.clear()
+    c.run_round()
+    assert share_calls(backend) == []
+
+
+def test_configured_tiers_are_used(store):
+    backend = ScriptedBackend()
+    mps_job(backend, "1", 40, comment="tiresias:class=latency")
+    mps_job(backend, "2", 40)
+    sharing(store, backend, mps_tiers=[20, 40, 60], mps_default_tier=20, mps_latency_tier=60).run_round()
+    assert share_calls(backend) == [("set_mps_share", "1", 60)]
+
+
+def test_one_user_per_gpu_and_one_latency_job_per_gpu(store):
+    backend = ScriptedBackend()
+    backend.nodes = [replace(backend.nodes[0], gpus_total=1, gpus_free=1)]  # one node, one GPU
+    mps_job(backend, "1", 25, "RUNNING", user="bob", nodes=["gpu1"])
+    mps_job(backend, "2", 30, user="alice")  # the only GPU is bob's: waits, share unchanged
+    c = sharing(store, backend)
+    c.run_round()
+    assert share_calls(backend) == []
+    waits = shares(store, "2")
+    assert len(waits) == 1 and not waits[0]["applied"]
+    assert "one user per GPU" in waits[0]["reason"] and "waits" in waits[0]["detail"]
+    c.run_round()
+    assert len(shares(store, "2")) == 1  # logged once while it waits
+    # with multi-user allowed it shares, and the reason says the users are time-sliced
+    backend2 = ScriptedBackend()
+    backend2.nodes = backend.nodes
+    for job in backend.jobs.values():
+        backend2.jobs[job.job_id] = job
+    c2 = sharing(store, backend2, mps_allow_multi_user=True, cluster="other")
+    report = c2.run_round()
+    assert share_calls(backend2) == [("set_mps_share", "2", 25)]
+    assert "time-slices" in next(e for e in report.applied if e["job_id"] == "2")["reason"]
+
+
+def test_second_latency_job_waits_for_a_gpu_without_one(store):
+    backend = ScriptedBackend()
+    backend.nodes = [replace(backend.nodes[0], gpus_total=1, gpus_free=1)]
+    mps_job(backend, "1", 75, "RUNNING", comment="tiresias:class=latency", nodes=["gpu1"])
+    mps_job(backend, "2", 10, comment="tiresias:class=latency")
+    report = sharing(store, backend).run_round()
+    assert share_calls(backend) == []
+    entry = next(e for e in report.applied if e["job_id"] == "2")
+    assert "latency-critical" in entry["reason"] and not entry["applied"]
+
+
+def test_gpus_held_by_whole_gpu_jobs_are_not_shared(store):
+    backend = ScriptedBackend()
+    backend.nodes = [replace(backend.nodes[0], gpus_total=2, gpus_free=2)]
+    backend.add("9", 2, "RUNNING", start=backend.now, nodes=[("gpu1", 2)])
+    mps_job(backend, "1", 50)
+    report = sharing(store, backend).run_round()
+    entry = next(e for e in report.applied if e["job_id"] == "1" and e["kind"] == "share")
+    assert "no shared GPUs" in entry["reason"]
+
+
+def test_running_jobs_get_advice_only(store):
+    backend = ScriptedBackend()
+    mps_job(backend, "1", 50, "RUNNING", comment="tiresias:class=latency", nodes=["gpu1"])
+    mps_job(backend, "2", 30, "RUNNING", nodes=["gpu2"], requeueable=False)
+    mps_job(backend, "3", 25, "RUNNING", nodes=["gpu3"])  # at its tier: nothing
+    c = sharing(store, backend)
+    c.run_round()
+    c.run_round()
+    assert share_calls(backend) == []
+    assert not [call for call in backend.calls if call[0] in ("requeue", "signal")]
+    advice = shares(store, "1")
+    assert len(advice) == 1 and not advice[0]["applied"]
+    assert "checkpoint + requeue" in advice[0]["reason"] and "advice only (requeue)" in advice[0]["detail"]
+    assert "not requeueable" in shares(store, "2")[0]["reason"]
+    assert shares(store, "3") == []
+
+
+def test_shadow_mode_logs_once_and_changes_nothing(store):
+    backend = ScriptedBackend()
+    mps_job(backend, "1", 50, comment="tiresias:class=latency")
+    c = sharing(store, backend, mode="shadow")
+    c.run_round()
+    c.run_round()
+    assert backend.calls == []
+    assert c.executor.would == ["set_mps_share(1, 75)"]
+    logged = shares(store, "1")
+    assert len(logged) == 1 and not logged[0]["applied"] and "would set_mps_share" in logged[0]["detail"]
+
+
+@pytest.mark.parametrize("comment", ["tiresias:class=", "tiresias:class=\x00\udcff", "tiresias:class=urgent",
+                                     "tiresias:skew=abc tiresias:class=latency=1", "é" * 5000])
+def test_garbage_comments_never_crash_the_round(store, comment):
+    backend = ScriptedBackend()
+    mps_job(backend, "1", 50, comment=comment)
+    report = sharing(store, backend).run_round()
+    assert report.plan is not None
+    assert share_calls(backend) == []  # unknown class -> batch, 50 is a tier
+
+
+def test_a_planning_error_skips_sharing_not_the_round(store, monkeypatch):
+    import controller.daemon as daemon
+
+    def broken(*args, **kwargs):
+        raise ZeroDivisionError("boom")
+
+    monkeypatch.setattr(daemon, "plan_colocation", broken)
+    backend = ScriptedBackend()
+    mps_job(backend, "1", 50, comment="tiresias:class=latency")
+    backend.add("2", 1)
+    report = sharing(store, backend).run_round()
+    assert share_calls(backend) == [] and report.plan is not None
+
+
+def test_multi_gpu_totals_are_left_alone(store):
+    backend = ScriptedBackend()
+    mps_job(backend, "1", 200, comment="tiresias:class=latency")
+    sharing(store, backend).run_round()
+    assert share_calls(backend) == []
+
+
+@pytest.mark.parametrize("data, needle", [
+    ({"mps_tiers": [0, 50]}, "1..100"),
+    ({"mps_tiers": [10, 101]}, "1..100"),
+    ({"mps_tiers": []}, "mps_tiers"),
+    ({"mps_tiers": [10, "x"]}, "mps_tiers"),
+    ({"mps_default_tier": 30}, "mps_default_tier"),
+    ({"mps_latency_tier": 80}, "mps_latency_tier"),
+    ({"mps_max_tenants": 0}, "mps_max_tenants"),
+    ({"gpu_sharing": "yes"}, "gpu_sharing"),
+])
+def test_bad_sharing_config(data, needle):
+    with pytest.raises(InputError, match=needle):
+        from_mapping(data)
+
+
+def test_packaged_config_lists_the_sharing_keys():
+    from pathlib import Path
+
+    import yaml
+
+    data = yaml.safe_load((Path(__file__).resolve().parents[1] / "packaging" / "tiresias.yaml").read_text())
+    config = from_mapping(data)
+    assert config.gpu_sharing is False and config.mps_tiers == (10, 25, 50, 75, 100)
+    assert (config.mps_default_tier, config.mps_latency_tier, config.mps_max_tenants) == (25, 75, 4)
+    assert config.mps_allow_multi_user is False
