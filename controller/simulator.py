@@ -165,6 +165,7 @@ class Simulation:
         if interval is not None:
             now = math.ceil(now / interval - _EPS) * interval
         private = self._private
+        index_of = {job.job_id: job.index for job in jobs}
         overhead_per = cfg.preempt_pause_s + cfg.preempt_resume_s
 
         def sync_job(job: JobState, t: float) -> None:
@@ -248,7 +249,7 @@ class Simulation:
                 # sync waiting jobs before the plan changes their state
                 plan = self.engine.step(snapshot)
                 for action in plan.actions:
-                    job = active[self._index_of(action.job_id)]
+                    job = active[index_of[action.job_id]]
                     sync_job(job, now)
                     if action.kind == "promote":
                         job.queue_service_gpu_s = 0.0
@@ -353,8 +354,3 @@ class Simulation:
                         waited = job.waited_since_promotion_s + (now - p.last_sync_s)
                         times.append(max(now, now + knob * job.executed_since_promotion_s - waited))
         return times
-
-    def _index_of(self, job_id: str) -> int:
-        if not hasattr(self, "_index_by_id"):
-            self._index_by_id = {job.job_id: job.index for job in self._jobs}
-        return self._index_by_id[job_id]
