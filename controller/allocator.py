@@ -395,8 +395,11 @@ def priority_order(values: np.ndarray) -> np.ndarray:
 
 def _finish_allocation(problem: AllocationProblem, method: str, part_of: np.ndarray, sched: np.ndarray,
                        order_rank: np.ndarray, objective: Objective, infeasible: list[str],
-                       **extra) -> Allocation:
-    """Re-run layer 2 for the final assignment and compute the objective."""
+                       plans: Optional[dict] = None, **extra) -> Allocation:
+    """Re-run layer 2 for the final assignment and compute the objective.
+
+    ``plans`` (p -> PartitionPlan of exactly the jobs assigned to p, in priority
+    order), where given, are used instead of re-running layer 2 for those partitions."""
     jobs = problem.jobs
     assignment, start, finish, placement = {}, {}, {}, {}
     uq = []
@@ -406,7 +409,9 @@ def _finish_allocation(problem: AllocationProblem, method: str, part_of: np.ndar
         members = members[np.argsort(order_rank[members], kind="stable")]
         if members.size == 0:
             continue
-        plan = plan_partition(problem, p, members)
+        plan = plans.get(p) if plans is not None else None
+        if plan is None:
+            plan = plan_partition(problem, p, members)
         for n, j in enumerate(plan.positions):
             jid = jobs.job_ids[j]
             assignment[jid] = problem.partitions[p].name
@@ -751,6 +756,7 @@ class _Evaluator:
         self.objective = objective
         jobs = problem.jobs
         s = sched_in_order
+        self.sched = s
         self.d = jobs.duration_s[s]
         self.k = jobs.gpus_per_worker[s]
         self.r = jobs.workers[s]
@@ -821,6 +827,20 @@ class _Evaluator:
             self.cache.clear()
         self.cache[key] = result
         return result
+
+    def plans(self, ind: np.ndarray) -> dict:
+        """p -> PartitionPlan of ``ind`` from the cached runs (those still cached)."""
+        order, bounds = self.groups(ind)
+        out = {}
+        for p in range(self.P):
+            members = order[bounds[p]:bounds[p + 1]]
+            run = self.cache.get((p, members.tobytes())) if members.size else None
+            if run is None:
+                continue
+            nodes, gpus, off = run.nodes.tolist(), run.gpus.tolist(), run.offsets.tolist()
+            placement = [tuple(zip(nodes[off[i]:off[i + 1]], gpus[off[i]:off[i + 1]])) for i in range(members.size)]
+            out[p] = PartitionPlan(self.sched[members], run.starts, run.finishes, placement)
+        return out
 
     def seed(self, p: int, members: np.ndarray, starts: np.ndarray, finishes: np.ndarray,
              nodes: Sequence[np.ndarray], gpus: Sequence[np.ndarray]) -> None:
@@ -914,6 +934,7 @@ class SurrogateEvaluator:
         self._f = [np.empty(m * n) for _ in range(5)]
 
     def fitness(self, pop: np.ndarray) -> np.ndarray:
+        # np.take(..., out=, mode="raise") buffers its output: mode="clip" (indices are valid) does not
         pop = np.atleast_2d(pop)
         m, n = pop.shape
         P = self.P
@@ -930,11 +951,11 @@ class SurrogateEvaluator:
             order = (within + self._rowstart).ravel()
         else:
             order = np.argsort(key, kind="stable")
-            np.take(self._col, order, out=col)
-        np.take(key, order, out=sk)
+            np.take(self._col, order, out=col, mode="clip")
+        np.take(key, order, out=sk, mode="clip")
         w, g, A, O, t = self._f
-        np.take(self.w, col, out=w)
-        np.take(self.g, col, out=g)
+        np.take(self.w, col, out=w, mode="clip")
+        np.take(self.g, col, out=g, mode="clip")
         tot_w = np.bincount(key, weights=self._wf, minlength=m * P)
         tot_g = np.bincount(key, weights=self._gf, minlength=m * P)
         # ahead of j in its partition = running total - j - earlier segments + running jobs
@@ -944,10 +965,10 @@ class SurrogateEvaluator:
         base_g -= tot_g + self._run_g_key
         np.cumsum(w, out=A)
         A -= w
-        A -= np.take(base_w, sk, out=t)  # A_j
+        A -= np.take(base_w, sk, out=t, mode="clip")  # A_j
         np.cumsum(g, out=O)
-        O -= np.take(base_g, sk, out=t)  # O_j + g_j
-        C = np.take(self._cap_key, sk, out=w)  # w no longer needed
+        O -= np.take(base_g, sk, out=t, mode="clip")  # O_j + g_j
+        C = np.take(self._cap_key, sk, out=w, mode="clip")  # w no longer needed
         np.subtract(O, C, out=t)
         np.maximum(t, 0.0, out=t)  # over = max(0, O_j + g_j - C)
         O -= g
@@ -955,10 +976,10 @@ class SurrogateEvaluator:
         A *= t
         O *= C
         A /= O  # start - now
-        uq = np.take(self.u, col, out=t)
+        uq = np.take(self.u, col, out=t, mode="clip")
         uq *= A
-        uq += np.take(self.uq0, col, out=g)
-        A += np.take(self.d, col, out=g)  # finish - now
+        uq += np.take(self.uq0, col, out=g, mode="clip")
+        A += np.take(self.d, col, out=g, mode="clip")  # finish - now
         c_avg = uq.reshape(m, n).sum(axis=1) / n
         c_max = uq.reshape(m, n).max(axis=1)
         horizon = np.maximum(A.reshape(m, n).max(axis=1), self.base_horizon)
@@ -1054,7 +1075,12 @@ def allocate_evo(problem: AllocationProblem, priority: np.ndarray, config: EvoCo
     ``SurrogateEvaluator`` (fast, approximate); at the end the best ``exact_top``
     distinct individuals and the MCT seed are evaluated with the exact layer 2 and
     the exact best is returned. ``history`` then holds surrogate values; ``value``
-    is always the exact objective.
+    is always the exact objective. MCT's own per-partition plans seed the exact
+    evaluator's cache, and the re-check resumes from the MCT seed, so only the
+    partitions where a candidate differs are re-planned (from the first differing
+    job on). Finally ``config.local_moves`` exact single-job moves are tried from
+    the best (``_local_search``); with the exact evaluator the result is appended
+    to ``history``. The returned Allocation is built from the cached runs.
     """
     rng = np.random.Generator(np.random.PCG64(config.seed))
     rank = _rank(priority)
@@ -1063,7 +1089,7 @@ def allocate_evo(problem: AllocationProblem, priority: np.ndarray, config: EvoCo
     feas = problem.feasible[sched]
     ev = _Evaluator(problem, sched, objective, config.cache_limit)
     n = config.population
-    pop = np.empty((n, sched.size), dtype=np.int64)
+    pop = np.empty((n, sched.size), dtype=np.uint8 if len(problem.partitions) <= 255 else np.int64)
     for i in range(n):
         pop[i] = random_individual(feas, rng)
     seeds = []
@@ -1125,7 +1151,8 @@ def allocate_evo(problem: AllocationProblem, priority: np.ndarray, config: EvoCo
             history.append(best_val)
     part_of = np.full(len(problem.jobs), -1, dtype=np.int64)
     part_of[sched] = best
-    return _finish_allocation(problem, "evo", part_of, sched, rank, objective, infeasible,
+    plans = ev.plans(best) if sched.size else None  # the best's layer-2 runs are cached: no re-run
+    return _finish_allocation(problem, "evo", part_of, sched, rank, objective, infeasible, plans=plans,
                               history=history, evaluations=ev.misses)
 
 
