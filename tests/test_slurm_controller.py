@@ -22,18 +22,14 @@ import pytest
 from bench.slurm_harness import ControllerProcess, Instance, cluster_script, write_config
 from controller.store import Store
 
+from tests.slurm_fixtures import _unavailable  # noqa: E402  (fail under CI=true, skip otherwise)
+
 pytestmark = pytest.mark.slurm
 
 # One instance per test session: the suite may run in several checkouts' sessions at
 # once, and a shared instance would let one session's cleanup cancel another's jobs.
 INSTANCE = os.environ.get("TIRESIAS_TEST_INSTANCE") or f"tt{os.getpid()}"
 ACTIVE = {"PENDING", "RUNNING", "COMPLETING", "CONFIGURING", "REQUEUED", "SUSPENDED"}
-
-
-def _unavailable(reason: str) -> None:
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"isolated Slurm instance unavailable under CI: {reason}")
-    pytest.skip(f"isolated Slurm instance unavailable: {reason}")
 
 
 @pytest.fixture(scope="module")

@@ -23,18 +23,14 @@ import pytest
 from bench.slurm_harness import CLUSTER_SCRIPT, ControllerProcess, Instance, cluster_script, write_config
 from controller.store import Store
 
+from tests.slurm_fixtures import _unavailable  # noqa: E402  (fail under CI=true, skip otherwise)
+
 pytestmark = pytest.mark.slurm
 
 INSTANCE = os.environ.get("TIRESIAS_TEST_MOVES_INSTANCE") or f"tp{os.getpid()}"
 PARTITIONS = "left:1-2,right:3-4"
 BLOCKER_WORK_S = 30
 ACTIVE = {"PENDING", "RUNNING", "COMPLETING", "CONFIGURING", "REQUEUED", "SUSPENDED"}
-
-
-def _unavailable(reason: str) -> None:
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"isolated Slurm instance unavailable under CI: {reason}")
-    pytest.skip(f"isolated Slurm instance unavailable: {reason}")
 
 
 @pytest.fixture(scope="module")
