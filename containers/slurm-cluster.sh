@@ -354,6 +354,20 @@ idle_node_count() {
     timeout 3 sinfo -h -N -p batch -t idle,mixed,allocated -o %N 2>/dev/null | sort -u | wc -l
 }
 
+# Waits, bounded by WAIT_S, until COUNT_FUNCTION prints EXPECTED idle nodes; on
+# time-out shows sinfo and dies with the tail of LOGFILE.
+wait_nodes_idle() {
+    local count_function=$1 expected=$2 label=$3 logfile=$4
+    local deadline=$(( $(date +%s) + WAIT_S )) count=0
+    while [ "$(date +%s)" -lt "$deadline" ]; do
+        count=$("$count_function")
+        [ "$count" = "$expected" ] && return 0
+        sleep 0.2
+    done
+    timeout 3 sinfo -N >&2
+    die "${label}only $count of $expected nodes are up after ${WAIT_S} s" "$logfile"
+}
+
 start_slurmds() {
     local t0 n; t0=$(now)
     local path=$PATH
@@ -362,16 +376,7 @@ start_slurmds() {
         pid_alive "/run/slurmd-$n.pid" && continue
         PATH=$path slurmd -N "$n" || die "slurmd -N $n failed to start" "$LOGDIR/slurmd-$n.log"
     done
-    local deadline=$(( $(date +%s) + WAIT_S )) count=0
-    while [ "$(date +%s)" -lt "$deadline" ]; do
-        count=$(idle_node_count)
-        [ "$count" = "${#NODES[@]}" ] && break
-        sleep 0.2
-    done
-    if [ "$count" != "${#NODES[@]}" ]; then
-        timeout 3 sinfo -N >&2
-        die "only $count of ${#NODES[@]} nodes are up after ${WAIT_S} s" "$LOGDIR/slurmd-gpu1.log"
-    fi
+    wait_nodes_idle idle_node_count "${#NODES[@]}" "" "$LOGDIR/slurmd-gpu1.log"
     log "${#NODES[@]} nodes up in $(elapsed "$t0") s"
 }
 
@@ -593,16 +598,7 @@ instance_up() {
         pid_alive "$(instance_slurmd_pid "$n")" && continue
         slurmd -N "$n" || die "[$INST] slurmd -N $n failed to start" "$I_LOGDIR/slurmd-$n.log"
     done
-    local deadline=$(( $(date +%s) + WAIT_S )) count=0
-    while [ "$(date +%s)" -lt "$deadline" ]; do
-        count=$(instance_idle_node_count)
-        [ "$count" = "${#I_NODES[@]}" ] && break
-        sleep 0.2
-    done
-    if [ "$count" != "${#I_NODES[@]}" ]; then
-        timeout 3 sinfo -N >&2
-        die "[$INST] only $count of ${#I_NODES[@]} nodes are up after ${WAIT_S} s" "$I_LOGDIR/slurmd-${I_NODES[0]}.log"
-    fi
+    wait_nodes_idle instance_idle_node_count "${#I_NODES[@]}" "[$INST] " "$I_LOGDIR/slurmd-${I_NODES[0]}.log"
     log "[$INST] cluster up (SLURM_CONF=$SLURM_CONF); total $(elapsed "$t0") s"
     timeout 5 sinfo
 }
