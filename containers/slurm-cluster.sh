@@ -162,7 +162,7 @@ install_hooks() {
     install_hook "${TIRESIAS_TASK_PROLOG:-$REPO_DIR/prolog/task_prolog.py}" task_prolog
 }
 
-# The scheduling, priority and requeue settings every instance shares (the default
+# The scheduling, priority, requeue and time-out settings every instance shares (the default
 # cluster and the isolated ones differ only in names, paths, ports and accounting).
 scheduling_conf_lines() {
     cat <<'CONF'
@@ -191,6 +191,12 @@ JobRequeue=1
 # The checkpoint helpers exit 85 once the checkpoint is written: Slurm requeues such a job.
 RequeueExit=85
 GresTypes=gpu,mps
+JobAcctGatherType=jobacct_gather/linux
+MinJobAge=300
+KillWait=10
+InactiveLimit=0
+SlurmctldTimeout=30
+SlurmdTimeout=30
 CONF
 }
 
@@ -230,13 +236,7 @@ AccountingStorageTRES=gres/gpu,gres/mps
 AccountingStoreFlags=job_comment
 JobCompType=jobcomp/filetxt
 JobCompLoc=$LOGDIR/jobcomp.txt
-JobAcctGatherType=jobacct_gather/linux
 JobAcctGatherFrequency=5
-MinJobAge=300
-KillWait=10
-InactiveLimit=0
-SlurmctldTimeout=30
-SlurmdTimeout=30
 EOF
         printf '%s' "$hooks"
         local i=1 n
@@ -541,12 +541,6 @@ $(scheduling_conf_lines)
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/filetxt
 JobCompLoc=$I_LOGDIR/jobcomp.txt
-JobAcctGatherType=jobacct_gather/linux
-MinJobAge=300
-KillWait=10
-InactiveLimit=0
-SlurmctldTimeout=30
-SlurmdTimeout=30
 EOF
         instance_hook_lines
         local i=1

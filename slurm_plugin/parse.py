@@ -249,6 +249,12 @@ def gres_counts(spec: str | None, *, field_name: str = "gres") -> dict[str, int]
         count = _gres_number(count_text, field_name, spec)
         target = typed if gtype else untyped
         target[name] = target.get(name, 0) + count
+    return _untyped_first(untyped, typed)
+
+
+def _untyped_first(untyped: dict[str, int], typed: dict[str, int]) -> dict[str, int]:
+    """Per gres name: the untyped total when Slurm lists one (it already counts the
+    typed entries), else the sum of the typed entries."""
     out = dict(untyped)
     for name, count in typed.items():
         out.setdefault(name, count)
@@ -570,10 +576,7 @@ def _tres_list_counts(items: Any, field_name: str) -> dict[str, int]:
         count = _int(item.get("count"), f"{field_name}.count")
         target = typed if gtype else untyped
         target[name] = target.get(name, 0) + count
-    out = dict(untyped)
-    for name, count in typed.items():
-        out.setdefault(name, count)
-    return out
+    return _untyped_first(untyped, typed)
 
 
 def _sacct_job(r: dict) -> SlurmJob:
