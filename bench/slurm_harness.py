@@ -51,8 +51,9 @@ def instance_conf(instance: str) -> str:
     return f"/etc/slurm-{instance}/slurm.conf"
 
 
-def cluster_script(instance: str, action: str, timeout_s: float = 600) -> subprocess.CompletedProcess:
-    env = {**os.environ, "TIRESIAS_CLUSTER_INSTANCE": instance}
+def cluster_script(instance: str, action: str, timeout_s: float = 600,
+                   extra_env: dict | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "TIRESIAS_CLUSTER_INSTANCE": instance, **(extra_env or {})}
     env.pop("SLURM_CONF", None)
     return subprocess.run(["bash", str(CLUSTER_SCRIPT), action], capture_output=True, text=True,
                           timeout=timeout_s, env=env)

@@ -70,3 +70,30 @@ def submit_as(slurm_cluster) -> Callable[[str, str], str]:
     yield submit
     for workdir in made:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def isolated_instance(name: str, keep: bool, extra_env: dict | None = None):
+    """Generator for a module fixture: an isolated Slurm instance
+    (``TIRESIAS_CLUSTER_INSTANCE``) up for the module; afterwards its jobs' working
+    directories are removed and, unless ``keep``, the instance is stopped and its
+    files deleted. Unavailable: a failure under CI=true, a skip otherwise."""
+    from bench.slurm_harness import Instance, cluster_script
+
+    if os.geteuid() != 0:
+        _unavailable("needs root (starts daemons, submits as alice/bob)")
+    try:
+        proc = cluster_script(name, "up", extra_env=extra_env)
+    except subprocess.TimeoutExpired:
+        _unavailable(f"'TIRESIAS_CLUSTER_INSTANCE={name} slurm-cluster.sh up' did not finish in time")
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+        _unavailable(f"'TIRESIAS_CLUSTER_INSTANCE={name} slurm-cluster.sh up' ({extra_env or {}}) exited "
+                     f"{proc.returncode}:\n{tail}")
+    instance = Instance(name)
+    yield instance
+    instance.cleanup()
+    if not keep:
+        cluster_script(name, "down", timeout_s=120)
+        for path in (f"/etc/slurm-{name}", f"/var/spool/slurmctld-{name}", f"/var/spool/slurmd-{name}",
+                     f"/var/log/slurm-{name}"):
+            shutil.rmtree(path, ignore_errors=True)

@@ -10,7 +10,6 @@ signal, exit on TERM (requeue) and resume from the checkpoint on restart.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import statistics
 import subprocess
@@ -19,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from bench.slurm_harness import ControllerProcess, Instance, cluster_script, write_config
+from bench.slurm_harness import ControllerProcess, Instance, write_config
 from controller.store import Store
 
-from tests.slurm_fixtures import _unavailable  # noqa: E402  (fail under CI=true, skip otherwise)
+from tests.slurm_fixtures import isolated_instance
 
 pytestmark = pytest.mark.slurm
 
@@ -34,24 +33,8 @@ ACTIVE = {"PENDING", "RUNNING", "COMPLETING", "CONFIGURING", "REQUEUED", "SUSPEN
 
 @pytest.fixture(scope="module")
 def cluster():
-    """The isolated instance, up; its jobs' working directories removed at the end."""
-    if os.geteuid() != 0:
-        _unavailable("needs root (starts daemons, submits as alice/bob)")
-    instance = Instance(INSTANCE)
-    try:
-        proc = instance.up()
-    except subprocess.TimeoutExpired:
-        _unavailable("'slurm-cluster.sh up' did not finish in time")
-    if proc.returncode != 0:
-        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
-        _unavailable(f"'TIRESIAS_CLUSTER_INSTANCE={INSTANCE} slurm-cluster.sh up' exited {proc.returncode}:\n{tail}")
-    yield instance
-    instance.cleanup()
-    if not os.environ.get("TIRESIAS_TEST_INSTANCE"):  # ours alone: stop it and remove its files
-        cluster_script(instance.name, "down", timeout_s=120)
-        for path in (f"/etc/slurm-{instance.name}", f"/var/spool/slurmctld-{instance.name}",
-                     f"/var/spool/slurmd-{instance.name}", f"/var/log/slurm-{instance.name}"):
-            shutil.rmtree(path, ignore_errors=True)
+    """The isolated instance, up; stopped and removed afterwards unless named by the env."""
+    yield from isolated_instance(INSTANCE, keep=bool(os.environ.get("TIRESIAS_TEST_INSTANCE")))
 
 
 @pytest.fixture

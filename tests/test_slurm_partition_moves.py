@@ -13,17 +13,14 @@ once with the controller, and the start delays are compared.
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import time
-from pathlib import Path
 
 import pytest
 
-from bench.slurm_harness import CLUSTER_SCRIPT, ControllerProcess, Instance, cluster_script, write_config
+from bench.slurm_harness import ControllerProcess, Instance, write_config
 from controller.store import Store
 
-from tests.slurm_fixtures import _unavailable  # noqa: E402  (fail under CI=true, skip otherwise)
+from tests.slurm_fixtures import isolated_instance
 
 pytestmark = pytest.mark.slurm
 
@@ -35,27 +32,8 @@ ACTIVE = {"PENDING", "RUNNING", "COMPLETING", "CONFIGURING", "REQUEUED", "SUSPEN
 
 @pytest.fixture(scope="module")
 def cluster():
-    if os.geteuid() != 0:
-        _unavailable("needs root (starts daemons, submits as alice)")
-    env = {**os.environ, "TIRESIAS_CLUSTER_INSTANCE": INSTANCE, "TIRESIAS_INSTANCE_PARTITIONS": PARTITIONS}
-    env.pop("SLURM_CONF", None)
-    try:
-        proc = subprocess.run(["bash", str(CLUSTER_SCRIPT), "up"], capture_output=True, text=True, timeout=600,
-                              env=env)
-    except subprocess.TimeoutExpired:
-        _unavailable("'slurm-cluster.sh up' did not finish in time")
-    if proc.returncode != 0:
-        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
-        _unavailable(f"'slurm-cluster.sh up' with TIRESIAS_INSTANCE_PARTITIONS={PARTITIONS} exited "
-                     f"{proc.returncode}:\n{tail}")
-    instance = Instance(INSTANCE)
-    yield instance
-    instance.cleanup()
-    if not os.environ.get("TIRESIAS_TEST_MOVES_INSTANCE"):
-        cluster_script(instance.name, "down", timeout_s=120)
-        for path in (f"/etc/slurm-{instance.name}", f"/var/spool/slurmctld-{instance.name}",
-                     f"/var/spool/slurmd-{instance.name}", f"/var/log/slurm-{instance.name}"):
-            shutil.rmtree(path, ignore_errors=True)
+    yield from isolated_instance(INSTANCE, keep=bool(os.environ.get("TIRESIAS_TEST_MOVES_INSTANCE")),
+                                 extra_env={"TIRESIAS_INSTANCE_PARTITIONS": PARTITIONS})
 
 
 @pytest.fixture
