@@ -55,13 +55,9 @@ def bench_ranks(args) -> dict:
         inst = generate_partition_instance(args.seed + i, parts, nodes_range=(args.nodes_min, args.nodes_max),
                                            arrivals_per_node=args.arrivals_per_node)
         t0 = time.perf_counter()
-        max_pending = args.max_pending
-        if max_pending is None and args.replay == "none":
-            # backlog: the first arrivals whose GPUs add up to --backlog-load x the total GPUs
-            gpus = np.cumsum([j.num_gpus for j in sorted(inst.jobs, key=lambda j: j.submit_time_s)])
-            cap = sum(p.nodes * p.gpus_per_node for p in inst.partitions)
-            max_pending = int(min(gpus.searchsorted(args.backlog_load * cap) + 1, gpus.size))
-        problem = snapshot_from_instance(inst, max_pending=max_pending, replay=args.replay)
+        # replay "none": a backlog of the first arrivals whose GPUs add up to --backlog-load x the GPUs
+        load = args.backlog_load if args.max_pending is None and args.replay == "none" else None
+        problem = snapshot_from_instance(inst, max_pending=args.max_pending, replay=args.replay, backlog_load=load)
         replay_s = time.perf_counter() - t0
         res = run_combinations(problem, expr, evo, Objective())
         values = [res[n][0].value for n in COMBINATIONS]

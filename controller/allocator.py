@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
@@ -917,7 +917,8 @@ class SurrogateEvaluator:
         self._m = -1
 
     def _buffers(self, m: int, n: int) -> None:
-        # preallocated work arrays: fresh large temporaries cost page faults on every call
+        # preallocated work arrays (for up to m individuals; fewer use their prefix):
+        # fresh large temporaries cost page faults on every call
         P = self.P
         self._m = m
         self._rowkey = (np.arange(m) * P)[:, None]
@@ -940,35 +941,36 @@ class SurrogateEvaluator:
         P = self.P
         if n == 0:
             return np.full(m, self.objective.combine(0.0, 0.0, _util(self.work, self.capacity, self.base_horizon)))
-        if self._m != m:
+        if self._m < m:
             self._buffers(m, n)
-        key = self._key
-        np.add(pop, self._rowkey, out=key.reshape(m, n))  # (individual, partition)
-        sk, col = self._sk, self._cidx
+        mn, mP = m * n, m * P
+        key = self._key[:mn]
+        np.add(pop, self._rowkey[:m], out=key.reshape(m, n))  # (individual, partition)
+        sk, col = self._sk[:mn], self._cidx[:mn]
         if P <= 255:  # a stable radix sort per row: segments by partition, priority order inside
             within = np.argsort(pop.astype(np.uint8), axis=1, kind="stable")
             col[:] = within.ravel()  # the job of each sorted entry
-            order = (within + self._rowstart).ravel()
+            order = (within + self._rowstart[:m]).ravel()
         else:
             order = np.argsort(key, kind="stable")
-            np.take(self._col, order, out=col, mode="clip")
+            np.take(self._col[:mn], order, out=col, mode="clip")
         np.take(key, order, out=sk, mode="clip")
-        w, g, A, O, t = self._f
+        w, g, A, O, t = (f[:mn] for f in self._f)
         np.take(self.w, col, out=w, mode="clip")
         np.take(self.g, col, out=g, mode="clip")
-        tot_w = np.bincount(key, weights=self._wf, minlength=m * P)
-        tot_g = np.bincount(key, weights=self._gf, minlength=m * P)
+        tot_w = np.bincount(key, weights=self._wf[:mn], minlength=mP)
+        tot_g = np.bincount(key, weights=self._gf[:mn], minlength=mP)
         # ahead of j in its partition = running total - j - earlier segments + running jobs
         base_w = np.cumsum(tot_w)
-        base_w -= tot_w + self._run_w_key
+        base_w -= tot_w + self._run_w_key[:mP]
         base_g = np.cumsum(tot_g)
-        base_g -= tot_g + self._run_g_key
+        base_g -= tot_g + self._run_g_key[:mP]
         np.cumsum(w, out=A)
         A -= w
         A -= np.take(base_w, sk, out=t, mode="clip")  # A_j
         np.cumsum(g, out=O)
         O -= np.take(base_g, sk, out=t, mode="clip")  # O_j + g_j
-        C = np.take(self._cap_key, sk, out=w, mode="clip")  # w no longer needed
+        C = np.take(self._cap_key[:mP], sk, out=w, mode="clip")  # w no longer needed
         np.subtract(O, C, out=t)
         np.maximum(t, 0.0, out=t)  # over = max(0, O_j + g_j - C)
         O -= g
@@ -986,6 +988,46 @@ class SurrogateEvaluator:
         c_util = np.where(horizon > 0, self.work / (self.capacity * np.where(horizon > 0, horizon, 1.0)), 1.0)
         o = self.objective
         return o.w1 * c_avg + o.w2 * c_max + o.w3 * (1.0 - c_util)
+
+
+class _FitnessMemo:
+    """Surrogate fitness of a batch, each distinct individual evaluated once per run.
+
+    Elitist selection fills the population with copies of its best, and crossover of
+    two copies gives a copy again: late generations are mostly individuals already
+    seen (about 70% over a 200-generation run of 1,000 jobs). Values are the same as
+    evaluating every row; the memo is cleared when it holds ``limit_bytes`` of keys.
+    """
+
+    def __init__(self, evaluate: Callable[[np.ndarray], np.ndarray], limit_bytes: int = 64 << 20):
+        self.evaluate = evaluate
+        self.memo: dict[bytes, float] = {}
+        self.limit_bytes = limit_bytes
+        self.size = 0
+        self.evaluated = 0
+
+    def __call__(self, rows: np.ndarray) -> np.ndarray:
+        keys = [r.tobytes() for r in rows]
+        out = np.empty(len(keys))
+        todo: dict[bytes, list[int]] = {}
+        for i, k in enumerate(keys):
+            v = self.memo.get(k)
+            if v is None:
+                todo.setdefault(k, []).append(i)
+            else:
+                out[i] = v
+        if todo:
+            first = [where[0] for where in todo.values()]
+            values = self.evaluate(rows[first])
+            self.evaluated += len(first)
+            if self.size + len(first) * rows.shape[1] > self.limit_bytes:
+                self.memo.clear()
+                self.size = 0
+            self.size += len(first) * rows.shape[1]
+            for (k, where), v in zip(todo.items(), values.tolist()):
+                self.memo[k] = v
+                out[where] = v
+        return out
 
 
 def _offspring(pop: np.ndarray, feas: np.ndarray, rate: float, rng: np.random.Generator,
@@ -1112,8 +1154,8 @@ def allocate_evo(problem: AllocationProblem, priority: np.ndarray, config: EvoCo
     mct_seed = pop[0].copy() if config.seed_mct and sched.size else None
     surrogate = config.evaluator == "surrogate" and sched.size > 0
     if surrogate:
-        sur = SurrogateEvaluator(problem, sched, objective)
-        fit = sur.fitness(pop)
+        sur = _FitnessMemo(SurrogateEvaluator(problem, sched, objective).fitness)
+        fit = sur(pop)
     else:
         fit = np.array([ev.fitness(ind) for ind in pop])
     history = [float(fit.min())]
@@ -1122,7 +1164,7 @@ def allocate_evo(problem: AllocationProblem, priority: np.ndarray, config: EvoCo
         for _ in range(config.generations):
             kids, parent = _offspring(pop, feas, config.mutation_rate, rng, movable)
             if surrogate:
-                kid_fit = sur.fitness(kids)
+                kid_fit = sur(kids)
             else:
                 kid_fit = np.array([ev.fitness(c, pop[h]) for c, h in zip(kids, parent)])
             all_pop = np.concatenate((pop, kids))
@@ -1181,7 +1223,7 @@ def workers_for_gpus(gpus: int, max_gpus_per_node: int) -> int:
 
 def snapshot_from_instance(instance: PartitionInstance, *, at_fraction: Optional[float] = None,
                            now_s: Optional[float] = None, max_pending: Optional[int] = None,
-                           replay: str = "submitted") -> AllocationProblem:
+                           replay: str = "submitted", backlog_load: Optional[float] = None) -> AllocationProblem:
     """The static snapshot used to compare allocators on a (generated or traced) instance.
 
     The jobs first run FIFO (arrival order, earliest start >= arrival, reservations
@@ -1203,10 +1245,20 @@ def snapshot_from_instance(instance: PartitionInstance, *, at_fraction: Optional
 
     ``replay="none"``: no replay, a backlog: every job that arrived by now is pending
     (none running); now is the ``max_pending``-th arrival (default: the last) or the
-    arrival ``at_fraction`` of the way through.
+    arrival ``at_fraction`` of the way through. ``backlog_load`` (replay "none" only,
+    instead of ``max_pending``): the first arrivals whose GPUs add up to this multiple
+    of the instance's GPUs, so that every partition size sees the same contention.
     """
     if replay not in ("submitted", "mct", "none"):
         raise InputError(f"replay value '{replay}' is not one of submitted, mct, none")
+    if backlog_load is not None:
+        if replay != "none":
+            raise InputError(f"backlog load '{backlog_load}' needs replay 'none', not '{replay}'")
+        if not backlog_load > 0:
+            raise InputError(f"backlog load value '{backlog_load}' must be > 0")
+        gpus = np.cumsum([j.num_gpus for j in sorted(instance.jobs, key=lambda j: j.submit_time_s)])
+        cap = sum(p.nodes * p.gpus_per_node for p in instance.partitions)
+        max_pending = int(min(gpus.searchsorted(backlog_load * cap) + 1, gpus.size))
     if replay == "none":
         return _backlog_snapshot(instance, at_fraction, now_s, max_pending)
     parts = list(instance.partitions)

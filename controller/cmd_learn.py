@@ -42,6 +42,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nodes-min", type=argtypes.positive_int)
     p.add_argument("--nodes-max", type=argtypes.positive_int)
     p.add_argument("--arrivals-per-node", type=argtypes.positive_int)
+    p.add_argument("--backlog-load", type=argtypes.positive_float, metavar="X",
+                   help="train on backlog snapshots (nothing running; the first arrivals whose GPUs add up "
+                        "to X times the instance's GPUs), as `bench_partitions.py ranks` tests on; default: "
+                        "the busiest moment of a FIFO replay in the submitted partitions")
     p.add_argument("--seed", type=argtypes.non_negative_int, default=0, help="seed (default 0)")
     p.add_argument("--weights", type=_weights, default=(1.0, 1.0, 1.0), metavar="W1,W2,W3",
                    help="objective weights of C_avg, C_max, 1 - C_util (default 1,1,1)")
@@ -67,6 +71,8 @@ def config_from_args(args):
     if nodes[0] > nodes[1]:
         raise InputError(f"--nodes-min {nodes[0]} is larger than --nodes-max {nodes[1]}")
     changes["partitions"], changes["nodes"] = parts, nodes
+    if args.backlog_load is not None:
+        changes["replay"], changes["backlog_load"] = "none", args.backlog_load
     max_depth = changes.get("max_depth", base.max_depth)
     lo, hi = base.init_depth
     changes["init_depth"] = (min(lo, max_depth), min(hi, max_depth))
@@ -82,8 +88,11 @@ def run(args) -> int:
         raise InputError(f"--out {out}: folder {out.parent} does not exist")
     say = None if args.quiet else (lambda line: print(line, flush=True))
     result = learn(config, Objective(*args.weights), progress=say)
+    snapshot = (f" backlog load {config.backlog_load}" if config.backlog_load is not None
+                else f" replay {config.replay} max pending {config.max_pending}")
     out.write_text(f"# tiresias learn --seed {config.seed} population {config.population} generations "
-                   f"{config.generations} training {config.training}\n"
+                   f"{config.generations} training {config.training} partitions {config.partitions} "
+                   f"nodes {config.nodes}{snapshot}\n"
                    f"# validation score {result.validation_score:.6f} (objective / SRSF objective)\n"
                    f"{result.expression.to_text()}\n")
     print(f"learned: {result.expression.to_text()}")

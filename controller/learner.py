@@ -20,7 +20,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from controller.allocator import AllocationProblem, Objective, allocate_mct, snapshot_from_instance
+from controller.allocator import AllocationProblem, Objective, allocate_mct, priority_order, snapshot_from_instance
 from controller.expr import TERMINALS, BinOp, Node, Var
 from controller.model import InputError
 from controller.synthetic import generate_partition_instance
@@ -47,6 +47,8 @@ class LearnConfig:
     nodes: tuple[int, int] = (4, 12)
     arrivals_per_node: int = 10
     max_pending: Optional[int] = 200  # snapshot: the busiest moment with at most this many waiting
+    replay: str = "submitted"  # snapshot kind (allocator.snapshot_from_instance)
+    backlog_load: Optional[float] = None  # replay "none": pending GPUs / instance GPUs (max_pending unused)
 
     @classmethod
     def published(cls, **overrides) -> "LearnConfig":
@@ -68,6 +70,10 @@ class LearnConfig:
             raise InputError(f"init depth range {self.init_depth} must lie within 1..max depth {self.max_depth}")
         if not 1 <= self.partitions[0] <= self.partitions[1]:
             raise InputError(f"partition range {self.partitions} is not (low, high) with 1 <= low <= high")
+        if self.replay not in ("submitted", "mct", "none"):
+            raise InputError(f"replay value '{self.replay}' is not one of submitted, mct, none")
+        if self.backlog_load is not None and (self.replay != "none" or not self.backlog_load > 0):
+            raise InputError(f"backlog load value '{self.backlog_load}' needs replay 'none' and must be > 0")
         if not 1 <= self.nodes[0] <= self.nodes[1]:
             raise InputError(f"node range {self.nodes} is not (low, high) with 1 <= low <= high")
 
@@ -90,7 +96,10 @@ def make_instances(count: int, seed: int, config: LearnConfig) -> list[Allocatio
         partitions = int(rng.integers(config.partitions[0], config.partitions[1] + 1))
         inst = generate_partition_instance(inst_seed, partitions, nodes_range=config.nodes,
                                            arrivals_per_node=config.arrivals_per_node)
-        out.append(snapshot_from_instance(inst, max_pending=config.max_pending))
+        if config.backlog_load is not None:
+            out.append(snapshot_from_instance(inst, replay=config.replay, backlog_load=config.backlog_load))
+        else:
+            out.append(snapshot_from_instance(inst, max_pending=config.max_pending, replay=config.replay))
     return out
 
 
@@ -105,11 +114,22 @@ def srsf_values(problem: AllocationProblem) -> np.ndarray:
 
 
 def score_expression(expr: Node, problems: list[AllocationProblem], baselines: list[float],
-                     objective: Objective = Objective()) -> float:
-    """Mean of objective(MCT + expr) / objective(MCT + SRSF) over ``problems``."""
+                     objective: Objective = Objective(), memo: Optional[dict] = None) -> float:
+    """Mean of objective(MCT + expr) / objective(MCT + SRSF) over ``problems``.
+
+    MCT sees a priority function only through the order it puts the jobs in, and
+    many trees order an instance the same way (any monotone rewrite does): with
+    ``memo`` (a dict kept across calls), each (instance, job order) is allocated once.
+    """
     ratios = []
     for problem, base in zip(problems, baselines):
-        value = allocate_mct(problem, priority_values(expr, problem), objective).value
+        values = priority_values(expr, problem)
+        key = (id(problem), priority_order(values).astype(np.int32).tobytes()) if memo is not None else None
+        value = memo.get(key) if memo is not None else None
+        if value is None:
+            value = allocate_mct(problem, values, objective).value
+            if memo is not None:
+                memo[key] = value
         ratios.append(value / base if base > 0 else (1.0 if value <= 0 else np.inf))
     return float(np.mean(ratios))
 
@@ -179,6 +199,7 @@ def learn(config: LearnConfig = LearnConfig(), objective: Objective = Objective(
     history: list[dict] = []
     best_val: Optional[tuple[float, int, Node]] = None
     val_cache: dict[str, float] = {}
+    by_order: dict = {}  # (instance, job order) -> MCT objective, across generations
     for gen in range(config.generations + 1):
         subset = rng.choice(len(training), size=min(config.subset, len(training)), replace=False)
         probs = [training[i] for i in subset]
@@ -188,14 +209,14 @@ def learn(config: LearnConfig = LearnConfig(), objective: Objective = Objective(
         for tree in pop:
             key = tree.to_text()
             if key not in cache:
-                cache[key] = score_expression(tree, probs, bases, objective)
+                cache[key] = score_expression(tree, probs, bases, objective, by_order)
             scores.append(cache[key])
         scores = np.array(scores)
         scores = np.where(np.isfinite(scores), scores, np.inf)
         champion = pop[int(np.argmin(scores))]
         key = champion.to_text()
         if key not in val_cache:
-            val_cache[key] = score_expression(champion, validation, base_val, objective)
+            val_cache[key] = score_expression(champion, validation, base_val, objective, by_order)
         val = val_cache[key]
         if best_val is None or (val, champion.size()) < (best_val[0], best_val[1]):
             best_val = (val, champion.size(), champion)
@@ -219,5 +240,5 @@ def learn(config: LearnConfig = LearnConfig(), objective: Objective = Objective(
                 offspring.append(subtree_crossover(pick(), pick(), rng, config.max_depth))
         pop = offspring
     val, _, expr = best_val
-    train_score = score_expression(expr, training, base_train, objective)
+    train_score = score_expression(expr, training, base_train, objective, by_order)
     return LearnResult(expr, val, train_score, history)

@@ -349,3 +349,39 @@ def test_mct_seeded_cache_gives_exact_values():
         part_of = np.array([index.get(res.assignment.get(j), -1) for j in problem.jobs.job_ids])
         assert res.value == pytest.approx(evaluate_assignment(problem, prio, part_of).value, rel=1e-12)
         assert res.value <= allocate_mct(problem, prio).value + 1e-9
+
+
+# --------------------------------------------------------------------------- memo, backlog snapshots
+def test_fitness_memo_matches_direct_evaluation_and_evaluates_each_row_once():
+    from controller.allocator import _FitnessMemo
+
+    inst = generate_partition_instance(3, 4, nodes_range=(3, 6), arrivals_per_node=10)
+    problem = snapshot_from_instance(inst, max_pending=50, replay="none")
+    sched = np.arange(len(problem.jobs))
+    feas = problem.feasible[sched]
+    rng = np.random.default_rng(3)
+    distinct = np.array([random_individual(feas, rng) for _ in range(6)], dtype=np.uint8)
+    batch = distinct[[0, 1, 0, 2, 2, 2, 3]]  # duplicates inside one batch
+    sur = SurrogateEvaluator(problem, sched, Objective())
+    memo = _FitnessMemo(sur.fitness)
+    assert np.array_equal(memo(batch), sur.fitness(batch))
+    assert memo.evaluated == 4
+    later = distinct[[3, 4, 1, 5, 4]]  # a smaller batch: buffers are reused, rows 3 and 1 are memoized
+    assert np.array_equal(memo(later), sur.fitness(later))
+    assert memo.evaluated == 6
+    tiny = _FitnessMemo(sur.fitness, limit_bytes=2 * batch.shape[1])  # clears instead of growing
+    assert np.array_equal(tiny(batch), sur.fitness(batch)) and len(tiny.memo) <= 4
+
+
+def test_backlog_load_snapshot():
+    inst = generate_partition_instance(5, 3, nodes_range=(3, 6), arrivals_per_node=8)
+    cap = sum(p.nodes * p.gpus_per_node for p in inst.partitions)
+    for load in (0.5, 1.5):
+        snap = snapshot_from_instance(inst, replay="none", backlog_load=load)
+        gpus = int(snap.jobs.gpus.sum())
+        assert snap.running == [] and gpus >= load * cap  # just enough arrivals to reach the load
+        assert gpus - int(snap.jobs.gpus[-1]) < load * cap or len(snap.jobs) == len(inst.jobs)
+    with pytest.raises(InputError, match="backlog load .* needs replay 'none'"):
+        snapshot_from_instance(inst, backlog_load=1.0)
+    with pytest.raises(InputError, match="backlog load value '0.0'"):
+        snapshot_from_instance(inst, replay="none", backlog_load=0.0)

@@ -60,3 +60,17 @@ def test_learned_policy_terms_and_order(tmp_path):
     f.write_text("open(f)\n")
     with pytest.raises(InputError, match=r"p.txt:1: calls are not allowed"):
         from_file(f)
+
+
+def test_order_memo_scores_equal_and_shares_equivalent_orders():
+    config = LearnConfig(partitions=(2, 3), nodes=(3, 6), arrivals_per_node=6, replay="none", backlog_load=1.5)
+    problems = make_instances(2, 5, config)
+    assert all(p.running == [] for p in problems)
+    bases = [allocate_mct(p, srsf_values(p)).value for p in problems]
+    memo: dict = {}
+    for text in ("g * d", "d * g * 2", "d / u + q"):
+        expr = parse_expression(text)
+        assert score_expression(expr, problems, bases, memo=memo) == score_expression(expr, problems, bases)
+    assert len(memo) == 4  # "d * g * 2" orders every job as "g * d" does: no new allocation
+    with pytest.raises(InputError, match="backlog load"):
+        LearnConfig(backlog_load=1.0)  # needs replay "none"
