@@ -500,30 +500,34 @@ def _mct_assignment(problem: AllocationProblem, rank: np.ndarray, sched: np.ndar
     now = float(problem.now_s)
     tmax = [max(float(tl._times[tl.K - 1]) for tl in timelines)]
     submitted = jobs.submitted
+    feasible_of = {j: np.flatnonzero(problem.feasible[j]) for j in sched.tolist()}
+    row_index = np.arange(P)[:, None]
     for j in sched[np.argsort(rank[sched], kind="stable")].tolist():
         d, k, r = float(jobs.duration_s[j]), int(k_all[j]), int(jobs.workers[j])
-        F = np.flatnonzero(problem.feasible[j])
+        F = feasible_of[j]
         ok = W[kpos[k], F] >= r
         nF = F.size
+        rows_f = row_index[:nF]
         # also every row of the run [t, t + d) must hold r workers: windows via one
         # searchsorted over all rows (each offset by its own span), shortened by a
         # margin so rounding can only weaken the bound
         Tr = T[F] - now
         span = tmax[0] - now + d + 2.0
         np.minimum(Tr, span - 1.0, out=Tr)
-        offs = (np.arange(nF) * span)[:, None]
-        flat = (Tr + offs).ravel()
+        Tr += rows_f * span
+        flat = Tr.ravel()
         d_short = max(d - 1e-3 - 1e-9 * span * nF, 0.0)
-        ends = flat.searchsorted((Tr + offs + d_short).ravel(), side="left").reshape(nF, cap)
-        ends -= (np.arange(nF) * cap)[:, None]
+        ends = flat.searchsorted(flat + d_short, side="left").reshape(nF, cap)
+        ends -= rows_f * cap
         np.maximum(ends, col1, out=ends)
         np.minimum(ends, cap, out=ends)
         bc = np.zeros((nF, cap + 1), dtype=np.int64)
         np.cumsum(~ok, axis=1, out=bc[:, 1:])
-        good = ok & (np.take_along_axis(bc, ends, axis=1) == bc[:, :cap])
+        ends += rows_f * (cap + 1)  # flat indices into bc
+        good = ok & (bc.ravel()[ends] == bc[:, :cap])
         first = good.argmax(axis=1)
         lb = T[F, first] + d
-        lb[~good[np.arange(nF), first]] = -np.inf  # no row holds it: no bound
+        lb[~good[rows_f[:, 0], first]] = -np.inf  # no row holds it: no bound
         sub = submitted[j]
         order = np.lexsort((F, F != sub, lb))
         best = second = None

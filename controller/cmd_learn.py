@@ -42,6 +42,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nodes-min", type=argtypes.positive_int)
     p.add_argument("--nodes-max", type=argtypes.positive_int)
     p.add_argument("--arrivals-per-node", type=argtypes.positive_int)
+    p.add_argument("--start-from", action="append", metavar="EXPR|FILE", default=[],
+                   help="put this expression (or the one in this file) in the initial population; "
+                        "repeatable, e.g. --start-from 'g * d' (SRSF) --start-from published")
     p.add_argument("--backlog-load", type=argtypes.positive_float, metavar="X",
                    help="train on backlog snapshots (nothing running; the first arrivals whose GPUs add up "
                         "to X times the instance's GPUs), as `bench_partitions.py ranks` tests on; default: "
@@ -50,6 +53,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--weights", type=_weights, default=(1.0, 1.0, 1.0), metavar="W1,W2,W3",
                    help="objective weights of C_avg, C_max, 1 - C_util (default 1,1,1)")
     p.add_argument("--quiet", action="store_true", help="no per-generation progress")
+
+
+def _start_expression(value: str) -> str:
+    """``published`` (the paper's example), a file holding one expression, or an expression."""
+    from controller.expr import PUBLISHED_EXAMPLE, load_expression_file, parse_expression
+
+    if value == "published":
+        return PUBLISHED_EXAMPLE
+    if Path(value).is_file():
+        return load_expression_file(value).to_text()
+    return parse_expression(value).to_text()
 
 
 def config_from_args(args):
@@ -73,6 +87,8 @@ def config_from_args(args):
     changes["partitions"], changes["nodes"] = parts, nodes
     if args.backlog_load is not None:
         changes["replay"], changes["backlog_load"] = "none", args.backlog_load
+    if args.start_from:
+        changes["start_from"] = tuple(_start_expression(x) for x in args.start_from)
     max_depth = changes.get("max_depth", base.max_depth)
     lo, hi = base.init_depth
     changes["init_depth"] = (min(lo, max_depth), min(hi, max_depth))

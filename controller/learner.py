@@ -21,7 +21,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from controller.allocator import AllocationProblem, Objective, allocate_mct, priority_order, snapshot_from_instance
-from controller.expr import TERMINALS, BinOp, Node, Var
+from controller.expr import TERMINALS, BinOp, Node, Pow, Var, parse_expression
 from controller.model import InputError
 from controller.synthetic import generate_partition_instance
 
@@ -47,6 +47,7 @@ class LearnConfig:
     nodes: tuple[int, int] = (4, 12)
     arrivals_per_node: int = 10
     max_pending: Optional[int] = 200  # snapshot: the busiest moment with at most this many waiting
+    start_from: tuple[str, ...] = ()  # expressions placed in the initial population (warm start)
     replay: str = "submitted"  # snapshot kind (allocator.snapshot_from_instance)
     backlog_load: Optional[float] = None  # replay "none": pending GPUs / instance GPUs (max_pending unused)
 
@@ -157,7 +158,9 @@ def _replace(tree: Node, path: tuple, new: Node) -> Node:
     children[path[0]] = _replace(children[path[0]], path[1:], new)
     if isinstance(tree, BinOp):
         return BinOp(tree.op, children[0], children[1])
-    return type(tree)(*children)  # Neg (parsed seeds only)
+    if isinstance(tree, Pow):  # parsed start expressions only: the GP itself builds no powers
+        return Pow(children[0], tree.exponent)
+    return type(tree)(*children)  # Neg (parsed start expressions only)
 
 
 def subtree_crossover(a: Node, b: Node, rng: np.random.Generator, max_depth: int) -> Node:
@@ -195,7 +198,14 @@ def learn(config: LearnConfig = LearnConfig(), objective: Objective = Objective(
         validation = make_instances(config.validation, int(rng.integers(0, 2**31 - 1)), config)
     base_train = [allocate_mct(p, srsf_values(p), objective).value for p in training]
     base_val = [allocate_mct(p, srsf_values(p), objective).value for p in validation]
-    pop = _ramped(rng, config.population, *config.init_depth)
+    # warm start: given expressions (e.g. SRSF, a published function) replace the first
+    # random trees; deeper than max_depth is refused rather than silently cut
+    start = [parse_expression(text) for text in config.start_from]
+    for tree in start:
+        if tree.depth() > config.max_depth:
+            raise InputError(f"start expression '{tree.to_text()}' is deeper ({tree.depth()}) than the "
+                             f"maximum depth {config.max_depth}")
+    pop = start[:config.population] + _ramped(rng, config.population, *config.init_depth)[len(start):]
     history: list[dict] = []
     best_val: Optional[tuple[float, int, Node]] = None
     val_cache: dict[str, float] = {}

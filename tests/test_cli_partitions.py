@@ -20,9 +20,11 @@ SMALL = ["--partitions-min", 2, "--partitions-max", 3, "--nodes-min", 3, "--node
 def test_learn_then_simulate_partitions(tmp_path):
     out = tmp_path / "prio.txt"
     proc = tiresias("learn", "--out", out, "--instances", 2, "--validation", 1, "--population", 6,
-                    "--generations", 2, "--subset", 2, *SMALL)
+                    "--generations", 2, "--subset", 2, "--start-from", "published", "--start-from", "g * d",
+                    "--backlog-load", "1.5", *SMALL)
     assert proc.returncode == 0, proc.stderr
     assert "learned:" in proc.stdout and "validation score" in proc.stdout
+    assert "backlog load 1.5" in out.read_text().splitlines()[0]
     proc = tiresias("simulate-partitions", "--instances", 2, "--priority-file", out, "--population", 6,
                     "--generations", 3, "--json", *SMALL)
     assert proc.returncode == 0, proc.stderr
@@ -77,6 +79,9 @@ def test_bad_partitions_file(tmp_path, content, name, message):
     (["learn"], "--out"),
     (["learn", "--out", "{tmp}/nodir/x.txt", "--generations", "0"], "does not exist"),
     (["learn", "--out", "{tmp}/x.txt", "--mutation-rate", "2"], "within 0..1"),
+    (["learn", "--out", "{tmp}/x.txt", "--start-from", "d + __import__"], "unknown name"),
+    (["learn", "--out", "{tmp}/x.txt", "--start-from", "{tmp}/bad.txt"], "bad.txt:2: unknown name 'os'"),
+    (["learn", "--out", "{tmp}/x.txt", "--backlog-load", "0"], "--backlog-load"),
 ])
 def test_bad_input_is_one_line_exit_2(tmp_path, args, message):
     (tmp_path / "bad.txt").write_text("# learned\nd + os\n")

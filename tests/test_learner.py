@@ -74,3 +74,16 @@ def test_order_memo_scores_equal_and_shares_equivalent_orders():
     assert len(memo) == 4  # "d * g * 2" orders every job as "g * d" does: no new allocation
     with pytest.raises(InputError, match="backlog load"):
         LearnConfig(backlog_load=1.0)  # needs replay "none"
+
+
+def test_warm_start_population_with_parsed_powers():
+    from dataclasses import replace
+
+    base = replace(TINY, population=6, generations=3, mutation_rate=1.0,  # every child a subtree mutation
+                   start_from=(PUBLISHED_EXAMPLE, "g * d"))
+    result = learn(base)
+    assert learn(base).expression == result.expression  # deterministic
+    # generation 0 holds the start expressions: its champion is one of them or a random tree no worse
+    assert result.history[0]["subset_score"] <= 1.0 + 1e-12  # SRSF itself scores 1 on any subset
+    with pytest.raises(InputError, match="deeper"):
+        learn(replace(TINY, max_depth=3, init_depth=(2, 3), start_from=(PUBLISHED_EXAMPLE,)))
