@@ -385,3 +385,26 @@ def test_backlog_load_snapshot():
         snapshot_from_instance(inst, backlog_load=1.0)
     with pytest.raises(InputError, match="backlog load value '0.0'"):
         snapshot_from_instance(inst, replay="none", backlog_load=0.0)
+
+
+def test_critical_moves_start_with_the_job_that_sets_c_max():
+    from controller.allocator import _critical_moves
+
+    inst = generate_partition_instance(4, 3, nodes_range=(3, 6), arrivals_per_node=10)
+    problem = snapshot_from_instance(inst, max_pending=45, replay="none")
+    prio = problem.jobs.gpus * problem.jobs.duration_s
+    sched = np.argsort(_rank(prio), kind="stable")  # priority order, as allocate_evo holds it
+    feas = problem.feasible[sched]
+    ev = _Evaluator(problem, sched, Objective(), 10**5)
+    ind = _mct_assignment(problem, _rank(prio), sched)[sched]
+    ev.fitness(ind)  # caches the runs _critical_moves reads
+    exact = evaluate_assignment(problem, prio, _mct_assignment(problem, _rank(prio), sched))
+    uq = {j: problem.jobs.user_priority[i] * (problem.jobs.queued_s[i] - problem.now_s + exact.start_s[j])
+          for i, j in enumerate(problem.jobs.job_ids)}
+    worst_job = max(uq, key=uq.get)
+    moves = _critical_moves(ev, ind, feas, {})
+    assert moves, "a job feasible in several partitions sets C_max on this instance"
+    i, q = moves[0]
+    assert problem.jobs.job_ids[sched[i]] == worst_job
+    assert q != ind[i] and feas[i, q]
+    assert max(uq.values()) == pytest.approx(exact.c_max)
