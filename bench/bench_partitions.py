@@ -7,7 +7,10 @@
     MCT+learned, EVO+learned ranks 1st, 2nd, ... by the exact scalarized objective
     (layer 2 re-run on the final assignment; ties share the better rank). EVO's
     value is always exact, whatever ``--evaluator`` ranks individuals with during
-    the search. Target from the paper: EVO+learned first on >= 28 of 30.
+    the search. "learned" is ``--priority-file``: by default
+    examples/learned_priority.txt, which `tiresias learn` produced from other seeds
+    (the command is in the file). Target from the paper: EVO+learned first on >= 28
+    of 30.
 (b) ``timing``: wall-clock seconds of one full ``allocate_evo`` call for N pending
     jobs drawn from a 26-partition instance (no running jobs, published learned
     priority), population/generations as given. Included: the (pruned, exact) MCT
@@ -20,7 +23,7 @@
 
 Usage:
     python bench/bench_partitions.py ranks --instances 30 --population 100 --generations 200 \
-        --evaluator surrogate [--local-moves 64]
+        --evaluator surrogate [--local-moves 16] [--priority-file published]
     python bench/bench_partitions.py timing --jobs 100,500,1000,2000,5000 --evaluator surrogate --out DIR
 """
 from __future__ import annotations
@@ -40,11 +43,14 @@ from controller.cmd_partitions import COMBINATIONS, ranks, run_combinations  # n
 from controller.expr import PUBLISHED_EXAMPLE, load_expression_file, parse_expression  # noqa: E402
 from controller.allocator import snapshot_from_instance  # noqa: E402
 from controller.results import format_table  # noqa: E402
+
+LEARNED_FILE = Path(__file__).resolve().parents[1] / "examples" / "learned_priority.txt"
 from controller.synthetic import generate_partition_instance  # noqa: E402
 
 
 def bench_ranks(args) -> dict:
-    expr = load_expression_file(args.priority_file) if args.priority_file else parse_expression(PUBLISHED_EXAMPLE)
+    expr = parse_expression(PUBLISHED_EXAMPLE) if args.priority_file == "published" \
+        else load_expression_file(args.priority_file)
     evo = EvoConfig(population=args.population, generations=args.generations, seed=0, evaluator=args.evaluator,
                     local_moves=args.local_moves)
     rng = np.random.Generator(np.random.PCG64(args.seed))
@@ -143,7 +149,9 @@ def main(argv=None) -> int:
                    help="snapshot: 'none' (default) = a backlog of the first --max-pending arrivals, all "
                         "waiting; 'submitted' = busiest moment of a FIFO replay in the submitted partitions; "
                         "'mct' = busiest moment of an online MCT+FIFO replay")
-    p.add_argument("--priority-file")
+    p.add_argument("--priority-file", default=str(LEARNED_FILE),
+                   help="ranks: the 'learned' function (default: examples/learned_priority.txt, learned by "
+                        "`tiresias learn` on other seeds; 'published' = the paper's example)")
     p.add_argument("--population", type=int, default=100)
     p.add_argument("--generations", type=int, default=200)
     p.add_argument("--jobs", type=lambda s: [int(x) for x in s.split(",")], default=[100, 200, 500, 1000, 2000, 5000])

@@ -87,3 +87,25 @@ def test_warm_start_population_with_parsed_powers():
     assert result.history[0]["subset_score"] <= 1.0 + 1e-12  # SRSF itself scores 1 on any subset
     with pytest.raises(InputError, match="deeper"):
         learn(replace(TINY, max_depth=3, init_depth=(2, 3), start_from=(PUBLISHED_EXAMPLE,)))
+
+
+def test_shipped_learned_priority_file_parses_and_records_its_command():
+    import argparse
+    import shlex
+    from pathlib import Path
+
+    from controller import cmd_learn
+    from controller.expr import load_expression_file
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "learned_priority.txt"
+    expr = load_expression_file(path)
+    assert {"d", "q", "u", "g"} >= set(expr.to_text().replace("(", " ").replace(")", " ").split()) - set("+-*/")
+    lines = path.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if "tiresias learn" in line)
+    command = " ".join(line.lstrip("# ").rstrip("\\ ") for line in lines[start:start + 3])
+    argv = shlex.split(command)[2:]  # drop "tiresias learn"
+    parser = argparse.ArgumentParser()
+    cmd_learn.add_arguments(parser)
+    config = cmd_learn.config_from_args(parser.parse_args(argv))
+    assert (config.population, config.generations, config.backlog_load, config.seed) == (48, 15, 1.5, 7)
+    assert "g * d" in config.start_from and PUBLISHED_EXAMPLE in config.start_from
