@@ -29,8 +29,8 @@ __all__ = [
     "Partition", "JobTable", "RunningJob", "AllocationProblem", "Timeline", "PartitionPlan",
     "Objective", "Allocation", "EvoConfig", "feasible_partitions", "feasibility_matrix",
     "plan_partition", "priority_order", "allocate_mct", "allocate_evo", "evaluate_assignment",
-    "random_individual", "crossover", "mutate_move", "mutate_swap", "snapshot_from_instance",
-    "workers_for_gpus", "EVALUATORS", "SurrogateEvaluator", "timeline_after",
+    "random_individual", "crossover", "mutate_move", "mutate_swap", "mutate_moves", "mutate_swaps",
+    "snapshot_from_instance", "workers_for_gpus", "EVALUATORS", "SurrogateEvaluator", "timeline_after",
 ]
 
 _BIG = np.iinfo(np.int32).max // 4  # free GPUs of the sentinel row past the last breakpoint
@@ -615,39 +615,55 @@ def crossover(a: np.ndarray, b: np.ndarray, rng: np.random.Generator) -> tuple[n
     return np.concatenate((a[:c], b[c:])), np.concatenate((b[:c], a[c:]))
 
 
-def mutate_move(ind: np.ndarray, feasible: np.ndarray, rng: np.random.Generator,
-                movable: Optional[np.ndarray] = None) -> bool:
-    """Move one job (with another feasible partition) to another feasible partition, in place.
+def mutate_moves(pop: np.ndarray, rows: np.ndarray, feasible: np.ndarray, rng: np.random.Generator,
+                 movable: Optional[np.ndarray] = None) -> np.ndarray:
+    """The move operator on each of ``pop[rows]``, in place: one random job with another
+    feasible partition goes to a uniformly random other feasible partition.
 
-    ``movable`` (optional) is ``np.flatnonzero(feasible.sum(axis=1) >= 2)`` precomputed."""
+    ``movable`` (optional) is ``np.flatnonzero(feasible.sum(axis=1) >= 2)`` precomputed.
+    Returns the rows changed (all of them, or none when no job can move)."""
     if movable is None:
         movable = np.flatnonzero(feasible.sum(axis=1) >= 2)
-    if movable.size == 0:
-        return False
-    j = int(movable[rng.integers(movable.size)])
-    options = np.flatnonzero(feasible[j])
-    options = options[options != ind[j]]
-    ind[j] = int(options[rng.integers(options.size)])
-    return True
+    rows = np.asarray(rows, dtype=np.int64)
+    if movable.size == 0 or rows.size == 0:
+        return rows[:0]
+    j = movable[rng.integers(movable.size, size=rows.size)]
+    options = feasible[j]  # a copy (fancy indexing)
+    options[np.arange(rows.size), pop[rows, j]] = False
+    pick = np.floor(rng.random(rows.size) * options.sum(axis=1)).astype(np.int64)
+    pop[rows, j] = np.argmax(np.cumsum(options, axis=1) > pick[:, None], axis=1)  # the pick-th option
+    return rows
+
+
+def mutate_swaps(pop: np.ndarray, rows: np.ndarray, feasible: np.ndarray, rng: np.random.Generator,
+                 attempts: int = 32) -> np.ndarray:
+    """The swap operator on each of ``pop[rows]``, in place: the partitions of two jobs,
+    each feasible in the other's partition, are exchanged. ``attempts`` random pairs
+    are tried per row at once; returns the rows where one qualified (and was swapped)."""
+    rows = np.asarray(rows, dtype=np.int64)
+    n = pop.shape[1]
+    if n < 2 or rows.size == 0:
+        return rows[:0]
+    i = rng.integers(n, size=(rows.size, attempts))
+    j = rng.integers(n, size=(rows.size, attempts))
+    a, b = pop[rows[:, None], i], pop[rows[:, None], j]
+    ok = (a != b) & feasible[i, b] & feasible[j, a]
+    k = np.flatnonzero(ok.any(axis=1))
+    h = ok[k].argmax(axis=1)  # the first qualifying pair of each row
+    pop[rows[k], i[k, h]] = b[k, h]
+    pop[rows[k], j[k, h]] = a[k, h]
+    return rows[k]
+
+
+def mutate_move(ind: np.ndarray, feasible: np.ndarray, rng: np.random.Generator,
+                movable: Optional[np.ndarray] = None) -> bool:
+    """``mutate_moves`` on one individual (in place); False when no job can move."""
+    return mutate_moves(ind[None, :], np.zeros(1, dtype=np.int64), feasible, rng, movable).size == 1
 
 
 def mutate_swap(ind: np.ndarray, feasible: np.ndarray, rng: np.random.Generator, attempts: int = 32) -> bool:
-    """Swap the partitions of two jobs, each feasible in the other's partition, in place.
-
-    Tries ``attempts`` random pairs at once; False when none qualifies.
-    """
-    n = ind.size
-    if n < 2:
-        return False
-    i = rng.integers(n, size=attempts)
-    j = rng.integers(n, size=attempts)
-    ok = (ind[i] != ind[j]) & feasible[i, ind[j]] & feasible[j, ind[i]]
-    if not ok.any():
-        return False
-    h = int(np.argmax(ok))
-    a, b = int(i[h]), int(j[h])
-    ind[a], ind[b] = ind[b], ind[a]
-    return True
+    """``mutate_swaps`` on one individual (in place); False when no pair qualifies."""
+    return mutate_swaps(ind[None, :], np.zeros(1, dtype=np.int64), feasible, rng, attempts).size == 1
 
 
 # --------------------------------------------------------------------------- EVO
@@ -1060,10 +1076,9 @@ def _offspring(pop: np.ndarray, feas: np.ndarray, rate: float, rng: np.random.Ge
     parent = np.empty(2 * first.size, dtype=np.int64)
     parent[0::2], parent[1::2] = first, second
     kids, parent = kids[:n], parent[:n]
-    for i in np.flatnonzero(rng.random(n) < rate):
-        child = kids[i]
-        if rng.random() < 0.5 or not mutate_swap(child, feas, rng):
-            mutate_move(child, feas, rng, movable)
+    mutated = np.flatnonzero(rng.random(n) < rate)
+    swapped = mutate_swaps(kids, mutated[rng.random(mutated.size) >= 0.5], feas, rng)
+    mutate_moves(kids, np.setdiff1d(mutated, swapped), feas, rng, movable)
     return kids, parent
 
 

@@ -134,6 +134,34 @@ def test_operators_keep_feasibility(rows, seed):
         assert (b == before).all()
 
 
+@settings(max_examples=60, deadline=None)
+@given(rows=feasibility, seed=st.integers(0, 10**6))
+def test_batch_operators_change_only_the_chosen_rows_and_keep_feasibility(rows, seed):
+    from controller.allocator import mutate_moves, mutate_swaps
+
+    feas = np.array(rows)
+    rng = np.random.default_rng(seed)
+    pop = np.array([random_individual(feas, rng) for _ in range(6)], dtype=np.uint8)
+    chosen = np.array([1, 3, 4])
+    before = pop.copy()
+    moved = mutate_moves(pop, chosen, feas, rng)
+    can_move = (feas.sum(axis=1) >= 2).any()
+    assert list(moved) == (list(chosen) if can_move else [])
+    for r in range(6):
+        assert _feasible(pop[r], feas)
+        assert (pop[r] != before[r]).sum() == (1 if r in moved else 0)
+    before = pop.copy()
+    swapped = mutate_swaps(pop, chosen, feas, rng)
+    assert set(swapped) <= set(chosen)
+    for r in range(6):
+        assert _feasible(pop[r], feas)
+        changed = np.flatnonzero(pop[r] != before[r])
+        if r in swapped:
+            assert changed.size == 2 and pop[r, changed[0]] == before[r, changed[1]]
+        else:
+            assert changed.size == 0
+
+
 def small_problem(seed=3, partitions=3):
     inst = generate_partition_instance(seed, partitions, nodes_range=(3, 8), arrivals_per_node=8)
     return snapshot_from_instance(inst, max_pending=30)
