@@ -17,6 +17,7 @@ Units: seconds for times and durations, GPUs for capacity. The jobs are the
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
@@ -383,6 +384,7 @@ class Allocation:
     infeasible: list[str]
     history: list[float] = field(default_factory=list)  # EVO: best fitness per generation
     evaluations: int = 0  # EVO: layer-2 partition runs actually computed (cache misses)
+    phase_s: dict = field(default_factory=dict)  # EVO: wall seconds per phase (mct, search, recheck, ...)
 
 
 def priority_order(values: np.ndarray) -> np.ndarray:
@@ -1200,6 +1202,9 @@ def allocate_evo(problem: AllocationProblem, priority: np.ndarray, config: EvoCo
     the best (``_local_search``); with the exact evaluator the result is appended
     to ``history``. The returned Allocation is built from the cached runs.
     """
+    clock = time.perf_counter
+    phase_s: dict[str, float] = {}
+    t0 = clock()
     rng = np.random.Generator(np.random.PCG64(config.seed))
     rank = _rank(priority)
     sched, infeasible = _split_feasible(problem)
@@ -1221,6 +1226,7 @@ def allocate_evo(problem: AllocationProblem, priority: np.ndarray, config: EvoCo
         for p, placed in record.items():  # MCT's plans are layer-2 runs: the exact evaluator reuses them
             ev.seed(p, pos[[x[0] for x in placed]], np.array([x[1] for x in placed]),
                     np.array([x[2] for x in placed]), [x[3] for x in placed], [x[4] for x in placed])
+    phase_s["mct"] = clock() - t0
     seeds.extend(list(initial))
     for i, given in enumerate(seeds[:n]):
         given = np.asarray(given, dtype=np.int64)[sched]
@@ -1248,6 +1254,7 @@ def allocate_evo(problem: AllocationProblem, priority: np.ndarray, config: EvoCo
             keep = np.argsort(all_fit, kind="stable")[:n]
             pop, fit = all_pop[keep], all_fit[keep]
             history.append(float(fit[0]))
+    phase_s["search"] = clock() - t0 - sum(phase_s.values())
     if not sched.size:
         best = np.zeros(0, dtype=np.int64)
     elif surrogate:
@@ -1263,15 +1270,20 @@ def allocate_evo(problem: AllocationProblem, priority: np.ndarray, config: EvoCo
     else:
         h = int(np.argmin(fit))
         best, best_val = pop[h], float(fit[h])
+    phase_s["recheck"] = clock() - t0 - sum(phase_s.values())
     if sched.size and config.local_moves:
         best, best_val = _local_search(ev, best, best_val, feas, sched, alt_moves, mct_seed, config.local_moves)
         if not surrogate:
             history.append(best_val)
+    phase_s["local_search"] = clock() - t0 - sum(phase_s.values())
     part_of = np.full(len(problem.jobs), -1, dtype=np.int64)
     part_of[sched] = best
     plans = ev.plans(best) if sched.size else None  # the best's layer-2 runs are cached: no re-run
-    return _finish_allocation(problem, "evo", part_of, sched, rank, objective, infeasible, plans=plans,
-                              history=history, evaluations=ev.misses)
+    result = _finish_allocation(problem, "evo", part_of, sched, rank, objective, infeasible, plans=plans,
+                                history=history, evaluations=ev.misses)
+    phase_s["finish"] = clock() - t0 - sum(phase_s.values())
+    result.phase_s = phase_s
+    return result
 
 
 def evaluate_assignment(problem: AllocationProblem, priority: np.ndarray, partition_of: np.ndarray,
