@@ -696,7 +696,7 @@ class EvoConfig:
     cache_limit: int = 100_000  # per-partition layer-2 results kept (exact evaluator)
     seed_mct: bool = True
     evaluator: str = "exact"
-    exact_top: int = 2
+    exact_top: int = 1
     local_moves: int = 16
 
     def __post_init__(self):
@@ -910,7 +910,9 @@ class SurrogateEvaluator:
     ahead fits side by side with j, tending to A_j / C_p (fluid) under heavy load.
     Node fragmentation and backfilling are ignored. Planned finish = start + d;
     the objective is then computed as for layer 2. All individuals at once: a stable
-    sort by partition and segmented cumulative sums, no Python loop over jobs.
+    sort by partition and segmented cumulative sums, no Python loop over jobs. The
+    sums run over whole GPU-seconds in int64: a float cumulative sum is a serial chain
+    of additions, about five times slower than the integer one.
     """
 
     def __init__(self, problem: AllocationProblem, sched_in_order: np.ndarray, objective: Objective):
@@ -930,7 +932,9 @@ class SurrogateEvaluator:
         for r in problem.running:
             run_w[r.partition] += r.gpus * max(r.finish_s - problem.now_s, 0.0)
             run_g[r.partition] += r.gpus if r.finish_s > problem.now_s else 0
-        self.run_w, self.run_g = run_w, run_g
+        self.run_w, self.run_g = np.rint(run_w), run_g
+        self.wi = np.rint(self.w).astype(np.int64)  # whole GPU-seconds: exact integer prefix sums
+        self.gi = jobs.gpus[s].astype(np.int64)
         self.base_horizon = max([0.0] + [float(problem._initial[p].times[-1]) - problem.now_s
                                          for p in range(self.P)])
         self.work = float(self.w.sum()) + problem.running_work_gpu_s()
@@ -950,8 +954,9 @@ class SurrogateEvaluator:
         self._cap_key = np.tile(self.cap, m)
         self._run_w_key = np.tile(self.run_w, m)
         self._run_g_key = np.tile(self.run_g, m)
-        self._wf = np.tile(self.w, m)
+        self._wf = np.tile(self.wi.astype(float), m)
         self._gf = np.tile(self.g, m)
+        self._i = [np.empty(m * n, dtype=np.int64) for _ in range(4)]
         self._key = np.empty(m * n, dtype=np.int64)
         self._sk = np.empty(m * n, dtype=np.int64)
         self._cidx = np.empty(m * n, dtype=np.int64)
@@ -979,8 +984,10 @@ class SurrogateEvaluator:
             np.take(self._col[:mn], order, out=col, mode="clip")
         np.take(key, order, out=sk, mode="clip")
         w, g, A, O, t = (f[:mn] for f in self._f)
-        np.take(self.w, col, out=w, mode="clip")
-        np.take(self.g, col, out=g, mode="clip")
+        wi, gi, si, ti = (b[:mn] for b in self._i)
+        np.take(self.wi, col, out=wi, mode="clip")
+        np.take(self.gi, col, out=gi, mode="clip")
+        # per (individual, partition): totals (exact integers in float64) -> segment bases
         tot_w = np.bincount(key, weights=self._wf[:mn], minlength=mP)
         tot_g = np.bincount(key, weights=self._gf[:mn], minlength=mP)
         # ahead of j in its partition = running total - j - earlier segments + running jobs
@@ -988,12 +995,15 @@ class SurrogateEvaluator:
         base_w -= tot_w + self._run_w_key[:mP]
         base_g = np.cumsum(tot_g)
         base_g -= tot_g + self._run_g_key[:mP]
-        np.cumsum(w, out=A)
-        A -= w
-        A -= np.take(base_w, sk, out=t, mode="clip")  # A_j
-        np.cumsum(g, out=O)
-        O -= np.take(base_g, sk, out=t, mode="clip")  # O_j + g_j
-        C = np.take(self._cap_key[:mP], sk, out=w, mode="clip")  # w no longer needed
+        np.cumsum(wi, out=si)
+        si -= wi
+        si -= np.take(base_w.astype(np.int64), sk, out=ti, mode="clip")
+        np.copyto(A, si)  # A_j
+        np.cumsum(gi, out=si)
+        si -= np.take(base_g.astype(np.int64), sk, out=ti, mode="clip")
+        np.copyto(O, si)  # O_j + g_j
+        np.copyto(g, gi)
+        C = np.take(self._cap_key[:mP], sk, out=w, mode="clip")
         np.subtract(O, C, out=t)
         np.maximum(t, 0.0, out=t)  # over = max(0, O_j + g_j - C)
         O -= g
