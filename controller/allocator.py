@@ -1096,7 +1096,7 @@ def _offspring(pop: np.ndarray, feas: np.ndarray, rate: float, rng: np.random.Ge
 
 def _critical_moves(ev: "_Evaluator", cur: np.ndarray, feas: np.ndarray, alt_of: dict) -> list[tuple[int, int]]:
     """Moves aimed at C_max, the largest u * q: the job that sets it, to every other
-    feasible partition (nearest by index first), then the jobs planned to start before
+    feasible partition (its MCT runner-up first, then nearest by index), then the jobs planned to start before
     it in its partition, latest start first, each to its MCT runner-up (``alt_of``:
     position -> partition). Positions are in priority order; needs ``cur``'s runs cached."""
     order, bounds = ev.groups(cur)
@@ -1115,7 +1115,8 @@ def _critical_moves(ev: "_Evaluator", cur: np.ndarray, feas: np.ndarray, alt_of:
     _, p, members, starts, h = worst
     i = int(members[h])
     others = [q for q in np.flatnonzero(feas[i]).tolist() if q != p]
-    moves = [(i, q) for q in sorted(others, key=lambda q: (abs(q - p), q))]
+    runner_up = alt_of.get(i)  # MCT's second choice for it first
+    moves = [(i, q) for q in sorted(others, key=lambda q: (q != runner_up, abs(q - p), q))]
     ahead = [k for k in np.argsort(-starts[:h], kind="stable").tolist()]
     moves += [(int(members[k]), alt_of[int(members[k])]) for k in ahead if int(members[k]) in alt_of]
     return moves
