@@ -1096,9 +1096,10 @@ def _offspring(pop: np.ndarray, feas: np.ndarray, rate: float, rng: np.random.Ge
 
 def _critical_moves(ev: "_Evaluator", cur: np.ndarray, feas: np.ndarray, alt_of: dict) -> list[tuple[int, int]]:
     """Moves aimed at C_max, the largest u * q: the job that sets it, to every other
-    feasible partition (its MCT runner-up first, then nearest by index), then the jobs planned to start before
-    it in its partition, latest start first, each to its MCT runner-up (``alt_of``:
-    position -> partition). Positions are in priority order; needs ``cur``'s runs cached."""
+    feasible partition (its MCT runner-up first, then nearest by index), then the jobs
+    planned to start before it in its partition, latest start first, each to its MCT
+    runner-up (``alt_of``: position -> partition). Positions are in priority order;
+    needs ``cur``'s runs cached."""
     order, bounds = ev.groups(cur)
     worst = None
     for p in range(ev.P):
