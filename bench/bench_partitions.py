@@ -25,6 +25,8 @@ Usage:
     python bench/bench_partitions.py ranks --instances 30 --population 100 --generations 200 \
         --evaluator surrogate [--local-moves 16] [--priority-file published]
     python bench/bench_partitions.py timing --jobs 100,500,1000,2000,5000 --evaluator surrogate --out DIR
+    git show 471a277:controller/allocator.py > /tmp/old.py   # session 1's allocator, for an A/B
+    python bench/bench_partitions.py timing --jobs 1000 --evaluator surrogate --compare-with /tmp/old.py
 """
 from __future__ import annotations
 
@@ -95,6 +97,29 @@ def timing_problem(n_jobs: int, seed: int) -> AllocationProblem:
     return AllocationProblem(now, inst.partitions, JobTable.build(rows))
 
 
+def _ab_against(path: str, problem: AllocationProblem, prio, cfg: EvoConfig, repeat: int) -> dict:
+    """Median seconds of this allocator and of another version of controller/allocator.py
+    (e.g. ``git show REV:controller/allocator.py > old.py``), runs alternating."""
+    import importlib.util
+    import statistics
+
+    spec = importlib.util.spec_from_file_location("allocator_baseline", path)
+    other = importlib.util.module_from_spec(spec)
+    sys.modules["allocator_baseline"] = other  # dataclasses look their module up
+    spec.loader.exec_module(other)
+    other_problem = other.AllocationProblem(problem.now_s, problem.partitions, problem.jobs, problem.running)
+    other_cfg = other.EvoConfig(population=cfg.population, generations=cfg.generations, seed=cfg.seed,
+                                evaluator=cfg.evaluator)
+    this_s, other_s = [], []
+    for _ in range(repeat):
+        for times, run in ((this_s, lambda: allocate_evo(problem, prio, cfg)),
+                           (other_s, lambda: other.allocate_evo(other_problem, prio, other_cfg))):
+            t0 = time.perf_counter()
+            run()
+            times.append(time.perf_counter() - t0)
+    return {"this_s": statistics.median(this_s), "other_s": statistics.median(other_s)}
+
+
 def bench_timing(args) -> dict:
     """Each job count: ``--repeat`` full rounds on the same problem (min and median wall
     seconds: this VM's speed drifts by up to ~40% from minute to minute, the min is the
@@ -125,6 +150,10 @@ def bench_timing(args) -> dict:
         phases = ", ".join(f"{k} {v:.2f}" for k, v in result.phase_s.items())
         print(f"{n:5d} jobs: min {best:.2f} s, median {seconds:.2f} s ({phases}); MCT alone {mct_s:.2f} s",
               flush=True)
+        if args.compare_with:
+            out[-1]["ab"] = _ab_against(args.compare_with, problem, prio, cfg, args.repeat)
+            print(f"       A/B, alternating in this process: this allocator {out[-1]['ab']['this_s']:.2f} s, "
+                  f"{args.compare_with} {out[-1]['ab']['other_s']:.2f} s (medians)", flush=True)
     print()
     print(format_table(["pending jobs", "EVO min s", "EVO median s", "MCT alone s", "EVO / MCT", "s/generation",
                         "objective EVO / MCT"],
@@ -181,6 +210,8 @@ def main(argv=None) -> int:
     p.add_argument("--local-moves", type=int, default=EvoConfig().local_moves,
                    help="exact local-search moves after the EVO search (EvoConfig.local_moves)")
     p.add_argument("--repeat", type=int, default=3, help="timing: rounds per job count (min and median)")
+    p.add_argument("--compare-with", metavar="FILE",
+                   help="timing: also time this other version of controller/allocator.py, alternating runs")
     p.add_argument("--out", help="folder for evo_timing.png and results JSON")
     args = p.parse_args(argv)
     result = bench_ranks(args) if args.what == "ranks" else bench_timing(args)
