@@ -72,3 +72,11 @@ def thresholds(text: str) -> tuple[float, ...]:
     except InputError as err:
         raise argparse.ArgumentTypeError(str(err))
     return values
+
+
+def objective_weights(text: str) -> tuple[float, float, float]:
+    """w1,w2,w3 of the multi-partition objective (C_avg, C_max, 1 - C_util), each >= 0."""
+    parts = text.split(",")
+    if len(parts) != 3:
+        raise argparse.ArgumentTypeError(f"value {text!r} is not three comma-separated weights w1,w2,w3")
+    return tuple(non_negative_float(p) for p in parts)

@@ -10,20 +10,12 @@ expression (by validation score) to --out as one line of text.
 from __future__ import annotations
 
 import argparse
-import sys
 from dataclasses import replace
 from pathlib import Path
 
 from controller import argtypes
 from controller.allocator import Objective
 from controller.model import InputError
-
-
-def _weights(text: str) -> tuple[float, float, float]:
-    parts = text.split(",")
-    if len(parts) != 3:
-        raise argparse.ArgumentTypeError(f"value {text!r} is not three comma-separated weights w1,w2,w3")
-    return tuple(argtypes.non_negative_float(p) for p in parts)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -50,7 +42,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "to X times the instance's GPUs), as `bench_partitions.py ranks` tests on; default: "
                         "the busiest moment of a FIFO replay in the submitted partitions")
     p.add_argument("--seed", type=argtypes.non_negative_int, default=0, help="seed (default 0)")
-    p.add_argument("--weights", type=_weights, default=(1.0, 1.0, 1.0), metavar="W1,W2,W3",
+    p.add_argument("--weights", type=argtypes.objective_weights, default=(1.0, 1.0, 1.0), metavar="W1,W2,W3",
                    help="objective weights of C_avg, C_max, 1 - C_util (default 1,1,1)")
     p.add_argument("--quiet", action="store_true", help="no per-generation progress")
 

@@ -23,7 +23,6 @@ import csv
 import json
 import time
 from pathlib import Path
-from typing import Optional
 
 import numpy as np
 
@@ -35,13 +34,6 @@ from controller.model import InputError
 from controller.synthetic import Partition, PartitionInstance, generate_partition_instance
 
 COMBINATIONS = ("MCT+fifo", "MCT+srsf", "MCT+bfd", "MCT+learned", "EVO+learned")
-
-
-def _weights(text: str) -> tuple[float, float, float]:
-    parts = text.split(",")
-    if len(parts) != 3:
-        raise argparse.ArgumentTypeError(f"value {text!r} is not three comma-separated weights w1,w2,w3")
-    return tuple(argtypes.non_negative_float(p) for p in parts)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -67,7 +59,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      help="EVO generations (default 200)")
     alg.add_argument("--mutation-rate", type=argtypes.unit_float, default=0.1, help="EVO mutation rate (default 0.1)")
     alg.add_argument("--evo-seed", type=argtypes.non_negative_int, default=0, help="EVO seed (default 0)")
-    alg.add_argument("--weights", type=_weights, default=(1.0, 1.0, 1.0), metavar="W1,W2,W3",
+    alg.add_argument("--weights", type=argtypes.objective_weights, default=(1.0, 1.0, 1.0), metavar="W1,W2,W3",
                      help="objective weights of C_avg, C_max, 1 - C_util (default 1,1,1)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
 
