@@ -326,9 +326,10 @@ def _split_state(value: Any, field_name: str) -> tuple[str, frozenset[str]]:
     return base, frozenset(v for v in items if v != base)
 
 
-def _load_document(text: str | bytes, list_keys: Iterable[str], what: str) -> tuple[str, list]:
+def _load_document(text: str | bytes | dict, list_keys: Iterable[str], what: str) -> tuple[str, list]:
+    """The record list of a document: JSON text, or the dict a caller already decoded."""
     try:
-        doc = json.loads(text)
+        doc = text if isinstance(text, dict) else json.loads(text)
     except (TypeError, ValueError) as exc:
         raise SlurmParseError(f"{what}: not JSON ({exc})") from None
     if not isinstance(doc, dict):
@@ -393,7 +394,7 @@ def _finish_times(state: str, start: float | None, end: float | None) -> tuple[f
 # --------------------------------------------------------------------------
 # squeue --json
 
-def parse_squeue_json(text: str | bytes, errors: list | None = None) -> list[SlurmJob]:
+def parse_squeue_json(text: str | bytes | dict, errors: list | None = None) -> list[SlurmJob]:
     """Jobs from ``squeue --json`` (22.05 and 23.02+ shapes; also slurmrestd /jobs)."""
     _, records = _load_document(text, ("jobs",), "squeue --json")
     return _collect(records, _squeue_job, errors, "job_id", "jobs")
@@ -442,7 +443,7 @@ def _squeue_job(r: dict) -> SlurmJob:
 # --------------------------------------------------------------------------
 # sinfo --json / scontrol show nodes --json
 
-def parse_sinfo_json(text: str | bytes, errors: list | None = None) -> list[SlurmNode]:
+def parse_sinfo_json(text: str | bytes | dict, errors: list | None = None) -> list[SlurmNode]:
     """Nodes from ``sinfo --json`` (22.05: ``nodes``), ``scontrol show nodes --json``
     or slurmrestd ``/nodes`` (23.02+: ``nodes`` with list states), or the 23.11+
     ``sinfo --json`` grouping (``sinfo`` entries; merged per node)."""
