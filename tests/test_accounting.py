@@ -9,9 +9,7 @@ from them, as the live 22.05 cluster records them (see the inline text sample).
 """
 from __future__ import annotations
 
-import copy
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -47,24 +45,7 @@ JobIDRaw|JobID|User|Partition|State|Submit|Start|End|Elapsed|AllocTRES|ReqTRES|N
 """
 
 
-@pytest.fixture(autouse=True)
-def utc(monkeypatch):
-    """sacct text times are local time: the fixtures were recorded in UTC."""
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
-
-
-def cli_main(argv):
-    """cli.main with only the subcommands these tests exercise (others may be in progress)."""
-    saved = cli.SUBCOMMANDS
-    cli.SUBCOMMANDS = {k: v for k, v in saved.items() if k in ("simulate", "trace", "tune")}
-    try:
-        return cli.main(argv)
-    finally:
-        cli.SUBCOMMANDS = saved
+pytestmark = pytest.mark.usefixtures("utc")  # sacct text times are local time (conftest.utc)
 
 
 def _finished_json(path: Path) -> str:
@@ -164,7 +145,7 @@ def test_cli_export_writes_trace_with_actuals(tmp_path, capsys):
     src = tmp_path / "sacct.json"
     src.write_text(_finished_json(JSON_2205))
     out = tmp_path / "trace.csv"
-    assert cli_main(["trace", "export", "--from-file", str(src), "--out", str(out)]) == 0
+    assert cli.main(["trace", "export", "--from-file", str(src), "--out", str(out)]) == 0
     err = capsys.readouterr().err
     assert "3 GPU job(s) in the trace (1 requeued" in err
     assert "excluded 2 job(s) without whole GPUs" in err and ": 3,6" in err
@@ -181,9 +162,9 @@ def test_simulate_actual(tmp_path, capsys):
     src = tmp_path / "sacct.json"
     src.write_text(_finished_json(JSON_2411))
     trace = tmp_path / "trace.csv"
-    assert cli_main(["trace", "export", "--from-file", str(src), "--out", str(trace)]) == 0
+    assert cli.main(["trace", "export", "--from-file", str(src), "--out", str(trace)]) == 0
     capsys.readouterr()
-    assert cli_main(["simulate", "--trace", str(trace), "--nodes", "1", "--gpus-per-node", "4", "--policy", "dlas",
+    assert cli.main(["simulate", "--trace", str(trace), "--nodes", "1", "--gpus-per-node", "4", "--policy", "dlas",
                      "--actual", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     actual = doc["actual"]
@@ -194,7 +175,7 @@ def test_simulate_actual(tmp_path, capsys):
     assert actual["avg_queueing_s"] == pytest.approx(2 / 3)
     assert actual["preemptions"] == 1
     out_dir = tmp_path / "out"
-    assert cli_main(["simulate", "--trace", str(trace), "--nodes", "1", "--gpus-per-node", "4", "--policy", "dlas",
+    assert cli.main(["simulate", "--trace", str(trace), "--nodes", "1", "--gpus-per-node", "4", "--policy", "dlas",
                      "--actual", "--out", str(out_dir)]) == 0
     table = capsys.readouterr().out
     row = next(line for line in table.splitlines() if line.startswith("actual (Slurm)"))
@@ -204,7 +185,7 @@ def test_simulate_actual(tmp_path, capsys):
 
 def test_simulate_actual_needs_actuals(capsys):
     trace = Path(__file__).resolve().parents[2] / "shared" / "traces" / "tiresias-format" / "tiresias_60_job.csv"
-    assert cli_main(["simulate", "--trace", str(trace), "--actual", "--policy", "dlas"]) == 2
+    assert cli.main(["simulate", "--trace", str(trace), "--actual", "--policy", "dlas"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "no actual_start_s/actual_end_s columns" in err
 
@@ -215,23 +196,23 @@ def test_empty_window_writes_no_file(tmp_path, capsys):
     doc["jobs"] = []
     src.write_text(json.dumps(doc))
     out = tmp_path / "trace.csv"
-    assert cli_main(["trace", "export", "--from-file", str(src), "--out", str(out)]) == 0
+    assert cli.main(["trace", "export", "--from-file", str(src), "--out", str(out)]) == 0
     err = capsys.readouterr().err
     assert "no jobs in the window" in err and "not written" in err
     assert not out.exists()
     # A window before every submission: nothing to write either.
-    assert cli_main(["trace", "export", "--from-file", str(TEXT_2205), "--out", str(out),
+    assert cli.main(["trace", "export", "--from-file", str(TEXT_2205), "--out", str(out),
                      "--end", "2020-01-01"]) == 0
     assert "no jobs in the window any .. 2020-01-01" in capsys.readouterr().err
     assert not out.exists()
     # Jobs, but none finished with GPUs: also nothing to write, said differently.
-    assert cli_main(["trace", "export", "--from-file", str(TEXT_2205), "--out", str(out),
+    assert cli.main(["trace", "export", "--from-file", str(TEXT_2205), "--out", str(out),
                      "--users", "bob"]) == 0
     assert "no finished GPU jobs in the window" in capsys.readouterr().err
     assert not out.exists()
     empty_text = tmp_path / "empty.txt"
     empty_text.write_text("JobIDRaw|JobID|User|Partition|State|Submit|Start|End|Elapsed|AllocTRES|ReqTRES|NodeList\n")
-    assert cli_main(["trace", "export", "--from-file", str(empty_text), "--out", str(out)]) == 0
+    assert cli.main(["trace", "export", "--from-file", str(empty_text), "--out", str(out)]) == 0
     assert not out.exists()
 
 
@@ -281,7 +262,7 @@ def test_malformed_text(text, expected):
 def test_cli_malformed_is_one_line_exit_2(tmp_path, capsys):
     src = tmp_path / "bad.json"
     src.write_text('{"jobs": [{"job_id": 1, "state": {"current": 7}}]}')
-    assert cli_main(["trace", "export", "--from-file", str(src), "--out", str(tmp_path / "t.csv")]) == 2
+    assert cli.main(["trace", "export", "--from-file", str(src), "--out", str(tmp_path / "t.csv")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("tiresias trace: error: ") and "state.current" in err
     assert not (tmp_path / "t.csv").exists()
@@ -296,7 +277,7 @@ def test_cli_malformed_is_one_line_exit_2(tmp_path, capsys):
     (["trace"], "an action is required"),
 ])
 def test_cli_bad_input(argv, expected, capsys):
-    assert cli_main(argv) == 2
+    assert cli.main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and expected in err
 
@@ -308,7 +289,7 @@ def test_cli_bad_input(argv, expected, capsys):
 ])
 def test_cli_usage_errors(argv, capsys):
     with pytest.raises(SystemExit) as exit_info:
-        cli_main(argv)
+        cli.main(argv)
     assert exit_info.value.code == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
 

@@ -53,13 +53,6 @@ def _sacct_rows(ids: list[str]) -> list[tuple[str, str]]:
     return [tuple(line.split("|")[:2]) for line in out.splitlines() if line.strip()]
 
 
-def cli_main(argv):
-    saved = cli.SUBCOMMANDS
-    cli.SUBCOMMANDS = {k: v for k, v in saved.items() if k in ("simulate", "trace")}
-    try:
-        return cli.main(argv)
-    finally:
-        cli.SUBCOMMANDS = saved
 
 
 def test_export_live_window(submit_as, tmp_path, capsys):  # noqa: F811
@@ -97,7 +90,7 @@ def test_export_live_window(submit_as, tmp_path, capsys):  # noqa: F811
 
     out = tmp_path / "live.csv"
     window_end = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() + 5))
-    assert cli_main(["trace", "export", "--start", window_start, "--end", window_end, "--users", "alice,bob",
+    assert cli.main(["trace", "export", "--start", window_start, "--end", window_end, "--users", "alice,bob",
                      "--out", str(out)]) == 0
     err = capsys.readouterr().err
     assert "sacct --json:" in err  # slurmdbd answers, so the JSON path was used

@@ -19,11 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 T0 = 1714557600.0  # 2024-05-01T10:00:00Z
 
 
-@pytest.fixture(autouse=True)
-def utc(monkeypatch):
-    monkeypatch.setenv("TZ", "UTC")
-    import time
-    time.tzset()
+pytestmark = pytest.mark.usefixtures("utc")  # expected outputs are in UTC (conftest.utc)
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -221,16 +220,6 @@ def test_sacct_bad_record_skipped():
 
 
 # ---------------------------------------------------------------- scontrol show job -o
-
-@pytest.fixture
-def utc(monkeypatch):
-    # The fixture was recorded on a UTC host; scontrol prints local time.
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
-
 
 def test_scontrol_show_job_matches_squeue(utc):
     errors: list = []

@@ -18,13 +18,6 @@ TRACE60 = TRACES / "tiresias-format" / "tiresias_60_job.csv"
 YAML_MARKER = "# ready to paste into /etc/tiresias/tiresias.yaml:"
 
 
-def cli_main(argv):
-    saved = cli.SUBCOMMANDS
-    cli.SUBCOMMANDS = {k: v for k, v in saved.items() if k in ("simulate", "trace", "tune")}
-    try:
-        return cli.main(argv)
-    finally:
-        cli.SUBCOMMANDS = saved
 
 
 def _signature(result):
@@ -90,9 +83,9 @@ def test_yaml_block_loads_into_config():
 def test_cli_prints_table_and_yaml(capsys):
     argv = ["tune", "--trace", str(TRACE60), "--nodes", "4", "--gpus-per-node", "4", "--evaluations", "12",
             "--seed", "3", "--workers", "1"]
-    assert cli_main(argv) == 0
+    assert cli.main(argv) == 0
     out = capsys.readouterr().out
-    assert cli_main(argv) == 0
+    assert cli.main(argv) == 0
     again = capsys.readouterr().out
     strip_timing = lambda text: text.split("\n", 1)[1]  # the first line holds the elapsed seconds
     assert strip_timing(out) == strip_timing(again)
@@ -107,7 +100,7 @@ def test_cli_prints_table_and_yaml(capsys):
 
 
 def test_cli_json(capsys):
-    assert cli_main(["tune", "--trace", str(TRACE60), "--nodes", "4", "--gpus-per-node", "4", "--evaluations", "8",
+    assert cli.main(["tune", "--trace", str(TRACE60), "--nodes", "4", "--gpus-per-node", "4", "--evaluations", "8",
                      "--workers", "1", "--json", "--policy", "dgittins"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["evaluations"] == 8 and doc["policy"] == "dgittins"
@@ -127,7 +120,7 @@ def test_cli_json(capsys):
 ])
 def test_cli_usage_errors(argv, expected, capsys):
     with pytest.raises(SystemExit) as exit_info:
-        cli_main(["tune", *argv])
+        cli.main(["tune", *argv])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and expected in err
@@ -139,6 +132,6 @@ def test_cli_usage_errors(argv, expected, capsys):
     (["--trace", str(TRACE60), "--nodes", "4", "--gpus-per-node", "4", "--max-k", "1"], "max-k value 1"),
 ])
 def test_cli_bad_input(argv, expected, capsys):
-    assert cli_main(["tune", *argv, "--workers", "1"]) == 2
+    assert cli.main(["tune", *argv, "--workers", "1"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("tiresias tune: error:") and expected in err
