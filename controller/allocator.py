@@ -16,7 +16,6 @@ Units: seconds for times and durations, GPUs for capacity. The jobs are the
 """
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence

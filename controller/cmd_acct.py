@@ -130,7 +130,7 @@ def run(args) -> int:
 def _store_rows(args):
     """(rows, source) from the store, restricted to the caller's own jobs unless
     admin; or an exit code after printing why there is nothing."""
-    from controller.store import Store, StoreError
+    from controller.store import StoreError
 
     config = load(args.config, {"database_url": args.database_url, "cluster": args.cluster})
     store = _open_store(config.database_url)

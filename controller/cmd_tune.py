@@ -13,7 +13,6 @@ import argparse
 import json
 import math
 import os
-import sys
 
 from controller import argtypes
 from controller.model import InputError

@@ -17,7 +17,6 @@ default 3600 so that the search can refine around it.
 from __future__ import annotations
 
 import math
-import os
 import random
 import time
 from concurrent.futures import ProcessPoolExecutor

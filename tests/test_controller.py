@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 
 from controller.backend import BackendUnavailable, Observation, ObservedJob
-from controller.config import Config, from_mapping
+from controller.config import from_mapping
 from controller.daemon import Controller, parse_skew_hint
 from controller.model import InputError, Node
 from controller.store import Store

@@ -1,5 +1,4 @@
 """The engine on hand-made snapshots: pure state -> plan, no simulator."""
-import math
 
 import pytest
 

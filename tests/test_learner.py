@@ -1,5 +1,4 @@
 """Genetic programming of the priority function, and the `learned` policy."""
-import numpy as np
 import pytest
 
 from controller.expr import PUBLISHED_EXAMPLE, parse_expression

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from controller.daemon import Controller
 from controller.model import Node
 from controller.partitions import (MoveSettings, PendingGpuJob, RunningGpuJob, allowed_after_observation,
                                    plan_moves, running_remaining_s, split_partitions)
