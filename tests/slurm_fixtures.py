@@ -24,6 +24,20 @@ CLUSTER_SCRIPT = REPO_ROOT / "containers" / "slurm-cluster.sh"
 CLUSTER_UP_TIMEOUT_S = 600  # includes apt-get install on a fresh host
 
 
+def wait_for(predicate: Callable[[], object], timeout_s: float, what: str, interval_s: float = 0.5,
+             seen: Callable[[], object] | None = None):
+    """Poll until ``predicate()`` is truthy and return that value; on time-out fail
+    naming ``what`` and, if given, what ``seen()`` shows then."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval_s)
+    last = f"; last seen: {seen()}" if seen is not None else ""
+    raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}{last}")
+
+
 def _unavailable(reason: str) -> None:
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(f"Slurm test cluster unavailable under CI: {reason}")

@@ -16,7 +16,7 @@ from controller import cli
 from controller.config import Config
 from controller.accounting import SACCT_TEXT_FIELDS, build_export, runs_from_sacct_json, runs_from_sacct_text
 from controller.traces import load_actuals, load_trace
-from tests.slurm_fixtures import slurm_cluster, submit_as  # noqa: F401  (pytest fixtures)
+from tests.slurm_fixtures import slurm_cluster, submit_as, wait_for  # noqa: F401  (pytest fixtures)
 
 pytestmark = pytest.mark.slurm
 
@@ -34,18 +34,6 @@ def _squeue_state(job_id: str) -> str:
     out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True,
                          timeout=30).stdout.strip()
     return out or "GONE"
-
-
-def _wait(predicate, what: str, timeout_s: float = WAIT_S, poll_s: float = 0.5, seen=None):
-    """Poll until ``predicate()`` is true; on time-out say what ``seen()`` last showed."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(poll_s)
-    last = f"; last seen: {seen()}" if seen else ""
-    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}{last}")
 
 
 def _sacct_rows(ids: list[str]) -> list[tuple[str, str]]:
@@ -66,10 +54,11 @@ def test_export_live_window(submit_as, tmp_path, capsys):  # noqa: F811
     submitted[requeued] = ("bob", 4)
     ids = list(submitted)
     try:
-        _wait(lambda: _squeue_state(requeued) == "RUNNING", f"job {requeued} to run")
+        wait_for(lambda: _squeue_state(requeued) == "RUNNING", WAIT_S, f"job {requeued} to run")
         time.sleep(1.5)  # let it run a little: the first run then has a non-zero elapsed time
         _run("scontrol", "requeue", requeued)
-        _wait(lambda: _squeue_state(requeued) == "PENDING", f"job {requeued} to be pending after the requeue")
+        wait_for(lambda: _squeue_state(requeued) == "PENDING", WAIT_S,
+                 f"job {requeued} to be pending after the requeue")
         # As the controller does: a relaunch in the same second as the requeue meets
         # slurmd's revoked credential for the old run ("Job credential revoked") and fails.
         time.sleep(Config().requeue_settle_s)
@@ -81,8 +70,8 @@ def test_export_live_window(submit_as, tmp_path, capsys):  # noqa: F811
             runs = sum(1 for jid, _ in rows if jid == requeued)
             return all(final.get(j) == "COMPLETED" for j in ids) and runs == 2
 
-        _wait(all_recorded, "slurmdbd to record the four jobs as COMPLETED", poll_s=1.0,
-              seen=lambda: _sacct_rows(ids))
+        wait_for(all_recorded, WAIT_S, "slurmdbd to record the four jobs as COMPLETED", interval_s=1.0,
+                 seen=lambda: _sacct_rows(ids))
     finally:
         for jid in ids:  # never leave our jobs behind on the shared cluster
             if _squeue_state(jid) not in ("GONE", "COMPLETED"):

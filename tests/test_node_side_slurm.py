@@ -12,12 +12,11 @@ import pwd
 import shutil
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.slurm_fixtures import slurm_cluster, submit_as  # noqa: F401
+from tests.slurm_fixtures import slurm_cluster, submit_as, wait_for  # noqa: F401
 
 pytestmark = pytest.mark.slurm
 
@@ -50,33 +49,35 @@ def fake_mps(slurm_cluster):  # noqa: F811
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+def _job_state(job_id: str) -> str:
+    out = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True,
+                         timeout=15).stdout
+    return next((f.split("=", 1)[1] for f in out.split() if f.startswith("JobState=")), "")
+
+
 def wait_done(job_id: str, timeout_s: float = 90) -> str:
-    deadline = time.monotonic() + timeout_s
-    state = ""
-    while time.monotonic() < deadline:
-        out = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True,
-                             timeout=15).stdout
-        state = next((f.split("=", 1)[1] for f in out.split() if f.startswith("JobState=")), "")
-        if state and state not in ("PENDING", "RUNNING", "COMPLETING", "CONFIGURING"):
-            return state
-        time.sleep(0.5)
-    raise AssertionError(f"job {job_id} not finished after {timeout_s} s (state {state})")
+    def finished():
+        state = _job_state(job_id)
+        return state if state and state not in ("PENDING", "RUNNING", "COMPLETING", "CONFIGURING") else None
+
+    return wait_for(finished, timeout_s, f"job {job_id} to finish", seen=lambda: _job_state(job_id))
+
+
+def _usage_record(job_id: str) -> dict | None:
+    for path in SPOOL_DIR.glob("usage-*.jsonl"):
+        for line in path.read_text(errors="replace").splitlines():
+            if f'/{job_id}/' in line:
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue
+                if record.get("job_id") == job_id and record.get("cluster") == "testcluster":
+                    return record
+    return None
 
 
 def wait_record(job_id: str, timeout_s: float = 30) -> dict:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        for path in SPOOL_DIR.glob("usage-*.jsonl"):
-            for line in path.read_text(errors="replace").splitlines():
-                if f'/{job_id}/' in line:
-                    try:
-                        record = json.loads(line)
-                    except ValueError:
-                        continue
-                    if record.get("job_id") == job_id and record.get("cluster") == "testcluster":
-                        return record
-        time.sleep(0.3)
-    raise AssertionError(f"no usage record for job {job_id} in {SPOOL_DIR}")
+    return wait_for(lambda: _usage_record(job_id), timeout_s, f"a usage record of job {job_id} in {SPOOL_DIR}", 0.3)
 
 
 def calls(log: Path) -> list[dict]:

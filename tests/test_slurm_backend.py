@@ -22,7 +22,7 @@ import pytest
 
 from controller.backend import BackendUnavailable
 from slurm_plugin.backend import CommandResult, LeverFailed, SlurmBackend, subprocess_runner
-from tests.slurm_fixtures import slurm_cluster, submit_as  # noqa: F401  (pytest fixtures)
+from tests.slurm_fixtures import slurm_cluster, submit_as, wait_for  # noqa: F401  (pytest fixtures)
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "slurm" / "22.05"
 ACTIVE_STATES = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED"}
@@ -49,14 +49,11 @@ def _job(backend: SlurmBackend, job_id: str):
 
 def _wait_for(backend: SlurmBackend, job_id: str, ok: Callable[[object], bool], timeout_s: float, what: str):
     """Poll observe() until ok(job) holds; bounded by timeout_s."""
-    deadline = time.monotonic() + timeout_s
-    job = None
-    while time.monotonic() < deadline:
+    def reached():
         job = _job(backend, job_id)
-        if job is not None and ok(job):
-            return job
-        time.sleep(0.3)
-    raise AssertionError(f"job {job_id}: {what} not reached within {timeout_s} s; last seen {job}")
+        return job if job is not None and ok(job) else None
+
+    return wait_for(reached, timeout_s, f"job {job_id}: {what}", 0.3, seen=lambda: _job(backend, job_id))
 
 
 def _sprio_site(job_id: str) -> int | None:
@@ -295,12 +292,7 @@ def test_signal_requeue_release_cycle(jobs, alice_dir):
 
 
 def _wait_file(path: Path, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if path.exists():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"{path} did not appear within {timeout_s} s")
+    wait_for(path.exists, timeout_s, f"{path} to appear", 0.2)
 
 
 @pytest.mark.slurm

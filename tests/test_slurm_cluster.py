@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import subprocess
-import time
 
 import pytest
 
 from slurm_plugin.parse import parse_sacct_json, parse_squeue_json
-from tests.slurm_fixtures import slurm_cluster, submit_as  # noqa: F401  (pytest fixtures)
+from tests.slurm_fixtures import slurm_cluster, submit_as, wait_for  # noqa: F401  (pytest fixtures)
 
 pytestmark = pytest.mark.slurm
 
@@ -17,16 +16,16 @@ def _squeue_json() -> str:
     return subprocess.run(["squeue", "--json"], capture_output=True, text=True, check=True, timeout=15).stdout
 
 
+def _squeue_job(job_id: str):
+    return next((j for j in parse_squeue_json(_squeue_json()) if j.job_id == job_id), None)
+
+
 def _wait_for_state(job_id: str, wanted: set[str], timeout_s: float) -> "object":
-    deadline = time.monotonic() + timeout_s
-    seen = None
-    while time.monotonic() < deadline:
-        jobs = {j.job_id: j for j in parse_squeue_json(_squeue_json())}
-        seen = jobs.get(job_id)
-        if seen is not None and seen.state in wanted:
-            return seen
-        time.sleep(0.5)
-    raise AssertionError(f"job {job_id} did not reach {sorted(wanted)} in {timeout_s} s; last seen {seen}")
+    def reached():
+        job = _squeue_job(job_id)
+        return job if job is not None and job.state in wanted else None
+
+    return wait_for(reached, timeout_s, f"job {job_id} to reach {sorted(wanted)}", seen=lambda: _squeue_job(job_id))
 
 
 def test_gpu_job_as_alice_runs_and_completes(submit_as):
@@ -45,13 +44,14 @@ def test_gpu_job_as_alice_runs_and_completes(submit_as):
     assert done.end_time >= done.start_time
 
     # slurmdbd saw it too (accounting may trail the controller by a moment).
-    deadline = time.monotonic() + 20
-    while True:
+    def sacct_records():
         out = subprocess.run(["sacct", "--json", "-j", job_id], capture_output=True, text=True,
                              check=True, timeout=15).stdout
-        records = [j for j in parse_sacct_json(out) if j.job_id == job_id]
-        if records and records[-1].state == "COMPLETED" or time.monotonic() > deadline:
-            break
-        time.sleep(0.5)
-    assert records and records[-1].state == "COMPLETED"
+        return [j for j in parse_sacct_json(out) if j.job_id == job_id]
+
+    def completed():
+        records = sacct_records()
+        return records if records and records[-1].state == "COMPLETED" else None
+
+    records = wait_for(completed, 20, f"sacct to list job {job_id} as COMPLETED", seen=sacct_records)
     assert records[-1].gpus == 2 and records[-1].user == "alice"

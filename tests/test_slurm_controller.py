@@ -21,7 +21,7 @@ import pytest
 from bench.slurm_harness import ControllerProcess, Instance, write_config
 from controller.store import Store
 
-from tests.slurm_fixtures import isolated_instance
+from tests.slurm_fixtures import isolated_instance, wait_for
 
 pytestmark = pytest.mark.slurm
 
@@ -91,16 +91,6 @@ def run(iso, tmp_path):
     r.stop_all()
     if any(p.proc is not None and p.proc.returncode not in (0, None, -signal.SIGKILL) for p in r.procs):
         print(r.log_text()[-3000:])
-
-
-def wait_for(predicate, timeout_s: float, what: str, interval_s: float = 0.5):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval_s)
-    raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
 
 
 def all_finished(instance: Instance, ids) -> bool:

@@ -20,7 +20,7 @@ import pytest
 from bench.slurm_harness import ControllerProcess, Instance, write_config
 from controller.store import Store
 
-from tests.slurm_fixtures import isolated_instance
+from tests.slurm_fixtures import isolated_instance, wait_for
 
 pytestmark = pytest.mark.slurm
 
@@ -41,16 +41,6 @@ def iso(cluster):
     cluster.cancel_all()
     yield cluster
     cluster.cancel_all()
-
-
-def wait_for(predicate, timeout_s: float, what: str, interval_s: float = 0.5):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval_s)
-    raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
 
 
 def _scenario(iso: Instance, seen_by_controller=None) -> dict:
