@@ -1,9 +1,11 @@
 """acct, show-config and report at their own boundary: a real SQLite store, a real
 simulator output directory, the CLI's exit codes and exact output."""
+import contextlib
 import json
 import os
+import shutil
 import subprocess
-import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -131,24 +133,47 @@ def test_non_admin_sees_only_own_jobs(db, capsys, monkeypatch):
     assert out.split() == ["101", "102", "103"]
 
 
-def test_non_admin_for_real_via_su(db, tmp_path):
+def test_non_admin_for_real_as_alice(db, tmp_path, capsys):
+    """`tiresias acct` in a child process that really is alice (setuid after fork):
+    no stand-in for the identity check. The interpreter is not re-executed, so it
+    does not matter that alice cannot read the venv's Python (which lives under /root)."""
     if os.geteuid() != 0 or not _has_user("alice"):
-        pytest.skip("needs root and a user alice")
-    os.chmod(tmp_path, 0o755)
-    os.chmod(tmp_path / "t.db", 0o666)
-    for extra in ("t.db-wal", "t.db-shm"):
-        if (tmp_path / extra).exists():
-            os.chmod(tmp_path / extra, 0o666)
-    os.chmod(tmp_path, 0o777)  # SQLite WAL needs to create its side files
-    probe = subprocess.run(["su", "alice", "-c", f"{sys.executable} -c 'import sqlalchemy, yaml'"],
-                           capture_output=True, text=True, timeout=60)
-    if probe.returncode != 0:
-        pytest.skip(f"alice cannot run this interpreter: {probe.stderr.strip()}")
-    command = (f"cd /tmp && PYTHONPATH={ROOT} TZ=UTC {sys.executable} -m controller.cli acct "
-               f"--database-url {db} -n -P -o JobID,User")
-    proc = subprocess.run(["su", "alice", "-c", command], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == ["101|alice", "103|alice"]
+        pytest.skip("needs root and a user alice (the Slurm test cluster creates her)")
+    import pwd
+
+    user = pwd.getpwnam("alice")
+    shared = Path(tempfile.mkdtemp(prefix="tiresias-acct-"))  # pytest's own tmp tree is root-only
+    try:
+        os.chmod(shared, 0o777)  # SQLite WAL needs to create its side files
+        for path in tmp_path.glob("t.db*"):
+            shutil.copy(path, shared / path.name)
+            os.chmod(shared / path.name, 0o666)
+        _acct_as(user, capsys, ["--database-url", f"sqlite:///{shared}/t.db", "-n", "-P", "-o", "JobID,User"])
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
+
+
+def _acct_as(user, capsys, argv: list[str]) -> None:
+    assert acct(capsys, *argv)[0] == 0  # as root: every lazy import is done before the fork
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: become alice, run the command, report through the pipe
+        code = 99
+        try:
+            os.setgid(user.pw_gid)
+            os.setgroups([])
+            os.setuid(user.pw_uid)
+            with os.fdopen(write_end, "w") as out, contextlib.redirect_stdout(out), \
+                    contextlib.redirect_stderr(out):
+                code = main(["acct", *argv])
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    with os.fdopen(read_end) as pipe:
+        output = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, output
+    assert output.split() == ["101|alice", "103|alice"], output  # her jobs only, not bob's 102
 
 
 def _has_user(name):
