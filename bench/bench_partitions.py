@@ -74,14 +74,32 @@ def bench_ranks(args) -> dict:
             counts[n][r - 1] += 1
         rows.append({"instance": i, "partitions": parts, "pending": len(problem.jobs),
                      "running": len(problem.running), "values": dict(zip(COMBINATIONS, values)),
-                     "ranks": dict(zip(COMBINATIONS, rk)), "evo_s": res["EVO+learned"][1]})
+                     "ranks": dict(zip(COMBINATIONS, rk)), "evo_s": res["EVO+learned"][1],
+                     "evo_c_max_over_c_avg": res["EVO+learned"][0].c_max / max(res["EVO+learned"][0].c_avg, 1e-9)})
         print(f"instance {i:2d}: {parts:2d} partitions, {len(problem.jobs):3d} pending, ranks "
               + " ".join(f"{n}={r}" for n, r in zip(COMBINATIONS, rk))
               + f", EVO {res['EVO+learned'][1]:.1f}s (replay {replay_s:.1f}s)", flush=True)
     print()
     print(format_table(["combination"] + [f"#{k + 1}" for k in range(len(COMBINATIONS))],
                        [[n] + counts[n] for n in COMBINATIONS]))
+    print()
+    for line in _rank_details(rows):
+        print(line)
     return {"rank_counts": counts, "instances": rows}
+
+
+def _rank_details(rows: list[dict]) -> list[str]:
+    """Head-to-head lines behind the rank table (values are exact objectives)."""
+    value = lambda r, name: r["values"][name]  # noqa: E731
+    gains = sorted(1 - value(r, "EVO+learned") / value(r, "MCT+learned") for r in rows)
+    strict = sum(g > 1e-9 for g in gains)
+    better = sum(value(r, "MCT+learned") < value(r, "MCT+srsf") for r in rows)
+    ratio = sorted(r["evo_c_max_over_c_avg"] for r in rows)
+    return [f"MCT+learned better than MCT+srsf on {better} of {len(rows)}",
+            f"EVO+learned better than MCT+learned on {strict} of {len(rows)}: median gain "
+            f"{100 * gains[len(gains) // 2]:.4f}%, best {100 * gains[-1]:.2f}%",
+            f"EVO+learned's C_max / C_avg: median {ratio[len(ratio) // 2]:.2f} "
+            f"(range {ratio[0]:.2f}-{ratio[-1]:.2f})"]
 
 
 def timing_problem(n_jobs: int, seed: int) -> AllocationProblem:
@@ -146,10 +164,13 @@ def bench_timing(args) -> dict:
         best = runs[0][0]
         out.append({"jobs": n, "seconds_min": best, "seconds_median": seconds, "mct_seconds": mct_s,
                     "phases_s": result.phase_s, "layer2_runs": result.evaluations,
-                    "evo_value": result.value, "mct_value": mct.value})
+                    "evo_value": result.value, "mct_value": mct.value,
+                    "surrogate_evaluated": result.surrogate_calls[0], "surrogate_asked": result.surrogate_calls[1]})
         phases = ", ".join(f"{k} {v:.2f}" for k, v in result.phase_s.items())
-        print(f"{n:5d} jobs: min {best:.2f} s, median {seconds:.2f} s ({phases}); MCT alone {mct_s:.2f} s",
-              flush=True)
+        evaluated, asked = result.surrogate_calls
+        print(f"{n:5d} jobs: min {best:.2f} s, median {seconds:.2f} s ({phases}); MCT alone {mct_s:.2f} s; "
+              f"surrogate evaluated {evaluated} of {asked} individuals asked for "
+              f"({100 * (1 - evaluated / max(asked, 1)):.0f}% repeats)", flush=True)
         if args.compare_with:
             out[-1]["ab"] = _ab_against(args.compare_with, problem, prio, cfg, args.repeat)
             print(f"       A/B, alternating in this process: this allocator {out[-1]['ab']['this_s']:.2f} s, "

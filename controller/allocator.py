@@ -383,6 +383,7 @@ class Allocation:
     infeasible: list[str]
     history: list[float] = field(default_factory=list)  # EVO: best fitness per generation
     evaluations: int = 0  # EVO: layer-2 partition runs actually computed (cache misses)
+    surrogate_calls: tuple[int, int] = (0, 0)  # EVO surrogate: (individuals evaluated, individuals asked for)
     phase_s: dict = field(default_factory=dict)  # EVO: wall seconds per phase (mct, search, recheck, ...)
 
 
@@ -1027,7 +1028,7 @@ class _FitnessMemo:
 
     Elitist selection fills the population with copies of its best, and crossover of
     two copies gives a copy again: late generations are mostly individuals already
-    seen (about 70% over a 200-generation run of 1,000 jobs). Values are the same as
+    seen (``bench_partitions.py timing`` prints the share). Values are the same as
     evaluating every row; the memo is cleared when it holds ``limit_bytes`` of keys.
     """
 
@@ -1036,10 +1037,12 @@ class _FitnessMemo:
         self.memo: dict[bytes, float] = {}
         self.limit_bytes = limit_bytes
         self.size = 0
-        self.evaluated = 0
+        self.evaluated = 0  # distinct individuals actually evaluated
+        self.asked = 0  # individuals asked for (with repeats)
 
     def __call__(self, rows: np.ndarray) -> np.ndarray:
         keys = [r.tobytes() for r in rows]
+        self.asked += len(keys)
         out = np.empty(len(keys))
         todo: dict[bytes, list[int]] = {}
         for i, k in enumerate(keys):
@@ -1294,6 +1297,8 @@ def allocate_evo(problem: AllocationProblem, priority: np.ndarray, config: EvoCo
                                 history=history, evaluations=ev.misses)
     phase_s["finish"] = clock() - t0 - sum(phase_s.values())
     result.phase_s = phase_s
+    if surrogate:
+        result.surrogate_calls = (sur.evaluated, sur.asked)
     return result
 
 
