@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.slurm_harness import ControllerProcess, Instance, write_config  # noqa: E402
-from controller.traces import load_trace  # noqa: E402
+from controller.replay.traces import load_trace  # noqa: E402
 
 DEFAULT_TRACE = ROOT.parent / "shared" / "traces" / "tiresias-format" / "tiresias_60_job.csv"
 CLUSTER_GPUS = 16
@@ -68,10 +68,10 @@ def predict(jobs, settings: dict, restart_cost_s: float) -> str:
     """What the simulator expects of this A/B: stock backfill with unlimited time
     limits behaves as best-effort FIFO (fifo-skip); the controller as dlas with its
     round interval and a preemption costing the grace period plus a restart."""
-    from controller.engine import EngineConfig
-    from controller.model import JobSpec
-    from controller.results import summarize
-    from controller.simulator import SimConfig, Simulation
+    from controller.core.engine import EngineConfig
+    from controller.core.model import JobSpec
+    from controller.replay.results import summarize
+    from controller.replay.simulator import SimConfig, Simulation
 
     specs = [JobSpec(str(i), g, a, float(w)) for i, (a, g, w) in enumerate(jobs)]
     figures = {}

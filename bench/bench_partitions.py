@@ -40,14 +40,14 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from controller.allocator import AllocationProblem, EvoConfig, JobTable, Objective, allocate_evo, allocate_mct  # noqa: E402
-from controller.cmd_partitions import COMBINATIONS, ranks, run_combinations  # noqa: E402
-from controller.expr import PUBLISHED_EXAMPLE, load_expression_file, parse_expression  # noqa: E402
-from controller.allocator import snapshot_from_instance  # noqa: E402
-from controller.results import format_table  # noqa: E402
+from controller.partitions.allocator import AllocationProblem, EvoConfig, JobTable, Objective, allocate_evo, allocate_mct  # noqa: E402
+from controller.cli.simulate_partitions import COMBINATIONS, ranks, run_combinations  # noqa: E402
+from controller.core.expr import PUBLISHED_EXAMPLE, load_expression_file, parse_expression  # noqa: E402
+from controller.partitions.allocator import snapshot_from_instance  # noqa: E402
+from controller.replay.results import format_table  # noqa: E402
 
 LEARNED_FILE = Path(__file__).resolve().parents[1] / "examples" / "learned_priority.txt"
-from controller.synthetic import generate_partition_instance  # noqa: E402
+from controller.replay.synthetic import generate_partition_instance  # noqa: E402
 
 
 def bench_ranks(args) -> dict:
@@ -116,8 +116,8 @@ def timing_problem(n_jobs: int, seed: int) -> AllocationProblem:
 
 
 def _ab_against(path: str, problem: AllocationProblem, prio, cfg: EvoConfig, repeat: int) -> dict:
-    """Median seconds of this allocator and of another version of controller/allocator.py
-    (e.g. ``git show REV:controller/allocator.py > old.py``), runs alternating."""
+    """Median seconds of this allocator and of another version of controller/partitions/allocator.py
+    (e.g. ``git show REV:controller/partitions/allocator.py > old.py``), runs alternating."""
     import importlib.util
     import statistics
 
@@ -232,7 +232,7 @@ def main(argv=None) -> int:
                    help="exact local-search moves after the EVO search (EvoConfig.local_moves)")
     p.add_argument("--repeat", type=int, default=3, help="timing: rounds per job count (min and median)")
     p.add_argument("--compare-with", metavar="FILE",
-                   help="timing: also time this other version of controller/allocator.py, alternating runs")
+                   help="timing: also time this other version of controller/partitions/allocator.py, alternating runs")
     p.add_argument("--out", help="folder for evo_timing.png and results JSON")
     args = p.parse_args(argv)
     result = bench_ranks(args) if args.what == "ranks" else bench_timing(args)

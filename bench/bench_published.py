@@ -18,10 +18,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from controller.engine import EngineConfig  # noqa: E402
-from controller.results import format_table, summarize  # noqa: E402
-from controller.simulator import SimConfig, Simulation  # noqa: E402
-from controller.traces import load_trace  # noqa: E402
+from controller.core.engine import EngineConfig  # noqa: E402
+from controller.replay.results import format_table, summarize  # noqa: E402
+from controller.replay.simulator import SimConfig, Simulation  # noqa: E402
+from controller.replay.traces import load_trace  # noqa: E402
 
 TRACE = ROOT.parent / "shared" / "traces" / "philly_pollux.csv"
 

@@ -20,9 +20,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from controller.engine import Engine, EngineConfig  # noqa: E402
-from controller.gittins import ServiceDistribution  # noqa: E402
-from controller.model import JobSpec, JobState, Node, Snapshot  # noqa: E402
+from controller.core.engine import Engine, EngineConfig  # noqa: E402
+from controller.core.gittins import ServiceDistribution  # noqa: E402
+from controller.core.model import JobSpec, JobState, Node, Snapshot  # noqa: E402
 
 GPU_SIZES = (1, 1, 1, 2, 2, 4, 4, 8, 8, 16)
 THRESHOLDS_GPU_S = (3600.0, 36000.0)

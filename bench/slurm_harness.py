@@ -160,10 +160,10 @@ def write_config(path: Path, database_url: str, cluster: str, mode: str = "enfor
     return path
 
 
-# `tiresias run` exactly as installed; the same module (controller.cmd_run) behind a
+# `tiresias run` exactly as installed; the same module (controller.cli.run) behind a
 # one-command parser when the full CLI cannot be built, e.g. while another
 # subcommand's module is missing from a shared working tree.
-_CLI_RUN = [sys.executable, "-m", "controller.cli", "run"]
+_CLI_RUN = [sys.executable, "-m", "controller.cli.main", "run"]
 _DIRECT_RUN = [sys.executable, "-c",
                "import argparse, sys; from controller import cmd_run; p = argparse.ArgumentParser(prog='tiresias run');"
                " cmd_run.add_arguments(p); sys.exit(cmd_run.run(p.parse_args(sys.argv[1:])))"]
@@ -176,13 +176,13 @@ def controller_entry() -> list[str]:
         probe = subprocess.run([*_CLI_RUN, "--help"], cwd=str(ROOT), capture_output=True, text=True, timeout=60)
         _entry = _CLI_RUN if probe.returncode == 0 else _DIRECT_RUN
         if _entry is _DIRECT_RUN:
-            print(f"note: `controller.cli run` unavailable ({probe.stderr.strip().splitlines()[-1:]}); "
-                  "running controller.cmd_run directly", file=sys.stderr)
+            print(f"note: `controller.cli.main run` unavailable ({probe.stderr.strip().splitlines()[-1:]}); "
+                  "running controller.cli.run directly", file=sys.stderr)
     return _entry
 
 
 class ControllerProcess:
-    """``python -m controller.cli run`` as a child process with the instance's SLURM_CONF."""
+    """``python -m controller.cli.main run`` as a child process with the instance's SLURM_CONF."""
 
     def __init__(self, instance: Instance, config_path: Path, log_path: Path, mode: str = "enforce",
                  interval_s: float = 1.0, poll_s: float = 0.5):

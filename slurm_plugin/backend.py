@@ -12,7 +12,7 @@ JSON has no ``site_factor`` and ``scontrol show job`` does not print
 only), so it is read when some pending job lacks a site factor.
 
 Failure policy: a command that times out or cannot reach slurmctld raises
-:class:`controller.backend.BackendUnavailable`; the observation is then
+:class:`controller.service.backend.BackendUnavailable`; the observation is then
 discarded whole, never returned partially. 22.05's ``squeue --json`` exits 0
 with an empty job list and a non-empty ``errors`` list when slurmctld is down,
 so that list is checked too. A lever that Slurm refuses (job gone, no longer
@@ -28,8 +28,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Optional, Sequence
 
-from controller.backend import BackendUnavailable, Observation, ObservedJob
-from controller.model import Node
+from controller.service.backend import BackendUnavailable, Observation, ObservedJob
+from controller.core.model import Node
 from slurm_plugin.parse import (
     SlurmJob,
     SlurmNode,
@@ -107,7 +107,7 @@ def _check_name(value: object, what: str) -> str:
 
 
 class SlurmBackend:
-    """controller.backend.Backend over Slurm's CLI.
+    """controller.service.backend.Backend over Slurm's CLI.
 
     ``partitions``: only jobs (and nodes) in these partitions are observed; None
     means all. ``command_timeout_s``: per command, in seconds. ``runner``: how a

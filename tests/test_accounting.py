@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from controller import cli
-from controller.accounting import (
+from controller.cli import main as cli
+from controller.service.accounting import (
     build_export,
     merge_runs,
     parse_time_bound,
@@ -23,8 +23,8 @@ from controller.accounting import (
     runs_from_sacct_json,
     runs_from_sacct_text,
 )
-from controller.model import InputError
-from controller.traces import load_actuals, load_trace
+from controller.core.model import InputError
+from controller.replay.traces import load_actuals, load_trace
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "slurm"
 JSON_2205 = FIXTURES / "22.05" / "sacct.json"

@@ -3,12 +3,12 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from controller.allocator import (AllocationProblem, EvoConfig, JobTable, Objective, Partition, RunningJob,
+from controller.partitions.allocator import (AllocationProblem, EvoConfig, JobTable, Objective, Partition, RunningJob,
                                   allocate_evo, allocate_mct, crossover, evaluate_assignment,
                                   feasibility_matrix, feasible_partitions, mutate_move, mutate_swap,
                                   plan_partition, random_individual, snapshot_from_instance, workers_for_gpus)
-from controller.model import InputError
-from controller.synthetic import generate_partition_instance
+from controller.core.model import InputError
+from controller.replay.synthetic import generate_partition_instance
 
 
 def hand_problem():
@@ -137,7 +137,7 @@ def test_operators_keep_feasibility(rows, seed):
 @settings(max_examples=60, deadline=None)
 @given(rows=feasibility, seed=st.integers(0, 10**6))
 def test_batch_operators_change_only_the_chosen_rows_and_keep_feasibility(rows, seed):
-    from controller.allocator import mutate_moves, mutate_swaps
+    from controller.partitions.allocator import mutate_moves, mutate_swaps
 
     feas = np.array(rows)
     rng = np.random.default_rng(seed)
@@ -221,7 +221,7 @@ def test_snapshot_is_consistent():
 
 
 # --------------------------------------------------------------------------- incremental layer 2, surrogate
-from controller.allocator import SurrogateEvaluator, _Evaluator, timeline_after  # noqa: E402
+from controller.partitions.allocator import SurrogateEvaluator, _Evaluator, timeline_after  # noqa: E402
 
 
 def _random_problem(seed, n_jobs, nodes, partitions=1, running=True):
@@ -342,7 +342,7 @@ def test_snapshot_replays():
 
 
 # --------------------------------------------------------------------------- fast MCT, MCT-seeded cache
-from controller.allocator import _mct_assignment, _mct_assignment_plain, _rank  # noqa: E402
+from controller.partitions.allocator import _mct_assignment, _mct_assignment_plain, _rank  # noqa: E402
 
 
 @settings(max_examples=60, deadline=None)
@@ -381,7 +381,7 @@ def test_mct_seeded_cache_gives_exact_values():
 
 # --------------------------------------------------------------------------- memo, backlog snapshots
 def test_fitness_memo_matches_direct_evaluation_and_evaluates_each_row_once():
-    from controller.allocator import _FitnessMemo
+    from controller.partitions.allocator import _FitnessMemo
 
     inst = generate_partition_instance(3, 4, nodes_range=(3, 6), arrivals_per_node=10)
     problem = snapshot_from_instance(inst, max_pending=50, replay="none")
@@ -416,7 +416,7 @@ def test_backlog_load_snapshot():
 
 
 def test_critical_moves_start_with_the_job_that_sets_c_max():
-    from controller.allocator import _critical_moves
+    from controller.partitions.allocator import _critical_moves
 
     inst = generate_partition_instance(4, 3, nodes_range=(3, 6), arrivals_per_node=10)
     problem = snapshot_from_instance(inst, max_pending=45, replay="none")

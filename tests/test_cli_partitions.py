@@ -9,7 +9,7 @@ from tests.conftest import ROOT
 
 
 def tiresias(*args, timeout=600):
-    return subprocess.run([sys.executable, "-m", "controller.cli", *map(str, args)], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "controller.cli.main", *map(str, args)], cwd=ROOT,
                           capture_output=True, text=True, timeout=timeout)
 
 

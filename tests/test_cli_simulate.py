@@ -11,7 +11,7 @@ TRACE60 = TRACES / "tiresias-format" / "tiresias_60_job.csv"
 
 
 def tiresias(*args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "controller.cli", *map(str, args)], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "controller.cli.main", *map(str, args)], cwd=ROOT,
                           capture_output=True, text=True, timeout=timeout)
 
 

@@ -1,13 +1,13 @@
-"""GPU sharing applied by the controller (controller.daemon._share_gpus): a scripted
-backend, a real SQLite store. The policy itself is controller.colocation; the real
+"""GPU sharing applied by the controller (controller.service.daemon._share_gpus): a scripted
+backend, a real SQLite store. The policy itself is controller.service.colocation; the real
 Slurm end-to-end test is tests/test_slurm_colocation.py."""
 from dataclasses import replace
 
 import pytest
 
-from controller.backend import ObservedJob
-from controller.config import from_mapping
-from controller.model import InputError
+from controller.service.backend import ObservedJob
+from controller.service.config import from_mapping
+from controller.core.model import InputError
 from tests.test_controller import ScriptedBackend, controller, store  # noqa: F401  (fixture)
 
 
@@ -157,7 +157,7 @@ def test_garbage_comments_never_crash_the_round(store, comment):
 
 
 def test_a_planning_error_skips_sharing_not_the_round(store, monkeypatch):
-    import controller.daemon as daemon
+    import controller.service.daemon as daemon
 
     def broken(*args, **kwargs):
         raise ZeroDivisionError("boom")

@@ -4,11 +4,11 @@ import dataclasses
 
 import pytest
 
-from controller.backend import BackendUnavailable, Observation, ObservedJob
-from controller.config import from_mapping
-from controller.daemon import Controller, parse_skew_hint
-from controller.model import InputError, Node
-from controller.store import Store
+from controller.service.backend import BackendUnavailable, Observation, ObservedJob
+from controller.service.config import from_mapping
+from controller.service.daemon import Controller, parse_skew_hint
+from controller.core.model import InputError, Node
+from controller.service.store import Store
 
 
 class ScriptedBackend:
@@ -174,7 +174,7 @@ def test_metrics_scraped_over_http(store):
     import socket
     import urllib.request
 
-    from controller.metrics import Metrics
+    from controller.service.metrics import Metrics
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from controller import demo_cluster
-from controller.cli import main
+from controller.cli import docker_demo as demo_cluster
+from controller.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[1]
 CONTAINERS = ROOT / "containers"

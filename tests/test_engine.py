@@ -2,10 +2,10 @@
 
 import pytest
 
-from controller.engine import Engine, EngineConfig
-from controller.gittins import ServiceDistribution
-from controller.model import InputError, JobSpec, JobState, Node, Snapshot
-from controller.policies import POLICIES, PolicyContext
+from controller.core.engine import Engine, EngineConfig
+from controller.core.gittins import ServiceDistribution
+from controller.core.model import InputError, JobSpec, JobState, Node, Snapshot
+from controller.core.policies import POLICIES, PolicyContext
 
 
 def job(i, gpus, *, served=0.0, running=False, first_start=None, submit=0.0, duration=100.0, skew=0.0,
@@ -138,7 +138,7 @@ def test_bulk_order_equals_per_job_sort_keys(name):
     """The numpy lexsort of dlas/dgittins orders exactly as their sort keys do."""
     import random
 
-    from controller.policies import get_policy
+    from controller.core.policies import get_policy
 
     rng = random.Random(7)
     service = ServiceDistribution([rng.lognormvariate(5, 2) for _ in range(300)])

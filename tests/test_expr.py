@@ -3,10 +3,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from controller.expr import (PUBLISHED_EXAMPLE, BinOp, Neg, Num, Pow, Var, load_expression_file,
+from controller.core.expr import (PUBLISHED_EXAMPLE, BinOp, Neg, Num, Pow, Var, load_expression_file,
                              parse_expression)
-from controller.learner import random_tree
-from controller.model import InputError
+from controller.partitions.learner import random_tree
+from controller.core.model import InputError
 
 
 def ev(text, d=1.0, q=2.0, u=3.0, g=4.0):

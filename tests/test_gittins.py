@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from controller.gittins import LearnedDistribution, ServiceDistribution, load_service_samples
-from controller.model import InputError
+from controller.core.gittins import LearnedDistribution, ServiceDistribution, load_service_samples
+from controller.core.model import InputError
 
 TRACES = __import__("pathlib").Path(__file__).resolve().parents[2] / "shared" / "traces"
 

@@ -1,12 +1,12 @@
 """Genetic programming of the priority function, and the `learned` policy."""
 import pytest
 
-from controller.expr import PUBLISHED_EXAMPLE, parse_expression
-from controller.learner import LearnConfig, learn, make_instances, score_expression, srsf_values
-from controller.allocator import allocate_mct
-from controller.model import InputError, JobSpec, JobState
-from controller.policies.base import PolicyContext
-from controller.policies.learned import Learned, from_file, job_terms
+from controller.core.expr import PUBLISHED_EXAMPLE, parse_expression
+from controller.partitions.learner import LearnConfig, learn, make_instances, score_expression, srsf_values
+from controller.partitions.allocator import allocate_mct
+from controller.core.model import InputError, JobSpec, JobState
+from controller.core.policies.base import PolicyContext
+from controller.core.policies.learned import Learned, from_file, job_terms
 
 TINY = LearnConfig(population=10, generations=3, training=3, validation=2, subset=2, seed=11,
                    partitions=(2, 3), nodes=(3, 6), arrivals_per_node=6)
@@ -93,8 +93,8 @@ def test_shipped_learned_priority_file_parses_and_records_its_command():
     import shlex
     from pathlib import Path
 
-    from controller import cmd_learn
-    from controller.expr import load_expression_file
+    from controller.cli import learn as cmd_learn
+    from controller.core.expr import load_expression_file
 
     path = Path(__file__).resolve().parents[1] / "examples" / "learned_priority.txt"
     expr = load_expression_file(path)

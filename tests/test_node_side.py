@@ -15,10 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from controller import checkpoint, colocation, skew
-from controller.model import InputError
-from controller.spool import collect_spool
-from controller.store import Store
+from controller import checkpoint
+
+from controller.service import colocation
+
+from controller.service import skew
+from controller.core.model import InputError
+from controller.service.spool import collect_spool
+from controller.service.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 PROLOG = ROOT / "prolog" / "tiresias_prolog.py"
@@ -296,10 +300,10 @@ def test_controller_down_records_wait(node, tmp_path):
 
     class DownStore:
         def add_usage_record(self, record_id, fields):
-            from controller.store import StoreError
+            from controller.service.store import StoreError
             raise StoreError("database down")
 
-    from controller.store import StoreError
+    from controller.service.store import StoreError
     with pytest.raises(StoreError):
         collect_spool(str(node.spool_dir), DownStore())
     assert len(node.records()) == 5, "nothing rotated or deleted while the store is down"
@@ -459,8 +463,8 @@ def test_skew_bad_inputs(tmp_path):
 
 
 def test_profile_skew_cli_stores_for_known_job(tmp_path, capsys):
-    from controller.cli import main
-    from controller.store import JobRecord
+    from controller.cli.main import main
+    from controller.service.store import JobRecord
 
     _safetensors(tmp_path / "m.safetensors", {"emb": 700, "w": 300})
     url = f"sqlite:///{tmp_path}/store.db"

@@ -1,4 +1,4 @@
-"""Partition moves (controller.partitions) and their wiring into the controller round;
+"""Partition moves (controller.partitions.moves) and their wiring into the controller round;
 usage-spool collection in the round. A scripted backend, a real SQLite store, a
 virtual clock; the end-to-end check on real Slurm is tests/test_slurm_partition_moves.py."""
 import dataclasses
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from controller.model import Node
-from controller.partitions import (MoveSettings, PendingGpuJob, RunningGpuJob, allowed_after_observation,
+from controller.core.model import Node
+from controller.partitions.moves import (MoveSettings, PendingGpuJob, RunningGpuJob, allowed_after_observation,
                                    plan_moves, running_remaining_s, split_partitions)
 from tests.test_controller import ScriptedBackend, controller, store  # noqa: F401  (fixture)
 
@@ -255,7 +255,7 @@ def test_backend_without_a_partition_map_moves_nothing(store, caplog):
 
 
 def test_moves_are_off_by_default_and_counted_in_metrics(store):
-    from controller.metrics import Metrics
+    from controller.service.metrics import Metrics
 
     backend = PartitionBackend()
     backend.add_in("1", 8, "left", "RUNNING", start=990.0, nodes=[("gpu1", 4), ("gpu2", 4)])

@@ -1,4 +1,4 @@
-from controller.placement import is_spread, minimum_nodes, place
+from controller.core.placement import is_spread, minimum_nodes, place
 
 
 def test_single_node_best_fit_keeps_big_holes():

@@ -5,11 +5,11 @@ import time
 
 import pytest
 
-from controller import cmd_queue
-from controller.cli import main
-from controller.config import from_mapping
-from controller.daemon import Controller
-from controller.store import Store
+from controller.cli import queue as cmd_queue
+from controller.cli.main import main
+from controller.service.config import from_mapping
+from controller.service.daemon import Controller
+from controller.service.store import Store
 from tests.slurm_fixtures import slurm_cluster, submit_as  # noqa: F401  (pytest fixtures)
 from tests.test_controller import ScriptedBackend
 

@@ -4,10 +4,10 @@ import math
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from controller.engine import EngineConfig
-from controller.model import InputError, JobSpec
-from controller.policies import POLICIES
-from controller.simulator import SimConfig, Simulation
+from controller.core.engine import EngineConfig
+from controller.core.model import InputError, JobSpec
+from controller.core.policies import POLICIES
+from controller.replay.simulator import SimConfig, Simulation
 
 
 class CheckedSimulation(Simulation):
@@ -73,8 +73,8 @@ def test_invariants(rows, policy, placement, interval, cost, knob):
 
 
 def test_deterministic_byte_identical(tmp_path):
-    from controller.results import summarize, write_job_csv
-    from controller.synthetic import generate
+    from controller.replay.results import summarize, write_job_csv
+    from controller.replay.synthetic import generate
 
     jobs = generate(200, seed=3, total_gpus=16, gpus_per_node=8, load=1.3)
     outputs = []

@@ -13,9 +13,9 @@ import subprocess
 
 import pytest
 
-from controller.config import from_mapping
-from controller.daemon import Controller
-from controller.store import Store
+from controller.service.config import from_mapping
+from controller.service.daemon import Controller
+from controller.service.store import Store
 from slurm_plugin.backend import LeverFailed, SlurmBackend
 from slurm_plugin.parse import gres_counts
 from tests.slurm_fixtures import slurm_cluster, submit_as  # noqa: F401  (fixtures)

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from bench.slurm_harness import ControllerProcess, Instance, write_config
-from controller.store import Store
+from controller.service.store import Store
 
 from tests.slurm_fixtures import isolated_instance, wait_for
 
@@ -74,7 +74,7 @@ class Run:
     def preemption_rows(self) -> list[dict]:
         from sqlalchemy import select
 
-        from controller.store import preemptions
+        from controller.service.store import preemptions
 
         with Store(self.url) as store, store._tx() as conn:
             return [dict(r) for r in conn.execute(select(preemptions)).mappings()]

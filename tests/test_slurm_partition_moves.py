@@ -18,7 +18,7 @@ import time
 import pytest
 
 from bench.slurm_harness import ControllerProcess, Instance, write_config
-from controller.store import Store
+from controller.service.store import Store
 
 from tests.slurm_fixtures import isolated_instance, wait_for
 

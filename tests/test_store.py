@@ -1,4 +1,4 @@
-"""controller.store against SQLite and a real PostgreSQL server (tests/pg_server.py)."""
+"""controller.service.store against SQLite and a real PostgreSQL server (tests/pg_server.py)."""
 from __future__ import annotations
 
 import subprocess
@@ -8,9 +8,9 @@ import time
 import pytest
 from sqlalchemy import create_engine, text
 
-from controller.model import InputError
-from controller.plan import Preempt, Promote, Start
-from controller.store import SCHEMA_VERSION, JobRecord, PendingPreemption, Store, StoreBusy, StoreError, metadata
+from controller.core.model import InputError
+from controller.core.plan import Preempt, Promote, Start
+from controller.service.store import SCHEMA_VERSION, JobRecord, PendingPreemption, Store, StoreBusy, StoreError, metadata
 from tests.pg_server import postgres_url  # noqa: F401
 
 

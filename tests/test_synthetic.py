@@ -5,8 +5,8 @@ import math
 
 import pytest
 
-from controller.model import InputError
-from controller.synthetic import (
+from controller.core.model import InputError
+from controller.replay.synthetic import (
     JOB_TYPES,
     PartitionJob,
     feasible_types,

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from controller.model import InputError, JobSpec
-from controller.traces import (
+from controller.core.model import InputError, JobSpec
+from controller.replay.traces import (
     load_actuals,
     load_service_samples,
     load_trace,
@@ -303,7 +303,7 @@ def test_header_case_and_bom(tmp_path):
 @pytest.mark.parametrize("rel", ["itp/cluster05.csv", "muri-raw/trace3.csv",
                                  "tiresias-format/tiresias_60_job.csv", "philly_pollux.csv"])
 def test_fast_path_equals_row_path(rel):
-    from controller import traces as T
+    from controller.replay import traces as T
 
     table = T._Table(TRACES / rel)
     fast = T._bulk_parse(table)

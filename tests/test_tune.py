@@ -8,10 +8,12 @@ import numpy as np
 import pytest
 import yaml
 
-from controller import cli, config
-from controller.model import InputError, JobSpec
-from controller.traces import load_trace
-from controller.tuner import DEFAULT_SETTING, Setting, round_sig, threshold_grid, tune, yaml_block
+from controller.cli import main as cli
+
+from controller.service import config
+from controller.core.model import InputError, JobSpec
+from controller.replay.traces import load_trace
+from controller.replay.tuner import DEFAULT_SETTING, Setting, round_sig, threshold_grid, tune, yaml_block
 from tests.conftest import TRACES
 
 TRACE60 = TRACES / "tiresias-format" / "tiresias_60_job.csv"

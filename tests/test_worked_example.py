@@ -5,10 +5,10 @@ job index: J1=(2 GPUs, 2 units), J2=(1, 8), J3=(2, 6).
 """
 import pytest
 
-from controller.engine import EngineConfig
-from controller.gittins import ServiceDistribution
-from controller.model import JobSpec
-from controller.simulator import SimConfig, Simulation
+from controller.core.engine import EngineConfig
+from controller.core.gittins import ServiceDistribution
+from controller.core.model import JobSpec
+from controller.replay.simulator import SimConfig, Simulation
 
 JOBS = [JobSpec("J1", 2, 0, 2), JobSpec("J2", 1, 0, 8), JobSpec("J3", 2, 0, 6)]
 

@@ -1,0 +1,181 @@
+"""Accounting of GPU jobs, like sacct: from the controller's store, or from a
+'tiresias simulate --out DIR' directory (--from DIR).
+
+Store times print as YYYY-MM-DDTHH:MM:SS (local time); simulation times are
+seconds from the trace start, printed as elapsed [D-]HH:MM:SS. Non-admin users
+see only their own jobs from the store (admins: root and members of the groups
+slurm and tiresias-admin). Without -S/-E every recorded job is listed.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from controller.service.config import DEFAULT_PATH, load
+from controller.core.model import InputError
+from controller.cli import reports
+
+# Which test may pretend to be another user: the uid the access rule reads.
+_getuid = os.getuid
+
+STATE_ALIASES = {
+    "PD": "PENDING", "R": "RUNNING", "CD": "COMPLETED", "CA": "CANCELLED", "F": "FAILED", "TO": "TIMEOUT",
+    "NF": "NODE_FAIL", "OOM": "OUT_OF_MEMORY", "PR": "PREEMPTED", "CANCELED": "CANCELLED",
+}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    src = p.add_argument_group("source (default: the controller's store)")
+    src.add_argument("--config", metavar="FILE", help=f"YAML settings (default {DEFAULT_PATH} if present)")
+    src.add_argument("--database-url", metavar="URL", help="store URL (overrides the config)")
+    src.add_argument("--cluster", metavar="NAME", help="cluster name in the store (overrides the config)")
+    src.add_argument("--from", dest="from_dir", metavar="DIR", help="a 'tiresias simulate --out' directory")
+    src.add_argument("--policy", metavar="P", help="with --from: which jobs_<P>.csv (needed when there are several)")
+    sel = p.add_argument_group("selection")
+    sel.add_argument("-S", "--starttime", metavar="TIME",
+                     help="jobs active at or after TIME (store: ISO date or epoch s; --from: seconds or D-HH:MM:SS)")
+    sel.add_argument("-E", "--endtime", metavar="TIME", help="jobs active at or before TIME (same forms as -S)")
+    sel.add_argument("-u", "--user", metavar="USER[,USER]", help="only these users")
+    sel.add_argument("-j", "--jobs", metavar="JOBID[,JOBID]", help="only these job ids")
+    sel.add_argument("-s", "--state", metavar="STATE[,STATE]",
+                     help="only these states: PENDING (PD), RUNNING (R), COMPLETED (CD), CANCELLED (CA), FAILED (F), "
+                          "...; DONE = every finished job")
+    sel.add_argument("-r", "--partition", metavar="PART[,PART]", help="only these partitions")
+    out = p.add_argument_group("output")
+    out.add_argument("-o", "--format", metavar="FIELD[%N],...", default=reports.DEFAULT_FORMAT,
+                     help=f"fields and widths, like sacct (default {reports.DEFAULT_FORMAT}); see --helpformat")
+    out.add_argument("-e", "--helpformat", action="store_true", help="list the fields and exit")
+    out.add_argument("-P", "--parsable2", action="store_true", help="fields separated by '|', no trailing '|'")
+    out.add_argument("--delimiter", metavar="CHARS", help="separator for -P (implies -P)")
+    out.add_argument("-n", "--noheader", action="store_true", help="no header line")
+    out.add_argument("--json", action="store_true", help="one JSON object (raw seconds and GPU-seconds)")
+
+
+def _split(text: str | None) -> list[str]:
+    return [part.strip() for part in (text or "").split(",") if part.strip()]
+
+
+def _states(text: str | None) -> set[str]:
+    wanted = set()
+    for part in _split(text):
+        name = part.upper()
+        wanted.add(STATE_ALIASES.get(name, name))
+    return wanted
+
+
+def _state_matches(row: reports.JobRow, wanted: set[str]) -> bool:
+    if not wanted:
+        return True
+    return row.state in wanted or ("DONE" in wanted and row.finished)
+
+
+def _overlaps(row: reports.JobRow, start: float | None, end: float | None) -> bool:
+    """The job's life [submit, end (open while active)] meets the window [start, end]."""
+    if end is not None and (row.submit_s is None or row.submit_s > end):
+        return False
+    if start is not None and row.end_s is not None and row.end_s < start:
+        return False
+    return True
+
+
+def run(args) -> int:
+    if args.helpformat:
+        width = max(len(f.name) for f in reports.FIELDS)
+        for f in reports.FIELDS:
+            print(f"{f.name.ljust(width)}  %{f.width:<3} {f.doc}")
+        return 0
+    columns = reports.parse_format(args.format)
+    if args.policy and not args.from_dir:
+        raise InputError("--policy needs --from DIR (a simulator output directory)")
+    simulated = bool(args.from_dir)
+    start = reports.parse_time(args.starttime, "-S/--starttime", simulated) if args.starttime else None
+    end = reports.parse_time(args.endtime, "-E/--endtime", simulated) if args.endtime else None
+    if start is not None and end is not None and end < start:
+        raise InputError(f"-E/--endtime {args.endtime!r} is before -S/--starttime {args.starttime!r}")
+
+    if simulated:
+        csvs = reports.simulation_csvs(args.from_dir)
+        policy = reports.pick_policies(csvs, args.policy, args.from_dir, single=True)[0]
+        rows = reports.rows_from_simulation(csvs[policy])
+        source = {"source": "simulation", "directory": args.from_dir, "policy": policy,
+                  "time_unit": "seconds from trace start"}
+        if not rows:
+            print(f"no jobs in {csvs[policy]}")
+            return 0
+    else:
+        loaded = _store_rows(args)
+        if isinstance(loaded, int):
+            return loaded
+        rows, source = loaded
+
+    users, job_ids, states, partitions = (set(_split(args.user)), set(_split(args.jobs)), _states(args.state),
+                                          set(_split(args.partition)))
+    rows = [r for r in rows
+            if (not users or r.user in users) and (not job_ids or r.job_id in job_ids)
+            and _state_matches(r, states) and (not partitions or r.partition in partitions)
+            and _overlaps(r, start, end)]
+
+    if args.json:
+        reports.emit(reports.format_json(columns, rows, source))
+    elif args.parsable2 or args.delimiter is not None:
+        delimiter = "|" if args.delimiter is None else args.delimiter
+        reports.emit(reports.format_parsable(columns, rows, simulated, header=not args.noheader,
+                                             delimiter=delimiter))
+    else:
+        reports.emit(reports.format_fixed(columns, rows, simulated, header=not args.noheader))
+    return 0
+
+
+def _store_rows(args):
+    """(rows, source) from the store, restricted to the caller's own jobs unless
+    admin; or an exit code after printing why there is nothing."""
+    from controller.service.store import StoreError
+
+    config = load(args.config, {"database_url": args.database_url, "cluster": args.cluster})
+    store = _open_store(config.database_url)
+    if store is None:
+        print(f"no jobs recorded in {config.database_url} (the database does not exist yet)")
+        return 0
+    try:
+        with store:
+            records = store.load_jobs(config.cluster)
+    except StoreError as err:
+        print(f"tiresias acct: {err}", file=sys.stderr)
+        return 1
+    if not records:
+        print(f"no jobs recorded in {store.name} (cluster {config.cluster})")
+        return 0
+    rows = reports.rows_from_store(records.values(), config.placement, config.pack_limit)
+    uid = _getuid()
+    source = {"source": "store", "database": store.name, "cluster": config.cluster}
+    if not reports.is_admin(uid):
+        me = reports.user_name(uid)
+        others = set(_split(args.user)) - {me}
+        if others:
+            print(f"tiresias acct: note: only admins (root, groups {', '.join(reports.ADMIN_GROUPS)}) see other "
+                  f"users' jobs; showing {me}'s only", file=sys.stderr)
+        rows = [r for r in rows if r.user == me]
+        source["restricted_to_user"] = me
+    return rows, source
+
+
+def _open_store(url: str):
+    """The store, or None when its SQLite file does not exist (a read-only command
+    must not create one). Errors opening it are one line and exit 1."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    from controller.service.store import Store, StoreError
+
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise InputError(f"database url: cannot parse {url!r}") from None
+    if parsed.get_backend_name() == "sqlite" and parsed.database and parsed.database != ":memory:":
+        if not os.path.exists(parsed.database):
+            return None
+    try:
+        return Store(url)
+    except StoreError as err:
+        raise SystemExit(f"tiresias: {err}") from None

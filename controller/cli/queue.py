@@ -1,0 +1,165 @@
+"""GPU jobs in the controller's priority order, like squeue.
+
+Reads Slurm now and the controller's stored accounts, and runs one read-only
+planning round (nothing is written, nothing in Slurm changes). PRIORITY is the
+job's position in the plan order / the policy's key (the MLFQ level index for
+dlas); ACTION is what the controller would do this round: start, preempt, run
+(keeps running) or wait. Held and dependent jobs are not planned (ACTION -).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+from controller.service.config import DEFAULT_PATH, Config, load
+from controller.core.model import InputError
+from controller.cli.reports import emit, format_plain_table, job_sort_key
+
+log = logging.getLogger("tiresias.queue")
+
+
+def _slurm_backend(config: Config):
+    from slurm_plugin.backend import SlurmBackend
+
+    return SlurmBackend(partitions=list(config.partitions) or None)
+
+
+# config -> Backend. Tests replace it with a scripted backend; explain uses it too.
+_backend_factory: Callable[[Config], Any] = _slurm_backend
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_source_arguments(p)
+    p.add_argument("-u", "--user", metavar="USER[,USER]", help="only these users' jobs")
+    p.add_argument("-t", "--states", metavar="STATE[,STATE]", help="only these states (PENDING, RUNNING)")
+    p.add_argument("--json", action="store_true", help="one JSON object with every row")
+
+
+def add_source_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", metavar="FILE", help=f"YAML settings (default {DEFAULT_PATH} if present)")
+    p.add_argument("--database-url", metavar="URL", help="store URL (overrides the config)")
+    p.add_argument("--cluster", metavar="NAME", help="cluster name in the store (overrides the config)")
+
+
+@dataclass
+class Preview:
+    controller: Any
+    plan: Any
+    observation: Any
+    store_note: str = ""  # why the stored accounts could not be used, or ''
+
+
+def preview(args) -> Preview:
+    """One read-only round from Slurm's state and the stored accounts.
+
+    A missing SQLite store is not created: accounts then start from what Slurm
+    reports now (and the note says so). Raises BackendUnavailable when Slurm does
+    not answer.
+    """
+    from controller.service.daemon import Controller
+    from controller.service.store import Store, StoreError
+
+    config = load(args.config, {"database_url": args.database_url, "cluster": args.cluster})
+    note = ""
+    store = None
+    path = _sqlite_path(config.database_url)
+    if path is not None and not os.path.exists(path):
+        note = f"no store at {path} yet: levels count service from Slurm's current view only"
+    else:
+        try:
+            store = Store(config.database_url)
+        except StoreError as err:
+            note = f"cannot read the store ({err}): levels count service from Slurm's current view only"
+    if store is None:
+        store = Store("sqlite://")
+    controller = Controller(config, _backend_factory(config), store)
+    plan, observation = controller.preview()
+    return Preview(controller, plan, observation, note)
+
+
+def _sqlite_path(url: str) -> Optional[str]:
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise InputError(f"database url: cannot parse {url!r}") from None
+    if parsed.get_backend_name() == "sqlite" and parsed.database and parsed.database != ":memory:":
+        return parsed.database
+    return None
+
+
+def format_key(value: Optional[float]) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.0f}" if float(value).is_integer() else f"{value:.4g}"
+
+
+def queue_rows(view: Preview) -> list[dict]:
+    """One dict per GPU job Slurm reports pending or running, plan order first."""
+    plan, observation = view.plan, view.observation
+    position = {job_id: i + 1 for i, job_id in enumerate(plan.order)}
+    planned = {}
+    for action in plan.actions:
+        if action.kind in ("start", "preempt"):
+            planned[action.job_id] = action
+    rows = []
+    for job in observation.jobs:
+        if job.gpus <= 0 or job.state not in ("PENDING", "RUNNING"):
+            continue
+        pos = position.get(job.job_id)
+        if pos is None:
+            action, reason = "-", f"not planned: {job.reason or job.state}"
+        elif job.job_id in planned:
+            action, reason = planned[job.job_id].kind, planned[job.job_id].reason
+        elif job.state == "RUNNING":
+            action, reason = "run", "keeps its GPUs"
+        else:
+            action = "wait"
+            reason = plan.wait_reasons.get(job.job_id, job.reason or "")
+        level = plan.levels.get(job.job_id)
+        rows.append({
+            "job_id": job.job_id, "user": job.user, "partition": job.partition, "gpus": job.gpus,
+            "state": job.state, "level": None if level is None else level + 1, "position": pos,
+            "key": plan.keys.get(job.job_id), "action": action, "reason": reason,
+            "slurm_reason": job.reason,
+        })
+    rows.sort(key=lambda r: (r["position"] is None, r["position"] or 0, job_sort_key(r["job_id"])))
+    return rows
+
+
+def run(args) -> int:
+    from controller.service.backend import BackendUnavailable
+
+    try:
+        view = preview(args)
+    except BackendUnavailable as err:
+        print(f"tiresias queue: Slurm did not answer: {err}", file=sys.stderr)
+        return 1
+    rows = queue_rows(view)
+    users = {u.strip() for u in (args.user or "").split(",") if u.strip()}
+    states = {s.strip().upper() for s in (args.states or "").split(",") if s.strip()}
+    states = {{"PD": "PENDING", "R": "RUNNING"}.get(s, s) for s in states}
+    rows = [r for r in rows if (not users or r["user"] in users) and (not states or r["state"] in states)]
+    if view.store_note:
+        print(f"tiresias queue: note: {view.store_note}", file=sys.stderr)
+    config = view.controller.config
+    if args.json:
+        print(json.dumps({"cluster": config.cluster, "policy": config.policy, "mode": config.mode,
+                          "observed_at_s": view.observation.observed_at_s, "jobs": rows}))
+        return 0
+    if not rows:
+        print(f"no pending or running GPU jobs (policy {config.policy}, cluster {config.cluster})")
+        return 0
+    table = [[r["job_id"], r["user"], r["partition"], r["gpus"], r["state"], "-" if r["level"] is None else r["level"],
+              "-" if r["position"] is None else f"{r['position']}/{format_key(r['key'])}", r["action"], r["reason"]]
+             for r in rows]
+    emit(format_plain_table(["JOBID", "USER", "PARTITION", "GPUS", "STATE", "LEVEL", "PRIORITY", "ACTION", "REASON"],
+                            table, right=(3,)))
+    return 0

@@ -1,0 +1,67 @@
+"""Run the controller next to slurmctld: observe, plan and (in enforce mode) act.
+
+Modes: observe (accounts only), shadow (logs every action it would take, changes
+nothing in Slurm), enforce. Settings come from the YAML config file; flags override.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+
+from controller.cli import argtypes
+from controller.service.config import DEFAULT_PATH, MODES, load
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", metavar="FILE", help=f"YAML settings (default {DEFAULT_PATH} if present)")
+    p.add_argument("--mode", choices=MODES)
+    p.add_argument("--database-url", metavar="URL")
+    p.add_argument("--cluster", metavar="NAME")
+    p.add_argument("--partitions", metavar="P1,P2", help="partitions to manage (default: all)")
+    p.add_argument("--interval-s", type=argtypes.positive_float)
+    p.add_argument("--poll-s", type=argtypes.positive_float)
+    p.add_argument("--policy")
+    p.add_argument("--metrics-port", type=argtypes.non_negative_int)
+    p.add_argument("--once", action="store_true", help="run a single round and exit")
+
+
+def overrides_from(args) -> dict:
+    return {"mode": args.mode, "database_url": args.database_url, "cluster": args.cluster,
+            "partitions": args.partitions.split(",") if args.partitions else None,
+            "interval_s": args.interval_s, "poll_s": getattr(args, "poll_s", None), "policy": args.policy,
+            "metrics_port": getattr(args, "metrics_port", None)}
+
+
+def run(args) -> int:
+    from controller.service.daemon import Controller
+    from controller.service.store import Store
+    from slurm_plugin.backend import SlurmBackend
+
+    config = load(args.config, overrides_from(args))
+    logging.basicConfig(level=config.log_level, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    store = Store(config.database_url)
+    backend = SlurmBackend(partitions=list(config.partitions) or None)
+    metrics = None
+    if config.metrics_port:
+        from controller.service.metrics import Metrics
+
+        metrics = Metrics(mode=config.mode)
+        metrics.serve(config.metrics_port)
+    controller = Controller(config, backend, store, metrics=metrics)
+    logging.getLogger("tiresias").info("controller starting: mode %s, policy %s, cluster %s", config.mode,
+                                       config.policy, config.cluster)
+    if args.once:
+        report = controller.run_round()
+        for entry in report.applied:
+            print(f"{entry['decision_id']} {entry['kind']} job {entry['job_id']}: {entry['reason']}"
+                  f"{' [' + entry['detail'] + ']' if entry.get('detail') else ''}")
+        return 0
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    controller.run_forever(stop)
+    return 0

@@ -1,0 +1,194 @@
+"""Replay a job trace against a simulated GPU cluster under one or more policies.
+
+With no --trace, a seeded synthetic workload (the published job-type table) is
+generated and fifo, dlas, dgittins and srsf are compared.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+from controller.cli import argtypes
+from controller.core.engine import EngineConfig
+from controller.core.gittins import load_service_samples
+from controller.core.model import InputError
+from controller.replay.results import bin_table, comparison_table, summarize, write_outputs
+from controller.replay.simulator import SimConfig, Simulation
+
+DEFAULT_POLICIES = "fifo,dlas,dgittins,srsf"
+DEFAULT_SYNTHETIC_JOBS = 600
+DEFAULT_NODES, DEFAULT_GPUS_PER_NODE = 8, 8
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    src = p.add_argument_group("workload")
+    src.add_argument("--trace", metavar="FILE", help="job trace (Tiresias, ITP, Philly, Muri or tiresias-slurm CSV)")
+    src.add_argument("--jobs", type=argtypes.positive_int, default=DEFAULT_SYNTHETIC_JOBS,
+                     help=f"synthetic workload size (default {DEFAULT_SYNTHETIC_JOBS})")
+    src.add_argument("--seed", type=argtypes.non_negative_int, default=1, help="synthetic workload seed (default 1)")
+    src.add_argument("--load", type=argtypes.positive_float, default=1.2,
+                     help="synthetic offered load as a fraction of the cluster (default 1.2)")
+    src.add_argument("--time-scale", type=argtypes.positive_float, default=1.0,
+                     help="multiply every duration and submit time (compress a trace)")
+    src.add_argument("--drop-oversize", action="store_true",
+                     help="drop jobs larger than the cluster (counted in the output) instead of failing")
+    cl = p.add_argument_group("cluster")
+    cl.add_argument("--nodes", type=argtypes.positive_int, default=DEFAULT_NODES)
+    cl.add_argument("--gpus-per-node", type=argtypes.positive_int, default=DEFAULT_GPUS_PER_NODE)
+    sch = p.add_argument_group("scheduling")
+    sch.add_argument("--policy", default=DEFAULT_POLICIES, help=f"comma-separated policies (default {DEFAULT_POLICIES})")
+    sch.add_argument("--queues", type=argtypes.thresholds, default=(3600.0,), metavar="T1,T2,...",
+                     help="MLFQ thresholds in GPU-seconds, increasing (default 3600: K=2)")
+    sch.add_argument("--promote-knob", type=argtypes.knob, default=math.inf,
+                     help="PROMOTEKNOB for starvation promotion (default inf: off)")
+    sch.add_argument("--round-interval-s", type=argtypes.positive_float, default=None,
+                     help="plan on a fixed period, like the controller (default: on every event)")
+    sch.add_argument("--quantum-s", type=argtypes.positive_float, default=60.0,
+                     help="re-plan period for las/gittins/timeshare in event mode (default 60)")
+    sch.add_argument("--preempt-cost-s", type=argtypes.non_negative_float, default=None,
+                     help="pause + resume seconds charged per preemption (default 0)")
+    sch.add_argument("--preempt-pause-s", type=argtypes.non_negative_float, default=0.0)
+    sch.add_argument("--preempt-resume-s", type=argtypes.non_negative_float, default=0.0)
+    sch.add_argument("--placement", choices=("consolidate", "spread", "count"), default="consolidate",
+                     help="consolidate skewed jobs (default), spread everything, or count GPUs only")
+    sch.add_argument("--pack-limit", type=argtypes.unit_float, default=0.5, help="PACKLIMIT skew (default 0.5)")
+    sch.add_argument("--spread-speed", type=argtypes.unit_float, default=0.6,
+                     help="speed of a skewed job placed across extra nodes (default 0.6)")
+    sch.add_argument("--priority-file", metavar="FILE",
+                     help="expression of policy 'learned' (see tiresias learn); default: the published example")
+    sch.add_argument("--service-samples", metavar="FILE",
+                     help="Gittins service distribution (one column of GPU-seconds); default: learned during the replay")
+    out = p.add_argument_group("output")
+    out.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    out.add_argument("--out", metavar="DIR", help="write per-job CSVs, bins.csv, summary.json and jct_cdf.png")
+    out.add_argument("--bin-small-gpus", type=argtypes.positive_int, default=None,
+                     help="largest 'small' job in GPUs (default: GPUs per node)")
+    out.add_argument("--bin-short-s", type=argtypes.positive_float, default=4 * 3600.0,
+                     help="shortest 'long' job in seconds (default 14400)")
+    out.add_argument("--no-progress", action="store_true", help="never draw the progress bar")
+    out.add_argument("--actual", action="store_true",
+                     help="also show what Slurm really did (a trace from `tiresias trace export`): "
+                          "row 'actual (Slurm)', JSON key 'actual', dashed CDF line")
+
+
+def _workload(args):
+    if args.trace:
+        from controller.replay.traces import load_trace
+
+        return load_trace(args.trace, time_scale=args.time_scale), args.trace
+    from controller.replay.synthetic import generate
+
+    jobs = generate(args.jobs, seed=args.seed, total_gpus=args.nodes * args.gpus_per_node,
+                    gpus_per_node=args.gpus_per_node, load=args.load, time_scale=args.time_scale)
+    return jobs, f"synthetic ({args.jobs} jobs, seed {args.seed}, load {args.load:g})"
+
+
+def _load_actuals(args):
+    """--actual: the trace's recorded Slurm outcomes, or None when not asked for."""
+    if not getattr(args, "actual", False):
+        return None
+    if not args.trace:
+        raise InputError("actual: needs --trace with a trace from `tiresias trace export`")
+    from controller.replay.traces import load_actuals
+
+    actuals = load_actuals(args.trace, time_scale=args.time_scale)
+    if not actuals:
+        raise InputError(f"actual: trace {args.trace} has no actual_start_s/actual_end_s columns "
+                         f"(export one with `tiresias trace export`)")
+    return actuals
+
+
+class _Progress:
+    """A one-line bar on stderr, drawn only when a run takes more than a second."""
+
+    def __init__(self, label: str, enabled: bool):
+        self.label, self.enabled, self.started = label, enabled, time.monotonic()
+        self.drawn = False
+
+    def __call__(self, fraction: float) -> None:
+        if not self.enabled or time.monotonic() - self.started < 1.0:
+            return
+        filled = int(30 * fraction)
+        sys.stderr.write(f"\r{self.label:>10} [{'#' * filled}{'.' * (30 - filled)}] {100 * fraction:5.1f}%")
+        sys.stderr.flush()
+        self.drawn = True
+
+    def close(self) -> None:
+        if self.drawn:
+            sys.stderr.write("\r" + " " * 60 + "\r")
+            sys.stderr.flush()
+
+
+def run(args) -> int:
+    policies = [p.strip() for p in args.policy.split(",") if p.strip()]
+    if not policies:
+        raise InputError(f"policy value {args.policy!r} names no policy")
+    pause, resume = args.preempt_pause_s, args.preempt_resume_s
+    if args.preempt_cost_s is not None:
+        pause, resume = args.preempt_cost_s, 0.0
+    service = load_service_samples(args.service_samples) if args.service_samples else None
+    # Validate every policy before the first (possibly long) replay.
+    engine_configs = [EngineConfig(policy=name, thresholds_gpu_s=args.queues, promote_knob=args.promote_knob,
+                                   placement=args.placement, pack_limit=args.pack_limit, quantum_s=args.quantum_s,
+                                   priority_file=args.priority_file)
+                      for name in policies]
+    jobs, source = _workload(args)
+    if not jobs:
+        raise InputError(f"trace {source}: no jobs")
+    actuals = _load_actuals(args)
+    show_progress = not args.no_progress and not args.json and sys.stderr.isatty()
+    results, summaries, bins, timings = [], [], [], {}
+    small = args.bin_small_gpus or args.gpus_per_node
+    for engine_config in engine_configs:
+        config = SimConfig(nodes=args.nodes, gpus_per_node=args.gpus_per_node, engine=engine_config,
+                           round_interval_s=args.round_interval_s, preempt_pause_s=pause, preempt_resume_s=resume,
+                           spread_speed=args.spread_speed, service=service, drop_oversize=args.drop_oversize)
+        progress = _Progress(engine_config.policy, show_progress)
+        started = time.perf_counter()
+        result = Simulation(config, progress=progress).run(jobs)
+        progress.close()
+        timings[engine_config.policy] = time.perf_counter() - started
+        results.append(result)
+        summaries.append(summarize(result))
+        bins.extend(bin_table(result, small, args.bin_short_s))
+    actual, actual_curve = None, None
+    if actuals is not None:
+        from controller.service.accounting import actual_jcts, actual_summary
+
+        dropped_ids = set(results[0].dropped_oversize)
+        actual = actual_summary(jobs, actuals, args.nodes * args.gpus_per_node, exclude=dropped_ids)
+        actual_curve = {"actual": list(actual_jcts(jobs, actuals, exclude=dropped_ids)[1])}
+    if args.out:
+        write_outputs(Path(args.out), results, summaries, bins,
+                      title=f"JCT CDF: {Path(source).name if args.trace else source}, "
+                            f"{args.nodes}x{args.gpus_per_node} GPUs", extra_curves=actual_curve)
+    if args.json:
+        doc = {"workload": source, "nodes": args.nodes, "gpus_per_node": args.gpus_per_node,
+               "jobs_in": len(jobs), "summaries": summaries, "bins": bins}
+        if actual is not None:
+            doc["actual"] = actual
+        print(json.dumps(doc, sort_keys=True))
+        return 0
+    print(f"workload: {source}; cluster: {args.nodes} nodes x {args.gpus_per_node} GPUs; "
+          f"placement {args.placement}; queues {','.join(f'{t:g}' for t in args.queues)} GPU-s")
+    print(comparison_table(summaries + ([actual] if actual is not None else [])))
+    if actual is not None:
+        print(f"actual (Slurm): {actual['jobs']} jobs with a recorded start and end; 'preempt' = requeues")
+    dropped = summaries[0]["dropped_oversize"]
+    if dropped:
+        print(f"dropped {dropped} job(s) larger than the cluster (--drop-oversize)")
+    if pause + resume > 0:
+        for s in summaries:
+            print(f"{s['policy']}: {s['preemptions']} preemptions cost {s['preemption_overhead_s']:.0f} s in all")
+    if len(summaries) > 1:
+        base = summaries[0]
+        ratios = ", ".join(f"{s['policy']} {base['avg_jct_s'] / s['avg_jct_s']:.2f}x"
+                           for s in summaries[1:] if s["avg_jct_s"] > 0)
+        print(f"average JCT of {base['policy']} / policy: {ratios}")
+    if args.out:
+        print(f"wrote {args.out}/: jobs_<policy>.csv, bins.csv, summary.json, jct_cdf.png")
+    return 0

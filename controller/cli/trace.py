@@ -1,0 +1,96 @@
+"""Job traces from your own cluster.
+
+`tiresias trace export` turns Slurm accounting (sacct) into a trace in the
+project format, with what really happened (actual start/end, requeues, state)
+so that `tiresias simulate --trace FILE --actual` can put Slurm's real JCTs next
+to the simulated policies. It runs `sacct --json` (needs slurmdbd) and falls back
+to `sacct -P` text; --from-file reads a saved output of either instead.
+Excluded jobs (no GPUs, never started, cancelled while pending, unfinished) are
+counted on stderr. An empty window writes no file and exits 0.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from controller.service.accounting import (
+    SACCT_TEXT_FIELDS,
+    build_export,
+    parse_time_bound,
+    run_sacct,
+    runs_from_output,
+)
+from controller.core.model import InputError
+from controller.replay.traces import write_trace
+
+DEFAULT_START = "now-7days"
+DEFAULT_END = "now"
+
+
+def _name_list(text: str) -> list[str]:
+    names = [part.strip() for part in text.split(",")]
+    if not names or any(not n or any(c.isspace() for c in n) for n in names):
+        raise argparse.ArgumentTypeError(f"value {text!r} is not a comma-separated list of names")
+    return names
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="trace_command", metavar="ACTION")
+    export = sub.add_parser("export", help="write a trace from Slurm accounting (sacct)",
+                            description=(__doc__ or "").strip())
+    export.add_argument("--out", required=True, metavar="FILE", help="trace CSV to write (project format)")
+    export.add_argument("--start", metavar="T", default=None,
+                        help=f"window start, any sacct -S form (default {DEFAULT_START}; with --from-file: "
+                             "YYYY-MM-DD[THH:MM[:SS]], epoch or now-Ndays, default: no limit)")
+    export.add_argument("--end", metavar="T", default=None,
+                        help=f"window end, any sacct -E form (default {DEFAULT_END}; with --from-file as --start)")
+    export.add_argument("--partitions", type=_name_list, default=[], metavar="P,..", help="only these partitions")
+    export.add_argument("--users", type=_name_list, default=[], metavar="U,..", help="only these users")
+    export.add_argument("--from-file", metavar="F",
+                        help=f"read a saved `sacct --json -a -X -D` or `sacct -P -a -X -D -o "
+                             f"{','.join(SACCT_TEXT_FIELDS)}` output instead of running sacct")
+    export.add_argument("--sacct-timeout-s", type=float, default=300.0, help=argparse.SUPPRESS)
+
+
+def run(args) -> int:
+    if getattr(args, "trace_command", None) != "export":
+        raise InputError("trace: an action is required: export (see tiresias trace export --help)")
+    notes: list[str] = []
+    if args.from_file:
+        path = Path(args.from_file)
+        try:
+            text = path.read_bytes()
+        except OSError as err:
+            raise InputError(f"{path}: cannot read: {err.strerror or err}") from None
+        runs = runs_from_output(text, str(path))
+        start_s = parse_time_bound(args.start, "start") if args.start else None
+        end_s = parse_time_bound(args.end, "end") if args.end else None
+        if start_s is not None and end_s is not None and end_s < start_s:
+            raise InputError(f"end value {args.end!r} is before start value {args.start!r}")
+        result = build_export(runs, source=str(path), users=args.users, partitions=args.partitions,
+                              start_s=start_s, end_s=end_s)
+        window = f"{args.start or 'any'} .. {args.end or 'any'}"
+    else:
+        start, end = args.start or DEFAULT_START, args.end or DEFAULT_END
+        runs, source = run_sacct(start, end, args.users, args.partitions, timeout_s=args.sacct_timeout_s,
+                                 notes=notes)
+        # sacct already applied the window and filters.
+        result = build_export(runs, source=source)
+        window = f"{start} .. {end}"
+    for note in notes:
+        print(f"tiresias trace export: note: {note}", file=sys.stderr)
+    for line in result.summary_lines():
+        print(line, file=sys.stderr)
+    if not result.jobs:
+        what = "no jobs" if not result.jobs_seen else "no finished GPU jobs"
+        print(f"tiresias trace export: {what} in the window {window}; {args.out} not written", file=sys.stderr)
+        return 0
+    out = Path(args.out)
+    try:
+        write_trace(out, result.jobs, actuals=result.actuals)
+    except OSError as err:
+        raise InputError(f"{out}: cannot write: {err.strerror or err}") from None
+    print(f"wrote {out}: {len(result.jobs)} jobs (replay: tiresias simulate --trace {out} --actual)",
+          file=sys.stderr)
+    return 0

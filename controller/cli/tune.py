@@ -1,0 +1,110 @@
+"""Tune the MLFQ settings for your workload on a trace replay.
+
+Searches K (2..--max-k), the queue thresholds (log-spaced candidates between the
+5% and 99% quantiles of the trace's GPU-seconds per job, and 3600) and PROMOTEKNOB (inf
+and a few finite values). --evaluations fixes the number of replays, so a seed
+and an evaluation count always give the same result; --budget-s is a safety
+stop. Prints the best settings against the default (K=2, 3600 GPU-s, knob inf)
+and a block to paste into /etc/tiresias/tiresias.yaml.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+
+from controller.cli import argtypes
+from controller.core.model import InputError
+from controller.replay.results import format_duration, format_table
+from controller.replay.tuner import OBJECTIVES, ROUND_SIZE, format_number, tune, yaml_block
+
+YAML_MARKER = "# ready to paste into /etc/tiresias/tiresias.yaml:"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--trace", required=True, metavar="FILE", help="job trace (any format `simulate` reads)")
+    p.add_argument("--nodes", type=argtypes.positive_int, required=True)
+    p.add_argument("--gpus-per-node", type=argtypes.positive_int, required=True)
+    p.add_argument("--policy", choices=("dlas", "dgittins"), default="dlas", help="policy to tune (default dlas)")
+    p.add_argument("--evaluations", type=argtypes.positive_int, default=32,
+                   help="replays to run, the default setting included (default 32)")
+    p.add_argument("--budget-s", type=argtypes.positive_float, default=60.0,
+                   help="safety stop in seconds, checked between rounds (default 60)")
+    p.add_argument("--seed", type=argtypes.non_negative_int, default=1, help="search seed (default 1)")
+    p.add_argument("--max-k", type=argtypes.positive_int, default=4, help="largest number of queues (default 4)")
+    p.add_argument("--objective", choices=OBJECTIVES, default="avg",
+                   help="avg: average JCT, p95 breaks ties (default); p95: the reverse; "
+                        "mixed: mean of both relative to the default")
+    p.add_argument("--time-scale", type=argtypes.positive_float, default=1.0,
+                   help="multiply every duration and submit time (compress a trace)")
+    p.add_argument("--drop-oversize", action="store_true",
+                   help="drop jobs larger than the cluster instead of failing")
+    p.add_argument("--preempt-cost-s", type=argtypes.non_negative_float, default=0.0,
+                   help="pause + resume seconds charged per preemption (default 0)")
+    p.add_argument("--workers", type=argtypes.positive_int, default=None,
+                   help=f"parallel replay processes (default: CPUs, at most {ROUND_SIZE}); "
+                        "does not change the result")
+    p.add_argument("--top", type=argtypes.positive_int, default=5, help="settings to list (default 5)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+
+
+def _change(value: float, base: float) -> str:
+    return f"{100 * (value / base - 1):+.1f}%" if base > 0 else "-"
+
+
+def run(args) -> int:
+    if args.max_k < 2:
+        raise InputError(f"max-k value {args.max_k} must be >= 2")
+    from controller.replay.traces import load_trace
+
+    jobs = load_trace(args.trace, time_scale=args.time_scale)
+    if not jobs:
+        raise InputError(f"trace {args.trace}: no jobs")
+    workers = args.workers or max(1, min(ROUND_SIZE, os.cpu_count() or 1))
+    result = tune(jobs, nodes=args.nodes, gpus_per_node=args.gpus_per_node, policy=args.policy,
+                  evaluations=args.evaluations, max_k=args.max_k, seed=args.seed, budget_s=args.budget_s,
+                  objective=args.objective, workers=workers, preempt_cost_s=args.preempt_cost_s,
+                  drop_oversize=args.drop_oversize)
+    best, default = result.best, result.default
+    comment = (f"tiresias tune: avg JCT {format_duration(best.avg_jct_s)} (default {format_duration(default.avg_jct_s)}), "
+               f"p95 {format_duration(best.p95_jct_s)} (default {format_duration(default.p95_jct_s)}) "
+               f"on {os.path.basename(args.trace)}, {args.nodes}x{args.gpus_per_node} GPUs")
+    block = yaml_block(best.setting, args.policy, comment)
+    if args.json:
+        def row(e):
+            return {"k": e.setting.k, "queues_gpu_s": list(e.setting.thresholds_gpu_s),
+                    "promote_knob": None if math.isinf(e.setting.promote_knob) else e.setting.promote_knob,
+                    "avg_jct_s": e.avg_jct_s, "p95_jct_s": e.p95_jct_s, "preemptions": e.preemptions}
+        print(json.dumps({"trace": args.trace, "nodes": args.nodes, "gpus_per_node": args.gpus_per_node,
+                          "policy": args.policy, "objective": args.objective, "seed": args.seed,
+                          "evaluations": result.evaluations, "requested": result.requested,
+                          "stopped_by_budget": result.stopped_by_budget, "best": row(best),
+                          "default": row(default), "top": [row(e) for e in result.ranked[:args.top]],
+                          "yaml": block}, sort_keys=True))
+        return 0
+    print(f"tune: {args.trace} ({len(jobs)} jobs) on {args.nodes}x{args.gpus_per_node} GPUs, policy {args.policy}, "
+          f"objective {args.objective}, seed {args.seed}: {result.evaluations} evaluations in {result.elapsed_s:.1f} s")
+    print(f"searched: K 2..{result.max_k}; thresholds from {len(result.grid_gpu_s)} values "
+          f"{format_number(result.grid_gpu_s[0])}..{format_number(result.grid_gpu_s[-1])} GPU-s "
+          f"(service quantiles 5%..99%, and 3600); PROMOTEKNOB {','.join(format_number(k) for k in result.knobs)}")
+    if result.stopped_by_budget:
+        print(f"note: stopped by --budget-s {args.budget_s:g} after {result.evaluations} of {result.requested} "
+              f"evaluations; the result depends on machine speed (raise --budget-s or lower --evaluations)")
+    if result.exhausted:
+        print(f"note: the search space was exhausted after {result.evaluations} evaluations")
+    headers = ["rank", "K", "queues_gpu_s", "knob", "avg JCT", "p95 JCT", "avg vs default", "p95 vs default"]
+    rows = []
+    for rank, e in enumerate(result.ranked[:args.top], start=1):
+        rows.append([str(rank), e.setting.k, ",".join(format_number(t) for t in e.setting.thresholds_gpu_s),
+                     format_number(e.setting.promote_knob), format_duration(e.avg_jct_s),
+                     format_duration(e.p95_jct_s), _change(e.avg_jct_s, default.avg_jct_s),
+                     _change(e.p95_jct_s, default.p95_jct_s)])
+    rows.append(["default", default.setting.k, ",".join(format_number(t) for t in default.setting.thresholds_gpu_s),
+                 format_number(default.setting.promote_knob), format_duration(default.avg_jct_s),
+                 format_duration(default.p95_jct_s), "", ""])
+    print(format_table(headers, rows))
+    print()
+    print(YAML_MARKER)
+    print(block)
+    return 0

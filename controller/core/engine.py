@@ -1,0 +1,230 @@
+"""One scheduling round: ``Engine.step(snapshot) -> Plan``, a pure function.
+
+The walk is the Tiresias one: jobs in priority order, each gets its full gang if
+that many GPUs are free, otherwise it is skipped (and preempted if running).
+Skipping keeps utilization high under all-or-nothing allocation. Placement then
+puts the new gangs on nodes; a gang that cannot be placed as its skew demands
+waits, and lower-priority waiting gangs may use the GPUs it left (backfill).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Optional
+
+from controller.core.model import InputError, JobState, Snapshot
+from controller.core.placement import COUNT_NODE, FreeGpus, check_mode, minimum_nodes
+from controller.core.plan import Plan, Preempt, Promote, Start
+from controller.core.policies import Policy, PolicyContext, get_policy
+from controller.core.policies.base import STARVATION_TOLERANCE_S
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Scheduling knobs. Thresholds are hi_1..hi_{K-1} in GPU-seconds (K = len + 1)."""
+
+    policy: str = "dlas"
+    thresholds_gpu_s: tuple[float, ...] = (3600.0,)
+    promote_knob: float = math.inf  # PROMOTEKNOB; inf disables starvation promotion
+    placement: str = "consolidate"
+    pack_limit: float = 0.5  # PACKLIMIT: skew above it means consolidation-sensitive
+    quantum_s: float = 60.0  # re-plan period for continuously drifting priorities
+    priority_file: Optional[str] = None  # the expression of policy 'learned'
+
+    def __post_init__(self):
+        check_thresholds(self.thresholds_gpu_s)
+        check_mode(self.placement)
+        if not (self.promote_knob > 0):
+            raise InputError(f"promote_knob value {self.promote_knob!r} must be > 0 (inf disables)")
+        if not (0.0 <= self.pack_limit <= 1.0):
+            raise InputError(f"pack_limit value {self.pack_limit!r} must be within 0..1")
+        if not (self.quantum_s > 0):
+            raise InputError(f"quantum_s value {self.quantum_s!r} must be > 0")
+        get_policy(self.policy, self.priority_file)
+
+
+def check_thresholds(thresholds: tuple[float, ...]) -> None:
+    """K >= 2 queues: at least one threshold, all positive and strictly increasing."""
+    if not thresholds:
+        raise InputError("queues: at least one threshold is needed (K >= 2)")
+    previous = 0.0
+    for value in thresholds:
+        if not (value > previous) or not math.isfinite(value):
+            raise InputError(f"queues: threshold {value!r} must be finite and greater than {previous!r}")
+        previous = value
+
+
+@dataclass
+class _Walk:
+    """Scratch state of one round."""
+
+    selected: list[JobState] = field(default_factory=list)
+    blocked_by: Optional[JobState] = None
+
+
+class Engine:
+    def __init__(self, config: EngineConfig, policy: Optional[Policy] = None):
+        self.config = config
+        self.policy = policy or get_policy(config.policy, config.priority_file)
+
+    # -- the round ---------------------------------------------------------
+    def step(self, snapshot: Snapshot) -> Plan:
+        plan = Plan(round_id=snapshot.round_id, now_s=snapshot.now_s)
+        if snapshot.allow_fast_path and self._fast_path(snapshot, plan):
+            return plan
+        plan.actions.clear()
+        if snapshot.sync is not None:
+            snapshot.sync()
+        ctx = self._context(snapshot, plan)
+        if self.policy.discretized:
+            ctx.precompute_levels(snapshot.jobs)
+        keyed = self.policy.ordered(snapshot.jobs, ctx)
+        ordered = [job for _, job in keyed]
+        walk = self._select(ordered, self._capacity(snapshot))
+        self._apply_walk(snapshot, ordered, walk, ctx, plan)
+        if snapshot.detailed:
+            plan.order = [job.spec.job_id for job in ordered]
+            level, display = self.policy.level, self.policy.display_from_key
+            plan.levels = {job_id: level(job, ctx) for job_id, job in zip(plan.order, ordered)}
+            plan.keys = {job_id: display(key, job, ctx) for job_id, (key, job) in zip(plan.order, keyed)}
+        return plan
+
+    def _context(self, snapshot: Snapshot, plan: Plan) -> PolicyContext:
+        """Starvation promotions happen first, so a promoted job competes in Q_1 now."""
+        override: dict[str, float] = {}
+        knob = self.config.promote_knob
+        if math.isfinite(knob):
+            base = PolicyContext(now_s=snapshot.now_s, thresholds_gpu_s=self.config.thresholds_gpu_s)
+            for job in snapshot.jobs:
+                if job.running or base.level(job) == 0:
+                    continue
+                if job.waited_since_promotion_s + STARVATION_TOLERANCE_S >= knob * job.executed_since_promotion_s:
+                    override[job.job_id] = 0.0
+                    plan.actions.append(Promote(
+                        self._decision_id(plan), job.job_id,
+                        f"starvation: waited {job.waited_since_promotion_s:.0f}s >= PROMOTEKNOB {knob:g}"
+                        f" x executed {job.executed_since_promotion_s:.0f}s; back to queue 1"))
+        return PolicyContext(now_s=snapshot.now_s, thresholds_gpu_s=self.config.thresholds_gpu_s,
+                             service=snapshot.service, queue_service_override=override)
+
+    def _capacity(self, snapshot: Snapshot) -> int:
+        return snapshot.total_gpus
+
+    def _select(self, ordered: list[JobState], capacity: int) -> _Walk:
+        """The all-or-nothing walk with skipping (or head-of-line blocking for strict FIFO)."""
+        walk = _Walk()
+        free = capacity
+        if not self.policy.preemptive:
+            # Running jobs keep their GPUs; only what is left is handed out in order.
+            running = [job for job in ordered if job.running]
+            walk.selected.extend(running)
+            free -= sum(job.num_gpus for job in running)
+            ordered = [job for job in ordered if not job.running]
+        for job in ordered:
+            if walk.blocked_by is not None and not job.running:
+                continue
+            if job.num_gpus <= free:
+                walk.selected.append(job)
+                free -= job.num_gpus
+            elif self.policy.head_of_line_blocking and not job.running:
+                walk.blocked_by = job
+        return walk
+
+    def _apply_walk(self, snapshot: Snapshot, ordered: list[JobState], walk: _Walk,
+                    ctx: PolicyContext, plan: Plan) -> None:
+        selected_ids = {job.job_id for job in walk.selected}
+        count_mode = self.config.placement == "count"
+        free_by_node = snapshot.free_gpus_by_node()
+        max_per_node = snapshot.max_gpus_per_node
+        position = {job.job_id: i + 1 for i, job in enumerate(ordered)} if snapshot.detailed else {}
+        newcomers = [job for job in walk.selected if not job.running]
+        newcomer_names = ", ".join(job.job_id for job in newcomers[:3]) + (" ..." if len(newcomers) > 3 else "")
+        for job in ordered:
+            if job.running and job.job_id not in selected_ids:
+                plan.actions.append(Preempt(
+                    self._decision_id(plan), job.job_id,
+                    f"yields {job.num_gpus} GPUs: lower priority than {newcomer_names or 'higher-priority jobs'}"
+                    f" (queue {self.policy.level(job, ctx) + 1})"))
+                if not count_mode:
+                    for node, gpus in job.placement:
+                        if node in free_by_node:
+                            free_by_node[node] += gpus
+        free_total = sum(free_by_node.values()) if not count_mode else self._capacity(snapshot) - sum(
+            j.num_gpus for j in walk.selected if j.running)
+        free_gpus = None if count_mode else FreeGpus(free_by_node)
+        unplaced: list[JobState] = []
+        for rank, job in enumerate(newcomers):
+            slots = self._place(job, free_gpus, max_per_node, count_mode)
+            if slots is None:
+                unplaced.append(job)
+                continue
+            free_total -= job.num_gpus
+            plan.actions.append(Start(self._decision_id(plan), job.job_id, slots,
+                                      f"queue {self.policy.level(job, ctx) + 1}: {job.num_gpus} GPUs free at"
+                                      f" priority position {position.get(job.job_id, rank + 1)}"))
+        if not count_mode and walk.blocked_by is None:
+            # Backfill: GPUs left by a gang that waits for a consolidated slot.
+            for job in ordered:
+                if job.running or job.job_id in selected_ids or job.num_gpus > free_total:
+                    continue
+                slots = self._place(job, free_gpus, max_per_node, count_mode)
+                if slots is not None:
+                    free_total -= job.num_gpus
+                    selected_ids.add(job.job_id)
+                    plan.actions.append(Start(self._decision_id(plan), job.job_id, slots,
+                                              "backfill: GPUs left free by a gang waiting for placement"))
+        if snapshot.detailed and snapshot.explain:
+            self._explain_waits(ordered, walk, selected_ids, unplaced, free_total, max_per_node, ctx, plan)
+
+    def _place(self, job: JobState, free: Optional[FreeGpus], max_per_node: int, count_mode: bool):
+        if count_mode:
+            return ((COUNT_NODE, job.num_gpus),)
+        consolidate = self.config.placement == "consolidate" and job.spec.skew > self.config.pack_limit
+        slots = free.place(job.num_gpus, consolidate=consolidate, max_gpus_per_node=max_per_node)
+        if slots is not None:
+            for node, gpus in slots:
+                free.take(node, gpus)
+        return slots
+
+    def _explain_waits(self, ordered, walk, selected_ids, unplaced, free_total, max_per_node, ctx, plan):
+        unplaced_ids = {job.job_id for job in unplaced}
+        started = {a.job_id for a in plan.of_kind("start")}
+        for position, job in enumerate(ordered):
+            if job.running or job.job_id in started:
+                continue
+            level = self.policy.level(job, ctx) + 1
+            if job.job_id in unplaced_ids:
+                if self.config.placement == "consolidate" and job.spec.skew > self.config.pack_limit:
+                    need = minimum_nodes(job.num_gpus, max_per_node)
+                    plan.wait_reasons[job.job_id] = (
+                        f"waiting for consolidation: needs {job.num_gpus} GPUs on {need} node(s)"
+                        f" (skew {job.spec.skew:.2f} > PACKLIMIT {self.config.pack_limit:g})")
+                else:
+                    plan.wait_reasons[job.job_id] = f"GPUs fragmented: needs {job.num_gpus} GPUs, no node set fits"
+            elif walk.blocked_by is not None and job is not walk.blocked_by and job.job_id not in selected_ids:
+                plan.wait_reasons[job.job_id] = f"strict FIFO: behind head-of-line job {walk.blocked_by.job_id}"
+            else:
+                plan.wait_reasons[job.job_id] = (
+                    f"queue {level}: {position} job(s) ahead, needs {job.num_gpus} GPUs, {max(free_total, 0)} free")
+
+    # -- the uncontended case ---------------------------------------------
+    def _fast_path(self, snapshot: Snapshot, plan: Plan) -> bool:
+        """Every active job fits: every policy runs them all; no order is needed.
+
+        Returns False (full round needed) if any newcomer cannot be placed.
+        """
+        if snapshot.demand() > self._capacity(snapshot):
+            return False
+        count_mode = self.config.placement == "count"
+        free_gpus = None if count_mode else FreeGpus(snapshot.free_gpus_by_node())
+        max_per_node = snapshot.max_gpus_per_node
+        for job in snapshot.waiting_jobs():
+            slots = self._place(job, free_gpus, max_per_node, count_mode)
+            if slots is None:
+                return False
+            plan.actions.append(Start(self._decision_id(plan), job.job_id, slots, "all active jobs fit: start"))
+        return True
+
+    @staticmethod
+    def _decision_id(plan: Plan) -> str:
+        return f"r{plan.round_id}.{len(plan.actions) + 1}"

@@ -1,0 +1,141 @@
+"""What every priority policy provides: a sort key per job, smaller = served first.
+
+Policies are pure: they read a job's state and the round's context and return a
+key; the engine does the all-or-nothing walk, placement and preemption.
+"""
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from typing import Optional
+
+from controller.core.gittins import ServiceDistribution
+from controller.core.model import JobState
+
+
+# Float round-off must not keep a job one ulp below a threshold it has reached:
+# the simulator schedules a demotion at the exact crossing time.
+LEVEL_TOLERANCE_GPU_S = 1e-6
+STARVATION_TOLERANCE_S = 1e-6
+
+
+@dataclass(frozen=True)
+class PolicyContext:
+    """Round-wide inputs of a policy.
+
+    ``thresholds_gpu_s`` are hi_1..hi_{K-1} of the MLFQ (increasing); ``service``
+    is the learned or given service distribution (None = nothing known yet).
+    ``queue_service_override`` holds jobs promoted in this round (service 0).
+    """
+
+    now_s: float
+    thresholds_gpu_s: tuple[float, ...] = (3600.0,)
+    service: Optional[ServiceDistribution] = None
+    queue_service_override: dict = field(default_factory=dict)
+    cache: dict = field(default_factory=dict)  # per-round values a policy computes in bulk
+    # level per job object, memoized for the round: a job's level is read by the sort
+    # key, the plan's levels, its display value and its wait reason (by id(): the
+    # snapshot keeps every job alive for the whole round).
+    _levels: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def queue_service(self, job: JobState) -> float:
+        if self.queue_service_override:
+            return self.queue_service_override.get(job.job_id, job.queue_service_gpu_s)
+        return job.queue_service_gpu_s
+
+    def precompute_levels(self, jobs: list[JobState]):
+        """Every job's level in one vectorized pass (same values as ``level``); returns
+        them as an array aligned with ``jobs`` (memoized for that list)."""
+        import numpy as np
+
+        cached = self.cache.get("_level_array")
+        if cached is not None and cached[0] is jobs:
+            return cached[1]
+        if self.queue_service_override:
+            services = [self.queue_service(job) for job in jobs]
+        else:
+            services = [job.queue_service_gpu_s for job in jobs]
+        levels = np.searchsorted(np.asarray(self.thresholds_gpu_s, dtype=float),
+                                 np.asarray(services, dtype=float) + LEVEL_TOLERANCE_GPU_S, side="right")
+        self._levels.update(zip(map(id, jobs), levels.tolist()))
+        self.cache["_level_array"] = (jobs, levels)
+        return levels
+
+    def level(self, job: JobState) -> int:
+        """0-based MLFQ level: Q_1 is 0."""
+        level = self._levels.get(id(job))
+        if level is None:
+            level = bisect.bisect_right(self.thresholds_gpu_s, self.queue_service(job) + LEVEL_TOLERANCE_GPU_S)
+            self._levels[id(job)] = level
+        return level
+
+
+def mlfq_order(jobs: list[JobState], ctx: PolicyContext, within_level=None) -> list[tuple[tuple, JobState]]:
+    """The MLFQ order in one numpy lexsort: level, then ``within_level`` (smaller
+    first; None = nothing), then the intra-queue FIFO of ``started_fifo_key``.
+
+    Equivalent to sorting by ``(level, [within,] *started_fifo_key(job))``; the keys
+    returned are the ``(level[, within])`` prefix, which is what reports display.
+    """
+    import numpy as np
+
+    count = len(jobs)
+    if count == 0:
+        return []
+    levels = ctx.precompute_levels(jobs)
+    never_started = np.fromiter((job.first_start_s is None for job in jobs), dtype=bool, count=count)
+    since = np.fromiter((job.spec.submit_time_s if job.first_start_s is None else job.first_start_s
+                         for job in jobs), dtype=float, count=count)
+    arrival = np.fromiter((job.index for job in jobs), dtype=np.int64, count=count)
+    columns = [arrival, since, never_started]
+    if within_level is not None:
+        columns.append(within_level)
+    columns.append(levels)
+    order = np.lexsort(columns).tolist()
+    level_list = levels.tolist()
+    if within_level is None:
+        return [((level_list[i],), jobs[i]) for i in order]
+    within_list = within_level.tolist()
+    return [((level_list[i], within_list[i]), jobs[i]) for i in order]
+
+
+def started_fifo_key(job: JobState) -> tuple:
+    """Intra-queue FIFO of the spec: by FIRST start time; never-started jobs after, by submit."""
+    if job.first_start_s is None:
+        return (1, job.spec.submit_time_s, job.index)
+    return (0, job.first_start_s, job.index)
+
+
+class Policy:
+    """Base class. Subclasses set the flags and implement ``sort_key``."""
+
+    name = "base"
+    needs_duration = False  # reads the true duration (perfect-knowledge baseline)
+    discretized = False  # MLFQ levels (reported as the job's level)
+    head_of_line_blocking = False  # strict FIFO: stop at the first job that does not fit
+    preemptive = True  # False: running jobs keep their GPUs whatever the order says
+    drifts_while_running = False  # priority changes continuously: needs a quantum
+    uses_service_distribution = False
+
+    def prepare(self, jobs: list[JobState], ctx: PolicyContext) -> None:
+        """Compute per-round values for all jobs at once (into ctx.cache), if useful."""
+
+    def sort_key(self, job: JobState, ctx: PolicyContext) -> tuple:
+        raise NotImplementedError
+
+    def ordered(self, jobs: list[JobState], ctx: PolicyContext) -> list[tuple[tuple, JobState]]:
+        """(key, job) pairs, highest priority first. Policies may do this in bulk."""
+        self.prepare(jobs, ctx)
+        sort_key = self.sort_key
+        return sorted(((sort_key(job, ctx), job) for job in jobs), key=lambda kj: kj[0])
+
+    def display_value(self, job: JobState, ctx: PolicyContext) -> float:
+        """The number shown in reports as the job's priority (policy-specific)."""
+        return float(self.sort_key(job, ctx)[0])
+
+    def display_from_key(self, key: tuple, job: JobState, ctx: PolicyContext) -> float:
+        """``display_value`` given the job's sort key of this round (saves recomputing it)."""
+        return self.display_value(job, ctx)
+
+    def level(self, job: JobState, ctx: PolicyContext) -> int:
+        return ctx.level(job) if self.discretized else 0

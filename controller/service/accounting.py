@@ -1,0 +1,467 @@
+"""Slurm accounting (sacct) -> a replayable job trace with what really happened.
+
+``tiresias trace export`` reads ``sacct -a -X -D`` (one row per allocation *run*:
+with ``-D`` a requeued job appears once per run, earlier runs in state REQUEUED)
+either as ``--json`` (needs slurmdbd; parsed by ``slurm_plugin.parse.parse_sacct_json``)
+or as ``-P`` parsable text. Both become :class:`SacctRun` records, which are merged
+per job into :class:`AccountedJob` and then sorted into the trace or one of the
+excluded categories (never silently dropped):
+
+- ``no_gpu``: no whole GPU allocated or requested (CPU-only or MPS-only jobs);
+- ``cancelled_pending``: cancelled before it was ever allocated (Slurm may still
+  record a start time equal to the cancel time, so "allocated" is judged by the
+  node list / allocated TRES, not by the start time);
+- ``never_started``: not cancelled, but never allocated (pending when exported,
+  or failed before starting);
+- ``unfinished``: ran but has no end yet (running, suspended, or pending again
+  after a requeue): its total run time is unknown.
+
+Slurm 22.05 has no restart count in sacct, so ``requeues`` is the number of
+earlier runs (rows) of the same job. Times are epoch seconds; the trace keeps
+them absolute (``load_trace``/``load_actuals`` rebase them to the first submit).
+"""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Optional, Sequence
+
+import numpy as np
+
+from controller.core.model import InputError, JobSpec
+from slurm_plugin.parse import (
+    SlurmParseError,
+    _number,
+    _scontrol_time,
+    expand_hostlist,
+    gres_counts,
+    parse_duration_s,
+    parse_sacct_json,
+)
+
+__all__ = [
+    "SACCT_TEXT_FIELDS",
+    "SacctRun",
+    "AccountedJob",
+    "ExportResult",
+    "runs_from_sacct_json",
+    "runs_from_sacct_text",
+    "runs_from_output",
+    "merge_runs",
+    "build_export",
+    "run_sacct",
+    "parse_time_bound",
+    "actual_summary",
+    "actual_jcts",
+    "ACTUAL_LABEL",
+]
+
+# Fields asked from `sacct -P` when --json is not available. No JobName/Comment:
+# free text may contain the '|' delimiter and would shift the columns.
+SACCT_TEXT_FIELDS = ("JobIDRaw", "JobID", "User", "Partition", "State", "Submit", "Start", "End",
+                     "Elapsed", "AllocTRES", "ReqTRES", "NodeList")
+_REQUIRED_TEXT = ("State", "Submit", "Start", "End", "Elapsed")
+SACCT_TIMEOUT_S = 300
+ACTUAL_LABEL = "actual (Slurm)"
+
+# Final states of a job that will not run again (a REQUEUED run is followed by another row).
+_FINISHED_STATES = frozenset({"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
+                              "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY", "REVOKED"})
+
+
+@dataclass(frozen=True)
+class SacctRun:
+    """One sacct row: one run (allocation) of a job. Times in epoch seconds."""
+
+    job_id: str
+    user: str
+    partition: str
+    state: str
+    submit_s: Optional[float]
+    start_s: Optional[float]
+    end_s: Optional[float]
+    elapsed_s: float
+    gpus: int  # allocated when it ran, else requested
+    mps: int
+    allocated: bool  # nodes were assigned to this run
+
+
+@dataclass
+class AccountedJob:
+    """A job after merging its runs: requeues = earlier runs, elapsed = sum of run times."""
+
+    job_id: str
+    user: str
+    partition: str
+    state: str  # the last run's state
+    submit_s: float
+    first_start_s: Optional[float]
+    last_end_s: Optional[float]
+    elapsed_s: float
+    gpus: int
+    mps: int
+    requeues: int
+    allocated: bool  # any run was allocated nodes
+
+
+@dataclass
+class ExportResult:
+    """Trace rows (with actuals) plus every excluded job, by category."""
+
+    jobs: list[JobSpec] = field(default_factory=list)
+    actuals: dict[str, dict[str, Any]] = field(default_factory=dict)
+    excluded: dict[str, list[str]] = field(default_factory=lambda: {
+        "no_gpu": [], "cancelled_pending": [], "never_started": [], "unfinished": []})
+    rows_read: int = 0
+    jobs_seen: int = 0
+    requeued_jobs: int = 0
+    source: str = ""
+
+    def summary_lines(self) -> list[str]:
+        """Human summary (for stderr): what was read, kept and excluded, and why."""
+        ex = self.excluded
+        lines = [f"{self.source}: {self.rows_read} sacct row(s), {self.jobs_seen} job(s); "
+                 f"{len(self.jobs)} GPU job(s) in the trace ({self.requeued_jobs} requeued, runs merged)"]
+        labels = (("no_gpu", "without whole GPUs (CPU-only or MPS-only)"),
+                  ("cancelled_pending", "cancelled while pending (never allocated)"),
+                  ("never_started", "never started (pending or failed before start)"),
+                  ("unfinished", "still running or pending again (total run time unknown)"))
+        for key, text in labels:
+            if ex[key]:
+                shown = ",".join(ex[key][:8]) + (",..." if len(ex[key]) > 8 else "")
+                lines.append(f"  excluded {len(ex[key])} job(s) {text}: {shown}")
+        return lines
+
+
+# --------------------------------------------------------------------------- reading
+def _input_error(where: str, err: Exception) -> InputError:
+    return InputError(f"{where}: {str(err).splitlines()[0] if str(err) else type(err).__name__}")
+
+
+def runs_from_sacct_json(text: str | bytes, where: str = "sacct --json") -> list[SacctRun]:
+    """Runs from ``sacct --json [-D]`` (22.05 and 23.02+/24.11 shapes).
+
+    Strict: any malformed record is an InputError naming it (a silently skipped
+    record would bias the replay)."""
+    errors: list[SlurmParseError] = []
+    try:
+        jobs = parse_sacct_json(text, errors)
+    except SlurmParseError as err:
+        raise _input_error(where, err) from None
+    if errors:
+        first = errors[0]
+        ident = f"jobs[{first.record_index}]" + (f" (job {first.job_id})" if first.job_id else "")
+        more = f" (and {len(errors) - 1} more bad record(s))" if len(errors) > 1 else ""
+        raise InputError(f"{where}: {ident}: {first}{more}")
+    records = json.loads(text)["jobs"]  # valid: parse_sacct_json accepted it
+    runs = []
+    for record, job in zip(records, jobs):
+        t = record.get("time") or {}
+        try:
+            elapsed = _number(t.get("elapsed"), "time.elapsed")
+        except SlurmParseError as err:
+            raise InputError(f"{where}: job {job.job_id}: {err}") from None
+        if elapsed is None:
+            elapsed = (job.end_time - job.start_time) if job.start_time and job.end_time else 0.0
+        if job.submit_time is None:
+            raise InputError(f"{where}: job {job.job_id}: time.submission is missing")
+        runs.append(SacctRun(job_id=job.job_id, user=job.user, partition=job.partition, state=job.state,
+                             submit_s=job.submit_time, start_s=job.start_time, end_s=job.end_time,
+                             elapsed_s=float(max(elapsed, 0)), gpus=job.gpus, mps=job.mps,
+                             allocated=bool(job.nodes)))
+    return runs
+
+
+def _split_text_lines(text: str) -> list[tuple[int, str]]:
+    return [(n, line) for n, line in enumerate(text.splitlines(), start=1) if line.strip()]
+
+
+def runs_from_sacct_text(text: str, where: str = "sacct -P") -> list[SacctRun]:
+    """Runs from ``sacct -P -o FIELDS`` (with its header line; '|'-separated).
+
+    Needs JobIDRaw or JobID, State, Submit, Start, End, Elapsed and AllocTRES or
+    ReqTRES; User, Partition and NodeList are used when present. Job steps
+    (``123.batch``) are skipped. Timestamps are read in this process's local time
+    zone, as sacct prints them."""
+    lines = _split_text_lines(text)
+    if not lines:
+        return []
+    header_no, header_line = lines[0]
+    header = [h.strip() for h in header_line.split("|")]
+    if header and header[-1] == "":  # `sacct -p` ends every line with '|'
+        header = header[:-1]
+    index = {name.lower(): i for i, name in enumerate(header)}
+    id_col = index.get("jobidraw", index.get("jobid"))
+    missing = [name for name in _REQUIRED_TEXT if name.lower() not in index]
+    if id_col is None:
+        missing.insert(0, "JobID")
+    if "alloctres" not in index and "reqtres" not in index:
+        missing.append("AllocTRES or ReqTRES")
+    if missing:
+        raise InputError(f"{where}:{header_no}: header {header_line.strip()[:80]!r} lacks column(s) "
+                         f"{', '.join(missing)} (expected `sacct -P -o {','.join(SACCT_TEXT_FIELDS)}`)")
+    width = len(header)
+    runs = []
+    for line_no, line in lines[1:]:
+        fields = line.split("|")
+        if len(fields) == width + 1 and fields[-1] == "":
+            fields = fields[:-1]
+        if len(fields) != width:
+            raise InputError(f"{where}:{line_no}: row has {len(fields)} field(s), the header has {width}")
+
+        def get(name: str) -> str:
+            i = index.get(name.lower())
+            return fields[i].strip() if i is not None else ""
+
+        job_id = fields[id_col].strip()
+        if not job_id:
+            raise InputError(f"{where}:{line_no}: field 'JobID' is empty")
+        if "." in job_id:  # a step (123.batch, 123.0): -X was not used
+            continue
+        try:
+            state_text = get("State")
+            if not state_text:
+                raise SlurmParseError("field 'State' is empty")
+            state = state_text.split()[0].upper()  # "CANCELLED by 0"
+            submit = _scontrol_time(get("Submit"), "Submit")
+            start = _scontrol_time(get("Start"), "Start")
+            end = _scontrol_time(get("End"), "End")
+            elapsed = parse_duration_s(get("Elapsed"), "Elapsed") or 0.0
+            alloc = gres_counts(get("AllocTRES"), field_name="AllocTRES")
+            req = gres_counts(get("ReqTRES"), field_name="ReqTRES")
+            nodes = expand_hostlist(get("NodeList")) if "nodelist" in index else None
+        except SlurmParseError as err:
+            raise InputError(f"{where}:{line_no}: job {job_id}: {err}") from None
+        if submit is None:
+            raise InputError(f"{where}:{line_no}: job {job_id}: field 'Submit' value {get('Submit')!r} is not a time")
+        # Allocation is judged by the node list, else by the allocated TRES, else
+        # (neither column saved) by a start time.
+        if nodes is not None:
+            allocated = bool(nodes)
+        elif "alloctres" in index:
+            allocated = bool(get("AllocTRES"))
+        else:
+            allocated = start is not None
+        counts = alloc if (allocated and alloc) else req
+        if state == "PENDING":
+            start = None
+        if state not in _FINISHED_STATES and state != "REQUEUED":
+            end = None
+        runs.append(SacctRun(job_id=job_id, user=get("User"), partition=get("Partition"), state=state,
+                             submit_s=submit, start_s=start, end_s=end, elapsed_s=elapsed,
+                             gpus=counts.get("gpu", 0), mps=counts.get("mps", 0), allocated=allocated))
+    return runs
+
+
+def runs_from_output(text: str | bytes, where: str) -> list[SacctRun]:
+    """JSON or -P text, told apart by the first non-blank character."""
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise InputError(f"{where}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+    stripped = text.lstrip()
+    if not stripped:
+        return []
+    if stripped[0] in "{[":
+        return runs_from_sacct_json(text, where)
+    if "|" not in stripped.splitlines()[0]:
+        raise InputError(f"{where}: neither sacct JSON nor `sacct -P` text (first line "
+                         f"{stripped.splitlines()[0][:60]!r} has no '|')")
+    return runs_from_sacct_text(text, where)
+
+
+# --------------------------------------------------------------------------- merging
+def merge_runs(runs: Iterable[SacctRun]) -> list[AccountedJob]:
+    """One AccountedJob per job id, in order of first submission.
+
+    Runs are ordered by their submit time (a requeue re-submits): the first run's
+    submit is the job's, the first start is the actual start, the last run's end
+    and state are final, elapsed times add up, and requeues = runs - 1."""
+    by_id: dict[str, list[SacctRun]] = {}
+    for run in runs:
+        by_id.setdefault(run.job_id, []).append(run)
+    out = []
+    for job_id, job_runs in by_id.items():
+        job_runs.sort(key=lambda r: (r.submit_s or 0.0, r.start_s or 0.0))
+        last = job_runs[-1]
+        starts = [r.start_s for r in job_runs if r.start_s is not None and r.allocated]
+        allocated_runs = [r for r in job_runs if r.allocated]
+        sized = allocated_runs[-1] if allocated_runs else last
+        out.append(AccountedJob(
+            job_id=job_id, user=next((r.user for r in reversed(job_runs) if r.user), ""),
+            partition=(allocated_runs[-1].partition if allocated_runs else last.partition),
+            state=last.state, submit_s=float(job_runs[0].submit_s),
+            first_start_s=min(starts) if starts else None,
+            last_end_s=last.end_s if last.state in _FINISHED_STATES else None,
+            elapsed_s=float(sum(r.elapsed_s for r in job_runs)),
+            gpus=max(sized.gpus, 0), mps=sized.mps, requeues=len(job_runs) - 1,
+            allocated=bool(allocated_runs)))
+    out.sort(key=lambda j: (j.submit_s, _id_key(j.job_id)))
+    return out
+
+
+def _id_key(job_id: str) -> tuple:
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", job_id))
+
+
+def build_export(runs: Sequence[SacctRun], *, source: str = "sacct",
+                 users: Sequence[str] = (), partitions: Sequence[str] = (),
+                 start_s: Optional[float] = None, end_s: Optional[float] = None) -> ExportResult:
+    """Merge runs, apply the optional filters, and sort jobs into trace/excluded.
+
+    ``start_s``/``end_s`` keep jobs that overlap the window (submitted before its
+    end and not ended before its start), like ``sacct -S/-E``."""
+    result = ExportResult(rows_read=len(runs), source=source)
+    user_set, part_set = set(users), set(partitions)
+    for job in merge_runs(runs):
+        if user_set and job.user not in user_set:
+            continue
+        if part_set and not (set(job.partition.split(",")) & part_set):
+            continue
+        if end_s is not None and job.submit_s > end_s:
+            continue
+        if start_s is not None and job.last_end_s is not None and job.last_end_s < start_s:
+            continue
+        result.jobs_seen += 1
+        if job.gpus <= 0:
+            result.excluded["no_gpu"].append(job.job_id)
+        elif not job.allocated and job.state == "CANCELLED":
+            result.excluded["cancelled_pending"].append(job.job_id)
+        elif not job.allocated or job.first_start_s is None:
+            result.excluded["never_started"].append(job.job_id)
+        elif job.last_end_s is None:
+            result.excluded["unfinished"].append(job.job_id)
+        else:
+            result.jobs.append(JobSpec(job_id=job.job_id, num_gpus=job.gpus, submit_time_s=job.submit_s,
+                                       duration_s=job.elapsed_s, partition=job.partition.split(",")[0] or "default",
+                                       user=job.user))
+            result.actuals[job.job_id] = {"actual_start_s": job.first_start_s, "actual_end_s": job.last_end_s,
+                                          "requeues": job.requeues, "state": job.state}
+            if job.requeues:
+                result.requeued_jobs += 1
+    return result
+
+
+# --------------------------------------------------------------------------- running sacct
+_RELATIVE = re.compile(r"now(?:-(\d+)(seconds?|minutes?|hours?|days?|weeks?)?)?", re.IGNORECASE)
+_UNIT_S = {"second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 604800}
+
+
+def parse_time_bound(text: str, field_name: str, now_s: Optional[float] = None) -> float:
+    """A --start/--end value as epoch seconds (local time): ``YYYY-MM-DD[THH:MM[:SS]]``,
+    epoch seconds, ``now`` or ``now-N[seconds|minutes|hours|days|weeks]`` (sacct's forms)."""
+    value = text.strip()
+    now = time.time() if now_s is None else now_s
+    m = _RELATIVE.fullmatch(value)
+    if m:
+        if m.group(1) is None:
+            return now
+        unit = (m.group(2) or "seconds").lower().rstrip("s")
+        return now - int(m.group(1)) * _UNIT_S[unit]
+    if re.fullmatch(r"\d{9,}", value):
+        return float(value)
+    for fmt in ("%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M", "%Y-%m-%d"):
+        try:
+            return time.mktime(time.strptime(value, fmt))
+        except ValueError:
+            continue
+    raise InputError(f"{field_name} value {text!r} is not a time (YYYY-MM-DD[THH:MM[:SS]], epoch seconds, "
+                     f"now or now-Ndays)")
+
+
+def _sacct_window_args(start: str, end: str, users: Sequence[str], partitions: Sequence[str]) -> list[str]:
+    args = ["-a", "-X", "-D", "-S", start, "-E", end]
+    if users:
+        args += ["-u", ",".join(users)]
+    if partitions:
+        args += ["-r", ",".join(partitions)]
+    return args
+
+
+def _first_line(text: str) -> str:
+    for line in text.splitlines():
+        if line.strip():
+            return line.strip()
+    return ""
+
+
+def run_sacct(start: str, end: str, users: Sequence[str] = (), partitions: Sequence[str] = (),
+              *, sacct: str = "sacct", timeout_s: float = SACCT_TIMEOUT_S,
+              notes: Optional[list[str]] = None) -> tuple[list[SacctRun], str]:
+    """Query sacct: ``--json`` first (needs slurmdbd), else ``-P`` text. Returns (runs, source).
+
+    ``notes`` collects why the JSON path was not used (for the stderr summary)."""
+    if shutil.which(sacct) is None:
+        raise InputError(f"{sacct}: command not found (use --from-file with a saved sacct output)")
+    window = _sacct_window_args(start, end, users, partitions)
+    notes = notes if notes is not None else []
+
+    def call(args: list[str]) -> subprocess.CompletedProcess:
+        try:
+            return subprocess.run([sacct, *args], capture_output=True, text=True, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            raise InputError(f"{sacct} did not answer within {timeout_s:g} s (is slurmdbd up?)") from None
+
+    proc = call(["--json", *window])
+    if proc.returncode == 0:
+        try:
+            return runs_from_sacct_json(proc.stdout, "sacct --json"), "sacct --json"
+        except InputError as err:
+            notes.append(f"sacct --json output unusable ({err}); used `sacct -P`")
+    else:
+        notes.append(f"sacct --json failed ({_first_line(proc.stderr) or f'exit {proc.returncode}'}); "
+                     f"used `sacct -P`")
+    proc = call(["-P", "-o", ",".join(SACCT_TEXT_FIELDS), *window])
+    if proc.returncode != 0:
+        raise InputError(f"sacct -P failed (exit {proc.returncode}): "
+                         f"{_first_line(proc.stderr) or 'no message'} (job accounting needs slurmdbd)")
+    return runs_from_sacct_text(proc.stdout, "sacct -P"), "sacct -P"
+
+
+# --------------------------------------------------------------------------- actual figures
+def actual_jcts(jobs: Sequence[JobSpec], actuals: dict[str, dict[str, Any]],
+                exclude: Iterable[str] = ()) -> tuple[list[JobSpec], np.ndarray, np.ndarray]:
+    """(jobs, JCTs, queueing delays) in seconds of the jobs whose actual start and end are known.
+
+    JCT = actual end - submit; queueing = first actual start - submit."""
+    skip = set(exclude)
+    kept, jct, queue = [], [], []
+    for job in jobs:
+        rec = actuals.get(job.job_id)
+        if job.job_id in skip or not rec or rec.get("actual_start_s") is None or rec.get("actual_end_s") is None:
+            continue
+        kept.append(job)
+        jct.append(rec["actual_end_s"] - job.submit_time_s)
+        queue.append(max(rec["actual_start_s"] - job.submit_time_s, 0.0))
+    return kept, np.array(jct, dtype=float), np.array(queue, dtype=float)
+
+
+def actual_summary(jobs: Sequence[JobSpec], actuals: dict[str, dict[str, Any]], capacity_gpus: int,
+                   exclude: Iterable[str] = ()) -> dict:
+    """What Slurm really achieved, with the keys of ``results.summarize`` (seconds, 0..1).
+
+    ``preemptions`` is the number of requeues; utilization uses ``capacity_gpus``
+    (the simulated cluster) and the trace durations (run times)."""
+    kept, jct, queue = actual_jcts(jobs, actuals, exclude)
+    if kept:
+        first = min(j.submit_time_s for j in kept)
+        makespan = max(actuals[j.job_id]["actual_end_s"] for j in kept) - first
+        busy = sum(j.num_gpus * (j.duration_s or 0.0) for j in kept)
+        util = busy / (capacity_gpus * makespan) if makespan > 0 and capacity_gpus > 0 else 0.0
+    else:
+        makespan = util = 0.0
+    pct = (lambda q: float(np.percentile(jct, q))) if jct.size else (lambda q: 0.0)
+    return {
+        "policy": ACTUAL_LABEL, "jobs": len(kept),
+        "avg_jct_s": float(jct.mean()) if jct.size else 0.0, "median_jct_s": pct(50), "p95_jct_s": pct(95),
+        "max_jct_s": float(jct.max()) if jct.size else 0.0,
+        "avg_queueing_s": float(queue.mean()) if queue.size else 0.0, "makespan_s": float(makespan),
+        "preemptions": int(sum(actuals[j.job_id].get("requeues") or 0 for j in kept)),
+        "preemption_overhead_s": 0.0, "promotions": 0, "gpu_utilization": float(util),
+        "dropped_oversize": 0, "rounds": 0,
+    }

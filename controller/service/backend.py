@@ -1,0 +1,75 @@
+"""The interface between the controller and a cluster manager.
+
+A backend observes (jobs and nodes, normalized) and carries out primitive
+levers. The controller turns a Plan into lever calls; observe/shadow/enforce are
+properties of the executor that wraps a backend (see ``controller.service.executor``),
+never branches inside policies.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional, Protocol
+
+from controller.core.model import Node
+
+
+class BackendUnavailable(RuntimeError):
+    """The cluster manager did not answer (slurmctld down, time-out): act on nothing."""
+
+
+@dataclass(frozen=True)
+class ObservedJob:
+    """A job as the cluster manager reports it. Times are epoch seconds."""
+
+    job_id: str
+    user: str
+    partition: str  # may be "a,b": the partitions the user allowed
+    state: str  # PENDING, RUNNING, COMPLETED, CANCELLED, FAILED, REQUEUED, ...
+    reason: str
+    gpus: int
+    nodes: tuple[str, ...] = ()
+    gpus_by_node: tuple[tuple[str, int], ...] = ()
+    submit_time_s: Optional[float] = None
+    start_time_s: Optional[float] = None
+    end_time_s: Optional[float] = None
+    restart_count: int = 0
+    requeueable: bool = False
+    batch: bool = True
+    comment: str = ""
+    site_factor: Optional[int] = None
+    required_nodes: tuple[str, ...] = ()
+    excluded_nodes: tuple[str, ...] = ()
+    mps: int = 0
+
+
+@dataclass
+class Observation:
+    observed_at_s: float
+    jobs: list[ObservedJob]
+    nodes: list[Node]
+    skipped: list[str] = field(default_factory=list)  # one line per record that could not be read
+
+
+class Backend(Protocol):
+    def observe(self) -> Observation: ...
+
+    def set_site_factors(self, factors: dict[str, int]) -> None:
+        """Set SiteFactor for each job id (batched: one call per distinct value)."""
+
+    def pin_nodes(self, job_id: str, nodes: list[str]) -> None:
+        """ReqNodeList= for a pending job; an empty list clears it."""
+
+    def signal(self, job_id: str, signal_name: str) -> None:
+        """Deliver a signal to the batch shell (the checkpoint request)."""
+
+    def requeue(self, job_id: str) -> None: ...
+
+    def make_requeueable(self, job_id: str) -> None: ...
+
+    def release_begin_time(self, job_id: str) -> None:
+        """StartTime=now after a requeue, so the job may start at once."""
+
+    def move_partition(self, job_id: str, partition: str) -> None: ...
+
+    def set_mps_share(self, job_id: str, shares: int) -> None:
+        """A pending MPS job's share per node (--gres=mps:N; 100 shares = one GPU's SMs)."""

@@ -1,0 +1,242 @@
+"""The controller's configuration: one YAML file, a typed schema with defaults and docs.
+
+An unknown key or a bad value is an InputError naming the key and the value.
+``tiresias show-config`` prints the effective settings from ``SCHEMA``.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Optional
+
+from controller.core.model import InputError
+
+DEFAULT_PATH = "/etc/tiresias/tiresias.yaml"
+MODES = ("observe", "shadow", "enforce")
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    kind: str  # int, float, str, bool, list[int], list[float], list[str], choice
+    default: Any
+    doc: str
+    choices: tuple = ()
+    minimum: Optional[float] = None
+
+
+SCHEMA: tuple[Setting, ...] = (
+    Setting("mode", "choice", "shadow", "observe: keep accounts only; shadow: log every action it would take; "
+            "enforce: apply them", MODES),
+    Setting("cluster", "str", "default", "name of this cluster in the store"),
+    Setting("database_url", "str", "sqlite:////var/lib/tiresias/tiresias.db",
+            "SQLAlchemy URL: a SQLite file, or postgresql+psycopg2://user:pw@host/db"),
+    Setting("partitions", "list[str]", [], "partitions the controller manages; empty = all"),
+    Setting("interval_s", "float", 10.0, "seconds between full planning rounds", minimum=0.1),
+    Setting("poll_s", "float", 2.0, "seconds between cheap observations that trigger a round on change",
+            minimum=0.1),
+    Setting("policy", "choice", "dlas", "priority policy: dlas (no duration knowledge) or dgittins "
+            "(learned service distribution); las, gittins, fifo-skip for comparison",
+            ("dlas", "dgittins", "las", "gittins", "fifo-skip", "fifo", "timeshare", "learned")),
+    Setting("priority_file", "str", "", "expression file of policy 'learned' (tiresias learn); "
+            "empty = the published example"),
+    Setting("queues_gpu_s", "list[float]", [3600.0], "MLFQ thresholds in GPU-seconds, increasing (K = len + 1)"),
+    Setting("promote_knob", "float", math.inf, "PROMOTEKNOB: waiting >= knob x executed promotes to queue 1; "
+            "inf disables", minimum=0.0),
+    Setting("placement", "choice", "consolidate", "consolidate skewed jobs, spread others; or count",
+            ("consolidate", "spread", "count")),
+    Setting("pack_limit", "float", 0.5, "PACKLIMIT: skew above it is consolidation-sensitive", minimum=0.0),
+    Setting("pin_expiry_s", "float", 300.0, "a ReqNodeList pin for consolidation is cleared after this long",
+            minimum=1.0),
+    Setting("site_factor_band", "int", 100000, "SiteFactor width of one queue level", minimum=10),
+    Setting("preempt_signal", "choice", "USR1", "checkpoint signal sent to the batch shell",
+            ("USR1", "USR2", "TERM", "INT", "HUP")),
+    Setting("preempt_grace_s", "float", 30.0, "seconds between the checkpoint signal and the requeue", minimum=0.0),
+    Setting("preempt_min_runtime_s", "float", 60.0, "never preempt a job that has run less than this",
+            minimum=0.0),
+    Setting("preempt_max_per_job", "int", 10, "never preempt one job more often than this", minimum=0),
+    Setting("requeue_settle_s", "float", 5.0, "after a requeue, wait this long before clearing the job's "
+            "BeginTime hold (slurmd must finish tearing down the previous run first)", minimum=0.0),
+    Setting("make_requeueable", "bool", False, "set Requeue=1 on GPU jobs that lack it (site policy)"),
+    Setting("service_refresh_s", "float", 300.0, "seconds between reloads of the learned service distribution",
+            minimum=1.0),
+    Setting("partition_moves", "bool", False, "move pending GPU jobs to another partition the user allowed "
+            "(sbatch --partition=a,b) when it would start there sooner"),
+    Setting("partition_allocator", "choice", "mct", "how moves are planned: mct (minimum completion time) or "
+            "evo (evolutionary search seeded with MCT; seconds per round with hundreds of pending jobs)", ("mct", "evo")),
+    Setting("partition_move_min_gain_s", "float", 30.0, "move only when the predicted start is at least this "
+            "many seconds earlier", minimum=0.0),
+    Setting("partition_move_cooldown_s", "float", 600.0, "at most one move per job within this many seconds",
+            minimum=0.0),
+    Setting("partition_duration_estimate_s", "float", 3600.0, "run time assumed for a job when predicting "
+            "starts (durations are unknown to the controller)", minimum=1.0),
+    Setting("gpu_sharing", "bool", False, "apply the MPS co-location policy to pending MPS jobs (--gres=mps:N): "
+            "set each one's share to its SM-quota tier (controller.service.colocation)"),
+    Setting("mps_tiers", "list[int]", [10, 25, 50, 75, 100], "allowed MPS SM-quota tiers, percent of one GPU "
+            "(each 1..100)"),
+    Setting("mps_default_tier", "int", 25, "tier of a job that asked for no tier (one of mps_tiers)", minimum=1),
+    Setting("mps_latency_tier", "int", 75, "tier of latency-class jobs (comment tiresias:class=latency; one of "
+            "mps_tiers)", minimum=1),
+    Setting("mps_max_tenants", "int", 4, "at most this many MPS jobs share one GPU", minimum=1),
+    Setting("mps_allow_multi_user", "bool", False, "let different users share one GPU (their MPS servers are "
+            "time-sliced, not concurrent)"),
+    Setting("usage_spool_dir", "str", "/var/spool/tiresias/usage", "directory of the nodes' epilog usage "
+            "records, collected into the store when the directory exists"),
+    Setting("usage_collect_s", "float", 60.0, "seconds between collections of usage_spool_dir", minimum=1.0),
+    Setting("metrics_port", "int", 0, "Prometheus port on 127.0.0.1 (0 = off)", minimum=0),
+    Setting("log_level", "choice", "INFO", "log level", ("DEBUG", "INFO", "WARNING", "ERROR")),
+)
+
+_BY_NAME = {s.name: s for s in SCHEMA}
+
+
+@dataclass(frozen=True)
+class Config:
+    mode: str = "shadow"
+    cluster: str = "default"
+    database_url: str = "sqlite:////var/lib/tiresias/tiresias.db"
+    partitions: tuple[str, ...] = ()
+    interval_s: float = 10.0
+    poll_s: float = 2.0
+    policy: str = "dlas"
+    priority_file: str = ""
+    queues_gpu_s: tuple[float, ...] = (3600.0,)
+    promote_knob: float = math.inf
+    placement: str = "consolidate"
+    pack_limit: float = 0.5
+    pin_expiry_s: float = 300.0
+    site_factor_band: int = 100000
+    preempt_signal: str = "USR1"
+    preempt_grace_s: float = 30.0
+    preempt_min_runtime_s: float = 60.0
+    preempt_max_per_job: int = 10
+    requeue_settle_s: float = 5.0
+    make_requeueable: bool = False
+    service_refresh_s: float = 300.0
+    partition_moves: bool = False
+    partition_allocator: str = "mct"
+    partition_move_min_gain_s: float = 30.0
+    partition_move_cooldown_s: float = 600.0
+    partition_duration_estimate_s: float = 3600.0
+    gpu_sharing: bool = False
+    mps_tiers: tuple[int, ...] = (10, 25, 50, 75, 100)
+    mps_default_tier: int = 25
+    mps_latency_tier: int = 75
+    mps_max_tenants: int = 4
+    mps_allow_multi_user: bool = False
+    usage_spool_dir: str = "/var/spool/tiresias/usage"
+    usage_collect_s: float = 60.0
+    metrics_port: int = 0
+    log_level: str = "INFO"
+
+    def engine_config(self):
+        from controller.core.engine import EngineConfig
+
+        return EngineConfig(policy=self.policy, thresholds_gpu_s=self.queues_gpu_s,
+                            promote_knob=self.promote_knob, placement=self.placement, pack_limit=self.pack_limit,
+                            quantum_s=self.interval_s, priority_file=self.priority_file or None)
+
+    def colocation_policy(self):
+        """The MPS co-location policy (controller.service.colocation); InputError when inconsistent."""
+        from controller.service.colocation import ColocationPolicy
+
+        tiers = tuple(self.mps_tiers)
+        if not tiers or any(not 1 <= t <= 100 for t in tiers):
+            raise InputError(f"mps_tiers {list(tiers)}: each tier must be a percent 1..100")
+        for key in ("mps_default_tier", "mps_latency_tier"):
+            if getattr(self, key) not in tiers:
+                raise InputError(f"{key} {getattr(self, key)} is not one of mps_tiers {list(tiers)}")
+        return ColocationPolicy(tiers=tiers, default_tier=self.mps_default_tier, latency_tier=self.mps_latency_tier,
+                                max_tenants=self.mps_max_tenants, allow_multi_user=self.mps_allow_multi_user)
+
+
+def _coerce(setting: Setting, value: Any, where: str) -> Any:
+    bad = InputError(f"{where}: key '{setting.name}' value {value!r} is not a valid {setting.kind}"
+                     + (f" (choose from {', '.join(setting.choices)})" if setting.choices else ""))
+    kind = setting.kind
+    if kind == "choice":
+        if value not in setting.choices:
+            raise bad
+        return value
+    if kind == "bool":
+        if not isinstance(value, bool):
+            raise bad
+        return value
+    if kind == "str":
+        if not isinstance(value, str) or (not value and setting.default != ""):
+            raise bad
+        return value
+    if kind in ("int", "float"):
+        if isinstance(value, bool):
+            raise bad
+        if kind == "float" and isinstance(value, str) and value.strip().lower() in ("inf", ".inf"):
+            value = math.inf
+        if kind == "int" and not isinstance(value, int):
+            raise bad
+        if not isinstance(value, (int, float)) or math.isnan(value):
+            raise bad
+        if setting.minimum is not None and not value >= setting.minimum:
+            raise InputError(f"{where}: key '{setting.name}' value {value!r} must be >= {setting.minimum:g}")
+        return int(value) if kind == "int" else float(value)
+    if kind == "list[str]":
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise bad
+        return tuple(value)
+    if kind == "list[float]":
+        if not isinstance(value, list) or not value or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+            raise bad
+        return tuple(float(v) for v in value)
+    if kind == "list[int]":
+        if not isinstance(value, list) or not value or not all(
+                isinstance(v, int) and not isinstance(v, bool) for v in value):
+            raise bad
+        return tuple(value)
+    raise AssertionError(kind)
+
+
+def from_mapping(data: dict, where: str = "config") -> Config:
+    if not isinstance(data, dict):
+        raise InputError(f"{where}: the top level must be a mapping of keys to values")
+    values = {}
+    for key, value in data.items():
+        setting = _BY_NAME.get(key)
+        if setting is None:
+            raise InputError(f"{where}: unknown key '{key}' (known: {', '.join(_BY_NAME)})")
+        values[key] = _coerce(setting, value, where)
+    config = Config(**values)
+    config.engine_config()  # thresholds increasing, knob > 0, ...
+    try:
+        config.colocation_policy()  # tiers 1..100, default/latency tier among them
+    except InputError as err:
+        raise InputError(f"{where}: {err}") from None
+    return config
+
+
+def load(path: Optional[str] = None, overrides: Optional[dict] = None) -> Config:
+    """Read the YAML file (missing default file = all defaults), then apply overrides."""
+    import yaml
+
+    data: dict = {}
+    target = Path(path or DEFAULT_PATH)
+    if target.exists():
+        try:
+            loaded = yaml.safe_load(target.read_text())
+        except yaml.YAMLError as err:
+            mark = getattr(err, "problem_mark", None)
+            line = f":{mark.line + 1}" if mark is not None else ""
+            raise InputError(f"{target}{line}: not valid YAML ({getattr(err, 'problem', err)})") from None
+        except OSError as err:
+            raise InputError(f"{target}: cannot read: {err.strerror}") from None
+        data = loaded or {}
+    elif path is not None:
+        raise InputError(f"config file {path} does not exist")
+    if overrides:
+        data = {**data, **{k: v for k, v in overrides.items() if v is not None}}
+    return from_mapping(data, where=str(target))
+
+
+def effective(config: Config) -> list[tuple[str, Any, str]]:
+    """(key, value, doc) for show-config."""
+    return [(f.name, getattr(config, f.name), _BY_NAME[f.name].doc) for f in fields(config)]

@@ -1,0 +1,475 @@
+"""The controller's persistent state: per-job attained service, finished-job service
+samples, the decision log, open preemptions, collected usage records, round ids.
+
+One ``Store`` wraps one SQLAlchemy engine (SQLite by default, PostgreSQL works
+too). Every public method runs in its own transaction, so a crash or a lock never
+leaves half a round written. Units: times are epoch seconds, service GPU-seconds.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Iterable, Iterator, Optional
+
+from sqlalchemy import (
+    Boolean, Column, Float, Index, Integer, MetaData, String, Table, Text,
+    create_engine, event, select, update,
+)
+from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.exc import (
+    ArgumentError, DBAPIError, IntegrityError, NoSuchModuleError, OperationalError, SQLAlchemyError,
+)
+
+from controller.core.model import InputError
+
+SCHEMA_VERSION = 1
+DEFAULT_URL = "sqlite:////var/lib/tiresias/tiresias.db"
+
+
+class StoreError(RuntimeError):
+    """The database failed; the message is one line naming the database."""
+
+
+class StoreBusy(StoreError):
+    """Another process held the database lock for longer than the busy timeout."""
+
+
+metadata = MetaData()
+
+schema_meta = Table(
+    "schema_meta", metadata,
+    Column("key", String(64), primary_key=True),
+    Column("value", String(256), nullable=False),
+)
+
+job_service = Table(
+    "job_service", metadata,
+    Column("cluster", String(128), primary_key=True),
+    Column("job_id", String(128), primary_key=True),
+    Column("user", String(128), nullable=False, default=""),
+    Column("partition", String(128), nullable=False, default=""),
+    Column("num_gpus", Integer, nullable=False),
+    Column("submit_time_s", Float, nullable=False),
+    Column("first_start_s", Float),
+    Column("attained_gpu_s", Float, nullable=False),
+    Column("queue_service_gpu_s", Float, nullable=False),
+    Column("executed_s", Float, nullable=False),
+    Column("executed_since_promotion_s", Float, nullable=False),
+    Column("waited_since_promotion_s", Float, nullable=False),
+    Column("last_observed_s", Float),
+    Column("last_running", Boolean, nullable=False),
+    Column("restart_count", Integer, nullable=False),
+    Column("preemptions", Integer, nullable=False),
+    Column("promotions", Integer, nullable=False),
+    Column("moves", Integer, nullable=False),
+    Column("skew", Float, nullable=False),
+    Column("level", Integer, nullable=False),
+    Column("state", String(32), nullable=False),
+    Column("finished_s", Float),
+    Column("end_state", String(64)),
+)
+
+service_samples = Table(
+    "service_samples", metadata,
+    Column("cluster", String(128), primary_key=True),
+    Column("job_id", String(128), primary_key=True),
+    Column("gpu_s", Float, nullable=False),
+    Column("finished_s", Float, nullable=False),
+    Index("ix_service_samples_finished", "cluster", "finished_s"),
+)
+
+decision_log = Table(
+    "decision_log", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("cluster", String(128), nullable=False),
+    Column("round_id", Integer, nullable=False),
+    Column("now_s", Float, nullable=False),
+    Column("mode", String(32), nullable=False),
+    Column("decision_id", String(128), nullable=False),
+    Column("job_id", String(128), nullable=False),
+    Column("kind", String(32), nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("applied", Boolean, nullable=False),
+    Column("detail", Text),
+    Index("ix_decision_log_job", "cluster", "job_id"),
+)
+
+preemptions = Table(
+    "preemptions", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("cluster", String(128), nullable=False),
+    Column("job_id", String(128), nullable=False),
+    Column("signalled_at_s", Float, nullable=False),
+    Column("restart_count", Integer, nullable=False),
+    Column("outcome", String(64)),  # NULL while the preemption is in progress
+    Column("finished_s", Float),
+)
+# At most one open preemption per job: a restarted controller sees it and does not
+# signal/requeue a second time. Partial unique indexes exist in SQLite and PostgreSQL.
+Index(
+    "uq_preemptions_open", preemptions.c.cluster, preemptions.c.job_id, unique=True,
+    sqlite_where=preemptions.c.outcome.is_(None), postgresql_where=preemptions.c.outcome.is_(None),
+)
+
+usage_records = Table(
+    "usage_records", metadata,
+    Column("record_id", String(256), primary_key=True),
+    Column("fields_json", Text, nullable=False),
+    Column("added_s", Float, nullable=False),
+)
+
+round_counters = Table(
+    "round_counters", metadata,
+    Column("cluster", String(128), primary_key=True),
+    Column("last_round_id", Integer, nullable=False),
+)
+
+
+@dataclass
+class JobRecord:
+    """One job's persisted service. Times in epoch seconds, service in GPU-seconds.
+
+    ``attained_gpu_s`` is never reset; ``queue_service_gpu_s`` is reset by a
+    starvation promotion. ``restart_count`` is the last Slurm restart count seen;
+    ``preemptions`` counts the requeues this controller did.
+    """
+
+    job_id: str
+    num_gpus: int
+    submit_time_s: float
+    user: str = ""
+    partition: str = ""
+    first_start_s: Optional[float] = None
+    attained_gpu_s: float = 0.0
+    queue_service_gpu_s: float = 0.0
+    executed_s: float = 0.0
+    executed_since_promotion_s: float = 0.0
+    waited_since_promotion_s: float = 0.0
+    last_observed_s: Optional[float] = None
+    last_running: bool = False
+    restart_count: int = 0
+    preemptions: int = 0
+    promotions: int = 0
+    moves: int = 0
+    skew: float = 0.0
+    level: int = 0
+    state: str = "PENDING"
+    finished_s: Optional[float] = None
+    end_state: Optional[str] = None
+
+
+JOB_FIELDS = tuple(f.name for f in fields(JobRecord))
+
+
+@dataclass(frozen=True)
+class PendingPreemption:
+    """A preemption signalled but not yet seen through (requeue or job end)."""
+
+    job_id: str
+    signalled_at_s: float
+    restart_count: int
+
+
+class Store:
+    """Persistent controller state over SQLAlchemy; see the module docstring.
+
+    ``busy_timeout_s`` bounds how long a call waits for another process's lock
+    before raising ``StoreBusy``.
+    """
+
+    def __init__(self, url: str = DEFAULT_URL, busy_timeout_s: float = 5.0, echo: bool = False):
+        try:
+            parsed = make_url(url)
+        except ArgumentError:
+            raise InputError(f"store url: cannot parse {url!r} (expected e.g. {DEFAULT_URL})") from None
+        self.url = parsed
+        self.busy_timeout_s = float(busy_timeout_s)
+        self.is_sqlite = parsed.get_backend_name() == "sqlite"
+        if self.is_sqlite:
+            self.name = parsed.database or ":memory:"
+        else:
+            self.name = parsed.render_as_string(hide_password=True)
+        if parsed.get_backend_name() not in ("sqlite", "postgresql"):
+            raise InputError(f"store url: backend {parsed.get_backend_name()!r} not supported (sqlite or postgresql)")
+
+        connect_args: dict[str, Any] = {}
+        if self.is_sqlite:
+            connect_args["timeout"] = self.busy_timeout_s
+            if parsed.database and parsed.database != ":memory:":
+                parent = os.path.dirname(os.path.abspath(parsed.database))
+                try:
+                    os.makedirs(parent, exist_ok=True)
+                except OSError as exc:
+                    raise InputError(f"store url: cannot create directory {parent}: {exc.strerror}") from None
+        else:
+            # A row/table lock held elsewhere fails after the same bound as SQLite's.
+            connect_args["options"] = f"-c lock_timeout={int(self.busy_timeout_s * 1000)}"
+            connect_args["connect_timeout"] = max(1, int(self.busy_timeout_s))
+        try:
+            self.engine = create_engine(parsed, connect_args=connect_args, echo=echo)
+        except (NoSuchModuleError, ArgumentError, ImportError) as exc:
+            raise InputError(f"store url {self.name}: {_one_line(exc)}") from None
+        if self.is_sqlite:
+            event.listen(self.engine, "connect", _sqlite_on_connect)
+        self._open()
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    def _open(self) -> None:
+        with self._tx() as conn:
+            metadata.create_all(conn)
+        with self._tx() as conn:
+            _insert_ignore(conn, schema_meta, [{"key": "schema_version", "value": str(SCHEMA_VERSION)}], ["key"])
+            found = conn.execute(select(schema_meta.c.value).where(schema_meta.c.key == "schema_version")).scalar_one()
+        if int(found) > SCHEMA_VERSION:
+            raise StoreError(
+                f"database {self.name}: schema version {found} is newer than this controller's {SCHEMA_VERSION}"
+            )
+        self.schema_version = int(found)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def _tx(self) -> Iterator[Connection]:
+        """One transaction; database errors become one-line StoreBusy/StoreError."""
+        try:
+            with self.engine.begin() as conn:
+                yield conn
+        except (InputError, StoreError):
+            raise
+        except DBAPIError as exc:
+            if _is_lock_error(exc):
+                raise StoreBusy(
+                    f"database {self.name} is locked by another process "
+                    f"(waited {self.busy_timeout_s:g} s); nothing was written"
+                ) from None
+            raise StoreError(f"database {self.name}: {_one_line(exc.orig or exc)}") from exc
+        except SQLAlchemyError as exc:
+            raise StoreError(f"database {self.name}: {_one_line(exc)}") from exc
+
+    # -- job service --------------------------------------------------------------
+
+    def load_jobs(self, cluster: str, include_finished: bool = True) -> dict[str, JobRecord]:
+        """Every stored job of ``cluster`` by job id (finished ones unless excluded)."""
+        query = select(job_service).where(job_service.c.cluster == cluster)
+        if not include_finished:
+            query = query.where(job_service.c.finished_s.is_(None))
+        with self._tx() as conn:
+            rows = conn.execute(query).mappings().all()
+        return {row["job_id"]: _row_to_record(row) for row in rows}
+
+    def save_jobs(self, cluster: str, records: Iterable[JobRecord]) -> int:
+        """Upsert these records in one transaction; returns how many were written."""
+        rows = []
+        for record in records:
+            row = asdict(record)
+            row["cluster"] = cluster
+            row["job_id"] = str(row["job_id"])
+            row["last_running"] = bool(row["last_running"])
+            rows.append(row)
+        if not rows:
+            return 0
+        with self._tx() as conn:
+            _upsert(conn, job_service, rows, ["cluster", "job_id"], list(JOB_FIELDS[1:]))
+        return len(rows)
+
+    def mark_finished(
+        self, cluster: str, job_id: str, finished_s: float, end_state: str, total_service_gpu_s: float
+    ) -> None:
+        """Close a job: state DONE, its end state and final total service (GPU-s)."""
+        row = asdict(JobRecord(job_id=str(job_id), num_gpus=0, submit_time_s=finished_s))
+        row.update(
+            cluster=cluster, state="DONE", finished_s=finished_s, end_state=end_state,
+            attained_gpu_s=total_service_gpu_s, last_running=False,
+        )
+        with self._tx() as conn:
+            # An unknown job still gets a row so its end is not lost.
+            _upsert(
+                conn, job_service, [row], ["cluster", "job_id"],
+                ["state", "finished_s", "end_state", "attained_gpu_s", "last_running"],
+            )
+
+    # -- service samples ------------------------------------------------------------
+
+    def add_service_sample(
+        self, cluster: str, job_id: str, gpu_s: float, finished_s: Optional[float] = None
+    ) -> bool:
+        """Record a finished job's total service (GPU-s) once; False if already there."""
+        row = {"cluster": cluster, "job_id": str(job_id), "gpu_s": float(gpu_s),
+               "finished_s": time.time() if finished_s is None else float(finished_s)}
+        with self._tx() as conn:
+            return _insert_ignore(conn, service_samples, [row], ["cluster", "job_id"]) > 0
+
+    def service_samples(self, cluster: str, since_s: Optional[float] = None) -> list[float]:
+        """Service (GPU-s) of jobs of ``cluster`` finished at or after ``since_s``."""
+        query = select(service_samples.c.gpu_s).where(service_samples.c.cluster == cluster)
+        if since_s is not None:
+            query = query.where(service_samples.c.finished_s >= since_s)
+        with self._tx() as conn:
+            return [float(v) for v in conn.execute(query.order_by(service_samples.c.finished_s)).scalars()]
+
+    # -- decision log -----------------------------------------------------------------
+
+    def log_decisions(
+        self, cluster: str, round_id: int, now_s: float, mode: str, actions: Iterable[Any],
+        applied: Optional[bool] = None,
+    ) -> int:
+        """Append one round's actions. ``applied`` defaults to False in shadow/observe
+        mode and True otherwise; a dict action may carry its own ``applied``/``detail``."""
+        default_applied = mode not in ("shadow", "observe") if applied is None else bool(applied)
+        rows = []
+        for action in actions:
+            item = dict(action) if isinstance(action, dict) else _action_to_dict(action)
+            rows.append({
+                "cluster": cluster, "round_id": int(round_id), "now_s": float(now_s), "mode": mode,
+                "decision_id": str(item["decision_id"]), "job_id": str(item["job_id"]),
+                "kind": str(item["kind"]), "reason": str(item.get("reason", "")),
+                "applied": bool(item.get("applied", default_applied)), "detail": item.get("detail"),
+            })
+        if rows:
+            with self._tx() as conn:
+                conn.execute(decision_log.insert(), rows)
+        return len(rows)
+
+    def decisions(self, cluster: str, job_id: Optional[str] = None, limit: int = 50) -> list[dict]:
+        """Logged decisions of ``cluster`` (of one job if given), newest first."""
+        query = select(decision_log).where(decision_log.c.cluster == cluster)
+        if job_id is not None:
+            query = query.where(decision_log.c.job_id == str(job_id))
+        query = query.order_by(decision_log.c.id.desc()).limit(int(limit))
+        with self._tx() as conn:
+            return [dict(row) for row in conn.execute(query).mappings()]
+
+    # -- preemptions ---------------------------------------------------------------------
+
+    def begin_preemption(self, cluster: str, job_id: str, signalled_at_s: float, restart_count: int) -> bool:
+        """Open a preemption; False when one is already open for this job."""
+        row = {"cluster": cluster, "job_id": str(job_id), "signalled_at_s": float(signalled_at_s),
+               "restart_count": int(restart_count)}
+        try:
+            with self._tx() as conn:
+                conn.execute(preemptions.insert(), [row])
+        except StoreError as exc:
+            if isinstance(exc.__cause__, IntegrityError):
+                return False
+            raise
+        return True
+
+    def pending_preemptions(self, cluster: str) -> list[PendingPreemption]:
+        """Preemptions of ``cluster`` still in progress, oldest first."""
+        query = (select(preemptions.c.job_id, preemptions.c.signalled_at_s, preemptions.c.restart_count)
+                 .where(preemptions.c.cluster == cluster, preemptions.c.outcome.is_(None))
+                 .order_by(preemptions.c.signalled_at_s, preemptions.c.id))
+        with self._tx() as conn:
+            return [PendingPreemption(r.job_id, float(r.signalled_at_s), int(r.restart_count))
+                    for r in conn.execute(query)]
+
+    def finish_preemption(self, cluster: str, job_id: str, outcome: str, finished_s: Optional[float] = None) -> bool:
+        """Close the open preemption of a job with ``outcome``; False if none was open."""
+        stmt = (update(preemptions)
+                .where(preemptions.c.cluster == cluster, preemptions.c.job_id == str(job_id),
+                       preemptions.c.outcome.is_(None))
+                .values(outcome=str(outcome), finished_s=time.time() if finished_s is None else finished_s))
+        with self._tx() as conn:
+            return conn.execute(stmt).rowcount > 0
+
+    # -- usage records ---------------------------------------------------------------------
+
+    def add_usage_record(self, record_id: str, fields: dict) -> bool:
+        """Store a node-spool usage record once; False if ``record_id`` is already there."""
+        row = {"record_id": str(record_id), "fields_json": json.dumps(fields, sort_keys=True, default=str),
+               "added_s": time.time()}
+        with self._tx() as conn:
+            return _insert_ignore(conn, usage_records, [row], ["record_id"]) > 0
+
+    def usage_record(self, record_id: str) -> Optional[dict]:
+        """The fields of one stored usage record, None when unknown."""
+        with self._tx() as conn:
+            found = conn.execute(
+                select(usage_records.c.fields_json).where(usage_records.c.record_id == str(record_id))
+            ).scalar_one_or_none()
+        return None if found is None else json.loads(found)
+
+    # -- rounds ---------------------------------------------------------------------------
+
+    def next_round_id(self, cluster: str) -> int:
+        """A new round id for ``cluster``: 1, 2, 3... persisted across restarts."""
+        with self._tx() as conn:
+            _upsert(conn, round_counters, [{"cluster": cluster, "last_round_id": 1}], ["cluster"],
+                    increment={"last_round_id": round_counters.c.last_round_id + 1})
+            return int(conn.execute(
+                select(round_counters.c.last_round_id).where(round_counters.c.cluster == cluster)
+            ).scalar_one())
+
+
+# -- helpers ------------------------------------------------------------------------------
+
+
+def _sqlite_on_connect(dbapi_conn: Any, _record: Any) -> None:
+    # WAL: readers never wait for the writer. The busy timeout itself comes from the
+    # driver's ``timeout`` connect argument.
+    cursor = dbapi_conn.cursor()
+    cursor.execute("PRAGMA journal_mode = WAL")
+    cursor.execute("PRAGMA synchronous = NORMAL")
+    cursor.close()
+
+
+def _dialect_insert(conn: Connection, table: Table):
+    if conn.dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    elif conn.dialect.name == "sqlite":
+        from sqlalchemy.dialects.sqlite import insert
+    else:  # pragma: no cover - rejected in Store.__init__
+        raise StoreError(f"no upsert for dialect {conn.dialect.name}")
+    return insert(table)
+
+
+def _upsert(conn: Connection, table: Table, rows: list[dict], keys: list[str],
+            update_columns: Optional[list[str]] = None, increment: Optional[dict] = None) -> None:
+    stmt = _dialect_insert(conn, table)
+    set_ = {c: stmt.excluded[c] for c in (update_columns or [])}
+    set_.update(increment or {})
+    conn.execute(stmt.on_conflict_do_update(index_elements=keys, set_=set_), rows)
+
+
+def _insert_ignore(conn: Connection, table: Table, rows: list[dict], keys: list[str]) -> int:
+    stmt = _dialect_insert(conn, table).on_conflict_do_nothing(index_elements=keys)
+    return max(conn.execute(stmt, rows).rowcount, 0)
+
+
+def _row_to_record(row: Any) -> JobRecord:
+    values = {name: row[name] for name in JOB_FIELDS}
+    values["last_running"] = bool(values["last_running"])
+    return JobRecord(**values)
+
+
+def _action_to_dict(action: Any) -> dict:
+    item = {"decision_id": action.decision_id, "job_id": action.job_id, "kind": action.kind,
+            "reason": action.reason}
+    placement = getattr(action, "placement", None)
+    if placement:
+        item["detail"] = "placement " + ",".join(f"{node}:{gpus}" for node, gpus in placement)
+    return item
+
+
+def _is_lock_error(exc: DBAPIError) -> bool:
+    orig = exc.orig
+    if getattr(orig, "pgcode", None) in ("55P03", "40P01"):  # lock_not_available, deadlock
+        return True
+    text = str(orig).lower()
+    return isinstance(exc, OperationalError) and ("database is locked" in text or "database is busy" in text)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
