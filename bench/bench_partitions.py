@@ -42,7 +42,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from controller.partitions.allocator import AllocationProblem, EvoConfig, JobTable, Objective, allocate_evo, allocate_mct  # noqa: E402
 from controller.cli.simulate_partitions import COMBINATIONS, ranks, run_combinations  # noqa: E402
-from controller.core.expr import PUBLISHED_EXAMPLE, load_expression_file, parse_expression  # noqa: E402
+from controller.partitions.priority_file import load_expression_file
+from controller.core.expr import PUBLISHED_EXAMPLE, parse_expression  # noqa: E402
 from controller.partitions.allocator import snapshot_from_instance  # noqa: E402
 from controller.replay.results import format_table  # noqa: E402
 

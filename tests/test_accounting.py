@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from controller.cli import main as cli
-from controller.service.accounting import (
+from slurm_plugin.accounting import (
     build_export,
     merge_runs,
     parse_time_bound,

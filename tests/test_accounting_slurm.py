@@ -14,7 +14,7 @@ import pytest
 
 from controller.cli import main as cli
 from controller.service.config import Config
-from controller.service.accounting import SACCT_TEXT_FIELDS, build_export, runs_from_sacct_json, runs_from_sacct_text
+from slurm_plugin.accounting import SACCT_TEXT_FIELDS, build_export, runs_from_sacct_json, runs_from_sacct_text
 from controller.replay.traces import load_actuals, load_trace
 from tests.slurm_fixtures import slurm_cluster, submit_as, wait_for  # noqa: F401  (pytest fixtures)
 

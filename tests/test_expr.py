@@ -3,7 +3,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from controller.core.expr import (PUBLISHED_EXAMPLE, BinOp, Neg, Num, Pow, Var, load_expression_file,
+from controller.partitions.priority_file import load_expression_file
+from controller.core.expr import (PUBLISHED_EXAMPLE, BinOp, Neg, Num, Pow, Var,
                              parse_expression)
 from controller.partitions.learner import random_tree
 from controller.core.model import InputError

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from controller.core.gittins import LearnedDistribution, ServiceDistribution, load_service_samples
+from controller.core.gittins import LearnedDistribution, ServiceDistribution
+from controller.replay.traces import load_service_distribution as load_service_samples
 from controller.core.model import InputError
 
 TRACES = __import__("pathlib").Path(__file__).resolve().parents[2] / "shared" / "traces"

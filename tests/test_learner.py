@@ -6,7 +6,12 @@ from controller.partitions.learner import LearnConfig, learn, make_instances, sc
 from controller.partitions.allocator import allocate_mct
 from controller.core.model import InputError, JobSpec, JobState
 from controller.core.policies.base import PolicyContext
-from controller.core.policies.learned import Learned, from_file, job_terms
+from controller.core.policies.learned import Learned, job_terms
+from controller.partitions.priority_file import load_expression_file
+
+
+def from_file(path):
+    return Learned(load_expression_file(path))
 
 TINY = LearnConfig(population=10, generations=3, training=3, validation=2, subset=2, seed=11,
                    partitions=(2, 3), nodes=(3, 6), arrivals_per_node=6)
@@ -94,7 +99,7 @@ def test_shipped_learned_priority_file_parses_and_records_its_command():
     from pathlib import Path
 
     from controller.cli import learn as cmd_learn
-    from controller.core.expr import load_expression_file
+    from controller.partitions.priority_file import load_expression_file
 
     path = Path(__file__).resolve().parents[1] / "examples" / "learned_priority.txt"
     expr = load_expression_file(path)

@@ -49,7 +49,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _start_expression(value: str) -> str:
     """``published`` (the paper's example), a file holding one expression, or an expression."""
-    from controller.core.expr import PUBLISHED_EXAMPLE, load_expression_file, parse_expression
+    from controller.partitions.priority_file import load_expression_file
+    from controller.core.expr import PUBLISHED_EXAMPLE, parse_expression
 
     if value == "published":
         return PUBLISHED_EXAMPLE

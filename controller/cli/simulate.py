@@ -14,7 +14,8 @@ from pathlib import Path
 
 from controller.cli import argtypes
 from controller.core.engine import EngineConfig
-from controller.core.gittins import load_service_samples
+from controller.partitions.priority_file import read_expression_text
+from controller.replay.traces import load_service_distribution
 from controller.core.model import InputError
 from controller.replay.results import bin_table, comparison_table, summarize, write_outputs
 from controller.replay.simulator import SimConfig, Simulation
@@ -130,11 +131,11 @@ def run(args) -> int:
     pause, resume = args.preempt_pause_s, args.preempt_resume_s
     if args.preempt_cost_s is not None:
         pause, resume = args.preempt_cost_s, 0.0
-    service = load_service_samples(args.service_samples) if args.service_samples else None
+    service = load_service_distribution(args.service_samples) if args.service_samples else None
     # Validate every policy before the first (possibly long) replay.
     engine_configs = [EngineConfig(policy=name, thresholds_gpu_s=args.queues, promote_knob=args.promote_knob,
                                    placement=args.placement, pack_limit=args.pack_limit, quantum_s=args.quantum_s,
-                                   priority_file=args.priority_file)
+                                   priority_expression=read_expression_text(args.priority_file))
                       for name in policies]
     jobs, source = _workload(args)
     if not jobs:
@@ -157,7 +158,7 @@ def run(args) -> int:
         bins.extend(bin_table(result, small, args.bin_short_s))
     actual, actual_curve = None, None
     if actuals is not None:
-        from controller.service.accounting import actual_jcts, actual_summary
+        from slurm_plugin.accounting import actual_jcts, actual_summary
 
         dropped_ids = set(results[0].dropped_oversize)
         actual = actual_summary(jobs, actuals, args.nodes * args.gpus_per_node, exclude=dropped_ids)

@@ -29,7 +29,8 @@ import numpy as np
 from controller.cli import argtypes
 from controller.partitions.allocator import (AllocationProblem, EvoConfig, Objective, allocate_evo, allocate_mct,
                                   snapshot_from_instance, workers_for_gpus)
-from controller.core.expr import PUBLISHED_EXAMPLE, Node, load_expression_file, parse_expression
+from controller.partitions.priority_file import load_expression_file
+from controller.core.expr import PUBLISHED_EXAMPLE, Node, parse_expression
 from controller.core.model import InputError
 from controller.replay.synthetic import Partition, PartitionInstance, generate_partition_instance
 

@@ -14,7 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from controller.service.accounting import (
+from slurm_plugin.accounting import (
     SACCT_TEXT_FIELDS,
     build_export,
     parse_time_bound,

@@ -29,7 +29,7 @@ class EngineConfig:
     placement: str = "consolidate"
     pack_limit: float = 0.5  # PACKLIMIT: skew above it means consolidation-sensitive
     quantum_s: float = 60.0  # re-plan period for continuously drifting priorities
-    priority_file: Optional[str] = None  # the expression of policy 'learned'
+    priority_expression: Optional[str] = None  # policy 'learned': its function's text (default: published)
 
     def __post_init__(self):
         check_thresholds(self.thresholds_gpu_s)
@@ -40,7 +40,7 @@ class EngineConfig:
             raise InputError(f"pack_limit value {self.pack_limit!r} must be within 0..1")
         if not (self.quantum_s > 0):
             raise InputError(f"quantum_s value {self.quantum_s!r} must be > 0")
-        get_policy(self.policy, self.priority_file)
+        get_policy(self.policy, self.priority_expression)
 
 
 def check_thresholds(thresholds: tuple[float, ...]) -> None:
@@ -65,7 +65,7 @@ class _Walk:
 class Engine:
     def __init__(self, config: EngineConfig, policy: Optional[Policy] = None):
         self.config = config
-        self.policy = policy or get_policy(config.policy, config.priority_file)
+        self.policy = policy or get_policy(config.policy, config.priority_expression)
 
     # -- the round ---------------------------------------------------------
     def step(self, snapshot: Snapshot) -> Plan:

@@ -30,7 +30,7 @@ from controller.core.model import InputError
 
 __all__ = [
     "PUBLISHED_EXAMPLE", "TERMINALS", "Node", "Var", "Num", "Neg", "BinOp", "Pow",
-    "parse_expression", "load_expression_file", "protected_div",
+    "parse_expression", "parse_expression_document", "protected_div",
 ]
 
 PUBLISHED_EXAMPLE = "((q + g) / q - u) * (2 * q / d) * (q + (d + g - u) / q^2)"
@@ -432,26 +432,21 @@ def _depth_iterative(tree: Node) -> int:
     return best
 
 
-def load_expression_file(path: Union[str, os.PathLike]) -> Node:
-    """Read one expression from a file (``#`` starts a comment); errors are ``file:line: ...``."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            lines = handle.read().splitlines()
-    except (OSError, UnicodeDecodeError) as err:
-        raise InputError(f"{path}: cannot read the priority file ({err.__class__.__name__}: "
-                         f"{getattr(err, 'strerror', None) or err})") from None
+def parse_expression_document(text: str, source: str) -> Node:
+    """The one expression in a priority document (``#`` starts a comment); errors are
+    ``source:line: ...``. Reading the file is the caller's job: the core does no I/O."""
     found = None
-    for number, line in enumerate(lines, start=1):
+    for number, line in enumerate(text.splitlines(), start=1):
         body = line.split("#", 1)[0]
         if not body.strip():
             continue
         if found is not None:
-            raise InputError(f"{path}:{number}: a second expression (line {found[0]} already holds one)")
+            raise InputError(f"{source}:{number}: a second expression (line {found[0]} already holds one)")
         found = (number, body)
     if found is None:
-        raise InputError(f"{path}: no expression found (only blank lines and comments)")
+        raise InputError(f"{source}: no expression found (only blank lines and comments)")
     number, body = found
     try:
         return parse_expression(body)
     except InputError as err:
-        raise InputError(f"{path}:{number}: {err}") from None
+        raise InputError(f"{source}:{number}: {err}") from None

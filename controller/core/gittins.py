@@ -12,7 +12,6 @@ quanta (continuous 2D-Gittins) is attained at b = some sample s > a, O(n).
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -59,16 +58,6 @@ class ServiceDistribution:
             return 0.0
         ends = np.unique(x[k:])
         return float(np.max(self.indices(np.full(ends.size, attained_gpu_s), ends)))
-
-
-def load_service_samples(path: str | Path) -> ServiceDistribution:
-    """A service distribution from a one-column sample file (see traces.load_service_samples)."""
-    from controller.replay.traces import load_service_samples as read_samples
-
-    values = read_samples(path)
-    if not values:
-        raise InputError(f"{path}: no service samples")
-    return ServiceDistribution(values)
 
 
 class LearnedDistribution:

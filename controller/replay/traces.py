@@ -49,6 +49,7 @@ __all__ = [
     "load_trace",
     "load_actuals",
     "load_service_samples",
+    "load_service_distribution",
     "write_trace",
     "PROJECT_COLUMNS",
     "ACTUAL_COLUMNS",
@@ -619,3 +620,13 @@ def write_trace(
                     "" if req is None else str(int(req)), a.get("state", "") or "",
                 ]
             w.writerow(row)
+
+
+def load_service_distribution(path: str | os.PathLike[str]):
+    """A Gittins service distribution from a one-column sample file."""
+    from controller.core.gittins import ServiceDistribution
+
+    values = load_service_samples(path)
+    if not values:
+        raise InputError(f"{path}: no service samples")
+    return ServiceDistribution(values)

@@ -132,10 +132,12 @@ class Config:
 
     def engine_config(self):
         from controller.core.engine import EngineConfig
+        from controller.partitions.priority_file import read_expression_text
 
         return EngineConfig(policy=self.policy, thresholds_gpu_s=self.queues_gpu_s,
                             promote_knob=self.promote_knob, placement=self.placement, pack_limit=self.pack_limit,
-                            quantum_s=self.interval_s, priority_file=self.priority_file or None)
+                            quantum_s=self.interval_s,
+                            priority_expression=read_expression_text(self.priority_file or None))
 
     def colocation_policy(self):
         """The MPS co-location policy (controller.service.colocation); InputError when inconsistent."""

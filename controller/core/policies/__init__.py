@@ -18,17 +18,15 @@ POLICIES: dict[str, type[Policy]] = {
 }
 
 
-def get_policy(name: str, priority_file: str | None = None) -> Policy:
+def get_policy(name: str, priority_expression: str | None = None) -> Policy:
     """Instantiate a policy by name; unknown names are a one-line InputError.
 
-    ``learned`` reads its expression from ``priority_file`` (default: the
-    published example function)."""
+    ``learned`` evaluates ``priority_expression`` (the text of a learned function;
+    default: the published example function)."""
     if name not in POLICIES:
         raise InputError(f"policy '{name}' is unknown; choose from {', '.join(POLICIES)}")
-    if name == Learned.name and priority_file:
-        from controller.core.policies.learned import from_file
-
-        return from_file(priority_file)
+    if name == Learned.name and priority_expression:
+        return Learned(priority_expression)
     return POLICIES[name]()
 
 

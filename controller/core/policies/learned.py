@@ -16,15 +16,14 @@ simulator re-plans on its quantum.
 from __future__ import annotations
 
 import math
-import os
 from typing import Optional, Union
 
 import numpy as np
 
-from controller.core.expr import PUBLISHED_EXAMPLE, Node, load_expression_file, parse_expression
+from controller.core.expr import PUBLISHED_EXAMPLE, Node, parse_expression
 from controller.core.policies.base import Policy, PolicyContext
 
-__all__ = ["Learned", "from_file", "job_terms"]
+__all__ = ["Learned", "job_terms"]
 
 
 def job_terms(job, now_s: float) -> tuple[float, float, float, float]:
@@ -71,7 +70,3 @@ class Learned(Policy):
     def display_value(self, job, ctx: PolicyContext) -> float:
         return self.value(job, ctx)
 
-
-def from_file(path: Union[str, os.PathLike]) -> Learned:
-    """The policy for the expression stored in ``path`` (errors: ``file:line: ...``)."""
-    return Learned(load_expression_file(path))
