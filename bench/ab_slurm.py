@@ -1,6 +1,6 @@
 """A/B benchmark on real Slurm: stock (multifactor + backfill) vs `tiresias run --mode enforce`.
 
-A compressed workload from a trace in ../shared/traces is submitted at its
+A compressed workload from a trace (default: the 60-job trace in tests/fixtures) is submitted at its
 (compressed) arrival times as alice and bob to an isolated Slurm instance
 (containers/slurm-cluster.sh with TIRESIAS_CLUSTER_INSTANCE; 4 nodes x 4 GPUs),
 once with the controller off and once with it enforcing. Each job does its
@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 from bench.slurm_harness import ControllerProcess, Instance, write_config  # noqa: E402
 from controller.replay.traces import load_trace  # noqa: E402
 
-DEFAULT_TRACE = ROOT.parent / "shared" / "traces" / "tiresias-format" / "tiresias_60_job.csv"
+DEFAULT_TRACE = ROOT / "tests" / "fixtures" / "traces" / "tiresias_60_job.csv"  # the 60-job trace, in the repo
 CLUSTER_GPUS = 16
 
 

@@ -11,6 +11,7 @@ Usage: python bench/bench_published.py [--jobs 5000] [--nodes 64] [--pause-s 10 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -23,7 +24,7 @@ from controller.replay.results import format_table, summarize  # noqa: E402
 from controller.replay.simulator import SimConfig, Simulation  # noqa: E402
 from controller.replay.traces import load_trace  # noqa: E402
 
-TRACE = ROOT.parent / "shared" / "traces" / "philly_pollux.csv"
+TRACE = Path(os.environ.get("TIRESIAS_TRACES", ROOT.parent / "shared" / "traces")) / "philly_pollux.csv"
 
 # (label, policy, thresholds) -- Tiresias-L is dlas with K=2.
 RUNS = [
@@ -59,6 +60,9 @@ def main() -> int:
     parser.add_argument("--pause-s", type=float, default=0.0, help="checkpoint cost per preemption")
     parser.add_argument("--resume-s", type=float, default=0.0, help="restore cost per preemption")
     args = parser.parse_args()
+    if not TRACE.is_file():  # a benchmark, not a test: a clone without the big traces has nothing to measure
+        print(f"bench_published: skipped, trace not found: {TRACE} (set TIRESIAS_TRACES)")
+        return 0
     jobs = load_trace(TRACE)[: args.jobs]
     print(f"Philly (Pollux compact), first {len(jobs)} jobs, {args.nodes} x {args.gpus_per_node} GPUs, "
           f"preemption cost {args.pause_s:g}+{args.resume_s:g} s")

@@ -6,7 +6,14 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-TRACES = ROOT.parent / "shared" / "traces"
+import os  # noqa: E402
+
+# The full public traces (../shared/traces or $TIRESIAS_TRACES): only tests marked
+# needs_traces read them, and they skip when the directory is absent (a fresh clone).
+TRACES = Path(os.environ.get("TIRESIAS_TRACES", ROOT.parent / "shared" / "traces"))
+# Small excerpts of the same traces that ship with the repository (see its README).
+FIXTURE_TRACES = ROOT / "tests" / "fixtures" / "traces"
+TRACE60 = FIXTURE_TRACES / "tiresias_60_job.csv"
 
 
 import time  # noqa: E402

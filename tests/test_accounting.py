@@ -184,7 +184,7 @@ def test_simulate_actual(tmp_path, capsys):
 
 
 def test_simulate_actual_needs_actuals(capsys):
-    trace = Path(__file__).resolve().parents[2] / "shared" / "traces" / "tiresias-format" / "tiresias_60_job.csv"
+    from tests.conftest import TRACE60 as trace
     assert cli.main(["simulate", "--trace", str(trace), "--actual", "--policy", "dlas"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "no actual_start_s/actual_end_s columns" in err

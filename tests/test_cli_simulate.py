@@ -5,9 +5,7 @@ import sys
 
 import pytest
 
-from tests.conftest import ROOT, TRACES
-
-TRACE60 = TRACES / "tiresias-format" / "tiresias_60_job.csv"
+from tests.conftest import FIXTURE_TRACES, ROOT, TRACE60
 
 
 def tiresias(*args, timeout=300):
@@ -53,11 +51,11 @@ def test_default_run_is_synthetic_and_compares_four_policies():
 
 
 def test_oversize_error_and_drop():
-    cluster01 = TRACES / "itp" / "cluster01.csv"
-    proc = tiresias("simulate", "--trace", cluster01, "--nodes", 1, "--gpus-per-node", 8, "--policy", "dlas")
+    cluster10 = FIXTURE_TRACES / "itp_cluster10.csv"  # holds two 16-GPU jobs
+    proc = tiresias("simulate", "--trace", cluster10, "--nodes", 1, "--gpus-per-node", 8, "--policy", "dlas")
     assert proc.returncode == 2
     assert "needs" in proc.stderr and "--drop-oversize" in proc.stderr and len(proc.stderr.splitlines()) == 1
-    proc = tiresias("simulate", "--trace", cluster01, "--nodes", 4, "--gpus-per-node", 8, "--policy", "dlas",
+    proc = tiresias("simulate", "--trace", cluster10, "--nodes", 1, "--gpus-per-node", 8, "--policy", "dlas",
                     "--drop-oversize", "--json", "--time-scale", "0.01")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["summaries"][0]["dropped_oversize"] > 0

@@ -1,7 +1,6 @@
 """Trace readers: every shipped trace, formats, errors, round trip."""
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
@@ -15,7 +14,8 @@ from controller.replay.traces import (
     write_trace,
 )
 
-TRACES = Path(os.environ.get("TIRESIAS_TRACES", Path(__file__).resolve().parents[2] / "shared" / "traces"))
+from tests.conftest import FIXTURE_TRACES, TRACE60, TRACES
+
 needs_traces = pytest.mark.skipif(not TRACES.is_dir(), reason=f"no trace directory at {TRACES}")
 
 # Job counts from shared/traces/README.md.
@@ -70,6 +70,66 @@ def test_every_trace_loads(rel):
         assert j.partition
 
 
+# The excerpts in tests/fixtures/traces (run on every clone): one per format.
+FIXTURE_COUNTS = {
+    "itp_cluster10.csv": 260, "itp_cluster10_tiresias.csv": 260, "philly_pollux_head200.csv": 200,
+    "muri_trace3_head200.csv": 200, "muri_trace3_sec_head200.csv": 200, "tiresias_60_job.csv": 60,
+}
+
+
+def test_fixture_dir_holds_every_listed_excerpt():
+    assert {p.name for p in FIXTURE_TRACES.glob("*.csv")} == set(FIXTURE_COUNTS) | {"yarn_gpu_time_head300.csv"}
+
+
+@pytest.mark.parametrize("name", sorted(FIXTURE_COUNTS))
+def test_every_fixture_trace_loads(name):
+    jobs = load_trace(FIXTURE_TRACES / name)
+    assert len(jobs) == FIXTURE_COUNTS[name]
+    assert jobs[0].submit_time_s == 0.0
+    times = [j.submit_time_s for j in jobs]
+    assert times == sorted(times)
+    assert len({j.job_id for j in jobs}) == len(jobs)
+    assert all(j.num_gpus >= 1 and j.duration_s >= 0 and 0.0 <= j.skew <= 1.0 and j.partition for j in jobs)
+
+
+def test_itp_excerpt_matches_its_tiresias_conversion():
+    jobs = load_trace(FIXTURE_TRACES / "itp_cluster10.csv")
+    conv = load_trace(FIXTURE_TRACES / "itp_cluster10_tiresias.csv")
+    assert [(j.submit_time_s, j.num_gpus) for j in jobs] == [(j.submit_time_s, j.num_gpus) for j in conv]
+    assert sorted(j.duration_s for j in jobs) == sorted(j.duration_s for j in conv)
+    assert max(j.num_gpus for j in jobs) == 16
+
+
+def test_muri_excerpt_milliseconds_match_seconds():
+    raw = load_trace(FIXTURE_TRACES / "muri_trace3_head200.csv")
+    by_id = {j.job_id: j for j in load_trace(FIXTURE_TRACES / "muri_trace3_sec_head200.csv")}
+    assert len(raw) == len(by_id) == 200
+    for j in raw:
+        s = by_id[j.job_id]
+        assert j.duration_s == pytest.approx(s.duration_s, abs=1e-6)
+        assert j.submit_time_s == pytest.approx(s.submit_time_s, abs=1e-6)
+        assert j.user_priority in (1, 2)
+
+
+def test_philly_excerpt_ids_are_row_numbers():
+    jobs = load_trace(FIXTURE_TRACES / "philly_pollux_head200.csv")
+    assert {j.job_id for j in jobs} == {str(i) for i in range(1, 201)}
+    assert len({j.partition for j in jobs}) == 5
+
+
+def test_service_samples_excerpt():
+    s = load_service_samples(FIXTURE_TRACES / "yarn_gpu_time_head300.csv")
+    assert len(s) == 300 and min(s) > 0
+    with pytest.raises(InputError, match="unknown trace header 'duration'"):
+        load_trace(FIXTURE_TRACES / "yarn_gpu_time_head300.csv")
+
+
+@pytest.mark.parametrize("name", ["itp_cluster10.csv", "muri_trace3_head200.csv", "tiresias_60_job.csv",
+                                  "philly_pollux_head200.csv"])
+def test_fast_path_equals_row_path_on_excerpts(name):
+    _fast_equals_slow(FIXTURE_TRACES / name)
+
+
 @needs_traces
 def test_itp_unsorted_rows_come_back_sorted_and_keep_ids():
     jobs = load_trace(TRACES / "itp/cluster01.csv")
@@ -109,9 +169,8 @@ def test_philly_partitions_ids_and_speed():
     assert elapsed < 4.0, f"philly_pollux.csv took {elapsed:.2f} s"  # target < 2 s; slack for slow CI
 
 
-@needs_traces
 def test_tiresias_60_skew_from_model():
-    jobs = load_trace(TRACES / "tiresias-format/tiresias_60_job.csv")
+    jobs = load_trace(TRACE60)
     by_id = {j.job_id: j for j in jobs}
     assert by_id["0"].model_name == "vgg19" and by_id["0"].skew == pytest.approx(0.73)
     assert by_id["2"].model_name == "inception4" and by_id["2"].skew == pytest.approx(0.036)
@@ -186,9 +245,8 @@ def test_round_trip(tmp_path):
     assert load_actuals(p) == {}
 
 
-@needs_traces
 def test_round_trip_real_trace(tmp_path):
-    jobs = load_trace(TRACES / "tiresias-format/tiresias_60_job.csv")
+    jobs = load_trace(TRACE60)
     write_trace(tmp_path / "x.csv", jobs)
     assert load_trace(tmp_path / "x.csv") == jobs
 
@@ -303,9 +361,13 @@ def test_header_case_and_bom(tmp_path):
 @pytest.mark.parametrize("rel", ["itp/cluster05.csv", "muri-raw/trace3.csv",
                                  "tiresias-format/tiresias_60_job.csv", "philly_pollux.csv"])
 def test_fast_path_equals_row_path(rel):
+    _fast_equals_slow(TRACES / rel)
+
+
+def _fast_equals_slow(path):
     from controller.replay import traces as T
 
-    table = T._Table(TRACES / rel)
+    table = T._Table(path)
     fast = T._bulk_parse(table)
     assert fast is not None
     orig = T._bulk_parse

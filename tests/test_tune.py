@@ -14,9 +14,7 @@ from controller.service import config
 from controller.core.model import InputError, JobSpec
 from controller.replay.traces import load_trace
 from controller.replay.tuner import DEFAULT_SETTING, Setting, round_sig, threshold_grid, tune, yaml_block
-from tests.conftest import TRACES
-
-TRACE60 = TRACES / "tiresias-format" / "tiresias_60_job.csv"
+from tests.conftest import TRACE60
 YAML_MARKER = "# ready to paste into /etc/tiresias/tiresias.yaml:"
 
 
