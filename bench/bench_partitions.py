@@ -25,7 +25,7 @@ Usage:
     python bench/bench_partitions.py ranks --instances 30 --population 100 --generations 200 \
         --evaluator surrogate [--local-moves 16] [--priority-file published]
     python bench/bench_partitions.py timing --jobs 100,500,1000,2000,5000 --evaluator surrogate --out DIR
-    git show 471a277:controller/allocator.py > /tmp/old.py   # session 1's allocator, for an A/B
+    git show f797465:controller/partitions/allocator.py > /tmp/old.py   # the allocator before the split, for an A/B
     python bench/bench_partitions.py timing --jobs 1000 --evaluator surrogate --compare-with /tmp/old.py
 """
 from __future__ import annotations
@@ -40,11 +40,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from controller.partitions.allocator import AllocationProblem, EvoConfig, JobTable, Objective, allocate_evo, allocate_mct  # noqa: E402
+from controller.partitions.evo import EvoConfig, allocate_evo  # noqa: E402
+from controller.partitions.mct import allocate_mct  # noqa: E402
+from controller.partitions.model import AllocationProblem, JobTable, Objective  # noqa: E402
 from controller.cli.simulate_partitions import COMBINATIONS, ranks, run_combinations  # noqa: E402
 from controller.partitions.priority_file import load_expression_file
 from controller.core.expr import PUBLISHED_EXAMPLE, parse_expression  # noqa: E402
-from controller.partitions.allocator import snapshot_from_instance  # noqa: E402
+from controller.partitions.snapshot import snapshot_from_instance  # noqa: E402
 from controller.replay.results import format_table  # noqa: E402
 
 LEARNED_FILE = Path(__file__).resolve().parents[1] / "examples" / "learned_priority.txt"
@@ -117,8 +119,9 @@ def timing_problem(n_jobs: int, seed: int) -> AllocationProblem:
 
 
 def _ab_against(path: str, problem: AllocationProblem, prio, cfg: EvoConfig, repeat: int) -> dict:
-    """Median seconds of this allocator and of another version of controller/partitions/allocator.py
-    (e.g. ``git show REV:controller/partitions/allocator.py > old.py``), runs alternating."""
+    """Median seconds of this allocator and of another version of it as a single module (the
+    allocator before it was split into controller/partitions/*.py, e.g.
+    ``git show f797465:controller/partitions/allocator.py > old.py``), runs alternating."""
     import importlib.util
     import statistics
 
@@ -233,7 +236,8 @@ def main(argv=None) -> int:
                    help="exact local-search moves after the EVO search (EvoConfig.local_moves)")
     p.add_argument("--repeat", type=int, default=3, help="timing: rounds per job count (min and median)")
     p.add_argument("--compare-with", metavar="FILE",
-                   help="timing: also time this other version of controller/partitions/allocator.py, alternating runs")
+                   help="timing: also time this single-module allocator (the pre-split "
+                        "controller/partitions/allocator.py of an older revision), alternating runs")
     p.add_argument("--out", help="folder for evo_timing.png and results JSON")
     args = p.parse_args(argv)
     result = bench_ranks(args) if args.what == "ranks" else bench_timing(args)

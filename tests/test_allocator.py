@@ -3,10 +3,12 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from controller.partitions.allocator import (AllocationProblem, EvoConfig, JobTable, Objective, Partition, RunningJob,
-                                  allocate_evo, allocate_mct, crossover, evaluate_assignment,
-                                  feasibility_matrix, feasible_partitions, mutate_move, mutate_swap,
-                                  plan_partition, random_individual, snapshot_from_instance, workers_for_gpus)
+from controller.partitions.evo import EvoConfig, allocate_evo, crossover, mutate_move, mutate_swap, random_individual
+from controller.partitions.layer2 import evaluate_assignment, plan_partition
+from controller.partitions.mct import allocate_mct
+from controller.partitions.model import (AllocationProblem, JobTable, Objective, Partition, RunningJob,
+                                         feasibility_matrix, feasible_partitions)
+from controller.partitions.snapshot import snapshot_from_instance, workers_for_gpus
 from controller.core.model import InputError
 from controller.replay.synthetic import generate_partition_instance
 
@@ -137,7 +139,7 @@ def test_operators_keep_feasibility(rows, seed):
 @settings(max_examples=60, deadline=None)
 @given(rows=feasibility, seed=st.integers(0, 10**6))
 def test_batch_operators_change_only_the_chosen_rows_and_keep_feasibility(rows, seed):
-    from controller.partitions.allocator import mutate_moves, mutate_swaps
+    from controller.partitions.evo import mutate_moves, mutate_swaps
 
     feas = np.array(rows)
     rng = np.random.default_rng(seed)
@@ -221,7 +223,9 @@ def test_snapshot_is_consistent():
 
 
 # --------------------------------------------------------------------------- incremental layer 2, surrogate
-from controller.partitions.allocator import SurrogateEvaluator, _Evaluator, timeline_after  # noqa: E402
+from controller.partitions.exact import ExactEvaluator  # noqa: E402
+from controller.partitions.surrogate import SurrogateEvaluator  # noqa: E402
+from controller.partitions.timeline import timeline_after  # noqa: E402
 
 
 def _random_problem(seed, n_jobs, nodes, partitions=1, running=True):
@@ -247,10 +251,10 @@ def test_incremental_layer2_equals_from_scratch(seed, n_jobs, nodes, cut):
     parent = rng.permutation(n_jobs)
     m = min(cut, n_jobs)
     child = np.concatenate((parent[:m], rng.permutation(parent[m:])))
-    ev = _Evaluator(problem, sched, Objective(), 1000)
+    ev = ExactEvaluator(problem, sched, Objective(), 1000)
     ev.run(0, parent)
     resumed = ev.run(0, child, hint=parent)
-    fresh = _Evaluator(problem, sched, Objective(), 1000).run(0, child)
+    fresh = ExactEvaluator(problem, sched, Objective(), 1000).run(0, child)
     diff = np.flatnonzero(child != parent)
     assert ev.placed == n_jobs + (n_jobs - int(diff[0]) if diff.size else 0)  # only the suffix is placed
     assert not diff.size or diff[0] >= m
@@ -269,7 +273,7 @@ def test_incremental_layer2_equals_from_scratch(seed, n_jobs, nodes, cut):
                  int(problem.jobs.workers[j]))
     base = ev.run(0, parent)
     o = int(base.offsets[m])
-    rebuilt = timeline_after(problem._initial[0], base.starts[:m], base.finishes[:m], base.nodes[:o],
+    rebuilt = timeline_after(problem.initial_timelines[0], base.starts[:m], base.finishes[:m], base.nodes[:o],
                              base.gpus[:o], np.diff(base.offsets[:m + 1]))
     assert rebuilt.times.tolist() == tl.times.tolist()
     assert (rebuilt.free[:-1] == tl.free[:-1]).all()
@@ -305,7 +309,7 @@ def test_surrogate_ranking_agrees_with_exact_on_small_cases():
         feas = problem.feasible[sched]
         rng = np.random.default_rng(seed)
         pop = np.array([random_individual(feas, rng) for _ in range(40)])
-        ev = _Evaluator(problem, sched, Objective(), 10**5)
+        ev = ExactEvaluator(problem, sched, Objective(), 10**5)
         exact = np.array([ev.fitness(ind) for ind in pop])
         approx = SurrogateEvaluator(problem, sched, Objective()).fitness(pop)
         rhos.append(_spearman(exact, approx))
@@ -342,7 +346,8 @@ def test_snapshot_replays():
 
 
 # --------------------------------------------------------------------------- fast MCT, MCT-seeded cache
-from controller.partitions.allocator import _mct_assignment, _mct_assignment_plain, _rank  # noqa: E402
+from controller.partitions.mct import mct_assignment, mct_assignment_plain  # noqa: E402
+from controller.partitions.model import priority_rank  # noqa: E402
 
 
 @settings(max_examples=60, deadline=None)
@@ -352,11 +357,11 @@ def test_pruned_mct_equals_plain_mct(seed, n_jobs, nodes, partitions, running):
     """The lower-bound-pruned MCT picks exactly the partitions of trying them all."""
     problem = _random_problem(seed, n_jobs, nodes, partitions, running)
     rng = np.random.default_rng(seed)
-    rank = _rank(rng.integers(0, 5, size=n_jobs).astype(float))  # ties too
+    rank = priority_rank(rng.integers(0, 5, size=n_jobs).astype(float))  # ties too
     sched = np.flatnonzero(problem.feasible.any(axis=1))
     record: dict = {}
-    fast = _mct_assignment(problem, rank, sched, record)
-    assert fast.tolist() == _mct_assignment_plain(problem, rank, sched).tolist()
+    fast = mct_assignment(problem, rank, sched, record)
+    assert fast.tolist() == mct_assignment_plain(problem, rank, sched).tolist()
     # the recorded per-partition plans are layer 2 of those jobs in priority order
     for p, placed in record.items():
         if p == "alt":
@@ -381,7 +386,7 @@ def test_mct_seeded_cache_gives_exact_values():
 
 # --------------------------------------------------------------------------- memo, backlog snapshots
 def test_fitness_memo_matches_direct_evaluation_and_evaluates_each_row_once():
-    from controller.partitions.allocator import _FitnessMemo
+    from controller.partitions.surrogate import FitnessMemo
 
     inst = generate_partition_instance(3, 4, nodes_range=(3, 6), arrivals_per_node=10)
     problem = snapshot_from_instance(inst, max_pending=50, replay="none")
@@ -391,13 +396,13 @@ def test_fitness_memo_matches_direct_evaluation_and_evaluates_each_row_once():
     distinct = np.array([random_individual(feas, rng) for _ in range(6)], dtype=np.uint8)
     batch = distinct[[0, 1, 0, 2, 2, 2, 3]]  # duplicates inside one batch
     sur = SurrogateEvaluator(problem, sched, Objective())
-    memo = _FitnessMemo(sur.fitness)
+    memo = FitnessMemo(sur.fitness)
     assert np.array_equal(memo(batch), sur.fitness(batch))
     assert memo.evaluated == 4
     later = distinct[[3, 4, 1, 5, 4]]  # a smaller batch: buffers are reused, rows 3 and 1 are memoized
     assert np.array_equal(memo(later), sur.fitness(later))
     assert memo.evaluated == 6
-    tiny = _FitnessMemo(sur.fitness, limit_bytes=2 * batch.shape[1])  # clears instead of growing
+    tiny = FitnessMemo(sur.fitness, limit_bytes=2 * batch.shape[1])  # clears instead of growing
     assert np.array_equal(tiny(batch), sur.fitness(batch)) and len(tiny.memo) <= 4
 
 
@@ -416,21 +421,21 @@ def test_backlog_load_snapshot():
 
 
 def test_critical_moves_start_with_the_job_that_sets_c_max():
-    from controller.partitions.allocator import _critical_moves
+    from controller.partitions.local_search import critical_moves
 
     inst = generate_partition_instance(4, 3, nodes_range=(3, 6), arrivals_per_node=10)
     problem = snapshot_from_instance(inst, max_pending=45, replay="none")
     prio = problem.jobs.gpus * problem.jobs.duration_s
-    sched = np.argsort(_rank(prio), kind="stable")  # priority order, as allocate_evo holds it
+    sched = np.argsort(priority_rank(prio), kind="stable")  # priority order, as allocate_evo holds it
     feas = problem.feasible[sched]
-    ev = _Evaluator(problem, sched, Objective(), 10**5)
-    ind = _mct_assignment(problem, _rank(prio), sched)[sched]
-    ev.fitness(ind)  # caches the runs _critical_moves reads
-    exact = evaluate_assignment(problem, prio, _mct_assignment(problem, _rank(prio), sched))
+    ev = ExactEvaluator(problem, sched, Objective(), 10**5)
+    ind = mct_assignment(problem, priority_rank(prio), sched)[sched]
+    ev.fitness(ind)  # caches the runs critical_moves reads
+    exact = evaluate_assignment(problem, prio, mct_assignment(problem, priority_rank(prio), sched))
     uq = {j: problem.jobs.user_priority[i] * (problem.jobs.queued_s[i] - problem.now_s + exact.start_s[j])
           for i, j in enumerate(problem.jobs.job_ids)}
     worst_job = max(uq, key=uq.get)
-    moves = _critical_moves(ev, ind, feas, {})
+    moves = critical_moves(ev, ind, feas, {})
     assert moves, "a job feasible in several partitions sets C_max on this instance"
     i, q = moves[0]
     assert problem.jobs.job_ids[sched[i]] == worst_job

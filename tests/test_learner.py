@@ -3,7 +3,7 @@ import pytest
 
 from controller.core.expr import PUBLISHED_EXAMPLE, parse_expression
 from controller.partitions.learner import LearnConfig, learn, make_instances, score_expression, srsf_values
-from controller.partitions.allocator import allocate_mct
+from controller.partitions.mct import allocate_mct
 from controller.core.model import InputError, JobSpec, JobState
 from controller.core.policies.base import PolicyContext
 from controller.core.policies.learned import Learned, job_terms

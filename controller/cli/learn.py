@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from controller.cli import argtypes
-from controller.partitions.allocator import Objective
+from controller.partitions.model import Objective
 from controller.core.model import InputError
 
 

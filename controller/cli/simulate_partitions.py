@@ -1,7 +1,7 @@
 """Compare job-to-partition allocators on multi-partition instances (static snapshot).
 
 Each instance is first replayed FIFO in the partitions the jobs were submitted to,
-up to its busiest moment (most jobs waiting; see allocator.snapshot_from_instance).
+up to its busiest moment (most jobs waiting; see partitions.snapshot.snapshot_from_instance).
 At that moment every waiting job is allocated once: layer 1 picks a partition
 (MCT or EVO), layer 2 plans starts in priority order, and the objective is computed
 from the planned starts (a static snapshot evaluation, not an online simulation).
@@ -27,8 +27,10 @@ from pathlib import Path
 import numpy as np
 
 from controller.cli import argtypes
-from controller.partitions.allocator import (AllocationProblem, EvoConfig, Objective, allocate_evo, allocate_mct,
-                                  snapshot_from_instance, workers_for_gpus)
+from controller.partitions.evo import EvoConfig, allocate_evo
+from controller.partitions.mct import allocate_mct
+from controller.partitions.model import AllocationProblem, Objective
+from controller.partitions.snapshot import snapshot_from_instance, workers_for_gpus
 from controller.partitions.priority_file import load_expression_file
 from controller.core.expr import PUBLISHED_EXAMPLE, Node, parse_expression
 from controller.core.model import InputError

@@ -20,7 +20,9 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from controller.partitions.allocator import AllocationProblem, Objective, allocate_mct, priority_order, snapshot_from_instance
+from controller.partitions.mct import allocate_mct
+from controller.partitions.model import AllocationProblem, Objective, priority_order
+from controller.partitions.snapshot import snapshot_from_instance
 from controller.core.expr import TERMINALS, BinOp, Node, Pow, Var, parse_expression
 from controller.core.model import InputError
 from controller.replay.synthetic import generate_partition_instance
@@ -48,7 +50,7 @@ class LearnConfig:
     arrivals_per_node: int = 10
     max_pending: Optional[int] = 200  # snapshot: the busiest moment with at most this many waiting
     start_from: tuple[str, ...] = ()  # expressions placed in the initial population (warm start)
-    replay: str = "submitted"  # snapshot kind (allocator.snapshot_from_instance)
+    replay: str = "submitted"  # snapshot kind (snapshot.snapshot_from_instance)
     backlog_load: Optional[float] = None  # replay "none": pending GPUs / instance GPUs (max_pending unused)
 
     @classmethod

@@ -9,7 +9,7 @@ their *allowed set* (the partitions listed at submission), and why.
 
 Planning (``plan_moves``):
 - The partitions are the ones ``sinfo`` lists (name -> nodes); each becomes an
-  ``allocator.Partition`` of its available GPU nodes, with the smallest GPU count of
+  ``model.Partition`` of its available GPU nodes, with the smallest GPU count of
   those nodes as its per-node size (the allocator assumes homogeneous partitions).
   Running jobs are fixed and block their nodes in every partition that contains them
   (partitions may overlap; pending plans of overlapping partitions then ignore each
@@ -37,8 +37,11 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
-from controller.partitions.allocator import (AllocationProblem, EvoConfig, JobTable, Partition, RunningJob,
-                                  allocate_evo, allocate_mct, plan_partition, workers_for_gpus)
+from controller.partitions.evo import EvoConfig, allocate_evo
+from controller.partitions.layer2 import plan_partition
+from controller.partitions.mct import allocate_mct
+from controller.partitions.model import AllocationProblem, JobTable, Partition, RunningJob
+from controller.partitions.snapshot import workers_for_gpus
 from controller.core.model import InputError, Node
 
 ALLOCATORS = ("mct", "evo")
