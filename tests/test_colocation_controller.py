@@ -1,4 +1,4 @@
-"""GPU sharing applied by the controller (controller.service.daemon._share_gpus): a scripted
+"""GPU sharing applied by the controller (controller.service.sharing): a scripted
 backend, a real SQLite store. The policy itself is controller.service.colocation; the real
 Slurm end-to-end test is tests/test_slurm_colocation.py."""
 from dataclasses import replace
@@ -157,12 +157,12 @@ def test_garbage_comments_never_crash_the_round(store, comment):
 
 
 def test_a_planning_error_skips_sharing_not_the_round(store, monkeypatch):
-    import controller.service.daemon as daemon
+    import controller.service.sharing as sharing_module
 
     def broken(*args, **kwargs):
         raise ZeroDivisionError("boom")
 
-    monkeypatch.setattr(daemon, "plan_colocation", broken)
+    monkeypatch.setattr(sharing_module, "plan_colocation", broken)
     backend = ScriptedBackend()
     mps_job(backend, "1", 50, comment="tiresias:class=latency")
     backend.add("2", 1)

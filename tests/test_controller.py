@@ -6,7 +6,8 @@ import pytest
 
 from controller.service.backend import BackendUnavailable, Observation, ObservedJob
 from controller.service.config import from_mapping
-from controller.service.daemon import Controller, parse_skew_hint
+from controller.service.accounting import parse_skew_hint
+from controller.service.daemon import Controller
 from controller.core.model import InputError, Node
 from controller.service.store import Store
 

@@ -20,7 +20,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from controller.service.daemon import parse_skew_hint
+    from controller.service.accounting import parse_skew_hint
     from controller.service.skew import profile
 
     result = profile(args.file)

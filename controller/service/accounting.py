@@ -1,0 +1,157 @@
+"""Attained service per job, advanced from what the cluster manager reports.
+
+The accounts live in the store (one JobRecord per job), so they survive requeues and
+controller restarts: a job seen running at two observations with the same restart
+count ran all the time in between. Ended jobs become service samples (GPU-seconds)
+for the Gittins policies.
+"""
+from __future__ import annotations
+
+import logging
+import re
+from typing import Callable, Optional
+
+from controller.partitions.moves import allowed_after_observation
+from controller.service.backend import Observation, ObservedJob
+from controller.service.store import JobRecord, Store
+
+log = logging.getLogger("tiresias.controller")
+
+ACTIVE_STATES = {"PENDING", "RUNNING"}
+# Still holding resources or about to: neither schedulable nor finished.
+TRANSIENT_STATES = {"COMPLETING", "CONFIGURING", "SUSPENDED", "REQUEUED", "RESIZING", "SIGNALING", "STAGE_OUT"}
+# Pending jobs the plan cannot start: left out of the snapshot.
+UNSTARTABLE_REASONS = {"JobHeldUser", "JobHeldAdmin", "Dependency", "DependencyNeverSatisfied",
+                       "PartitionDown", "PartitionInactive", "ReqNodeNotAvail"}
+SKEW_HINT = re.compile(r"(?:^|[\s;,])tiresias:skew=([^\s;,]*)")
+
+
+def parse_skew_hint(comment: str) -> tuple[Optional[float], Optional[str]]:
+    """``tiresias:skew=0.73`` in a job comment -> (0.73, None); garbage -> (None, why)."""
+    match = SKEW_HINT.search(comment or "")
+    if match is None:
+        return None, None
+    text = match.group(1)
+    try:
+        value = float(text)
+    except ValueError:
+        return None, f"skew hint {text!r} is not a number"
+    if not (0.0 <= value <= 1.0):
+        return None, f"skew hint {text!r} is outside 0..1"
+    return value, None
+
+
+def numeric_id(job_id: str) -> tuple:
+    """Sort key: Slurm job ids by number, array tasks ("12_3") after their head."""
+    head, _, tail = job_id.partition("_")
+    return (int(head) if head.isdigit() else 0, tail, job_id)
+
+
+class Accounts:
+    """The active jobs' records (job id -> JobRecord) and when each last stopped running.
+
+    ``stopped_at`` (job id -> epoch s) is when a job's last run was seen to stop: the
+    requeue settle time counts from it.
+    """
+
+    def __init__(self, store: Store, cluster: str, metrics=None, log_once: Callable[[str], None] = log.warning):
+        self.store = store
+        self.cluster = cluster
+        self.metrics = metrics
+        self.log_once = log_once
+        self.records: dict[str, JobRecord] = store.load_jobs(cluster, include_finished=False)
+        self.stopped_at: dict[str, float] = {}
+
+    def advance(self, observed: dict[str, ObservedJob], now: float) -> None:
+        """Advance attained service and the starvation clocks to ``now`` (epoch s)."""
+        for job in observed.values():
+            if job.state not in ACTIVE_STATES:
+                continue
+            record = self.records.get(job.job_id)
+            if record is None:
+                record = self._first_sight(job, now)
+            last = record.last_observed_s
+            if job.state == "RUNNING":
+                run_start = job.start_time_s if job.start_time_s is not None else now
+                same_run = record.last_running and record.restart_count == job.restart_count and last is not None
+                since = max(last, run_start) if same_run else run_start
+                ran = max(0.0, now - since)
+                record.attained_gpu_s += job.gpus * ran
+                record.queue_service_gpu_s += job.gpus * ran
+                record.executed_s += ran
+                record.executed_since_promotion_s += ran
+                if record.first_start_s is None:
+                    record.first_start_s = run_start
+            else:
+                since = last if last is not None else record.submit_time_s
+                record.waited_since_promotion_s += max(0.0, now - since)
+            if record.last_running and job.state != "RUNNING":
+                self.stopped_at.setdefault(job.job_id, now)
+            elif job.state == "RUNNING":
+                self.stopped_at.pop(job.job_id, None)
+            record.last_running = job.state == "RUNNING"
+            record.restart_count = job.restart_count
+            record.last_observed_s = now
+            record.state = job.state
+            # record.partition is the allowed set, kept from first sight: a move narrows
+            # the job's partition field and must never widen what the user allowed.
+            reset = allowed_after_observation(record.partition, job.partition)
+            if reset is not None:
+                if record.partition:
+                    log.info("job %s: partition changed to %s outside its allowed set %s: allowing %s",
+                             job.job_id, job.partition, record.partition, reset)
+                record.partition = reset
+
+    def _first_sight(self, job: ObservedJob, now: float) -> JobRecord:
+        skew, problem = parse_skew_hint(job.comment)
+        if problem:
+            self.log_once(f"job {job.job_id}: {problem}; using skew 0")
+        record = JobRecord(job_id=job.job_id, num_gpus=job.gpus, submit_time_s=job.submit_time_s or now,
+                           user=job.user, partition=job.partition, skew=skew or 0.0)
+        self.records[job.job_id] = record
+        return record
+
+    def finish_gone(self, observed: dict[str, ObservedJob], observation: Observation, now: float) -> None:
+        """Jobs that ended (or left Slurm's memory) are closed in the store; completed
+        ones become service samples."""
+        trust_missing = not observation.skipped  # a job whose record failed to parse is not gone
+        for job_id, record in list(self.records.items()):
+            job = observed.get(job_id)
+            if job is not None and (job.state in ACTIVE_STATES or job.state in TRANSIENT_STATES):
+                continue
+            if job is None and not trust_missing:
+                continue
+            end_state = job.state if job is not None else "GONE"
+            end = job.end_time_s if job is not None and job.end_time_s else now
+            if record.last_running and record.last_observed_s is not None and end > record.last_observed_s:
+                ran = end - record.last_observed_s
+                record.attained_gpu_s += record.num_gpus * ran
+                record.executed_s += ran
+            record.state, record.finished_s, record.end_state = "DONE", end, end_state
+            if self.metrics is not None and end_state == "COMPLETED":
+                self.metrics.observe_finished(record.submit_time_s, end)
+            self.store.mark_finished(self.cluster, job_id, end, end_state, record.attained_gpu_s)
+            if end_state == "COMPLETED" and record.attained_gpu_s > 0:
+                self.store.add_service_sample(self.cluster, job_id, record.attained_gpu_s, finished_s=end)
+
+    def promote(self, job_id: str) -> None:
+        """A starvation promotion: the job's queue clocks start again from zero."""
+        record = self.records[job_id]
+        record.queue_service_gpu_s = record.executed_since_promotion_s = record.waited_since_promotion_s = 0.0
+        record.promotions += 1
+
+    def count_preemption(self, job_id: str) -> None:
+        record = self.records.get(job_id)
+        if record is not None:
+            record.preemptions += 1
+
+    def save(self) -> None:
+        self.store.save_jobs(self.cluster, self.records.values())
+
+    def forget_finished(self) -> list[str]:
+        """Drop finished jobs from memory (the store keeps them); their ids."""
+        done = [job_id for job_id, record in self.records.items() if record.state == "DONE"]
+        for job_id in done:
+            del self.records[job_id]
+            self.stopped_at.pop(job_id, None)
+        return done

@@ -1,0 +1,107 @@
+"""The round's partition moves: pending jobs moved among the partitions their users
+allowed, as controller.partitions.moves plans them (that module is pure; this one reads
+the partition map from the backend, keeps the per-job cooldown and pulls the levers).
+
+The cooldown survives a restart: a job's last move is read from the decision log once.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from typing import Callable, Optional
+
+from controller.core.plan import Plan
+from controller.partitions.moves import MoveSettings, PendingGpuJob, RunningGpuJob, is_candidate, plan_moves, \
+    split_partitions
+from controller.service.accounting import Accounts
+from controller.service.backend import Backend, ObservedJob
+from controller.service.config import Config
+from controller.service.executor import LeverExecutor
+from controller.service.report import RoundReport
+from controller.service.store import Store
+
+log = logging.getLogger("tiresias.controller")
+
+
+class PartitionMover:
+    """``last_move_s``: job id -> epoch s of its last move (or would-move in shadow);
+    -inf: the decision log was read and holds none."""
+
+    def __init__(self, config: Config, backend: Backend, store: Store, executor: LeverExecutor, accounts: Accounts,
+                 log_once: Callable[[str], None] = log.warning):
+        self.config = config
+        self.backend = backend
+        self.store = store
+        self.executor = executor
+        self.accounts = accounts
+        self.log_once = log_once
+        self.last_move_s: dict[str, float] = {}
+
+    def partition_nodes(self) -> Optional[dict[str, list[str]]]:
+        """Partition name -> node names from the backend (``sinfo``), limited to the
+        configured partitions; None when the backend offers no such map."""
+        reader = getattr(self.backend, "partition_nodes", None)
+        members = reader() if callable(reader) else None
+        if not isinstance(members, dict):
+            self.log_once("the backend offers no partition map (partition_nodes): no partition moves")
+            return None
+        wanted = set(self.config.partitions)
+        return {name: list(nodes) for name, nodes in members.items() if not wanted or name in wanted}
+
+    def apply(self, plan: Plan, observed: dict[str, ObservedJob], nodes: list, now: float, report: RoundReport,
+              pinned: set[str] = frozenset()) -> None:
+        """Move pending jobs (``pinned``: job ids this controller pinned to nodes: never moved)."""
+        cfg = self.config
+        if not cfg.partition_moves:
+            return
+        records = self.accounts.records
+        pending, running = [], []
+        for job_id in plan.order:
+            job = observed.get(job_id)
+            if job is None or job.state != "PENDING" or job_id not in records:
+                continue
+            frozen = "pinned to nodes" if job_id in pinned or job.required_nodes else ""
+            pending.append(PendingGpuJob(
+                job_id, job.gpus, split_partitions(records[job_id].partition), split_partitions(job.partition),
+                rank=len(pending), queued_s=now - (job.submit_time_s or now), frozen=frozen))
+        candidates = [p.job_id for p in pending if is_candidate(p)]
+        if not candidates:
+            return
+        members = self.partition_nodes()
+        if members is None:
+            return
+        for job in observed.values():
+            if job.state == "RUNNING" and job.gpus_by_node:
+                ran = now - job.start_time_s if job.start_time_s is not None else 0.0
+                running.append(RunningGpuJob(job.job_id, job.gpus_by_node, ran))
+        for job_id in candidates:
+            self._load_last_move(job_id)
+        settings = MoveSettings(cfg.partition_allocator, cfg.partition_move_min_gain_s, cfg.partition_move_cooldown_s,
+                                cfg.partition_duration_estimate_s)
+        try:
+            moves = plan_moves(now, members, nodes, pending, running, settings,
+                               {j: t for j, t in self.last_move_s.items() if t > -math.inf})
+        except Exception as err:  # an optional layer: never lose the round over it
+            self.log_once(f"partition moves skipped: {type(err).__name__}: {err}")
+            return
+        for number, move in enumerate(moves.moves, 1):
+            outcome = self.executor.call("move_partition", move.job_id, move.to_partition)
+            self.last_move_s[move.job_id] = now
+            if outcome.applied:
+                records[move.job_id].moves += 1
+            report.applied.append({"decision_id": f"r{report.round_id}.m{number}", "job_id": move.job_id,
+                                   "kind": "move", "reason": f"{move.from_partition} -> {move.to_partition}: "
+                                   f"{move.reason}", "applied": outcome.applied, "detail": outcome.detail})
+
+    def _load_last_move(self, job_id: str) -> None:
+        if job_id in self.last_move_s:
+            return
+        last = -math.inf
+        for logged in self.store.decisions(self.config.cluster, job_id=job_id, limit=200):
+            if logged["kind"] == "move" and logged["mode"] == self.config.mode:
+                last = float(logged["now_s"])
+                break
+        self.last_move_s[job_id] = last
+
+    def forget(self, job_id: str) -> None:
+        self.last_move_s.pop(job_id, None)

@@ -1,0 +1,95 @@
+"""Preemption as a small persisted state machine: signal, grace period, requeue.
+
+A preemption is opened in the store when its signal is sent and closed when the job
+was requeued (or ended by itself), so a killed and restarted controller never
+requeues a job twice and still counts the preemption toward preempt_max_per_job.
+Only the enforce mode opens rows; shadow only says what it would do.
+"""
+from __future__ import annotations
+
+from controller.core.plan import Plan
+from controller.service.accounting import ACTIVE_STATES, TRANSIENT_STATES, Accounts
+from controller.service.backend import ObservedJob
+from controller.service.config import Config
+from controller.service.executor import LeverExecutor
+from controller.service.report import RoundReport, entry
+from controller.service.store import Store
+
+
+class Preemptions:
+    def __init__(self, config: Config, store: Store, executor: LeverExecutor, accounts: Accounts):
+        self.config = config
+        self.store = store
+        self.executor = executor
+        self.accounts = accounts
+
+    def leaving(self) -> set[str]:
+        """Job ids signalled and not yet requeued: their GPUs are neither free nor plannable."""
+        return {p.job_id for p in self.store.pending_preemptions(self.config.cluster)}
+
+    def protected(self, job: ObservedJob, now: float) -> str:
+        """Why a running job must not be preempted now, or ''."""
+        cfg = self.config
+        if not job.batch:
+            return "not a batch job"
+        if not job.requeueable and not cfg.make_requeueable:
+            return "not requeueable (Requeue=0)"
+        ran = now - job.start_time_s if job.start_time_s is not None else 0.0
+        if ran < cfg.preempt_min_runtime_s:
+            return f"ran {ran:.0f}s < preempt_min_runtime_s {cfg.preempt_min_runtime_s:g}"
+        record = self.accounts.records[job.job_id]
+        if record.preemptions >= cfg.preempt_max_per_job:
+            return f"already preempted {record.preemptions} times (preempt_max_per_job)"
+        return ""
+
+    def begin(self, plan: Plan, observed: dict[str, ObservedJob], now: float, report: RoundReport) -> None:
+        """Signal the plan's victims now; advance() requeues them after the grace period."""
+        cfg = self.config
+        for action in plan.of_kind("preempt"):
+            job = observed[action.job_id]
+            why_not = self.protected(job, now)
+            if why_not:
+                report.applied.append(entry(action, applied=False, detail=f"kept running: {why_not}"))
+                continue
+            if cfg.mode != "enforce":
+                self.executor.call("signal", job.job_id, cfg.preempt_signal)
+                self.executor.call("requeue", job.job_id)
+                report.applied.append(entry(action, applied=False,
+                                            detail=f"{cfg.mode}: would signal {cfg.preempt_signal}, "
+                                                   f"requeue after {cfg.preempt_grace_s:g}s"))
+                continue
+            if not self.store.begin_preemption(cfg.cluster, job.job_id, now, job.restart_count):
+                continue  # already in progress (e.g. before a controller restart)
+            if not job.requeueable:
+                self.executor.call("make_requeueable", job.job_id)
+            outcome = self.executor.call("signal", job.job_id, cfg.preempt_signal)
+            report.applied.append(entry(action, applied=outcome.applied,
+                                        detail=f"signal {cfg.preempt_signal}; requeue after "
+                                               f"{cfg.preempt_grace_s:g}s" if outcome.applied else outcome.detail))
+
+    def advance(self, observed: dict[str, ObservedJob], now: float, report: RoundReport) -> None:
+        """Requeue signalled jobs whose grace period is over; close what resolved itself."""
+        cfg = self.config
+        if cfg.mode != "enforce":
+            return
+        for pending in self.store.pending_preemptions(cfg.cluster):
+            job = observed.get(pending.job_id)
+            if job is None or job.state not in ACTIVE_STATES | TRANSIENT_STATES:
+                self.store.finish_preemption(cfg.cluster, pending.job_id, "finished", now)
+                continue
+            if job.restart_count > pending.restart_count or job.state == "PENDING":
+                # Requeued, but the process that did it died before recording it:
+                # count the preemption now, so preempt_max_per_job still holds.
+                if self.store.finish_preemption(cfg.cluster, pending.job_id, "requeued", now):
+                    self.accounts.count_preemption(job.job_id)
+                continue
+            if job.state == "RUNNING" and now >= pending.signalled_at_s + cfg.preempt_grace_s:
+                outcome = self.executor.call("requeue", job.job_id)
+                if outcome.applied:
+                    self.accounts.stopped_at[job.job_id] = now
+                    self.store.finish_preemption(cfg.cluster, job.job_id, "requeued", now)
+                    self.accounts.count_preemption(job.job_id)
+                report.applied.append({"decision_id": f"r{report.round_id}.requeue", "job_id": job.job_id,
+                                       "kind": "requeue", "applied": outcome.applied,
+                                       "reason": f"grace period of {cfg.preempt_grace_s:g}s over",
+                                       "detail": outcome.detail})

@@ -1,0 +1,133 @@
+"""The round's GPU sharing: controller.service.colocation applied to MPS jobs
+(``--gres=mps:N``, 100 shares per GPU).
+
+Pending MPS jobs whose planned tier differs from their request get it through
+``set_mps_share`` (pending only: an MPS quota is fixed for a client's life). A job no
+GPU admits now waits: logged once, no lever. Running jobs are never changed: a
+different wanted tier is logged as quota_change's advice, never requeued for. Each
+decision is logged once per (job, outcome), so shadow mode does not repeat a
+would-share every round.
+
+Approximation: the observation has no GPU index for MPS jobs, so each node's GPUs not
+held by whole-GPU jobs (``Node.gpus_free``) are a pool and the running MPS jobs on the
+node are packed into them first fit (one user per GPU unless mps_allow_multi_user).
+Slurm still chooses the GPU; the pool only decides which jobs wait.
+``ObservedJob.mps`` is a job's total over its nodes: a pending job asking for more
+than one GPU's worth is left alone.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Callable, Optional
+
+from controller.service.accounting import UNSTARTABLE_REASONS, numeric_id
+from controller.service.backend import Observation, ObservedJob
+from controller.service.colocation import ShareRequest, SharedGpu, Tenant, choose_tier, job_class, plan_colocation, \
+    quota_change
+from controller.service.config import Config
+from controller.service.executor import LeverExecutor
+from controller.service.report import RoundReport
+
+log = logging.getLogger("tiresias.controller")
+
+
+class GpuSharing:
+    """``logged``: job id -> signature of its last logged share decision (logged once)."""
+
+    def __init__(self, config: Config, executor: LeverExecutor, log_once: Callable[[str], None] = log.warning):
+        self.config = config
+        self.executor = executor
+        self.log_once = log_once
+        self.logged: dict[str, tuple] = {}
+
+    def apply(self, observation: Observation, report: RoundReport) -> None:
+        if not self.config.gpu_sharing:
+            return
+        try:
+            decisions = self.plan(observation)
+        except Exception as err:  # an optional layer: never lose the round over it
+            self.log_once(f"GPU sharing skipped: {type(err).__name__}: {err}")
+            return
+        for number, (job_id, signature, reason, tier) in enumerate(decisions, 1):
+            if tier is not None:
+                outcome = self.executor.call("set_mps_share", job_id, tier)
+                applied, detail = outcome.applied, outcome.detail
+            else:
+                applied, detail = False, signature[0]
+            self.logged[job_id] = signature
+            report.applied.append({"decision_id": f"r{report.round_id}.s{number}", "job_id": job_id,
+                                   "kind": "share", "reason": reason, "applied": applied, "detail": detail})
+
+    def plan(self, observation: Observation) -> list[tuple[str, tuple, str, Optional[int]]]:
+        """(job id, signature, reason, tier to set or None) per decision to log now."""
+        policy = self.config.colocation_policy()
+        pending: list[ObservedJob] = []
+        running: list[tuple[ObservedJob, int]] = []  # (job, share per node)
+        for job in observation.jobs:
+            if job.mps <= 0 or job.gpus > 0:
+                continue
+            if job.state == "PENDING":
+                if job.mps > 100:
+                    self.log_once(f"job {job.job_id}: asks for {job.mps} MPS shares, more than one GPU's "
+                                  "worth (several nodes?): its share is left alone")
+                    continue
+                pending.append(job)
+            elif job.state in ("RUNNING", "CONFIGURING", "COMPLETING") and job.nodes:
+                running.append((job, job.mps // len(job.nodes)))
+        # Startable jobs first: a held job must not take the room of one that can start.
+        pending.sort(key=lambda j: (j.reason in UNSTARTABLE_REASONS, j.submit_time_s or 0.0, numeric_id(j.job_id)))
+        for job in pending:
+            problem = job_class(job.comment)[1]
+            if problem:
+                self.log_once(f"job {job.job_id}: {problem}")
+        requests = [ShareRequest(j.job_id, j.user, j.comment or "", j.mps) for j in pending]
+        gpus = shared_gpus(observation.nodes, running, policy)
+        decisions = []
+        for job, action in zip(pending, plan_colocation(requests, gpus, policy)):
+            if action.kind == "place" and action.tier != job.mps:
+                signature = ("set", action.tier, job.mps)
+                if self.logged.get(job.job_id) != signature:
+                    decisions.append((job.job_id, signature, f"MPS share {job.mps}% -> {action.tier}%: "
+                                      f"{action.reason}", action.tier))
+            elif action.kind == "wait":
+                signature = ("waits: no GPU admits it now; share left unchanged", action.tier, job.mps)
+                if self.logged.get(job.job_id, ("",))[0] != signature[0]:
+                    decisions.append((job.job_id, signature, action.reason, None))
+            else:
+                self.logged.pop(job.job_id, None)  # placed at the tier it asked for
+        for job, share in running:
+            wanted, _, tier_reason = choose_tier(ShareRequest(job.job_id, job.user, job.comment or "", share), policy)
+            if wanted == share:
+                continue
+            advice = quota_change(job.job_id, share, wanted, job.requeueable, policy)
+            signature = (f"advice only ({advice.kind}): running jobs are not requeued for a quota change",
+                         job.restart_count, share, wanted)
+            if self.logged.get(job.job_id) != signature:
+                decisions.append((job.job_id, signature, f"{tier_reason}; {advice.reason}", None))
+        current = {j.job_id for j in pending} | {j.job_id for j, _ in running}
+        for job_id in [j for j in self.logged if j not in current]:
+            del self.logged[job_id]
+        return decisions
+
+
+def shared_gpus(nodes, running: list[tuple[ObservedJob, int]], policy) -> list[SharedGpu]:
+    """Each available node's GPUs not held by whole-GPU jobs, with the running MPS jobs
+    packed into them first fit (the observation has no GPU index for MPS jobs)."""
+    tenants: dict[str, list[Tenant]] = {}
+    for job, share in sorted(running, key=lambda item: (item[0].user, numeric_id(item[0].job_id))):
+        klass = job_class(job.comment)[0]
+        for node in job.nodes:
+            tenants.setdefault(node, []).append(Tenant(job.job_id, job.user, share, klass))
+    gpus = []
+    for node in sorted(nodes, key=lambda n: n.name):
+        if not node.available or node.gpus_free <= 0:
+            continue
+        slots: list[list[Tenant]] = [[] for _ in range(node.gpus_free)]
+        for tenant in tenants.get(node.name, []):
+            fits = [slot for slot in slots if sum(t.tier for t in slot) + tenant.tier <= 100
+                    and len(slot) < policy.max_tenants
+                    and (policy.allow_multi_user or all(t.user == tenant.user for t in slot))]
+            target = fits[0] if fits else min(slots, key=lambda slot: sum(t.tier for t in slot))
+            target.append(tenant)
+        gpus.extend(SharedGpu(node.name, index, tuple(slot)) for index, slot in enumerate(slots))
+    return gpus

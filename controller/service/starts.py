@@ -1,0 +1,86 @@
+"""Getting the plan's jobs started in Slurm: SiteFactor bands for the pending queue,
+node pins (ReqNodeList) for consolidation, and the release of a requeued job's BeginTime.
+
+Slurm's own scheduler still starts the jobs: the bands make its priority order the
+plan's order, a pin makes it place a skew-sensitive job where the plan placed it.
+"""
+from __future__ import annotations
+
+from controller.core.placement import COUNT_NODE
+from controller.core.plan import Plan
+from controller.service.accounting import Accounts
+from controller.service.backend import ObservedJob
+from controller.service.config import Config
+from controller.service.executor import LeverExecutor
+from controller.service.report import RoundReport, entry
+
+
+class Starts:
+    """``pins``: job id -> expiry (epoch s) of the ReqNodeList this process set;
+    ``site_factors_set``: job id -> the SiteFactor last set (sent again only on change)."""
+
+    def __init__(self, config: Config, executor: LeverExecutor, accounts: Accounts):
+        self.config = config
+        self.executor = executor
+        self.accounts = accounts
+        self.pins: dict[str, float] = {}
+        self.site_factors_set: dict[str, int] = {}
+
+    def apply(self, plan: Plan, observed: dict[str, ObservedJob], now: float, report: RoundReport) -> None:
+        cfg = self.config
+        # 1. SiteFactor bands: queue level -> band, plan order within the band.
+        factors = self.site_factors(plan, observed)
+        changed = {j: v for j, v in factors.items() if self.site_factors_set.get(j) != v
+                   and observed[j].site_factor != v}
+        result = self.executor.set_site_factors(changed)
+        if result.applied:
+            self.site_factors_set.update(changed)
+        # 2. starts: pins for consolidation, release a requeued job's BeginTime
+        for action in plan.of_kind("start"):
+            job = observed[action.job_id]
+            details = []
+            nodes = sorted(node for node, _ in action.placement if node != COUNT_NODE)
+            sensitive = cfg.placement == "consolidate" and self.accounts.records[job.job_id].skew > cfg.pack_limit
+            if sensitive and nodes and sorted(job.required_nodes) != nodes:
+                outcome = self.executor.call("pin_nodes", job.job_id, nodes)
+                details.append(outcome.detail)
+                if outcome.applied:
+                    self.pins[job.job_id] = now + cfg.pin_expiry_s
+            if job.reason == "BeginTime" and job.restart_count > 0:
+                # Not at once: slurmd refuses to relaunch a job whose previous run it is
+                # still tearing down (epilog) and the job then FAILS ("already killed").
+                stopped = self.accounts.stopped_at.get(job.job_id)
+                if stopped is None or now - stopped >= cfg.requeue_settle_s:
+                    details.append(self.executor.call("release_begin_time", job.job_id).detail)
+                else:
+                    details.append(f"BeginTime kept {cfg.requeue_settle_s - (now - stopped):.0f}s more: "
+                                   "the previous run is still being torn down")
+            report.applied.append(entry(action, applied=cfg.mode == "enforce", detail="; ".join(details)))
+        # 3. expired pins
+        for job_id, expiry in list(self.pins.items()):
+            job = observed.get(job_id)
+            if job is None or job.state != "PENDING":
+                self.pins.pop(job_id)
+            elif now >= expiry:
+                self.executor.call("pin_nodes", job_id, [])
+                self.pins.pop(job_id)
+
+    def site_factors(self, plan: Plan, observed: dict[str, ObservedJob]) -> dict[str, int]:
+        """Pending jobs only: band (K - level) x width, minus the rank inside the level."""
+        band = self.config.site_factor_band
+        levels = len(self.config.queues_gpu_s) + 1
+        rank_in_level: dict[int, int] = {}
+        factors: dict[str, int] = {}
+        for job_id in plan.order:
+            job = observed.get(job_id)
+            if job is None or job.state != "PENDING":
+                continue
+            level = plan.levels.get(job_id, 0)
+            rank = rank_in_level.get(level, 0)
+            rank_in_level[level] = rank + 1
+            factors[job_id] = (levels - level) * band + max(band - 1 - rank, 0)
+        return factors
+
+    def forget(self, job_id: str) -> None:
+        self.pins.pop(job_id, None)
+        self.site_factors_set.pop(job_id, None)

@@ -1,0 +1,94 @@
+"""controller.service.accounting on its own: attained service advanced from observations,
+kept in a real SQLite store across a process restart, ended jobs closed."""
+import dataclasses
+
+import pytest
+
+from controller.service.accounting import Accounts, numeric_id
+from controller.service.backend import Observation
+from tests.test_controller import ScriptedBackend, store  # noqa: F401  (fixture)
+
+
+def observe(backend):
+    observation = backend.observe()
+    return {j.job_id: j for j in observation.jobs if j.gpus > 0}, observation
+
+
+def test_running_job_accrues_gpu_seconds_and_pending_job_waits(store):
+    backend = ScriptedBackend()
+    backend.add("1", 2, "RUNNING", start=990.0, nodes=[("gpu1", 2)])
+    backend.add("2", 4)
+    accounts = Accounts(store, "default")
+    accounts.advance(*observe(backend)[:1], backend.now)
+    assert accounts.records["1"].attained_gpu_s == pytest.approx(20)  # 2 GPUs x 10 s since its start
+    backend.now += 30
+    accounts.advance(observe(backend)[0], backend.now)
+    assert accounts.records["1"].attained_gpu_s == pytest.approx(80)
+    assert accounts.records["1"].executed_s == pytest.approx(40)
+    assert accounts.records["2"].attained_gpu_s == 0 and accounts.records["2"].waited_since_promotion_s == 30
+
+
+def test_a_requeue_counts_only_the_new_run_and_marks_when_it_stopped(store):
+    backend = ScriptedBackend()
+    backend.add("1", 4, "RUNNING", start=1000.0, nodes=[("gpu1", 4)])
+    accounts = Accounts(store, "default")
+    accounts.advance(observe(backend)[0], 1000.0)
+    backend.now = 1050.0
+    backend.add("1", 4, "PENDING", restarts=1)  # requeued between the observations
+    accounts.advance(observe(backend)[0], backend.now)
+    assert accounts.stopped_at["1"] == 1050.0
+    backend.now = 1100.0
+    backend.add("1", 4, "RUNNING", start=1090.0, nodes=[("gpu1", 4)], restarts=1)
+    accounts.advance(observe(backend)[0], backend.now)
+    assert accounts.records["1"].attained_gpu_s == pytest.approx(40)  # only 1090..1100 was seen running
+    assert "1" not in accounts.stopped_at
+
+
+def test_accounts_survive_a_restart_through_the_store(store):
+    backend = ScriptedBackend()
+    backend.add("1", 1, "RUNNING", start=1000.0, nodes=[("gpu1", 1)])
+    accounts = Accounts(store, "default")
+    accounts.advance(observe(backend)[0], 1000.0)
+    backend.now = 1060.0
+    accounts.advance(observe(backend)[0], backend.now)
+    accounts.save()
+    again = Accounts(store, "default")
+    backend.now = 1100.0
+    again.advance(observe(backend)[0], backend.now)
+    assert again.records["1"].attained_gpu_s == pytest.approx(100)
+
+
+def test_ended_job_is_closed_and_becomes_a_sample_and_unparsed_records_are_not_gone(store):
+    backend = ScriptedBackend()
+    backend.add("1", 2, "RUNNING", start=1000.0, nodes=[("gpu1", 2)])
+    backend.add("2", 1)
+    accounts = Accounts(store, "default")
+    observed, observation = observe(backend)
+    accounts.advance(observed, 1000.0)
+    # job 2 missing from an observation that skipped a record: not taken as gone
+    backend.now = 1010.0
+    del backend.jobs["2"]
+    backend.jobs["1"] = dataclasses.replace(backend.jobs["1"], state="COMPLETED", end_time_s=1010.0)
+    observed, observation = observe(backend)
+    accounts.finish_gone(observed, Observation(observation.observed_at_s, observation.jobs, observation.nodes,
+                                               skipped=["bad record"]), backend.now)
+    assert accounts.records["1"].state == "DONE" and accounts.records["2"].state != "DONE"
+    assert store.service_samples("default") == [pytest.approx(20)]
+    accounts.finish_gone(observed, observation, backend.now)  # now trusted: job 2 left Slurm
+    assert accounts.records["2"].end_state == "GONE"
+    assert sorted(accounts.forget_finished()) == ["1", "2"] and accounts.records == {}
+
+
+def test_promotion_resets_the_queue_clocks_not_the_attained_service(store):
+    backend = ScriptedBackend()
+    backend.add("1", 2, "RUNNING", start=900.0, nodes=[("gpu1", 2)])
+    accounts = Accounts(store, "default")
+    accounts.advance(observe(backend)[0], backend.now)
+    accounts.promote("1")
+    record = accounts.records["1"]
+    assert record.queue_service_gpu_s == 0 and record.executed_since_promotion_s == 0
+    assert record.attained_gpu_s == pytest.approx(200) and record.promotions == 1
+
+
+def test_numeric_id_orders_by_number_then_array_task():
+    assert sorted(["10", "9", "9_2", "9_10"], key=numeric_id) == ["9", "9_10", "9_2", "10"]

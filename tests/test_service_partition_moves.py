@@ -1,0 +1,72 @@
+"""controller.service.partition_moves on its own: the round glue around the pure planner
+(partition map from the backend, pinned jobs frozen, cooldown read back from the store)."""
+import dataclasses
+import math
+
+from controller.core.plan import Plan
+from controller.service.accounting import Accounts
+from controller.service.config import from_mapping
+from controller.service.executor import LeverExecutor
+from controller.service.partition_moves import PartitionMover
+from controller.service.report import RoundReport
+from tests.test_controller import ScriptedBackend, store  # noqa: F401  (fixture)
+from tests.test_partition_moves import PartitionBackend
+
+
+def mover(store, backend, **settings):
+    config = from_mapping({"mode": "enforce", "partition_moves": True, "partition_duration_estimate_s": 100.0,
+                           **settings})
+    accounts = Accounts(store, "default")
+    return PartitionMover(config, backend, store, LeverExecutor(backend, config.mode), accounts), accounts
+
+
+def round_(mover_, accounts, backend, pinned=frozenset()):
+    observation = backend.observe()
+    observed = {j.job_id: j for j in observation.jobs}
+    accounts.advance(observed, backend.now)
+    plan = Plan(1, backend.now, order=sorted(observed))
+    report = RoundReport(1, backend.now, plan)
+    mover_.apply(plan, observed, observation.nodes, backend.now, report, pinned=set(pinned))
+    return report
+
+
+def busy_left_and_a_waiting_job(backend):
+    backend.add_in("1", 8, "left", "RUNNING", start=990.0, nodes=[("gpu1", 4), ("gpu2", 4)])
+    backend.add_in("2", 8, "left,right")
+    return backend
+
+
+def test_moves_a_waiting_job_to_the_free_partition_it_allowed(store):
+    backend = busy_left_and_a_waiting_job(PartitionBackend())
+    moves, accounts = mover(store, backend)
+    round_(moves, accounts, backend)  # first sight: allowed left,right
+    backend.add_in("2", 8, "left")  # narrowed since
+    report = round_(moves, accounts, backend)
+    assert ("move_partition", "2", "right") in backend.calls
+    assert accounts.records["2"].moves == 1 and report.applied[0]["kind"] == "move"
+    assert moves.last_move_s["2"] == backend.now
+
+
+def test_a_pinned_job_is_never_moved(store):
+    backend = busy_left_and_a_waiting_job(PartitionBackend())
+    moves, accounts = mover(store, backend)
+    round_(moves, accounts, backend)
+    backend.add_in("2", 8, "left")
+    round_(moves, accounts, backend, pinned={"2"})
+    assert not [c for c in backend.calls if c[0] == "move_partition"]
+
+
+def test_no_partition_map_no_moves_and_cooldown_read_from_the_store(store):
+    plain = ScriptedBackend()  # no partition_nodes(): the round moves nothing
+    plain.add("1", 8, "RUNNING", start=990.0, nodes=[("gpu1", 4), ("gpu2", 4)])
+    plain.jobs["2"] = dataclasses.replace(plain.jobs.get("1"), job_id="2", state="PENDING", partition="left,right",
+                                          gpus_by_node=())
+    moves, accounts = mover(store, plain)
+    assert moves.partition_nodes() is None
+    round_(moves, accounts, plain)
+    assert not [call for call in plain.calls if call[0] == "move_partition"]
+    store.log_decisions("default", 1, 900.0, "enforce", [{"decision_id": "r1.m1", "job_id": "9", "kind": "move",
+                                                          "reason": "x", "applied": True, "detail": ""}])
+    moves._load_last_move("9")
+    moves._load_last_move("10")
+    assert moves.last_move_s == {"9": 900.0, "10": -math.inf}

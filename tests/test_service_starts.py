@@ -1,0 +1,63 @@
+"""controller.service.starts on its own: SiteFactor bands sent only on change, pins for
+skew-sensitive jobs and their expiry, a requeued job's BeginTime released after settling."""
+from controller.core.plan import Plan, Start
+from controller.service.accounting import Accounts
+from controller.service.config import from_mapping
+from controller.service.executor import LeverExecutor
+from controller.service.report import RoundReport
+from controller.service.starts import Starts
+from tests.test_controller import ScriptedBackend, store  # noqa: F401  (fixture)
+
+
+def starter(store, backend, **settings):
+    config = from_mapping({"mode": "enforce", "queues_gpu_s": [100.0], **settings})
+    accounts = Accounts(store, "default")
+    return Starts(config, LeverExecutor(backend, config.mode), accounts), accounts
+
+
+def round_(starts, accounts, backend, plan):
+    observed = {j.job_id: j for j in backend.observe().jobs}
+    accounts.advance(observed, backend.now)
+    report = RoundReport(plan.round_id, backend.now, plan)
+    starts.apply(plan, observed, backend.now, report)
+    return report
+
+
+def test_bands_by_level_then_order_and_sent_only_when_they_change(store):
+    backend = ScriptedBackend()
+    for job_id in "123":
+        backend.add(job_id, 4)
+    starts, accounts = starter(store, backend)
+    plan = Plan(1, backend.now, order=["2", "1", "3"], levels={"1": 0, "2": 0, "3": 1})
+    round_(starts, accounts, backend, plan)
+    [(lever, factors)] = backend.calls
+    band = starts.config.site_factor_band
+    assert factors == {"2": 2 * band + band - 1, "1": 2 * band + band - 2, "3": band + band - 1}
+    round_(starts, accounts, backend, plan)
+    assert len(backend.calls) == 1  # nothing changed: nothing sent
+
+
+def test_sensitive_job_is_pinned_and_the_pin_expires(store):
+    backend = ScriptedBackend()
+    backend.add("1", 8, comment="tiresias:skew=0.9")
+    starts, accounts = starter(store, backend, placement="consolidate", pin_expiry_s=60)
+    start = Start("r1.s1", "1", (("gpu3", 4), ("gpu4", 4)), "fits")
+    round_(starts, accounts, backend, Plan(1, backend.now, order=["1"], actions=[start]))
+    assert ("pin_nodes", "1", ["gpu3", "gpu4"]) in backend.calls and "1" in starts.pins
+    backend.now += 61
+    round_(starts, accounts, backend, Plan(2, backend.now, order=["1"]))
+    assert backend.calls[-1] == ("pin_nodes", "1", []) and starts.pins == {}
+
+
+def test_requeued_job_waits_for_the_settle_time_before_begin_time_is_released(store):
+    backend = ScriptedBackend()
+    backend.add("1", 4, reason="BeginTime", restarts=1)
+    starts, accounts = starter(store, backend, requeue_settle_s=5)
+    accounts.stopped_at["1"] = backend.now - 2
+    start = Start("r1.s1", "1", (("gpu1", 4),), "fits")
+    report = round_(starts, accounts, backend, Plan(1, backend.now, actions=[start]))
+    assert "BeginTime kept 3s more" in report.applied[0]["detail"]
+    assert not [c for c in backend.calls if c[0] == "release_begin_time"]
+    backend.now += 3
+    round_(starts, accounts, backend, Plan(2, backend.now, actions=[start]))
+    assert ("release_begin_time", "1") in backend.calls
