@@ -41,12 +41,60 @@ def test_dlas_new_job_preempts_demoted_job():
     assert plan.levels == {"j0": 1, "j1": 0}
 
 
-def test_dlas_intra_queue_fifo_by_first_start_not_submit():
-    early_submit_never_started = job(0, 2, submit=0)
-    started_later_submitted = job(1, 2, submit=5, served=100, first_start=6)
-    plan = Engine(EngineConfig(policy="dlas")).step(
-        Snapshot(10, [early_submit_never_started, started_later_submitted], nodes(2)))
+def placed(state, level, entry):
+    state.queue_level, state.queue_entry = level, entry
+    return state
+
+
+def test_dlas_no_preemption_inside_a_queue():
+    """A waiting job placed ahead of a running one of its queue (the old 'FIFO by
+    first start' rule would let it evict) waits: running jobs come first."""
+    earlier = placed(job(0, 4, served=100, first_start=0), 0, 5.0)
+    runner = placed(job(1, 4, served=200, running=True, first_start=6, placement=(("n0", 4),)), 0, 7.0)
+    plan = Engine(EngineConfig(policy="dlas")).step(Snapshot(10, [earlier, runner], nodes(0)))
+    assert plan.actions == []
     assert plan.order == ["j1", "j0"]
+    assert plan.positions == {}  # nobody moved
+
+
+def test_dlas_preempted_job_waits_at_head_of_its_queue():
+    """Only a higher queue preempts; the preempted job goes ahead of its queue's
+    waiting jobs, and the newcomer that started joins the tail of Q_1's running jobs."""
+    runner = placed(job(0, 4, served=5000, running=True, first_start=0, placement=(("n0", 4),)), 1, 7.0)
+    waiting = placed(job(1, 4, served=4000, first_start=1), 1, 3.0)
+    new = job(2, 4, submit=10)
+    plan = Engine(EngineConfig(policy="dlas", thresholds_gpu_s=(3600,))).step(
+        Snapshot(10, [runner, waiting, new], nodes(0)))
+    assert kinds(plan) == [("preempt", "j0"), ("start", "j2")]
+    assert plan.positions["j2"] == (0, 8.0)  # the tail: above every entry in use
+    level, entry = plan.positions["j0"]
+    assert level == 1 and entry < 3.0
+    assert "j1" not in plan.positions
+
+
+def test_dlas_demoted_job_joins_the_tail_behind_waiting_jobs():
+    """A running job that crossed hi_1 enters Q_2 at its tail, behind the jobs
+    already waiting there: one of them that fits takes its GPUs."""
+    demoted = placed(job(0, 4, served=3700, running=True, first_start=0, placement=(("n0", 4),)), 0, 1.0)
+    waiting = placed(job(1, 4, served=3600, first_start=1), 1, 2.0)
+    plan = Engine(EngineConfig(policy="dlas", thresholds_gpu_s=(3600,))).step(
+        Snapshot(100, [demoted, waiting], nodes(0)))
+    assert plan.order == ["j1", "j0"]
+    assert kinds(plan) == [("preempt", "j0"), ("start", "j1")]
+    assert plan.positions == {"j1": (1, 3.0), "j0": (1, 4.0)}  # both join tails (running, waiting)
+
+
+def test_entered_jobs_by_entering_time():
+    """Arrivals by submit time; a job demoted while running at its crossing time."""
+    late = job(0, 1, submit=50)
+    early = job(1, 1, submit=20)
+    # 4 GPUs since it crossed 3600 GPU-s 100 GPU-s ago: it entered Q_2 at t = 75
+    demoted = placed(job(2, 4, served=3700, running=True, first_start=0, placement=(("n0", 4),)), 0, 0.0)
+    # a waiting job whose place is in another queue enters at the round's time
+    moved_while_waiting = placed(job(3, 1, served=3650, first_start=0), 0, 0.5)
+    plan = Engine(EngineConfig(policy="dlas", thresholds_gpu_s=(3600,))).step(
+        Snapshot(100, [late, early, moved_while_waiting, demoted], nodes(0)))
+    assert plan.order == ["j1", "j0", "j2", "j3"]
 
 
 def test_skipping_keeps_gpus_busy():
@@ -71,8 +119,8 @@ def test_fifo_never_preempts():
 
 
 def test_starvation_promotion():
-    starving = job(0, 4, served=5000, waited=1000, executed=400, first_start=5)
-    runner = job(1, 4, served=4000, running=True, first_start=1, placement=(("n0", 4),))
+    starving = placed(job(0, 4, served=5000, waited=1000, executed=400, first_start=5), 1, 1.0)
+    runner = placed(job(1, 4, served=4000, running=True, first_start=1, placement=(("n0", 4),)), 1, 2.0)
     config = EngineConfig(policy="dlas", promote_knob=2)
     plan = Engine(config).step(Snapshot(3000, [starving, runner], nodes(0)))
     assert kinds(plan) == [("preempt", "j1"), ("promote", "j0"), ("start", "j0")]

@@ -41,6 +41,10 @@ class JobState:
     ``attained_gpu_s`` until a starvation promotion resets it to zero.
     ``executed_since_promotion_s`` / ``waited_since_promotion_s`` are t_J and
     delta_J of the starvation rule.
+    ``queue_level`` / ``queue_entry``: the job's place in its MLFQ queue as the last
+    round left it (the queue's 0-based level and an ordinal, smaller = nearer the
+    head; None = no place yet). The executor keeps them from ``Plan.positions`` and
+    passes them back (controller.core.queues explains the rule).
     """
 
     spec: JobSpec
@@ -57,6 +61,8 @@ class JobState:
     preemptions: int = 0
     promotions: int = 0
     finish_time_s: Optional[float] = None
+    queue_level: Optional[int] = None
+    queue_entry: Optional[float] = None
     # Copies of spec fields read in every round's inner loops (plain attributes are
     # several times cheaper than properties there).
     job_id: str = field(init=False, repr=False)

@@ -50,7 +50,9 @@ class Plan:
 
     ``order`` lists every active job id, highest priority first; ``levels`` gives
     each job's MLFQ queue (0-based; 0 for continuous policies); ``wait_reasons``
-    says, for each job left waiting, why.
+    says, for each job left waiting, why. ``positions`` gives the new MLFQ place
+    ``(level, entry)`` of each job whose place changes (MLFQ policies only): the
+    executor stores it on the job and passes it back next round.
     """
 
     round_id: int
@@ -60,6 +62,7 @@ class Plan:
     actions: list[Action] = field(default_factory=list)
     wait_reasons: dict[str, str] = field(default_factory=dict)
     keys: dict[str, float] = field(default_factory=dict)  # the priority value shown to users
+    positions: dict[str, tuple[int, float]] = field(default_factory=dict)
 
     def of_kind(self, kind: str) -> list[Action]:
         return [a for a in self.actions if a.kind == kind]

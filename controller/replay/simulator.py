@@ -285,6 +285,10 @@ class Simulation:
                         p.version += 1
                         del waiting[job.index]
                         heapq.heappush(completions, (completion_time(job), job.index, p.version))
+                for job_id, (level, entry) in plan.positions.items():
+                    job = jobs[index_of[job_id]]
+                    job.queue_level = level
+                    job.queue_entry = entry
                 last_round_s = now
                 timeline.append((now, len(waiting), busy))
                 if self.progress is not None and rounds % 2000 == 0:

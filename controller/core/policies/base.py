@@ -11,6 +11,7 @@ from typing import Optional
 
 from controller.core.gittins import ServiceDistribution
 from controller.core.model import JobState
+from controller.core.queues import SETTLED_RUNNING, groups_and_entries
 
 
 # Float round-off must not keep a job one ulp below a threshold it has reached:
@@ -70,12 +71,15 @@ class PolicyContext:
         return level
 
 
-def mlfq_order(jobs: list[JobState], ctx: PolicyContext, within_level=None) -> list[tuple[tuple, JobState]]:
-    """The MLFQ order in one numpy lexsort: level, then ``within_level`` (smaller
-    first; None = nothing), then the intra-queue FIFO of ``started_fifo_key``.
+def mlfq_order(jobs: list[JobState], ctx: PolicyContext, within_waiting=None) -> list[tuple[tuple, JobState]]:
+    """The MLFQ order in one numpy lexsort: by level, then inside each queue its FIFO
+    list (controller.core.queues): settled running jobs, settled waiting jobs,
+    entered jobs. ``within_waiting`` (smaller first; None = nothing) orders the
+    waiting and entered jobs of a queue together before their FIFO places (it must
+    be 0 where a job keeps its FIFO place, as in the last queue).
 
-    Equivalent to sorting by ``(level, [within,] *started_fifo_key(job))``; the keys
-    returned are the ``(level[, within])`` prefix, which is what reports display.
+    Equivalent to sorting by ``mlfq_key``; the keys returned are the
+    ``(level[, within])`` prefix, which is what reports display.
     """
     import numpy as np
 
@@ -83,27 +87,39 @@ def mlfq_order(jobs: list[JobState], ctx: PolicyContext, within_level=None) -> l
     if count == 0:
         return []
     levels = ctx.precompute_levels(jobs)
-    never_started = np.fromiter((job.first_start_s is None for job in jobs), dtype=bool, count=count)
-    since = np.fromiter((job.spec.submit_time_s if job.first_start_s is None else job.first_start_s
-                         for job in jobs), dtype=float, count=count)
+    level_list = levels.tolist()
+    groups, entries = queue_places(jobs, level_list, ctx)
+    group = np.asarray(groups, dtype=np.int8)
     arrival = np.fromiter((job.index for job in jobs), dtype=np.int64, count=count)
-    columns = [arrival, since, never_started]
-    if within_level is not None:
-        columns.append(within_level)
+    columns = [arrival, np.asarray(entries, dtype=float), group]
+    if within_waiting is not None:
+        within = np.where(group == SETTLED_RUNNING, 0.0, within_waiting)
+        columns += [within, group != SETTLED_RUNNING]
     columns.append(levels)
     order = np.lexsort(columns).tolist()
-    level_list = levels.tolist()
-    if within_level is None:
+    if within_waiting is None:
         return [((level_list[i],), jobs[i]) for i in order]
-    within_list = within_level.tolist()
+    within_list = within.tolist()
     return [((level_list[i], within_list[i]), jobs[i]) for i in order]
 
 
-def started_fifo_key(job: JobState) -> tuple:
-    """Intra-queue FIFO of the spec: by FIRST start time; never-started jobs after, by submit."""
-    if job.first_start_s is None:
-        return (1, job.spec.submit_time_s, job.index)
-    return (0, job.first_start_s, job.index)
+def queue_places(jobs: list[JobState], levels: list[int], ctx: PolicyContext) -> tuple[list[int], list[float]]:
+    """Each job's group and ordering value inside its queue (memoized for the round)."""
+    cached = ctx.cache.get("_queue_places")
+    if cached is not None and cached[0] is jobs:
+        return cached[1], cached[2]
+    groups, entries = groups_and_entries(jobs, levels, ctx.thresholds_gpu_s, ctx.now_s, ctx.queue_service)
+    ctx.cache["_queue_places"] = (jobs, groups, entries)
+    return groups, entries
+
+
+def mlfq_key(job: JobState, ctx: PolicyContext, within_waiting: float = 0.0) -> tuple:
+    """One job's MLFQ sort key (smaller first); ``mlfq_order`` sorts all at once."""
+    level = ctx.level(job)
+    (group,), (entry,) = groups_and_entries([job], [level], ctx.thresholds_gpu_s, ctx.now_s, ctx.queue_service)
+    if group == SETTLED_RUNNING:
+        within_waiting = 0.0
+    return (level, group != SETTLED_RUNNING, within_waiting, group, entry, job.index)
 
 
 class Policy:

@@ -1,11 +1,13 @@
 """Discretized 2D-Gittins (Tiresias-G).
 
-Q_1..Q_{K-1}: by Gittins index with the quantum ending at the queue's upper
-threshold hi_i; Q_K (Delta = inf): FIFO by first start. No history: as dlas.
+In Q_1..Q_{K-1} the waiting jobs of a queue are ordered by Gittins index with the
+quantum ending at the queue's upper threshold hi_i; its running jobs keep their
+place (and GPUs) until they cross hi_i. Q_K (Delta = inf) is a FIFO list as in
+dlas. No history: as dlas.
 """
 import numpy as np
 
-from controller.core.policies.base import Policy, mlfq_order, started_fifo_key
+from controller.core.policies.base import Policy, mlfq_key, mlfq_order
 
 
 class DiscretizedGittins(Policy):
@@ -33,19 +35,22 @@ class DiscretizedGittins(Policy):
             ctx.cache[job.job_id] = -value
 
     def ordered(self, jobs, ctx):
-        return mlfq_order(jobs, ctx, within_level=self._negated_indices(jobs, ctx))
+        return mlfq_order(jobs, ctx, within_waiting=self._negated_indices(jobs, ctx))
 
-    def sort_key(self, job, ctx):
+    def _index(self, job, ctx) -> float:
         level = ctx.level(job)
         if level >= len(ctx.thresholds_gpu_s) or ctx.service is None or len(ctx.service) == 0:
-            return (level, 0.0) + started_fifo_key(job)
+            return 0.0
         index = ctx.cache.get(job.job_id)
-        if index is None or level >= len(ctx.thresholds_gpu_s):
+        if index is None:
             index = ctx.service.index(ctx.queue_service(job), ctx.thresholds_gpu_s[level])
-        return (level, -index) + started_fifo_key(job)
+        return index
+
+    def sort_key(self, job, ctx):
+        return mlfq_key(job, ctx, -self._index(job, ctx))
 
     def display_value(self, job, ctx):
-        return -self.sort_key(job, ctx)[1]
+        return self._index(job, ctx)
 
     def display_from_key(self, key, job, ctx):
-        return -key[1]
+        return self._index(job, ctx)  # also for running jobs, whose key omits it

@@ -1,8 +1,9 @@
 """Discretized 2D-LAS (Tiresias-L): MLFQ on attained GPU-seconds.
 
-Q_1 first; inside a queue FIFO by first start time, never-started jobs after.
+Q_1 first; each queue a FIFO list with its running jobs ahead of its waiting ones
+(controller.core.queues), so only a higher queue preempts.
 """
-from controller.core.policies.base import Policy, mlfq_order, started_fifo_key
+from controller.core.policies.base import Policy, mlfq_key, mlfq_order
 
 
 class DiscretizedLas(Policy):
@@ -10,7 +11,7 @@ class DiscretizedLas(Policy):
     discretized = True
 
     def sort_key(self, job, ctx):
-        return (ctx.level(job),) + started_fifo_key(job)
+        return mlfq_key(job, ctx)
 
     def ordered(self, jobs, ctx):
         return mlfq_order(jobs, ctx)
