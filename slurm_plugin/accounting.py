@@ -23,12 +23,14 @@ them absolute (``load_trace``/``load_actuals`` rebase them to the first submit).
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 import numpy as np
 
@@ -392,20 +394,41 @@ def _first_line(text: str) -> str:
 
 def run_sacct(start: str, end: str, users: Sequence[str] = (), partitions: Sequence[str] = (),
               *, sacct: str = "sacct", timeout_s: float = SACCT_TIMEOUT_S,
-              notes: Optional[list[str]] = None) -> tuple[list[SacctRun], str]:
+              notes: Optional[list[str]] = None,
+              progress: Optional[Callable[..., None]] = None) -> tuple[list[SacctRun], str]:
     """Query sacct: ``--json`` first (needs slurmdbd), else ``-P`` text. Returns (runs, source).
 
-    ``notes`` collects why the JSON path was not used (for the stderr summary)."""
+    ``notes`` collects why the JSON path was not used (for the stderr summary).
+    ``progress(bytes_read, None)``, when given, is called about twice a second while
+    sacct runs (a month of a busy cluster is minutes and hundreds of MB)."""
     if shutil.which(sacct) is None:
         raise InputError(f"{sacct}: command not found (use --from-file with a saved sacct output)")
     window = _sacct_window_args(start, end, users, partitions)
     notes = notes if notes is not None else []
 
     def call(args: list[str]) -> subprocess.CompletedProcess:
-        try:
-            return subprocess.run([sacct, *args], capture_output=True, text=True, timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            raise InputError(f"{sacct} did not answer within {timeout_s:g} s (is slurmdbd up?)") from None
+        # Output goes to temporary files: their size is the progress, and no pipe can fill up.
+        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+            proc = subprocess.Popen([sacct, *args], stdout=out, stderr=err)
+            deadline = time.monotonic() + timeout_s
+            while True:
+                try:
+                    proc.wait(timeout=min(0.5, max(deadline - time.monotonic(), 0.01)))
+                    break
+                except subprocess.TimeoutExpired:
+                    if time.monotonic() >= deadline:
+                        proc.kill()
+                        proc.wait()
+                        raise InputError(f"{sacct} did not answer within {timeout_s:g} s (is slurmdbd up?)") from None
+                    if progress is not None:
+                        progress(os.fstat(out.fileno()).st_size, None)
+            out.seek(0)
+            err.seek(0)
+            stdout, stderr = out.read(), err.read()
+        if progress is not None:
+            progress(len(stdout), None)
+        return subprocess.CompletedProcess(proc.args, proc.returncode, stdout.decode("utf-8", "replace"),
+                                           stderr.decode("utf-8", "replace"))
 
     proc = call(["--json", *window])
     if proc.returncode == 0:

@@ -106,3 +106,24 @@ def test_export_live_window(submit_as, tmp_path, capsys):  # noqa: F811
     assert from_text.jobs == from_json.jobs
     assert from_text.actuals == from_json.actuals
     assert sorted(j.job_id for j in from_json.jobs) == sorted(ids)
+
+
+def test_export_reports_sacct_progress_on_stderr(slurm_cluster, tmp_path):  # noqa: F811
+    """While the real sacct runs, a pipe gets plain progress lines (bytes read, rate);
+    --quiet gets none. Interval 0: every poll is reported, so a fast sacct shows too."""
+    import os
+    import re
+    import sys
+
+    env = dict(os.environ, TIRESIAS_PROGRESS_INTERVAL_S="0")
+    command = [sys.executable, "-m", "controller.cli.main", "trace", "export", "--out", str(tmp_path / "t.csv"),
+               "--start", "now-1days"]
+    proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("sacct:")]
+    assert lines and all(re.match(r"sacct: [\d,.]+ MiB, [\d,.]+ MiB/s, (elapsed|done in) \d+:\d\d", line)
+                         for line in lines), proc.stderr
+    assert "done in" in lines[-1]
+    quiet = subprocess.run(command + ["--quiet"], capture_output=True, text=True, env=env, timeout=120)
+    assert quiet.returncode == 0, quiet.stderr
+    assert not any(line.startswith("sacct:") for line in quiet.stderr.splitlines()), quiet.stderr

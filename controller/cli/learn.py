@@ -44,7 +44,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=argtypes.non_negative_int, default=0, help="seed (default 0)")
     p.add_argument("--weights", type=argtypes.objective_weights, default=(1.0, 1.0, 1.0), metavar="W1,W2,W3",
                    help="objective weights of C_avg, C_max, 1 - C_util (default 1,1,1)")
-    p.add_argument("--quiet", action="store_true", help="no per-generation progress")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress on stderr (bar on a terminal, else a line every 30 s)")
 
 
 def _start_expression(value: str) -> str:
@@ -89,14 +90,16 @@ def config_from_args(args):
 
 
 def run(args) -> int:
+    from controller.cli.progress import progress_for
     from controller.partitions.learner import learn
 
     config = config_from_args(args)
     out = Path(args.out)
     if out.parent and not out.parent.exists():
         raise InputError(f"--out {out}: folder {out.parent} does not exist")
-    say = None if args.quiet else (lambda line: print(line, flush=True))
-    result = learn(config, Objective(*args.weights), progress=say)
+    total = (config.generations + 1) * config.population  # expressions scored
+    with progress_for(args, "learn", "expr", total=total) as progress:
+        result = learn(config, Objective(*args.weights), progress=progress)
     snapshot = (f" backlog load {config.backlog_load}" if config.backlog_load is not None
                 else f" replay {config.replay} max pending {config.max_pending}")
     out.write_text(f"# tiresias learn --seed {config.seed} population {config.population} generations "

@@ -8,11 +8,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 import time
 from pathlib import Path
 
 from controller.cli import argtypes
+from controller.cli.progress import progress_for
 from controller.core.engine import EngineConfig
 from controller.partitions.priority_file import read_expression_text
 from controller.replay.traces import load_service_distribution
@@ -70,7 +70,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      help="largest 'small' job in GPUs (default: GPUs per node)")
     out.add_argument("--bin-short-s", type=argtypes.positive_float, default=4 * 3600.0,
                      help="shortest 'long' job in seconds (default 14400)")
-    out.add_argument("--no-progress", action="store_true", help="never draw the progress bar")
+    out.add_argument("--quiet", action="store_true",
+                     help="no progress on stderr (bar on a terminal after 1 s, else a line every 30 s)")
+    out.add_argument("--no-progress", action="store_true", help=argparse.SUPPRESS)  # old name of --quiet
     out.add_argument("--actual", action="store_true",
                      help="also show what Slurm really did (a trace from `tiresias trace export`): "
                           "row 'actual (Slurm)', JSON key 'actual', dashed CDF line")
@@ -103,27 +105,6 @@ def _load_actuals(args):
     return actuals
 
 
-class _Progress:
-    """A one-line bar on stderr, drawn only when a run takes more than a second."""
-
-    def __init__(self, label: str, enabled: bool):
-        self.label, self.enabled, self.started = label, enabled, time.monotonic()
-        self.drawn = False
-
-    def __call__(self, fraction: float) -> None:
-        if not self.enabled or time.monotonic() - self.started < 1.0:
-            return
-        filled = int(30 * fraction)
-        sys.stderr.write(f"\r{self.label:>10} [{'#' * filled}{'.' * (30 - filled)}] {100 * fraction:5.1f}%")
-        sys.stderr.flush()
-        self.drawn = True
-
-    def close(self) -> None:
-        if self.drawn:
-            sys.stderr.write("\r" + " " * 60 + "\r")
-            sys.stderr.flush()
-
-
 def run(args) -> int:
     policies = [p.strip() for p in args.policy.split(",") if p.strip()]
     if not policies:
@@ -141,21 +122,27 @@ def run(args) -> int:
     if not jobs:
         raise InputError(f"trace {source}: no jobs")
     actuals = _load_actuals(args)
-    show_progress = not args.no_progress and not args.json and sys.stderr.isatty()
     results, summaries, bins, timings = [], [], [], {}
     small = args.bin_small_gpus or args.gpus_per_node
-    for engine_config in engine_configs:
+    # One report over all policies (unit: jobs replayed) so that the ETA covers the whole run.
+    progress = progress_for(args, "simulate", "jobs", total=len(jobs) * len(engine_configs))
+    for number, engine_config in enumerate(engine_configs):
         config = SimConfig(nodes=args.nodes, gpus_per_node=args.gpus_per_node, engine=engine_config,
                            round_interval_s=args.round_interval_s, preempt_pause_s=pause, preempt_resume_s=resume,
                            spread_speed=args.spread_speed, service=service, drop_oversize=args.drop_oversize)
-        progress = _Progress(engine_config.policy, show_progress)
+        note = f"policy {engine_config.policy}"
+
+        def report(fraction: float, offset: int = number * len(jobs), note: str = note) -> None:
+            progress(offset + fraction * len(jobs), note=note)
+
         started = time.perf_counter()
-        result = Simulation(config, progress=progress).run(jobs)
-        progress.close()
+        result = Simulation(config, progress=report).run(jobs)
+        report(1.0)
         timings[engine_config.policy] = time.perf_counter() - started
         results.append(result)
         summaries.append(summarize(result))
         bins.extend(bin_table(result, small, args.bin_short_s))
+    progress.close()
     actual, actual_curve = None, None
     if actuals is not None:
         from slurm_plugin.accounting import actual_jcts, actual_summary

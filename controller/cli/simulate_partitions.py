@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from controller.cli import argtypes
+from controller.cli.progress import progress_for
 from controller.partitions.evo import EvoConfig, allocate_evo
 from controller.partitions.mct import allocate_mct
 from controller.partitions.model import AllocationProblem, Objective
@@ -65,6 +66,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     alg.add_argument("--weights", type=argtypes.objective_weights, default=(1.0, 1.0, 1.0), metavar="W1,W2,W3",
                      help="objective weights of C_avg, C_max, 1 - C_util (default 1,1,1)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress on stderr (bar on a terminal, else a line every 30 s)")
 
 
 # --------------------------------------------------------------------------- inputs
@@ -160,8 +163,9 @@ def priorities(problem: AllocationProblem, expr: Node) -> dict[str, np.ndarray]:
     }
 
 
-def run_combinations(problem: AllocationProblem, expr: Node, evo: EvoConfig, objective: Objective) -> dict:
-    """name -> (Allocation, seconds) for the five combinations."""
+def run_combinations(problem: AllocationProblem, expr: Node, evo: EvoConfig, objective: Objective,
+                     on_done=None) -> dict:
+    """name -> (Allocation, seconds) for the five combinations; ``on_done(name)`` after each."""
     prio = priorities(problem, expr)
     out = {}
     for name in COMBINATIONS:
@@ -172,6 +176,8 @@ def run_combinations(problem: AllocationProblem, expr: Node, evo: EvoConfig, obj
         else:
             alloc = allocate_evo(problem, prio[policy], evo, objective)
         out[name] = (alloc, time.perf_counter() - t0)
+        if on_done is not None:
+            on_done(name)
     return out
 
 
@@ -217,8 +223,16 @@ def run(args) -> int:
     problems = _problems(args)
     per_instance = []
     rank_counts = {name: [0] * len(COMBINATIONS) for name in COMBINATIONS}
+    progress = progress_for(args, "simulate-partitions", "allocations", total=len(problems) * len(COMBINATIONS))
+    finished = 0
+
+    def one_done(name: str) -> None:
+        nonlocal finished
+        finished += 1
+        progress(finished, note=f"{label}: {name}")
+
     for label, problem in problems:
-        results = run_combinations(problem, expr, evo, objective)
+        results = run_combinations(problem, expr, evo, objective, on_done=one_done)
         values = [results[n][0].value for n in COMBINATIONS]
         for name, rank in zip(COMBINATIONS, ranks(values)):
             rank_counts[name][rank - 1] += 1
@@ -228,6 +242,7 @@ def run(args) -> int:
             "results": {n: {"c_avg_s": a.c_avg, "c_max_s": a.c_max, "c_util": a.c_util, "value": a.value,
                             "seconds": s, "infeasible": a.infeasible} for n, (a, s) in results.items()},
         })
+    progress.close()
     if args.json:
         print(json.dumps({"expression": expr.to_text(), "weights": list(args.weights),
                           "instances": per_instance, "rank_counts": rank_counts}, indent=2, sort_keys=True))

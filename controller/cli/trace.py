@@ -50,6 +50,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     export.add_argument("--from-file", metavar="F",
                         help=f"read a saved `sacct --json -a -X -D` or `sacct -P -a -X -D -o "
                              f"{','.join(SACCT_TEXT_FIELDS)}` output instead of running sacct")
+    export.add_argument("--quiet", action="store_true",
+                        help="no progress on stderr while sacct runs (bar on a terminal, else a line every 30 s)")
     export.add_argument("--sacct-timeout-s", type=float, default=300.0, help=argparse.SUPPRESS)
 
 
@@ -73,8 +75,11 @@ def run(args) -> int:
         window = f"{args.start or 'any'} .. {args.end or 'any'}"
     else:
         start, end = args.start or DEFAULT_START, args.end or DEFAULT_END
-        runs, source = run_sacct(start, end, args.users, args.partitions, timeout_s=args.sacct_timeout_s,
-                                 notes=notes)
+        from controller.cli.progress import progress_for
+
+        with progress_for(args, "sacct", "B", byte_units=True) as progress:
+            runs, source = run_sacct(start, end, args.users, args.partitions, timeout_s=args.sacct_timeout_s,
+                                     notes=notes, progress=progress)
         # sacct already applied the window and filters.
         result = build_export(runs, source=source)
         window = f"{start} .. {end}"

@@ -47,6 +47,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "does not change the result")
     p.add_argument("--top", type=argtypes.positive_int, default=5, help="settings to list (default 5)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress on stderr (bar on a terminal, else a line every 30 s)")
 
 
 def _change(value: float, base: float) -> str:
@@ -62,10 +64,13 @@ def run(args) -> int:
     if not jobs:
         raise InputError(f"trace {args.trace}: no jobs")
     workers = args.workers or max(1, min(ROUND_SIZE, os.cpu_count() or 1))
-    result = tune(jobs, nodes=args.nodes, gpus_per_node=args.gpus_per_node, policy=args.policy,
-                  evaluations=args.evaluations, max_k=args.max_k, seed=args.seed, budget_s=args.budget_s,
-                  objective=args.objective, workers=workers, preempt_cost_s=args.preempt_cost_s,
-                  drop_oversize=args.drop_oversize)
+    from controller.cli.progress import progress_for
+
+    with progress_for(args, "tune", "replays", total=args.evaluations) as progress:
+        result = tune(jobs, nodes=args.nodes, gpus_per_node=args.gpus_per_node, policy=args.policy,
+                      evaluations=args.evaluations, max_k=args.max_k, seed=args.seed, budget_s=args.budget_s,
+                      objective=args.objective, workers=workers, preempt_cost_s=args.preempt_cost_s,
+                      drop_oversize=args.drop_oversize, progress=progress)
     best, default = result.best, result.default
     comment = (f"tiresias tune: avg JCT {format_duration(best.avg_jct_s)} (default {format_duration(default.avg_jct_s)}), "
                f"p95 {format_duration(best.p95_jct_s)} (default {format_duration(default.p95_jct_s)}) "

@@ -189,10 +189,14 @@ def _ramped(rng: np.random.Generator, n: int, lo: int, hi: int) -> list[Node]:
 
 # --------------------------------------------------------------------------- search
 def learn(config: LearnConfig = LearnConfig(), objective: Objective = Objective(),
-          progress: Optional[Callable[[str], None]] = None,
+          progress: Optional[Callable[..., None]] = None,
           training: Optional[list[AllocationProblem]] = None,
           validation: Optional[list[AllocationProblem]] = None) -> LearnResult:
-    """Run the GP search; deterministic for a given config (and given instances)."""
+    """Run the GP search; deterministic for a given config (and given instances).
+
+    ``progress(done, total, note)``, when given, is called after each expression scored:
+    ``done`` of ``total`` = (generations + 1) x population expressions, ``note`` the best
+    scores of the last finished generation."""
     rng = np.random.Generator(np.random.PCG64(config.seed))
     if training is None:
         training = make_instances(config.training, int(rng.integers(0, 2**31 - 1)), config)
@@ -212,6 +216,8 @@ def learn(config: LearnConfig = LearnConfig(), objective: Objective = Objective(
     best_val: Optional[tuple[float, int, Node]] = None
     val_cache: dict[str, float] = {}
     by_order: dict = {}  # (instance, job order) -> MCT objective, across generations
+    total_scored = (config.generations + 1) * config.population
+    note = ""
     for gen in range(config.generations + 1):
         subset = rng.choice(len(training), size=min(config.subset, len(training)), replace=False)
         probs = [training[i] for i in subset]
@@ -223,6 +229,8 @@ def learn(config: LearnConfig = LearnConfig(), objective: Objective = Objective(
             if key not in cache:
                 cache[key] = score_expression(tree, probs, bases, objective, by_order)
             scores.append(cache[key])
+            if progress:
+                progress(gen * config.population + len(scores), total_scored, note)
         scores = np.array(scores)
         scores = np.where(np.isfinite(scores), scores, np.inf)
         champion = pop[int(np.argmin(scores))]
@@ -234,9 +242,9 @@ def learn(config: LearnConfig = LearnConfig(), objective: Objective = Objective(
             best_val = (val, champion.size(), champion)
         history.append({"generation": gen, "subset_score": float(scores.min()), "validation_score": val,
                         "expression": key})
+        note = f"generation {gen}: best {scores.min():.4f}, its validation {val:.4f}"
         if progress:
-            progress(f"generation {gen:3d}: best subset score {scores.min():.4f}, "
-                     f"its validation score {val:.4f}, size {champion.size()}")
+            progress((gen + 1) * config.population, total_scored, note)
         if gen == config.generations:
             break
 

@@ -21,7 +21,7 @@ import random
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
@@ -197,11 +197,14 @@ def tune(jobs: Sequence[JobSpec], *, nodes: int, gpus_per_node: int, policy: str
          evaluations: int = 32, max_k: int = 4, seed: int = 1, budget_s: float = 60.0,
          objective: str = "avg", workers: int = 1, preempt_cost_s: float = 0.0,
          drop_oversize: bool = False, placement: str = "consolidate",
-         knobs: Sequence[float] = KNOB_CANDIDATES, clock=time.monotonic) -> TuneResult:
+         knobs: Sequence[float] = KNOB_CANDIDATES, clock=time.monotonic,
+         progress: Optional[Callable[..., None]] = None) -> TuneResult:
     """Replay ``jobs`` under up to ``evaluations`` settings and rank them (see module doc).
 
     ``budget_s`` stops the search between rounds when the next round would not
-    fit; ``workers`` > 1 replays a round's candidates in parallel processes."""
+    fit; ``workers`` > 1 replays a round's candidates in parallel processes.
+    ``progress(done, total, note)``, when given, is called after each replay
+    (``total`` = ``evaluations``; ``note`` the best average JCT so far)."""
     if objective not in OBJECTIVES:
         raise InputError(f"objective value {objective!r} is not one of {', '.join(OBJECTIVES)}")
     if evaluations < 1:
@@ -253,10 +256,13 @@ def tune(jobs: Sequence[JobSpec], *, nodes: int, gpus_per_node: int, policy: str
                 if clock() - started + per_eval * waves > budget_s:
                     stopped_by_budget = True
                     break
-            outputs = list(pool.map(_replay, batch)) if pool else [_replay(s) for s in batch]
+            outputs = pool.map(_replay, batch) if pool else (_replay(s) for s in batch)
             for setting, (avg, p95, secs, pre, pro) in zip(batch, outputs):
                 done.append(Evaluation(setting, avg, p95, order=len(done), seconds=secs,
                                        preemptions=pre, promotions=pro))
+                if progress:
+                    best_avg = min(e.avg_jct_s for e in done)
+                    progress(len(done), evaluations, f"lowest avg JCT so far {best_avg:,.0f} s")
             round_no += 1
     finally:
         if pool is not None:
