@@ -14,7 +14,7 @@ from tests.conftest import FIXTURE_TRACES
 def brute_force_index(samples, a, b):
     survivors = [s for s in samples if s > a]
     if not survivors:
-        return 0.0
+        return ServiceDistribution(samples).tail_index
     p = sum(1 for s in survivors if s <= b) / len(survivors)
     e = sum(min(s, b) - a for s in survivors) / len(survivors)
     return p / e if e > 0 else 0.0
@@ -26,7 +26,9 @@ def test_hand_computed_values():
     assert d.index(0, 8) == pytest.approx(0.1)  # P=2/3, E=20/3
     assert d.index_sup(0) == pytest.approx(0.125)  # best quantum: run to 12
     assert d.index_sup(4) == pytest.approx(1 / 6)
-    assert d.index_sup(12) == 0.0  # beyond every sample
+    # beyond every sample: the tail's index, 1 / mean excess over 8 of the top sample
+    assert d.index_sup(12) == pytest.approx(1 / 4)
+    assert d.index(13, 20) == pytest.approx(1 / 4)
 
 
 @settings(max_examples=200, deadline=None)
@@ -35,7 +37,7 @@ def test_matches_brute_force(samples, a, extra):
     d = ServiceDistribution(samples)
     b = a + extra
     assert d.index(a, b) == pytest.approx(brute_force_index(samples, a, b))
-    expected_sup = max([brute_force_index(samples, a, s) for s in samples if s > a], default=0.0)
+    expected_sup = max([brute_force_index(samples, a, s) for s in samples if s > a], default=d.tail_index)
     assert d.index_sup(a) == pytest.approx(expected_sup)
 
 
@@ -67,3 +69,61 @@ def test_learned_distribution_refreshes_in_batches():
     assert learned.current is None  # fewer than min_new new samples
     learned.add(2)
     assert len(learned.current) == 2
+
+
+def brute_force_kaplan_meier(samples, censored):
+    """Survival function by the textbook product-limit formula, at each distinct completed value."""
+    survival, masses = 1.0, {}
+    for value in sorted({s for s, c in zip(samples, censored) if not c}):
+        at_risk = sum(1 for s in samples if s >= value)
+        deaths = sum(1 for s, c in zip(samples, censored) if s == value and not c)
+        masses[value] = survival * deaths / at_risk
+        survival *= 1 - deaths / at_risk
+    return masses, survival
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 30), st.booleans()), min_size=1, max_size=25))
+def test_kaplan_meier_weights_match_product_limit(rows):
+    samples = [s for s, _ in rows]
+    censored = [c for _, c in rows]
+    d = ServiceDistribution(samples, censored)
+    masses, left = brute_force_kaplan_meier(samples, censored)
+    if left > 1e-12:  # Efron: what survives the largest sample stays on it
+        masses[max(samples)] = masses.get(max(samples), 0.0) + left
+    got = {}
+    for point, weight in zip(d.samples.tolist(), d.weights.tolist()):
+        got[point] = got.get(point, 0.0) + weight / len(samples)
+    assert got.keys() == {k for k, v in masses.items() if v > 1e-12}
+    for point, mass in got.items():
+        assert mass == pytest.approx(masses[point])
+
+
+def test_censored_samples_raise_the_estimate():
+    """A job cut short at 10 says only S >= 10: completed-only learning (the old bias)
+    would keep it at 10 or drop it; Kaplan-Meier moves its weight to the longer samples."""
+    completed_only = ServiceDistribution([5, 10, 40])
+    with_censored = ServiceDistribution([5, 10, 40], censored=[False, True, False])
+    # the censored 10 no longer finishes: its weight went to 40
+    assert with_censored.weights.tolist() == pytest.approx([1.0, 2.0])
+    assert with_censored.samples.tolist() == [5, 40]
+    # so a job at 6 GPU-s looks less likely to finish within the quantum to 12
+    assert with_censored.index(6, 12) < completed_only.index(6, 12)
+
+
+def test_tail_index_is_not_zero_and_below_young_jobs():
+    """Heavy-tailed (Pareto 1.5) samples: a job past all of them gets 1 / the mean
+    excess of the top tenth, above 0 and below a young job's index."""
+    quantiles = (np.arange(1000) + 0.5) / 1000
+    samples = 100 * (1 - quantiles) ** (-1 / 1.5)
+    d = ServiceDistribution(samples)
+    past = d.index(samples.max() + 1, samples.max() * 2)
+    edge = np.sort(samples)[899]
+    top = np.sort(samples)[900:]
+    assert past == pytest.approx(1 / np.mean(top - edge)) and past > 0
+    assert past < d.index(0, 200)
+
+
+def test_censoring_flags_must_match_samples():
+    with pytest.raises(InputError, match="2 censoring flags for 3 samples"):
+        ServiceDistribution([1, 2, 3], censored=[True, False])

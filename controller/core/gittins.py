@@ -1,67 +1,125 @@
-"""Exact Gittins index of an empirical service distribution.
+"""Exact Gittins index of a learned service distribution.
 
 For a job that has attained ``a`` GPU-seconds and a quantum that ends at service
-``b`` (``b > a``), with S the total service of a job drawn from the samples:
+``b`` (``b > a``), with S the total service of a job drawn from the distribution
+(points s with weights w):
 
     G(a, b) = P(a < S <= b | S > a) / E[min(S, b) - a | S > a]
-            = count(a < s <= b) / (sum_{a<s<=b} s + b * count(s > b) - a * count(s > a))
+            = W(a < s <= b) / (sum_{a<s<=b} w s + b * W(s > b) - a * W(s > a))
 
-Both conditional expectations share the denominator count(s > a), so it cancels.
-Sorted samples and prefix sums make one index O(log n); the supremum over all
-quanta (continuous 2D-Gittins) is attained at b = some sample s > a, O(n).
+Both conditional expectations share the denominator W(s > a), so it cancels.
+Sorted points and prefix sums make one index O(log n); the supremum over all
+quanta (continuous 2D-Gittins) is attained at b = some point s > a, O(n).
+
+Samples come from every job that ended. A job cut short (failed, cancelled, timed
+out, preempted for good) only says S >= its attained service: a censored sample.
+The weights are the Kaplan-Meier estimate (each censored sample's weight is
+passed on to the samples above it); the weight left above the largest sample when
+that one is censored stays on it (Efron's convention). With no censored sample
+every weight is 1: the plain empirical distribution.
+
+A job past every sample gets the tail's index, not 0: the index of a memoryless
+tail whose mean residual service is that of the top ``TAIL_SHARE`` of the weight,
+1 / E[S - q | S > q] (q: where that share begins, or the second largest point). For an exponential tail this is
+exact for any quantum.
 """
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from typing import Iterable, Optional, Sequence
 
 import numpy as np
 
 from controller.core.model import InputError
 
+TAIL_SHARE = 0.1
+
 
 class ServiceDistribution:
-    """Empirical distribution of total job service (GPU-seconds)."""
+    """Service distribution (GPU-seconds) from samples, some possibly censored."""
 
-    def __init__(self, samples_gpu_s: Iterable[float]):
-        values = np.sort(np.asarray(list(samples_gpu_s), dtype=float))
-        if values.size and (not np.all(np.isfinite(values)) or values[0] < 0):
+    def __init__(self, samples_gpu_s: Iterable[float], censored: Optional[Iterable[bool]] = None):
+        values = np.asarray(list(samples_gpu_s), dtype=float)
+        if values.size and (not np.all(np.isfinite(values)) or values.min() < 0):
             raise InputError("service samples: values must be finite and >= 0")
-        self.samples = values
-        self.prefix = np.concatenate(([0.0], np.cumsum(values)))
+        cut = np.zeros(values.size, dtype=bool) if censored is None else np.asarray(list(censored), dtype=bool)
+        if cut.size != values.size:
+            raise InputError(f"service samples: {cut.size} censoring flags for {values.size} samples")
+        # sort by value; at equal values a completed sample before a censored one (KM)
+        order = np.lexsort((cut, values))
+        values, cut = values[order], cut[order]
+        self.count = int(values.size)
+        self.censored_count = int(cut.sum())
+        self.samples, weights = _kaplan_meier(values, cut)
+        self.weights = weights
+        self.prefix_weight = np.concatenate(([0.0], np.cumsum(weights)))
+        self.prefix = np.concatenate(([0.0], np.cumsum(weights * self.samples)))
+        self.tail_index = _tail_index(self.samples, weights)
 
     def __len__(self) -> int:
-        return int(self.samples.size)
+        return self.count
 
     def index(self, attained_gpu_s: float, quantum_end_gpu_s: float) -> float:
         """Gittins index for service a with the quantum ending at service b (b may be inf)."""
         return float(self.indices(np.array([attained_gpu_s]), np.array([quantum_end_gpu_s]))[0])
 
     def indices(self, attained: np.ndarray, quantum_end: np.ndarray) -> np.ndarray:
-        """Vectorized G(a, b). A job beyond every sample gets index 0 (nothing known)."""
-        x, prefix, n = self.samples, self.prefix, self.samples.size
+        """Vectorized G(a, b); a job past every sample gets ``tail_index``."""
+        x, prefix, weight = self.samples, self.prefix, self.prefix_weight
+        total = weight[-1]
         a = np.asarray(attained, dtype=float)
         b = np.maximum(np.asarray(quantum_end, dtype=float), a)
-        k = np.searchsorted(x, a, side="right")  # first sample > a
-        m = np.searchsorted(x, b, side="right")  # first sample > b
-        finished_within = (m - k).astype(float)
+        k = np.searchsorted(x, a, side="right")  # first point > a
+        m = np.searchsorted(x, b, side="right")  # first point > b
+        finished_within = weight[m] - weight[k]
         b_finite = np.where(np.isfinite(b), b, 0.0)
-        denominator = (prefix[m] - prefix[k]) + b_finite * (n - m) - a * (n - k)
+        denominator = (prefix[m] - prefix[k]) + b_finite * (total - weight[m]) - a * (total - weight[k])
         with np.errstate(divide="ignore", invalid="ignore"):
             g = np.where(denominator > 0, finished_within / denominator, 0.0)
-        return np.where(n - k > 0, g, 0.0)
+        return np.where(k < x.size, g, self.tail_index)
 
     def index_sup(self, attained_gpu_s: float) -> float:
         """sup over all quanta of G(a, a + Delta): the continuous 2D-Gittins index."""
         x = self.samples
         k = int(np.searchsorted(x, attained_gpu_s, side="right"))
         if k >= x.size:
-            return 0.0
+            return self.tail_index
         ends = np.unique(x[k:])
         return float(np.max(self.indices(np.full(ends.size, attained_gpu_s), ends)))
 
 
+def _kaplan_meier(values: np.ndarray, censored: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Points (the completed samples, plus the largest sample if censored) and their
+    Kaplan-Meier weights, scaled to sum to the sample count."""
+    n = values.size
+    if n == 0 or not censored.any():
+        return values, np.ones(n)
+    at_risk = n - np.arange(n)  # samples >= this one (ties: sorted completed first)
+    factors = np.where(censored, 1.0, 1.0 - 1.0 / at_risk)
+    survival_after = np.cumprod(factors)
+    survival_before = np.concatenate(([1.0], survival_after[:-1]))
+    mass = np.where(censored, 0.0, survival_before - survival_after)
+    if censored[-1]:
+        mass[-1] = survival_before[-1]  # Efron: the largest sample keeps what is left
+    keep = mass > 0
+    return values[keep], mass[keep] * n
+
+
+def _tail_index(points: np.ndarray, weights: np.ndarray) -> float:
+    """1 / mean residual service of the top TAIL_SHARE of the weight (0 without samples)."""
+    if points.size == 0:
+        return 0.0
+    cumulative = np.cumsum(weights)
+    edge_at = int(np.searchsorted(cumulative, cumulative[-1] * (1.0 - TAIL_SHARE), side="left"))
+    edge = points[max(min(edge_at, points.size - 2), 0)]  # keep at least one point above it
+    above = points > edge
+    excess = float(np.sum(weights[above] * (points[above] - edge)) / np.sum(weights[above])) if above.any() else 0.0
+    if excess <= 0:
+        excess = float(points[-1])  # no spread at the top: the largest sample as the mean
+    return 1.0 / excess if excess > 0 else 0.0
+
+
 class LearnedDistribution:
-    """A distribution learned from jobs finished so far, refreshed in batches.
+    """A distribution learned from the jobs that ended so far, refreshed in batches.
 
     Rebuilding the prefix sums on every completion would cost O(n) per event; the
     distribution is rebuilt when the sample count has grown by ``refresh_fraction``
@@ -72,13 +130,16 @@ class LearnedDistribution:
         self.refresh_fraction = refresh_fraction
         self.min_new = min_new
         self._all: list[float] = list(initial)
+        self._censored: list[bool] = [False] * len(self._all)
         self._current = ServiceDistribution(self._all) if self._all else None
 
-    def add(self, service_gpu_s: float) -> None:
+    def add(self, service_gpu_s: float, censored: bool = False) -> None:
+        """One job ended with this attained service; ``censored``: it was cut short."""
         self._all.append(service_gpu_s)
+        self._censored.append(censored)
         built = len(self._current) if self._current is not None else 0
         if len(self._all) - built >= max(self.min_new, int(built * self.refresh_fraction)):
-            self._current = ServiceDistribution(self._all)
+            self._current = ServiceDistribution(self._all, self._censored)
 
     @property
     def current(self) -> ServiceDistribution | None:
