@@ -121,6 +121,9 @@ class Controller:
         plan = self.engine.step(self._snapshot(observed, observation, now, round_id, self.preemptions.leaving()))
         for job_id, level in plan.levels.items():
             self.records[job_id].level = level
+        for job_id, (queue_level, queue_entry) in plan.positions.items():
+            record = self.records[job_id]
+            record.queue_level, record.queue_entry = queue_level, queue_entry
         # apply
         report = RoundReport(round_id, now, plan)
         for action in plan.of_kind("promote"):
@@ -188,7 +191,8 @@ class Controller:
                 executed_since_promotion_s=record.executed_since_promotion_s,
                 waited_since_promotion_s=record.waited_since_promotion_s,
                 first_start_s=record.first_start_s, running=job.state == "RUNNING",
-                placement=job.gpus_by_node if job.state == "RUNNING" else (), preemptions=record.preemptions))
+                placement=job.gpus_by_node if job.state == "RUNNING" else (), preemptions=record.preemptions,
+                queue_level=record.queue_level, queue_entry=record.queue_entry))
         nodes = observation.nodes
         capacity = sum(n.gpus_total for n in nodes if n.available) - held_gpus
         return Snapshot(now_s=now, jobs=jobs, nodes=nodes, service=self.service, round_id=round_id,

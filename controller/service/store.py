@@ -16,7 +16,7 @@ from typing import Any, Iterable, Iterator, Optional
 
 from sqlalchemy import (
     Boolean, Column, Float, Index, Integer, MetaData, String, Table, Text,
-    create_engine, event, select, update,
+    create_engine, event, inspect, select, update,
 )
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import (
@@ -25,7 +25,7 @@ from sqlalchemy.exc import (
 
 from controller.core.model import InputError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: jobs.queue_level/queue_entry (the MLFQ place, kept across restarts)
 DEFAULT_URL = "sqlite:////var/lib/tiresias/tiresias.db"
 
 
@@ -70,6 +70,8 @@ job_service = Table(
     Column("state", String(32), nullable=False),
     Column("finished_s", Float),
     Column("end_state", String(64)),
+    Column("queue_level", Integer),
+    Column("queue_entry", Float),
 )
 
 service_samples = Table(
@@ -159,6 +161,8 @@ class JobRecord:
     state: str = "PENDING"
     finished_s: Optional[float] = None
     end_state: Optional[str] = None
+    queue_level: Optional[int] = None  # the MLFQ place (controller.core.queues): a restart keeps the order
+    queue_entry: Optional[float] = None
 
 
 JOB_FIELDS = tuple(f.name for f in fields(JobRecord))
@@ -228,7 +232,20 @@ class Store:
             raise StoreError(
                 f"database {self.name}: schema version {found} is newer than this controller's {SCHEMA_VERSION}"
             )
+        if int(found) < 2:
+            self._upgrade_to_2()
+            found = 2
         self.schema_version = int(found)
+
+    def _upgrade_to_2(self) -> None:
+        """Version 1 databases lack the MLFQ place columns: add them (NULL = no place
+        yet, so each job re-enters its queue once, in the order it entered it)."""
+        with self._tx() as conn:
+            present = {c["name"] for c in inspect(conn).get_columns(job_service.name)}
+            for name, kind in (("queue_level", "INTEGER"), ("queue_entry", "FLOAT")):
+                if name not in present:
+                    conn.exec_driver_sql(f"ALTER TABLE {job_service.name} ADD COLUMN {name} {kind}")
+            conn.execute(update(schema_meta).where(schema_meta.c.key == "schema_version").values(value="2"))
 
     def close(self) -> None:
         self.engine.dispose()
