@@ -50,7 +50,7 @@ from controller.partitions.snapshot import snapshot_from_instance  # noqa: E402
 from controller.replay.results import format_table  # noqa: E402
 
 LEARNED_FILE = Path(__file__).resolve().parents[1] / "examples" / "learned_priority.txt"
-from controller.replay.synthetic import generate_partition_instance  # noqa: E402
+from controller.partitions.instances import generate_partition_instance  # noqa: E402
 
 
 def bench_ranks(args) -> dict:
@@ -122,13 +122,17 @@ def _ab_against(path: str, problem: AllocationProblem, prio, cfg: EvoConfig, rep
     """Median seconds of this allocator and of another version of it as a single module (the
     allocator before it was split into controller/partitions/*.py, e.g.
     ``git show f797465:controller/partitions/allocator.py > old.py``), runs alternating."""
-    import importlib.util
     import statistics
+    import types
 
-    spec = importlib.util.spec_from_file_location("allocator_baseline", path)
-    other = importlib.util.module_from_spec(spec)
+    source = Path(path).read_text()
+    # single-module allocators took their Partition types from the synthetic generator;
+    # those types live in the partitions package's model now (same fields)
+    source = source.replace("from controller.replay.synthetic import", "from controller.partitions.model import")
+    other = types.ModuleType("allocator_baseline")
+    other.__file__ = path
     sys.modules["allocator_baseline"] = other  # dataclasses look their module up
-    spec.loader.exec_module(other)
+    exec(compile(source, path, "exec"), other.__dict__)
     other_problem = other.AllocationProblem(problem.now_s, problem.partitions, problem.jobs, problem.running)
     other_cfg = other.EvoConfig(population=cfg.population, generations=cfg.generations, seed=cfg.seed,
                                 evaluator=cfg.evaluator)

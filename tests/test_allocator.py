@@ -10,7 +10,7 @@ from controller.partitions.model import (AllocationProblem, JobTable, Objective,
                                          feasibility_matrix, feasible_partitions)
 from controller.partitions.snapshot import snapshot_from_instance, workers_for_gpus
 from controller.core.model import InputError
-from controller.replay.synthetic import generate_partition_instance
+from controller.partitions.instances import generate_partition_instance
 
 
 def hand_problem():

@@ -29,13 +29,13 @@ import numpy as np
 from controller.cli import argtypes
 from controller.cli.progress import progress_for
 from controller.partitions.evo import EvoConfig, allocate_evo
+from controller.partitions.instances import generate_partition_instance
 from controller.partitions.mct import allocate_mct
-from controller.partitions.model import AllocationProblem, Objective
+from controller.partitions.model import AllocationProblem, Objective, Partition, PartitionInstance
 from controller.partitions.snapshot import snapshot_from_instance, workers_for_gpus
 from controller.partitions.priority_file import load_expression_file
 from controller.core.expr import PUBLISHED_EXAMPLE, Node, parse_expression
 from controller.core.model import InputError
-from controller.replay.synthetic import Partition, PartitionInstance, generate_partition_instance
 
 COMBINATIONS = ("MCT+fifo", "MCT+srsf", "MCT+bfd", "MCT+learned", "EVO+learned")
 

@@ -20,12 +20,12 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from controller.partitions.instances import generate_partition_instance
 from controller.partitions.mct import allocate_mct
 from controller.partitions.model import AllocationProblem, Objective, priority_order
 from controller.partitions.snapshot import snapshot_from_instance
 from controller.core.expr import TERMINALS, BinOp, Node, Pow, Var, parse_expression
 from controller.core.model import InputError
-from controller.replay.synthetic import generate_partition_instance
 
 __all__ = ["LearnConfig", "LearnResult", "learn", "make_instances", "score_expression", "srsf_values",
            "priority_values", "random_tree", "subtree_crossover", "subtree_mutation"]

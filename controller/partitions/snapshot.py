@@ -13,9 +13,8 @@ from typing import Optional
 import numpy as np
 
 from controller.core.model import InputError
-from controller.partitions.model import AllocationProblem, JobTable, RunningJob
+from controller.partitions.model import AllocationProblem, JobTable, PartitionInstance, RunningJob
 from controller.partitions.timeline import Timeline
-from controller.replay.synthetic import PartitionInstance
 
 __all__ = ["snapshot_from_instance", "workers_for_gpus"]
 
