@@ -25,6 +25,7 @@ import os
 import re
 import subprocess
 import time
+from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Optional, Sequence
 
@@ -126,6 +127,9 @@ class SlurmBackend:
         self.command_timeout_s = float(command_timeout_s)
         self.runner: Runner = runner or subprocess_runner
         self.env = None if env is None else {**os.environ, **dict(env)}
+        # Commands run, by name (squeue, sinfo, sprio, scontrol, scancel): the controller
+        # reports the cost of each round from it (tiresias_slurm_calls_per_round).
+        self.commands_run: Counter[str] = Counter()
         # SiteFactor per job id as last observed (or last set successfully):
         # lets set_site_factors send only what differs.
         self._site_factors: dict[str, int] = {}
@@ -136,6 +140,7 @@ class SlurmBackend:
 
     def _run(self, argv: list[str]) -> CommandResult:
         """Run one command; time-outs and a missing tool raise BackendUnavailable."""
+        self.commands_run[os.path.basename(argv[0])] += 1
         try:
             result = self.runner(argv, self.command_timeout_s, self.env)
         except subprocess.TimeoutExpired:

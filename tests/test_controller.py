@@ -248,3 +248,39 @@ def test_version_1_database_gains_the_place_columns(tmp_path):
         from controller.service.store import JobRecord
         s.save_jobs("c", [JobRecord("7", 2, 0.0, queue_level=1, queue_entry=3.0)])
         assert (s.load_jobs("c")["7"].queue_level, s.load_jobs("c")["7"].queue_entry) == (1, 3.0)
+
+def test_slurm_calls_per_round_and_polls_are_counted(store):
+    """A backend that counts its commands (SlurmBackend.commands_run does) gets each
+    round's count, its observation included, into tiresias_slurm_calls_per_round;
+    an observation that leads to no round counts only in tiresias_slurm_calls_total."""
+    from collections import Counter
+
+    from controller.service.metrics import Metrics
+
+    class CountingBackend(ScriptedBackend):
+        def __init__(self):
+            super().__init__()
+            self.commands_run = Counter()
+
+        def observe(self):
+            self.commands_run.update(["squeue", "sinfo"])
+            return super().observe()
+
+        def set_site_factors(self, factors):
+            self.commands_run["scontrol"] += len(set(factors.values()))
+            self.calls.append(("set_site_factors", factors))
+
+    backend = CountingBackend()
+    backend.add("1", 8)
+    backend.add("2", 4)
+    metrics = Metrics(mode="enforce")
+    c = Controller(from_mapping({"mode": "enforce"}), backend, store, clock=lambda: backend.now, metrics=metrics)
+    c.run_round()
+    value = metrics.registry.get_sample_value
+    first_round = value("tiresias_slurm_calls_per_round_sum", {"mode": "enforce"})
+    assert first_round == 2 + backend.commands_run["scontrol"] and backend.commands_run["scontrol"] >= 1
+    c._observe()  # a poll that found no change: no round
+    c.run_round()
+    assert value("tiresias_slurm_calls_per_round_count", {"mode": "enforce"}) == 2
+    assert value("tiresias_slurm_calls_total", {"mode": "enforce", "command": "squeue"}) == 3
+    assert value("tiresias_slurm_calls_per_round_sum", {"mode": "enforce"}) == sum(backend.commands_run.values()) - 2

@@ -13,7 +13,7 @@ import math
 import os
 import threading
 import time
-from typing import Callable, Optional
+from typing import Callable, Mapping, Optional
 
 from controller.core.engine import Engine
 from controller.core.gittins import ServiceDistribution
@@ -58,6 +58,7 @@ class Controller:
         self._outage_since: Optional[float] = None
         self.usage_collected_at = -math.inf
         self._usage_failing = False
+        self._calls_mark: dict[str, int] = {}  # backend.commands_run when the current round began
 
     # -- the loop -----------------------------------------------------------------------
     def run_forever(self, stop: Optional[threading.Event] = None) -> None:
@@ -85,7 +86,19 @@ class Controller:
                     log.error("round skipped: %s", err)
             stop.wait(max(0.0, self.config.poll_s - (self.clock() - started)))
 
+    def _slurm_calls_since_mark(self) -> Optional[dict[str, int]]:
+        """Commands the backend ran since the last mark (None: it does not count them)."""
+        counts = getattr(self.backend, "commands_run", None)
+        if not isinstance(counts, Mapping):
+            return None
+        since = {name: n - self._calls_mark.get(name, 0) for name, n in counts.items()}
+        self._calls_mark = dict(counts)
+        return {name: n for name, n in since.items() if n}
+
     def _observe(self) -> Observation:
+        calls = self._slurm_calls_since_mark()  # polls that found nothing to do: not a round's cost
+        if calls and self.metrics is not None:
+            self.metrics.observe_slurm_calls(calls, in_round=False)
         try:
             observation = self.backend.observe()
         except BackendUnavailable as err:
@@ -145,7 +158,8 @@ class Controller:
         self.last_plan = plan
         self.last_observation = observation
         if self.metrics is not None:
-            self.metrics.observe_round(self, plan, report, time.perf_counter() - started)
+            self.metrics.observe_round(self, plan, report, time.perf_counter() - started,
+                                       slurm_calls=self._slurm_calls_since_mark())
         return report
 
     def preview(self) -> tuple[Plan, Observation]:

@@ -6,7 +6,15 @@ from __future__ import annotations
 
 from collections import Counter as _Tally
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Summary, start_http_server
+from typing import Mapping, Optional
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+# Job completion and queueing times: a minute to two weeks.
+DURATION_BUCKETS_S = (60, 300, 600, 1800, 3600, 2 * 3600, 4 * 3600, 8 * 3600, 12 * 3600, 86400, 2 * 86400,
+                      4 * 86400, 7 * 86400, 14 * 86400)
+# A quiet round is 2-3 reads (squeue, sinfo, maybe sprio); busy rounds add batched levers.
+SLURM_CALL_BUCKETS = (1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 50, 100)
 
 
 class Metrics:
@@ -27,10 +35,20 @@ class Metrics:
                                        buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
         self.outages = Counter("tiresias_backend_unavailable_total", "rounds skipped: cluster manager unavailable",
                                ["mode"], registry=r)
-        self.jct = Summary("tiresias_job_completion_time_seconds", "JCT of jobs finished while observed",
-                           ["mode"], registry=r)
-        self.queue_wait = Summary("tiresias_queue_wait_seconds", "time a job waited before its first start",
-                                  ["mode"], registry=r)
+        # Histograms (not Summaries): the dashboard's JCT percentiles come from the buckets
+        # (histogram_quantile), across controllers and time windows; a Summary has no quantiles here.
+        self.jct = Histogram("tiresias_job_completion_time_seconds", "JCT of jobs finished while observed",
+                             ["mode"], registry=r, buckets=DURATION_BUCKETS_S)
+        self.queue_wait = Histogram("tiresias_queue_wait_seconds", "time a job waited before its first start",
+                                    ["mode"], registry=r, buckets=DURATION_BUCKETS_S)
+        self.requeues = Counter("tiresias_requeues_total", "preempted jobs requeued (after their grace period)",
+                                ["mode"], registry=r)
+        self.slurm_calls = Counter("tiresias_slurm_calls_total",
+                                   "Slurm commands run (squeue, sinfo, sprio, scontrol, scancel), rounds and polls",
+                                   ["mode", "command"], registry=r)
+        self.slurm_calls_per_round = Histogram("tiresias_slurm_calls_per_round",
+                                               "Slurm commands run by one round (its observation included)",
+                                               ["mode"], registry=r, buckets=SLURM_CALL_BUCKETS)
         self.attained = Gauge("tiresias_attained_gpu_seconds", "total attained service of active jobs",
                               ["mode"], registry=r)
         self._seen_levels: set[tuple[str, str]] = set()
@@ -42,8 +60,22 @@ class Metrics:
     def observe_outage(self) -> None:
         self.outages.labels(self.mode).inc()
 
-    def observe_round(self, controller, plan, report, seconds: float) -> None:
+    def observe_slurm_calls(self, calls: Mapping[str, int], in_round: bool) -> None:
+        """Slurm commands by name (``calls``: command -> count) since the last call;
+        ``in_round``: they belong to one round (else to polls that found no change)."""
+        for command, count in calls.items():
+            if count:
+                self.slurm_calls.labels(self.mode, command).inc(count)
+        if in_round:
+            self.slurm_calls_per_round.labels(self.mode).observe(sum(calls.values()))
+
+    def observe_round(self, controller, plan, report, seconds: float,
+                      slurm_calls: Optional[Mapping[str, int]] = None) -> None:
+        """One round: its wall time (s), levels, decisions; ``slurm_calls`` (command ->
+        count) when the backend counts its commands."""
         self.round_seconds.labels(self.mode).observe(seconds)
+        if slurm_calls is not None:
+            self.observe_slurm_calls(slurm_calls, in_round=True)
         tally = _Tally()
         total_attained = 0.0
         for job_id, record in controller.records.items():
@@ -66,6 +98,8 @@ class Metrics:
                 self.preemptions.labels(self.mode).inc()
             if entry["kind"] == "move" and entry.get("applied"):
                 self.partition_moves.labels(self.mode).inc()
+            if entry["kind"] == "requeue" and entry.get("applied"):
+                self.requeues.labels(self.mode).inc()
 
     def observe_finished(self, submit_s: float, end_s: float) -> None:
         self.jct.labels(self.mode).observe(max(0.0, end_s - submit_s))
