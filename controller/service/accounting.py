@@ -54,9 +54,11 @@ class Accounts:
     requeue settle time counts from it.
     """
 
-    def __init__(self, store: Store, cluster: str, metrics=None, log_once: Callable[[str], None] = log.warning):
+    def __init__(self, store: Store, cluster: str, metrics=None, log_once: Callable[[str], None] = log.warning,
+                 gone_credit_s: float = 2.0):
         self.store = store
         self.cluster = cluster
+        self.gone_credit_s = gone_credit_s
         self.metrics = metrics
         self.log_once = log_once
         self.records: dict[str, JobRecord] = store.load_jobs(cluster, include_finished=False)
@@ -113,9 +115,15 @@ class Accounts:
 
     def finish_gone(self, observed: dict[str, ObservedJob], observation: Observation, now: float) -> None:
         """Jobs that ended (or left Slurm's memory) are closed in the store; completed
-        ones become service samples."""
+        ones become service samples. A job seen running last is credited up to its end
+        as Slurm reports it; one that left Slurm's memory (its end unknown, e.g. it ended
+        while the controller was down) at most ``gone_credit_s``, never the whole gap.
+        Call it inside the round's transaction: closing a job and adding its sample
+        commit together."""
         trust_missing = not observation.skipped  # a job whose record failed to parse is not gone
         for job_id, record in list(self.records.items()):
+            if record.state == "DONE":
+                continue  # closed by an earlier round that did not get to forget it
             job = observed.get(job_id)
             if job is not None and (job.state in ACTIVE_STATES or job.state in TRANSIENT_STATES):
                 continue
@@ -123,8 +131,11 @@ class Accounts:
                 continue
             end_state = job.state if job is not None else "GONE"
             end = job.end_time_s if job is not None and job.end_time_s else now
-            if record.last_running and record.last_observed_s is not None and end > record.last_observed_s:
-                ran = end - record.last_observed_s
+            credit_end = end
+            if not (job is not None and job.end_time_s) and record.last_observed_s is not None:
+                credit_end = min(end, record.last_observed_s + self.gone_credit_s)
+            if record.last_running and record.last_observed_s is not None and credit_end > record.last_observed_s:
+                ran = credit_end - record.last_observed_s
                 record.attained_gpu_s += record.num_gpus * ran
                 record.executed_s += ran
             record.state, record.finished_s, record.end_state = "DONE", end, end_state

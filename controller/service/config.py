@@ -84,6 +84,11 @@ SCHEMA: tuple[Setting, ...] = (
     Setting("usage_spool_dir", "str", "/var/spool/tiresias/usage", "directory of the nodes' epilog usage "
             "records, collected into the store when the directory exists"),
     Setting("usage_collect_s", "float", 60.0, "seconds between collections of usage_spool_dir", minimum=1.0),
+    Setting("standby", "bool", False, "share the store with a standby controller: only the holder of the "
+            "lease row acts, the other takes over when the lease runs out (PostgreSQL database_url only; "
+            "SQLite is single-controller)"),
+    Setting("lease_ttl_s", "float", 0.0, "seconds a controller lease lasts unrenewed (standby); takeover "
+            "within lease_ttl_s + poll_s of a leader's death or stall; 0 = 1.5 x interval_s", minimum=0.0),
     Setting("metrics_port", "int", 0, "Prometheus port on 127.0.0.1 (0 = off)", minimum=0),
     Setting("log_level", "choice", "INFO", "log level", ("DEBUG", "INFO", "WARNING", "ERROR")),
 )
@@ -127,8 +132,14 @@ class Config:
     mps_allow_multi_user: bool = False
     usage_spool_dir: str = "/var/spool/tiresias/usage"
     usage_collect_s: float = 60.0
+    standby: bool = False
+    lease_ttl_s: float = 0.0
     metrics_port: int = 0
     log_level: str = "INFO"
+
+    def lease_ttl(self) -> float:
+        """The standby lease's TTL in seconds (lease_ttl_s, or 1.5 x interval_s)."""
+        return self.lease_ttl_s or 1.5 * self.interval_s
 
     def engine_config(self):
         from controller.core.engine import EngineConfig
@@ -208,6 +219,9 @@ def from_mapping(data: dict, where: str = "config") -> Config:
             raise InputError(f"{where}: unknown key '{key}' (known: {', '.join(_BY_NAME)})")
         values[key] = _coerce(setting, value, where)
     config = Config(**values)
+    if config.standby and config.database_url.startswith("sqlite"):
+        raise InputError(f"{where}: key 'standby' needs a PostgreSQL database_url (SQLite is single-controller; "
+                         f"got {config.database_url[:60]!r})")
     config.engine_config()  # thresholds increasing, knob > 0, ...
     try:
         config.colocation_policy()  # tiers 1..100, default/latency tier among them

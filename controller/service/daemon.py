@@ -5,6 +5,15 @@ One round, in run_round: read the cluster (backend.observe), advance the account
 apply: starts (controller.service.starts), the preemption state machine
 (controller.service.preemption), partition moves (controller.service.partition_moves)
 and GPU sharing (controller.service.sharing). Every decision goes to the store's log.
+
+Crash consistency: the round's accounts (service advanced, ended jobs closed with
+their service samples, the round id) commit in one transaction before anything is
+done in Slurm, and its decisions with the accounts again in one at the end; an
+action's intent (an open preemption, a pin) commits before the action. When a
+transaction fails, the in-memory state is dropped and reloaded from the store
+before the next round, exactly as after a restart, so no round acts on state the
+store does not hold. With ``standby`` (controller.service.lease) only the lease
+holder runs rounds, and it reloads from the store whenever it gains the lease.
 """
 from __future__ import annotations
 
@@ -23,6 +32,7 @@ from controller.service.accounting import ACTIVE_STATES, UNSTARTABLE_REASONS, Ac
 from controller.service.backend import Backend, BackendUnavailable, Observation, ObservedJob
 from controller.service.config import Config
 from controller.service.executor import LeverExecutor
+from controller.service.lease import Lease
 from controller.service.partition_moves import PartitionMover
 from controller.service.preemption import Preemptions
 from controller.service.report import LogOnce, RoundReport, entry
@@ -43,14 +53,14 @@ class Controller:
         self.clock = clock
         self.metrics = metrics
         self.engine = Engine(config.engine_config())
-        self.executor = LeverExecutor(backend, config.mode)
+        self.lease: Optional[Lease] = None
+        if config.standby:
+            self.lease = Lease(store, config.cluster, config.lease_ttl())
+        self.executor = LeverExecutor(backend, config.mode, guard=self.lease.guard if self.lease else None)
         self._log_once = LogOnce(log)
-        self.accounts = Accounts(store, config.cluster, metrics, self._log_once)
-        self.records = self.accounts.records  # job id -> JobRecord (the same dict)
-        self.starts = Starts(config, self.executor, self.accounts)
-        self.preemptions = Preemptions(config, store, self.executor, self.accounts)
-        self.mover = PartitionMover(config, backend, store, self.executor, self.accounts, self._log_once)
-        self.sharing = GpuSharing(config, self.executor, self._log_once)
+        self._stale = True
+        if self.lease is None:
+            self._load_state()
         self.service: Optional[ServiceDistribution] = None
         self.service_loaded_at = -math.inf
         self.last_plan: Optional[Plan] = None
@@ -60,21 +70,38 @@ class Controller:
         self._usage_failing = False
         self._calls_mark: dict[str, int] = {}  # backend.commands_run when the current round began
 
+    def _load_state(self) -> None:
+        """(Re)build the per-job state from the store: at start, after a failed
+        transaction, and when this process gains the standby lease."""
+        config, store = self.config, self.store
+        self.accounts = Accounts(store, config.cluster, self.metrics, self._log_once, gone_credit_s=config.poll_s)
+        self.records = self.accounts.records  # job id -> JobRecord (the same dict)
+        self.starts = Starts(config, self.executor, self.accounts)
+        self.preemptions = Preemptions(config, store, self.executor, self.accounts)
+        self.mover = PartitionMover(config, self.backend, store, self.executor, self.accounts, self._log_once)
+        self.sharing = GpuSharing(config, self.executor, self._log_once)
+        self._stale = False
+
     # -- the loop -----------------------------------------------------------------------
     def run_forever(self, stop: Optional[threading.Event] = None) -> None:
-        """Observe every poll_s; plan when something changed or interval_s passed."""
+        """Observe every poll_s; plan when something changed or interval_s passed.
+        With a standby lease, only while holding it (tried every poll_s)."""
         stop = stop or threading.Event()
         last_signature = None
         next_full = 0.0
         while not stop.is_set():
             started = self.clock()
+            if self.lease is not None and not self.lease.hold():
+                last_signature = None
+                stop.wait(self.config.poll_s)
+                continue
             try:
                 observation = self._observe()
             except BackendUnavailable:
                 stop.wait(self.config.poll_s)
                 continue
             signature = frozenset((j.job_id, j.state, j.restart_count) for j in observation.jobs)
-            if signature != last_signature or started >= next_full:
+            if signature != last_signature or started >= next_full or self._stale:
                 try:
                     self.run_round(observation)
                     last_signature = signature
@@ -82,9 +109,12 @@ class Controller:
                 except BackendUnavailable as err:
                     self._note_outage(err)
                 except StoreError as err:
-                    # Nothing of the round was written; the next round redoes it.
+                    # What the round wrote is all or nothing per transaction; its state
+                    # in memory is reloaded from the store before the next round.
                     log.error("round skipped: %s", err)
             stop.wait(max(0.0, self.config.poll_s - (self.clock() - started)))
+        if self.lease is not None:
+            self.lease.release()
 
     def _slurm_calls_since_mark(self) -> Optional[dict[str, int]]:
         """Commands the backend ran since the last mark (None: it does not count them)."""
@@ -120,17 +150,35 @@ class Controller:
 
     # -- one round ------------------------------------------------------------------------
     def run_round(self, observation: Optional[Observation] = None) -> RoundReport:
+        """One round; a StoreError (LeaseLost included) stops it and marks the state in
+        memory stale, so the next round starts from what the store holds."""
+        if self.lease is not None and (self.lease.gained or not self.lease.valid()):
+            if not self.lease.hold():
+                raise StoreError(f"cluster {self.config.cluster}: standing by (another controller holds the lease)")
+            if self.lease.gained:
+                self._stale, self.lease.gained = True, False
+        try:
+            if self._stale:
+                self._load_state()
+            return self._round(observation)
+        except StoreError:
+            self._stale = True
+            raise
+
+    def _round(self, observation: Optional[Observation]) -> RoundReport:
         started = time.perf_counter()
         # observe
         observation = observation or self._observe()
         now = observation.observed_at_s
         observed = {job.job_id: job for job in observation.jobs if job.gpus > 0}
-        # account
+        # account: one transaction, committed before anything is done in Slurm
         self.accounts.advance(observed, now)
-        self.accounts.finish_gone(observed, observation, now)
+        with self.store.transaction():
+            self.accounts.finish_gone(observed, observation, now)
+            self.accounts.save()
+            round_id = self.store.next_round_id(self.config.cluster)
         self._refresh_service(now)
         # plan
-        round_id = self.store.next_round_id(self.config.cluster)
         plan = self.engine.step(self._snapshot(observed, observation, now, round_id, self.preemptions.leaving()))
         for job_id, level in plan.levels.items():
             self.records[job_id].level = level
@@ -147,10 +195,11 @@ class Controller:
         self.preemptions.advance(observed, now, report)
         self.mover.apply(plan, observed, observation.nodes, now, report, pinned=set(self.starts.pins))
         self.sharing.apply(observation, report)
-        # record
-        self.accounts.save()
-        if self.config.mode != "observe":
-            self.store.log_decisions(self.config.cluster, round_id, now, self.config.mode, report.applied)
+        # record: the accounts (promotions, preemption counts) and the decisions together
+        with self.store.transaction():
+            self.accounts.save()
+            if self.config.mode != "observe":
+                self.store.log_decisions(self.config.cluster, round_id, now, self.config.mode, report.applied)
         for job_id in self.accounts.forget_finished():
             self.starts.forget(job_id)
             self.mover.forget(job_id)
@@ -166,6 +215,8 @@ class Controller:
         """A read-only round for ``queue`` and ``explain``: the plan the controller
         would make now, from Slurm's state and the stored accounts; writes nothing."""
         observation = self._observe()
+        if self._stale:
+            self._load_state()
         observed = {job.job_id: job for job in observation.jobs if job.gpus > 0}
         self.accounts.advance(observed, observation.observed_at_s)
         self._refresh_service(observation.observed_at_s)

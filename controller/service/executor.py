@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from typing import Callable, Optional
 
 from controller.service.backend import Backend, BackendUnavailable
 
@@ -26,6 +27,9 @@ class LeverExecutor:
     backend: Backend
     mode: str
     would: list[str] = field(default_factory=list)  # shadow: the calls it would have made
+    # Called before every enforce-mode call; raises (LeaseLost) when this process must
+    # not act, e.g. a standby controller's lease ran out (controller.service.lease).
+    guard: Optional[Callable[[], None]] = None
 
     def call(self, lever: str, job_id: str, *args) -> LeverResult:
         """Run ``backend.<lever>(job_id, *args)`` in enforce mode; describe it otherwise.
@@ -39,6 +43,8 @@ class LeverExecutor:
                 self.would.append(text)
                 log.info("shadow: would %s", text)
             return LeverResult(False, f"{self.mode}: would {text}")
+        if self.guard is not None:
+            self.guard()
         try:
             getattr(self.backend, lever)(job_id, *args)
         except BackendUnavailable:
@@ -57,6 +63,8 @@ class LeverExecutor:
                 self.would.append(text)
                 log.info("shadow: would %s: %s", text, factors)
             return LeverResult(False, f"{self.mode}: would {text}")
+        if self.guard is not None:
+            self.guard()
         try:
             self.backend.set_site_factors(factors)
         except BackendUnavailable:

@@ -80,16 +80,24 @@ class Preemptions:
             if job.restart_count > pending.restart_count or job.state == "PENDING":
                 # Requeued, but the process that did it died before recording it:
                 # count the preemption now, so preempt_max_per_job still holds.
-                if self.store.finish_preemption(cfg.cluster, pending.job_id, "requeued", now):
-                    self.accounts.count_preemption(job.job_id)
+                self._close_requeued(job.job_id, now)
                 continue
             if job.state == "RUNNING" and now >= pending.signalled_at_s + cfg.preempt_grace_s:
                 outcome = self.executor.call("requeue", job.job_id)
                 if outcome.applied:
                     self.accounts.stopped_at[job.job_id] = now
-                    self.store.finish_preemption(cfg.cluster, job.job_id, "requeued", now)
-                    self.accounts.count_preemption(job.job_id)
+                    self._close_requeued(job.job_id, now)
                 report.applied.append({"decision_id": f"r{report.round_id}.requeue", "job_id": job.job_id,
                                        "kind": "requeue", "applied": outcome.applied,
                                        "reason": f"grace period of {cfg.preempt_grace_s:g}s over",
                                        "detail": outcome.detail})
+
+    def _close_requeued(self, job_id: str, now: float) -> None:
+        """Close the preemption and count it in the job's record in one transaction,
+        so preempt_max_per_job holds across a crash right after."""
+        with self.store.transaction():
+            if self.store.finish_preemption(self.config.cluster, job_id, "requeued", now):
+                self.accounts.count_preemption(job_id)
+                record = self.accounts.records.get(job_id)
+                if record is not None:
+                    self.store.save_jobs(self.config.cluster, [record])

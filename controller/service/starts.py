@@ -16,14 +16,17 @@ from controller.service.report import RoundReport, entry
 
 
 class Starts:
-    """``pins``: job id -> expiry (epoch s) of the ReqNodeList this process set;
-    ``site_factors_set``: job id -> the SiteFactor last set (sent again only on change)."""
+    """``pins``: job id -> expiry (epoch s) of the ReqNodeList this controller set, kept
+    in the store (written before the pin is set) so that a restarted or standby
+    controller still clears it; ``site_factors_set``: job id -> the SiteFactor last
+    set (sent again only on change)."""
 
     def __init__(self, config: Config, executor: LeverExecutor, accounts: Accounts):
         self.config = config
         self.executor = executor
         self.accounts = accounts
-        self.pins: dict[str, float] = {}
+        self.store = accounts.store
+        self.pins: dict[str, float] = self.store.load_pins(config.cluster)
         self.site_factors_set: dict[str, int] = {}
 
     def apply(self, plan: Plan, observed: dict[str, ObservedJob], now: float, report: RoundReport) -> None:
@@ -42,10 +45,15 @@ class Starts:
             nodes = sorted(node for node, _ in action.placement if node != COUNT_NODE)
             sensitive = cfg.placement == "consolidate" and self.accounts.records[job.job_id].skew > cfg.pack_limit
             if sensitive and nodes and sorted(job.required_nodes) != nodes:
+                enforce = cfg.mode == "enforce"
+                if enforce:
+                    self.store.set_pin(cfg.cluster, job.job_id, now + cfg.pin_expiry_s)
                 outcome = self.executor.call("pin_nodes", job.job_id, nodes)
                 details.append(outcome.detail)
                 if outcome.applied:
                     self.pins[job.job_id] = now + cfg.pin_expiry_s
+                elif enforce and job.job_id not in self.pins:
+                    self.store.clear_pin(cfg.cluster, job.job_id)
             if job.reason == "BeginTime" and job.restart_count > 0:
                 # Not at once: slurmd refuses to relaunch a job whose previous run it is
                 # still tearing down (epilog) and the job then FAILS ("already killed").
@@ -56,14 +64,20 @@ class Starts:
                     details.append(f"BeginTime kept {cfg.requeue_settle_s - (now - stopped):.0f}s more: "
                                    "the previous run is still being torn down")
             report.applied.append(entry(action, applied=cfg.mode == "enforce", detail="; ".join(details)))
-        # 3. expired pins
+        # 3. expired pins: cleared once the job waits past the expiry (a requeued job
+        # must not keep the nodes it was pinned to); forgotten when the job is gone.
         for job_id, expiry in list(self.pins.items()):
             job = observed.get(job_id)
-            if job is None or job.state != "PENDING":
-                self.pins.pop(job_id)
-            elif now >= expiry:
+            if job is None or job.state not in ("PENDING", "RUNNING", "REQUEUED", "COMPLETING", "CONFIGURING"):
+                self._drop_pin(job_id)
+            elif job.state == "PENDING" and now >= expiry:
                 self.executor.call("pin_nodes", job_id, [])
-                self.pins.pop(job_id)
+                self._drop_pin(job_id)
+
+    def _drop_pin(self, job_id: str) -> None:
+        self.pins.pop(job_id, None)
+        if self.config.mode == "enforce":
+            self.store.clear_pin(self.config.cluster, job_id)
 
     def site_factors(self, plan: Plan, observed: dict[str, ObservedJob]) -> dict[str, int]:
         """Pending jobs only: band (K - level) x width, minus the rank inside the level."""
@@ -82,5 +96,4 @@ class Starts:
         return factors
 
     def forget(self, job_id: str) -> None:
-        self.pins.pop(job_id, None)
         self.site_factors_set.pop(job_id, None)

@@ -2,13 +2,19 @@
 samples, the decision log, open preemptions, collected usage records, round ids.
 
 One ``Store`` wraps one SQLAlchemy engine (SQLite by default, PostgreSQL works
-too). Every public method runs in its own transaction, so a crash or a lock never
-leaves half a round written. Units: times are epoch seconds, service GPU-seconds.
+too). Every public method runs in its own transaction, or in the caller's when it
+is inside ``with store.transaction():`` (the controller's round bookkeeping), so a
+crash or a lock never leaves half a round written. With ``fence`` set (a standby
+pair on PostgreSQL, see controller.service.lease), every transaction first checks,
+holding the lease row's lock, that this process still holds the lease at its epoch:
+a deposed leader's writes are refused (``LeaseLost``). Units: times are epoch
+seconds, service GPU-seconds.
 """
 from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
@@ -35,6 +41,19 @@ class StoreError(RuntimeError):
 
 class StoreBusy(StoreError):
     """Another process held the database lock for longer than the busy timeout."""
+
+
+class LeaseLost(StoreError):
+    """This process no longer holds the controller lease: nothing was written."""
+
+
+@dataclass(frozen=True)
+class Fence:
+    """The lease this process must still hold for its writes to commit."""
+
+    cluster: str
+    holder: str
+    epoch: int
 
 
 metadata = MetaData()
@@ -129,6 +148,26 @@ round_counters = Table(
     Column("last_round_id", Integer, nullable=False),
 )
 
+# The controller lease of a standby pair: one row per cluster. ``epoch`` grows by one
+# at every change of holder; ``expires_s`` is on the database's clock, so the hosts'
+# clocks never have to agree.
+leases = Table(
+    "leases", metadata,
+    Column("cluster", String(128), primary_key=True),
+    Column("holder", String(256), nullable=False),
+    Column("epoch", Integer, nullable=False),
+    Column("expires_s", Float, nullable=False),
+)
+
+# ReqNodeList pins this controller set, with their expiry, so that a restarted or
+# standby controller still clears them (written before the pin is set).
+pins = Table(
+    "pins", metadata,
+    Column("cluster", String(128), primary_key=True),
+    Column("job_id", String(128), primary_key=True),
+    Column("expires_s", Float, nullable=False),
+)
+
 
 @dataclass
 class JobRecord:
@@ -218,6 +257,8 @@ class Store:
             raise InputError(f"store url {self.name}: {_one_line(exc)}") from None
         if self.is_sqlite:
             event.listen(self.engine, "connect", _sqlite_on_connect)
+        self.fence: Optional[Fence] = None
+        self._bound = threading.local()  # .conn: the open transaction of transaction()
         self._open()
 
     # -- lifecycle ---------------------------------------------------------------
@@ -257,10 +298,30 @@ class Store:
         self.close()
 
     @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """Every store call inside the block joins one transaction: all or nothing."""
+        if getattr(self._bound, "conn", None) is not None:
+            yield  # already inside one
+            return
+        with self._tx() as conn:
+            self._bound.conn = conn
+            try:
+                yield
+            finally:
+                self._bound.conn = None
+
+    @contextmanager
     def _tx(self) -> Iterator[Connection]:
-        """One transaction; database errors become one-line StoreBusy/StoreError."""
+        """One transaction (or the open one of ``transaction()``); database errors
+        become one-line StoreBusy/StoreError; a lost lease is LeaseLost."""
+        bound = getattr(self._bound, "conn", None)
+        if bound is not None:
+            yield bound
+            return
         try:
             with self.engine.begin() as conn:
+                if self.fence is not None:
+                    self._check_fence(conn, self.fence)
                 yield conn
         except (InputError, StoreError):
             raise
@@ -428,8 +489,84 @@ class Store:
                 select(round_counters.c.last_round_id).where(round_counters.c.cluster == cluster)
             ).scalar_one())
 
+    # -- controller lease (standby pair) --------------------------------------------------
+
+    def hold_lease(self, cluster: str, holder: str, ttl_s: float, epoch: Optional[int]) -> Optional[int]:
+        """Take or renew the controller lease of ``cluster`` for ``ttl_s`` seconds.
+
+        Renewed when ``holder`` holds it at ``epoch`` (even just expired: nobody wrote
+        since); taken with epoch + 1 when it expired or was released; None while
+        another holder's lease runs. Returns the epoch now held. Never fenced.
+        """
+        fence, self.fence = self.fence, None
+        try:
+            with self._tx() as conn:
+                now = _db_now(conn)
+                row = conn.execute(select(leases).where(leases.c.cluster == cluster).with_for_update()).first()
+                if row is None:
+                    _insert_ignore(conn, leases, [{"cluster": cluster, "holder": holder, "epoch": 1,
+                                                   "expires_s": now + ttl_s}], ["cluster"])
+                    row = conn.execute(select(leases).where(leases.c.cluster == cluster).with_for_update()).first()
+                    return 1 if row.holder == holder else None
+                if row.holder == holder and row.epoch == epoch:
+                    conn.execute(update(leases).where(leases.c.cluster == cluster).values(expires_s=now + ttl_s))
+                    return int(epoch)
+                if row.expires_s > now:
+                    return None
+                conn.execute(update(leases).where(leases.c.cluster == cluster)
+                             .values(holder=holder, epoch=row.epoch + 1, expires_s=now + ttl_s))
+                return int(row.epoch) + 1
+        finally:
+            self.fence = fence
+
+    def release_lease(self, cluster: str, holder: str, epoch: int) -> None:
+        """End the lease now (a clean shutdown), so the standby need not wait out the TTL."""
+        with self._tx() as conn:
+            conn.execute(update(leases).where(leases.c.cluster == cluster, leases.c.holder == holder,
+                                              leases.c.epoch == epoch).values(expires_s=0.0))
+
+    def lease(self, cluster: str) -> Optional[dict]:
+        """The lease row of ``cluster`` (holder, epoch, expires_s) or None."""
+        with self._tx() as conn:
+            row = conn.execute(select(leases).where(leases.c.cluster == cluster)).mappings().first()
+        return dict(row) if row is not None else None
+
+    @staticmethod
+    def _check_fence(conn: Connection, fence: Fence) -> None:
+        # FOR UPDATE: a takeover (hold_lease) waits for this transaction to end, so a
+        # write that passed this check commits before any newer epoch exists.
+        row = conn.execute(select(leases.c.holder, leases.c.epoch).where(leases.c.cluster == fence.cluster)
+                           .with_for_update()).first()
+        if row is None or row.holder != fence.holder or row.epoch != fence.epoch:
+            held = f"{row.holder} epoch {row.epoch}" if row is not None else "nobody"
+            raise LeaseLost(f"lease of cluster {fence.cluster} lost (epoch {fence.epoch}; now {held}): "
+                            "nothing written")
+
+    # -- pins -------------------------------------------------------------------------------
+
+    def set_pin(self, cluster: str, job_id: str, expires_s: float) -> None:
+        with self._tx() as conn:
+            _upsert(conn, pins, [{"cluster": cluster, "job_id": str(job_id), "expires_s": float(expires_s)}],
+                    ["cluster", "job_id"], ["expires_s"])
+
+    def clear_pin(self, cluster: str, job_id: str) -> None:
+        with self._tx() as conn:
+            conn.execute(pins.delete().where(pins.c.cluster == cluster, pins.c.job_id == str(job_id)))
+
+    def load_pins(self, cluster: str) -> dict[str, float]:
+        """Job id -> expiry (epoch s) of the pins this controller set and has not cleared."""
+        with self._tx() as conn:
+            return {r.job_id: float(r.expires_s) for r in conn.execute(select(pins).where(pins.c.cluster == cluster))}
+
 
 # -- helpers ------------------------------------------------------------------------------
+
+
+def _db_now(conn: Connection) -> float:
+    """The database server's clock, epoch seconds (one clock for every lease holder)."""
+    if conn.dialect.name == "postgresql":
+        return float(conn.exec_driver_sql("SELECT extract(epoch FROM clock_timestamp())").scalar_one())
+    return float(conn.exec_driver_sql("SELECT (julianday('now') - 2440587.5) * 86400.0").scalar_one())
 
 
 def _sqlite_on_connect(dbapi_conn: Any, _record: Any) -> None:
