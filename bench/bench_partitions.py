@@ -121,14 +121,18 @@ def timing_problem(n_jobs: int, seed: int) -> AllocationProblem:
 def _ab_against(path: str, problem: AllocationProblem, prio, cfg: EvoConfig, repeat: int) -> dict:
     """Median seconds of this allocator and of another version of it as a single module (the
     allocator before it was split into controller/partitions/*.py, e.g.
-    ``git show f797465:controller/partitions/allocator.py > old.py``), runs alternating."""
+    ``git show f797465:controller/partitions/allocator.py > old.py``, or session 1's
+    ``git show 471a277:controller/allocator.py``), runs alternating."""
     import statistics
     import types
 
     source = Path(path).read_text()
-    # single-module allocators took their Partition types from the synthetic generator;
-    # those types live in the partitions package's model now (same fields)
-    source = source.replace("from controller.replay.synthetic import", "from controller.partitions.model import")
+    # older single-module allocators import from where things lived then: InputError from
+    # the flat package's model, Partition types from the synthetic generator (same fields)
+    for then, now in (("controller.model", "controller.core.model"),
+                      ("controller.synthetic", "controller.partitions.model"),
+                      ("controller.replay.synthetic", "controller.partitions.model")):
+        source = source.replace(f"from {then} import", f"from {now} import")
     other = types.ModuleType("allocator_baseline")
     other.__file__ = path
     sys.modules["allocator_baseline"] = other  # dataclasses look their module up

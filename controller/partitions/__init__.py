@@ -3,9 +3,9 @@
 The allocator, one concept per module (import from these modules directly; there is
 no facade module and this package re-exports nothing):
 
-- ``model``: the data of one round (``Partition``, ``JobTable``, ``RunningJob``,
-  ``AllocationProblem``), its result (``Allocation``), ``Objective`` and the
-  priority order.
+- ``model``: the data (``Partition``, ``PartitionInstance``; of one round
+  ``JobTable``, ``RunningJob``, ``AllocationProblem``), the result (``Allocation``),
+  ``Objective`` and the priority order.
 - ``timeline``: free GPUs per node over time, layer 2's state.
 - ``layer2``: the exact plan of one partition, and the objective of an assignment.
 - ``exact``: EVO's exact fitness, cached and incremental layer 2.
@@ -14,6 +14,7 @@ no facade module and this package re-exports nothing):
 - ``evo``: the evolutionary search (``EvoConfig``, ``allocate_evo``) and its operators.
 - ``local_search``: exact single-job moves after the search.
 - ``snapshot``: allocation problems from a multi-partition instance.
+- ``instances``: the spec's seeded synthetic multi-partition instance.
 
 Around it: ``learner`` (genetic programming of the priority function), ``moves``
 (the allocator applied to pending Slurm jobs) and ``priority_file``.

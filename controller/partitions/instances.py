@@ -2,8 +2,8 @@
 of 10-100 nodes x 8 GPUs, 10 x N_p arrivals per partition at a rate drawn uniformly
 in [lambda_min, lambda_max], jobs of the published types (``controller.core.job_types``).
 
-Everything is drawn from ``numpy.random.Generator(PCG64(seed))`` in a fixed order,
-so a seed fully determines the output (same numpy version).
+One ``PCG64(seed)`` stream, read partition by partition (its nodes, its rate, then
+``draw_jobs``): the seed alone fixes the instance, for a given numpy version.
 """
 from __future__ import annotations
 
