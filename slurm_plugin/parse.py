@@ -143,24 +143,43 @@ class SlurmNode:
 _HOSTLIST_EMPTY = {"", "(null)", "none assigned", "n/a", "none"}
 
 
-def expand_hostlist(hostlist: str | None) -> list[str]:
+# A hostlist from Slurm names real nodes; the largest clusters have tens of thousands.
+# More than this is a malformed or hostile value (gpu[1-99999999] would be GBs of names):
+# refused before anything is expanded.
+MAX_HOSTLIST_NAMES = 100_000
+
+
+def expand_hostlist(hostlist: str | None, max_names: int = MAX_HOSTLIST_NAMES) -> list[str]:
     """Expand a Slurm hostlist such as ``gpu[1-3,5],login01`` into names.
 
     Zero padding follows the range bound (``n[01-03]`` -> n01 n02 n03); several
     bracket groups in one name give their product. Empty/``(null)``/``None
-    assigned`` give ``[]``. Raises SlurmParseError on an unbalanced bracket or a
-    bad range.
+    assigned`` give ``[]``. Raises SlurmParseError on an unbalanced bracket, a
+    bad range, or more than ``max_names`` names (counted before expanding).
+
+    Hand-written rather than python-hostlist: that module is GPL-2.0-or-later and
+    this project is Apache-2.0; ClusterShell (LGPL) expands a range eagerly and
+    has no bound (it was killed for memory on gpu[1-99999999]). python-hostlist is
+    1.2-1.45x faster per call, a few microseconds (bench/bench_hostlist.py).
     """
     if hostlist is None:
         return []
     text = hostlist.strip()
     if text.lower() in _HOSTLIST_EMPTY:
         return []
+    items = [_parse_host_item(item, hostlist) for item in _split_top_level(text, "hostlist") if item]
+    total = sum(_count_names(item) for item in items)
+    if total > max_names:
+        raise SlurmParseError(f"hostlist: {total:,} names in {_clip(hostlist)!r} is more than the limit of "
+                              f"{max_names:,}")
     names: list[str] = []
-    for item in _split_top_level(text, "hostlist"):
-        if item:
-            names.extend(_expand_host_item(item, hostlist))
+    for item in items:
+        names.extend(_expand_parsed(item))
     return names
+
+
+def _clip(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _split_top_level(text: str, what: str) -> list[str]:
@@ -182,32 +201,57 @@ def _split_top_level(text: str, what: str) -> list[str]:
     return [p.strip() for p in parts]
 
 
-def _expand_host_item(item: str, whole: str) -> list[str]:
-    open_at = item.find("[")
-    if open_at < 0:
-        if "]" in item:
-            raise SlurmParseError(f"hostlist: unbalanced ']' in {whole!r}")
-        return [item]
-    close_at = item.find("]", open_at)
-    if close_at < 0:
-        raise SlurmParseError(f"hostlist: unbalanced '[' in {whole!r}")
-    prefix, body, rest = item[:open_at], item[open_at + 1:close_at], item[close_at + 1:]
-    suffixes = _expand_host_item(rest, whole) if rest else [""]
-    out = []
-    for part in body.split(","):
-        part = part.strip()
-        m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
-        if not m:
-            raise SlurmParseError(f"hostlist: bad range {part!r} in {whole!r}")
-        lo_text, hi_text = m.group(1), m.group(2) or m.group(1)
-        lo, hi = int(lo_text), int(hi_text)
-        if hi < lo:
-            raise SlurmParseError(f"hostlist: descending range {part!r} in {whole!r}")
-        width = len(lo_text) if lo_text.startswith("0") or len(lo_text) == len(hi_text) else 0
-        for n in range(lo, hi + 1):
-            for suffix in suffixes:
-                out.append(f"{prefix}{n:0{width}d}{suffix}")
-    return out
+# One host item parsed: a list of (literal text, ranges) groups, where ranges is a
+# list of (low, high, zero-pad width) and the last group's ranges are empty.
+_HostItem = list[tuple[str, list[tuple[int, int, int]]]]
+
+
+def _parse_host_item(item: str, whole: str) -> _HostItem:
+    groups: _HostItem = []
+    rest = item
+    while True:
+        open_at = rest.find("[")
+        if open_at < 0:
+            if "]" in rest:
+                raise SlurmParseError(f"hostlist: unbalanced ']' in {_clip(whole)!r}")
+            groups.append((rest, []))
+            return groups
+        close_at = rest.find("]", open_at)
+        if close_at < 0:
+            raise SlurmParseError(f"hostlist: unbalanced '[' in {_clip(whole)!r}")
+        ranges = []
+        for part in rest[open_at + 1:close_at].split(","):
+            part = part.strip()
+            m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+            if not m:
+                raise SlurmParseError(f"hostlist: bad range {part!r} in {_clip(whole)!r}")
+            lo_text, hi_text = m.group(1), m.group(2) or m.group(1)
+            lo, hi = int(lo_text), int(hi_text)
+            if hi < lo:
+                raise SlurmParseError(f"hostlist: descending range {part!r} in {_clip(whole)!r}")
+            width = len(lo_text) if lo_text.startswith("0") or len(lo_text) == len(hi_text) else 0
+            ranges.append((lo, hi, width))
+        groups.append((rest[:open_at], ranges))
+        rest = rest[close_at + 1:]
+
+
+def _count_names(item: _HostItem) -> int:
+    count = 1
+    for _, ranges in item:
+        if ranges:
+            count *= sum(hi - lo + 1 for lo, hi, _ in ranges)
+    return count
+
+
+def _expand_parsed(item: _HostItem) -> list[str]:
+    names = [""]
+    for literal, ranges in item:
+        if not ranges:
+            names = [name + literal for name in names]
+            continue
+        numbers = [f"{n:0{width}d}" for lo, hi, width in ranges for n in range(lo, hi + 1)]
+        names = [name + literal + number for name in names for number in numbers]
+    return names
 
 
 def gres_counts(spec: str | None, *, field_name: str = "gres") -> dict[str, int]:

@@ -285,6 +285,28 @@ def test_expand_hostlist(text, expected):
     assert expand_hostlist(text) == expected
 
 
+@pytest.mark.parametrize("text", ["gpu[1-99999999]", "a[1-1000]b[1-1000]", "x[1-60000],y[1-60000]",
+                                  "n[0-" + "9" * 40 + "]"])
+def test_expand_hostlist_refuses_huge_lists_before_expanding(text):
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        with pytest.raises(SlurmParseError, match=r"hostlist: [\d,]+ names in .* more than the limit of 100,000"):
+            expand_hostlist(text)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1_000_000  # bytes: nothing was expanded
+
+
+def test_expand_hostlist_limit_is_inclusive():
+    assert len(expand_hostlist("n[1-100000]")) == 100_000
+    assert expand_hostlist("n[1-3]", max_names=3) == ["n1", "n2", "n3"]
+    with pytest.raises(SlurmParseError, match="limit of 2"):
+        expand_hostlist("n[1-3]", max_names=2)
+
+
 @pytest.mark.parametrize("text", ["gpu[1-3", "gpu1-3]", "gpu[a-b]", "gpu[5-2]"])
 def test_expand_hostlist_malformed(text):
     with pytest.raises(SlurmParseError, match="hostlist"):
