@@ -27,8 +27,11 @@ DEFAULT_INSTANCE = "tiresiastest"
 # A job that does WORK seconds of "work" (one sleep per second), checkpoints the
 # count after every second (temp file + rename, so a kill never leaves half a
 # file), resumes from the checkpoint on restart, logs the checkpoint signal and
-# exits on TERM (what `scontrol requeue` sends) so the job can be requeued.
+# exits on TERM (what `scontrol requeue` sends) so the job can be requeued. It traps
+# USR1 in the batch shell, so it declares B:USR1 (the preemption contract: only jobs
+# that declare their checkpoint signal are preempted).
 JOB_SCRIPT = r"""#!/bin/bash
+#SBATCH --signal=B:USR1@60
 WORK=${1:?work seconds}
 CKPT="$PWD/ckpt.$SLURM_JOB_ID"
 done_s=0

@@ -389,8 +389,12 @@ class SlurmBackend:
         self._lever(["scontrol", "update", f"JobId={job_id}", f"ReqNodeList={','.join(names)}"],
                     f"pin job {job_id} to [{','.join(names)}]")
 
-    def signal(self, job_id: str, signal_name: str) -> None:
-        """Deliver a signal to the job's batch shell only (the checkpoint request)."""
+    def signal(self, job_id: str, signal_name: str, batch_only: bool = True) -> None:
+        """Deliver the checkpoint signal the way Slurm delivers a job's ``--signal``:
+        ``batch_only`` (``B:``) to the batch shell (``scancel --batch``), otherwise to
+        every step but not the batch shell (plain ``scancel --signal``), so a batch
+        script that traps nothing is not killed by a signal meant for its ``srun``
+        tasks."""
         job_id = _check_job_id(job_id)
         if not isinstance(signal_name, str) or not _SIGNAL_RE.fullmatch(signal_name):
             raise ValueError(f"invalid signal name {signal_name!r}: expected e.g. USR1, SIGTERM or 10")
@@ -408,8 +412,21 @@ class SlurmBackend:
         if "RUNNING" not in states:
             raise LeverFailed(f"signal {signal_name} to job {job_id}: job is "
                               f"{','.join(sorted(states)) or 'not listed'}, not RUNNING; nothing sent")
-        self._lever(["scancel", f"--signal={signal_name}", "--batch", job_id],
-                    f"signal {signal_name} to job {job_id}")
+        argv = ["scancel", f"--signal={signal_name}", *(["--batch"] if batch_only else []), job_id]
+        self._lever(argv, f"signal {signal_name} to job {job_id}")
+
+    def batch_script(self, job_id: str) -> str:
+        """The job's batch script (``scontrol write batch_script JOB -``): its #SBATCH
+        lines are where Slurm 22.05 keeps a job's ``--signal`` visible."""
+        job_id = _check_job_id(job_id)
+        argv = ["scontrol", "write", "batch_script", job_id, "-"]
+        result = self._run(argv)
+        if result.returncode != 0:
+            message = _one_line(result.stderr) or f"exit status {result.returncode}"
+            if self._unreachable(result):
+                raise BackendUnavailable(f"batch script of job {job_id}: slurmctld unreachable: {message}")
+            raise LeverFailed(f"batch script of job {job_id}: {' '.join(argv)} failed: {message}")
+        return result.stdout
 
     def requeue(self, job_id: str) -> None:
         """Requeue a running batch job (needs Requeue=1); it comes back PENDING."""

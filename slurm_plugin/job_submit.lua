@@ -3,10 +3,12 @@ job_submit/lua plugin for tiresias-slurm (install as /etc/slurm/job_submit.lua a
 set JobSubmitPlugins=lua; see slurm.conf.fragment).
 
 Two things happen at submission, nothing at modification:
-  1. GPU jobs are made requeueable. The controller preempts by
-     "scancel --signal=USR1 --batch" then "scontrol requeue", and Slurm only
-     requeues jobs with Requeue=1. Doing it here saves one scontrol call per
-     job per preemption and works when JobRequeue=0 is the cluster default.
+  1. GPU jobs that did not say otherwise are made requeueable (Slurm only
+     requeues jobs with Requeue=1; this works when JobRequeue=0 is the cluster
+     default). An explicit "sbatch --no-requeue" is always kept: the controller
+     never preempts such a job. Being requeueable is not enough to be preempted:
+     the job must also declare its checkpoint signal (#SBATCH --signal=...) or
+     opt in with --comment=tiresias:preemptable (see README, "Preemption contract").
   2. A skew hint in the job comment, "tiresias:skew=0.73" (share of the model in
      its largest tensor, 0..1, used for consolidated placement), is checked so
      that a typo is refused at sbatch time instead of being ignored later.
@@ -14,11 +16,8 @@ Everything else passes through unchanged.
 --]]
 
 -- Site policy -------------------------------------------------------------
--- Make every job that asks for GPUs requeueable.
+-- Make every job that asks for GPUs requeueable unless it said --no-requeue.
 REQUEUE_GPU_JOBS = true
--- Keep an explicit "sbatch --no-requeue" (job_desc.requeue == 0). When false the
--- plugin overrides it: the controller cannot preempt a job that refuses requeue.
-RESPECT_USER_NO_REQUEUE = false
 -- Refuse submissions whose comment carries a malformed tiresias:skew= hint.
 VALIDATE_SKEW_HINT = true
 -----------------------------------------------------------------------------
@@ -68,10 +67,9 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
 			return slurm.ERROR
 		end
 	end
-	if REQUEUE_GPU_JOBS and requests_gpus(job_desc) then
-		if not (RESPECT_USER_NO_REQUEUE and job_desc.requeue == 0) then
-			job_desc.requeue = 1
-		end
+	-- requeue is 0 after an explicit --no-requeue: never overridden
+	if REQUEUE_GPU_JOBS and requests_gpus(job_desc) and job_desc.requeue ~= 0 then
+		job_desc.requeue = 1
 	end
 	return slurm.SUCCESS
 end

@@ -38,11 +38,13 @@ class ScriptedBackend:
             self.calls.append((lever, *args))
         return record
 
-    def add(self, job_id, gpus, state="PENDING", start=None, nodes=(), restarts=0, comment="", reason="Priority"):
+    def add(self, job_id, gpus, state="PENDING", start=None, nodes=(), restarts=0, comment="", reason="Priority",
+            signal="B:USR1@60", requeueable=True):
+        """A job as sbatch --requeue --signal=B:USR1@60 would give it (preemptable) unless told otherwise."""
         self.jobs[job_id] = ObservedJob(job_id=job_id, user="alice", partition="batch", state=state, reason=reason,
                                         gpus=gpus, gpus_by_node=tuple(nodes), submit_time_s=self.now,
-                                        start_time_s=start, restart_count=restarts, requeueable=True,
-                                        comment=comment)
+                                        start_time_s=start, restart_count=restarts, requeueable=requeueable,
+                                        comment=comment, signal=signal)
 
 
 @pytest.fixture
@@ -81,7 +83,7 @@ def test_preemption_is_signal_then_grace_then_requeue_once(store):
     backend.add("2", 4)
     c.run_round()
     levers = [call[0] for call in backend.calls]
-    assert ("signal", "1", "USR1") in backend.calls and "requeue" not in levers
+    assert ("signal", "1", "USR1", True) in backend.calls and "requeue" not in levers
     backend.now += 5
     c.run_round()
     assert "requeue" not in [call[0] for call in backend.calls]  # grace period not over
@@ -93,6 +95,31 @@ def test_preemption_is_signal_then_grace_then_requeue_once(store):
     decisions = store.decisions("default", job_id="1")
     assert {d["kind"] for d in decisions} >= {"preempt", "requeue"}
     assert all(d["reason"] for d in decisions)
+
+
+def test_job_outside_the_contract_is_never_signalled_and_the_plan_keeps_it(store):
+    backend = ScriptedBackend()
+    backend.add("1", 16, "RUNNING", start=0.0, nodes=[(f"gpu{i}", 4) for i in range(1, 5)], signal="")
+    c = controller(store, backend)
+    c.run_round()
+    backend.add("2", 4)
+    report = c.run_round()
+    assert [call for call in backend.calls if call[0] in ("signal", "requeue")] == []
+    assert not report.plan.of_kind("preempt")  # the plan knows: job 2 waits
+    assert ("batch_script", "1") in backend.calls  # read once to look for #SBATCH --signal
+
+
+def test_drained_node_never_causes_a_preemption(store):
+    backend = ScriptedBackend()
+    backend.add("1", 4, "RUNNING", start=0.0, nodes=[("gpu1", 4)])
+    backend.add("2", 12, "RUNNING", start=0.0, nodes=[("gpu2", 4), ("gpu3", 4), ("gpu4", 4)])
+    c = controller(store, backend)
+    c.run_round()
+    backend.nodes[0] = dataclasses.replace(backend.nodes[0], available=False)  # gpu1 draining, job 1 still on it
+    backend.now += 60
+    report = c.run_round()
+    assert not report.plan.of_kind("preempt") and not [call for call in backend.calls if call[0] == "signal"]
+    assert c.records["1"].attained_gpu_s == pytest.approx(4 * 1060)  # still accounted
 
 
 def test_pending_jobs_get_site_factor_bands_by_level_and_order(store):

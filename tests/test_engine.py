@@ -41,6 +41,21 @@ def test_dlas_new_job_preempts_demoted_job():
     assert plan.levels == {"j0": 1, "j1": 0}
 
 
+def test_non_preemptable_running_job_keeps_its_gpus_and_the_next_victim_yields():
+    import dataclasses
+    kept = job(0, 4, served=9000, running=True, first_start=0, placement=(("n0", 4),))
+    kept.spec = dataclasses.replace(kept.spec, preemptable=False)
+    victim = job(1, 4, served=5000, running=True, first_start=1, placement=(("n1", 4),))
+    new = job(2, 4, submit=10)
+    plan = Engine(EngineConfig(policy="dlas", thresholds_gpu_s=(3600,))).step(
+        Snapshot(10, [kept, victim, new], nodes(0, 0)))
+    # j0 is the lowest priority (most service) but cannot be preempted: j1 yields instead
+    assert kinds(plan) == [("preempt", "j1"), ("start", "j2")]
+    alone = Engine(EngineConfig(policy="dlas", thresholds_gpu_s=(3600,))).step(
+        Snapshot(10, [kept, job(2, 4, submit=10)], nodes(0)))
+    assert kinds(alone) == []  # nothing to preempt: the new job waits
+
+
 def placed(state, level, entry):
     state.queue_level, state.queue_entry = level, entry
     return state

@@ -72,6 +72,15 @@ def test_queue_empty_and_unavailable(tmp_path, monkeypatch, capsys):
     assert "Slurm did not answer" in capsys.readouterr().err
 
 
+def test_explain_says_why_a_running_job_is_not_preemptable(cluster, capsys):
+    config_file, backend = cluster
+    backend.add("1", 16, "RUNNING", start=0.0, nodes=[(f"gpu{i}", 4) for i in range(1, 5)], signal="")
+    assert main(["explain", "1", "--config", config_file]) == 0
+    out = capsys.readouterr().out
+    assert "preemption: not preemptable: declared no checkpoint signal" in out
+    assert "this round: keeps running" in out  # the plan does not preempt it either
+
+
 def test_explain_waiting_job(cluster, capsys):
     config_file, backend = cluster
     backend.now += 30  # job 2 has waited; job 1 keeps running
@@ -90,7 +99,8 @@ def test_explain_running_job_shows_decisions_and_promotion(cluster, capsys):
     assert "job 1 (alice, batch, 16 GPUs): RUNNING in queue 2 of 2" in out
     assert "this round: preempt" in out
     assert "in the last queue" in out
-    assert "last decisions (newest first):" in out and "r2.1" in out and "would signal USR1" in out
+    assert "last decisions (newest first):" in out and "r2.1" in out and "would signal B:USR1" in out
+    assert "preemption: preemptable: signal B:USR1 (--signal), requeue after 30s" in out
 
 
 def test_explain_promotion_timing(cluster, capsys, monkeypatch):

@@ -1,8 +1,12 @@
 """controller.service.preemption on its own: the persisted signal -> grace -> requeue
-state machine, driven with a real SQLite store and a scripted backend."""
+state machine and the preemption contract (controller.service.contract), driven with
+a real SQLite store and a scripted backend."""
+import pytest
+
 from controller.core.plan import Plan, Preempt
 from controller.service.accounting import Accounts
 from controller.service.config import from_mapping
+from controller.service.contract import Contract, parse_signal_spec, signal_from_script
 from controller.service.executor import LeverExecutor
 from controller.service.preemption import Preemptions
 from controller.service.report import RoundReport
@@ -14,7 +18,8 @@ FULL = [(f"gpu{i}", 4) for i in range(1, 5)]
 def machine(store, backend, **settings):
     config = from_mapping({"mode": "enforce", "preempt_grace_s": 10, "preempt_min_runtime_s": 60, **settings})
     accounts = Accounts(store, "default")
-    return Preemptions(config, store, LeverExecutor(backend, config.mode), accounts), accounts
+    contract = Contract(config, backend)
+    return Preemptions(config, store, LeverExecutor(backend, config.mode), accounts, contract), accounts
 
 
 def round_(machine_, accounts, backend, victims=()):
@@ -32,11 +37,11 @@ def test_signal_then_requeue_after_grace_once_and_counted(store):
     backend.add("1", 16, "RUNNING", start=0.0, nodes=FULL)
     preemptions, accounts = machine(store, backend)
     report = round_(preemptions, accounts, backend, victims=["1"])
-    assert backend.calls == [("signal", "1", "USR1")] and preemptions.leaving() == {"1"}
+    assert backend.calls == [("signal", "1", "USR1", True)] and preemptions.leaving() == {"1"}
     assert report.applied[0]["applied"] and "requeue after 10s" in report.applied[0]["detail"]
     backend.now += 9
     round_(preemptions, accounts, backend, victims=["1"])  # planned again: not signalled twice
-    assert backend.calls == [("signal", "1", "USR1")]
+    assert backend.calls == [("signal", "1", "USR1", True)]
     backend.now += 1
     report = round_(preemptions, accounts, backend)
     assert backend.calls[-1] == ("requeue", "1") and report.applied[-1]["kind"] == "requeue"
@@ -74,4 +79,88 @@ def test_shadow_mode_opens_nothing_and_calls_nothing(store):
     preemptions, accounts = machine(store, backend, mode="shadow")
     report = round_(preemptions, accounts, backend, victims=["1"])
     assert backend.calls == [] and preemptions.leaving() == set()
-    assert "would signal USR1" in report.applied[0]["detail"]
+    assert "would signal B:USR1 (--signal)" in report.applied[0]["detail"]
+
+
+class FailingSignal(ScriptedBackend):
+    """scancel refuses (e.g. the job's steps are gone): every signal raises."""
+
+    def signal(self, job_id, name, batch_only):
+        self.calls.append(("signal", job_id, name, batch_only))
+        raise RuntimeError("scancel: error: Kill job error on job id 1: Invalid job id specified")
+
+
+def test_a_failed_signal_never_leads_to_a_requeue_and_is_given_up_after_the_attempts(store):
+    backend = FailingSignal()
+    backend.add("1", 16, "RUNNING", start=0.0, nodes=FULL)
+    preemptions, accounts = machine(store, backend, preempt_signal_attempts=2)
+    first = round_(preemptions, accounts, backend, victims=["1"])
+    assert "signal failed (1/2): not requeued" in first.applied[0]["detail"] and not first.applied[0]["applied"]
+    assert preemptions.leaving() == set()  # nothing opened: advance() has nothing to requeue
+    backend.now += 100
+    second = round_(preemptions, accounts, backend, victims=["1"])
+    assert "gave up" in second.applied[0]["detail"]
+    backend.now += 100
+    third = round_(preemptions, accounts, backend, victims=["1"])
+    assert "kept running: checkpoint signal failed 2 times" in third.applied[0]["detail"]
+    assert [c[0] for c in backend.calls] == ["signal", "signal"]  # never a requeue, no third try
+
+
+@pytest.mark.parametrize("signal, comment, requeueable, allowed, sent", [
+    ("B:USR1@90", "", True, True, ("USR1", True)),
+    ("USR2@60", "", True, True, ("USR2", False)),  # to the steps, not the batch shell
+    ("SIGUSR1", "", True, True, ("USR1", False)),
+    ("", "tiresias:preemptable", True, True, ("USR1", True)),
+    ("", "x tiresias:preemptable=USR2 y", True, True, ("USR2", False)),
+    ("", "", True, False, None),  # declared nothing: never signalled
+    ("B:USR1@90", "", False, False, None),  # --no-requeue is respected
+    ("KILL", "", True, False, None),  # cannot be trapped: no checkpoint possible
+])
+def test_contract_requeueable_and_declared(store, signal, comment, requeueable, allowed, sent):
+    backend = ScriptedBackend()
+    backend.add("1", 16, "RUNNING", start=0.0, nodes=FULL, signal=signal, comment=comment, requeueable=requeueable)
+    preemptions, accounts = machine(store, backend)
+    report = round_(preemptions, accounts, backend, victims=["1"])
+    signals = [c[2:] for c in backend.calls if c[0] == "signal"]
+    assert report.applied[0]["applied"] is allowed
+    assert signals == ([sent] if sent else [])
+    if not allowed:
+        assert "kept running" in report.applied[0]["detail"]
+
+
+def test_admin_may_widen_the_contract_to_requeue_undeclared_jobs_without_a_signal(store):
+    backend = ScriptedBackend()
+    backend.add("1", 16, "RUNNING", start=0.0, nodes=FULL, signal="")
+    preemptions, accounts = machine(store, backend, preempt_undeclared=True)
+    report = round_(preemptions, accounts, backend, victims=["1"])
+    assert "requeue without a signal" in report.applied[0]["detail"]
+    backend.now += 10
+    round_(preemptions, accounts, backend)
+    assert [c[0] for c in backend.calls] == ["batch_script", "requeue"]
+
+
+def test_signal_spec_and_script_parsing():
+    assert parse_signal_spec("B:USR1@90", "x")[0].batch_only
+    assert parse_signal_spec("10@5", "x")[0].name == "USR1"
+    assert "not [B:]SIG" in parse_signal_spec("USR1; rm -rf /", "x")[1]
+    script = "#!/bin/bash\n#SBATCH -J a --signal=B:USR1@90\n\n# comment\n#SBATCH --signal USR2@30\necho\n#SBATCH --signal=HUP\n"
+    assert signal_from_script(script) == "USR2@30"  # the last one before the first command
+    assert signal_from_script("#!/bin/sh\nsrun x\n") == ""
+
+
+def test_batch_script_is_read_once_per_running_job(store):
+    class ScriptBackend(ScriptedBackend):
+        def batch_script(self, job_id):
+            self.calls.append(("batch_script", job_id))
+            return "#!/bin/bash\n#SBATCH --signal=B:USR2@60\nsleep 100\n"
+
+    backend = ScriptBackend()
+    backend.add("1", 16, "RUNNING", start=0.0, nodes=FULL, signal="")
+    backend.add("2", 4, signal="")  # pending: not read
+    config = from_mapping({"mode": "enforce"})
+    contract = Contract(config, backend)
+    for _ in range(3):
+        for job in backend.observe().jobs:
+            contract.why_not(job)
+    assert backend.calls == [("batch_script", "1")]
+    assert contract.declared(backend.jobs["1"]).describe() == "B:USR2 (#SBATCH --signal)"

@@ -62,12 +62,26 @@ def run(args) -> int:
         return 1
     if view.store_note:
         print(f"tiresias explain: note: {view.store_note}", file=sys.stderr)
-    print("\n".join(explain_lines(job_id, observed, record, plan, observation, config, decisions)))
+    preemption = preemption_text(controller, observed) if observed is not None and observed.state == "RUNNING" else ""
+    print("\n".join(explain_lines(job_id, observed, record, plan, observation, config, decisions, preemption)))
     return 0
 
 
-def explain_lines(job_id, observed, record, plan, observation, config, decisions) -> list[str]:
-    """The explanation, one fact per line. Units: seconds, GPU-seconds."""
+def preemption_text(controller, observed) -> str:
+    """What the preemption contract (controller.service.contract) says of a running job."""
+    why_not = controller.contract.why_not(observed)
+    if why_not:
+        return f"preemption: not preemptable: {why_not}"
+    signal = controller.contract.declared(observed)
+    grace = controller.config.preempt_grace_s
+    if signal is None:
+        return "preemption: preemptable without a signal (preempt_undeclared): requeued, no checkpoint request"
+    return f"preemption: preemptable: signal {signal.describe()}, requeue after {grace:g}s"
+
+
+def explain_lines(job_id, observed, record, plan, observation, config, decisions, preemption: str = "") -> list[str]:
+    """The explanation, one fact per line. Units: seconds, GPU-seconds. ``preemption``:
+    the contract's line for a running job (preemption_text)."""
     lines: list[str] = []
     thresholds = config.queues_gpu_s
     levels = len(thresholds) + 1
@@ -95,6 +109,8 @@ def explain_lines(job_id, observed, record, plan, observation, config, decisions
     else:
         lines.extend(_planned_lines(job_id, observed, record, plan, observation, config))
 
+    if preemption:
+        lines.append("  " + preemption)
     if record is not None:
         lines.extend(_service_lines(record, thresholds, gpus, config.policy))
     if observed is not None and observed.state == "PENDING" and job_id in plan.order and record is not None:

@@ -127,12 +127,14 @@ class Engine:
         """The all-or-nothing walk with skipping (or head-of-line blocking for strict FIFO)."""
         walk = _Walk()
         free = capacity
-        if not self.policy.preemptive:
-            # Running jobs keep their GPUs; only what is left is handed out in order.
-            running = [job for job in ordered if job.running]
-            walk.selected.extend(running)
-            free -= sum(job.num_gpus for job in running)
-            ordered = [job for job in ordered if not job.running]
+        preemptive = self.policy.preemptive
+        kept = [job for job in ordered if job.running and not (preemptive and job.spec.preemptable)]
+        if kept:
+            # Running jobs that cannot be preempted keep their GPUs (all of them under a
+            # non-preemptive policy); only what is left is handed out in order.
+            walk.selected.extend(kept)
+            free -= sum(job.num_gpus for job in kept)
+            ordered = [job for job in ordered if not job.running or (preemptive and job.spec.preemptable)]
         for job in ordered:
             if walk.blocked_by is not None and not job.running:
                 continue

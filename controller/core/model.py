@@ -30,6 +30,7 @@ class JobSpec:
     partition: str = "default"
     user: str = ""
     model_name: str = ""
+    preemptable: bool = True  # False: once running, keeps its GPUs (no checkpoint contract)
 
 
 @dataclass

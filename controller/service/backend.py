@@ -40,6 +40,7 @@ class ObservedJob:
     required_nodes: tuple[str, ...] = ()
     excluded_nodes: tuple[str, ...] = ()
     mps: int = 0
+    signal: str = ""  # the job's --signal spec when the cluster manager reports it ("B:USR1@90"); '' unknown
 
 
 @dataclass
@@ -59,12 +60,14 @@ class Backend(Protocol):
     def pin_nodes(self, job_id: str, nodes: list[str]) -> None:
         """ReqNodeList= for a pending job; an empty list clears it."""
 
-    def signal(self, job_id: str, signal_name: str) -> None:
-        """Deliver a signal to the batch shell (the checkpoint request)."""
+    def signal(self, job_id: str, signal_name: str, batch_only: bool) -> None:
+        """Deliver the checkpoint signal: to the batch shell only, or to the job's
+        steps (not the batch shell), as Slurm delivers a job's --signal."""
 
     def requeue(self, job_id: str) -> None: ...
 
-    def make_requeueable(self, job_id: str) -> None: ...
+    def batch_script(self, job_id: str) -> str:
+        """The job's batch script (its #SBATCH lines declare --signal)."""
 
     def release_begin_time(self, job_id: str) -> None:
         """StartTime=now after a requeue, so the job may start at once."""

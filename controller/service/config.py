@@ -50,7 +50,8 @@ SCHEMA: tuple[Setting, ...] = (
     Setting("pin_expiry_s", "float", 300.0, "a ReqNodeList pin for consolidation is cleared after this long",
             minimum=1.0),
     Setting("site_factor_band", "int", 100000, "SiteFactor width of one queue level", minimum=10),
-    Setting("preempt_signal", "choice", "USR1", "checkpoint signal sent to the batch shell",
+    Setting("preempt_signal", "choice", "USR1", "checkpoint signal sent to the batch shell of a job that opted in "
+            "with --comment=tiresias:preemptable (a job's own --signal is sent as it says)",
             ("USR1", "USR2", "TERM", "INT", "HUP")),
     Setting("preempt_grace_s", "float", 30.0, "seconds between the checkpoint signal and the requeue", minimum=0.0),
     Setting("preempt_min_runtime_s", "float", 60.0, "never preempt a job that has run less than this",
@@ -58,7 +59,11 @@ SCHEMA: tuple[Setting, ...] = (
     Setting("preempt_max_per_job", "int", 10, "never preempt one job more often than this", minimum=0),
     Setting("requeue_settle_s", "float", 5.0, "after a requeue, wait this long before clearing the job's "
             "BeginTime hold (slurmd must finish tearing down the previous run first)", minimum=0.0),
-    Setting("make_requeueable", "bool", False, "set Requeue=1 on GPU jobs that lack it (site policy)"),
+    Setting("preempt_signal_attempts", "int", 3, "rounds in which a failed checkpoint signal is tried again "
+            "before the job is left alone (a job whose signal failed is never requeued)", minimum=1),
+    Setting("preempt_undeclared", "bool", False, "also preempt requeueable jobs that declared no checkpoint "
+            "signal: they are requeued without one and lose the work since their own last checkpoint "
+            "(widens the preemption contract; logged at start)"),
     Setting("service_refresh_s", "float", 300.0, "seconds between reloads of the learned service distribution",
             minimum=1.0),
     Setting("partition_moves", "bool", False, "move pending GPU jobs to another partition the user allowed "
@@ -117,7 +122,8 @@ class Config:
     preempt_min_runtime_s: float = 60.0
     preempt_max_per_job: int = 10
     requeue_settle_s: float = 5.0
-    make_requeueable: bool = False
+    preempt_signal_attempts: int = 3
+    preempt_undeclared: bool = False
     service_refresh_s: float = 300.0
     partition_moves: bool = False
     partition_allocator: str = "mct"

@@ -31,6 +31,7 @@ from controller.core.plan import Plan
 from controller.service.accounting import ACTIVE_STATES, UNSTARTABLE_REASONS, Accounts, numeric_id
 from controller.service.backend import Backend, BackendUnavailable, Observation, ObservedJob
 from controller.service.config import Config
+from controller.service.contract import Contract
 from controller.service.executor import LeverExecutor
 from controller.service.lease import Lease
 from controller.service.partition_moves import PartitionMover
@@ -69,6 +70,9 @@ class Controller:
         self.usage_collected_at = -math.inf
         self._usage_failing = False
         self._calls_mark: dict[str, int] = {}  # backend.commands_run when the current round began
+        if config.preempt_undeclared and config.mode != "observe":
+            log.warning("preempt_undeclared is on: requeueable jobs that declared no checkpoint signal are "
+                        "preempted too (requeued without a signal; they lose the work since their last checkpoint)")
 
     def _load_state(self) -> None:
         """(Re)build the per-job state from the store: at start, after a failed
@@ -77,7 +81,8 @@ class Controller:
         self.accounts = Accounts(store, config.cluster, self.metrics, self._log_once, gone_credit_s=config.poll_s)
         self.records = self.accounts.records  # job id -> JobRecord (the same dict)
         self.starts = Starts(config, self.executor, self.accounts)
-        self.preemptions = Preemptions(config, store, self.executor, self.accounts)
+        self.contract = Contract(config, self.backend, self._log_once)
+        self.preemptions = Preemptions(config, store, self.executor, self.accounts, self.contract)
         self.mover = PartitionMover(config, self.backend, store, self.executor, self.accounts, self._log_once)
         self.sharing = GpuSharing(config, self.executor, self._log_once)
         self._stale = False
@@ -203,6 +208,7 @@ class Controller:
         for job_id in self.accounts.forget_finished():
             self.starts.forget(job_id)
             self.mover.forget(job_id)
+            self.contract.forget(job_id)
         self._collect_usage(now)
         self.last_plan = plan
         self.last_observation = observation
@@ -236,20 +242,31 @@ class Controller:
     def _snapshot(self, observed: dict[str, ObservedJob], observation: Observation, now: float, round_id: int,
                   leaving: set[str], explain: bool = False) -> Snapshot:
         """The engine's input: active GPU jobs in submit order with their accounts, and
-        the capacity (available nodes' GPUs, less those held by jobs being preempted)."""
+        the capacity (available nodes' GPUs, less those held by jobs being preempted).
+
+        Running jobs on unavailable (drained, down) nodes are left out: their GPUs are
+        busy capacity that no plan can hand out, not demand that could push another
+        running job out. Running jobs outside the preemption contract keep their GPUs
+        (JobSpec.preemptable=False)."""
         jobs: list[JobState] = []
         held_gpus = 0
+        unavailable = {n.name for n in observation.nodes if not n.available}
         candidates = [j for j in observed.values() if j.state in ACTIVE_STATES]
         candidates.sort(key=lambda j: (j.submit_time_s or 0.0, numeric_id(j.job_id)))
         for index, job in enumerate(candidates):
             if job.state == "RUNNING" and job.job_id in leaving:
                 held_gpus += job.gpus  # being preempted: its GPUs are not free yet, nor plannable
                 continue
+            if job.state == "RUNNING" and unavailable and any(node in unavailable for node, _ in job.gpus_by_node):
+                # Its GPUs on available nodes (if it spans some) are busy too.
+                held_gpus += sum(gpus for node, gpus in job.gpus_by_node if node not in unavailable)
+                continue
             if job.state == "PENDING" and job.reason in UNSTARTABLE_REASONS:
                 continue
             record = self.records[job.job_id]
+            preemptable = job.state != "RUNNING" or not self.contract.why_not(job)
             spec = JobSpec(job.job_id, job.gpus, record.submit_time_s, None, skew=record.skew,
-                           partition=job.partition, user=job.user)
+                           partition=job.partition, user=job.user, preemptable=preemptable)
             jobs.append(JobState(
                 spec=spec, index=index, attained_gpu_s=record.attained_gpu_s,
                 queue_service_gpu_s=record.queue_service_gpu_s, executed_s=record.executed_s,

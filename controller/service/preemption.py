@@ -1,8 +1,13 @@
 """Preemption as a small persisted state machine: signal, grace period, requeue.
 
-A preemption is opened in the store when its signal is sent and closed when the job
-was requeued (or ended by itself), so a killed and restarted controller never
-requeues a job twice and still counts the preemption toward preempt_max_per_job.
+Only jobs the contract allows (controller.service.contract: requeueable and declared
+how they checkpoint) are touched. A preemption is opened in the store once its
+signal was delivered and closed when the job was requeued (or ended, or requeued
+itself), so a killed and restarted controller never requeues a job twice and still
+counts the preemption toward preempt_max_per_job. A signal that fails opens
+nothing: the job is not requeued; it is tried again in later rounds while the plan
+still wants it, up to preempt_signal_attempts, then left alone. (A crash between a
+delivered signal and its row can only repeat the signal, never skip it.)
 Only the enforce mode opens rows; shadow only says what it would do.
 """
 from __future__ import annotations
@@ -11,17 +16,20 @@ from controller.core.plan import Plan
 from controller.service.accounting import ACTIVE_STATES, TRANSIENT_STATES, Accounts
 from controller.service.backend import ObservedJob
 from controller.service.config import Config
+from controller.service.contract import Contract
 from controller.service.executor import LeverExecutor
 from controller.service.report import RoundReport, entry
 from controller.service.store import Store
 
 
 class Preemptions:
-    def __init__(self, config: Config, store: Store, executor: LeverExecutor, accounts: Accounts):
+    def __init__(self, config: Config, store: Store, executor: LeverExecutor, accounts: Accounts,
+                 contract: Contract):
         self.config = config
         self.store = store
         self.executor = executor
         self.accounts = accounts
+        self.contract = contract
 
     def leaving(self) -> set[str]:
         """Job ids signalled and not yet requeued: their GPUs are neither free nor plannable."""
@@ -30,10 +38,9 @@ class Preemptions:
     def protected(self, job: ObservedJob, now: float) -> str:
         """Why a running job must not be preempted now, or ''."""
         cfg = self.config
-        if not job.batch:
-            return "not a batch job"
-        if not job.requeueable and not cfg.make_requeueable:
-            return "not requeueable (Requeue=0)"
+        why_not = self.contract.why_not(job)
+        if why_not:
+            return why_not
         ran = now - job.start_time_s if job.start_time_s is not None else 0.0
         if ran < cfg.preempt_min_runtime_s:
             return f"ran {ran:.0f}s < preempt_min_runtime_s {cfg.preempt_min_runtime_s:g}"
@@ -45,27 +52,34 @@ class Preemptions:
     def begin(self, plan: Plan, observed: dict[str, ObservedJob], now: float, report: RoundReport) -> None:
         """Signal the plan's victims now; advance() requeues them after the grace period."""
         cfg = self.config
-        for action in plan.of_kind("preempt"):
+        victims = plan.of_kind("preempt")
+        in_progress = self.leaving() if victims and cfg.mode == "enforce" else set()
+        for action in victims:
             job = observed[action.job_id]
+            if job.job_id in in_progress:
+                continue  # signalled already (e.g. before a controller restart)
             why_not = self.protected(job, now)
             if why_not:
                 report.applied.append(entry(action, applied=False, detail=f"kept running: {why_not}"))
                 continue
+            signal = self.contract.declared(job)
+            how = (f"signal {signal.describe()}, requeue after {cfg.preempt_grace_s:g}s" if signal is not None
+                   else "requeue without a signal (preempt_undeclared)")
             if cfg.mode != "enforce":
-                self.executor.call("signal", job.job_id, cfg.preempt_signal)
+                if signal is not None:
+                    self.executor.call("signal", job.job_id, signal.name, signal.batch_only)
                 self.executor.call("requeue", job.job_id)
-                report.applied.append(entry(action, applied=False,
-                                            detail=f"{cfg.mode}: would signal {cfg.preempt_signal}, "
-                                                   f"requeue after {cfg.preempt_grace_s:g}s"))
+                report.applied.append(entry(action, applied=False, detail=f"{cfg.mode}: would {how}"))
                 continue
-            if not self.store.begin_preemption(cfg.cluster, job.job_id, now, job.restart_count):
-                continue  # already in progress (e.g. before a controller restart)
-            if not job.requeueable:
-                self.executor.call("make_requeueable", job.job_id)
-            outcome = self.executor.call("signal", job.job_id, cfg.preempt_signal)
-            report.applied.append(entry(action, applied=outcome.applied,
-                                        detail=f"signal {cfg.preempt_signal}; requeue after "
-                                               f"{cfg.preempt_grace_s:g}s" if outcome.applied else outcome.detail))
+            if signal is not None:
+                outcome = self.executor.call("signal", job.job_id, signal.name, signal.batch_only)
+                if not outcome.applied:
+                    report.applied.append(entry(action, applied=False,
+                                                detail=self.contract.signal_failed(job.job_id, outcome.detail)))
+                    continue
+            if self.store.begin_preemption(cfg.cluster, job.job_id, now, job.restart_count):
+                self.contract.signal_failures.pop(job.job_id, None)
+                report.applied.append(entry(action, applied=True, detail=how))
 
     def advance(self, observed: dict[str, ObservedJob], now: float, report: RoundReport) -> None:
         """Requeue signalled jobs whose grace period is over; close what resolved itself."""

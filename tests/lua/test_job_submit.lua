@@ -60,16 +60,11 @@ for _, case in ipairs({
 	check("GPU job via " .. case.field .. " gets requeue=1", desc.requeue == 1, "requeue=" .. tostring(desc.requeue))
 end
 
--- An explicit --no-requeue is overridden under the default policy.
+-- An explicit --no-requeue is always kept: such a job is never preempted.
 do
 	local desc = { tres_per_node = "gres:gpu:1", requeue = 0 }
 	submit(desc)
-	check("--no-requeue GPU job overridden by default policy", desc.requeue == 1, "requeue=" .. tostring(desc.requeue))
-	RESPECT_USER_NO_REQUEUE = true
-	desc = { tres_per_node = "gres:gpu:1", requeue = 0 }
-	submit(desc)
-	check("--no-requeue kept when RESPECT_USER_NO_REQUEUE", desc.requeue == 0, "requeue=" .. tostring(desc.requeue))
-	RESPECT_USER_NO_REQUEUE = false
+	check("--no-requeue GPU job keeps requeue=0", desc.requeue == 0, "requeue=" .. tostring(desc.requeue))
 	REQUEUE_GPU_JOBS = false
 	desc = { tres_per_node = "gres:gpu:1", requeue = NO_VAL16 }
 	submit(desc)

@@ -1,0 +1,184 @@
+"""The preemption contract: which running jobs may be preempted, and with which signal.
+
+A job is preemptable only when Slurm may requeue it (Requeue=1: never forced on a
+job submitted with --no-requeue) AND it said how it checkpoints, with a convention
+ML users already have:
+
+- its own ``--signal=[B:]SIG[@T]`` (the same spec Slurm uses to warn a job before its
+  time limit): sent the way Slurm sends it, ``B:`` to the batch shell only, otherwise
+  to the job's steps (``srun`` tasks) and not to the batch shell, so a batch script
+  that traps nothing is not killed by a signal meant for its training process;
+- or ``--comment=tiresias:preemptable`` (``preempt_signal``, default USR1, to the
+  batch shell, as prolog/checkpoint.sh expects), or ``tiresias:preemptable=SPEC``.
+
+Slurm 22.05 shows a job's ``--signal`` in neither ``squeue --json`` nor ``scontrol
+show job``, so the backend reads it from the batch script's ``#SBATCH`` lines
+(``scontrol write batch_script``), once per job when it is first seen running; a
+``--signal`` given only on the sbatch command line is invisible there (use the
+``#SBATCH`` line or the comment). An admin may widen the contract
+(``preempt_undeclared``): undeclared requeueable jobs are then requeued without a
+signal. Jobs outside the contract are never signalled and the plan keeps them
+running (JobSpec.preemptable).
+"""
+from __future__ import annotations
+
+import logging
+import re
+import shlex
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from controller.service.backend import Backend, BackendUnavailable, ObservedJob
+from controller.service.config import Config
+
+log = logging.getLogger("tiresias.controller")
+
+# Slurm's --signal=[{R}{B}:]<sig_num>[@sig_time]: a name (USR1, SIGUSR1) or a number.
+SIGNAL_SPEC = re.compile(r"(?:([RB]{1,2}):)?(?:SIG)?([A-Z][A-Z0-9]*|\d{1,2})(?:@(\d+))?")
+OPT_IN = re.compile(r"(?:^|[\s;,])tiresias:preemptable(?:=([^\s;,]*))?(?=$|[\s;,])")
+SIGNAL_NAMES = {"HUP", "INT", "QUIT", "ABRT", "KILL", "USR1", "USR2", "TERM", "ALRM", "CONT", "STOP", "TSTP",
+                "URG", "XCPU", "XFSZ", "VTALRM", "PROF", "WINCH", "IO", "PWR", "SYS", "TRAP", "BUS", "PIPE"}
+NUMBERED = {1: "HUP", 2: "INT", 3: "QUIT", 10: "USR1", 12: "USR2", 14: "ALRM", 15: "TERM"}
+
+
+@dataclass(frozen=True)
+class CheckpointSignal:
+    """``name``: e.g. "USR1"; ``batch_only``: to the batch shell (B:) rather than the
+    steps; ``source``: where it was declared, for logs and ``explain``."""
+
+    name: str
+    batch_only: bool
+    source: str
+
+    def describe(self) -> str:
+        return f"{'B:' if self.batch_only else ''}{self.name} ({self.source})"
+
+
+def parse_signal_spec(text: str, source: str) -> tuple[Optional[CheckpointSignal], str]:
+    """``"B:USR1@90"`` -> (CheckpointSignal("USR1", True, source), ""); garbage -> (None, why)."""
+    match = SIGNAL_SPEC.fullmatch((text or "").strip().upper())
+    if match is None:
+        return None, f"signal spec {text!r} is not [B:]SIG[@seconds]"
+    flags, name, _ = match.groups()
+    if name.isdigit():
+        if int(name) not in NUMBERED:
+            return None, f"signal number {name} in {text!r} is not one a job can trap for a checkpoint"
+        name = NUMBERED[int(name)]
+    if name not in SIGNAL_NAMES or name in ("KILL", "STOP"):
+        return None, f"signal {name!r} in {text!r} cannot be caught"
+    return CheckpointSignal(name, "B" in (flags or ""), source), ""
+
+
+def signal_from_script(script: str) -> str:
+    """The ``--signal`` value of a batch script's ``#SBATCH`` lines ('' if none).
+    Like sbatch, stops at the first line that is neither blank nor a comment; the
+    last ``--signal`` wins."""
+    found = ""
+    for number, line in enumerate((script or "").splitlines()):
+        stripped = line.strip()
+        if number == 0 and stripped.startswith("#!"):
+            continue
+        if not stripped:
+            continue
+        if not stripped.startswith("#"):
+            break
+        if not stripped.startswith("#SBATCH"):
+            continue
+        try:
+            words = shlex.split(stripped[len("#SBATCH"):], comments=True)
+        except ValueError:
+            continue
+        for index, word in enumerate(words):
+            if word.startswith("--signal="):
+                found = word[len("--signal="):]
+            elif word == "--signal" and index + 1 < len(words):
+                found = words[index + 1]
+    return found
+
+
+class Contract:
+    """Per-job answers, cached: a job's declared signal never changes while it runs.
+
+    ``given_up``: job id -> why its signal is not tried any more (failed
+    ``preempt_signal_attempts`` times): such a job is treated as non-preemptable.
+    """
+
+    def __init__(self, config: Config, backend: Backend, log_once: Callable[[str], None] = log.warning):
+        self.config = config
+        self.backend = backend
+        self.log_once = log_once
+        self.declared_signals: dict[str, Optional[CheckpointSignal]] = {}
+        self.given_up: dict[str, str] = {}
+        self.signal_failures: dict[str, int] = {}
+
+    def declared(self, job: ObservedJob) -> Optional[CheckpointSignal]:
+        """The job's checkpoint signal, or None when it declared none. Reads the batch
+        script (one backend call) the first time a running job is asked about."""
+        if job.job_id in self.declared_signals:
+            return self.declared_signals[job.job_id]
+        spec, source = job.signal, "--signal"
+        if not spec and job.state == "RUNNING":
+            spec, source = self._read_script_signal(job.job_id), "#SBATCH --signal"
+        signal = None
+        if spec:
+            signal, problem = parse_signal_spec(spec, source)
+            if problem:
+                self.log_once(f"job {job.job_id}: {problem}; not preemptable by its --signal")
+        if signal is None:
+            signal = self._opt_in(job)
+        if job.state == "RUNNING":  # pending jobs are asked again once they run
+            self.declared_signals[job.job_id] = signal
+        return signal
+
+    def _opt_in(self, job: ObservedJob) -> Optional[CheckpointSignal]:
+        match = OPT_IN.search(job.comment or "")
+        if match is None:
+            return None
+        if not match.group(1):
+            return CheckpointSignal(self.config.preempt_signal, True, "--comment=tiresias:preemptable")
+        signal, problem = parse_signal_spec(match.group(1), "--comment=tiresias:preemptable=")
+        if problem:
+            self.log_once(f"job {job.job_id}: comment {problem}")
+        return signal
+
+    def _read_script_signal(self, job_id: str) -> str:
+        reader = getattr(self.backend, "batch_script", None)
+        if not callable(reader):
+            return ""
+        try:
+            return signal_from_script(reader(job_id) or "")
+        except BackendUnavailable:
+            raise
+        except (RuntimeError, ValueError) as err:
+            self.log_once(f"job {job_id}: batch script not readable ({err}); only its comment can opt in")
+            return ""
+
+    def why_not(self, job: ObservedJob) -> str:
+        """Why the contract forbids preempting this running job, or '' when it allows it."""
+        if not job.batch:
+            return "not a batch job"
+        if not job.requeueable:
+            return "not requeueable (--no-requeue or JobRequeue=0): never preempted"
+        if job.job_id in self.given_up:
+            return self.given_up[job.job_id]
+        if self.declared(job) is None and not self.config.preempt_undeclared:
+            return ("declared no checkpoint signal (#SBATCH --signal=[B:]SIG@T or "
+                    "--comment=tiresias:preemptable): never signalled nor requeued")
+        return ""
+
+    def signal_failed(self, job_id: str, detail: str) -> str:
+        """Count a failed signal; after preempt_signal_attempts the job is left alone.
+        Returns the text for the decision log."""
+        failures = self.signal_failures.get(job_id, 0) + 1
+        self.signal_failures[job_id] = failures
+        attempts = self.config.preempt_signal_attempts
+        if failures >= attempts:
+            self.given_up[job_id] = f"checkpoint signal failed {failures} times: left running, never requeued"
+            log.warning("job %s: checkpoint signal failed %d times (%s): not preempting it any more",
+                        job_id, failures, detail)
+            return f"signal failed ({failures}/{attempts}), gave up: not requeued, not preempted again: {detail}"
+        return f"signal failed ({failures}/{attempts}): not requeued, tried again next round: {detail}"
+
+    def forget(self, job_id: str) -> None:
+        for table in (self.declared_signals, self.given_up, self.signal_failures):
+            table.pop(job_id, None)

@@ -1,0 +1,141 @@
+"""The preemption contract on real Slurm (an isolated instance, jobs as alice and bob,
+`tiresias run --mode enforce` as a real process):
+
+- the three shipped example jobs (bash trapping B:USR1; Python under srun getting
+  USR1 in its step; a Lightning-style job requeueing itself) are preempted for a
+  short 12-GPU job, checkpoint, resume from their checkpoint and finish;
+- a requeueable job that declared no signal and traps nothing is never signalled,
+  never requeued, and finishes;
+- a drained node with a job still on it causes no preemption.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.slurm_fixtures import isolated_instance, wait_for
+from tests.test_slurm_controller import Run, all_finished, attained
+
+pytestmark = pytest.mark.slurm
+
+ROOT = Path(__file__).resolve().parents[1]
+INSTANCE = os.environ.get("TIRESIAS_TEST_INSTANCE") or f"tp{os.getpid()}"
+# What the examples need in the submit directory (they run as alice/bob, who cannot
+# read the checkout): the scripts, the checkpoint helpers.
+EXAMPLE_FILES = ("examples/checkpoint_job.sbatch", "examples/srun_train.sbatch", "examples/lightning_style.sbatch",
+                 "examples/train_loop.py", "examples/lightning_style.py", "prolog/checkpoint.sh",
+                 "controller/__init__.py", "controller/checkpoint.py")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    yield from isolated_instance(INSTANCE, keep=bool(os.environ.get("TIRESIAS_TEST_INSTANCE")))
+
+
+@pytest.fixture
+def iso(cluster):
+    cluster.cancel_all()
+    yield cluster
+    cluster.cancel_all()
+
+
+@pytest.fixture
+def run(iso, tmp_path):
+    r = Run(iso, tmp_path)
+    yield r
+    r.stop_all()
+
+
+def example_dir(instance, user: str) -> str:
+    workdir = instance.workdir(user)
+    for name in EXAMPLE_FILES:
+        target = Path(workdir) / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / name, target)
+    subprocess.run(["chown", "-R", f"{user}:{user}", workdir], check=True)
+    return workdir
+
+
+def sbatch(instance, user: str, workdir: str, args: str) -> str:
+    command = f"cd {shlex.quote(workdir)} && SLURM_CONF={shlex.quote(instance.conf)} sbatch --parsable {args}"
+    proc = subprocess.run(["su", user, "-c", command], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip().split(";", 1)[0]
+
+
+def text(path: Path) -> str:
+    return path.read_text() if path.exists() else ""
+
+
+def test_example_jobs_checkpoint_resume_and_finish_and_an_undeclared_job_is_never_touched(iso, run):
+    run.start(preempt_grace_s=5.0)
+    alice, bob = example_dir(iso, "alice"), example_dir(iso, "bob")
+    common = "-N 1 -n 1 --gres=gpu:4 --open-mode=append"
+    bash_job = sbatch(iso, "alice", alice, f"{common} -o bash-%j.out --export=ALL,STEPS=30 "
+                                           "examples/checkpoint_job.sbatch")
+    srun_job = sbatch(iso, "bob", bob, f"{common} -o srun-%j.out --export=ALL,STEPS=300,STEP_S=0.1 "
+                                       "examples/srun_train.sbatch")
+    self_job = sbatch(iso, "alice", alice, f"{common} -o self-%j.out --export=ALL,STEPS=300,STEP_S=0.1 "
+                                           "examples/lightning_style.sbatch")
+    # requeueable (JobRequeue=1), no --signal, no trap: USR1 would kill its shell
+    plain_job = sbatch(iso, "bob", bob, f"{common} -o plain-%j.out --requeue --wrap "
+                                        "'for i in $(seq 30); do sleep 1; done; echo finished'")
+    examples = [bash_job, srun_job, self_job]
+    everyone = [*examples, plain_job]
+    wait_for(lambda: all(attained(run, j) > 40 for j in everyone), 60, "all four to pass the 40 GPU-s threshold")
+    short_id, _ = iso.submit("bob", 12, 5, "short")
+    wait_for(lambda: all_finished(iso, [*everyone, short_id]), 240, "every job to finish", interval_s=1,
+             seen=lambda: {j: iso.squeue()[j]["job_state"] for j in [*everyone, short_id]})
+    jobs = iso.squeue()
+    states = {j: (jobs[j]["job_state"], jobs[j]["restart_cnt"]) for j in [*everyone, short_id]}
+    assert all(state == "COMPLETED" for state, _ in states.values()), states
+    for job_id in examples:
+        assert jobs[job_id]["restart_cnt"] >= 1, states  # preempted for the short job
+    assert jobs[plain_job]["restart_cnt"] == 0, states  # never requeued ...
+    assert "finished" in text(Path(bob) / f"plain-{plain_job}.out")  # ... nor killed
+    decisions = run.decisions()
+    assert not [d for d in decisions if d["job_id"] == plain_job and d["kind"] in ("preempt", "requeue")]
+    # the short job ran on the GPUs the three examples gave up
+    assert jobs[short_id]["start_time"] < min(jobs[j]["end_time"] for j in examples)
+
+    bash_out = text(Path(alice) / f"bash-{bash_job}.out")
+    assert "tiresias checkpoint: signal received" in bash_out, bash_out
+    resumed = [line for line in bash_out.splitlines() if "restart 1: starting at step" in line]
+    assert resumed and not resumed[0].endswith("step 0"), bash_out
+    assert "done at step 30" in bash_out, bash_out
+    srun_out = text(Path(bob) / f"srun-{srun_job}.out")
+    assert "checkpointed at step" in srun_out and "resumed at step" in srun_out, srun_out
+    assert "done at step 300" in srun_out, srun_out
+    self_out = text(Path(alice) / f"self-{self_job}.out")
+    assert "requeueing job" in self_out and "resumed at step" in self_out, self_out
+    assert "done at step 300" in self_out, self_out
+    preempts = {d["job_id"]: d for d in decisions if d["kind"] == "preempt" and d["applied"]}
+    assert "B:USR1 (#SBATCH --signal)" in preempts[bash_job]["detail"]
+    assert "signal USR1 (#SBATCH --signal)" in preempts[srun_job]["detail"]  # to the steps
+    print({j: (jobs[j]["restart_cnt"], jobs[j]["end_time"] - jobs[j]["submit_time"]) for j in everyone})
+
+
+def test_a_drained_node_with_a_job_on_it_causes_no_preemption(iso, run):
+    run.start()
+    small, _ = iso.submit("alice", 4, 40, "small")
+    wait_for(lambda: iso.squeue()[small]["job_state"] == "RUNNING", 30, "the 4-GPU job to start")
+    big, _ = iso.submit("bob", 12, 40, "big")
+    wait_for(lambda: iso.squeue()[big]["job_state"] == "RUNNING", 30, "the 12-GPU job to start")
+    wait_for(lambda: attained(run, small) > 40 and attained(run, big) > 40, 30, "both past the threshold")
+    node = iso.squeue()[small]["nodes"]
+    iso.run(["scontrol", "update", f"NodeName={node}", "State=DRAIN", "Reason=tiresias-test"])
+    try:
+        time.sleep(8)  # several rounds (interval 1 s) with 12 GPUs available and 16 running
+        jobs = iso.squeue()
+        assert jobs[small]["job_state"] == jobs[big]["job_state"] == "RUNNING"
+        assert jobs[small]["restart_cnt"] == jobs[big]["restart_cnt"] == 0
+        assert not [d for d in run.decisions() if d["kind"] in ("preempt", "requeue")]
+        assert run.preemption_rows() == []
+    finally:
+        iso.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"], check=False)
