@@ -65,7 +65,7 @@ def test_a_failed_transaction_acts_on_nothing_and_the_next_round_catches_up(stor
     monkeypatch.setattr(store, "next_round_id", real)
     backend.now = 1002.0
     c.run_round()
-    assert [call for call in backend.calls if call[0] == "signal"] == [("signal", "1", "USR1")]
+    assert [call for call in backend.calls if call[0] == "signal"] == [("signal", "1", "USR1", True)]
     # job 1 ran 1,002 s: credited once, not twice for the round that failed
     assert store.load_jobs("default")["1"].attained_gpu_s == pytest.approx(16 * 1002)
 
@@ -137,7 +137,7 @@ def test_two_controllers_one_store_only_the_leaseholder_acts(tmp_path):
         backend.now = 1001.0
         first.run_round()
         signals = [c for c in backend.calls if c[0] == "signal"]
-        assert signals == [("signal", "1", "USR1")]
+        assert signals == [("signal", "1", "USR1", True)]
         time.sleep(0.5)  # the leader stalls past its lease
         assert second.lease.hold()
         backend.now = 1012.0
