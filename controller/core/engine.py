@@ -12,12 +12,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional
 
+from controller.core.mlfq_round import mlfq_step
 from controller.core.model import InputError, JobState, Snapshot
 from controller.core.placement import COUNT_NODE, FreeGpus, check_mode, minimum_nodes
 from controller.core.plan import Plan, Preempt, Promote, Start
 from controller.core.policies import Policy, PolicyContext, get_policy
 from controller.core.policies.base import STARVATION_TOLERANCE_S
-from controller.core.queues import SETTLED_RUNNING, first_free_entry, groups_and_entries, next_positions
 
 
 @dataclass(frozen=True)
@@ -71,20 +71,18 @@ class Engine:
     # -- the round ---------------------------------------------------------
     def step(self, snapshot: Snapshot) -> Plan:
         plan = Plan(round_id=snapshot.round_id, now_s=snapshot.now_s)
+        if self.policy.discretized:
+            return mlfq_step(self, snapshot, plan)
         if snapshot.allow_fast_path and self._fast_path(snapshot, plan):
             return plan
         plan.actions.clear()
         if snapshot.sync is not None:
             snapshot.sync()
         ctx = self._context(snapshot, plan)
-        if self.policy.discretized:
-            ctx.precompute_levels(snapshot.jobs)
         keyed = self.policy.ordered(snapshot.jobs, ctx)
         ordered = [job for _, job in keyed]
         walk = self._select(ordered, self._capacity(snapshot))
         self._apply_walk(snapshot, ordered, walk, ctx, plan)
-        if self.policy.discretized:
-            self._queue_positions(snapshot, ordered, ctx, plan)
         if snapshot.detailed:
             plan.order = [job.spec.job_id for job in ordered]
             level, display = self.policy.level, self.policy.display_from_key
@@ -109,16 +107,6 @@ class Engine:
                         f" x executed {job.executed_since_promotion_s:.0f}s; back to queue 1"))
         return PolicyContext(now_s=snapshot.now_s, thresholds_gpu_s=self.config.thresholds_gpu_s,
                              service=snapshot.service, queue_service_override=override)
-
-    def _queue_positions(self, snapshot: Snapshot, ordered: list[JobState], ctx: PolicyContext,
-                         plan: Plan) -> None:
-        """The MLFQ places after this round (controller.core.queues), into ``plan.positions``."""
-        levels = [ctx.level(job) for job in ordered]
-        groups, _ = groups_and_entries(ordered, levels, ctx.thresholds_gpu_s, ctx.now_s, ctx.queue_service)
-        stopped = {a.job_id for a in plan.actions if a.kind == "preempt"}
-        running_after = {job.job_id for job in ordered if job.running and job.job_id not in stopped}
-        running_after.update(a.job_id for a in plan.actions if a.kind == "start")
-        plan.positions = next_positions(ordered, levels, groups, running_after, first_free_entry(snapshot.jobs))
 
     def _capacity(self, snapshot: Snapshot) -> int:
         return snapshot.total_gpus
@@ -238,23 +226,7 @@ class Engine:
             if slots is None:
                 return False
             plan.actions.append(Start(self._decision_id(plan), job.job_id, slots, "all active jobs fit: start"))
-        if self.policy.discretized:
-            # every job runs now; those not settled running take the tails of their queues
-            if snapshot.sync is not None:
-                snapshot.sync()
-            ctx = self._context_without_promotions(snapshot)
-            levels = ctx.precompute_levels(snapshot.jobs).tolist()
-            groups, _ = groups_and_entries(snapshot.jobs, levels, ctx.thresholds_gpu_s, ctx.now_s,
-                                           ctx.queue_service)
-            moving = [job for job, group in zip(snapshot.jobs, groups) if group != SETTLED_RUNNING]
-            if moving:
-                ordered = [job for _, job in self.policy.ordered(moving, ctx)]
-                self._queue_positions(snapshot, ordered, ctx, plan)
         return True
-
-    def _context_without_promotions(self, snapshot: Snapshot) -> PolicyContext:
-        return PolicyContext(now_s=snapshot.now_s, thresholds_gpu_s=self.config.thresholds_gpu_s,
-                             service=snapshot.service)
 
     @staticmethod
     def _decision_id(plan: Plan) -> str:

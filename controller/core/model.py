@@ -117,6 +117,9 @@ class Snapshot:
     demand_gpus: Optional[int] = None
     capacity_gpus: Optional[int] = None
     max_gpus_per_node: Optional[int] = None
+    # MLFQ policies: the executor's own QueueBook (controller.core.queue_book), kept
+    # across rounds; None = the engine builds one from ``jobs``.
+    queue_book: Optional["object"] = None
 
     def __post_init__(self):
         available = [n for n in self.nodes if n.available]

@@ -18,7 +18,8 @@ smaller = nearer the head). The engine returns the places that change in
   place yet), by the time they entered (submit time for an arrival, the exact
   crossing time for a running job demoted since, the round's time otherwise).
 
-These are pure functions of the snapshot; the engine calls them.
+The walk over these groups is controller.core.queue_book; the new places are
+assigned in controller.core.mlfq_round.
 """
 from __future__ import annotations
 
@@ -54,48 +55,3 @@ def groups_and_entries(jobs: Sequence[JobState], levels: Sequence[int], threshol
         else:
             entries.append(now_s)
     return groups, entries
-
-
-def next_positions(ordered: Sequence[JobState], levels: Sequence[int], groups: Sequence[int],
-                   running_after: set, first_free_entry: float) -> dict[str, tuple[int, float]]:
-    """The places after the round, for the jobs whose place changes.
-
-    ``ordered`` is the round's walk order (levels and groups aligned with it);
-    ``running_after`` the ids of jobs that hold GPUs once the plan is applied;
-    ``first_free_entry`` an ordinal above every entry in use (the tail).
-    Running jobs that were not settled running join the tail of their queue's
-    running jobs, in walk order; settled running jobs that lose their GPUs go to the
-    head of its waiting jobs, in walk order; entered jobs left waiting join its tail.
-    """
-    changes: dict[str, tuple[int, float]] = {}
-    tail = first_free_entry
-    # head of each queue's waiting jobs: below the smallest settled waiting entry
-    head: dict[int, float] = {}
-    preempted_per_level: dict[int, int] = {}
-    for job, level, group in zip(ordered, levels, groups):
-        if group == SETTLED_WAITING:
-            if job.queue_entry < head.get(level, first_free_entry):
-                head[level] = job.queue_entry
-        elif group == SETTLED_RUNNING and job.job_id not in running_after:
-            preempted_per_level[level] = preempted_per_level.get(level, 0) + 1
-    head_next = {level: head.get(level, first_free_entry) - count for level, count in preempted_per_level.items()}
-    for job, level, group in zip(ordered, levels, groups):
-        running = job.job_id in running_after
-        if group == SETTLED_RUNNING:
-            if not running:
-                changes[job.job_id] = (level, head_next[level])
-                head_next[level] += 1
-        elif running or group == ENTERED:
-            changes[job.job_id] = (level, tail)
-            tail += 1
-    return changes
-
-
-def first_free_entry(jobs: Sequence[JobState]) -> float:
-    """An ordinal above every place in use: where the tails start this round."""
-    top = 0.0
-    for job in jobs:
-        entry = job.queue_entry
-        if entry is not None and entry >= top:
-            top = entry + 1.0
-    return top

@@ -11,7 +11,7 @@ from typing import Optional
 
 from controller.core.gittins import ServiceDistribution
 from controller.core.model import JobState
-from controller.core.queues import SETTLED_RUNNING, groups_and_entries
+from controller.core.queues import ENTERED, SETTLED_RUNNING, groups_and_entries
 
 
 # Float round-off must not keep a job one ulp below a threshold it has reached:
@@ -71,46 +71,27 @@ class PolicyContext:
         return level
 
 
-def mlfq_order(jobs: list[JobState], ctx: PolicyContext, within_waiting=None) -> list[tuple[tuple, JobState]]:
-    """The MLFQ order in one numpy lexsort: by level, then inside each queue its FIFO
-    list (controller.core.queues): settled running jobs, settled waiting jobs,
-    entered jobs. ``within_waiting`` (smaller first; None = nothing) orders the
-    waiting and entered jobs of a queue together before their FIFO places (it must
-    be 0 where a job keeps its FIFO place, as in the last queue).
+def mlfq_order(jobs: list[JobState], ctx: PolicyContext, policy: "Policy") -> list[tuple[tuple, JobState]]:
+    """The MLFQ walk order (controller.core.queue_book): by level, then inside each
+    queue its settled running jobs by place, then the other jobs by ``(within, group,
+    entry, index)`` where ``within`` is ``policy.waiting_order`` (0 for FIFO).
 
-    Equivalent to sorting by ``mlfq_key``; the keys returned are the
-    ``(level[, within])`` prefix, which is what reports display.
+    Equivalent to sorting by ``mlfq_key``; the keys returned are ``(level, within)``,
+    which is what reports display.
     """
-    import numpy as np
+    from controller.core.queue_book import QueueBook
 
-    count = len(jobs)
-    if count == 0:
+    if not jobs:
         return []
-    levels = ctx.precompute_levels(jobs)
-    level_list = levels.tolist()
-    groups, entries = queue_places(jobs, level_list, ctx)
-    group = np.asarray(groups, dtype=np.int8)
-    arrival = np.fromiter((job.index for job in jobs), dtype=np.int64, count=count)
-    columns = [arrival, np.asarray(entries, dtype=float), group]
-    if within_waiting is not None:
-        within = np.where(group == SETTLED_RUNNING, 0.0, within_waiting)
-        columns += [within, group != SETTLED_RUNNING]
-    columns.append(levels)
-    order = np.lexsort(columns).tolist()
-    if within_waiting is None:
-        return [((level_list[i],), jobs[i]) for i in order]
-    within_list = within.tolist()
-    return [((level_list[i], within_list[i]), jobs[i]) for i in order]
-
-
-def queue_places(jobs: list[JobState], levels: list[int], ctx: PolicyContext) -> tuple[list[int], list[float]]:
-    """Each job's group and ordering value inside its queue (memoized for the round)."""
-    cached = ctx.cache.get("_queue_places")
-    if cached is not None and cached[0] is jobs:
-        return cached[1], cached[2]
+    levels = ctx.precompute_levels(jobs).tolist()
     groups, entries = groups_and_entries(jobs, levels, ctx.thresholds_gpu_s, ctx.now_s, ctx.queue_service)
-    ctx.cache["_queue_places"] = (jobs, groups, entries)
-    return groups, entries
+    within = policy.waiting_order(jobs, levels, groups, ctx)
+    book = QueueBook.build(jobs, levels, groups, entries, within, len(ctx.thresholds_gpu_s) + 1)
+    keyed = []
+    for job in book.order():
+        key = book.key_of(job)
+        keyed.append(((book.level_of(job), 0.0 if key is None else key[0]), job))
+    return keyed
 
 
 def mlfq_key(job: JobState, ctx: PolicyContext, within_waiting: float = 0.0) -> tuple:
@@ -120,6 +101,15 @@ def mlfq_key(job: JobState, ctx: PolicyContext, within_waiting: float = 0.0) -> 
     if group == SETTLED_RUNNING:
         within_waiting = 0.0
     return (level, group != SETTLED_RUNNING, within_waiting, group, entry, job.index)
+
+
+def service_at_entry(job: JobState, level: int, group: int, ctx: PolicyContext) -> float:
+    """The queue service a job's waiting order is judged at: a job demoted while
+    running is judged at the threshold it crossed (where it entered its queue),
+    any other job at its service now (constant while it waits)."""
+    if group == ENTERED and job.running and job.queue_level is not None and level > job.queue_level:
+        return ctx.thresholds_gpu_s[level - 1]
+    return ctx.queue_service(job)
 
 
 class Policy:
@@ -132,6 +122,15 @@ class Policy:
     preemptive = True  # False: running jobs keep their GPUs whatever the order says
     drifts_while_running = False  # priority changes continuously: needs a quantum
     uses_service_distribution = False
+
+    def waiting_order(self, jobs: list[JobState], levels: list[int], groups: list[int], ctx: PolicyContext):
+        """MLFQ policies: a value per job that orders the waiting jobs of a queue before
+        their FIFO places (smaller first), or None for pure FIFO queues."""
+        return None
+
+    def waiting_value(self, service, thresholds, level: int, service_gpu_s: float) -> float:
+        """One job's ``waiting_order`` value, given the service it is judged at (0: FIFO)."""
+        return 0.0
 
     def prepare(self, jobs: list[JobState], ctx: PolicyContext) -> None:
         """Compute per-round values for all jobs at once (into ctx.cache), if useful."""

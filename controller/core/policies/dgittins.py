@@ -3,11 +3,12 @@
 In Q_1..Q_{K-1} the waiting jobs of a queue are ordered by Gittins index with the
 quantum ending at the queue's upper threshold hi_i; its running jobs keep their
 place (and GPUs) until they cross hi_i. Q_K (Delta = inf) is a FIFO list as in
-dlas. No history: as dlas.
+dlas. A job's index is taken at the service it entered with (see
+``service_at_entry``). No history: as dlas.
 """
 import numpy as np
 
-from controller.core.policies.base import Policy, mlfq_key, mlfq_order
+from controller.core.policies.base import Policy, mlfq_key, mlfq_order, service_at_entry
 
 
 class DiscretizedGittins(Policy):
@@ -15,36 +16,36 @@ class DiscretizedGittins(Policy):
     discretized = True
     uses_service_distribution = True
 
-    def _negated_indices(self, jobs, ctx) -> np.ndarray:
+    def waiting_order(self, jobs, levels, groups, ctx):
         """-G(a, hi_level) per job (0 in the last queue or without history), vectorized."""
         negated = np.zeros(len(jobs))
         if ctx.service is None or len(ctx.service) == 0 or not jobs:
             return negated
         thresholds = ctx.thresholds_gpu_s
-        levels = ctx.precompute_levels(jobs)
-        scored = np.flatnonzero(levels < len(thresholds))
-        if scored.size:
-            served = np.array([ctx.queue_service(jobs[i]) for i in scored.tolist()])
-            ends = np.asarray(thresholds, dtype=float)[levels[scored]]
+        scored = [i for i, level in enumerate(levels) if level < len(thresholds)]
+        if scored:
+            served = np.array([service_at_entry(jobs[i], levels[i], groups[i], ctx) for i in scored])
+            ends = np.asarray(thresholds, dtype=float)[[levels[i] for i in scored]]
             negated[scored] = -ctx.service.indices(served, ends)
         return negated
 
-    def prepare(self, jobs, ctx):
-        """All indices of the round in one vectorized call (for ``sort_key`` users)."""
-        for job, value in zip(jobs, self._negated_indices(jobs, ctx).tolist()):
-            ctx.cache[job.job_id] = -value
+    def waiting_value(self, service, thresholds, level: int, service_gpu_s: float) -> float:
+        """One job's ``waiting_order`` value, given the service it is judged at."""
+        if service is None or len(service) == 0 or level >= len(thresholds):
+            return 0.0
+        return -service.index(service_gpu_s, thresholds[level])
 
     def ordered(self, jobs, ctx):
-        return mlfq_order(jobs, ctx, within_waiting=self._negated_indices(jobs, ctx))
+        return mlfq_order(jobs, ctx, self)
 
     def _index(self, job, ctx) -> float:
         level = ctx.level(job)
         if level >= len(ctx.thresholds_gpu_s) or ctx.service is None or len(ctx.service) == 0:
             return 0.0
-        index = ctx.cache.get(job.job_id)
-        if index is None:
-            index = ctx.service.index(ctx.queue_service(job), ctx.thresholds_gpu_s[level])
-        return index
+        from controller.core.queues import groups_and_entries
+
+        (group,), _ = groups_and_entries([job], [level], ctx.thresholds_gpu_s, ctx.now_s, ctx.queue_service)
+        return ctx.service.index(service_at_entry(job, level, group, ctx), ctx.thresholds_gpu_s[level])
 
     def sort_key(self, job, ctx):
         return mlfq_key(job, ctx, -self._index(job, ctx))

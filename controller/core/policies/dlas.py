@@ -14,7 +14,7 @@ class DiscretizedLas(Policy):
         return mlfq_key(job, ctx)
 
     def ordered(self, jobs, ctx):
-        return mlfq_order(jobs, ctx)
+        return mlfq_order(jobs, ctx, self)
 
     def display_value(self, job, ctx):
         return float(ctx.level(job))

@@ -1,0 +1,152 @@
+"""One round of an MLFQ policy (dlas, dgittins): walk the queue book, place, re-place.
+
+``Engine.step`` calls ``mlfq_step`` for discretized policies. The book is the
+snapshot's own (a simulator keeps one alive across rounds) or is built from the
+snapshot's jobs (the controller, every round); the walk, the actions and the new
+places (``Plan.positions``, rule in controller.core.queues) are the same code.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from controller.core.model import JobState, Snapshot
+from controller.core.placement import FreeGpus
+from controller.core.plan import Plan, Preempt, Start
+from controller.core.policies import PolicyContext
+from controller.core.queue_book import QueueBook
+from controller.core.queues import ENTERED, groups_and_entries
+
+if TYPE_CHECKING:
+    from controller.core.engine import Engine
+
+
+def build_book(engine: "Engine", jobs: list[JobState], ctx: PolicyContext) -> QueueBook:
+    """The book of a snapshot's jobs (levels after this round's promotions)."""
+    levels = ctx.precompute_levels(jobs).tolist()
+    groups, entries = groups_and_entries(jobs, levels, ctx.thresholds_gpu_s, ctx.now_s, ctx.queue_service)
+    within = engine.policy.waiting_order(jobs, levels, groups, ctx)
+    return QueueBook.build(jobs, levels, groups, entries, within, len(ctx.thresholds_gpu_s) + 1)
+
+
+def mlfq_step(engine: "Engine", snapshot: Snapshot, plan: Plan) -> Plan:
+    book = snapshot.queue_book
+    if book is None:
+        if snapshot.sync is not None:
+            snapshot.sync()
+        ctx = engine._context(snapshot, plan)  # starvation promotions first
+        book = build_book(engine, snapshot.jobs, ctx)
+    else:
+        ctx = PolicyContext(now_s=snapshot.now_s, thresholds_gpu_s=engine.config.thresholds_gpu_s,
+                            service=snapshot.service)
+    capacity = snapshot.total_gpus
+    preempted, selected = book.walk(capacity)
+    chosen = {job.index for job in selected}
+    # entered jobs still holding GPUs (demoted since the last round) that the walk passed over
+    passed_over = sorted(((book.level_of(job), book.key_of(job), job.index, job) for job in book.entered.values()
+                          if job.index not in chosen), key=lambda item: item[:3])
+    leaving = preempted + [item[3] for item in passed_over if item[3].running]
+    newcomers = [job for job in selected if not job.running]
+    count_mode = engine.config.placement == "count"
+    free_by_node = None if count_mode else snapshot.free_gpus_by_node()
+    if leaving:
+        names = ", ".join(job.job_id for job in newcomers[:3]) + (" ..." if len(newcomers) > 3 else "")
+        for job in leaving:
+            plan.actions.append(Preempt(
+                engine._decision_id(plan), job.job_id,
+                f"yields {job.num_gpus} GPUs: lower priority than {names or 'higher-priority jobs'}"
+                f" (queue {book.level_of(job) + 1})"))
+            if free_by_node is not None:
+                for node, gpus in job.placement:
+                    if node in free_by_node:
+                        free_by_node[node] += gpus
+    started: list[JobState] = []
+    unplaced: list[JobState] = []
+    free_gpus = None if count_mode else FreeGpus(free_by_node)
+    max_per_node = snapshot.max_gpus_per_node
+    for rank, job in enumerate(newcomers):
+        slots = engine._place(job, free_gpus, max_per_node, count_mode)
+        if slots is None:
+            unplaced.append(job)
+            continue
+        started.append(job)
+        plan.actions.append(Start(engine._decision_id(plan), job.job_id, slots,
+                                  f"queue {book.level_of(job) + 1}: {job.num_gpus} GPUs free at"
+                                  f" priority position {rank + 1} among waiting jobs"))
+    backfilled: list[JobState] = []
+    if unplaced:
+        # GPUs left by a gang that waits for a consolidated slot go to later gangs
+        free_total = free_gpus.total
+        for job in book.order():
+            if job.running or job.index in chosen or job.num_gpus > free_total:
+                continue
+            slots = engine._place(job, free_gpus, max_per_node, count_mode)
+            if slots is not None:
+                free_total -= job.num_gpus
+                backfilled.append(job)
+                plan.actions.append(Start(engine._decision_id(plan), job.job_id, slots,
+                                          "backfill: GPUs left free by a gang waiting for placement"))
+    plan.positions = _next_positions(book, selected, started, backfilled, preempted, passed_over)
+    if snapshot.detailed:
+        _describe(engine, book, ctx, plan, selected, unplaced, snapshot)
+    return plan
+
+
+def _next_positions(book: QueueBook, selected, started, backfilled, preempted, passed_over) -> dict:
+    """Running jobs new to the running lists join their tails in walk order; settled
+    running jobs that lost their GPUs go to the heads of the waiting lists in walk
+    order; entered jobs left waiting join the tails of the waiting lists."""
+    changes: dict[str, tuple[int, float]] = {}
+    tail = book.top
+    started_ids = {job.index for job in started}
+    for job in selected:
+        if job.running or job.index in started_ids:
+            changes[job.job_id] = (book.level_of(job), tail)
+            tail += 1.0
+        elif book.group_of(job) == ENTERED:  # selected but not placed: waits at the tail
+            changes[job.job_id] = (book.level_of(job), tail)
+            tail += 1.0
+    for job in backfilled:
+        changes[job.job_id] = (book.level_of(job), tail)
+        tail += 1.0
+    head = book.bottom - len(preempted)
+    for job in preempted:
+        head += 1.0
+        changes[job.job_id] = (book.level_of(job), head)
+    for level, _, _, job in passed_over:
+        if job.job_id not in changes:
+            changes[job.job_id] = (level, tail)
+            tail += 1.0
+    return changes
+
+
+def _describe(engine, book: QueueBook, ctx, plan: Plan, selected, unplaced, snapshot) -> None:
+    """The order, levels, displayed keys and wait reasons the controller shows."""
+    from controller.core.engine import _Walk
+
+    ordered = book.order()
+    plan.order = [job.job_id for job in ordered]
+    plan.levels = {job.job_id: book.level_of(job) for job in ordered}
+    policy = engine.policy
+    for job in ordered:
+        key = book.key_of(job)
+        plan.keys[job.job_id] = policy.display_from_key((book.level_of(job),) if key is None else
+                                                        (book.level_of(job), key[0]), job, ctx)
+    if snapshot.explain:
+        selected_ids = {job.job_id for job in selected} | {a.job_id for a in plan.of_kind("start")}
+        free_total = snapshot.total_gpus - sum(j.num_gpus for j in ordered if j.job_id in selected_ids or (
+            j.running and j.job_id not in {a.job_id for a in plan.of_kind("preempt")}))
+        engine._explain_waits(ordered, _Walk(selected=list(selected)), selected_ids, unplaced, free_total,
+                              snapshot.max_gpus_per_node, _LevelsFromBook(book, ctx), plan)
+
+
+class _LevelsFromBook:
+    """Stands in for the context in wait reasons: levels come from the book."""
+
+    def __init__(self, book: QueueBook, ctx):
+        self._book, self._ctx = book, ctx
+
+    def level(self, job):
+        return self._book.level_of(job)
+
+    def __getattr__(self, name):
+        return getattr(self._ctx, name)

@@ -1,0 +1,184 @@
+"""The MLFQ queues as ordered structures, and the round's walk over them.
+
+A ``QueueBook`` holds, per queue level, the running jobs in their FIFO order and
+the other jobs (settled waiting, and entered: see controller.core.queues) in one
+sorted list per gang size. The round's walk (``walk``) then costs what it decides,
+not the number of jobs: a level whose running jobs all fit is passed in O(1), and
+waiting jobs are taken from the heads of the size lists that still fit, until the
+GPUs run out or no size fits. Inside a size list every job needs the same GPUs, so
+the walk only ever takes a prefix of each list.
+
+The engine builds a book from a snapshot's jobs (``QueueBook.build``: what the
+controller does every round). The simulator keeps one book alive across rounds and
+applies each plan's places to it (``apply_positions``), so that a round costs
+O(changes x log n). Both walk the same book code, and a test checks that the two
+give identical replays.
+
+Order inside a level (smaller first): settled running jobs by entry, then the rest
+by ``(within, group, entry, index)``: ``within`` is the policy's waiting order
+(-Gittins index for dgittins in Q_1..Q_{K-1}, else 0), ``group`` 1 = settled
+waiting, 2 = entered, ``entry`` the place (settled) or the entering time (entered).
+"""
+from __future__ import annotations
+
+import bisect
+from typing import Iterator, Optional
+
+from controller.core.model import JobState
+from controller.core.queues import ENTERED, SETTLED_RUNNING, SETTLED_WAITING
+
+_RUNNING = None  # marker of a job in a level's running list (it has no waiting key)
+
+
+class QueueBook:
+    """Per level: running jobs (insertion-ordered dict) and waiting lists per gang size."""
+
+    def __init__(self, num_levels: int):
+        self.num_levels = num_levels
+        self.running: list[dict[int, JobState]] = [{} for _ in range(num_levels)]
+        self.running_gpus = [0] * num_levels
+        # level -> gang size -> sorted list of (key, job.index, job)
+        self.waiting: list[dict[int, list]] = [{} for _ in range(num_levels)]
+        self.where: dict[int, tuple[int, Optional[tuple]]] = {}  # job.index -> (level, key or _RUNNING)
+        self.entered: dict[int, JobState] = {}  # group 2 members, by job.index
+        self.waiting_count = 0  # jobs in waiting lists (entered running jobs included)
+        self.top = 0.0  # above every place in use: where tails start
+        self.bottom = 0.0  # below every place in use: where heads end
+
+    # -- building -------------------------------------------------------------
+    @classmethod
+    def build(cls, jobs, levels, groups, entries, within, num_levels: int) -> "QueueBook":
+        """A book from per-job columns (aligned with ``jobs``); ``within`` may be None."""
+        book = cls(num_levels)
+        entries_in_use = [job.queue_entry for job in jobs if job.queue_entry is not None]
+        if entries_in_use:
+            book.top = max(entries_in_use) + 1.0
+            book.bottom = min(entries_in_use) - 1.0
+        running = []
+        for i, job in enumerate(jobs):
+            if groups[i] == SETTLED_RUNNING:
+                running.append((levels[i], entries[i], job.index, job))
+            else:
+                book.add_waiting(job, levels[i], groups[i], entries[i], 0.0 if within is None else within[i])
+        running.sort(key=lambda r: r[:3])
+        for level, _, _, job in running:
+            book.add_running(job, level)
+        return book
+
+    def add_running(self, job: JobState, level: int) -> None:
+        """At the tail of the level's running jobs."""
+        self.running[level][job.index] = job
+        self.running_gpus[level] += job.num_gpus
+        self.where[job.index] = (level, _RUNNING)
+
+    def add_waiting(self, job: JobState, level: int, group: int, entry: float, within: float = 0.0) -> None:
+        """Into the level's list for the job's gang size (group 1 settled, 2 entered)."""
+        key = (within, group, entry)
+        bisect.insort(self.waiting[level].setdefault(job.num_gpus, []), (key, job.index, job))
+        self.where[job.index] = (level, key)
+        self.waiting_count += 1
+        if group == ENTERED:
+            self.entered[job.index] = job
+
+    def remove(self, job: JobState) -> None:
+        """The job leaves the book (finished, or about to be put elsewhere)."""
+        level, key = self.where.pop(job.index)
+        if key is _RUNNING:
+            del self.running[level][job.index]
+            self.running_gpus[level] -= job.num_gpus
+            return
+        items = self.waiting[level][job.num_gpus]
+        del items[bisect.bisect_left(items, (key, job.index))]
+        self.waiting_count -= 1
+        self.entered.pop(job.index, None)
+
+    def apply_positions(self, positions: dict, jobs_by_id) -> None:
+        """Put each job whose place changed where the plan says (after the plan's
+        actions are applied: ``job.running`` tells its group). ``positions`` must be in
+        the order the plan assigned them (tails in walk order)."""
+        for job_id, (level, entry) in positions.items():
+            job = jobs_by_id(job_id)
+            self.remove(job)
+            if job.running:
+                self.add_running(job, level)
+            else:
+                self.add_waiting(job, level, SETTLED_WAITING, entry, self._within_of(job, level))
+            if entry >= self.top:
+                self.top = entry + 1.0
+            if entry <= self.bottom:
+                self.bottom = entry - 1.0
+
+    def _within_of(self, job: JobState, level: int) -> float:
+        return self.within_function(job, level) if self.within_function is not None else 0.0
+
+    within_function = None  # (job, level) -> within value; set by the executor for dgittins
+
+    # -- the walk -------------------------------------------------------------
+    def walk(self, capacity: int) -> tuple[list[JobState], list[JobState]]:
+        """The all-or-nothing walk with skipping, in the MLFQ order.
+
+        Returns (preempted: settled running jobs that no longer fit, selected: jobs
+        from the waiting lists that get their gang), both in walk order. Settled
+        running jobs that keep their GPUs are not listed.
+        """
+        free = capacity
+        preempted: list[JobState] = []
+        selected: list[JobState] = []
+        for level in range(self.num_levels):
+            running = self.running[level]
+            if running:
+                if self.running_gpus[level] <= free:
+                    free -= self.running_gpus[level]
+                else:
+                    for job in running.values():
+                        if job.num_gpus <= free:
+                            free -= job.num_gpus
+                        else:
+                            preempted.append(job)
+            if free > 0 and self.waiting[level]:
+                free = self._take_waiting(self.waiting[level], free, selected)
+        return preempted, selected
+
+    @staticmethod
+    def _take_waiting(lists: dict[int, list], free: int, selected: list) -> int:
+        """Merge the size lists in key order, taking every job that fits."""
+        cursors = {size: 0 for size, items in lists.items() if items and size <= free}
+        while cursors:
+            best_size, best_key = None, None
+            for size, at in cursors.items():
+                key = lists[size][at]
+                if best_key is None or key < best_key:
+                    best_size, best_key = size, key
+            selected.append(best_key[2])
+            free -= best_size
+            at = cursors[best_size] + 1
+            if at < len(lists[best_size]):
+                cursors[best_size] = at
+            else:
+                del cursors[best_size]
+            if free <= 0:
+                break
+            for size in [size for size in cursors if size > free]:
+                del cursors[size]
+        return free
+
+    # -- reading ----------------------------------------------------------------
+    def level_of(self, job: JobState) -> int:
+        return self.where[job.index][0]
+
+    def group_of(self, job: JobState) -> int:
+        key = self.where[job.index][1]
+        return SETTLED_RUNNING if key is _RUNNING else key[1]
+
+    def key_of(self, job: JobState) -> Optional[tuple]:
+        return self.where[job.index][1]
+
+    def order(self) -> list[JobState]:
+        """Every job in walk order (for reports: O(n log n))."""
+        return [job for level in range(self.num_levels) for job in self.level_order(level)]
+
+    def level_order(self, level: int) -> Iterator[JobState]:
+        yield from self.running[level].values()
+        merged = sorted(item for items in self.waiting[level].values() for item in items)
+        for _, _, job in merged:
+            yield job
