@@ -21,7 +21,9 @@ class CheckedSimulation(Simulation):
         def checked(snapshot):
             plan = inner(snapshot)
             free = dict(snapshot.free_by_node)
-            by_id = {j.job_id: j for j in snapshot.jobs}
+            # an MLFQ replay passes its queue book instead of the job list
+            jobs = snapshot.jobs if snapshot.queue_book is None else list(snapshot.queue_book.jobs())
+            by_id = {j.job_id: j for j in jobs}
             for action in plan.actions:
                 if action.kind == "preempt":
                     for node, gpus in by_id[action.job_id].placement:

@@ -25,6 +25,8 @@ exact for any quantum.
 """
 from __future__ import annotations
 
+import bisect
+import math
 from typing import Iterable, Optional, Sequence
 
 import numpy as np
@@ -54,13 +56,29 @@ class ServiceDistribution:
         self.prefix_weight = np.concatenate(([0.0], np.cumsum(weights)))
         self.prefix = np.concatenate(([0.0], np.cumsum(weights * self.samples)))
         self.tail_index = _tail_index(self.samples, weights)
+        self._lists = None  # plain-list copies for scalar lookups, made on first use
 
     def __len__(self) -> int:
         return self.count
 
     def index(self, attained_gpu_s: float, quantum_end_gpu_s: float) -> float:
-        """Gittins index for service a with the quantum ending at service b (b may be inf)."""
-        return float(self.indices(np.array([attained_gpu_s]), np.array([quantum_end_gpu_s]))[0])
+        """Gittins index for service a with the quantum ending at service b (b may be inf).
+
+        Same value as ``indices`` for one job, in plain Python (a numpy call on one
+        element costs tens of microseconds; replays ask for one index per event)."""
+        if self._lists is None:
+            self._lists = (self.samples.tolist(), self.prefix.tolist(), self.prefix_weight.tolist())
+        x, prefix, weight = self._lists
+        a = attained_gpu_s
+        b = max(quantum_end_gpu_s, a)
+        k = bisect.bisect_right(x, a)
+        if k >= len(x):
+            return self.tail_index
+        m = bisect.bisect_right(x, b)
+        total = weight[-1]
+        b_finite = b if math.isfinite(b) else 0.0
+        denominator = (prefix[m] - prefix[k]) + b_finite * (total - weight[m]) - a * (total - weight[k])
+        return (weight[m] - weight[k]) / denominator if denominator > 0 else 0.0
 
     def indices(self, attained: np.ndarray, quantum_end: np.ndarray) -> np.ndarray:
         """Vectorized G(a, b); a job past every sample gets ``tail_index``."""

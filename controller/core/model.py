@@ -122,11 +122,12 @@ class Snapshot:
     queue_book: Optional["object"] = None
 
     def __post_init__(self):
-        available = [n for n in self.nodes if n.available]
-        if self.capacity_gpus is None:
-            self.capacity_gpus = sum(n.gpus_total for n in available)
-        if self.max_gpus_per_node is None:
-            self.max_gpus_per_node = max((n.gpus_total for n in available), default=0)
+        if self.capacity_gpus is None or self.max_gpus_per_node is None:
+            available = [n for n in self.nodes if n.available]
+            if self.capacity_gpus is None:
+                self.capacity_gpus = sum(n.gpus_total for n in available)
+            if self.max_gpus_per_node is None:
+                self.max_gpus_per_node = max((n.gpus_total for n in available), default=0)
 
     @property
     def total_gpus(self) -> int:

@@ -108,6 +108,20 @@ class QueueBook:
             if entry <= self.bottom:
                 self.bottom = entry - 1.0
 
+    def rekey(self, within_of, levels) -> None:
+        """Recompute the ``within`` part of every waiting key in ``levels``:
+        ``within_of(level, items)`` returns the new values for a list's
+        ``(key, index, job)`` items, in their order (the waiting order's inputs changed)."""
+        for level in levels:
+            for size, items in self.waiting[level].items():
+                fresh = []
+                for ((_, group, entry), index, job), within in zip(items, within_of(level, items)):
+                    key = (within, group, entry)
+                    fresh.append((key, index, job))
+                    self.where[index] = (level, key)
+                fresh.sort()
+                self.waiting[level][size] = fresh
+
     def _within_of(self, job: JobState, level: int) -> float:
         return self.within_function(job, level) if self.within_function is not None else 0.0
 
@@ -172,6 +186,14 @@ class QueueBook:
 
     def key_of(self, job: JobState) -> Optional[tuple]:
         return self.where[job.index][1]
+
+    def jobs(self) -> Iterator[JobState]:
+        """Every job in the book, in no particular order."""
+        for level in range(self.num_levels):
+            yield from self.running[level].values()
+            for items in self.waiting[level].values():
+                for _, _, job in items:
+                    yield job
 
     def order(self) -> list[JobState]:
         """Every job in walk order (for reports: O(n log n))."""

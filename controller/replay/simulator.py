@@ -41,6 +41,10 @@ class SimConfig:
     spread_speed: float = 0.6  # speed of a consolidation-sensitive gang spread over extra nodes
     service: Optional[ServiceDistribution] = None  # given distribution; None = learn from finished jobs
     drop_oversize: bool = False
+    # MLFQ policies replay with one queue book kept across rounds (controller.replay.
+    # mlfq_replay) when promotion is off and rounds are event-driven; False forces the
+    # generic loop (the engine rebuilds the queues every round: same results, slower).
+    incremental: bool = True
 
     def __post_init__(self):
         if self.nodes <= 0:
@@ -133,6 +137,12 @@ class Simulation:
             jobs.append(JobState(spec=spec, index=len(jobs)))
         self._jobs = jobs
         self._private = [_Private() for _ in jobs]
+        engine_cfg = cfg.engine
+        if (cfg.incremental and self.engine.policy.discretized and not math.isfinite(engine_cfg.promote_knob)
+                and cfg.round_interval_s is None):
+            from controller.replay.mlfq_replay import run_mlfq
+
+            return run_mlfq(self, jobs, dropped)
         return self._loop(jobs, dropped)
 
     # -- the event loop -------------------------------------------------------
