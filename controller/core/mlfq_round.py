@@ -44,7 +44,7 @@ def mlfq_step(engine: "Engine", snapshot: Snapshot, plan: Plan) -> Plan:
     # entered jobs still holding GPUs (demoted since the last round) that the walk passed over
     passed_over = sorted(((book.level_of(job), book.key_of(job), job.index, job) for job in book.entered.values()
                           if job.index not in chosen), key=lambda item: item[:3])
-    leaving = preempted + [item[3] for item in passed_over if item[3].running]
+    leaving = preempted + [item[3] for item in passed_over if item[3].running and item[3].spec.preemptable]
     newcomers = [job for job in selected if not job.running]
     count_mode = engine.config.placement == "count"
     free_by_node = None if count_mode else snapshot.free_gpus_by_node()
@@ -112,7 +112,7 @@ def _next_positions(book: QueueBook, selected, started, backfilled, preempted, p
     for job in preempted:
         head += 1.0
         changes[job.job_id] = (book.level_of(job), head)
-    for level, _, _, job in passed_over:
+    for level, _, _, job in passed_over:  # tails: running ones (pinned) or waiting ones
         if job.job_id not in changes:
             changes[job.job_id] = (level, tail)
             tail += 1.0

@@ -42,6 +42,10 @@ class QueueBook:
         self.where: dict[int, tuple[int, Optional[tuple]]] = {}  # job.index -> (level, key or _RUNNING)
         self.entered: dict[int, JobState] = {}  # group 2 members, by job.index
         self.waiting_count = 0  # jobs in waiting lists (entered running jobs included)
+        # running jobs that may not be preempted (JobSpec.preemptable False) keep their
+        # GPUs whatever the order: the walk hands out only what they leave
+        self.pinned_gpus = 0
+        self.pinned_running_gpus = [0] * num_levels  # of those, in the running lists
         self.top = 0.0  # above every place in use: where tails start
         self.bottom = 0.0  # below every place in use: where heads end
 
@@ -70,6 +74,9 @@ class QueueBook:
         self.running[level][job.index] = job
         self.running_gpus[level] += job.num_gpus
         self.where[job.index] = (level, _RUNNING)
+        if _pinned(job):
+            self.pinned_gpus += job.num_gpus
+            self.pinned_running_gpus[level] += job.num_gpus
 
     def add_waiting(self, job: JobState, level: int, group: int, entry: float, within: float = 0.0) -> None:
         """Into the level's list for the job's gang size (group 1 settled, 2 entered)."""
@@ -77,6 +84,8 @@ class QueueBook:
         bisect.insort(self.waiting[level].setdefault(job.num_gpus, []), (key, job.index, job))
         self.where[job.index] = (level, key)
         self.waiting_count += 1
+        if _pinned(job):
+            self.pinned_gpus += job.num_gpus
         if group == ENTERED:
             self.entered[job.index] = job
 
@@ -86,7 +95,12 @@ class QueueBook:
         if key is _RUNNING:
             del self.running[level][job.index]
             self.running_gpus[level] -= job.num_gpus
+            if _pinned(job):
+                self.pinned_gpus -= job.num_gpus
+                self.pinned_running_gpus[level] -= job.num_gpus
             return
+        if _pinned(job):
+            self.pinned_gpus -= job.num_gpus
         items = self.waiting[level][job.num_gpus]
         del items[bisect.bisect_left(items, (key, job.index))]
         self.waiting_count -= 1
@@ -135,16 +149,19 @@ class QueueBook:
         from the waiting lists that get their gang), both in walk order. Settled
         running jobs that keep their GPUs are not listed.
         """
-        free = capacity
+        free = capacity - self.pinned_gpus
         preempted: list[JobState] = []
         selected: list[JobState] = []
         for level in range(self.num_levels):
             running = self.running[level]
             if running:
-                if self.running_gpus[level] <= free:
-                    free -= self.running_gpus[level]
+                movable = self.running_gpus[level] - self.pinned_running_gpus[level]
+                if movable <= free:
+                    free -= movable
                 else:
                     for job in running.values():
+                        if _pinned(job):
+                            continue
                         if job.num_gpus <= free:
                             free -= job.num_gpus
                         else:
@@ -158,6 +175,17 @@ class QueueBook:
         """Merge the size lists in key order, taking every job that fits."""
         cursors = {size: 0 for size, items in lists.items() if items and size <= free}
         while cursors:
+            for size in [size for size, at in cursors.items() if _pinned(lists[size][at][2])]:
+                # a pinned entered job keeps its GPUs (already set aside): pass it
+                at = cursors[size] + 1
+                while at < len(lists[size]) and _pinned(lists[size][at][2]):
+                    at += 1
+                if at < len(lists[size]):
+                    cursors[size] = at
+                else:
+                    del cursors[size]
+            if not cursors:
+                break
             best_size, best_key = None, None
             for size, at in cursors.items():
                 key = lists[size][at]
@@ -204,3 +232,8 @@ class QueueBook:
         merged = sorted(item for items in self.waiting[level].values() for item in items)
         for _, _, job in merged:
             yield job
+
+
+def _pinned(job: JobState) -> bool:
+    """A running job the walk may not preempt (no checkpoint contract)."""
+    return job.running and not job.spec.preemptable
