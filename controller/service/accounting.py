@@ -145,6 +145,19 @@ class Accounts:
             if end_state == "COMPLETED" and record.attained_gpu_s > 0:
                 self.store.add_service_sample(self.cluster, job_id, record.attained_gpu_s, finished_s=end)
 
+    def credit_until(self, job: ObservedJob, until: float) -> None:
+        """A running job this controller just stopped (requeue): its run's service up
+        to ``until`` (epoch s), which the next observation can no longer see."""
+        record = self.records.get(job.job_id)
+        if record is None or not record.last_running or record.last_observed_s is None:
+            return
+        ran = max(0.0, until - record.last_observed_s)
+        record.attained_gpu_s += job.gpus * ran
+        record.queue_service_gpu_s += job.gpus * ran
+        record.executed_s += ran
+        record.executed_since_promotion_s += ran
+        record.last_observed_s = max(record.last_observed_s, until)
+
     def promote(self, job_id: str) -> None:
         """A starvation promotion: the job's queue clocks start again from zero."""
         record = self.records[job_id]

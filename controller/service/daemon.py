@@ -82,7 +82,7 @@ class Controller:
         self.records = self.accounts.records  # job id -> JobRecord (the same dict)
         self.starts = Starts(config, self.executor, self.accounts)
         self.contract = Contract(config, self.backend, self._log_once)
-        self.preemptions = Preemptions(config, store, self.executor, self.accounts, self.contract)
+        self.preemptions = Preemptions(config, store, self.executor, self.accounts, self.contract, clock=self.clock)
         self.mover = PartitionMover(config, self.backend, store, self.executor, self.accounts, self._log_once)
         self.sharing = GpuSharing(config, self.executor, self._log_once)
         self._stale = False
@@ -157,8 +157,8 @@ class Controller:
     def run_round(self, observation: Optional[Observation] = None) -> RoundReport:
         """One round; a StoreError (LeaseLost included) stops it and marks the state in
         memory stale, so the next round starts from what the store holds."""
-        if self.lease is not None and (self.lease.gained or not self.lease.valid()):
-            if not self.lease.hold():
+        if self.lease is not None:
+            if not self.lease.hold():  # renewed at every round: a long round does not outlive it
                 raise StoreError(f"cluster {self.config.cluster}: standing by (another controller holds the lease)")
             if self.lease.gained:
                 self._stale, self.lease.gained = True, False

@@ -12,6 +12,9 @@ Only the enforce mode opens rows; shadow only says what it would do.
 """
 from __future__ import annotations
 
+import time
+from typing import Callable
+
 from controller.core.plan import Plan
 from controller.service.accounting import ACTIVE_STATES, TRANSIENT_STATES, Accounts
 from controller.service.backend import ObservedJob
@@ -24,7 +27,8 @@ from controller.service.store import Store
 
 class Preemptions:
     def __init__(self, config: Config, store: Store, executor: LeverExecutor, accounts: Accounts,
-                 contract: Contract):
+                 contract: Contract, clock: Callable[[], float] = time.time):
+        self.clock = clock
         self.config = config
         self.store = store
         self.executor = executor
@@ -97,10 +101,15 @@ class Preemptions:
                 self._close_requeued(job.job_id, now)
                 continue
             if job.state == "RUNNING" and now >= pending.signalled_at_s + cfg.preempt_grace_s:
+                # Written ahead: the run's service up to now (the next observation will
+                # not see it running) and the closed preemption commit before the requeue,
+                # so a store that cannot be written (or a lost lease) stops it; a crash
+                # after the write leaves a running job the next plan decides about again.
+                self.accounts.credit_until(job, self.clock())
+                self._close_requeued(job.job_id, now)
                 outcome = self.executor.call("requeue", job.job_id)
                 if outcome.applied:
                     self.accounts.stopped_at[job.job_id] = now
-                    self._close_requeued(job.job_id, now)
                 report.applied.append({"decision_id": f"r{report.round_id}.requeue", "job_id": job.job_id,
                                        "kind": "requeue", "applied": outcome.applied,
                                        "reason": f"grace period of {cfg.preempt_grace_s:g}s over",
