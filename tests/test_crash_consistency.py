@@ -144,7 +144,9 @@ def test_two_controllers_one_store_only_the_leaseholder_acts(tmp_path):
         second.run_round()  # reloads from the store: the open preemption, not a second signal
         with pytest.raises(StoreError, match="standing by"):
             first.run_round()  # its own clock says the lease is over: it asks, and stands by
-        first.lease.epoch, first.lease.valid_until = 1, float("inf")  # a clock that missed the stall
+        # A leader that believes it still holds the lease (its clock missed the stall):
+        first.lease.epoch, first.lease.valid_until = 1, float("inf")
+        first.lease.hold = lambda: True
         first.store.fence = Fence("default", first.lease.holder, 1)
         with pytest.raises(LeaseLost):
             first.run_round()  # the database refuses it all the same
