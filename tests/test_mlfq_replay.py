@@ -34,7 +34,7 @@ rows = st.lists(st.tuples(st.sampled_from([1, 1, 2, 4, 8]), st.integers(0, 40).m
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(rows, st.sampled_from(["dlas", "dgittins"]), st.sampled_from(["count", "consolidate", "spread"]),
+@given(rows, st.sampled_from(["dlas", "dgittins", "fifo", "fifo-skip"]), st.sampled_from(["count", "consolidate", "spread"]),
        st.sampled_from([(200.0,), (200.0, 900.0), (50.0, 400.0, 3000.0)]), st.booleans())
 def test_incremental_equals_generic(rows, policy, placement, thresholds, given_service):
     specs = [JobSpec(f"j{i}", g, float(t), float(d), skew=s) for i, (g, t, d, s) in enumerate(rows)]
@@ -43,7 +43,7 @@ def test_incremental_equals_generic(rows, policy, placement, thresholds, given_s
                 engine=EngineConfig(policy=policy, placement=placement, thresholds_gpu_s=thresholds))
 
 
-@pytest.mark.parametrize("policy", ["dlas", "dgittins"])
+@pytest.mark.parametrize("policy", ["dlas", "dgittins", "fifo", "fifo-skip"])
 def test_incremental_equals_generic_on_itp_cluster10(policy):
     """A public trace (260 jobs, 2 x 8 GPUs), the parity benchmark's settings."""
     specs = load_trace(FIXTURE_TRACES / "itp_cluster10_tiresias.csv")

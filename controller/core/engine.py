@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional
 
-from controller.core.mlfq_round import mlfq_step
+from controller.core.mlfq_round import mlfq_step, static_order_step
 from controller.core.model import InputError, JobState, Snapshot
 from controller.core.placement import COUNT_NODE, FreeGpus, check_mode, minimum_nodes
 from controller.core.plan import Plan, Preempt, Promote, Start
@@ -73,6 +73,8 @@ class Engine:
         plan = Plan(round_id=snapshot.round_id, now_s=snapshot.now_s)
         if self.policy.discretized:
             return mlfq_step(self, snapshot, plan)
+        if snapshot.queue_book is not None:
+            return static_order_step(self, snapshot, plan)
         if snapshot.allow_fast_path and self._fast_path(snapshot, plan):
             return plan
         plan.actions.clear()

@@ -91,6 +91,38 @@ def mlfq_step(engine: "Engine", snapshot: Snapshot, plan: Plan) -> Plan:
     return plan
 
 
+def static_order_step(engine: "Engine", snapshot: Snapshot, plan: Plan) -> Plan:
+    """A round of a non-preemptive policy with a fixed order (fifo, fifo-skip) over
+    the executor's book (one level, keys in arrival order): the same decisions as
+    the generic walk, at the cost of what it starts."""
+    book = snapshot.queue_book
+    selected, blocked = book.walk_non_preemptive(snapshot.total_gpus, engine.policy.head_of_line_blocking)
+    count_mode = engine.config.placement == "count"
+    free_gpus = None if count_mode else FreeGpus(snapshot.free_gpus_by_node())
+    max_per_node = snapshot.max_gpus_per_node
+    unplaced = False
+    for rank, job in enumerate(selected):
+        slots = engine._place(job, free_gpus, max_per_node, count_mode)
+        if slots is None:
+            unplaced = True
+            continue
+        plan.actions.append(Start(engine._decision_id(plan), job.job_id, slots,
+                                  f"queue 1: {job.num_gpus} GPUs free at priority position {rank + 1}"
+                                  " among waiting jobs"))
+    if unplaced and not blocked:
+        chosen = {job.index for job in selected}
+        free_total = free_gpus.total
+        for job in book.order():
+            if job.running or job.index in chosen or job.num_gpus > free_total:
+                continue
+            slots = engine._place(job, free_gpus, max_per_node, count_mode)
+            if slots is not None:
+                free_total -= job.num_gpus
+                plan.actions.append(Start(engine._decision_id(plan), job.job_id, slots,
+                                          "backfill: GPUs left free by a gang waiting for placement"))
+    return plan
+
+
 def _next_positions(book: QueueBook, selected, started, backfilled, preempted, passed_over) -> dict:
     """Running jobs new to the running lists join their tails in walk order; settled
     running jobs that lost their GPUs go to the heads of the waiting lists in walk

@@ -170,6 +170,30 @@ class QueueBook:
                 free = self._take_waiting(self.waiting[level], free, selected)
         return preempted, selected
 
+    def walk_non_preemptive(self, capacity: int, head_of_line: bool) -> tuple[list[JobState], bool]:
+        """The walk of a policy that never preempts (fifo, fifo-skip), one level:
+        running jobs keep their GPUs; waiting jobs are taken in key order while they
+        fit (``head_of_line``: stop at the first that does not). Returns (selected,
+        blocked: the walk stopped at a job that did not fit)."""
+        free = capacity - sum(self.running_gpus)
+        selected: list[JobState] = []
+        lists = self.waiting[0]
+        if not head_of_line:
+            if free > 0 and lists:
+                self._take_waiting(lists, free, selected)
+            return selected, False
+        cursors = {size: 0 for size, items in lists.items() if items}
+        while cursors:
+            size = min(cursors, key=lambda s: lists[s][cursors[s]])
+            if size > free:
+                return selected, True
+            selected.append(lists[size][cursors[size]][2])
+            free -= size
+            cursors[size] += 1
+            if cursors[size] >= len(lists[size]):
+                del cursors[size]
+        return selected, False
+
     @staticmethod
     def _take_waiting(lists: dict[int, list], free: int, selected: list) -> int:
         """Merge the size lists in key order, taking every job that fits."""

@@ -1,4 +1,5 @@
-"""The event loop of an MLFQ replay (dlas, dgittins) with one queue book kept alive.
+"""The event loop of a replay with one queue book kept alive: MLFQ policies (dlas,
+dgittins) and the fixed-order non-preemptive ones (fifo, fifo-skip: one queue).
 
 The generic loop (controller.replay.simulator) hands the engine every active job at
 every round; the engine then rebuilds the queues, which costs O(n log n) a round.
@@ -41,7 +42,7 @@ def run_mlfq(sim: "Simulation", jobs: list[JobState], dropped: list[str]) -> "Si
     engine_cfg = cfg.engine
     engine = sim.engine
     policy = engine.policy
-    thresholds = engine_cfg.thresholds_gpu_s
+    thresholds = engine_cfg.thresholds_gpu_s if policy.discretized else ()  # fifo: one queue
     num_levels = len(thresholds) + 1
     capacity = cfg.capacity_gpus
     count_mode = engine_cfg.placement == "count"
@@ -187,8 +188,8 @@ def run_mlfq(sim: "Simulation", jobs: list[JobState], dropped: list[str]) -> "Si
             book.add_waiting(job, level, ENTERED, t_cross, waiting_value(job, level, thresholds[level - 1]))
             schedule_demotion(job, t_cross, thresholds[level - 1])
             events += 1
-        # 2. a round, if any job waits for GPUs
-        if waiting_jobs:
+        # 2. a round, if any job waits for GPUs (and, without preemption, some are free)
+        if waiting_jobs and (policy.preemptive or busy < capacity):
             if learned is not None and learned.current is not service:
                 service = learned.current
                 if ordered_waiting:
@@ -204,6 +205,9 @@ def run_mlfq(sim: "Simulation", jobs: list[JobState], dropped: list[str]) -> "Si
                     stop(job)
                 else:
                     start(job, action.placement)
+                    if not policy.discretized:  # no places: a started job joins the running list
+                        book.remove(job)
+                        book.add_running(job, 0)
             for job_id, (level, entry) in plan.positions.items():
                 job = jobs[index_of[job_id]]
                 job.queue_level = level

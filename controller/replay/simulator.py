@@ -138,8 +138,9 @@ class Simulation:
         self._jobs = jobs
         self._private = [_Private() for _ in jobs]
         engine_cfg = cfg.engine
-        if (cfg.incremental and self.engine.policy.discretized and not math.isfinite(engine_cfg.promote_knob)
-                and cfg.round_interval_s is None):
+        policy = self.engine.policy
+        if (cfg.incremental and (policy.discretized or policy.static_order)
+                and not math.isfinite(engine_cfg.promote_knob) and cfg.round_interval_s is None):
             from controller.replay.mlfq_replay import run_mlfq
 
             return run_mlfq(self, jobs, dropped)

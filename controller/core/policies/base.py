@@ -120,6 +120,7 @@ class Policy:
     discretized = False  # MLFQ levels (reported as the job's level)
     head_of_line_blocking = False  # strict FIFO: stop at the first job that does not fit
     preemptive = True  # False: running jobs keep their GPUs whatever the order says
+    static_order = False  # non-preemptive, ordered by arrival: a replay may keep a queue book
     drifts_while_running = False  # priority changes continuously: needs a quantum
     uses_service_distribution = False
 

@@ -4,6 +4,7 @@ from controller.core.policies.base import Policy
 
 class Fifo(Policy):
     preemptive = False
+    static_order = True
     name = "fifo"
     head_of_line_blocking = True
 

@@ -4,6 +4,7 @@ from controller.core.policies.base import Policy
 
 class FifoSkip(Policy):
     preemptive = False
+    static_order = True
     name = "fifo-skip"
 
     def sort_key(self, job, ctx):
