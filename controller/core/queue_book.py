@@ -159,15 +159,16 @@ class QueueBook:
                 if movable <= free:
                     free -= movable
                 else:
+                    pinned_here = self.pinned_running_gpus[level] > 0
                     for job in running.values():
-                        if _pinned(job):
+                        if pinned_here and _pinned(job):
                             continue
                         if job.num_gpus <= free:
                             free -= job.num_gpus
                         else:
                             preempted.append(job)
-            if free > 0 and self.waiting[level]:
-                free = self._take_waiting(self.waiting[level], free, selected)
+            if free > 0 and self.waiting_count and self.waiting[level]:
+                free = self._take_waiting(self.waiting[level], free, selected, self.pinned_gpus > 0)
         return preempted, selected
 
     def walk_non_preemptive(self, capacity: int, head_of_line: bool) -> tuple[list[JobState], bool]:
@@ -180,7 +181,7 @@ class QueueBook:
         lists = self.waiting[0]
         if not head_of_line:
             if free > 0 and lists:
-                self._take_waiting(lists, free, selected)
+                self._take_waiting(lists, free, selected, False)
             return selected, False
         cursors = {size: 0 for size, items in lists.items() if items}
         while cursors:
@@ -195,11 +196,11 @@ class QueueBook:
         return selected, False
 
     @staticmethod
-    def _take_waiting(lists: dict[int, list], free: int, selected: list) -> int:
+    def _take_waiting(lists: dict[int, list], free: int, selected: list, skip_pinned: bool) -> int:
         """Merge the size lists in key order, taking every job that fits."""
         cursors = {size: 0 for size, items in lists.items() if items and size <= free}
         while cursors:
-            for size in [size for size, at in cursors.items() if _pinned(lists[size][at][2])]:
+            for size in [size for size, at in cursors.items() if skip_pinned and _pinned(lists[size][at][2])]:
                 # a pinned entered job keeps its GPUs (already set aside): pass it
                 at = cursors[size] + 1
                 while at < len(lists[size]) and _pinned(lists[size][at][2]):
