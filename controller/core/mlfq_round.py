@@ -42,8 +42,8 @@ def mlfq_step(engine: "Engine", snapshot: Snapshot, plan: Plan) -> Plan:
     preempted, selected = book.walk(capacity)
     chosen = {job.index for job in selected}
     # entered jobs still holding GPUs (demoted since the last round) that the walk passed over
-    passed_over = sorted(((book.level_of(job), book.key_of(job), job.index, job) for job in book.entered.values()
-                          if job.index not in chosen), key=lambda item: item[:3])
+    where = book.where
+    passed_over = sorted([(*where[index], index, job) for index, job in book.entered.items() if index not in chosen])
     leaving = preempted + [item[3] for item in passed_over if item[3].running and item[3].spec.preemptable]
     newcomers = [job for job in selected if not job.running]
     count_mode = engine.config.placement == "count"
@@ -165,8 +165,9 @@ def _describe(engine, book: QueueBook, ctx, plan: Plan, selected, unplaced, snap
                                                         (book.level_of(job), key[0]), job, ctx)
     if snapshot.explain:
         selected_ids = {job.job_id for job in selected} | {a.job_id for a in plan.of_kind("start")}
+        stopped = {a.job_id for a in plan.of_kind("preempt")}
         free_total = snapshot.total_gpus - sum(j.num_gpus for j in ordered if j.job_id in selected_ids or (
-            j.running and j.job_id not in {a.job_id for a in plan.of_kind("preempt")}))
+            j.running and j.job_id not in stopped))
         engine._explain_waits(ordered, _Walk(selected=list(selected)), selected_ids, unplaced, free_total,
                               snapshot.max_gpus_per_node, _LevelsFromBook(book, ctx), plan)
 

@@ -59,11 +59,22 @@ class QueueBook:
             book.top = max(entries_in_use) + 1.0
             book.bottom = min(entries_in_use) - 1.0
         running = []
+        waiting: dict[tuple[int, int], list] = {}
         for i, job in enumerate(jobs):
             if groups[i] == SETTLED_RUNNING:
                 running.append((levels[i], entries[i], job.index, job))
-            else:
-                book.add_waiting(job, levels[i], groups[i], entries[i], 0.0 if within is None else within[i])
+                continue
+            key = (0.0 if within is None else within[i], groups[i], entries[i])
+            waiting.setdefault((levels[i], job.num_gpus), []).append((key, job.index, job))
+            book.where[job.index] = (levels[i], key)
+            if _pinned(job):
+                book.pinned_gpus += job.num_gpus
+            if groups[i] == ENTERED:
+                book.entered[job.index] = job
+        for (level, size), items in waiting.items():
+            items.sort()  # one sort per list instead of an insertion per job
+            book.waiting[level][size] = items
+            book.waiting_count += len(items)
         running.sort(key=lambda r: r[:3])
         for level, _, _, job in running:
             book.add_running(job, level)
@@ -72,6 +83,7 @@ class QueueBook:
     def add_running(self, job: JobState, level: int) -> None:
         """At the tail of the level's running jobs."""
         self.running[level][job.index] = job
+        self._version += 1
         self.running_gpus[level] += job.num_gpus
         self.where[job.index] = (level, _RUNNING)
         if _pinned(job):
@@ -84,6 +96,7 @@ class QueueBook:
         bisect.insort(self.waiting[level].setdefault(job.num_gpus, []), (key, job.index, job))
         self.where[job.index] = (level, key)
         self.waiting_count += 1
+        self._version += 1
         if _pinned(job):
             self.pinned_gpus += job.num_gpus
         if group == ENTERED:
@@ -92,6 +105,7 @@ class QueueBook:
     def remove(self, job: JobState) -> None:
         """The job leaves the book (finished, or about to be put elsewhere)."""
         level, key = self.where.pop(job.index)
+        self._version += 1
         if key is _RUNNING:
             del self.running[level][job.index]
             self.running_gpus[level] -= job.num_gpus
@@ -249,8 +263,15 @@ class QueueBook:
                     yield job
 
     def order(self) -> list[JobState]:
-        """Every job in walk order (for reports: O(n log n))."""
-        return [job for level in range(self.num_levels) for job in self.level_order(level)]
+        """Every job in walk order (for reports and backfill: O(n log n); the result is
+        kept until the book changes)."""
+        if self._order is None or self._order[0] != self._version:
+            self._order = (self._version, [job for level in range(self.num_levels)
+                                           for job in self.level_order(level)])
+        return self._order[1]
+
+    _order = None
+    _version = 0
 
     def level_order(self, level: int) -> Iterator[JobState]:
         yield from self.running[level].values()

@@ -54,4 +54,6 @@ class DiscretizedGittins(Policy):
         return self._index(job, ctx)
 
     def display_from_key(self, key, job, ctx):
-        return self._index(job, ctx)  # also for running jobs, whose key omits it
+        if len(key) > 1 and key[1] != 0:
+            return -key[1]
+        return self._index(job, ctx)  # running jobs' keys omit it
