@@ -40,6 +40,8 @@ def mlfq_step(engine: "Engine", snapshot: Snapshot, plan: Plan) -> Plan:
                             service=snapshot.service)
     capacity = snapshot.total_gpus
     preempted, selected = book.walk(capacity)
+    if not preempted and not selected and not book.entered and not snapshot.detailed:
+        return plan  # nothing moves (a simulator round while every GPU stays where it is)
     chosen = {job.index for job in selected}
     # entered jobs still holding GPUs (demoted since the last round) that the walk passed over
     where = book.where

@@ -115,8 +115,11 @@ class QueueBook:
             return
         if _pinned(job):
             self.pinned_gpus -= job.num_gpus
-        items = self.waiting[level][job.num_gpus]
+        lists = self.waiting[level]
+        items = lists[job.num_gpus]
         del items[bisect.bisect_left(items, (key, job.index))]
+        if not items:
+            del lists[job.num_gpus]  # only sizes with jobs stay: the walk reads min(lists)
         self.waiting_count -= 1
         self.entered.pop(job.index, None)
 
@@ -212,6 +215,13 @@ class QueueBook:
     @staticmethod
     def _take_waiting(lists: dict[int, list], free: int, selected: list, skip_pinned: bool) -> int:
         """Merge the size lists in key order, taking every job that fits."""
+        if min(lists) > free:
+            return free
+        if len(lists) == 1 and not skip_pinned:  # one gang size: the walk takes a prefix
+            ((size, items),) = lists.items()
+            count = min(len(items), free // size)
+            selected.extend(item[2] for item in items[:count])
+            return free - count * size
         cursors = {size: 0 for size, items in lists.items() if items and size <= free}
         while cursors:
             for size in [size for size, at in cursors.items() if skip_pinned and _pinned(lists[size][at][2])]:
