@@ -9,6 +9,7 @@ dlas. A job's index is taken at the service it entered with (see
 import numpy as np
 
 from controller.core.policies.base import Policy, mlfq_key, mlfq_order, service_at_entry
+from controller.core.queues import ENTERED, SETTLED_WAITING
 
 
 class DiscretizedGittins(Policy):
@@ -42,10 +43,9 @@ class DiscretizedGittins(Policy):
         level = ctx.level(job)
         if level >= len(ctx.thresholds_gpu_s) or ctx.service is None or len(ctx.service) == 0:
             return 0.0
-        from controller.core.queues import groups_and_entries
-
-        (group,), _ = groups_and_entries([job], [level], ctx.thresholds_gpu_s, ctx.now_s, ctx.queue_service)
-        return ctx.service.index(service_at_entry(job, level, group, ctx), ctx.thresholds_gpu_s[level])
+        entered = job.queue_entry is None or job.queue_level != level
+        return ctx.service.index(service_at_entry(job, level, ENTERED if entered else SETTLED_WAITING, ctx),
+                                 ctx.thresholds_gpu_s[level])
 
     def sort_key(self, job, ctx):
         return mlfq_key(job, ctx, -self._index(job, ctx))
