@@ -167,6 +167,9 @@ def run_mlfq(sim: "Simulation", jobs: list[JobState], dropped: list[str]) -> "Si
             return (-service.indices(np.asarray(served), np.asarray(ends))).tolist()
         book.rekey(values, levels=range(len(thresholds)))
 
+    snapshot = Snapshot(now_s=now, jobs=[], nodes=nodes, service=service, round_id=0, detailed=False,
+                        explain=False, free_by_node=free_by_node, capacity_gpus=capacity,
+                        max_gpus_per_node=max_per_node, queue_book=book)
     while next_arrival < total or completions or waiting_jobs:
         # 1. everything that happens at this moment: completions, arrivals, crossings
         while current(completions) and completions[0][0] <= now + _EPS:
@@ -195,9 +198,9 @@ def run_mlfq(sim: "Simulation", jobs: list[JobState], dropped: list[str]) -> "Si
                 if ordered_waiting:
                     rekey_waiting()
             rounds += 1
-            snapshot = Snapshot(now_s=now, jobs=[], nodes=nodes, service=service, round_id=rounds, detailed=False,
-                                explain=False, free_by_node=free_by_node, capacity_gpus=capacity,
-                                max_gpus_per_node=max_per_node, queue_book=book)
+            # one snapshot object for the whole replay: only its time, round and
+            # distribution change (the book and node table are live)
+            snapshot.now_s, snapshot.round_id, snapshot.service = now, rounds, service
             plan = engine.step(snapshot)
             for action in plan.actions:
                 job = jobs[index_of[action.job_id]]
