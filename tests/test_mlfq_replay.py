@@ -49,3 +49,18 @@ def test_incremental_equals_generic_on_itp_cluster10(policy):
     specs = load_trace(FIXTURE_TRACES / "itp_cluster10_tiresias.csv")
     assert_same(specs, nodes=2, gpus_per_node=8,
                 engine=EngineConfig(policy=policy, placement="count", thresholds_gpu_s=(3250.0, 7200.0)))
+
+
+@pytest.mark.parametrize("incremental", [True, False])
+def test_demotion_at_the_exact_crossing(incremental):
+    """A 4-GPU job crosses 100 GPU-s at t = 25 s exactly; the 1-s-old job of its own
+    queue waits until then (no preemption inside a queue), then starts as the other
+    one drops to queue 2 (the reference simulator would wake up later)."""
+    specs = [JobSpec("a", 4, 0.0, 1000.0), JobSpec("b", 4, 1.0, 10.0)]
+    result = Simulation(SimConfig(nodes=1, gpus_per_node=4, incremental=incremental,
+                                  engine=EngineConfig(policy="dlas", thresholds_gpu_s=(100.0,),
+                                                      placement="count"))).run(specs)
+    by_id = {o.job_id: o for o in result.outcomes}
+    assert by_id["b"].start_s == pytest.approx(25.0, abs=1e-9)
+    assert by_id["b"].end_s == pytest.approx(35.0, abs=1e-9)
+    assert by_id["a"].preemptions == 1 and by_id["a"].end_s == pytest.approx(1010.0, abs=1e-9)
