@@ -141,7 +141,8 @@ class LearnedDistribution:
 
     Rebuilding the prefix sums on every completion would cost O(n) per event; the
     distribution is rebuilt when the sample count has grown by ``refresh_fraction``
-    (and at least ``min_new`` samples), which is how the controller refreshes too.
+    (and at least ``min_new`` samples). (The spec gives no refresh rule; the
+    controller rebuilds its distribution from the store every ``service_refresh_s``.)
     """
 
     def __init__(self, refresh_fraction: float = 0.02, min_new: int = 1, initial: Sequence[float] = ()):
