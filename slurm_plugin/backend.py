@@ -46,6 +46,7 @@ _JOB_ID_RE = re.compile(r"\d+(?:_\d+)?")
 _NAME_RE = re.compile(r"[A-Za-z0-9_.\-\[\],]+")
 _SIGNAL_RE = re.compile(r"(?:SIG)?[A-Z][A-Z0-9+\-]*|\d+")
 SITE_FACTOR_LIMIT = 2147483645  # Slurm's documented +- range for SiteFactor
+ADMIN_COMMENT_MAX_CHARS = 1024  # ours is ~80; the rest is what the site keeps there
 MPS_SHARES_PER_GPU = 100  # Gres=gpu:N,mps:100*N: one MPS share = 1% of one GPU's SMs
 # Stderr fragments that mean "slurmctld did not answer", not "Slurm said no".
 # 22.05 prints "Unexpected message received for job N" for `scontrol requeue`
@@ -337,6 +338,7 @@ class SlurmBackend:
             requeueable=bool(job.requeue),
             batch=job.batch,
             comment=job.comment,
+            admin_comment=job.admin_comment,
             site_factor=site_factor,
             required_nodes=tuple(job.required_nodes),
             excluded_nodes=tuple(job.excluded_nodes),
@@ -449,6 +451,17 @@ class SlurmBackend:
         partition = _check_name(partition, "partition name")
         self._lever(["scontrol", "update", f"JobId={job_id}", f"Partition={partition}"],
                     f"move job {job_id} to partition {partition}")
+
+    def set_admin_comment(self, job_id: str, text: str) -> None:
+        """``scontrol update JobId=N AdminComment=TEXT`` (one argument, no shell: spaces
+        and '=' inside TEXT are kept). One line, printable, at most
+        ADMIN_COMMENT_MAX_CHARS; the job's owner reads it with ``scontrol show job``."""
+        job_id = _check_job_id(job_id)
+        if not isinstance(text, str) or len(text) > ADMIN_COMMENT_MAX_CHARS or not text.isprintable():
+            raise ValueError(f"job {job_id}: AdminComment must be one printable line of at most "
+                             f"{ADMIN_COMMENT_MAX_CHARS} characters, got {text[:80]!r}")
+        self._lever(["scontrol", "update", f"JobId={job_id}", f"AdminComment={text}"],
+                    f"AdminComment of job {job_id}")
 
     def set_mps_share(self, job_id: str, shares: int) -> None:
         """Set a pending job's MPS share per node (= its percent of one GPU's SMs).

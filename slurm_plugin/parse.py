@@ -106,6 +106,7 @@ class SlurmJob:
     requeue: bool | None = None
     batch: bool = False
     comment: str = ""
+    admin_comment: str = ""
     priority: int | None = None
     site_factor: int | None = None
     required_nodes: list[str] = field(default_factory=list)
@@ -476,6 +477,7 @@ def _squeue_job(r: dict) -> SlurmJob:
         requeue=bool(r["requeue"]) if r.get("requeue") is not None else None,
         batch=bool(r.get("batch_flag")),
         comment=_str(r.get("comment"), "comment"),
+        admin_comment=_str(r.get("admin_comment"), "admin_comment"),
         priority=_int(r.get("priority"), "priority") if r.get("priority") is not None else None,
         site_factor=_int(site, "site_factor") if site is not None else None,
         required_nodes=expand_hostlist(_str(r.get("required_nodes"), "required_nodes")),
@@ -818,6 +820,7 @@ def _scontrol_job(r: dict) -> SlurmJob:
         requeue=(r["Requeue"] == "1") if "Requeue" in r else None,
         batch=r.get("BatchFlag") == "1",
         comment=_nullish_to_empty(r.get("Comment")),
+        admin_comment=_nullish_to_empty(r.get("AdminComment")),
         priority=_scontrol_int(r.get("Priority"), "Priority") if "Priority" in r else None,
         site_factor=_scontrol_int(site, "SiteFactor") if site not in (None, "") else None,
         required_nodes=expand_hostlist(r.get("ReqNodeList")),

@@ -245,7 +245,7 @@ def test_controller_survives_a_slurmctld_outage(iso, run):
 # ------------------------------------------------------------------ (e) shadow mode
 
 COMPARED = ("JobState", "Partition", "ReqNodeList", "ExcNodeList", "Requeue", "Restarts", "NodeList",
-            "NumNodes", "TRES", "BatchFlag")
+            "NumNodes", "TRES", "BatchFlag", "AdminComment")
 
 
 def _slurm_view(instance: Instance) -> dict:

@@ -36,6 +36,7 @@ class ObservedJob:
     requeueable: bool = False
     batch: bool = True
     comment: str = ""
+    admin_comment: str = ""  # AdminComment (Slurm operators write it; the controller adds its line)
     site_factor: Optional[int] = None
     required_nodes: tuple[str, ...] = ()
     excluded_nodes: tuple[str, ...] = ()
@@ -73,6 +74,10 @@ class Backend(Protocol):
         """StartTime=now after a requeue, so the job may start at once."""
 
     def move_partition(self, job_id: str, partition: str) -> None: ...
+
+    def set_admin_comment(self, job_id: str, text: str) -> None:
+        """Replace the job's AdminComment with ``text`` (controller.service.admin_comment
+        builds it keeping the site's part)."""
 
     def set_mps_share(self, job_id: str, shares: int) -> None:
         """A pending MPS job's share per node (--gres=mps:N; 100 shares = one GPU's SMs)."""

@@ -94,6 +94,13 @@ SCHEMA: tuple[Setting, ...] = (
             "SQLite is single-controller)"),
     Setting("lease_ttl_s", "float", 0.0, "seconds a controller lease lasts unrenewed (standby); takeover "
             "within lease_ttl_s + poll_s of a leader's death or stall; 0 = 1.5 x interval_s", minimum=0.0),
+    Setting("admin_comment", "bool", True, "write a short line (queue, attained service, position, "
+            "preemptable) into each GPU job's AdminComment, after any text the site keeps there (enforce mode "
+            "only)"),
+    Setting("admin_comment_refresh_s", "float", 300.0, "rewrite a job's AdminComment for changed service or "
+            "position at most this often; a queue change is written at once", minimum=0.0),
+    Setting("admin_comment_max_per_round", "int", 50, "at most this many AdminComment writes (one scontrol "
+            "each) per round", minimum=0),
     Setting("metrics_port", "int", 0, "Prometheus port on 127.0.0.1 (0 = off)", minimum=0),
     Setting("log_level", "choice", "INFO", "log level", ("DEBUG", "INFO", "WARNING", "ERROR")),
 )
@@ -140,6 +147,9 @@ class Config:
     usage_collect_s: float = 60.0
     standby: bool = False
     lease_ttl_s: float = 0.0
+    admin_comment: bool = True
+    admin_comment_refresh_s: float = 300.0
+    admin_comment_max_per_round: int = 50
     metrics_port: int = 0
     log_level: str = "INFO"
 

@@ -28,6 +28,7 @@ from controller.core.engine import Engine
 from controller.core.gittins import ServiceDistribution
 from controller.core.model import JobSpec, JobState, Snapshot
 from controller.core.plan import Plan
+from controller.service.admin_comment import AdminComments
 from controller.service.accounting import ACTIVE_STATES, UNSTARTABLE_REASONS, Accounts, numeric_id
 from controller.service.backend import Backend, BackendUnavailable, Observation, ObservedJob
 from controller.service.config import Config
@@ -85,6 +86,7 @@ class Controller:
         self.preemptions = Preemptions(config, store, self.executor, self.accounts, self.contract, clock=self.clock)
         self.mover = PartitionMover(config, self.backend, store, self.executor, self.accounts, self._log_once)
         self.sharing = GpuSharing(config, self.executor, self._log_once)
+        self.admin_comments = AdminComments(config.admin_comment_refresh_s, config.admin_comment_max_per_round)
         self._stale = False
 
     # -- the loop -----------------------------------------------------------------------
@@ -200,6 +202,10 @@ class Controller:
         self.preemptions.advance(observed, now, report)
         self.mover.apply(plan, observed, observation.nodes, now, report, pinned=set(self.starts.pins))
         self.sharing.apply(observation, report)
+        if self.config.admin_comment and self.config.mode == "enforce":  # shadow writes nothing
+            self.admin_comments.apply(plan, observed, {j: r.attained_gpu_s for j, r in self.records.items()},
+                                      self._queue_count(), lambda job: not self.preemptions.protected(job, now),
+                                      self.executor, now)
         # record: the accounts (promotions, preemption counts) and the decisions together
         with self.store.transaction():
             self.accounts.save()
@@ -209,6 +215,7 @@ class Controller:
             self.starts.forget(job_id)
             self.mover.forget(job_id)
             self.contract.forget(job_id)
+            self.admin_comments.forget(job_id)
         self._collect_usage(now)
         self.last_plan = plan
         self.last_observation = observation
@@ -216,6 +223,10 @@ class Controller:
             self.metrics.observe_round(self, plan, report, time.perf_counter() - started,
                                        slurm_calls=self._slurm_calls_since_mark())
         return report
+
+    def _queue_count(self) -> int:
+        """K of the MLFQ, or 0 for a policy without queues (its levels mean nothing)."""
+        return len(self.config.queues_gpu_s) + 1 if self.engine.policy.discretized else 0
 
     def preview(self) -> tuple[Plan, Observation]:
         """A read-only round for ``queue`` and ``explain``: the plan the controller

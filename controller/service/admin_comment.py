@@ -1,0 +1,126 @@
+"""The line each managed job carries in its Slurm AdminComment, so that its owner sees
+why it waits with the tools they already have (``scontrol show job``):
+
+    site text [tiresias: queue 2/3 · 5,400 GPU-s attained · position 4 · preemptable]
+
+Ours is the bracketed part; whatever else the field holds is the site's and is kept as
+it is (a site that rewrites the field loses only our part, which the next round puts
+back after theirs). Written only when the text differs from what Slurm shows, and
+bounded: a change of queue level or of pending/running goes out in the same round,
+other changes (attained service, position) at most every ``refresh_s`` per job, and
+at most ``max_per_round`` writes per round, level changes first. Enforce mode only:
+observe and shadow write nothing (this is information, not a scheduling decision).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Optional
+
+from controller.service.backend import ObservedJob
+
+OUR_PART = re.compile(r"\s*\[tiresias: [^\[\]]*\]")
+SEPARATOR = " · "
+
+
+def rounded_gpu_s(value: float) -> str:
+    """Attained service with two significant digits (5,400; 130,000): stable between
+    rounds, so the line does not change every time a running job gains a little."""
+    value = max(0.0, float(value))
+    if value < 100:
+        return f"{int(value):,}"
+    digits = len(str(int(value))) - 2
+    return f"{int(value) // 10 ** digits * 10 ** digits:,}"
+
+
+def our_line(level: int, queues: int, attained_gpu_s: float, position: Optional[int], running: bool,
+             preemptable: bool) -> str:
+    """Our part of the AdminComment, without brackets. ``level`` is 0-based; ``queues``
+    0 leaves the queue out (a policy without MLFQ queues); ``position`` is the job's
+    place in the plan order, as ``tiresias queue`` shows it."""
+    parts = [f"queue {level + 1}/{queues}"] if queues else []
+    parts.append(f"{rounded_gpu_s(attained_gpu_s)} GPU-s attained")
+    if position is not None:
+        parts.append(f"position {position}")
+    if running:
+        parts.append("preemptable" if preemptable else "not preemptable")
+    return "tiresias: " + SEPARATOR.join(parts)
+
+
+def site_part(current: str) -> str:
+    """What the site wrote: the field without our bracketed part(s)."""
+    return OUR_PART.sub("", current or "").strip()
+
+
+def ours_in(current: str) -> str:
+    """Our part as Slurm shows it now ('' when there is none)."""
+    match = OUR_PART.search(current or "")
+    return match.group(0).strip()[1:-1] if match else ""
+
+
+def combined(current: str, line: str) -> str:
+    """The full AdminComment: the site's text first, then ours in brackets."""
+    site = site_part(current)
+    return f"{site} [{line}]" if site else f"[{line}]"
+
+
+@dataclass
+class _Written:
+    at_s: float
+    urgent_key: tuple  # (level, running): a change here is written at once
+
+
+class AdminComments:
+    """Decides which jobs' AdminComment to write this round (the diffing and bounds);
+    the caller carries the writes out through the executor."""
+
+    def __init__(self, refresh_s: float = 300.0, max_per_round: int = 50):
+        self.refresh_s = refresh_s
+        self.max_per_round = max_per_round
+        self._written: dict[str, _Written] = {}
+
+    def updates(self, wanted: dict[str, tuple[str, tuple]], observed: dict[str, ObservedJob],
+                now: float) -> dict[str, str]:
+        """``wanted``: job id -> (our line, urgent key). Returns job id -> full new
+        AdminComment for the jobs to write now (at most max_per_round)."""
+        urgent, routine = [], []
+        for job_id, (line, key) in wanted.items():
+            job = observed.get(job_id)
+            if job is None or ours_in(job.admin_comment) == line:
+                continue
+            last = self._written.get(job_id)
+            if last is None or last.urgent_key != key or not ours_in(job.admin_comment):
+                urgent.append(job_id)
+            elif now - last.at_s >= self.refresh_s:
+                routine.append((last.at_s, job_id))
+        chosen = urgent + [job_id for _, job_id in sorted(routine)]
+        return {job_id: combined(observed[job_id].admin_comment, wanted[job_id][0])
+                for job_id in chosen[:self.max_per_round]}
+
+    def apply(self, plan, observed: dict[str, ObservedJob], attained_gpu_s: dict[str, float], queues: int,
+              preemptable, executor, now: float) -> int:
+        """Write this round's AdminComment changes through ``executor`` (its lever
+        ``set_admin_comment``). ``queues``: K, or 0 for a policy without queues;
+        ``preemptable(job) -> bool`` for running jobs. Returns the writes applied."""
+        position = {job_id: i + 1 for i, job_id in enumerate(plan.order)}
+        wanted = {}
+        for job_id, level in plan.levels.items():
+            job = observed.get(job_id)
+            if job is None or job.state not in ("PENDING", "RUNNING"):
+                continue
+            running = job.state == "RUNNING"
+            line = our_line(level, queues, attained_gpu_s.get(job_id, 0.0), position.get(job_id), running,
+                            running and preemptable(job))
+            wanted[job_id] = (line, (level, running))
+        applied = 0
+        for job_id, text in self.updates(wanted, observed, now).items():
+            if executor.call("set_admin_comment", job_id, text).applied:
+                self.written(job_id, wanted[job_id][1], now)
+                applied += 1
+        return applied
+
+    def written(self, job_id: str, key: tuple, now: float) -> None:
+        self._written[job_id] = _Written(now, key)
+
+    def forget(self, job_id: str) -> None:
+        self._written.pop(job_id, None)

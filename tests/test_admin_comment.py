@@ -1,0 +1,117 @@
+"""The AdminComment line: its text, the site's part kept, written only on change and
+within bounds, nothing outside enforce mode (controller.service.admin_comment)."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from controller.service.admin_comment import AdminComments, combined, our_line, ours_in, rounded_gpu_s, site_part
+from controller.service.backend import ObservedJob
+from controller.service.config import from_mapping
+from controller.service.daemon import Controller
+from tests.test_controller import ScriptedBackend, store  # noqa: F401  (fixture)
+
+
+@pytest.mark.parametrize("value, text", [(0, "0"), (99.9, "99"), (5400, "5,400"), (5467.2, "5,400"),
+                                         (129_999, "120,000"), (1_234_567, "1,200,000")])
+def test_attained_has_two_significant_digits(value, text):
+    assert rounded_gpu_s(value) == text
+
+
+def test_line_reads_like_the_issue():
+    assert our_line(1, 3, 5400, 4, True, True) == \
+        "tiresias: queue 2/3 · 5,400 GPU-s attained · position 4 · preemptable"
+    assert our_line(0, 2, 10, 1, False, False) == "tiresias: queue 1/2 · 10 GPU-s attained · position 1"
+    assert our_line(0, 0, 10, 2, True, False) == "tiresias: 10 GPU-s attained · position 2 · not preemptable"
+
+
+def test_site_text_is_kept_and_ours_replaced():
+    ours = "tiresias: queue 1/2 · 0 GPU-s attained · position 1"
+    assert combined("", ours) == f"[{ours}]"
+    first = combined("billing=ml-team", ours)
+    assert first == f"billing=ml-team [{ours}]"
+    newer = "tiresias: queue 2/2 · 5,000 GPU-s attained · position 3"
+    second = combined(first, newer)
+    assert second == f"billing=ml-team [{newer}]" and ours_in(second) == newer
+    assert site_part(second) == "billing=ml-team"
+    # the site appended after our part: their text stays, ours moves to the end
+    assert combined(f"{first} audit ok", newer) == f"billing=ml-team audit ok [{newer}]"
+    assert site_part("[not ours] x") == "[not ours] x"  # only the tiresias bracket is ours
+
+
+def _job(job_id, admin_comment="", state="PENDING"):
+    return ObservedJob(job_id=job_id, user="alice", partition="batch", state=state, reason="Priority", gpus=1,
+                       admin_comment=admin_comment)
+
+
+def test_updates_only_on_change_urgent_first_and_bounded():
+    comments = AdminComments(refresh_s=300, max_per_round=2)
+    line = "tiresias: queue 1/2 · 0 GPU-s attained · position 1"
+    observed = {"1": _job("1", f"[{line}]"), "2": _job("2", "site"), "3": _job("3"), "4": _job("4")}
+    wanted = {j: (line, (0, False)) for j in observed}
+    got = comments.updates(wanted, observed, now=0)
+    assert "1" not in got  # Slurm already shows it
+    assert len(got) == 2 and got.get("2", f"site [{line}]") == f"site [{line}]"  # the cap
+    for job_id, text in got.items():
+        comments.written(job_id, (0, False), 0)
+        observed[job_id] = dataclasses.replace(observed[job_id], admin_comment=text)
+    # routine change (service, position) of a written job: not before refresh_s
+    written = set(got)
+    moved = {j: (line.replace("position 1", "position 2"), (0, False)) for j in written}
+    assert comments.updates(moved, observed, now=100) == {}
+    assert set(comments.updates(moved, observed, now=300)) == written
+    # a queue change is written at once
+    demoted = {j: (line.replace("queue 1/2", "queue 2/2"), (1, False)) for j in written}
+    assert set(comments.updates(demoted, observed, now=101)) == written
+
+
+def _controller(store, backend, mode="enforce", **settings):  # noqa: F811
+    config = from_mapping({"mode": mode, "preempt_min_runtime_s": 0, "queues_gpu_s": [100.0], **settings})
+    return Controller(config, backend, store, clock=lambda: backend.now)
+
+
+def _admin_calls(backend):
+    return [call for call in backend.calls if call[0] == "set_admin_comment"]
+
+
+def test_controller_writes_on_change_keeps_site_text_and_shadow_writes_nothing(store):  # noqa: F811
+    backend = ScriptedBackend()
+    backend.add("1", 4, "RUNNING", start=1000.0, nodes=[("gpu1", 4)])
+    backend.add("2", 16)
+    backend.jobs["2"] = dataclasses.replace(backend.jobs["2"], admin_comment="site: reserved for ml-team")
+    shadow = _controller(store, backend, mode="shadow")
+    shadow.run_round()
+    assert _admin_calls(backend) == [] and not any("admin" in w for w in shadow.executor.would)
+    c = _controller(store, backend, admin_comment_refresh_s=0)
+    c.run_round()
+    calls = dict((job_id, text) for _, job_id, text in _admin_calls(backend))
+    assert calls["1"] == "[tiresias: queue 1/2 · 0 GPU-s attained · position 1 · preemptable]"
+    assert calls["2"] == "site: reserved for ml-team [tiresias: queue 1/2 · 0 GPU-s attained · position 2]"
+    for job_id, text in calls.items():  # Slurm now shows what was written
+        backend.jobs[job_id] = dataclasses.replace(backend.jobs[job_id], admin_comment=text)
+    backend.calls.clear()
+    c.run_round()
+    assert _admin_calls(backend) == []  # nothing changed: nothing written
+    backend.now += 30  # job 1: 4 GPUs x 30 s = 120 GPU-s, past the 100 GPU-s threshold: queue 2
+    c.run_round()
+    texts = {job_id: text for _, job_id, text in _admin_calls(backend)}
+    assert texts["1"].startswith("[tiresias: queue 2/2 · 120 GPU-s attained")
+
+
+def test_admin_comment_off(store):  # noqa: F811
+    backend = ScriptedBackend()
+    backend.add("1", 4)
+    _controller(store, backend, admin_comment=False).run_round()
+    assert _admin_calls(backend) == []
+
+
+@pytest.mark.parametrize("text", ["two\nlines", "x" * 1025, "tab\there"])
+def test_slurm_lever_refuses_bad_text_before_running_anything(text):
+    from slurm_plugin.backend import SlurmBackend
+
+    def never(argv, timeout_s, env):
+        raise AssertionError(f"ran {argv}")
+
+    with pytest.raises(ValueError, match="AdminComment must be one printable line"):
+        SlurmBackend(runner=never).set_admin_comment("12", text)
