@@ -134,6 +134,9 @@ class SlurmBackend:
         # SiteFactor per job id as last observed (or last set successfully):
         # lets set_site_factors send only what differs.
         self._site_factors: dict[str, int] = {}
+        # Pending job ids whose SiteFactor was read from sprio once (or set here): sprio
+        # runs again only when a pending job appears that is not among them.
+        self._site_factor_known: set[str] = set()
         # Partition -> node names from the last ``sinfo --json`` read by observe().
         self._partition_nodes: Optional[dict[str, list[str]]] = None
 
@@ -203,8 +206,16 @@ class SlurmBackend:
         raw_by_id = self._raw_records_by_id(squeue_doc.get("jobs", []))
 
         site_factors = {j.job_id: j.site_factor for j in jobs if j.site_factor is not None}
-        if any(j.state == "PENDING" and j.job_id not in site_factors for j in jobs):
+        pending = {j.job_id for j in jobs if j.state == "PENDING"}
+        unknown = pending - site_factors.keys() - self._site_factor_known
+        if unknown:
             site_factors.update(self._read_sprio_site_factors(skipped))
+            self._site_factor_known |= pending  # held jobs are not in sprio: not asked again
+        known = self._site_factors
+        for job_id in pending - site_factors.keys():
+            if job_id in known:
+                site_factors[job_id] = known[job_id]  # as read or set before (22.05 JSON has none)
+        self._site_factor_known &= pending | unknown
 
         observed_jobs: list[ObservedJob] = []
         for job in jobs:
@@ -222,6 +233,15 @@ class SlurmBackend:
         self._partition_nodes = self._partition_map(nodes)
         return Observation(observed_at_s=observed_at_s, jobs=observed_jobs, nodes=observed_nodes,
                            skipped=skipped)
+
+    def poll(self) -> frozenset:
+        """The cheap change check between rounds: (job id, compact state) of every job,
+        from one ``squeue -h -o "%i %t"`` (no JSON, no nodes, no sprio)."""
+        argv = ["squeue", "-h", "-o", "%i %t"]
+        if self.partitions is not None:
+            argv += ["-p", ",".join(sorted(self.partitions))]
+        out = self._read(argv)
+        return frozenset(tuple(line.split(None, 1)) for line in out.splitlines() if line.strip())
 
     def partition_nodes(self) -> dict[str, list[str]]:
         """Partition name -> its node names (in ``sinfo`` order), for the partitions in

@@ -135,8 +135,12 @@ def test_pending_jobs_get_site_factor_bands_by_level_and_order(store):
     for call in backend.calls:
         if call[0] == "set_site_factors":
             factors.update(call[1])
-    assert factors["2"] > factors["3"]  # same queue: plan order
-    assert factors["2"] // 100000 == 2  # K=2, queue 1 -> top band
+    # K=2, queue 1 -> top band; same queue and never started: one value, Slurm's age orders them
+    assert factors["2"] == factors["3"] == 2 * 100000
+    sent = len([call for call in backend.calls if call[0] == "set_site_factors"])
+    backend.now += 30
+    c.run_round()
+    assert len([call for call in backend.calls if call[0] == "set_site_factors"]) == sent  # no change, no call
     # preemption refused by the per-job cap: logged with the reason, nothing signalled
     assert not [call for call in backend.calls if call[0] == "signal"]
     kept = [d for d in store.decisions("default", job_id="1") if d["kind"] == "preempt"]

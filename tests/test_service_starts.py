@@ -23,18 +23,34 @@ def round_(starts, accounts, backend, plan):
     return report
 
 
-def test_bands_by_level_then_order_and_sent_only_when_they_change(store):
+def test_bands_by_level_and_started_class_and_sent_only_when_they_change(store):
     backend = ScriptedBackend()
     for job_id in "123":
         backend.add(job_id, 4)
     starts, accounts = starter(store, backend)
     plan = Plan(1, backend.now, order=["2", "1", "3"], levels={"1": 0, "2": 0, "3": 1})
     round_(starts, accounts, backend, plan)
+    accounts.records["3"].first_start_s = 900.0  # job 3 ran before (requeued)
     [(lever, factors)] = backend.calls
     band = starts.config.site_factor_band
-    assert factors == {"2": 2 * band + band - 1, "1": 2 * band + band - 2, "3": band + band - 1}
-    round_(starts, accounts, backend, plan)
-    assert len(backend.calls) == 1  # nothing changed: nothing sent
+    assert factors == {"2": 2 * band, "1": 2 * band, "3": band}
+    round_(starts, accounts, backend, Plan(2, backend.now, order=["1", "2", "3"], levels=plan.levels))
+    assert backend.calls[1:] == [("set_site_factors", {"3": band + band // 2})]  # only the class change
+    round_(starts, accounts, backend, Plan(3, backend.now, order=["3", "2", "1"], levels=plan.levels))
+    assert len(backend.calls) == 2  # a new order inside a level: nothing sent
+
+
+def test_continuous_policies_rank_every_pending_job(store):
+    backend = ScriptedBackend()
+    for job_id in "123":
+        backend.add(job_id, 4)
+    config = from_mapping({"mode": "enforce", "queues_gpu_s": [100.0]})
+    accounts = Accounts(store, "default")
+    starts = Starts(config, LeverExecutor(backend, config.mode), accounts, by_level=False)
+    round_(starts, accounts, backend, Plan(1, backend.now, order=["2", "1", "3"], levels={"1": 0, "2": 0, "3": 0}))
+    [(lever, factors)] = backend.calls
+    band = config.site_factor_band
+    assert factors == {"2": 2 * band + band - 1, "1": 2 * band + band - 2, "3": 2 * band + band - 3}
 
 
 def test_sensitive_job_is_pinned_and_the_pin_expires(store):

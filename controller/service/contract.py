@@ -39,6 +39,10 @@ OPT_IN = re.compile(r"(?:^|[\s;,])tiresias:preemptable(?:=([^\s;,]*))?(?=$|[\s;,
 SIGNAL_NAMES = {"HUP", "INT", "QUIT", "ABRT", "KILL", "USR1", "USR2", "TERM", "ALRM", "CONT", "STOP", "TSTP",
                 "URG", "XCPU", "XFSZ", "VTALRM", "PROF", "WINCH", "IO", "PWR", "SYS", "TRAP", "BUS", "PIPE"}
 NUMBERED = {1: "HUP", 2: "INT", 3: "QUIT", 10: "USR1", 12: "USR2", 14: "ALRM", 15: "TERM"}
+# Batch scripts read per round at most: after a restart with thousands of running jobs
+# the reads spread over rounds instead of one burst of RPCs to slurmctld; a job not
+# read yet counts as non-preemptable until it is.
+SCRIPT_READS_PER_ROUND = 50
 
 
 @dataclass(frozen=True)
@@ -110,12 +114,23 @@ class Contract:
         self.declared_signals: dict[str, Optional[CheckpointSignal]] = {}
         self.given_up: dict[str, str] = {}
         self.signal_failures: dict[str, int] = {}
+        self.reads_left = SCRIPT_READS_PER_ROUND
+
+    def begin_round(self) -> None:
+        self.reads_left = SCRIPT_READS_PER_ROUND
+
+    def unread(self, job: ObservedJob) -> bool:
+        """A running job whose batch script is still to be read (read budget spent)."""
+        return (job.job_id not in self.declared_signals and job.state == "RUNNING" and not job.signal
+                and self.reads_left <= 0 and callable(getattr(self.backend, "batch_script", None)))
 
     def declared(self, job: ObservedJob) -> Optional[CheckpointSignal]:
         """The job's checkpoint signal, or None when it declared none. Reads the batch
         script (one backend call) the first time a running job is asked about."""
         if job.job_id in self.declared_signals:
             return self.declared_signals[job.job_id]
+        if self.unread(job):
+            return self._opt_in(job)  # not cached: the script is read in a later round
         spec, source = job.signal, "--signal"
         if not spec and job.state == "RUNNING":
             spec, source = self._read_script_signal(job.job_id), "#SBATCH --signal"
@@ -145,6 +160,7 @@ class Contract:
         reader = getattr(self.backend, "batch_script", None)
         if not callable(reader):
             return ""
+        self.reads_left -= 1
         try:
             return signal_from_script(reader(job_id) or "")
         except BackendUnavailable:
@@ -161,6 +177,8 @@ class Contract:
             return "not requeueable (--no-requeue or JobRequeue=0): never preempted"
         if job.job_id in self.given_up:
             return self.given_up[job.job_id]
+        if self.declared(job) is None and self.unread(job):
+            return f"checkpoint signal not read yet (at most {SCRIPT_READS_PER_ROUND} batch scripts per round)"
         if self.declared(job) is None and not self.config.preempt_undeclared:
             return ("declared no checkpoint signal (#SBATCH --signal=[B:]SIG@T or "
                     "--comment=tiresias:preemptable): never signalled nor requeued")

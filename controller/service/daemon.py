@@ -81,7 +81,7 @@ class Controller:
         config, store = self.config, self.store
         self.accounts = Accounts(store, config.cluster, self.metrics, self._log_once, gone_credit_s=config.poll_s)
         self.records = self.accounts.records  # job id -> JobRecord (the same dict)
-        self.starts = Starts(config, self.executor, self.accounts)
+        self.starts = Starts(config, self.executor, self.accounts, by_level=self.engine.policy.discretized)
         self.contract = Contract(config, self.backend, self._log_once)
         self.preemptions = Preemptions(config, store, self.executor, self.accounts, self.contract, clock=self.clock)
         self.mover = PartitionMover(config, self.backend, store, self.executor, self.accounts, self._log_once)
@@ -179,6 +179,7 @@ class Controller:
         now = observation.observed_at_s
         observed = {job.job_id: job for job in observation.jobs if job.gpus > 0}
         # account: one transaction, committed before anything is done in Slurm
+        self.contract.begin_round()
         self.accounts.advance(observed, now)
         with self.store.transaction():
             self.accounts.finish_gone(observed, observation, now)

@@ -21,10 +21,11 @@ class Starts:
     controller still clears it; ``site_factors_set``: job id -> the SiteFactor last
     set (sent again only on change)."""
 
-    def __init__(self, config: Config, executor: LeverExecutor, accounts: Accounts):
+    def __init__(self, config: Config, executor: LeverExecutor, accounts: Accounts, by_level: bool = True):
         self.config = config
         self.executor = executor
         self.accounts = accounts
+        self.by_level = by_level
         self.store = accounts.store
         self.pins: dict[str, float] = self.store.load_pins(config.cluster)
         self.site_factors_set: dict[str, int] = {}
@@ -80,9 +81,15 @@ class Starts:
             self.store.clear_pin(self.config.cluster, job_id)
 
     def site_factors(self, plan: Plan, observed: dict[str, ObservedJob]) -> dict[str, int]:
-        """Pending jobs only: band (K - level) x width, minus the rank inside the level."""
+        """Pending jobs only. MLFQ policies (``by_level``): band (K - level) x width, plus
+        half a band for jobs that ran before (a level is FIFO by first start, never
+        started jobs after); inside that Slurm's own age order decides. So a value
+        changes only when a job changes level or starts for the first time: Slurm
+        traffic grows with changes, not with the queue. Continuous policies: the band
+        minus the rank in the plan order (every job its own value)."""
         band = self.config.site_factor_band
         levels = len(self.config.queues_gpu_s) + 1
+        records = self.accounts.records
         rank_in_level: dict[int, int] = {}
         factors: dict[str, int] = {}
         for job_id in plan.order:
@@ -90,6 +97,10 @@ class Starts:
             if job is None or job.state != "PENDING":
                 continue
             level = plan.levels.get(job_id, 0)
+            if self.by_level:
+                started = job_id in records and records[job_id].first_start_s is not None
+                factors[job_id] = (levels - level) * band + (band // 2 if started else 0)
+                continue
             rank = rank_in_level.get(level, 0)
             rank_in_level[level] = rank + 1
             factors[job_id] = (levels - level) * band + max(band - 1 - rank, 0)

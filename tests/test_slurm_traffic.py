@@ -1,0 +1,30 @@
+"""Slurm traffic grows with changes, not with the queue: the real controller and the
+real Slurm backend against the scripted slurmctld of bench/bench_slurm_traffic.py
+(22.05 JSON shapes), counting the commands each round sends."""
+from bench.bench_slurm_traffic import ScriptedSlurm, rounds
+from slurm_plugin.backend import SlurmBackend
+
+
+def test_steady_round_sends_no_scontrol_and_one_start_at_most_five():
+    result = rounds("dlas", pending=300, running=60)
+    assert result["first"][1]["scontrol update SiteFactor"] <= 4  # one per (level, class) value, not per job
+    assert result["steady"][0] == 0 and "sprio" not in result["steady"][1]
+    assert result["after one start"][0] <= 5
+    assert result["after one start"][1].get("scontrol write batch_script") == 1  # the new running job's --signal
+    assert result["poll"][1] == {"squeue -h -o (poll)": 1} and result["poll"][0] == 360
+
+
+def test_the_rank_ordering_of_continuous_policies_is_what_costs():
+    result = rounds("las", pending=300, running=60)
+    assert result["after one start"][0] > 100  # every pending job below the started one moves up a rank
+
+
+def test_sprio_is_read_again_only_for_new_pending_jobs():
+    slurm = ScriptedSlurm(pending=20, running=4, nodes=10)
+    backend = SlurmBackend(runner=slurm)
+    backend.observe()
+    backend.observe()
+    assert slurm.calls["sprio"] == 1
+    slurm.jobs[999] = slurm._pending(999, 1, slurm.now)
+    backend.observe()
+    assert slurm.calls["sprio"] == 2
