@@ -11,6 +11,7 @@ measures what the controller asks, not how fast Slurm answers). Printed:
   steady round (target 0) and in the round after one job starts (target <= 5), for
   dlas (SiteFactor by level and started class) beside las (a continuous policy:
   SiteFactor by rank, every pending job its own value, as all policies did before);
+  preemptions are off (preempt_max_per_job 0): the scripted cluster does not requeue;
 - Slurm commands per minute with the default poll_s and interval_s in a steady state.
 Usage: python bench/bench_slurm_traffic.py [--pending 10000] [--running 2000]
 """
@@ -112,6 +113,10 @@ class ScriptedSlurm:
             self.calls["sprio"] += 1
             return CommandResult(0, "".join(f"{j} {self.site_factors.get(j, 0)}\n" for j, r in self.jobs.items()
                                             if r["job_state"] == "PENDING"), "")
+        if argv[0] == "squeue" and "-j" in argv:  # the signal lever's state check
+            self.calls["squeue -h -j"] += 1
+            record = self.jobs.get(int(argv[argv.index("-j") + 1]))
+            return CommandResult(0, f"{record['job_state']}\n" if record else "", "")
         if argv[0] == "squeue":
             self.calls["squeue -h -o (poll)"] += 1
             return CommandResult(0, "".join(f"{j} {'R' if r['job_state'] == 'RUNNING' else 'PD'}\n"
@@ -136,8 +141,10 @@ def rounds(policy: str, pending: int, running: int) -> dict:
     slurm = ScriptedSlurm(pending, running)
     backend = SlurmBackend(runner=slurm)
     with tempfile.TemporaryDirectory() as tmp, Store(f"sqlite:///{tmp}/t.db") as store:
+        # No preemptions (preempt_max_per_job 0): the scripted cluster does not requeue,
+        # and this measures the queue's cost, not the victims' levers.
         config = from_mapping({"mode": "enforce", "policy": policy, "queues_gpu_s": [3600.0, 36000.0],
-                               "usage_spool_dir": f"{tmp}/none"})
+                               "preempt_max_per_job": 0, "usage_spool_dir": f"{tmp}/none"})
         controller = Controller(config, backend, store, clock=lambda: float(slurm.now))
         out = {}
         for name in ("first", "warm-up", "steady", "after one start", "steady again"):
