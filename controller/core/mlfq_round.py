@@ -159,12 +159,12 @@ def _describe(engine, book: QueueBook, ctx, plan: Plan, selected, unplaced, snap
 
     ordered = book.order()
     plan.order = [job.job_id for job in ordered]
-    plan.levels = {job.job_id: book.level_of(job) for job in ordered}
-    policy = engine.policy
+    display = engine.policy.display_from_key
+    levels, keys, where = plan.levels, plan.keys, book.where
     for job in ordered:
-        key = book.key_of(job)
-        plan.keys[job.job_id] = policy.display_from_key((book.level_of(job),) if key is None else
-                                                        (book.level_of(job), key[0]), job, ctx)
+        level, key = where[job.index]
+        levels[job.job_id] = level
+        keys[job.job_id] = display((level,) if key is None else (level, key[0]), job, ctx)
     if snapshot.explain:
         selected_ids = {job.job_id for job in selected} | {a.job_id for a in plan.of_kind("start")}
         stopped = {a.job_id for a in plan.of_kind("preempt")}
