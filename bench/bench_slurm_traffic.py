@@ -12,6 +12,8 @@ measures what the controller asks, not how fast Slurm answers). Printed:
   dlas (SiteFactor by level and started class) beside las (a continuous policy:
   SiteFactor by rank, every pending job its own value, as all policies did before);
   preemptions are off (preempt_max_per_job 0): the scripted cluster does not requeue;
+  the per-job AdminComment line is off (its writes have their own per-round budget,
+  admin_comment_max_per_round: printed separately);
 - Slurm commands per minute with the default poll_s and interval_s in a steady state.
 Usage: python bench/bench_slurm_traffic.py [--pending 10000] [--running 2000]
 """
@@ -137,14 +139,17 @@ class ScriptedSlurm:
         return sum(n for name, n in self.calls.items() if name.startswith("scontrol"))
 
 
-def rounds(policy: str, pending: int, running: int) -> dict:
+def rounds(policy: str, pending: int, running: int, admin_comment: bool = False) -> dict:
+    """Counts per round; ``admin_comment``: also write the per-job AdminComment line
+    (controller.service.admin_comment: its own budget, admin_comment_max_per_round)."""
     slurm = ScriptedSlurm(pending, running)
     backend = SlurmBackend(runner=slurm)
     with tempfile.TemporaryDirectory() as tmp, Store(f"sqlite:///{tmp}/t.db") as store:
         # No preemptions (preempt_max_per_job 0): the scripted cluster does not requeue,
         # and this measures the queue's cost, not the victims' levers.
         config = from_mapping({"mode": "enforce", "policy": policy, "queues_gpu_s": [3600.0, 36000.0],
-                               "preempt_max_per_job": 0, "usage_spool_dir": f"{tmp}/none"})
+                               "preempt_max_per_job": 0, "usage_spool_dir": f"{tmp}/none",
+                               "admin_comment": admin_comment})
         controller = Controller(config, backend, store, clock=lambda: float(slurm.now))
         out = {}
         for name in ("first", "warm-up", "steady", "after one start", "steady again"):
@@ -193,6 +198,9 @@ def main() -> int:
     print(f"steady state at poll_s {poll_s:g} s, interval_s {interval_s:g} s: {polls:.0f} cheap polls "
           f"({dlas['poll'][1]}) + {fulls:.0f} full rounds of {full} command(s) "
           f"({dlas['steady again'][1]}) = {per_minute:.0f} Slurm commands per minute")
+    with_comments = rounds("dlas", args.pending, args.running, admin_comment=True)
+    print("with admin_comment on (default): scontrol calls per round: "
+          + ", ".join(f"{name} {with_comments[name][0]}" for name in ("first", "steady", "after one start")))
     after = dlas["after one start"][0]
     print(f"targets: steady round 0 scontrol calls: {'met' if dlas['steady'][0] == 0 else 'NOT met'}; "
           f"after one start <= 5: {'met' if after <= 5 else 'NOT met'} ({after})")
