@@ -9,17 +9,19 @@ Two things happen at submission, nothing at modification:
      never preempts such a job. Being requeueable is not enough to be preempted:
      the job must also declare its checkpoint signal (#SBATCH --signal=...) or
      opt in with --comment=tiresias:preemptable (see README, "Preemption contract").
-  2. A skew hint in the job comment, "tiresias:skew=0.73" (share of the model in
-     its largest tensor, 0..1, used for consolidated placement), is checked so
-     that a typo is refused at sbatch time instead of being ignored later.
+  2. Hints in the job comment, "tiresias:skew=0.73" (share of the model in
+     its largest tensor, 0..1, used for consolidated placement) and
+     "tiresias:class=latency|batch" (MPS tier), are checked so that a typo is
+     refused at sbatch time instead of being ignored later.
 Everything else passes through unchanged.
 --]]
 
 -- Site policy -------------------------------------------------------------
 -- Make every job that asks for GPUs requeueable unless it said --no-requeue.
 REQUEUE_GPU_JOBS = true
--- Refuse submissions whose comment carries a malformed tiresias:skew= hint.
-VALIDATE_SKEW_HINT = true
+-- Refuse submissions whose comment carries a malformed tiresias:skew= or
+-- tiresias:class= hint (the controller would ignore it).
+VALIDATE_HINTS = true
 -----------------------------------------------------------------------------
 
 local GPU_FIELDS = { "tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket", "gres" }
@@ -35,35 +37,68 @@ local function requests_gpus(job_desc)
 	return false
 end
 
--- nil when the comment has no hint or a valid one; otherwise the offending text.
-local function bad_skew_hint(comment)
+-- The hint grammar of controller/core/hints.py, kept identical by the shared table
+-- tests/fixtures/hint_cases.tsv (tests/test_hints.py runs both implementations):
+-- tokens are separated by space, \t, \n, \v, \f, \r, "," or ";"; a token starting
+-- with "tiresias:skew" must be "tiresias:skew=V" (V: [0-9]+, [0-9]+.[0-9]*, .[0-9]+;
+-- at most 16 characters; 0 <= V <= 1); one starting with "tiresias:class" must be
+-- "tiresias:class=latency" or "=batch"; each at most once.
+-- Returns skew (number or nil), class (string or nil), bad (the first bad hint
+-- token, or nil). When a token is bad, skew and class are nil.
+local SKEW_PREFIX = "tiresias:skew"
+local CLASS_PREFIX = "tiresias:class"
+local CLASSES = { latency = true, batch = true }
+
+local function starts_with(text, prefix)
+	return string.sub(text, 1, #prefix) == prefix
+end
+
+local function valid_skew_text(value)
+	if #value == 0 or #value > 16 then
+		return false
+	end
+	return string.match(value, "^[0-9]+$") ~= nil or string.match(value, "^[0-9]+%.[0-9]*$") ~= nil
+		or string.match(value, "^%.[0-9]+$") ~= nil
+end
+
+function tiresias_parse_hints(comment)
 	if type(comment) ~= "string" then
-		return nil
+		return nil, nil, nil
 	end
-	local found = nil
-	-- the hint ends at whitespace, a comma or a semicolon
-	for raw in string.gmatch(comment, "tiresias:skew=([^%s,;]*)") do
-		found = raw
-		if not string.match(raw, "^%d+%.?%d*$") and not string.match(raw, "^%.%d+$") then
-			return raw
+	local skew, class, seen_skew, seen_class = nil, nil, false, false
+	for token in string.gmatch(string.sub(comment, 1, 65536), "[^ \t\n\v\f\r,;]+") do
+		if starts_with(token, SKEW_PREFIX) then
+			if not starts_with(token, SKEW_PREFIX .. "=") or seen_skew then
+				return nil, nil, token
+			end
+			local value = string.sub(token, #SKEW_PREFIX + 2)
+			if not valid_skew_text(value) then
+				return nil, nil, token
+			end
+			local number = tonumber(value)
+			if number == nil or number < 0 or number > 1 then
+				return nil, nil, token
+			end
+			skew, seen_skew = number, true
+		elseif starts_with(token, CLASS_PREFIX) then
+			local value = nil
+			if starts_with(token, CLASS_PREFIX .. "=") then
+				value = string.sub(token, #CLASS_PREFIX + 2)
+			end
+			if seen_class or value == nil or not CLASSES[value] then
+				return nil, nil, token
+			end
+			class, seen_class = value, true
 		end
-		local value = tonumber(raw)
-		if value == nil or value < 0 or value > 1 then
-			return raw
-		end
 	end
-	-- "tiresias:skew" with no "=value" at all is also a mistake
-	if found == nil and string.find(comment, "tiresias:skew", 1, true) then
-		return string.match(comment, "tiresias:skew[^%s,;]*")
-	end
-	return nil
+	return skew, class, nil
 end
 
 function slurm_job_submit(job_desc, part_list, submit_uid)
-	if VALIDATE_SKEW_HINT then
-		local bad = bad_skew_hint(job_desc.comment)
+	if VALIDATE_HINTS then
+		local _, _, bad = tiresias_parse_hints(job_desc.comment)
 		if bad ~= nil then
-			slurm.log_user("tiresias: invalid skew hint in --comment: %q (expected tiresias:skew=<number between 0 and 1>, e.g. tiresias:skew=0.73)", bad)
+			slurm.log_user("tiresias: invalid hint in --comment: %q (expected at most one tiresias:skew=<number between 0 and 1>, e.g. tiresias:skew=0.73, and at most one tiresias:class=latency|batch)", bad)
 			return slurm.ERROR
 		end
 	end

@@ -264,7 +264,7 @@ def test_show_config_default_yaml_loads_to_defaults(tmp_path, capsys, monkeypatc
 
 
 @pytest.mark.parametrize("content, needle", [
-    ("bogus: 1\n", "unknown key 'bogus'"), ("interval_s: -3\n", "key 'interval_s' value -3"),
+    ("bogus: 1\n", "unknown key 'bogus'"), ("interval_s: -3\n", "key 'interval_s' value '-3'"),
     ("mode: yolo\n", "key 'mode' value 'yolo'"), ("mode: [\n", "not valid YAML")])
 def test_show_config_bad_file(tmp_path, capsys, content, needle):
     bad = tmp_path / "bad.yaml"

@@ -26,6 +26,7 @@ from typing import Union
 
 import numpy as np
 
+from controller.core.inputs import is_ascii_int, shorten
 from controller.core.model import InputError
 
 __all__ = [
@@ -245,8 +246,11 @@ class Pow(Node):
 
 
 # --------------------------------------------------------------------------- tokenizer
-_NUMBER = re.compile(r"(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
-_NAME = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
+# ASCII only (issue 12): str.isdigit/isalpha and regex \d also take "²", "٣" and "é".
+_NUMBER = re.compile(r"(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
+_NAME = re.compile(r"[A-Za-z_][A-Za-z_0-9]*", re.ASCII)
+_DIGITS = frozenset("0123456789")
+_NAME_START = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_")
 _OPERATORS = set("+-*/^()")
 
 
@@ -278,12 +282,12 @@ def _scan(text: str, tokens: list[_Token]) -> None:
             i += 1
             continue
         col = i + 1
-        if ch.isdigit() or (ch == "." and i + 1 < n and text[i + 1].isdigit()):
+        if ch in _DIGITS or (ch == "." and i + 1 < n and text[i + 1] in _DIGITS):
             m = _NUMBER.match(text, i)
             tokens.append(_Token("num", m.group(0), col))
             i = m.end()
             continue
-        if ch.isalpha() or ch == "_":
+        if ch in _NAME_START:
             m = _NAME.match(text, i)
             tokens.append(_Token("name", m.group(0), col))
             i = m.end()
@@ -302,7 +306,8 @@ def _scan(text: str, tokens: list[_Token]) -> None:
             raise InputError(f"subscripts and literals are not allowed: '{ch}' at column {col}")
         if ch == ",":
             raise InputError(f"unexpected ',' at column {col}; calls and tuples are not allowed")
-        raise InputError(f"unexpected character {ch!r} at column {col}")
+        raise InputError(f"unexpected character {ascii(ch)} at column {col}"
+                         + ("; only ASCII letters and digits are allowed" if not ch.isascii() else ""))
 
 
 class _Parser:
@@ -325,7 +330,7 @@ class _Parser:
     def unexpected(self, tok: _Token) -> InputError:
         if tok.kind == "end":
             return InputError(f"unexpected end of expression at column {tok.column}")
-        return InputError(f"unexpected '{tok.text}' at column {tok.column}")
+        return InputError(f"unexpected '{shorten(tok.text)}' at column {tok.column}")
 
     def parse(self) -> Node:
         if self.peek().kind == "end":
@@ -375,8 +380,9 @@ class _Parser:
         if tok.kind == "op" and tok.text == "^":
             self.take()
             exp_tok = self.take()
-            if exp_tok.kind != "num" or not exp_tok.text.isdigit() or int(exp_tok.text) > MAX_EXPONENT:
-                shown = exp_tok.text or "end of expression"
+            if (exp_tok.kind != "num" or not is_ascii_int(exp_tok.text) or exp_tok.text[0] in "+-"
+                    or int(exp_tok.text) > MAX_EXPONENT):
+                shown = shorten(exp_tok.text) or "end of expression"
                 raise InputError(f"exponent '{shown}' at column {exp_tok.column} is not an integer "
                                  f"in 0..{MAX_EXPONENT}")
             node = Pow(node, int(exp_tok.text))
@@ -387,14 +393,14 @@ class _Parser:
         if tok.kind == "num":
             value = float(tok.text)
             if not math.isfinite(value):
-                raise InputError(f"number '{tok.text}' at column {tok.column} is not finite")
+                raise InputError(f"number '{shorten(tok.text)}' at column {tok.column} is not finite")
             return Num(value)
         if tok.kind == "name":
             nxt = self.tokens[self.pos]  # raw look-ahead: a bad character after the name comes second
             if nxt.kind == "op" and nxt.text == "(":
-                raise InputError(f"calls are not allowed: '{tok.text}(' at column {tok.column}")
+                raise InputError(f"calls are not allowed: '{shorten(tok.text)}(' at column {tok.column}")
             if tok.text not in TERMINALS:
-                raise InputError(f"unknown name '{tok.text}' at column {tok.column}; use d, q, u or g")
+                raise InputError(f"unknown name '{shorten(tok.text)}' at column {tok.column}; use d, q, u or g")
             return Var(tok.text)
         if tok.kind == "op" and tok.text == "(":
             self._enter(tok)

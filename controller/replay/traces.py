@@ -38,9 +38,11 @@ import csv
 import gc
 import math
 import os
+import re
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterable, Mapping, Optional
 
+from controller.core.inputs import MAX_JOB_GPUS, MAX_SECONDS, BadValue, is_ascii_int, parse_float, parse_int, shorten
 from controller.core.model import InputError, JobSpec, skew_for_model
 
 __all__ = [
@@ -92,76 +94,71 @@ class _FieldError(Exception):
         self.field, self.value, self.what = field, value, what
 
 
-def _positive_int(field: str, s: str) -> int:
+def _positive_int(field: str, s: str, hi: int = MAX_JOB_GPUS) -> int:
+    """1..hi in ASCII digits; ``8.0`` is taken as 8 (some exports write integers so)."""
     if not s:
         raise _FieldError(field, s, "is empty")
-    try:
+    what = f"is not a positive integer (1..{hi})"
+    if is_ascii_int(s):
         v = int(s)
-    except ValueError:
+    else:
         try:
-            f = float(s)
-        except ValueError:
-            raise _FieldError(field, s, "is not a positive integer") from None
+            f = parse_float(s, 0.0, float(hi))
+        except BadValue:
+            raise _FieldError(field, s, what) from None
         if not f.is_integer():
-            raise _FieldError(field, s, "is not a positive integer") from None
+            raise _FieldError(field, s, what)
         v = int(f)
-    if v <= 0:
-        raise _FieldError(field, s, "is not a positive integer")
+    if not 1 <= v <= hi:
+        raise _FieldError(field, s, what)
     return v
 
 
-def _nonneg_int(field: str, s: str) -> int:
-    if not s:
-        raise _FieldError(field, s, "is empty")
+def _nonneg_int(field: str, s: str, hi: int = 1_000_000) -> int:
     try:
-        v = int(s)
-    except ValueError:
-        raise _FieldError(field, s, "is not a non-negative integer") from None
-    if v < 0:
-        raise _FieldError(field, s, "is not a non-negative integer")
-    return v
+        return parse_int(s, 0, hi, what=f"is not a non-negative integer (0..{hi})")
+    except BadValue as e:
+        raise _FieldError(field, s, e.what) from None
 
 
-def _nonneg_float(field: str, s: str) -> float:
-    if not s:
-        raise _FieldError(field, s, "is empty")
+def _nonneg_float(field: str, s: str, hi: float = MAX_SECONDS) -> float:
     try:
-        v = float(s)
-    except ValueError:
-        raise _FieldError(field, s, "is not a non-negative number") from None
-    if not (0.0 <= v < math.inf):  # rejects nan, inf, negatives
-        raise _FieldError(field, s, "is not a non-negative number")
-    return v
+        return parse_float(s, 0.0, hi, what=f"is not a non-negative number (0..{hi:g})")
+    except BadValue as e:
+        raise _FieldError(field, s, e.what) from None
 
 
 def _finite_float(field: str, s: str) -> float:
-    if not s:
-        raise _FieldError(field, s, "is empty")
     try:
-        v = float(s)
-    except ValueError:
-        raise _FieldError(field, s, "is not a number") from None
-    if not math.isfinite(v):
-        raise _FieldError(field, s, "is not a number")
-    return v
+        return parse_float(s, -MAX_SECONDS, MAX_SECONDS, what="is not a number")
+    except BadValue as e:
+        raise _FieldError(field, s, e.what) from None
 
 
 def _datetime_s(field: str, s: str) -> float:
-    """Seconds since 1970-01-01 (naive times are taken as UTC)."""
+    """Seconds since 1970-01-01 (naive times are taken as UTC); ASCII digits only."""
     if not s:
         raise _FieldError(field, s, "is empty")
+    what = "is not a datetime (YYYY-MM-DD HH:MM:SS)"
+    if not s.isascii() or len(s) > 40 or "_" in s:
+        raise _FieldError(field, s, what)
     try:
         dt = datetime.fromisoformat(s)
     except ValueError:
-        raise _FieldError(field, s, "is not a datetime (YYYY-MM-DD HH:MM:SS)") from None
+        raise _FieldError(field, s, what) from None
     if dt.tzinfo is not None:
         dt = dt.astimezone(timezone.utc).replace(tzinfo=None)
     return (dt - _EPOCH).total_seconds()
 
 
+MAX_TEXT_CHARS = 256  # a job id, partition, user or model name
+
+
 def _text(field: str, s: str) -> str:
     if s == "":
         raise _FieldError(field, s, "is empty")
+    if len(s) > MAX_TEXT_CHARS or not s.isprintable():
+        raise _FieldError(field, s, f"is not printable text of at most {MAX_TEXT_CHARS} characters")
     return s
 
 
@@ -265,33 +262,43 @@ def _convert(table: _Table, convert: Callable[[list[str]], tuple]) -> list[tuple
         try:
             out.append(convert(row))
         except _FieldError as e:
-            raise table.fail(k, f"field '{e.field}' value '{e.value}' {e.what}") from None
+            raise table.fail(k, f"field '{e.field}' value '{shorten(e.value)}' {e.what}") from None
     return out
 
 
 _INF = math.inf
 
 
+# Whole-column spellings the fast path accepts (ASCII digits, bounded length); any
+# other column goes through the row path, which accepts or names the bad value.
+_INT_COLUMN = re.compile(r"(?:[0-9]{1,7}\n)*[0-9]{1,7}", re.ASCII)
+_REAL = r"[0-9]{1,20}(?:\.[0-9]{0,20})?(?:[eE][+-]?[0-9]{1,3})?"
+_REAL_COLUMN = re.compile(rf"(?:{_REAL}\n)*{_REAL}", re.ASCII)
+
+
 def _bulk_floats(col: tuple[str, ...], scale: float = 1.0) -> Optional[list[float]]:
-    vals = list(map(float, col))  # ValueError -> caller falls back
-    for v in vals:
-        if not (0.0 <= v < _INF):
-            return None
+    if _REAL_COLUMN.fullmatch("\n".join(col)) is None:
+        return None
+    vals = list(map(float, col))
     if scale != 1.0:
         vals = [v * scale for v in vals]
+    if vals and max(vals) > MAX_SECONDS:
+        return None
     return vals
 
 
-def _bulk_ints(col: tuple[str, ...]) -> Optional[list[int]]:
+def _bulk_ints(col: tuple[str, ...], hi: int = MAX_JOB_GPUS) -> Optional[list[int]]:
+    if _INT_COLUMN.fullmatch("\n".join(col)) is None:
+        return None
     vals = list(map(int, col))
-    if vals and min(vals) <= 0:
+    if vals and (min(vals) <= 0 or max(vals) > hi):
         return None
     return vals
 
 
 def _bulk_texts(col: tuple[str, ...]) -> Optional[list[str]]:
     vals = list(map(str.strip, col))
-    if "" in vals:
+    if "" in vals or max(map(len, vals), default=0) > MAX_TEXT_CHARS or not "".join(vals).isprintable():
         return None
     return vals
 
@@ -323,8 +330,10 @@ def _bulk_parse(table: _Table) -> Optional[list[tuple]]:
             d = _bulk_floats(cols[ix["duration"]], scale)
             models = list(map(str.strip, cols[ix["model_name"]]))
             if fmt == "muri-raw":
+                if _INT_COLUMN.fullmatch("\n".join(cols[ix["priority"]])) is None:
+                    return None
                 pr = list(map(int, cols[ix["priority"]]))
-                if pr and min(pr) < 0:
+                if pr and max(pr) > 1_000_000:
                     return None
                 prio = [p + 1 for p in pr]
             else:
@@ -337,7 +346,11 @@ def _bulk_parse(table: _Table) -> Optional[list[tuple]]:
             d = _bulk_floats(cols[ix["duration"]])
             models, prio, parts = [""] * n, [1] * n, ["default"] * n
         elif fmt == "philly-pollux":
-            stamps = list(map(datetime.fromisoformat, map(str.strip, cols[ix["timestamp"]])))
+            raw = list(map(str.strip, cols[ix["timestamp"]]))
+            joined = "".join(raw)
+            if not joined.isascii() or "_" in joined or max(map(len, raw)) > 40:
+                return None
+            stamps = list(map(datetime.fromisoformat, raw))
             for x in stamps:
                 if x.tzinfo is not None:
                     return None
@@ -378,10 +391,10 @@ def _parse_rows(table: _Table) -> list[tuple]:
             if i_p is not None:
                 prio = _nonneg_int("priority", strip(r[i_p])) + 1
             return (
-                _nonneg_float("submit_time", strip(r[i_t])) * scale,
+                _nonneg_float("submit_time", strip(r[i_t]), MAX_SECONDS / scale) * scale,
                 _text("job_id", strip(r[i_id])),
                 _positive_int("num_gpu", strip(r[i_g])),
-                _nonneg_float("duration", strip(r[i_d])) * scale,
+                _nonneg_float("duration", strip(r[i_d]), MAX_SECONDS / scale) * scale,
                 None, prio, "default", "", model,
             )
     elif fmt == "itp":
@@ -537,7 +550,7 @@ def load_actuals(path: str | os.PathLike[str], *, time_scale: float = 1.0) -> di
             rec["requeues"] = _nonneg_int("requeues", s) if s else 0
             rec["state"] = row[i_st].strip() if i_st is not None else ""
         except _FieldError as e:
-            raise table.fail(k, f"field '{e.field}' value '{e.value}' {e.what}") from None
+            raise table.fail(k, f"field '{e.field}' value '{shorten(e.value)}' {e.what}") from None
         if rec["actual_start_s"] is not None and rec["actual_end_s"] is not None \
                 and rec["actual_end_s"] < rec["actual_start_s"]:
             raise table.fail(k, f"field 'actual_end_s' value '{row[i_e].strip()}' is before actual_start_s")
@@ -571,7 +584,7 @@ def load_service_samples(path: str | os.PathLike[str]) -> list[float]:
             try:
                 out.append(_nonneg_float("duration", row[col].strip() if col < len(row) else ""))
             except _FieldError as e:
-                raise InputError(f"{p}:{reader.line_num}: field '{e.field}' value '{e.value}' {e.what}") from None
+                raise InputError(f"{p}:{reader.line_num}: field '{e.field}' value '{shorten(e.value)}' {e.what}") from None
     if header is None:
         raise InputError(f"{p}:1: empty file, expected a header row")
     return out

@@ -22,12 +22,12 @@ so the same input always gives the same plan.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, replace
 from typing import Optional
 
-CLASS_HINT = re.compile(r"(?:^|[\s;,])tiresias:class=([^\s;,]*)")
-KNOWN_CLASSES = ("latency", "batch")
+from controller.core.hints import CLASSES, parse_hints
+
+KNOWN_CLASSES = CLASSES
 
 
 @dataclass(frozen=True)
@@ -88,15 +88,12 @@ class ColocationAction:
 
 
 def job_class(comment: str) -> tuple[str, Optional[str]]:
-    """``tiresias:class=latency`` in a job comment -> ("latency", None); an unknown
-    class -> ("batch", why); no hint -> ("batch", None)."""
-    match = CLASS_HINT.search(comment or "")
-    if match is None:
-        return "batch", None
-    value = match.group(1)
-    if value in KNOWN_CLASSES:
-        return value, None
-    return "batch", f"class hint {value!r} is not one of {list(KNOWN_CLASSES)}; treated as batch"
+    """``tiresias:class=latency`` in a job comment -> ("latency", None); a bad hint
+    -> ("batch", why); no hint -> ("batch", None). Grammar: controller.core.hints."""
+    hints = parse_hints(comment)
+    if hints.problem is not None:
+        return "batch", f"{hints.problem}; treated as batch"
+    return hints.job_class or "batch", None
 
 
 def choose_tier(request: ShareRequest, policy: ColocationPolicy) -> tuple[int, str, str]:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Optional
 
+from controller.core.inputs import BadValue, check_float, check_int, check_text, shorten
 from controller.core.model import InputError
 
 DEFAULT_PATH = "/etc/tiresias/tiresias.yaml"
@@ -180,12 +181,34 @@ class Config:
                                 max_tenants=self.mps_max_tenants, allow_multi_user=self.mps_allow_multi_user)
 
 
+MAX_LIST_ITEMS = 1000
+MAX_TEXT_CHARS = 4096
+
+
+# Every number has an upper bound too (issue 12, one rule for input): a value past it
+# is a typo or an attack, and some (a port, a huge interval) would crash later.
+MAXIMA: dict[str, float] = {
+    "interval_s": 86400.0, "poll_s": 3600.0, "promote_knob": 1e9, "pack_limit": 1.0, "pin_expiry_s": 1e7,
+    "site_factor_band": 10**7, "preempt_grace_s": 86400.0, "preempt_min_runtime_s": 1e7,
+    "preempt_max_per_job": 10**6, "preempt_signal_attempts": 1000, "requeue_settle_s": 86400.0,
+    "service_refresh_s": 1e7, "partition_move_min_gain_s": 1e7, "partition_move_cooldown_s": 1e7,
+    "partition_duration_estimate_s": 1e9, "mps_default_tier": 100, "mps_latency_tier": 100, "mps_max_tenants": 64,
+    "usage_collect_s": 86400.0, "lease_ttl_s": 86400.0, "metrics_port": 65535,
+}
+DEFAULT_MAXIMUM = 1e9  # a setting not listed above
+
+
+def maximum(setting: Setting) -> float:
+    return MAXIMA.get(setting.name, DEFAULT_MAXIMUM)
+
+
 def _coerce(setting: Setting, value: Any, where: str) -> Any:
-    bad = InputError(f"{where}: key '{setting.name}' value {value!r} is not a valid {setting.kind}"
-                     + (f" (choose from {', '.join(setting.choices)})" if setting.choices else ""))
+    label = f"{where}: key '{setting.name}'"
+    bad = BadValue(label, value, f"is not a valid {setting.kind}"
+                   + (f" (choose from {', '.join(setting.choices)})" if setting.choices else ""))
     kind = setting.kind
     if kind == "choice":
-        if value not in setting.choices:
+        if not isinstance(value, str) or value not in setting.choices:
             raise bad
         return value
     if kind == "bool":
@@ -195,33 +218,25 @@ def _coerce(setting: Setting, value: Any, where: str) -> Any:
     if kind == "str":
         if not isinstance(value, str) or (not value and setting.default != ""):
             raise bad
-        return value
+        return check_text(value, label, max_chars=MAX_TEXT_CHARS)
     if kind in ("int", "float"):
-        if isinstance(value, bool):
-            raise bad
-        if kind == "float" and isinstance(value, str) and value.strip().lower() in ("inf", ".inf"):
-            value = math.inf
-        if kind == "int" and not isinstance(value, int):
-            raise bad
-        if not isinstance(value, (int, float)) or math.isnan(value):
-            raise bad
-        if setting.minimum is not None and not value >= setting.minimum:
-            raise InputError(f"{where}: key '{setting.name}' value {value!r} must be >= {setting.minimum:g}")
-        return int(value) if kind == "int" else float(value)
+        lo = setting.minimum if setting.minimum is not None else 0
+        hi = maximum(setting)
+        if kind == "int":
+            return check_int(value, int(lo), int(hi), label)
+        return check_float(value, float(lo), float(hi), label, allow_inf=setting.name == "promote_knob")
+    if not isinstance(value, list) or len(value) > MAX_LIST_ITEMS:
+        raise bad
     if kind == "list[str]":
-        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        if not all(isinstance(v, str) and v for v in value):
             raise bad
-        return tuple(value)
+        return tuple(check_text(v, label, max_chars=256) for v in value)
+    if not value:
+        raise bad
     if kind == "list[float]":
-        if not isinstance(value, list) or not value or not all(
-                isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
-            raise bad
-        return tuple(float(v) for v in value)
+        return tuple(check_float(v, 0.0, 1e12, label) for v in value)
     if kind == "list[int]":
-        if not isinstance(value, list) or not value or not all(
-                isinstance(v, int) and not isinstance(v, bool) for v in value):
-            raise bad
-        return tuple(value)
+        return tuple(check_int(v, 0, 10**6, label) for v in value)
     raise AssertionError(kind)
 
 
@@ -230,9 +245,9 @@ def from_mapping(data: dict, where: str = "config") -> Config:
         raise InputError(f"{where}: the top level must be a mapping of keys to values")
     values = {}
     for key, value in data.items():
-        setting = _BY_NAME.get(key)
+        setting = _BY_NAME.get(key) if isinstance(key, str) else None
         if setting is None:
-            raise InputError(f"{where}: unknown key '{key}' (known: {', '.join(_BY_NAME)})")
+            raise InputError(f"{where}: unknown key '{shorten(key)}' (known: {', '.join(_BY_NAME)})")
         values[key] = _coerce(setting, value, where)
     config = Config(**values)
     if config.standby and config.database_url.startswith("sqlite"):
@@ -246,25 +261,65 @@ def from_mapping(data: dict, where: str = "config") -> Config:
     return config
 
 
-def load(path: Optional[str] = None, overrides: Optional[dict] = None) -> Config:
-    """Read the YAML file (missing default file = all defaults), then apply overrides."""
+MAX_FILE_BYTES = 1 << 20  # a config is a few kB; refuse to parse anything near a megabyte
+MAX_DEPTH = 10  # the schema needs 2 levels (a mapping of lists)
+
+
+def _safe_yaml(text: str, source: str) -> Any:
+    """YAML with the limits a config needs: no aliases (a 472-byte alias bomb expands to
+    gigabytes), at most MAX_DEPTH levels of nesting (5,000 nested lists overflow the
+    recursive composer)."""
     import yaml
 
+    class Loader(yaml.SafeLoader):
+        depth = 0
+
+        def compose_node(self, parent, index):
+            if self.check_event(yaml.AliasEvent):
+                mark = self.peek_event().start_mark
+                raise yaml.composer.ComposerError(None, None, "aliases (*name) are not allowed in a config", mark)
+            self.depth += 1
+            if self.depth > MAX_DEPTH:
+                mark = self.peek_event().start_mark
+                raise yaml.composer.ComposerError(None, None, f"nested deeper than {MAX_DEPTH} levels", mark)
+            try:
+                return super().compose_node(parent, index)
+            finally:
+                self.depth -= 1
+
+    try:
+        return yaml.load(text, Loader=Loader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark is not None else ""
+        raise InputError(f"{source}{line}: not valid YAML ({shorten(getattr(err, 'problem', None) or err)})") from None
+    except (ValueError, OverflowError, RecursionError) as err:  # e.g. an integer of 5,000 digits
+        raise InputError(f"{source}: not a usable YAML value ({shorten(err)})") from None
+
+
+def load(path: Optional[str] = None, overrides: Optional[dict] = None) -> Config:
+    """Read the YAML file (missing default file = all defaults), then apply overrides."""
     data: dict = {}
     target = Path(path or DEFAULT_PATH)
     if target.exists():
         try:
-            loaded = yaml.safe_load(target.read_text())
-        except yaml.YAMLError as err:
-            mark = getattr(err, "problem_mark", None)
-            line = f":{mark.line + 1}" if mark is not None else ""
-            raise InputError(f"{target}{line}: not valid YAML ({getattr(err, 'problem', err)})") from None
+            with open(target, "rb") as fh:
+                raw = fh.read(MAX_FILE_BYTES + 1)
         except OSError as err:
             raise InputError(f"{target}: cannot read: {err.strerror}") from None
-        data = loaded or {}
+        if len(raw) > MAX_FILE_BYTES:
+            raise InputError(f"{target}: larger than {MAX_FILE_BYTES} bytes, not a config file")
+        try:
+            text = raw.decode("utf-8-sig")
+        except UnicodeDecodeError as err:
+            raise InputError(f"{target}: not UTF-8 text (byte {err.start}); save the file as UTF-8") from None
+        loaded = _safe_yaml(text, str(target))
+        data = {} if loaded is None else loaded
     elif path is not None:
         raise InputError(f"config file {path} does not exist")
     if overrides:
+        if not isinstance(data, dict):
+            raise InputError(f"{target}: the top level must be a mapping of keys to values")
         data = {**data, **{k: v for k, v in overrides.items() if v is not None}}
     return from_mapping(data, where=str(target))
 

@@ -91,12 +91,14 @@ for _, good in ipairs({ "tiresias:skew=0.73", "tiresias:skew=0", "tiresias:skew=
 	check("valid skew still sets requeue: " .. good, desc.requeue == 1)
 end
 for _, case in ipairs({
-	{ comment = "tiresias:skew=1.5", bad = "1.5" },
-	{ comment = "tiresias:skew=abc", bad = "abc" },
-	{ comment = "tiresias:skew=-0.2", bad = "-0.2" },
-	{ comment = "tiresias:skew=", bad = "" },
-	{ comment = "tiresias:skew=0.5e1", bad = "0.5e1" },
+	{ comment = "tiresias:skew=1.5", bad = "tiresias:skew=1.5" },
+	{ comment = "tiresias:skew=abc", bad = "tiresias:skew=abc" },
+	{ comment = "tiresias:skew=-0.2", bad = "tiresias:skew=-0.2" },
+	{ comment = "tiresias:skew=", bad = "tiresias:skew=" },
+	{ comment = "tiresias:skew=0.5e1", bad = "tiresias:skew=0.5e1" },
 	{ comment = "tiresias:skew 0.5", bad = "tiresias:skew" },
+	{ comment = "tiresias:skew=0.1 tiresias:skew=0.2", bad = "tiresias:skew=0.2" },
+	{ comment = "tiresias:class=fast", bad = "tiresias:class=fast" },
 }) do
 	local desc = { tres_per_node = "gres:gpu:1", requeue = NO_VAL16, comment = case.comment }
 	local rc, msgs = submit(desc)
