@@ -359,7 +359,7 @@ def test_capacity_bad_tier_and_class_hint():
          colocation.ShareRequest("4", "alice", requested_percent=10)], gpus)
     assert [a.kind for a in actions] == ["wait", "place", "wait"]
     assert "latency-critical" in actions[0].reason
-    assert actions[1].tier == 25 and "not a tier" in actions[1].reason and "'urgent'" in actions[1].reason
+    assert actions[1].tier == 25 and "not a tier" in actions[1].reason and "'tiresias:class=urgent'" in actions[1].reason
     assert "100% + 10% > 100%" in actions[2].reason or "> 100%" in actions[2].reason
 
 

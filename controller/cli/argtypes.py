@@ -1,76 +1,82 @@
-"""argparse value types: each rejects a bad value with a message naming it."""
+"""argparse value types: each rejects a bad value with a message naming it.
+
+Numbers go through controller.core.inputs (ASCII digits only, explicit bounds); an
+argparse type error makes the command exit with code 2 and one line on stderr.
+Every flag has an upper bound: ``--nodes 100000000`` or ``--tournament 1000000000``
+would otherwise allocate gigabytes before doing anything useful.
+"""
 from __future__ import annotations
 
 import argparse
 import math
 
 from controller.core.engine import check_thresholds
+from controller.core.inputs import (MAX_GPUS_PER_NODE, MAX_NODES, MAX_SECONDS, BadValue, parse_float, parse_int,
+                                    shorten)
 from controller.core.model import InputError
 
-
-def _number(text: str, kind=float) -> float:
-    try:
-        value = kind(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"value {text!r} is not {'an integer' if kind is int else 'a number'}")
-    if kind is float and math.isnan(value):
-        raise argparse.ArgumentTypeError(f"value {text!r} is not a number")
-    return value
+DEFAULT_MAX_INT = 1_000_000  # a count nobody needs more of on a command line
+DEFAULT_MAX_FLOAT = 1e9
 
 
-def positive_int(text: str) -> int:
-    value = _number(text, int)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"value {text!r} must be a positive integer")
-    return value
+def int_in(lo: int, hi: int):
+    """An argparse type: an integer in lo..hi."""
+    what = f"must be a positive integer (at most {hi})" if lo == 1 else f"must be an integer in {lo}..{hi}"
+
+    def parse(text: str) -> int:
+        try:
+            return parse_int(text.strip(), lo, hi, what=what)
+        except BadValue:
+            raise argparse.ArgumentTypeError(f"value '{shorten(text)}' {what}") from None
+
+    parse.__name__ = f"integer {lo}..{hi}"  # what argparse names in "invalid <type> value"
+    return parse
 
 
-def non_negative_int(text: str) -> int:
-    value = _number(text, int)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"value {text!r} must be >= 0")
-    return value
+def float_in(lo: float, hi: float, *, lo_open: bool = False, allow_inf: bool = False, what: str = ""):
+    """An argparse type: a finite number in [lo, hi] ((lo, hi] with lo_open; inf when allowed)."""
+    what = what or (f"must be a number in {'(' if lo_open else '['}{lo:g}, {hi:g}]"
+                    + (" or inf" if allow_inf else ""))
+
+    def parse(text: str) -> float:
+        try:
+            return parse_float(text.strip(), lo, hi, lo_open=lo_open, allow_inf=allow_inf, what=what)
+        except BadValue:
+            raise argparse.ArgumentTypeError(f"value '{shorten(text)}' {what}") from None
+
+    parse.__name__ = "number"
+    return parse
 
 
-def positive_float(text: str) -> float:
-    value = _number(text)
-    if not (0 < value < math.inf):
-        raise argparse.ArgumentTypeError(f"value {text!r} must be a positive finite number")
-    return value
+positive_int = int_in(1, DEFAULT_MAX_INT)
+non_negative_int = int_in(0, DEFAULT_MAX_INT)
+seed = int_in(0, 2**32 - 1)
+port = int_in(0, 65535)
+nodes = int_in(1, MAX_NODES)
+gpus_per_node = int_in(1, MAX_GPUS_PER_NODE)
+positive_float = float_in(0.0, DEFAULT_MAX_FLOAT, lo_open=True, what="must be a positive finite number (at most 1e9)")
+non_negative_float = float_in(0.0, DEFAULT_MAX_FLOAT, what="must be a finite number >= 0 (at most 1e9)")
+seconds = float_in(0.0, MAX_SECONDS, lo_open=True, what=f"must be a positive number of seconds (at most {MAX_SECONDS:g})")
+unit_float = float_in(0.0, 1.0, what="must be within 0..1")
+knob = float_in(0.0, DEFAULT_MAX_FLOAT, lo_open=True, allow_inf=True, what="must be > 0 (or inf)")
+knob.__doc__ = "PROMOTEKNOB: a positive number, or inf to disable promotion."
 
-
-def non_negative_float(text: str) -> float:
-    value = _number(text)
-    if not (0 <= value < math.inf):
-        raise argparse.ArgumentTypeError(f"value {text!r} must be a finite number >= 0")
-    return value
-
-
-def unit_float(text: str) -> float:
-    value = _number(text)
-    if not (0 <= value <= 1):
-        raise argparse.ArgumentTypeError(f"value {text!r} must be within 0..1")
-    return value
-
-
-def knob(text: str) -> float:
-    """PROMOTEKNOB: a positive number, or inf to disable promotion."""
-    value = _number(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"value {text!r} must be > 0 (or inf)")
-    return value
+MAX_THRESHOLDS = 64
 
 
 def thresholds(text: str) -> tuple[float, ...]:
     """Comma-separated increasing MLFQ thresholds in GPU-seconds."""
+    parts = text.split(",")
+    if len(parts) > MAX_THRESHOLDS:
+        raise argparse.ArgumentTypeError(f"value '{shorten(text)}' has more than {MAX_THRESHOLDS} thresholds")
     try:
-        values = tuple(float(part) for part in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"value {text!r} is not a comma-separated list of numbers")
+        values = tuple(parse_float(part.strip(), -math.inf, math.inf, allow_inf=True) for part in parts)
+    except BadValue:
+        raise argparse.ArgumentTypeError(f"value '{shorten(text)}' is not a comma-separated list of numbers") from None
     try:
         check_thresholds(values)
     except InputError as err:
-        raise argparse.ArgumentTypeError(str(err))
+        raise argparse.ArgumentTypeError(str(err)) from None
     return values
 
 
@@ -78,5 +84,5 @@ def objective_weights(text: str) -> tuple[float, float, float]:
     """w1,w2,w3 of the multi-partition objective (C_avg, C_max, 1 - C_util), each >= 0."""
     parts = text.split(",")
     if len(parts) != 3:
-        raise argparse.ArgumentTypeError(f"value {text!r} is not three comma-separated weights w1,w2,w3")
+        raise argparse.ArgumentTypeError(f"value '{shorten(text)}' is not three comma-separated weights w1,w2,w3")
     return tuple(non_negative_float(p) for p in parts)

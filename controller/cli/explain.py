@@ -14,6 +14,7 @@ import math
 import re
 import sys
 
+from controller.cli import argtypes
 from controller.cli import queue as cmd_queue
 from controller.core.model import InputError
 from controller.cli.reports import format_timestamp
@@ -24,7 +25,7 @@ JOB_ID_RE = re.compile(r"\d+(?:_\d+)?")
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("job_id", metavar="JOBID", help="Slurm job id (e.g. 1234 or 1234_5)")
     cmd_queue.add_source_arguments(p)
-    p.add_argument("--decisions", type=int, default=5, metavar="N",
+    p.add_argument("--decisions", type=argtypes.int_in(0, 10_000), default=5, metavar="N",
                    help="how many logged decisions to show (default 5)")
 
 

@@ -21,19 +21,19 @@ from controller.core.model import InputError
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", metavar="FILE", required=True, help="where to write the learned expression")
     p.add_argument("--published", action="store_true", help="start from the published settings")
-    p.add_argument("--instances", type=argtypes.positive_int, help="training instances (default 6; published 50)")
-    p.add_argument("--validation", type=argtypes.positive_int, help="validation instances (default 3)")
-    p.add_argument("--population", type=argtypes.positive_int, help="GP population (default 32; published 512)")
-    p.add_argument("--generations", type=argtypes.non_negative_int, help="generations (default 10; published 100)")
-    p.add_argument("--max-depth", type=argtypes.positive_int, help="maximum tree depth (default 7)")
+    p.add_argument("--instances", type=argtypes.int_in(1, 10_000), help="training instances (default 6; published 50)")
+    p.add_argument("--validation", type=argtypes.int_in(1, 10_000), help="validation instances (default 3)")
+    p.add_argument("--population", type=argtypes.int_in(1, 10_000), help="GP population (default 32; published 512)")
+    p.add_argument("--generations", type=argtypes.int_in(0, 100_000), help="generations (default 10; published 100)")
+    p.add_argument("--max-depth", type=argtypes.int_in(1, 64), help="maximum tree depth (default 7)")
     p.add_argument("--mutation-rate", type=argtypes.unit_float, help="subtree mutation probability (default 0.1)")
-    p.add_argument("--tournament", type=argtypes.positive_int, help="tournament size k (default 4)")
-    p.add_argument("--subset", type=argtypes.positive_int, help="training instances per generation (default 3)")
-    p.add_argument("--partitions-min", type=argtypes.positive_int)
-    p.add_argument("--partitions-max", type=argtypes.positive_int)
-    p.add_argument("--nodes-min", type=argtypes.positive_int)
-    p.add_argument("--nodes-max", type=argtypes.positive_int)
-    p.add_argument("--arrivals-per-node", type=argtypes.positive_int)
+    p.add_argument("--tournament", type=argtypes.int_in(1, 10_000), help="tournament size k (default 4)")
+    p.add_argument("--subset", type=argtypes.int_in(1, 10_000), help="training instances per generation (default 3)")
+    p.add_argument("--partitions-min", type=argtypes.int_in(1, 1000))
+    p.add_argument("--partitions-max", type=argtypes.int_in(1, 1000))
+    p.add_argument("--nodes-min", type=argtypes.int_in(1, 10_000))
+    p.add_argument("--nodes-max", type=argtypes.int_in(1, 10_000))
+    p.add_argument("--arrivals-per-node", type=argtypes.int_in(1, 10_000))
     p.add_argument("--start-from", action="append", metavar="EXPR|FILE", default=[],
                    help="put this expression (or the one in this file) in the initial population; "
                         "repeatable, e.g. --start-from 'g * d' (SRSF) --start-from published")
@@ -41,7 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="train on backlog snapshots (nothing running; the first arrivals whose GPUs add up "
                         "to X times the instance's GPUs), as `bench_partitions.py ranks` tests on; default: "
                         "the busiest moment of a FIFO replay in the submitted partitions")
-    p.add_argument("--seed", type=argtypes.non_negative_int, default=0, help="seed (default 0)")
+    p.add_argument("--seed", type=argtypes.seed, default=0, help="seed (default 0)")
     p.add_argument("--weights", type=argtypes.objective_weights, default=(1.0, 1.0, 1.0), metavar="W1,W2,W3",
                    help="objective weights of C_avg, C_max, 1 - C_util (default 1,1,1)")
     p.add_argument("--quiet", action="store_true",

@@ -28,6 +28,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Sequence
 
+from controller.core.inputs import MAX_COLUMN_WIDTH, shorten
 from controller.core.model import InputError
 
 UNKNOWN = "Unknown"
@@ -285,20 +286,22 @@ def parse_format(text: str) -> list[Column]:
     """``Field[%[-]N],...`` like sacct: ``%N`` sets the width (right-aligned),
     ``%-N`` left-aligns. Field names are case-insensitive."""
     columns = []
+    if len(text) > 4096:
+        raise InputError(f"--format value '{shorten(text)}' is longer than 4096 characters")
     for part in text.split(","):
         part = part.strip()
         if not part:
-            raise InputError(f"--format value {text!r}: empty field name")
+            raise InputError(f"--format value '{shorten(text)}': empty field name")
         name, sep, width_text = part.partition("%")
         field = FIELDS_BY_KEY.get(name.strip().lower())
         if field is None:
-            raise InputError(f"--format: unknown field {name.strip()!r} (known: {', '.join(f.name for f in FIELDS)})")
+            raise InputError(f"--format: unknown field '{shorten(name.strip())}' (known: {', '.join(f.name for f in FIELDS)})")
         width, left = field.width, False
         if sep:
-            match = re.fullmatch(r"(-?)(\d+)", width_text.strip())
-            if not match or int(match.group(2)) == 0:
-                raise InputError(f"--format: field {field.name!r} has a bad width {width_text!r} "
-                                 "(expected %N or %-N, N >= 1)")
+            match = re.fullmatch(r"(-?)([0-9]{1,4})", width_text.strip(), re.ASCII)
+            if not match or not 1 <= int(match.group(2)) <= MAX_COLUMN_WIDTH:
+                raise InputError(f"--format: field {field.name!r} has a bad width '{shorten(width_text)}' "
+                                 f"(expected %N or %-N, N in 1..{MAX_COLUMN_WIDTH})")
             left, width = bool(match.group(1)), int(match.group(2))
         columns.append(Column(field, width, left))
     return columns

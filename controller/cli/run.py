@@ -21,10 +21,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--database-url", metavar="URL")
     p.add_argument("--cluster", metavar="NAME")
     p.add_argument("--partitions", metavar="P1,P2", help="partitions to manage (default: all)")
-    p.add_argument("--interval-s", type=argtypes.positive_float)
-    p.add_argument("--poll-s", type=argtypes.positive_float)
+    p.add_argument("--interval-s", type=argtypes.seconds)
+    p.add_argument("--poll-s", type=argtypes.seconds)
     p.add_argument("--policy")
-    p.add_argument("--metrics-port", type=argtypes.non_negative_int)
+    p.add_argument("--metrics-port", type=argtypes.port)
     p.add_argument("--once", action="store_true", help="run a single round and exit")
 
 

@@ -30,7 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     src.add_argument("--trace", metavar="FILE", help="job trace (Tiresias, ITP, Philly, Muri or tiresias-slurm CSV)")
     src.add_argument("--jobs", type=argtypes.positive_int, default=DEFAULT_SYNTHETIC_JOBS,
                      help=f"synthetic workload size (default {DEFAULT_SYNTHETIC_JOBS})")
-    src.add_argument("--seed", type=argtypes.non_negative_int, default=1, help="synthetic workload seed (default 1)")
+    src.add_argument("--seed", type=argtypes.seed, default=1, help="synthetic workload seed (default 1)")
     src.add_argument("--load", type=argtypes.positive_float, default=1.2,
                      help="synthetic offered load as a fraction of the cluster (default 1.2)")
     src.add_argument("--time-scale", type=argtypes.positive_float, default=1.0,
@@ -38,17 +38,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     src.add_argument("--drop-oversize", action="store_true",
                      help="drop jobs larger than the cluster (counted in the output) instead of failing")
     cl = p.add_argument_group("cluster")
-    cl.add_argument("--nodes", type=argtypes.positive_int, default=DEFAULT_NODES)
-    cl.add_argument("--gpus-per-node", type=argtypes.positive_int, default=DEFAULT_GPUS_PER_NODE)
+    cl.add_argument("--nodes", type=argtypes.nodes, default=DEFAULT_NODES)
+    cl.add_argument("--gpus-per-node", type=argtypes.gpus_per_node, default=DEFAULT_GPUS_PER_NODE)
     sch = p.add_argument_group("scheduling")
     sch.add_argument("--policy", default=DEFAULT_POLICIES, help=f"comma-separated policies (default {DEFAULT_POLICIES})")
     sch.add_argument("--queues", type=argtypes.thresholds, default=(3600.0,), metavar="T1,T2,...",
                      help="MLFQ thresholds in GPU-seconds, increasing (default 3600: K=2)")
     sch.add_argument("--promote-knob", type=argtypes.knob, default=math.inf,
                      help="PROMOTEKNOB for starvation promotion (default inf: off)")
-    sch.add_argument("--round-interval-s", type=argtypes.positive_float, default=None,
+    sch.add_argument("--round-interval-s", type=argtypes.seconds, default=None,
                      help="plan on a fixed period, like the controller (default: on every event)")
-    sch.add_argument("--quantum-s", type=argtypes.positive_float, default=60.0,
+    sch.add_argument("--quantum-s", type=argtypes.seconds, default=60.0,
                      help="re-plan period for las/gittins/timeshare in event mode (default 60)")
     sch.add_argument("--preempt-cost-s", type=argtypes.non_negative_float, default=None,
                      help="pause + resume seconds charged per preemption (default 0)")
@@ -68,7 +68,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     out.add_argument("--out", metavar="DIR", help="write per-job CSVs, bins.csv, summary.json and jct_cdf.png")
     out.add_argument("--bin-small-gpus", type=argtypes.positive_int, default=None,
                      help="largest 'small' job in GPUs (default: GPUs per node)")
-    out.add_argument("--bin-short-s", type=argtypes.positive_float, default=4 * 3600.0,
+    out.add_argument("--bin-short-s", type=argtypes.seconds, default=4 * 3600.0,
                      help="shortest 'long' job in seconds (default 14400)")
     out.add_argument("--quiet", action="store_true",
                      help="no progress on stderr (bar on a terminal after 1 s, else a line every 30 s)")

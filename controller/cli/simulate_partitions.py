@@ -42,15 +42,15 @@ COMBINATIONS = ("MCT+fifo", "MCT+srsf", "MCT+bfd", "MCT+learned", "EVO+learned")
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     src = p.add_argument_group("workload")
-    src.add_argument("--instances", type=argtypes.positive_int, default=3,
+    src.add_argument("--instances", type=argtypes.int_in(1, 10_000), default=3,
                      help="generated instances (default 3)")
-    src.add_argument("--seed", type=argtypes.non_negative_int, default=1, help="first instance seed (default 1)")
-    src.add_argument("--partitions-min", type=argtypes.positive_int, default=2)
-    src.add_argument("--partitions-max", type=argtypes.positive_int, default=26)
-    src.add_argument("--nodes-min", type=argtypes.positive_int, default=10)
-    src.add_argument("--nodes-max", type=argtypes.positive_int, default=100)
-    src.add_argument("--gpus-per-node", type=argtypes.positive_int, default=8)
-    src.add_argument("--arrivals-per-node", type=argtypes.positive_int, default=10)
+    src.add_argument("--seed", type=argtypes.seed, default=1, help="first instance seed (default 1)")
+    src.add_argument("--partitions-min", type=argtypes.int_in(1, 1000), default=2)
+    src.add_argument("--partitions-max", type=argtypes.int_in(1, 1000), default=26)
+    src.add_argument("--nodes-min", type=argtypes.int_in(1, 10_000), default=10)
+    src.add_argument("--nodes-max", type=argtypes.int_in(1, 10_000), default=100)
+    src.add_argument("--gpus-per-node", type=argtypes.gpus_per_node, default=8)
+    src.add_argument("--arrivals-per-node", type=argtypes.int_in(1, 10_000), default=10)
     src.add_argument("--max-pending", type=argtypes.positive_int, default=None,
                      help="snapshot at the busiest moment with at most this many waiting jobs")
     src.add_argument("--partitions-file", metavar="FILE", help="partitions (YAML or CSV: name,nodes,gpus_per_node)")
@@ -58,11 +58,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     alg = p.add_argument_group("allocation")
     alg.add_argument("--priority-file", metavar="FILE",
                      help="learned expression (default: the published example)")
-    alg.add_argument("--population", type=argtypes.positive_int, default=100, help="EVO population (default 100)")
-    alg.add_argument("--generations", type=argtypes.non_negative_int, default=200,
+    alg.add_argument("--population", type=argtypes.int_in(1, 10_000), default=100, help="EVO population (default 100)")
+    alg.add_argument("--generations", type=argtypes.int_in(0, 100_000), default=200,
                      help="EVO generations (default 200)")
     alg.add_argument("--mutation-rate", type=argtypes.unit_float, default=0.1, help="EVO mutation rate (default 0.1)")
-    alg.add_argument("--evo-seed", type=argtypes.non_negative_int, default=0, help="EVO seed (default 0)")
+    alg.add_argument("--evo-seed", type=argtypes.seed, default=0, help="EVO seed (default 0)")
     alg.add_argument("--weights", type=argtypes.objective_weights, default=(1.0, 1.0, 1.0), metavar="W1,W2,W3",
                      help="objective weights of C_avg, C_max, 1 - C_util (default 1,1,1)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")

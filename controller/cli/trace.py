@@ -21,6 +21,8 @@ from slurm_plugin.accounting import (
     run_sacct,
     runs_from_output,
 )
+from controller.cli import argtypes
+from controller.core.inputs import shorten
 from controller.core.model import InputError
 from controller.replay.traces import write_trace
 
@@ -30,8 +32,9 @@ DEFAULT_END = "now"
 
 def _name_list(text: str) -> list[str]:
     names = [part.strip() for part in text.split(",")]
-    if not names or any(not n or any(c.isspace() for c in n) for n in names):
-        raise argparse.ArgumentTypeError(f"value {text!r} is not a comma-separated list of names")
+    if len(names) > 1000 or any(not n or len(n) > 256 or not n.isprintable() or any(c.isspace() for c in n)
+                                for n in names):
+        raise argparse.ArgumentTypeError(f"value '{shorten(text)}' is not a comma-separated list of names")
     return names
 
 
@@ -52,7 +55,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                              f"{','.join(SACCT_TEXT_FIELDS)}` output instead of running sacct")
     export.add_argument("--quiet", action="store_true",
                         help="no progress on stderr while sacct runs (bar on a terminal, else a line every 30 s)")
-    export.add_argument("--sacct-timeout-s", type=float, default=300.0, help=argparse.SUPPRESS)
+    export.add_argument("--sacct-timeout-s", type=argtypes.seconds, default=300.0, help=argparse.SUPPRESS)
 
 
 def run(args) -> int:

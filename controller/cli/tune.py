@@ -24,15 +24,15 @@ YAML_MARKER = "# ready to paste into /etc/tiresias/tiresias.yaml:"
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace", required=True, metavar="FILE", help="job trace (any format `simulate` reads)")
-    p.add_argument("--nodes", type=argtypes.positive_int, required=True)
-    p.add_argument("--gpus-per-node", type=argtypes.positive_int, required=True)
+    p.add_argument("--nodes", type=argtypes.nodes, required=True)
+    p.add_argument("--gpus-per-node", type=argtypes.gpus_per_node, required=True)
     p.add_argument("--policy", choices=("dlas", "dgittins"), default="dlas", help="policy to tune (default dlas)")
-    p.add_argument("--evaluations", type=argtypes.positive_int, default=32,
+    p.add_argument("--evaluations", type=argtypes.int_in(1, 100_000), default=32,
                    help="replays to run, the default setting included (default 32)")
-    p.add_argument("--budget-s", type=argtypes.positive_float, default=60.0,
+    p.add_argument("--budget-s", type=argtypes.seconds, default=60.0,
                    help="safety stop in seconds, checked between rounds (default 60)")
-    p.add_argument("--seed", type=argtypes.non_negative_int, default=1, help="search seed (default 1)")
-    p.add_argument("--max-k", type=argtypes.positive_int, default=4, help="largest number of queues (default 4)")
+    p.add_argument("--seed", type=argtypes.seed, default=1, help="search seed (default 1)")
+    p.add_argument("--max-k", type=argtypes.int_in(1, 64), default=4, help="largest number of queues (default 4)")
     p.add_argument("--objective", choices=OBJECTIVES, default="avg",
                    help="avg: average JCT, p95 breaks ties (default); p95: the reverse; "
                         "mixed: mean of both relative to the default")
@@ -42,10 +42,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="drop jobs larger than the cluster instead of failing")
     p.add_argument("--preempt-cost-s", type=argtypes.non_negative_float, default=0.0,
                    help="pause + resume seconds charged per preemption (default 0)")
-    p.add_argument("--workers", type=argtypes.positive_int, default=None,
+    p.add_argument("--workers", type=argtypes.int_in(1, 1024), default=None,
                    help=f"parallel replay processes (default: CPUs, at most {ROUND_SIZE}); "
                         "does not change the result")
-    p.add_argument("--top", type=argtypes.positive_int, default=5, help="settings to list (default 5)")
+    p.add_argument("--top", type=argtypes.int_in(1, 100_000), default=5, help="settings to list (default 5)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     p.add_argument("--quiet", action="store_true",
                    help="no progress on stderr (bar on a terminal, else a line every 30 s)")
