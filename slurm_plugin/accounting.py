@@ -14,7 +14,9 @@ excluded categories (never silently dropped):
 - ``never_started``: not cancelled, but never allocated (pending when exported,
   or failed before starting);
 - ``unfinished``: ran but has no end yet (running, suspended, or pending again
-  after a requeue): its total run time is unknown.
+  after a requeue): its total run time is unknown;
+- ``bad_times``: times that cannot be true (an end before the start or the
+  submission): written out they would be rejected by ``simulate --actual``.
 
 Slurm 22.05 has no restart count in sacct, so ``requeues`` is the number of
 earlier runs (rows) of the same job. Times are epoch seconds; the trace keeps
@@ -34,6 +36,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 
 import numpy as np
 
+from controller.core.inputs import MAX_SECONDS, shorten
 from controller.core.model import InputError, JobSpec
 from slurm_plugin.parse import (
     SlurmParseError,
@@ -117,7 +120,7 @@ class ExportResult:
     jobs: list[JobSpec] = field(default_factory=list)
     actuals: dict[str, dict[str, Any]] = field(default_factory=dict)
     excluded: dict[str, list[str]] = field(default_factory=lambda: {
-        "no_gpu": [], "cancelled_pending": [], "never_started": [], "unfinished": []})
+        "no_gpu": [], "cancelled_pending": [], "never_started": [], "unfinished": [], "bad_times": []})
     rows_read: int = 0
     jobs_seen: int = 0
     requeued_jobs: int = 0
@@ -131,7 +134,8 @@ class ExportResult:
         labels = (("no_gpu", "without whole GPUs (CPU-only or MPS-only)"),
                   ("cancelled_pending", "cancelled while pending (never allocated)"),
                   ("never_started", "never started (pending or failed before start)"),
-                  ("unfinished", "still running or pending again (total run time unknown)"))
+                  ("unfinished", "still running or pending again (total run time unknown)"),
+                  ("bad_times", "with impossible times (end before start or submit)"))
         for key, text in labels:
             if ex[key]:
                 shown = ",".join(ex[key][:8]) + (",..." if len(ex[key]) > 8 else "")
@@ -169,6 +173,9 @@ def runs_from_sacct_json(text: str | bytes, where: str = "sacct --json") -> list
             raise InputError(f"{where}: job {job.job_id}: {err}") from None
         if elapsed is None:
             elapsed = (job.end_time - job.start_time) if job.start_time and job.end_time else 0.0
+        if not 0 <= elapsed <= MAX_SECONDS:  # a 14-digit elapsed is not a run time
+            raise InputError(f"{where}: job {job.job_id}: time.elapsed '{shorten(elapsed)}' is not a duration "
+                             f"in 0..{MAX_SECONDS:g} s")
         if job.submit_time is None:
             raise InputError(f"{where}: job {job.job_id}: time.submission is missing")
         runs.append(SacctRun(job_id=job.job_id, user=job.user, partition=job.partition, state=job.state,
@@ -237,9 +244,10 @@ def runs_from_sacct_text(text: str, where: str = "sacct -P") -> list[SacctRun]:
             req = gres_counts(get("ReqTRES"), field_name="ReqTRES")
             nodes = expand_hostlist(get("NodeList")) if "nodelist" in index else None
         except SlurmParseError as err:
-            raise InputError(f"{where}:{line_no}: job {job_id}: {err}") from None
+            raise InputError(f"{where}:{line_no}: job {shorten(job_id)}: {err}") from None
         if submit is None:
-            raise InputError(f"{where}:{line_no}: job {job_id}: field 'Submit' value {get('Submit')!r} is not a time")
+            raise InputError(f"{where}:{line_no}: job {shorten(job_id)}: field 'Submit' value '{shorten(get('Submit'))}' "
+                             "is not a time")
         # Allocation is judged by the node list, else by the allocated TRES, else
         # (neither column saved) by a start time.
         if nodes is not None:
@@ -308,7 +316,8 @@ def merge_runs(runs: Iterable[SacctRun]) -> list[AccountedJob]:
 
 
 def _id_key(job_id: str) -> tuple:
-    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", job_id))
+    return tuple((0, int(p), "") if p.isascii() and p.isdigit() else (1, 0, p)
+                 for p in re.split(r"([0-9]{1,30})", job_id))
 
 
 def build_export(runs: Sequence[SacctRun], *, source: str = "sacct",
@@ -338,6 +347,8 @@ def build_export(runs: Sequence[SacctRun], *, source: str = "sacct",
             result.excluded["never_started"].append(job.job_id)
         elif job.last_end_s is None:
             result.excluded["unfinished"].append(job.job_id)
+        elif not (job.first_start_s <= job.last_end_s and job.submit_s <= job.last_end_s):
+            result.excluded["bad_times"].append(job.job_id)
         else:
             result.jobs.append(JobSpec(job_id=job.job_id, num_gpus=job.gpus, submit_time_s=job.submit_s,
                                        duration_s=job.elapsed_s, partition=job.partition.split(",")[0] or "default",
@@ -350,7 +361,7 @@ def build_export(runs: Sequence[SacctRun], *, source: str = "sacct",
 
 
 # --------------------------------------------------------------------------- running sacct
-_RELATIVE = re.compile(r"now(?:-(\d+)(seconds?|minutes?|hours?|days?|weeks?)?)?", re.IGNORECASE)
+_RELATIVE = re.compile(r"now(?:-([0-9]{1,9})(seconds?|minutes?|hours?|days?|weeks?)?)?", re.IGNORECASE | re.ASCII)
 _UNIT_S = {"second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 604800}
 
 
@@ -365,14 +376,14 @@ def parse_time_bound(text: str, field_name: str, now_s: Optional[float] = None) 
             return now
         unit = (m.group(2) or "seconds").lower().rstrip("s")
         return now - int(m.group(1)) * _UNIT_S[unit]
-    if re.fullmatch(r"\d{9,}", value):
+    if re.fullmatch(r"[0-9]{9,10}", value):
         return float(value)
     for fmt in ("%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M", "%Y-%m-%d"):
         try:
             return time.mktime(time.strptime(value, fmt))
         except ValueError:
             continue
-    raise InputError(f"{field_name} value {text!r} is not a time (YYYY-MM-DD[THH:MM[:SS]], epoch seconds, "
+    raise InputError(f"{field_name} value '{shorten(text)}' is not a time (YYYY-MM-DD[THH:MM[:SS]], epoch seconds, "
                      f"now or now-Ndays)")
 
 

@@ -25,10 +25,13 @@ values (0, ``Unknown``, ``set: false``) become ``None``.
 from __future__ import annotations
 
 import json
+import math
 import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
+
+from controller.core.inputs import MAX_EPOCH_S, MAX_SECONDS, shorten
 
 __all__ = [
     "SlurmParseError",
@@ -148,6 +151,7 @@ _HOSTLIST_EMPTY = {"", "(null)", "none assigned", "n/a", "none"}
 # More than this is a malformed or hostile value (gpu[1-99999999] would be GBs of names):
 # refused before anything is expanded.
 MAX_HOSTLIST_NAMES = 100_000
+MAX_HOSTS = MAX_HOSTLIST_NAMES
 
 
 def expand_hostlist(hostlist: str | None, max_names: int = MAX_HOSTLIST_NAMES) -> list[str]:
@@ -192,12 +196,12 @@ def _split_top_level(text: str, what: str) -> list[str]:
         elif ch in "])":
             depth -= 1
             if depth < 0:
-                raise SlurmParseError(f"{what}: unbalanced '{ch}' in {text!r}")
+                raise SlurmParseError(f"{what}: unbalanced '{ch}' in {_r(text)}")
         elif ch == "," and depth == 0:
             parts.append(text[start:i])
             start = i + 1
     if depth != 0:
-        raise SlurmParseError(f"{what}: unbalanced brackets in {text!r}")
+        raise SlurmParseError(f"{what}: unbalanced brackets in {_r(text)}")
     parts.append(text[start:])
     return [p.strip() for p in parts]
 
@@ -223,7 +227,7 @@ def _parse_host_item(item: str, whole: str) -> _HostItem:
         ranges = []
         for part in rest[open_at + 1:close_at].split(","):
             part = part.strip()
-            m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+            m = re.fullmatch(r"([0-9]{1,9})(?:-([0-9]{1,9}))?", part)  # ASCII digits only
             if not m:
                 raise SlurmParseError(f"hostlist: bad range {part!r} in {_clip(whole)!r}")
             lo_text, hi_text = m.group(1), m.group(2) or m.group(1)
@@ -285,7 +289,7 @@ def gres_counts(spec: str | None, *, field_name: str = "gres") -> dict[str, int]
                 continue
             parts = item.split(":")
             # name, name:count, name:type, name:type:count ("gpu:a100" means one a100).
-            if len(parts) > 2 or len(parts) == 2 and re.fullmatch(r"\d+[kKmMgG]?", parts[1]):
+            if len(parts) > 2 or len(parts) == 2 and re.fullmatch(r"[0-9]+[kKmMgG]?", parts[1]):
                 count_text = parts.pop()
             else:
                 count_text = "1"
@@ -307,11 +311,14 @@ def _untyped_first(untyped: dict[str, int], typed: dict[str, int]) -> dict[str, 
 
 
 def _gres_number(text: str, field_name: str, spec: str) -> int:
-    m = re.fullmatch(r"(\d+)([kKmMgG]?)", text.strip())
+    m = re.fullmatch(r"([0-9]{1,12})([kKmMgG]?)", text.strip())
     if not m:
-        raise SlurmParseError(f"{field_name}: bad count {text!r} in {spec!r}")
+        raise SlurmParseError(f"{field_name}: bad count {_r(text)} in {_r(spec)}")
     scale = {"": 1, "k": 1024, "m": 1024 ** 2, "g": 1024 ** 3}[m.group(2).lower()]
-    return int(m.group(1)) * scale
+    count = int(m.group(1)) * scale
+    if count > 10**12:
+        raise SlurmParseError(f"{field_name}: count {_r(text)} in {_r(spec)} is not a plausible GRES count")
+    return count
 
 
 # --------------------------------------------------------------------------
@@ -322,16 +329,16 @@ def _number(value: Any, field_name: str) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool):
-        raise SlurmParseError(f"{field_name}: expected a number, got {value!r}")
+        raise SlurmParseError(f"{field_name}: expected a number, got {_r(value)}")
     if isinstance(value, (int, float)):
-        return value
+        return _bounded(value, field_name)
     if isinstance(value, dict) and "number" in value:
         if not value.get("set", True) or value.get("infinite", False):
             return None
         return _number(value["number"], field_name)
-    if isinstance(value, str) and re.fullmatch(r"-?\d+", value.strip()):
-        return int(value)
-    raise SlurmParseError(f"{field_name}: expected a number, got {value!r}")
+    if isinstance(value, str) and re.fullmatch(r"-?[0-9]{1,19}", value.strip()):
+        return _bounded(int(value), field_name)
+    raise SlurmParseError(f"{field_name}: expected a number, got {_r(value)}")
 
 
 def _int(value: Any, field_name: str, default: int = 0) -> int:
@@ -340,8 +347,43 @@ def _int(value: Any, field_name: str, default: int = 0) -> int:
 
 
 def _epoch(value: Any, field_name: str) -> float | None:
+    """Unix time; 0/unset is None; negative is an error. (Estimates of pending jobs
+    may lie centuries ahead; _finish_times drops those and bounds what it keeps.)"""
     n = _number(value, field_name)
-    return None if not n else float(n)
+    if not n:
+        return None
+    if n < 0:
+        raise SlurmParseError(f"{field_name}: {_r(n)} is not a Unix time")
+    return float(n)
+
+
+def _bounded(value: int | float, field_name: str) -> int | float:
+    """Slurm's numbers are 64-bit; anything larger (or nan/inf) is not from Slurm."""
+    if isinstance(value, float) and not math.isfinite(value) or not -2**63 <= value < 2**64:
+        raise SlurmParseError(f"{field_name}: {_r(value)} is not a 64-bit number")
+    return value
+
+
+def _count(value: Any, field_name: str, hi: int = 10**7) -> int:
+    """A count (nodes, tasks, restarts): an integer in 0..hi; unset is 0."""
+    n = _int(value, field_name)
+    if not 0 <= n <= hi:
+        raise SlurmParseError(f"{field_name}: {_r(n)} is not a count in 0..{hi}")
+    return n
+
+
+def _r(value: Any) -> str:
+    """A value for an error message: quoted, one line, shortened."""
+    return f"'{shorten(value)}'"
+
+
+def _limit_s(limit_min: float | None) -> float | None:
+    """A time limit in minutes as seconds; negative or absurd limits are errors."""
+    if limit_min is None:
+        return None
+    if not 0 <= limit_min <= MAX_SECONDS / 60:
+        raise SlurmParseError(f"time_limit: {_r(limit_min)} minutes is not a time limit")
+    return float(limit_min) * 60.0
 
 
 def _str(value: Any, field_name: str) -> str:
@@ -351,7 +393,7 @@ def _str(value: Any, field_name: str) -> str:
         return value
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return str(value)
-    raise SlurmParseError(f"{field_name}: expected a string, got {value!r}")
+    raise SlurmParseError(f"{field_name}: expected a string, got {_r(value)}")
 
 
 def _split_state(value: Any, field_name: str) -> tuple[str, frozenset[str]]:
@@ -361,10 +403,10 @@ def _split_state(value: Any, field_name: str) -> tuple[str, frozenset[str]]:
     elif isinstance(value, list) and value and all(isinstance(v, str) for v in value):
         items = list(value)
     else:
-        raise SlurmParseError(f"{field_name}: expected a state string or list, got {value!r}")
+        raise SlurmParseError(f"{field_name}: expected a state string or list, got {_r(value)}")
     items = [v.strip().upper() for v in items if v.strip()]
     if not items:
-        raise SlurmParseError(f"{field_name}: empty state {value!r}")
+        raise SlurmParseError(f"{field_name}: empty state {_r(value)}")
     base = next((v for v in items if v in JOB_BASE_STATES - {"REQUEUED"}), None)
     if base is None:
         base = next((v for v in items if v in JOB_BASE_STATES), items[0])
@@ -383,7 +425,7 @@ def _load_document(text: str | bytes | dict, list_keys: Iterable[str], what: str
         if key in doc:
             records = doc[key]
             if not isinstance(records, list):
-                raise SlurmParseError(f"{what}: {key!r} is {type(records).__name__}, not a list")
+                raise SlurmParseError(f"{what}: {_r(key)} is {type(records).__name__}, not a list")
             return key, records
     raise SlurmParseError(f"{what}: no {' or '.join(repr(k) for k in list_keys)} list in the document")
 
@@ -433,6 +475,9 @@ def _finish_times(state: str, start: float | None, end: float | None) -> tuple[f
         start = None
     if state not in TERMINAL_JOB_STATES:
         end = None
+    for name, value in (("start_time", start), ("end_time", end)):
+        if value is not None and value > MAX_EPOCH_S:
+            raise SlurmParseError(f"{name}: {_r(value)} is not a Unix time (after the year 2096)")
     return start, end
 
 
@@ -450,8 +495,8 @@ def _squeue_job(r: dict) -> SlurmJob:
         raise SlurmParseError("job_id: missing")
     job_id = str(_int(r["job_id"], "job_id"))
     state, flags = _split_state(r.get("job_state"), "job_state")
-    node_count = _int(r.get("node_count"), "node_count")
-    task_count = _int(r.get("tasks"), "tasks")
+    node_count = _count(r.get("node_count"), "node_count")
+    task_count = _count(r.get("tasks"), "tasks")
     gpus, mps = _gpus_and_mps_from_request(r, node_count, task_count)
     start, end = _finish_times(state, _epoch(r.get("start_time"), "start_time"),
                                _epoch(r.get("end_time"), "end_time"))
@@ -473,7 +518,7 @@ def _squeue_job(r: dict) -> SlurmJob:
         submit_time=_epoch(r.get("submit_time"), "submit_time"),
         start_time=start,
         end_time=end,
-        restart_count=_int(r.get("restart_cnt"), "restart_cnt"),
+        restart_count=_count(r.get("restart_cnt"), "restart_cnt"),
         requeue=bool(r["requeue"]) if r.get("requeue") is not None else None,
         batch=bool(r.get("batch_flag")),
         comment=_str(r.get("comment"), "comment"),
@@ -482,7 +527,7 @@ def _squeue_job(r: dict) -> SlurmJob:
         site_factor=_int(site, "site_factor") if site is not None else None,
         required_nodes=expand_hostlist(_str(r.get("required_nodes"), "required_nodes")),
         excluded_nodes=expand_hostlist(_str(r.get("excluded_nodes"), "excluded_nodes")),
-        time_limit_s=None if limit_min is None else float(limit_min) * 60.0,
+        time_limit_s=_limit_s(limit_min),
     )
 
 
@@ -507,7 +552,7 @@ def _node_state(r: dict) -> tuple[str, frozenset[str]]:
     elif isinstance(raw, list) and all(isinstance(v, str) for v in raw):
         items = list(raw) + list(extra)
     else:
-        raise SlurmParseError(f"state: expected a node state string or list, got {raw!r}")
+        raise SlurmParseError(f"state: expected a node state string or list, got {_r(raw)}")
     # 22.05 text states may carry a suffix: 'idle*' (not responding), 'idle~' (powered down).
     suffix_flags = {"*": "NOT_RESPONDING", "~": "POWERED_DOWN", "#": "POWERING_UP",
                     "%": "POWERING_DOWN", "!": "POWER_DOWN", "$": "MAINTENANCE", "@": "REBOOT_REQUESTED"}
@@ -525,7 +570,7 @@ def _node_state(r: dict) -> tuple[str, frozenset[str]]:
         elif item:
             flags.add(item.upper())
     if base is None:
-        raise SlurmParseError(f"state: no base node state in {raw!r}")
+        raise SlurmParseError(f"state: no base node state in {_r(raw)}")
     return base, frozenset(flags)
 
 
@@ -543,7 +588,7 @@ def _node(r: dict) -> SlurmNode:
     state, flags = _node_state(r)
     partitions = r.get("partitions") or []
     if not isinstance(partitions, list):
-        raise SlurmParseError(f"partitions: expected a list, got {partitions!r}")
+        raise SlurmParseError(f"partitions: expected a list, got {_r(partitions)}")
     return SlurmNode(
         name=name,
         state=state,
@@ -611,12 +656,12 @@ def _tres_list_counts(items: Any, field_name: str) -> dict[str, int]:
     if items is None:
         return {}
     if not isinstance(items, list):
-        raise SlurmParseError(f"{field_name}: expected a list, got {items!r}")
+        raise SlurmParseError(f"{field_name}: expected a list, got {_r(items)}")
     untyped: dict[str, int] = {}
     typed: dict[str, int] = {}
     for item in items:
         if not isinstance(item, dict):
-            raise SlurmParseError(f"{field_name}: expected TRES objects, got {item!r}")
+            raise SlurmParseError(f"{field_name}: expected TRES objects, got {_r(item)}")
         if item.get("type") != "gres" or not item.get("name"):
             continue
         name, _, gtype = str(item["name"]).partition(":")
@@ -632,11 +677,11 @@ def _sacct_job(r: dict) -> SlurmJob:
     job_id = str(_int(r["job_id"], "job_id"))
     st = r.get("state")
     if not isinstance(st, dict):
-        raise SlurmParseError(f"state: expected an object, got {st!r}")
+        raise SlurmParseError(f"state: expected an object, got {_r(st)}")
     state, flags = _split_state(st.get("current"), "state.current")
     t = r.get("time") or {}
     if not isinstance(t, dict):
-        raise SlurmParseError(f"time: expected an object, got {t!r}")
+        raise SlurmParseError(f"time: expected an object, got {_r(t)}")
     tres = r.get("tres") or {}
     allocated = _tres_list_counts(tres.get("allocated"), "tres.allocated")
     requested = _tres_list_counts(tres.get("requested"), "tres.requested")
@@ -661,18 +706,18 @@ def _sacct_job(r: dict) -> SlurmJob:
         gpus=counts.get("gpu", 0),
         mps=counts.get("mps", 0),
         nodes=names,
-        node_count=_int(r.get("allocation_nodes"), "allocation_nodes") or len(names),
+        node_count=_count(r.get("allocation_nodes"), "allocation_nodes") or len(names),
         submit_time=_epoch(t.get("submission"), "time.submission"),
         start_time=start,
         end_time=end,
-        restart_count=_int(r.get("restart_cnt"), "restart_cnt"),
+        restart_count=_count(r.get("restart_cnt"), "restart_cnt"),
         requeue=None,
         batch=batch,
         comment=_str(comment, "comment.job"),
         priority=_int(r.get("priority"), "priority") if r.get("priority") is not None else None,
         required_nodes=[],
         excluded_nodes=[],
-        time_limit_s=None if limit_min is None else float(limit_min) * 60.0,
+        time_limit_s=_limit_s(limit_min),
     )
 
 
@@ -729,19 +774,24 @@ _NULLISH = {"", "(null)", "None", "Unknown", "N/A", "none"}
 def _scontrol_time(value: str | None, field_name: str) -> float | None:
     if value is None or value in _NULLISH:
         return None
+    if not value.isascii() or len(value) != 19:  # strptime would take Unicode digits
+        raise SlurmParseError(f"{field_name}: bad timestamp {_r(value)}")
     try:
-        return time.mktime(time.strptime(value, "%Y-%m-%dT%H:%M:%S"))
-    except ValueError:
-        raise SlurmParseError(f"{field_name}: bad timestamp {value!r}") from None
+        seconds = time.mktime(time.strptime(value, "%Y-%m-%dT%H:%M:%S"))
+    except (ValueError, OverflowError):
+        raise SlurmParseError(f"{field_name}: bad timestamp {_r(value)}") from None
+    if seconds <= 0:
+        raise SlurmParseError(f"{field_name}: timestamp {_r(value)} is before 1970")
+    return seconds
 
 
 def parse_duration_s(value: str | None, field_name: str = "duration") -> float | None:
     """Slurm ``[days-]HH:MM:SS`` / ``MM:SS`` / ``MM`` to seconds; UNLIMITED -> None."""
     if value is None or value in _NULLISH or value.upper() in ("UNLIMITED", "INFINITE"):
         return None
-    m = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", value.strip())
+    m = re.fullmatch(r"(?:([0-9]{1,6})-)?([0-9]{1,9})(?::([0-9]{1,9}))?(?::([0-9]{1,9}))?", value.strip())
     if not m:
-        raise SlurmParseError(f"{field_name}: bad duration {value!r}")
+        raise SlurmParseError(f"{field_name}: bad duration {_r(value)}")
     days, a, b, c = (int(g) if g else None for g in m.groups())
     if c is not None:
         h, mi, s = a, b, c
@@ -749,7 +799,10 @@ def parse_duration_s(value: str | None, field_name: str = "duration") -> float |
         h, mi, s = (a, b, 0) if days is not None else (0, a, b)
     else:
         h, mi, s = (a, 0, 0) if days is not None else (0, a, 0)
-    return float((days or 0) * 86400 + h * 3600 + mi * 60 + s)
+    total = float((days or 0) * 86400 + h * 3600 + mi * 60 + s)
+    if total > MAX_SECONDS:
+        raise SlurmParseError(f"{field_name}: duration {_r(value)} is longer than {MAX_SECONDS:g} s")
+    return total
 
 
 def parse_scontrol_show_job(text: str, errors: list | None = None) -> list[SlurmJob]:
@@ -766,7 +819,7 @@ def parse_scontrol_show_job(text: str, errors: list | None = None) -> list[Slurm
     records = []
     for line in lines:
         if not line.lstrip().startswith("JobId="):
-            raise SlurmParseError(f"scontrol show job: line does not start with JobId=: {line[:60]!r}")
+            raise SlurmParseError(f"scontrol show job: line does not start with JobId=: {_r(line[:60])}")
         records.append(_split_scontrol_line(line.strip()))
     return _collect(records, _scontrol_job, errors, "JobId", "scontrol")
 
@@ -774,20 +827,20 @@ def parse_scontrol_show_job(text: str, errors: list | None = None) -> list[Slurm
 def _scontrol_int(value: str | None, field_name: str, default: int = 0) -> int:
     if value is None or value in _NULLISH:
         return default
-    if not re.fullmatch(r"-?\d+", value):
-        raise SlurmParseError(f"{field_name}: expected an integer, got {value!r}")
+    if not re.fullmatch(r"-?[0-9]{1,19}", value):
+        raise SlurmParseError(f"{field_name}: expected an integer, got {_r(value)}")
     return int(value)
 
 
 def _scontrol_job(r: dict) -> SlurmJob:
     job_id = r.get("JobId", "")
-    if not re.fullmatch(r"\d+", job_id):
-        raise SlurmParseError(f"JobId: expected an integer, got {job_id!r}")
+    if not re.fullmatch(r"[0-9]{1,19}", job_id):
+        raise SlurmParseError(f"JobId: expected an integer, got {_r(job_id)}")
     state, flags = _split_state(r.get("JobState", ""), "JobState")
     num_nodes = r.get("NumNodes", "0")
-    m = re.match(r"(\d+)", num_nodes)
+    m = re.match(r"([0-9]{1,9})", num_nodes)
     if not m:
-        raise SlurmParseError(f"NumNodes: expected a count, got {num_nodes!r}")
+        raise SlurmParseError(f"NumNodes: expected a count, got {_r(num_nodes)}")
     node_count = int(m.group(1))
     fake = {
         "tres_per_job": _nullish_to_empty(r.get("TresPerJob")),
@@ -816,7 +869,7 @@ def _scontrol_job(r: dict) -> SlurmJob:
         submit_time=_scontrol_time(r.get("SubmitTime"), "SubmitTime"),
         start_time=start,
         end_time=end,
-        restart_count=_scontrol_int(r.get("Restarts"), "Restarts"),
+        restart_count=_count(_scontrol_int(r.get("Restarts"), "Restarts"), "Restarts"),
         requeue=(r["Requeue"] == "1") if "Requeue" in r else None,
         batch=r.get("BatchFlag") == "1",
         comment=_nullish_to_empty(r.get("Comment")),

@@ -76,7 +76,7 @@ def test_fixture_export_rows_and_counts(path):
     assert result.actuals["1"] == {"actual_start_s": 1796060510.0, "actual_end_s": 1796060515.0,
                                    "requeues": 0, "state": "COMPLETED"}
     assert result.excluded == {"no_gpu": ["3", "6"], "cancelled_pending": [], "never_started": ["10"],
-                               "unfinished": ["4", "5", "7", "8"]}
+                               "unfinished": ["4", "5", "7", "8"], "bad_times": []}
 
 
 @pytest.mark.parametrize("path", [JSON_2205, JSON_2411, TEXT_2205], ids=["22.05-json", "24.11-json", "22.05-text"])
