@@ -31,6 +31,7 @@ from __future__ import annotations
 import importlib.machinery
 import importlib.util
 import os
+import re
 import stat
 import sys
 import threading
@@ -128,18 +129,44 @@ def checkpoint_seen(node, job, state: dict, config) -> str:
     return found[0] if found else ""
 
 
+EXIT_CODE2_RE = re.compile(r"([0-9]{1,3}):([0-9]{1,3})")  # ASCII only: "²:0".isdigit() is True
+WAIT_STATUS_RE = re.compile(r"[0-9]{1,10}")
+
+
 def exit_status(env: dict) -> tuple:
     """(exit code, signal) of the batch script from SLURM_JOB_EXIT_CODE2 ("3:0") or the
-    raw wait status SLURM_JOB_EXIT_CODE; (None, None) when Slurm gave neither."""
-    text = env.get("SLURM_JOB_EXIT_CODE2", "")
-    code, _, sig = text.partition(":")
-    if code.isdigit() and sig.isdigit():
-        return int(code), int(sig)
+    raw wait status SLURM_JOB_EXIT_CODE; (None, None) when Slurm gave neither (or
+    gave something that is not ASCII digits in range)."""
+    match = EXIT_CODE2_RE.fullmatch(env.get("SLURM_JOB_EXIT_CODE2", ""))
+    if match and int(match.group(1)) <= 255 and int(match.group(2)) <= 127:
+        return int(match.group(1)), int(match.group(2))
     raw = env.get("SLURM_JOB_EXIT_CODE", "")
-    if raw.isdigit():
+    if WAIT_STATUS_RE.fullmatch(raw) and int(raw) < 2**32:
         status = int(raw)
         return (status >> 8) & 0xFF, status & 0x7F
     return None, None
+
+
+def _clean_state(state) -> dict:
+    """The prolog's per-job state as far as it is well-formed; a corrupt file (edited,
+    truncated, or written by another version) must not cost the usage record."""
+    if not isinstance(state, dict):
+        return {}
+    clean = {}
+    mps = state.get("mps")
+    if isinstance(mps, dict):
+        clean["mps"] = {k: v for k, v in mps.items()
+                        if (k == "gpu" and isinstance(v, int) and not isinstance(v, bool))
+                        or (k == "percent" and isinstance(v, int) and not isinstance(v, bool))
+                        or (k == "status" and isinstance(v, str) and len(v) <= 64)}
+    start = state.get("start_s")
+    if isinstance(start, (int, float)) and not isinstance(start, bool) and 0 <= start < 4e9:
+        clean["start_s"] = float(start)
+    gpus = state.get("gpus")
+    if isinstance(gpus, list) and len(gpus) <= 1024 and all(
+            isinstance(g, int) and not isinstance(g, bool) and 0 <= g < 1000 for g in gpus):
+        clean["gpus"] = gpus
+    return clean
 
 
 def epilog(node, env: dict, config, log) -> int:
@@ -148,22 +175,38 @@ def epilog(node, env: dict, config, log) -> int:
         log(job.error)
         return 0
     log.context = f" job={job.job_id} node={job.node}"
-    state = node.read_json(node.job_state_path(config, job.job_id), {})
-    if not isinstance(state, dict):
-        state = {}
+    try:
+        _record_run(node, job, env, config, log)
+    finally:  # whatever failed above, the job's files go
+        import shutil
+
+        shutil.rmtree(node.job_private_dir(config, job.job_id), ignore_errors=True)
+        try:
+            os.unlink(node.job_state_path(config, job.job_id))
+        except OSError:
+            pass
+    return 0
+
+
+def _record_run(node, job, env: dict, config, log) -> None:
+    state = _clean_state(node.read_json(node.job_state_path(config, job.job_id), {}))
     try:
         mps_result = release_mps(node, job, state, config, log)
-    except (node.NodeError, OSError) as exc:
-        log(f"MPS cleanup failed: {exc} (fail open)")
-        mps_result = {"error": str(exc)}
+    except Exception as exc:  # noqa: BLE001 - cleanup is best effort; the record must still be written
+        log(f"MPS cleanup failed: {type(exc).__name__}: {exc} (fail open)")
+        mps_result = {"error": str(exc)[:200]}
     exit_code, exit_signal = exit_status(env)
-    seen = checkpoint_seen(node, job, state, config)
+    try:
+        seen = checkpoint_seen(node, job, state, config)
+    except Exception as exc:  # noqa: BLE001
+        log(f"checkpoint probe failed: {type(exc).__name__}: {exc}")
+        seen = ""
     mps_state = state.get("mps") or {}
     record = {
         "record_id": f"{job.cluster}/{job.job_id}/{job.node}/{job.restart_count}",
         "cluster": job.cluster, "job_id": job.job_id, "node": job.node, "restart_count": job.restart_count,
         "user": job.user, "uid": job.uid,
-        "gpus": state.get("gpus", job.gpus) if isinstance(state.get("gpus"), list) else job.gpus,
+        "gpus": state.get("gpus", job.gpus),
         "mps_percent": mps_state.get("percent", job.percent), "mps_status": mps_state.get("status"),
         "mps_daemon": mps_result.get("daemon"),
         "start_s": state.get("start_s"), "end_s": round(time.time(), 3),
@@ -175,14 +218,6 @@ def epilog(node, env: dict, config, log) -> int:
         log(f"usage record {record['record_id']} appended to {path}")
     except (node.NodeError, OSError) as exc:
         log(f"cannot spool the usage record {record['record_id']}: {exc} (record lost; fail open)")
-    import shutil
-
-    shutil.rmtree(node.job_private_dir(config, job.job_id), ignore_errors=True)
-    try:
-        os.unlink(node.job_state_path(config, job.job_id))
-    except OSError:
-        pass
-    return 0
 
 
 def main() -> int:

@@ -216,20 +216,20 @@ class JobEnv:
         self.notes: list = []
         self.job_id = env.get("SLURM_JOB_ID", "")
         if not JOB_ID_RE.fullmatch(self.job_id):
-            self.error = f"job id {self.job_id!r} is not a decimal number; doing nothing"
+            self.error = f"job id {self.job_id[:64]!r} is not a decimal number; doing nothing"
             return
         self.uid = env.get("SLURM_JOB_UID", "")
         if not UID_RE.fullmatch(self.uid) or int(self.uid) > 2**31:
-            self.error = f"job uid {self.uid!r} is not a decimal uid; doing nothing"
+            self.error = f"job uid {self.uid[:64]!r} is not a decimal uid; doing nothing"
             return
         self.uid = int(self.uid)
         self.node = env.get("SLURMD_NODENAME", "") or os.uname().nodename.split(".")[0]
         if not NAME_RE.fullmatch(self.node):
-            self.error = f"node name {self.node!r} has unexpected characters; doing nothing"
+            self.error = f"node name {self.node[:64]!r} has unexpected characters; doing nothing"
             return
         self.cluster = env.get("SLURM_CLUSTER_NAME", "") or "cluster"
         if not NAME_RE.fullmatch(self.cluster):
-            self.notes.append(f"cluster name {self.cluster!r} has unexpected characters; using 'cluster'")
+            self.notes.append(f"cluster name {self.cluster[:64]!r} has unexpected characters; using 'cluster'")
             self.cluster = "cluster"
         restart = env.get("SLURM_JOB_RESTART_COUNT", "") or env.get("SLURM_RESTART_COUNT", "") or "0"
         self.restart_count = int(restart) if re.fullmatch(r"[0-9]{1,6}", restart) else 0
@@ -243,7 +243,7 @@ class JobEnv:
         self.gpus_valid = all(GPU_INDEX_RE.fullmatch(item) for item in items)
         self.gpus = [int(item) for item in items] if self.gpus_valid else []
         if not self.gpus_valid:
-            self.notes.append(f"GPU list {gpu_text!r} is not comma-separated indexes; no MPS, no GPUs recorded")
+            self.notes.append(f"GPU list {gpu_text[:64]!r} is not comma-separated indexes; no MPS, no GPUs recorded")
         # A shared GPU: Slurm exports the percentage to the prolog only for --gres=mps.
         raw_percent = env.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")
         self.wants_mps = raw_percent is not None
@@ -258,7 +258,7 @@ def quota_tier(raw: str, config: NodeConfig, notes: list) -> int:
     text = (raw or "").strip()
     if PERCENT_RE.fullmatch(text) and int(text) in config.tiers:
         return int(text)
-    notes.append(f"MPS percentage {raw!r} is not one of the tiers {list(config.tiers)}; "
+    notes.append(f"MPS percentage {(raw or "")[:64]!r} is not one of the tiers {list(config.tiers)}; "
                  f"using default tier {config.default_tier}")
     return config.default_tier
 
