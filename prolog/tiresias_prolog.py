@@ -258,7 +258,7 @@ def quota_tier(raw: str, config: NodeConfig, notes: list) -> int:
     text = (raw or "").strip()
     if PERCENT_RE.fullmatch(text) and int(text) in config.tiers:
         return int(text)
-    notes.append(f"MPS percentage {(raw or "")[:64]!r} is not one of the tiers {list(config.tiers)}; "
+    notes.append(f"MPS percentage {(raw or '')[:64]!r} is not one of the tiers {list(config.tiers)}; "
                  f"using default tier {config.default_tier}")
     return config.default_tier
 
