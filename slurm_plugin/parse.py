@@ -227,7 +227,7 @@ def _parse_host_item(item: str, whole: str) -> _HostItem:
         ranges = []
         for part in rest[open_at + 1:close_at].split(","):
             part = part.strip()
-            m = re.fullmatch(r"([0-9]{1,9})(?:-([0-9]{1,9}))?", part)  # ASCII digits only
+            m = re.fullmatch(r"([0-9]{1,100})(?:-([0-9]{1,100}))?", part)  # ASCII digits only
             if not m:
                 raise SlurmParseError(f"hostlist: bad range {part!r} in {_clip(whole)!r}")
             lo_text, hi_text = m.group(1), m.group(2) or m.group(1)
