@@ -408,8 +408,25 @@ class SlurmBackend:
         """ReqNodeList= for a pending job; an empty list clears it."""
         job_id = _check_job_id(job_id)
         names = [_check_name(n, "node name") for n in nodes]
-        self._lever(["scontrol", "update", f"JobId={job_id}", f"ReqNodeList={','.join(names)}"],
-                    f"pin job {job_id} to [{','.join(names)}]")
+        what = f"pin job {job_id} to [{','.join(names)}]"
+        # On a job that started since the observation, the same update is a resize of
+        # the running job (Slurm marks it RESIZING and keeps that start time for its
+        # later runs): ask first, as signal() does. A window of one squeue remains.
+        states = self._states(job_id, what)
+        if states != {"PENDING"}:
+            raise LeverFailed(f"{what}: job is {','.join(sorted(states)) or 'not listed'}, not PENDING; nothing set")
+        self._lever(["scontrol", "update", f"JobId={job_id}", f"ReqNodeList={','.join(names)}"], what)
+
+    def _states(self, job_id: str, what: str) -> set[str]:
+        """The job's state(s) from ``squeue -j`` (one per array task)."""
+        state_argv = ["squeue", "-h", "-j", job_id, "-o", "%T"]
+        state = self._run(state_argv)
+        if state.returncode != 0:
+            message = _one_line(state.stderr) or f"exit status {state.returncode}"
+            if self._unreachable(state):
+                raise BackendUnavailable(f"{what}: slurmctld unreachable: {message}")
+            raise LeverFailed(f"{what}: {' '.join(state_argv)} failed: {message}")
+        return {s.strip().upper() for s in state.stdout.split()}
 
     def signal(self, job_id: str, signal_name: str, batch_only: bool = True) -> None:
         """Deliver the checkpoint signal the way Slurm delivers a job's ``--signal``:
@@ -423,14 +440,7 @@ class SlurmBackend:
         # 22.05 `scancel --signal` on a job that is not running does not fail: it
         # retries for over a minute, which would look like slurmctld being down.
         # Ask for the state first (squeue honours -j outside --json).
-        state_argv = ["squeue", "-h", "-j", job_id, "-o", "%T"]
-        state = self._run(state_argv)
-        if state.returncode != 0:
-            message = _one_line(state.stderr) or f"exit status {state.returncode}"
-            if self._unreachable(state):
-                raise BackendUnavailable(f"signal {signal_name} to job {job_id}: slurmctld unreachable: {message}")
-            raise LeverFailed(f"signal {signal_name} to job {job_id}: {' '.join(state_argv)} failed: {message}")
-        states = {s.strip().upper() for s in state.stdout.split()}
+        states = self._states(job_id, f"signal {signal_name} to job {job_id}")
         if "RUNNING" not in states:
             raise LeverFailed(f"signal {signal_name} to job {job_id}: job is "
                               f"{','.join(sorted(states)) or 'not listed'}, not RUNNING; nothing sent")

@@ -1,6 +1,7 @@
 """Crash consistency and the standby lease at the controller's boundary: a scripted
 backend, a real SQLite store. The same on real Slurm (SIGKILL x 20, slurmctld restart,
 database outage, two controllers on PostgreSQL) is tests/test_chaos_slurm.py."""
+import dataclasses
 import time
 
 import pytest
@@ -152,3 +153,34 @@ def test_two_controllers_one_store_only_the_leaseholder_acts(tmp_path):
             first.run_round()  # the database refuses it all the same
         assert [c for c in backend.calls if c[0] == "signal"] == signals
         assert [c for c in backend.calls if c[0] == "requeue"] == [("requeue", "1")]
+
+
+def test_a_run_the_store_never_saw_is_credited_from_slurms_times(store, monkeypatch):
+    """A job pending at the last saved round runs and ends while the store cannot be
+    written: once it can, the job gets its whole run, from Slurm's start and end."""
+    backend = ScriptedBackend()
+    backend.add("1", 2)
+    c = controller(store, backend)
+    c.run_round()
+    real = store.next_round_id
+    monkeypatch.setattr(store, "next_round_id", lambda cluster: (_ for _ in ()).throw(StoreError("locked")))
+    backend.jobs["1"] = dataclasses.replace(backend.jobs["1"], state="RUNNING", start_time_s=1005.0,
+                                            gpus_by_node=(("gpu1", 2),))
+    backend.now = 1010.0
+    with pytest.raises(StoreError):
+        c.run_round()
+    backend.jobs["1"] = dataclasses.replace(backend.jobs["1"], state="COMPLETED", end_time_s=1040.0)
+    backend.add("2", 4)  # submitted, run and ended while the store was locked: never seen active
+    backend.jobs["2"] = dataclasses.replace(backend.jobs["2"], state="COMPLETED", start_time_s=1020.0,
+                                            end_time_s=1030.0)
+    backend.now = 1060.0
+    monkeypatch.setattr(store, "next_round_id", real)
+    c.run_round()
+    c.run_round()  # Slurm still lists both: nothing is closed twice
+    records = store.load_jobs("default")
+    assert records["1"].state == "DONE" and records["1"].attained_gpu_s == pytest.approx(2 * 35.0)
+    assert records["2"].state == "DONE" and records["2"].attained_gpu_s == pytest.approx(4 * 10.0)
+    assert sorted(store.service_samples("default")) == [pytest.approx(40.0), pytest.approx(70.0)]
+    c2 = controller(store, backend)  # a restart does not close them again either
+    c2.run_round()
+    assert store.load_jobs("default")["2"].attained_gpu_s == pytest.approx(40.0)

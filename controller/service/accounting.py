@@ -62,6 +62,7 @@ class Accounts:
         self.metrics = metrics
         self.log_once = log_once
         self.records: dict[str, JobRecord] = store.load_jobs(cluster, include_finished=False)
+        self.closed: set[str] = set()  # ended jobs Slurm still lists that the store already holds
         self.stopped_at: dict[str, float] = {}
 
     def advance(self, observed: dict[str, ObservedJob], now: float) -> None:
@@ -121,6 +122,7 @@ class Accounts:
         Call it inside the round's transaction: closing a job and adding its sample
         commit together."""
         trust_missing = not observation.skipped  # a job whose record failed to parse is not gone
+        self._first_sight_of_ended(observed, now)
         for job_id, record in list(self.records.items()):
             if record.state == "DONE":
                 continue  # closed by an earlier round that did not get to forget it
@@ -130,12 +132,23 @@ class Accounts:
             if job is None and not trust_missing:
                 continue
             end_state = job.state if job is not None else "GONE"
-            end = job.end_time_s if job is not None and job.end_time_s else now
-            credit_end = end
-            if not (job is not None and job.end_time_s) and record.last_observed_s is not None:
-                credit_end = min(end, record.last_observed_s + self.gone_credit_s)
-            if record.last_running and record.last_observed_s is not None and credit_end > record.last_observed_s:
-                ran = credit_end - record.last_observed_s
+            last = record.last_observed_s
+            if job is not None and job.end_time_s:
+                # Slurm's times of the last run: credit what of it the accounts have not
+                # seen (all of it when it started after the last saved observation, e.g.
+                # while the store could not be written).
+                end = job.end_time_s
+                if job.start_time_s is not None:
+                    since = job.start_time_s if last is None else max(job.start_time_s, last)
+                elif record.last_running and last is not None:
+                    since = last
+                else:
+                    since = end
+                ran = max(0.0, end - since)
+            else:
+                end = now
+                ran = min(now - last, self.gone_credit_s) if record.last_running and last is not None else 0.0
+            if ran > 0:
                 record.attained_gpu_s += record.num_gpus * ran
                 record.executed_s += ran
             record.state, record.finished_s, record.end_state = "DONE", end, end_state
@@ -144,6 +157,22 @@ class Accounts:
             self.store.mark_finished(self.cluster, job_id, end, end_state, record.attained_gpu_s)
             if end_state == "COMPLETED" and record.attained_gpu_s > 0:
                 self.store.add_service_sample(self.cluster, job_id, record.attained_gpu_s, finished_s=end)
+
+    def _first_sight_of_ended(self, observed: dict[str, ObservedJob], now: float) -> None:
+        """A job that ran and ended entirely while the store could not be written (or
+        the controller was down) is first seen ended: give it a record, so that it is
+        closed with the run Slurm reports, like any other."""
+        ended = {j for j, job in observed.items() if job.state not in ACTIVE_STATES | TRANSIENT_STATES
+                 and job.end_time_s and j not in self.records}
+        self.closed &= ended  # forget jobs Slurm no longer lists
+        unknown = ended - self.closed
+        if not unknown:
+            return
+        known = self.store.known_job_ids(self.cluster, unknown)
+        self.closed |= known
+        for job_id in sorted(unknown - known):
+            self._first_sight(observed[job_id], now)
+            self.closed.add(job_id)
 
     def credit_until(self, job: ObservedJob, until: float) -> None:
         """A running job this controller just stopped (requeue): its run's service up

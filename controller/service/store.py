@@ -361,6 +361,17 @@ class Store:
             _upsert(conn, job_service, rows, ["cluster", "job_id"], list(JOB_FIELDS[1:]))
         return len(rows)
 
+    def known_job_ids(self, cluster: str, job_ids: Iterable[str]) -> set[str]:
+        """Those of ``job_ids`` that have a row (active or finished) in ``cluster``."""
+        wanted = [str(j) for j in job_ids]
+        found: set[str] = set()
+        with self._tx() as conn:
+            for start in range(0, len(wanted), 500):
+                chunk = wanted[start:start + 500]
+                found.update(conn.execute(select(job_service.c.job_id).where(
+                    job_service.c.cluster == cluster, job_service.c.job_id.in_(chunk))).scalars())
+        return found
+
     def mark_finished(
         self, cluster: str, job_id: str, finished_s: float, end_state: str, total_service_gpu_s: float
     ) -> None:

@@ -1,0 +1,264 @@
+"""Chaos on the real cluster: a busy run (jobs as alice and bob, preemptions, requeues,
+finishing jobs) while `tiresias run --mode enforce` is SIGKILLed at 20 random points
+and restarted, slurmctld is restarted, and the store is locked for 60 s. Afterwards,
+from Slurm's own records (the instance's jobcomp file: one line per run, requeued runs
+included) and the store:
+- every job finished exactly once (one COMPLETED run, closed once in the store);
+- no job was requeued twice for one decision (Slurm's restarts <= requeued preemptions);
+- every job's attained service is within one poll interval (plus Slurm's 1 s time
+  stamps) of GPUs x the seconds its runs really lasted;
+- no stale pin (a pending job's ReqNodeList the store does not know of, or expired)
+  and no hold; nothing acted while the store was locked; the controller caught up.
+The figures are printed (README "Reliability"). Isolated Slurm instance, SQLite store.
+"""
+from __future__ import annotations
+
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from bench.slurm_harness import ControllerProcess, Instance, write_config
+from controller.service.store import Store, preemptions, round_counters
+from tests.slurm_fixtures import isolated_instance, wait_for
+
+pytestmark = pytest.mark.slurm
+
+INSTANCE = os.environ.get("TIRESIAS_TEST_INSTANCE") or f"tc{os.getpid()}"
+POLL_S, INTERVAL_S = 0.5, 1.0
+KILLS = 20
+OUTAGE_S = 60
+SETTINGS = dict(queues_gpu_s=[40.0], preempt_grace_s=3.0, preempt_min_runtime_s=2.0, requeue_settle_s=2.0,
+                pin_expiry_s=20.0, preempt_max_per_job=3)
+PREEMPTABLE = "--signal=B:USR1@5"  # the contract: a declared checkpoint signal (no --time: never sent by Slurm)
+ACTIVE = {"PENDING", "RUNNING", "COMPLETING", "CONFIGURING", "REQUEUED", "SUSPENDED"}
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    yield from isolated_instance(INSTANCE, keep=bool(os.environ.get("TIRESIAS_TEST_INSTANCE")))
+
+
+def jobcomp_runs(instance: Instance) -> dict[str, list[tuple[str, float, float]]]:
+    """Job id -> [(state, start, end)] of every run slurmctld logged (requeued ones too)."""
+    runs: dict[str, list] = {}
+    path = Path(f"/var/log/slurm-{instance.name}/jobcomp.txt")
+    for line in path.read_text().splitlines() if path.exists() else []:
+        fields = dict(token.split("=", 1) for token in line.split() if "=" in token)
+        try:
+            start = datetime.strptime(fields["StartTime"], "%Y-%m-%dT%H:%M:%S").timestamp()
+            end = datetime.strptime(fields["EndTime"], "%Y-%m-%dT%H:%M:%S").timestamp()
+        except (KeyError, ValueError):
+            continue
+        if fields.get("JobState") == "RESIZING":
+            continue  # a record of a size change, not a run
+        runs.setdefault(fields["JobId"], []).append((fields.get("JobState", ""), start, end))
+    return runs
+
+
+class Chaos:
+    def __init__(self, instance: Instance, tmp: Path, rng: random.Random):
+        self.instance, self.tmp, self.rng = instance, tmp, rng
+        self.db = tmp / "tiresias.db"
+        self.url = f"sqlite:///{self.db}"
+        self.config = write_config(tmp / "tiresias.yaml", self.url, instance.name, **SETTINGS)
+        self.log = tmp / "controller.log"
+        self.proc: ControllerProcess | None = None
+        self.jobs: dict[str, int] = {}  # job id -> GPUs
+        self.no_usr1: set[str] = set()
+        self.problems: list[str] = []
+        self.stop = threading.Event()
+        # Until then the controller cannot clear an expired pin (slurmctld or the store
+        # is down on purpose): the watcher does not count it.
+        self.excused_until = 0.0
+
+    def start(self) -> None:
+        self.proc = ControllerProcess(self.instance, self.config, self.log, interval_s=INTERVAL_S,
+                                      poll_s=POLL_S).start()
+
+    def submit(self, user: str, gpus: int, work_s: int, extra: str = "") -> str:
+        job_id, _ = self.instance.submit(user, gpus, work_s, "chaos", extra=extra)
+        self.jobs[job_id] = gpus
+        return job_id
+
+    def submit_random(self, k: int) -> str:
+        """Every other job preemptable (declares its checkpoint signal, traps it and
+        checkpoints); some skew-sensitive (pinned where the plan places them)."""
+        gpus = self.rng.choice([1, 1, 2, 2, 4, 8])
+        extra = PREEMPTABLE if k % 2 else ""
+        if k % 7 == 3:
+            gpus, extra = 8, "--comment=tiresias:skew=0.9"
+        elif k % 7 == 5:  # also asks Slurm for the signal 30 s before its 1-minute limit
+            extra = "--time=1 --signal=B:USR1@30"
+        return self.submit("alice" if k % 2 else "bob", gpus, self.rng.randint(10, 40), extra)
+
+    def records(self, ids) -> dict:
+        with Store(self.url) as store:
+            found = store.load_jobs(self.instance.name)
+        return {j: found.get(j) or type("Missing", (), {"state": "missing"})() for j in ids}
+
+    def round_id(self) -> int:
+        try:
+            with sqlite3.connect(self.db, timeout=10) as conn:
+                row = conn.execute("SELECT last_round_id FROM round_counters").fetchone()
+        except sqlite3.OperationalError:  # not created yet
+            return 0
+        return row[0] if row else 0
+
+    def watch(self) -> None:
+        """Every 2 s: a pending job pinned (ReqNodeList) without a live pin in the store,
+        or held, is a problem."""
+        while not self.stop.wait(2.0):
+            try:
+                shown = self.instance.show_jobs()
+                with sqlite3.connect(self.db, timeout=10) as conn:
+                    pins = dict(conn.execute("SELECT job_id, expires_s FROM pins").fetchall())
+            except (subprocess.SubprocessError, sqlite3.Error, OSError):
+                continue  # slurmctld restarting or the store locked on purpose
+            now = time.time()
+            if now < self.excused_until:
+                continue
+            for job_id, fields in shown.items():
+                if job_id not in self.jobs or fields.get("JobState") != "PENDING":
+                    continue
+                if "Held" in fields.get("Reason", ""):
+                    self.problems.append(f"job {job_id} held: {fields.get('Reason')}")
+                pinned = fields.get("ReqNodeList", "(null)") not in ("(null)", "")
+                if pinned and (job_id not in pins or pins[job_id] < now - 3 * INTERVAL_S - 2):
+                    self.problems.append(f"job {job_id} stale pin {fields.get('ReqNodeList')} (store: "
+                                         f"{pins.get(job_id)})")
+
+
+def test_chaos_kills_slurmctld_restart_and_store_outage(cluster, tmp_path):
+    cluster.cancel_all()
+    seed = int(os.environ.get("TIRESIAS_CHAOS_SEED", time.time()))
+    chaos = Chaos(cluster, tmp_path, random.Random(seed))
+    watcher = threading.Thread(target=chaos.watch, daemon=True)
+    t0 = time.time()
+    try:
+        chaos.start()
+        # Two long jobs take half the cluster and demote, so short ones preempt them.
+        chaos.submit("alice", 8, 40, PREEMPTABLE)
+        chaos.submit("bob", 8, 35, PREEMPTABLE)
+        watcher.start()
+
+        # -- 1. SIGKILL at 20 random points while jobs keep arriving --------------------
+        mid_round = 0
+        submitted = 2
+        for kill in range(KILLS):
+            before = chaos.round_id()
+            deadline = time.monotonic() + chaos.rng.uniform(1.0, 6.0)
+            while time.monotonic() < deadline:
+                if kill < 17 and chaos.rng.random() < 0.3:
+                    chaos.submit_random(submitted)
+                    submitted += 1
+                time.sleep(0.5)
+            chaos.proc.kill9()
+            mid_round += chaos.round_id() > before  # rounds happened since the restart
+            chaos.start()
+        wait_for(lambda: chaos.round_id() > 0 and chaos.proc.alive(), 30, "the last restart to run")
+        killed_at = time.time()
+
+        # -- 2. slurmctld restarted mid-run --------------------------------------------
+        ctld_pid = int(Path(f"/run/slurmctld-{cluster.name}.pid").read_text())
+        chaos.excused_until = float("inf")
+        os.kill(ctld_pid, signal.SIGTERM)
+        wait_for(lambda: not Path(f"/proc/{ctld_pid}").exists(), 30, "slurmctld to exit")
+        ctld_down = time.time()
+        time.sleep(12)
+        restarted = subprocess.run(["slurmctld"], env=cluster.env, capture_output=True, text=True, timeout=30)
+        assert restarted.returncode == 0, restarted.stderr
+        wait_for(lambda: subprocess.run(["scontrol", "ping"], env=cluster.env, capture_output=True, timeout=15)
+                 .returncode == 0, 60, "slurmctld to answer again")
+        ctld_down_s = time.time() - ctld_down
+        rounds = chaos.round_id()
+        wait_for(lambda: chaos.round_id() > rounds, 30, "a round after slurmctld is back")
+        assert chaos.proc.alive()
+        chaos.excused_until = time.time() + 3 * INTERVAL_S + 2
+
+        # -- 3. the store locked for OUTAGE_S (the controller can read, not write) ------
+        lock = sqlite3.connect(chaos.db, timeout=30, isolation_level=None)
+        chaos.excused_until = float("inf")
+        lock.execute("BEGIN EXCLUSIVE")
+        locked_at = time.time()
+        restarts_before = {j: v["restart_cnt"] for j, v in cluster.squeue().items()}
+        urgent = [chaos.submit("bob", 4, 10), chaos.submit("alice", 2, 10)]  # the plan would preempt for these
+        time.sleep(OUTAGE_S - 10)
+        restarts_during = {j: v["restart_cnt"] for j, v in cluster.squeue().items()}
+        time.sleep(10)
+        rounds_before_unlock = chaos.round_id()
+        lock.execute("ROLLBACK")
+        lock.close()
+        unlocked_at = time.time()
+        wait_for(lambda: chaos.round_id() > rounds_before_unlock, 30, "a round after the store came back")
+        caught_up_s = time.time() - unlocked_at
+        chaos.excused_until = time.time() + 3 * INTERVAL_S + 2
+
+        # -- drain ------------------------------------------------------------------------
+        ids = list(chaos.jobs)
+        wait_for(lambda: all(cluster.squeue().get(j, {}).get("job_state") not in ACTIVE for j in ids), 240,
+                 "every job to finish", interval_s=2,
+                 seen=lambda: {j: v["job_state"] for j, v in cluster.squeue().items() if v["job_state"] in ACTIVE})
+        wait_for(lambda: all(r.state == "DONE" for r in chaos.records(ids).values()), 30,
+                 "the store to close every job", seen=lambda: {j: r.state for j, r in chaos.records(ids).items()})
+        time.sleep(3 * INTERVAL_S)  # pins of finished jobs dropped
+        assert chaos.proc.alive()
+    finally:
+        chaos.stop.set()
+        if chaos.proc is not None:
+            chaos.proc.stop()
+        log_tail = chaos.log.read_text()[-3000:] if chaos.log.exists() else ""
+
+    # -- figures and checks -------------------------------------------------------------
+    runs = jobcomp_runs(cluster)  # MinJobAge may have dropped early jobs from squeue: Slurm's log of runs
+    restarts = {j: max(0, len(runs.get(j, [])) - 1) for j in chaos.jobs}
+    with Store(chaos.url) as store:
+        records = store.load_jobs(cluster.name)
+        with store._tx() as conn:
+            rows = [dict(r) for r in conn.execute(preemptions.select()).mappings()]
+            rounds = conn.execute(round_counters.select()).mappings().first()["last_round_id"]
+        samples = len(store.service_samples(cluster.name))
+        pins_left = store.load_pins(cluster.name)
+    lost = [j for j in chaos.jobs if not runs.get(j) or runs[j][-1][0] != "COMPLETED" or records.get(j) is None
+            or records[j].end_state != "COMPLETED"]
+    finished_twice = [j for j in chaos.jobs if sum(state == "COMPLETED" for state, _, _ in runs.get(j, [])) != 1]
+    requeues = sum(restarts.values())
+    double = {j: (restarts[j], sum(r["job_id"] == j and r["outcome"] == "requeued" for r in rows))
+              for j in chaos.jobs}
+    double = {j: v for j, v in double.items() if v[0] > v[1]}
+    errors = {}
+    for job_id, gpus in chaos.jobs.items():
+        really = gpus * sum(end - start for _, start, end in runs.get(job_id, []))
+        errors[job_id] = (records[job_id].attained_gpu_s - really if job_id in records else float("inf"), gpus,
+                          really)
+    worst = max(errors, key=lambda j: abs(errors[j][0]))
+    worst_s = max(abs(e) / g for e, g, _ in errors.values())
+    during = {j: n for j, n in restarts_during.items() if n > restarts_before.get(j, n)}
+    print(f"\nchaos (seed {seed}, {time.time() - t0:.0f} s): {KILLS} SIGKILLs survived ({mid_round} after rounds "
+          f"had run, {KILLS - mid_round} during start-up), {len(chaos.jobs)} jobs, {len(lost)} lost, "
+          f"{len(finished_twice)} finished twice, {requeues} requeues by {len([r for r in rows if r['outcome'] == 'requeued'])} "
+          f"preemption decisions, {len(double)} double requeues, {rounds} rounds; max service error "
+          f"{abs(errors[worst][0]):.1f} GPU-s (job {worst}, {errors[worst][1]} GPUs, really {errors[worst][2]:.0f} GPU-s; "
+          f"{worst_s:.2f} s of run time, poll_s {POLL_S}); slurmctld down {ctld_down_s:.0f} s; store locked "
+          f"{unlocked_at - locked_at:.0f} s: {len(during)} requeues during it, caught up {caught_up_s:.1f} s after; "
+          f"stale pins/holds {len(chaos.problems)}; samples {samples}; kill phase ended {killed_at - t0:.0f} s in")
+    assert not lost, (lost, log_tail)
+    assert not finished_twice, {j: runs.get(j) for j in finished_twice}
+    assert not double, double
+    assert samples >= len(chaos.jobs)
+    # Slurm's start/end stamps are whole seconds: one second each run on top of one poll interval.
+    bound = {j: g * (POLL_S + 1.0) * (1 + restarts[j]) for j, (_, g, _) in errors.items()}
+    assert all(abs(errors[j][0]) <= bound[j] for j in errors), {j: errors[j] for j in errors
+                                                               if abs(errors[j][0]) > bound[j]}
+    assert not chaos.problems, chaos.problems[:10]
+    assert not pins_left, pins_left
+    assert not during, during  # nothing requeued while the store could not be written
+    assert caught_up_s < 15
+    assert all(runs[j][-1][0] == "COMPLETED" for j in urgent)
