@@ -1,5 +1,9 @@
 """controller.service.starts on its own: SiteFactor bands sent only on change, pins for
 skew-sensitive jobs and their expiry, a requeued job's BeginTime released after settling."""
+import dataclasses
+
+import pytest
+
 from controller.core.plan import Plan, Start
 from controller.service.accounting import Accounts
 from controller.service.config import from_mapping
@@ -75,5 +79,39 @@ def test_requeued_job_waits_for_the_settle_time_before_begin_time_is_released(st
     assert "BeginTime kept 3s more" in report.applied[0]["detail"]
     assert not [c for c in backend.calls if c[0] == "release_begin_time"]
     backend.now += 3
+    round_(starts, accounts, backend, Plan(2, backend.now, actions=[start]))
+    assert ("release_begin_time", "1") in backend.calls
+
+
+def test_a_start_is_a_decision_not_an_applied_lever(store):
+    backend = ScriptedBackend()
+    backend.add("1", 4)
+    starts, accounts = starter(store, backend)
+    report = round_(starts, accounts, backend, Plan(1, backend.now, actions=[Start("r1.s1", "1", (("gpu1", 4),), "fits")]))
+    [logged] = report.applied
+    assert not logged["applied"] and logged["detail"].startswith("decision: left to Slurm's scheduler")
+
+
+@pytest.mark.parametrize("field, value, why", [("required_nodes", ("gpu1", "gpu2"), "--nodelist"),
+                                               ("excluded_nodes", ("gpu3",), "--exclude of gpu3")])
+def test_the_jobs_own_nodelist_and_exclude_are_never_overwritten(store, field, value, why):
+    backend = ScriptedBackend()
+    backend.add("1", 8, comment="tiresias:skew=0.9")
+    backend.jobs["1"] = dataclasses.replace(backend.jobs["1"], **{field: value})
+    starts, accounts = starter(store, backend, placement="consolidate")
+    start = Start("r1.s1", "1", (("gpu3", 4), ("gpu4", 4)), "fits")
+    report = round_(starts, accounts, backend, Plan(1, backend.now, order=["1"], actions=[start]))
+    assert not [c for c in backend.calls if c[0] == "pin_nodes"] and starts.pins == {}
+    assert f"not pinned: the job's own {why} is kept" in report.applied[0]["detail"]
+
+
+def test_settle_time_after_a_restart_counts_from_first_sight(store):
+    backend = ScriptedBackend()
+    backend.add("1", 4, reason="BeginTime", restarts=1)  # requeued while no controller watched
+    starts, accounts = starter(store, backend, requeue_settle_s=5)
+    start = Start("r1.s1", "1", (("gpu1", 4),), "fits")
+    report = round_(starts, accounts, backend, Plan(1, backend.now, actions=[start]))
+    assert accounts.stopped_at["1"] == backend.now and "BeginTime kept 5s more" in report.applied[0]["detail"]
+    backend.now += 5
     round_(starts, accounts, backend, Plan(2, backend.now, actions=[start]))
     assert ("release_begin_time", "1") in backend.calls

@@ -90,6 +90,10 @@ class Accounts:
                 record.waited_since_promotion_s += max(0.0, now - since)
             if record.last_running and job.state != "RUNNING":
                 self.stopped_at.setdefault(job.job_id, now)
+            elif job.state == "PENDING" and job.restart_count > 0 and job.reason == "BeginTime":
+                # Requeued before this process saw it stop (e.g. across a restart): the
+                # settle time counts from now, never from an unknown past.
+                self.stopped_at.setdefault(job.job_id, now)
             elif job.state == "RUNNING":
                 self.stopped_at.pop(job.job_id, None)
             record.last_running = job.state == "RUNNING"

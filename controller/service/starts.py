@@ -42,15 +42,23 @@ class Starts:
         # 2. starts: pins for consolidation, release a requeued job's BeginTime
         for action in plan.of_kind("start"):
             job = observed[action.job_id]
-            details = []
+            details, levers = [], []
             nodes = sorted(node for node, _ in action.placement if node != COUNT_NODE)
             sensitive = cfg.placement == "consolidate" and self.accounts.records[job.job_id].skew > cfg.pack_limit
-            if sensitive and nodes and sorted(job.required_nodes) != nodes:
+            # The job's own --nodelist/--exclude win: a pin would overwrite (and its
+            # expiry later clear) the user's node list, or name a node they excluded.
+            own_nodes = bool(job.required_nodes) and job.job_id not in self.pins
+            excluded = sorted(set(nodes) & set(job.excluded_nodes))
+            if sensitive and nodes and (own_nodes or excluded):
+                details.append("not pinned: the job's own " + ("--nodelist" if own_nodes else
+                               f"--exclude of {','.join(excluded)}") + " is kept")
+            elif sensitive and nodes and sorted(job.required_nodes) != nodes:
                 enforce = cfg.mode == "enforce"
                 if enforce:
                     self.store.set_pin(cfg.cluster, job.job_id, now + cfg.pin_expiry_s)
                 outcome = self.executor.call("pin_nodes", job.job_id, nodes)
                 details.append(outcome.detail)
+                levers.append(outcome.applied)
                 if outcome.applied:
                     self.pins[job.job_id] = now + cfg.pin_expiry_s
                 elif enforce and job.job_id not in self.pins:
@@ -60,11 +68,16 @@ class Starts:
                 # still tearing down (epilog) and the job then FAILS ("already killed").
                 stopped = self.accounts.stopped_at.get(job.job_id)
                 if stopped is None or now - stopped >= cfg.requeue_settle_s:
-                    details.append(self.executor.call("release_begin_time", job.job_id).detail)
+                    outcome = self.executor.call("release_begin_time", job.job_id)
+                    details.append(outcome.detail)
+                    levers.append(outcome.applied)
                 else:
                     details.append(f"BeginTime kept {cfg.requeue_settle_s - (now - stopped):.0f}s more: "
                                    "the previous run is still being torn down")
-            report.applied.append(entry(action, applied=cfg.mode == "enforce", detail="; ".join(details)))
+            # A start is a decision: Slurm's scheduler starts the job (its SiteFactor band
+            # puts it first); "applied" only when a lever for it was carried out here.
+            details.insert(0, "decision: left to Slurm's scheduler (SiteFactor band)")
+            report.applied.append(entry(action, applied=any(levers), detail="; ".join(details)))
         # 3. expired pins: cleared once the job waits past the expiry (a requeued job
         # must not keep the nodes it was pinned to); forgotten when the job is gone.
         for job_id, expiry in list(self.pins.items()):
