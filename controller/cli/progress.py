@@ -76,7 +76,9 @@ class Progress:
 
             width = _terminal_columns(self.stream)
             self._bar = tqdm(total=total, desc=label, unit=unit, file=self.stream, leave=False,
-                             delay=min(BAR_DELAY_S, self.interval_s), mininterval=min(0.1, self.interval_s), dynamic_ncols=width > 0, ncols=width or 80,
+                             delay=min(BAR_DELAY_S, self.interval_s), mininterval=min(0.1, self.interval_s),
+                             miniters=1 if self.interval_s == 0 else None,  # 0: every update, whatever the load
+                             dynamic_ncols=width > 0, ncols=width or 80,
                              nrows=None if width else 24,
                              unit_scale=byte_units, unit_divisor=1024 if byte_units else 1000)
 
