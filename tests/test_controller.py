@@ -186,7 +186,7 @@ def test_finished_jobs_feed_the_service_distribution(store):
 
 
 @pytest.mark.parametrize("comment, value, problem", [
-    ("tiresias:skew=0.7", 0.7, None), ("x tiresias:skew=abc", None, "'abc' is not a number"),
+    ("tiresias:skew=0.7", 0.7, None), ("x tiresias:skew=abc", None, "'tiresias:skew=abc' is not a number"),
     ("tiresias:skew=2", None, "outside 0..1"), ("", None, None), ("rm -rf /; $(x)", None, None)])
 def test_skew_hint(comment, value, problem):
     got, why = parse_skew_hint(comment)

@@ -36,13 +36,27 @@ def overrides_from(args) -> dict:
 
 
 def run(args) -> int:
-    from controller.service.daemon import Controller
-    from controller.service.store import Store
-    from slurm_plugin.backend import SlurmBackend
+    """Exit 0; 2 for a bad config or flag (one line, from main); 1 with one logged line
+    when the store is unusable, or, with --once, when the round could not run."""
+    from controller.service.store import StoreError
 
     config = load(args.config, overrides_from(args))
     logging.basicConfig(level=config.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return _run(args, config)
+    except StoreError as err:  # cannot open, create or read the store: nothing can be accounted
+        logging.getLogger("tiresias").error("store unusable, controller stopped: %s", err)
+        return 1
+
+
+def _run(args, config) -> int:
+    from controller.core.model import InputError
+    from controller.service.backend import BackendUnavailable
+    from controller.service.daemon import Controller
+    from controller.service.store import Store, StoreError
+    from slurm_plugin.backend import SlurmBackend
+
     store = Store(config.database_url)
     backend = SlurmBackend(partitions=list(config.partitions) or None)
     metrics = None
@@ -50,12 +64,23 @@ def run(args) -> int:
         from controller.service.metrics import Metrics
 
         metrics = Metrics(mode=config.mode)
-        metrics.serve(config.metrics_port)
+        try:
+            metrics.serve(config.metrics_port)
+        except OSError as err:
+            raise InputError(f"metrics_port {config.metrics_port}: cannot listen on 127.0.0.1 "
+                             f"({err.strerror or err})") from None
     controller = Controller(config, backend, store, metrics=metrics)
     logging.getLogger("tiresias").info("controller starting: mode %s, policy %s, cluster %s", config.mode,
                                        config.policy, config.cluster)
     if args.once:
-        report = controller.run_round()
+        try:
+            report = controller.run_round()
+        except BackendUnavailable as err:
+            logging.getLogger("tiresias").error("round not run: the cluster manager is unavailable: %s", err)
+            return 1
+        except StoreError as err:
+            logging.getLogger("tiresias").error("round not run: %s", err)
+            return 1
         for entry in report.applied:
             print(f"{entry['decision_id']} {entry['kind']} job {entry['job_id']}: {entry['reason']}"
                   f"{' [' + entry['detail'] + ']' if entry.get('detail') else ''}")

@@ -8,9 +8,9 @@ for the Gittins policies.
 from __future__ import annotations
 
 import logging
-import re
-from typing import Callable, Optional
+from typing import Callable
 
+from controller.core.hints import parse_skew_hint  # the one hint grammar (controller.core.hints)
 from controller.partitions.moves import allowed_after_observation
 from controller.service.backend import Observation, ObservedJob
 from controller.service.store import JobRecord, Store
@@ -23,22 +23,6 @@ TRANSIENT_STATES = {"COMPLETING", "CONFIGURING", "SUSPENDED", "REQUEUED", "RESIZ
 # Pending jobs the plan cannot start: left out of the snapshot.
 UNSTARTABLE_REASONS = {"JobHeldUser", "JobHeldAdmin", "Dependency", "DependencyNeverSatisfied",
                        "PartitionDown", "PartitionInactive", "ReqNodeNotAvail"}
-SKEW_HINT = re.compile(r"(?:^|[\s;,])tiresias:skew=([^\s;,]*)")
-
-
-def parse_skew_hint(comment: str) -> tuple[Optional[float], Optional[str]]:
-    """``tiresias:skew=0.73`` in a job comment -> (0.73, None); garbage -> (None, why)."""
-    match = SKEW_HINT.search(comment or "")
-    if match is None:
-        return None, None
-    text = match.group(1)
-    try:
-        value = float(text)
-    except ValueError:
-        return None, f"skew hint {text!r} is not a number"
-    if not (0.0 <= value <= 1.0):
-        return None, f"skew hint {text!r} is outside 0..1"
-    return value, None
 
 
 def numeric_id(job_id: str) -> tuple:

@@ -26,6 +26,7 @@ from typing import Callable, Mapping, Optional
 
 from controller.core.engine import Engine
 from controller.core.gittins import ServiceDistribution
+from controller.core.inputs import shorten
 from controller.core.model import JobSpec, JobState, Snapshot
 from controller.core.plan import Plan
 from controller.service.admin_comment import AdminComments
@@ -60,6 +61,7 @@ class Controller:
             self.lease = Lease(store, config.cluster, config.lease_ttl())
         self.executor = LeverExecutor(backend, config.mode, guard=self.lease.guard if self.lease else None)
         self._log_once = LogOnce(log)
+        self._failures_seen: set[str] = set()
         self._stale = True
         if self.lease is None:
             self._load_state()
@@ -107,6 +109,10 @@ class Controller:
             except BackendUnavailable:
                 stop.wait(self.config.poll_s)
                 continue
+            except Exception as err:  # noqa: BLE001 - nothing Slurm returns may stop the controller
+                self._round_failed("observation", err)
+                stop.wait(self.config.poll_s)
+                continue
             signature = frozenset((j.job_id, j.state, j.restart_count) for j in observation.jobs)
             if signature != last_signature or started >= next_full or self._stale:
                 try:
@@ -119,6 +125,9 @@ class Controller:
                     # What the round wrote is all or nothing per transaction; its state
                     # in memory is reloaded from the store before the next round.
                     log.error("round skipped: %s", err)
+                except Exception as err:  # noqa: BLE001 - a record or a bug of ours fails one round, not all
+                    # (the config was checked at start; a bad one never gets here)
+                    self._round_failed("round", err)
             stop.wait(max(0.0, self.config.poll_s - (self.clock() - started)))
         if self.lease is not None:
             self.lease.release()
@@ -171,6 +180,22 @@ class Controller:
         except StoreError:
             self._stale = True
             raise
+        except BackendUnavailable:
+            raise
+        except Exception:
+            self._stale = True  # cut short by odd data or a bug: the next round starts from the store
+            raise
+
+    def _round_failed(self, what: str, err: Exception) -> None:
+        """One line per failure; the traceback once per distinct error (for a bug report)."""
+        line = f"{what} failed: {type(err).__name__}: {_one_line(err)}; state reloaded from the store next round"
+        if line in self._failures_seen:
+            log.error("%s", line)
+        else:
+            self._failures_seen.add(line)
+            log.error("%s", line, exc_info=err)
+        if self.metrics is not None and hasattr(self.metrics, "observe_failed_round"):
+            self.metrics.observe_failed_round()
 
     def _round(self, observation: Optional[Observation]) -> RoundReport:
         started = time.perf_counter()
@@ -314,3 +339,8 @@ class Controller:
         if added or bad:
             log.info("usage spool: %d records stored, %d already stored, %d unreadable lines", added, duplicates,
                      bad)
+
+
+def _one_line(err: Exception) -> str:
+    text = str(err).strip().splitlines()
+    return shorten(text[0] if text else type(err).__name__, 200)
