@@ -66,8 +66,11 @@ REFERENCE = {
     ('itp01', 'fifo'): (1595, 144172.1, 170187.0, 210506.5, 0, 'cc8cd70d214a', 13.33),
     ('itp01', 'shortest'): (1595, 22594.0, 13875.0, 71268.3, 559, 'e16bfd690464', 13.04),
     ('itp03', 'dlas-gpu'): (3011, 808844.9, 251101.0, 3543458.5, 5351, 'd54f22ecb749', 11.25),
+    ('itp03', 'fifo'): (3011, 3194621.2, 2928537.0, 6510711.0, 0, 'c9862d3dd202', 31.44),
+    ('itp03', 'shortest'): (3011, 279316.7, 17954.0, 1838196.5, 1422, '88db01f31952', 82.56),
     ('itp04', 'dlas-gpu'): (15802, 28179.2, 9722.0, 94158.4, 14313, '5925061d64df', 1211.08),
     ('itp04', 'fifo'): (15802, 148315.7, 137471.0, 234643.0, 0, '74287bfd289c', 756.53),
+    ('itp04', 'shortest'): (15802, 23730.2, 8036.5, 70026.6, 7655, 'fe2eb2290400', 602.94),
     ('itp05', 'dlas-gpu-gittins'): (3629, 212679.2, 79417.0, 805162.2, 28667, '7587c182e408', 250.65),
     ('itp05', 'dlas-gpu'): (3629, 189651.7, 109782.0, 593699.2, 5799, 'dd2073d05ee4', 14.5),
     ('itp05', 'fifo'): (3629, 240412.0, 174944.0, 571317.8, 0, 'a6f12bc05aca', 13.02),
@@ -80,9 +83,15 @@ REFERENCE = {
     ('jobs60', 'dlas-gpu'): (60, 178.4, 125.0, 308.1, 0, '8d8d828a116b', 0.05),
     ('jobs60', 'fifo'): (60, 178.4, 125.0, 308.1, 0, '8d8d828a116b', 0.25),
     ('jobs60', 'shortest'): (60, 178.4, 125.0, 308.1, 0, '8d8d828a116b', 0.34),
+    ('muri1', 'dlas-gpu-gittins'): (1494, 1931237.8, 14392.5, 11651397.6, 8039, '46848f390def', 296.24),
     ('muri1', 'dlas-gpu'): (1494, 3048140.3, 287149.5, 12388495.9, 3927, '218ad484b6e4', 3.2),
+    ('muri1', 'fifo'): (1494, 10313080.7, 11425456.0, 13859820.6, 0, 'f0b4ae1c386b', 10.77),
+    ('muri1', 'shortest'): (1494, 1333917.3, 14392.5, 10634734.9, 2525, '3e839c175f13', 102.52),
     ('muri2', 'dlas-gpu'): (5755, 6925667.2, 110648.0, 33166709.1, 17379, '0423c1b210ce', 115.14),
+    ('muri3', 'dlas-gpu-gittins'): (992, 489478.5, 4257.5, 3735688.4, 3333, '3f200e17971f', 66.68),
     ('muri3', 'dlas-gpu'): (992, 312869.6, 9355.5, 1841993.6, 1303, 'ec563e56bb44', 1.22),
+    ('muri3', 'fifo'): (992, 991167.0, 1143149.0, 1478460.9, 0, '7ea1f265ad0a', 3.18),
+    ('muri3', 'shortest'): (992, 180116.3, 3586.5, 765499.1, 1037, '43b7642aea8a', 4.48),
     ('muri4', 'dlas-gpu'): (2638, 1268901.1, 19301.0, 4856226.0, 4266, '0fcec4091f6d', 12.85),
 }
 
@@ -91,7 +100,7 @@ REFERENCE_BUGS = [
     " (hi - executed WALL s) // num_gpu instead of (hi - executed GPU-s) / num_gpu, so a"
     " multi-GPU job stays in the higher queue too long (we demote at the exact crossing)",
     "dlas-gpu-gittins re-sorts every queue by index at each event, running jobs included,"
-    " and gives a job past its largest sample index 0: 2.5-5x the preemptions of its dlas",
+    " and gives a job past its largest sample index 0: 2-5x the preemptions of its dlas",
 ]
 
 
