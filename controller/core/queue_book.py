@@ -52,32 +52,50 @@ class QueueBook:
     # -- building -------------------------------------------------------------
     @classmethod
     def build(cls, jobs, levels, groups, entries, within, num_levels: int) -> "QueueBook":
-        """A book from per-job columns (aligned with ``jobs``); ``within`` may be None."""
+        """A book from per-job columns (aligned with ``jobs``); ``within`` may be None.
+
+        One numpy sort of all jobs gives every list its order (and the walk order
+        ``order`` returns): the controller builds a book every round."""
+        import numpy as np
+
         book = cls(num_levels)
+        count = len(jobs)
         entries_in_use = [job.queue_entry for job in jobs if job.queue_entry is not None]
         if entries_in_use:
             book.top = max(entries_in_use) + 1.0
             book.bottom = min(entries_in_use) - 1.0
-        running = []
-        waiting: dict[tuple[int, int], list] = {}
-        for i, job in enumerate(jobs):
+        if count == 0:
+            return book
+        level_column = np.asarray(levels, dtype=np.int64)
+        group_column = np.asarray(groups, dtype=np.int64)
+        entry_column = np.asarray(entries, dtype=float)
+        within_column = np.zeros(count) if within is None else np.asarray(within, dtype=float)
+        index_column = np.fromiter((job.index for job in jobs), dtype=np.int64, count=count)
+        running = group_column == SETTLED_RUNNING
+        # walk order: level, then settled running by (entry, index), then the others by
+        # (within, group, entry, index)
+        within_column = np.where(running, 0.0, within_column)
+        order = np.lexsort((index_column, entry_column, group_column, within_column, ~running, level_column))
+        within_list, entry_list = within_column.tolist(), entry_column.tolist()
+        waiting, where, entered = book.waiting, book.where, book.entered
+        walk_order = []
+        for i in order.tolist():
+            job = jobs[i]
+            level = levels[i]
+            walk_order.append(job)
             if groups[i] == SETTLED_RUNNING:
-                running.append((levels[i], entries[i], job.index, job))
+                book.add_running(job, level)
                 continue
-            key = (0.0 if within is None else within[i], groups[i], entries[i])
-            waiting.setdefault((levels[i], job.num_gpus), []).append((key, job.index, job))
-            book.where[job.index] = (levels[i], key)
-            if _pinned(job):
+            key = (within_list[i], groups[i], entry_list[i])
+            # items arrive in walk order, so each size list is already sorted
+            waiting[level].setdefault(job.num_gpus, []).append((key, job.index, job))
+            where[job.index] = (level, key)
+            book.waiting_count += 1
+            if job.running and not job.spec.preemptable:
                 book.pinned_gpus += job.num_gpus
             if groups[i] == ENTERED:
-                book.entered[job.index] = job
-        for (level, size), items in waiting.items():
-            items.sort()  # one sort per list instead of an insertion per job
-            book.waiting[level][size] = items
-            book.waiting_count += len(items)
-        running.sort(key=lambda r: r[:3])
-        for level, _, _, job in running:
-            book.add_running(job, level)
+                entered[job.index] = job
+        book._order = (book._version, walk_order)
         return book
 
     def add_running(self, job: JobState, level: int) -> None:

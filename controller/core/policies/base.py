@@ -76,8 +76,8 @@ def mlfq_order(jobs: list[JobState], ctx: PolicyContext, policy: "Policy") -> li
     queue its settled running jobs by place, then the other jobs by ``(within, group,
     entry, index)`` where ``within`` is ``policy.waiting_order`` (0 for FIFO).
 
-    Equivalent to sorting by ``mlfq_key``; the keys returned are ``(level, within)``,
-    which is what reports display.
+    Equivalent to sorting by ``mlfq_key``; the keys returned are ``(level, within)``
+    (``(level,)`` for settled running jobs), which is what reports display.
     """
     from controller.core.queue_book import QueueBook
 
@@ -90,7 +90,7 @@ def mlfq_order(jobs: list[JobState], ctx: PolicyContext, policy: "Policy") -> li
     keyed = []
     for job in book.order():
         key = book.key_of(job)
-        keyed.append(((book.level_of(job), 0.0 if key is None else key[0]), job))
+        keyed.append(((book.level_of(job),) if key is None else (book.level_of(job), key[0]), job))
     return keyed
 
 

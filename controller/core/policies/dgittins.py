@@ -54,6 +54,6 @@ class DiscretizedGittins(Policy):
         return self._index(job, ctx)
 
     def display_from_key(self, key, job, ctx):
-        if len(key) > 1 and key[1] != 0:
-            return -key[1]
+        if len(key) > 1:
+            return -key[1] + 0.0  # a waiting job's key holds -index (+ 0.0: no -0.0)
         return self._index(job, ctx)  # running jobs' keys omit it
