@@ -23,9 +23,15 @@ class DiscretizedGittins(Policy):
         if ctx.service is None or len(ctx.service) == 0 or not jobs:
             return negated
         thresholds = ctx.thresholds_gpu_s
-        scored = [i for i, level in enumerate(levels) if level < len(thresholds)]
+        last = len(thresholds)
+        scored = [i for i, level in enumerate(levels) if level < last]
         if scored:
-            served = np.array([service_at_entry(jobs[i], levels[i], groups[i], ctx) for i in scored])
+            queue_service = ctx.queue_service
+            # service_at_entry, inlined: a job demoted while running is judged at the
+            # threshold it crossed, any other job at its service now
+            served = np.array([thresholds[levels[i] - 1]
+                               if groups[i] == ENTERED and jobs[i].running and jobs[i].queue_level is not None
+                               and levels[i] > jobs[i].queue_level else queue_service(jobs[i]) for i in scored])
             ends = np.asarray(thresholds, dtype=float)[[levels[i] for i in scored]]
             negated[scored] = -ctx.service.indices(served, ends)
         return negated
