@@ -164,3 +164,51 @@ def test_batch_script_is_read_once_per_running_job(store):
             contract.why_not(job)
     assert backend.calls == [("batch_script", "1")]
     assert contract.declared(backend.jobs["1"]).describe() == "B:USR2 (#SBATCH --signal)"
+
+
+def test_handoff_landed_is_logged_with_its_delay_and_a_failed_one_blocks_further_preemptions(store):
+    from controller.service.handoff import Handoffs
+    from tests.test_controller import controller as make_controller
+
+    backend = ScriptedBackend()
+    backend.add("1", 16, "RUNNING", start=0.0, nodes=FULL)
+    c = make_controller(store, backend, handoff_timeout_s=30)
+    assert isinstance(c.handoffs, Handoffs)
+    c.run_round()
+    backend.add("2", 4)
+    c.run_round()  # job 1 signalled for job 2
+    assert ("signal", "1", "USR1", True) in backend.calls and "2" in c.handoffs.watching
+    backend.now += 31  # job 1 requeued meanwhile, but job 2 still not running: another job took the GPUs
+    backend.add("1", 16, "PENDING", restarts=1)
+    backend.add("9", 16, "RUNNING", start=backend.now - 1, nodes=FULL, signal="")  # the intruder
+    report = c.run_round()
+    [failed] = [e for e in report.applied if e["kind"] == "handoff"]
+    assert not failed["applied"] and "not started 30s after the victims' signal" in failed["detail"]
+    assert c.handoffs.failed == 1 and c.handoffs.blocked_until["2"] > backend.now
+    # the plan would preempt again for job 2 once the intruder is preemptable: kept running
+    del backend.jobs["9"]
+    backend.add("10", 16, "RUNNING", start=backend.now - 100, nodes=FULL)
+    backend.now += 1
+    report = c.run_round()
+    kept = [e for e in report.applied if e["kind"] == "preempt"]
+    assert kept and all("handoff failed" in e["detail"] and not e["applied"] for e in kept)
+    assert [call for call in backend.calls if call[0] == "signal" and call[1] == "10"] == []
+
+
+def test_handoff_landed(store):
+    from tests.test_controller import controller as make_controller
+
+    backend = ScriptedBackend()
+    backend.add("1", 16, "RUNNING", start=0.0, nodes=FULL)
+    c = make_controller(store, backend)
+    c.run_round()
+    backend.add("2", 4)
+    c.run_round()
+    signalled = backend.now
+    backend.now += 20
+    backend.add("1", 16, "PENDING", restarts=1)
+    backend.add("2", 4, "RUNNING", start=signalled + 15, nodes=[("gpu1", 4)])
+    report = c.run_round()
+    [landed] = [e for e in report.applied if e["kind"] == "handoff"]
+    assert landed["applied"] and landed["detail"] == "started 15s after the victims' signal"
+    assert c.handoffs.landed == 1 and c.handoffs.delays_s == [15.0]

@@ -118,7 +118,11 @@ def test_example_jobs_checkpoint_resume_and_finish_and_an_undeclared_job_is_neve
     preempts = {d["job_id"]: d for d in decisions if d["kind"] == "preempt" and d["applied"]}
     assert "B:USR1 (#SBATCH --signal)" in preempts[bash_job]["detail"]
     assert "signal USR1 (#SBATCH --signal)" in preempts[srun_job]["detail"]  # to the steps
-    print({j: (jobs[j]["restart_cnt"], jobs[j]["end_time"] - jobs[j]["submit_time"]) for j in everyone})
+    # the handoff: the short job started on the freed GPUs, logged with the delay
+    handoffs = [d for d in decisions if d["kind"] == "handoff" and d["job_id"] == short_id]
+    assert handoffs and handoffs[0]["applied"], handoffs
+    print(f"handoff to {short_id}: {handoffs[0]['detail']}; restarts "
+          f"{ {j: jobs[j]['restart_cnt'] for j in everyone} }")
 
 
 def test_a_drained_node_with_a_job_on_it_causes_no_preemption(iso, run):

@@ -60,6 +60,9 @@ SCHEMA: tuple[Setting, ...] = (
     Setting("preempt_max_per_job", "int", 10, "never preempt one job more often than this", minimum=0),
     Setting("requeue_settle_s", "float", 5.0, "after a requeue, wait this long before clearing the job's "
             "BeginTime hold (slurmd must finish tearing down the previous run first)", minimum=0.0),
+    Setting("handoff_timeout_s", "float", 120.0, "after its victims were signalled, the job a preemption made "
+            "room for must start within this long; if not, no preemption is made for it for 10 times as long "
+            "(counted and logged)", minimum=1.0),
     Setting("preempt_signal_attempts", "int", 3, "rounds in which a failed checkpoint signal is tried again "
             "before the job is left alone (a job whose signal failed is never requeued)", minimum=1),
     Setting("preempt_undeclared", "bool", False, "also preempt requeueable jobs that declared no checkpoint "
@@ -130,6 +133,7 @@ class Config:
     preempt_min_runtime_s: float = 60.0
     preempt_max_per_job: int = 10
     requeue_settle_s: float = 5.0
+    handoff_timeout_s: float = 120.0
     preempt_signal_attempts: int = 3
     preempt_undeclared: bool = False
     service_refresh_s: float = 300.0
@@ -190,7 +194,7 @@ MAX_TEXT_CHARS = 4096
 MAXIMA: dict[str, float] = {
     "interval_s": 86400.0, "poll_s": 3600.0, "promote_knob": 1e9, "pack_limit": 1.0, "pin_expiry_s": 1e7,
     "site_factor_band": 10**7, "preempt_grace_s": 86400.0, "preempt_min_runtime_s": 1e7,
-    "preempt_max_per_job": 10**6, "preempt_signal_attempts": 1000, "requeue_settle_s": 86400.0,
+    "preempt_max_per_job": 10**6, "preempt_signal_attempts": 1000, "handoff_timeout_s": 86400.0, "requeue_settle_s": 86400.0,
     "service_refresh_s": 1e7, "partition_move_min_gain_s": 1e7, "partition_move_cooldown_s": 1e7,
     "partition_duration_estimate_s": 1e9, "mps_default_tier": 100, "mps_latency_tier": 100, "mps_max_tenants": 64,
     "usage_collect_s": 86400.0, "lease_ttl_s": 86400.0, "metrics_port": 65535,

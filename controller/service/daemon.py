@@ -35,6 +35,7 @@ from controller.service.backend import Backend, BackendUnavailable, Observation,
 from controller.service.config import Config
 from controller.service.contract import Contract
 from controller.service.executor import LeverExecutor
+from controller.service.handoff import Handoffs
 from controller.service.lease import Lease
 from controller.service.partition_moves import PartitionMover
 from controller.service.preemption import Preemptions
@@ -84,6 +85,7 @@ class Controller:
         self.accounts = Accounts(store, config.cluster, self.metrics, self._log_once, gone_credit_s=config.poll_s)
         self.records = self.accounts.records  # job id -> JobRecord (the same dict)
         self.starts = Starts(config, self.executor, self.accounts, by_level=self.engine.policy.discretized)
+        self.handoffs = Handoffs(config)
         self.contract = Contract(config, self.backend, self._log_once)
         self.preemptions = Preemptions(config, store, self.executor, self.accounts, self.contract, clock=self.clock)
         self.mover = PartitionMover(config, self.backend, store, self.executor, self.accounts, self._log_once)
@@ -223,8 +225,16 @@ class Controller:
         for action in plan.of_kind("promote"):
             self.accounts.promote(action.job_id)
             report.applied.append(entry(action, applied=self.config.mode != "observe", detail="store"))
+        self.handoffs.check(observed, now, report)
         self.starts.apply(plan, observed, now, report)
-        self.preemptions.begin(plan, observed, now, report)
+        blocked = self.handoffs.blocking(plan, now)
+        if blocked:
+            for action in plan.of_kind("preempt"):
+                report.applied.append(entry(action, applied=False, detail=f"kept running: {', '.join(blocked)} did "
+                                            "not start after the last preemption made for it (handoff failed)"))
+        else:
+            self.preemptions.begin(plan, observed, now, report)
+            self.handoffs.expect(plan, report, now)
         self.preemptions.advance(observed, now, report)
         self.mover.apply(plan, observed, observation.nodes, now, report, pinned=set(self.starts.pins))
         self.sharing.apply(observation, report)
