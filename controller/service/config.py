@@ -107,6 +107,10 @@ SCHEMA: tuple[Setting, ...] = (
             "each) per round", minimum=0),
     Setting("metrics_port", "int", 0, "Prometheus port on 127.0.0.1 (0 = off)", minimum=0),
     Setting("log_level", "choice", "INFO", "log level", ("DEBUG", "INFO", "WARNING", "ERROR")),
+    Setting("decision_log_max_age_s", "float", 30 * 86400.0, "decisions older than this many seconds are deleted "
+            "from the store (checked hourly; 0 = kept forever)", minimum=0.0),
+    Setting("decision_log_max_rows", "int", 1_000_000, "at most this many decisions of the cluster are kept, "
+            "the newest (0 = no limit)", minimum=0),
 )
 
 _BY_NAME = {s.name: s for s in SCHEMA}
@@ -157,6 +161,8 @@ class Config:
     admin_comment_max_per_round: int = 50
     metrics_port: int = 0
     log_level: str = "INFO"
+    decision_log_max_age_s: float = 30 * 86400.0
+    decision_log_max_rows: int = 1_000_000
 
     def lease_ttl(self) -> float:
         """The standby lease's TTL in seconds (lease_ttl_s, or 1.5 x interval_s)."""
@@ -198,6 +204,7 @@ MAXIMA: dict[str, float] = {
     "service_refresh_s": 1e7, "partition_move_min_gain_s": 1e7, "partition_move_cooldown_s": 1e7,
     "partition_duration_estimate_s": 1e9, "mps_default_tier": 100, "mps_latency_tier": 100, "mps_max_tenants": 64,
     "usage_collect_s": 86400.0, "lease_ttl_s": 86400.0, "metrics_port": 65535,
+    "decision_log_max_age_s": 100 * 365 * 86400.0, "decision_log_max_rows": 10**9,
 }
 DEFAULT_MAXIMUM = 1e9  # a setting not listed above
 

@@ -34,6 +34,7 @@ from controller.service.accounting import ACTIVE_STATES, UNSTARTABLE_REASONS, Ac
 from controller.service.backend import Backend, BackendUnavailable, Observation, ObservedJob
 from controller.service.config import Config
 from controller.service.contract import Contract
+from controller.service.decision_log import PRUNE_EVERY_S, ShadowRepeats
 from controller.service.executor import LeverExecutor
 from controller.service.handoff import Handoffs
 from controller.service.lease import Lease
@@ -63,6 +64,8 @@ class Controller:
         self.executor = LeverExecutor(backend, config.mode, guard=self.lease.guard if self.lease else None)
         self._log_once = LogOnce(log)
         self._failures_seen: set[str] = set()
+        self._shadow_repeats = ShadowRepeats()
+        self._decisions_pruned_at = -math.inf
         self._stale = True
         if self.lease is None:
             self._load_state()
@@ -246,7 +249,10 @@ class Controller:
         with self.store.transaction():
             self.accounts.save()
             if self.config.mode != "observe":
-                self.store.log_decisions(self.config.cluster, round_id, now, self.config.mode, report.applied)
+                logged = self._shadow_repeats.changed(report.applied) if self.config.mode == "shadow" \
+                    else report.applied
+                self.store.log_decisions(self.config.cluster, round_id, now, self.config.mode, logged)
+        self._prune_decisions(now)
         for job_id in self.accounts.forget_finished():
             self.starts.forget(job_id)
             self.mover.forget(job_id)
@@ -259,6 +265,22 @@ class Controller:
             self.metrics.observe_round(self, plan, report, time.perf_counter() - started,
                                        slurm_calls=self._slurm_calls_since_mark())
         return report
+
+    def _prune_decisions(self, now: float) -> None:
+        """Decision-log retention (decision_log_max_age_s / _max_rows), hourly."""
+        config = self.config
+        if now - self._decisions_pruned_at < PRUNE_EVERY_S or not (
+                config.decision_log_max_age_s or config.decision_log_max_rows):
+            return
+        self._decisions_pruned_at = now
+        try:
+            deleted = self.store.prune_decisions(config.cluster, now_s=now, max_age_s=config.decision_log_max_age_s,
+                                                 max_rows=config.decision_log_max_rows)
+        except StoreError as err:  # retried in an hour; the log only grows meanwhile
+            log.warning("decision log not pruned: %s", err)
+            return
+        if deleted:
+            log.info("decision log: %d old decision(s) deleted", deleted)
 
     def _queue_count(self) -> int:
         """K of the MLFQ, or 0 for a policy without queues (its levels mean nothing)."""

@@ -430,6 +430,23 @@ class Store:
                 conn.execute(decision_log.insert(), rows)
         return len(rows)
 
+    def prune_decisions(self, cluster: str, *, now_s: float, max_age_s: float = 0.0, max_rows: int = 0) -> int:
+        """Delete ``cluster``'s decisions older than ``max_age_s`` (by their round time) and
+        all but the newest ``max_rows``; 0 disables either bound. Returns rows deleted."""
+        deleted = 0
+        with self._tx() as conn:
+            if max_age_s > 0:
+                deleted += conn.execute(decision_log.delete().where(
+                    decision_log.c.cluster == cluster, decision_log.c.now_s < now_s - max_age_s)).rowcount
+            if max_rows > 0:
+                boundary = conn.execute(
+                    select(decision_log.c.id).where(decision_log.c.cluster == cluster)
+                    .order_by(decision_log.c.id.desc()).offset(int(max_rows)).limit(1)).scalar()
+                if boundary is not None:
+                    deleted += conn.execute(decision_log.delete().where(
+                        decision_log.c.cluster == cluster, decision_log.c.id <= boundary)).rowcount
+        return max(deleted, 0)
+
     def decisions(self, cluster: str, job_id: Optional[str] = None, limit: int = 50) -> list[dict]:
         """Logged decisions of ``cluster`` (of one job if given), newest first."""
         query = select(decision_log).where(decision_log.c.cluster == cluster)
