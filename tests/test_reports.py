@@ -283,7 +283,7 @@ def test_packaged_example_config_lists_every_key():
 
 def test_packaged_unit_and_sysusers():
     unit = (ROOT / "packaging" / "tiresias.service").read_text()
-    assert "ExecStart=/usr/local/bin/tiresias run --config /etc/tiresias/tiresias.yaml" in unit
+    assert "ExecStart=/opt/tiresias/bin/tiresias run --config /etc/tiresias/tiresias.yaml" in unit
     assert "User=tiresias" in unit and "AdminLevel=Operator" in unit
     sysusers = (ROOT / "packaging" / "tiresias.sysusers").read_text()
     assert any(line.split()[:2] == ["u", "tiresias"] for line in sysusers.splitlines() if line.strip())
