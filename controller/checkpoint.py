@@ -42,7 +42,7 @@ _requested = threading.Event()
 def signal_number(name: Optional[str] = None) -> int:
     """``"USR1"``, ``"SIGUSR1"`` or ``"10"`` -> the signal number; ValueError otherwise."""
     text = (name or os.environ.get(SIGNAL_ENV) or DEFAULT_SIGNAL).strip().upper()
-    if text.isdigit():
+    if text.isascii() and text.isdigit():
         return signal.Signals(int(text)).value
     if not text.startswith("SIG"):
         text = "SIG" + text
@@ -109,7 +109,7 @@ def marker_path() -> Optional[str]:
     if explicit:
         return explicit
     job_id, submit_dir = os.environ.get("SLURM_JOB_ID"), os.environ.get("SLURM_SUBMIT_DIR")
-    if job_id and job_id.isdigit() and submit_dir:
+    if job_id and job_id.isascii() and job_id.isdigit() and submit_dir:
         return os.path.join(submit_dir, f".tiresias-checkpoint-{job_id}")
     return None
 

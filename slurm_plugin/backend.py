@@ -42,9 +42,9 @@ from slurm_plugin.parse import (
 
 __all__ = ["SlurmBackend", "LeverFailed", "CommandResult", "subprocess_runner"]
 
-_JOB_ID_RE = re.compile(r"\d+(?:_\d+)?")
+_JOB_ID_RE = re.compile(r"[0-9]{1,19}(?:_[0-9]{1,9})?", re.ASCII)
 _NAME_RE = re.compile(r"[A-Za-z0-9_.\-\[\],]+")
-_SIGNAL_RE = re.compile(r"(?:SIG)?[A-Z][A-Z0-9+\-]*|\d+")
+_SIGNAL_RE = re.compile(r"(?:SIG)?[A-Z][A-Z0-9+\-]*|[0-9]{1,3}", re.ASCII)
 SITE_FACTOR_LIMIT = 2147483645  # Slurm's documented +- range for SiteFactor
 ADMIN_COMMENT_MAX_CHARS = 1024  # ours is ~80; the rest is what the site keeps there
 MPS_SHARES_PER_GPU = 100  # Gres=gpu:N,mps:100*N: one MPS share = 1% of one GPU's SMs
@@ -312,7 +312,7 @@ class SlurmBackend:
             parts = line.split()
             if not parts:
                 continue
-            if len(parts) != 2 or not re.fullmatch(r"-?\d+", parts[1]):
+            if len(parts) != 2 or not re.fullmatch(r"-?[0-9]{1,19}", parts[1]):
                 skipped.append(f"sprio line {line.strip()[:80]!r}: expected 'JOBID SITE'")
                 continue
             factors[parts[0]] = int(parts[1])

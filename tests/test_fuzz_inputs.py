@@ -466,6 +466,31 @@ def test_fuzz_scontrol_text(rows):
     assert all(isinstance(e, SlurmParseError) for e in errors)
 
 
+# --------------------------------------------------------------------------- job ids and signals
+@FUZZ
+@given(st.one_of(numberish, st.sampled_from(["B:USR1@90", "USR1", "SIGTERM", "10", "٣", "B:١٠", "R:USR2@٩٠", "KILL",
+                                             "B:USR1@" + "9" * 5000]), st.text(max_size=10)),
+       st.one_of(numberish, st.sampled_from(["12", "12_3", "٣_1", "²", "1" * 5000])))
+@within_10s
+def test_fuzz_signal_specs_and_job_ids(spec, job_id):
+    from controller import checkpoint
+    from controller.service.accounting import numeric_id
+    from controller.service.contract import parse_signal_spec
+
+    CASES["slurm"] += 1
+    signal_, why = parse_signal_spec(spec, "fuzz")
+    if signal_ is not None:
+        assert spec.strip().isascii() and why == ""
+    else:
+        assert "\n" not in why
+    numeric_id(job_id)  # sorts any id without raising
+    try:
+        number = checkpoint.signal_number(spec)
+        assert spec.strip().isascii() and number > 0
+    except (ValueError, KeyError):
+        pass
+
+
 # --------------------------------------------------------------------------- node hooks
 def _node_module():
     import importlib.util

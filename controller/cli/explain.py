@@ -19,7 +19,7 @@ from controller.cli import queue as cmd_queue
 from controller.core.model import InputError
 from controller.cli.reports import format_timestamp
 
-JOB_ID_RE = re.compile(r"\d+(?:_\d+)?")
+JOB_ID_RE = re.compile(r"[0-9]{1,19}(?:_[0-9]{1,9})?", re.ASCII)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -7,6 +7,7 @@ Users can instead pass the value at submit time: sbatch --comment=tiresias:skew=
 from __future__ import annotations
 
 import argparse
+import re
 
 from controller.core.model import InputError
 
@@ -33,7 +34,7 @@ def run(args) -> int:
     print(f"submit hint: --comment={hint}")
     if not args.job:
         return 0
-    if not args.job.isdigit() and not args.job.replace("_", "").isdigit():
+    if not re.fullmatch(r"[0-9]{1,19}(?:_[0-9]{1,9})?", args.job, re.ASCII):
         raise InputError(f"--job {args.job!r} is not a Slurm job id")
     from controller.service.config import load
     from controller.service.store import Store

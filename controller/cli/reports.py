@@ -149,7 +149,7 @@ def rows_from_simulation(path: Path) -> list[JobRow]:
 
 def job_sort_key(job_id: str) -> tuple:
     head, _, tail = job_id.partition("_")
-    return (0, int(head), tail) if head.isdigit() else (1, 0, job_id)
+    return (0, int(head), tail) if head.isascii() and head.isdigit() and len(head) <= 30 else (1, 0, job_id)
 
 
 # -- who may see what ----------------------------------------------------------------
@@ -202,7 +202,7 @@ def format_timestamp(epoch_s: Optional[float]) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(epoch_s))
 
 
-_ELAPSED_RE = re.compile(r"(?:(\d+)-)?(\d+):(\d{2})(?::(\d{2}))?")
+_ELAPSED_RE = re.compile(r"(?:([0-9]{1,6})-)?([0-9]{1,9}):([0-9]{2})(?::([0-9]{2}))?", re.ASCII)
 
 
 def parse_time(text: str, option: str, simulated: bool) -> float:

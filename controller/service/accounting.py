@@ -28,7 +28,7 @@ UNSTARTABLE_REASONS = {"JobHeldUser", "JobHeldAdmin", "Dependency", "DependencyN
 def numeric_id(job_id: str) -> tuple:
     """Sort key: Slurm job ids by number, array tasks ("12_3") after their head."""
     head, _, tail = job_id.partition("_")
-    return (int(head) if head.isdigit() else 0, tail, job_id)
+    return (int(head) if head.isascii() and head.isdigit() and len(head) <= 30 else 0, tail, job_id)
 
 
 class Accounts:

@@ -34,7 +34,7 @@ from controller.service.config import Config
 log = logging.getLogger("tiresias.controller")
 
 # Slurm's --signal=[{R}{B}:]<sig_num>[@sig_time]: a name (USR1, SIGUSR1) or a number.
-SIGNAL_SPEC = re.compile(r"(?:([RB]{1,2}):)?(?:SIG)?([A-Z][A-Z0-9]*|\d{1,2})(?:@(\d+))?")
+SIGNAL_SPEC = re.compile(r"(?:([RB]{1,2}):)?(?:SIG)?([A-Z][A-Z0-9]*|[0-9]{1,2})(?:@([0-9]{1,9}))?", re.ASCII)
 OPT_IN = re.compile(r"(?:^|[\s;,])tiresias:preemptable(?:=([^\s;,]*))?(?=$|[\s;,])")
 SIGNAL_NAMES = {"HUP", "INT", "QUIT", "ABRT", "KILL", "USR1", "USR2", "TERM", "ALRM", "CONT", "STOP", "TSTP",
                 "URG", "XCPU", "XFSZ", "VTALRM", "PROF", "WINCH", "IO", "PWR", "SYS", "TRAP", "BUS", "PIPE"}
@@ -64,7 +64,7 @@ def parse_signal_spec(text: str, source: str) -> tuple[Optional[CheckpointSignal
     if match is None:
         return None, f"signal spec {text!r} is not [B:]SIG[@seconds]"
     flags, name, _ = match.groups()
-    if name.isdigit():
+    if name.isascii() and name.isdigit():
         if int(name) not in NUMBERED:
             return None, f"signal number {name} in {text!r} is not one a job can trap for a checkpoint"
         name = NUMBERED[int(name)]
