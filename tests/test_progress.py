@@ -21,9 +21,9 @@ import termios
 import pytest
 
 from controller.cli.progress import Progress, choose_mode
-from tests.conftest import TRACES
+from tests.conftest import TRACE60 as _TRACE60
 
-TRACE60 = str(TRACES / "tiresias-format" / "tiresias_60_job.csv")
+TRACE60 = str(_TRACE60)  # in the repo (tests/fixtures/traces): a fresh clone runs this
 TIRESIAS = [sys.executable, "-m", "controller.cli.main"]
 
 LEARN = ["learn", "--population", "24", "--generations", "4", "--instances", "2", "--validation", "1",

@@ -408,3 +408,20 @@ def test_round_trip_property(rows):
         assert a.submit_time_s == b.submit_time_s - base
         assert (a.num_gpus, a.duration_s, a.skew, a.user_priority, a.partition, a.user, a.model_name) == \
             (b.num_gpus, b.duration_s, b.skew, b.user_priority, b.partition, b.user, b.model_name)
+
+
+def test_no_other_test_reads_the_shared_traces():
+    """A fresh clone has no ../shared: only this file's needs_traces tests may read it;
+    every other test uses tests/fixtures/traces (conftest.FIXTURE_TRACES, TRACE60)."""
+    import re
+
+    here = Path(__file__).resolve().parent
+    offenders = []
+    for path in sorted(here.glob("test_*.py")):
+        if path.name == "test_traces.py":
+            continue
+        text = path.read_text()
+        if re.search(r"(?<![A-Z_])TRACES\b", text) or re.search(r"[\"']shared[\"']\s*/\s*[\"']traces", text) \
+                or "shared/traces" in text:
+            offenders.append(path.name)
+    assert offenders == []
