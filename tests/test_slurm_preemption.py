@@ -143,3 +143,43 @@ def test_a_drained_node_with_a_job_on_it_causes_no_preemption(iso, run):
         assert run.preemption_rows() == []
     finally:
         iso.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"], check=False)
+
+
+def test_a_failed_signal_causes_no_requeue(iso, tmp_path):
+    """Real Slurm; only `scancel` is made to fail (a stand-in for a refused signal)."""
+    from controller.service.config import from_mapping
+    from controller.service.daemon import Controller
+    from controller.service.store import Store
+    from slurm_plugin.backend import CommandResult, SlurmBackend, subprocess_runner
+
+    def runner(argv, timeout_s, env):
+        if argv[0] == "scancel":
+            return CommandResult(1, "", "scancel: error: Kill job error on job id: Access/permission denied")
+        return subprocess_runner(argv, timeout_s, env)
+
+    backend = SlurmBackend(runner=runner, env={"SLURM_CONF": iso.conf})
+    config = from_mapping({"mode": "enforce", "cluster": iso.name, "queues_gpu_s": [40.0], "preempt_grace_s": 2.0,
+                           "preempt_min_runtime_s": 1.0, "preempt_signal_attempts": 2, "requeue_settle_s": 1.0,
+                           "usage_spool_dir": str(tmp_path / "none")})
+    with Store(f"sqlite:///{tmp_path}/t.db") as store:
+        c = Controller(config, backend, store)
+        long_id, long_dir = iso.submit("alice", 16, 25, "long")
+
+        def ran_past_threshold():
+            c.run_round()
+            return long_id in c.records and c.records[long_id].attained_gpu_s > 40
+
+        wait_for(ran_past_threshold, 40, "the long job to pass the threshold", interval_s=1)
+        short_id, _ = iso.submit("bob", 4, 3, "short")
+        for _ in range(8):  # well past the grace period and the attempts
+            c.run_round()
+            time.sleep(1)
+        jobs = iso.squeue()
+        assert jobs[long_id]["job_state"] == "RUNNING" and jobs[long_id]["restart_cnt"] == 0
+        decisions = store.decisions(iso.name, job_id=long_id, limit=1000)
+        assert not [d for d in decisions if d["kind"] == "requeue"]
+        failed = [d["detail"] for d in decisions if d["kind"] == "preempt"]
+        assert any("signal failed (1/2): not requeued" in d for d in failed), failed
+        assert any("gave up" in d for d in failed) and any("kept running: checkpoint signal failed" in d
+                                                              for d in failed), failed
+        assert "got USR1" not in text(Path(long_dir) / f"{long_id}.out")

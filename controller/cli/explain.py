@@ -70,6 +70,7 @@ def run(args) -> int:
 
 def preemption_text(controller, observed) -> str:
     """What the preemption contract (controller.service.contract) says of a running job."""
+    controller.contract.begin_round()  # one job asked about: its batch script may be read now
     why_not = controller.contract.why_not(observed)
     if why_not:
         return f"preemption: not preemptable: {why_not}"
