@@ -443,9 +443,9 @@ def _collect(records: list, parse_one: Callable[[dict], Any], errors: list | Non
                 exc.record_index = index
                 if isinstance(record, dict) and record.get(id_key) is not None:
                     if id_key == "name":
-                        exc.node = str(record[id_key])
+                        exc.node = shorten(str(record[id_key]), 40)
                     else:
-                        exc.job_id = str(record[id_key])
+                        exc.job_id = shorten(str(record[id_key]), 40)
                 errors.append(exc)
     return out
 
