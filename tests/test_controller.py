@@ -262,56 +262,47 @@ def test_queue_places_survive_a_restart(store):
     assert controller(store, backend).preview()[0].order != expected
 
 
-def test_version_1_database_gains_the_place_columns(tmp_path):
+def test_version_1_database_is_upgraded(tmp_path):
     import sqlite3
+
+    from controller.service.store import SCHEMA_VERSION, JobRecord
 
     path = tmp_path / "old.db"
     with Store(f"sqlite:///{path}") as s:
-        s.save_jobs("c", [])
+        s.add_service_sample("c", "1", 40.0, finished_s=5.0)
     db = sqlite3.connect(path)  # make it look like a version 1 database
     db.execute("ALTER TABLE job_service DROP COLUMN queue_level")
     db.execute("ALTER TABLE job_service DROP COLUMN queue_entry")
+    db.execute("DROP INDEX ix_service_samples_finished")
+    db.execute("ALTER TABLE service_samples DROP COLUMN censored")
     db.execute("UPDATE schema_meta SET value = '1' WHERE key = 'schema_version'")
     db.commit()
     db.close()
     with Store(f"sqlite:///{path}") as s:
-        assert s.schema_version == 2
-        from controller.service.store import JobRecord
+        assert s.schema_version == SCHEMA_VERSION == 3
         s.save_jobs("c", [JobRecord("7", 2, 0.0, queue_level=1, queue_entry=3.0)])
         assert (s.load_jobs("c")["7"].queue_level, s.load_jobs("c")["7"].queue_entry) == (1, 3.0)
+        assert s.service_samples_censored("c") == ([40.0], [False])  # old samples: completed jobs
 
-def test_slurm_calls_per_round_and_polls_are_counted(store):
-    """A backend that counts its commands (SlurmBackend.commands_run does) gets each
-    round's count, its observation included, into tiresias_slurm_calls_per_round;
-    an observation that leads to no round counts only in tiresias_slurm_calls_total."""
-    from collections import Counter
 
-    from controller.service.metrics import Metrics
-
-    class CountingBackend(ScriptedBackend):
-        def __init__(self):
-            super().__init__()
-            self.commands_run = Counter()
-
-        def observe(self):
-            self.commands_run.update(["squeue", "sinfo"])
-            return super().observe()
-
-        def set_site_factors(self, factors):
-            self.commands_run["scontrol"] += len(set(factors.values()))
-            self.calls.append(("set_site_factors", factors))
-
-    backend = CountingBackend()
-    backend.add("1", 8)
-    backend.add("2", 4)
-    metrics = Metrics(mode="enforce")
-    c = Controller(from_mapping({"mode": "enforce"}), backend, store, clock=lambda: backend.now, metrics=metrics)
+def test_every_ended_job_is_a_sample_cut_short_ones_censored(store):
+    """2D-Gittins learns from every job that ended: completed and failed jobs are
+    complete samples, cancelled and timed-out ones censored (they needed more)."""
+    backend = ScriptedBackend()
+    for job_id in ("1", "2", "3", "4"):
+        backend.add(job_id, 1, "RUNNING", start=1000.0, nodes=[(f"gpu{job_id}", 1)])
+    c = controller(store, backend, policy="dgittins", service_refresh_s=1)
     c.run_round()
-    value = metrics.registry.get_sample_value
-    first_round = value("tiresias_slurm_calls_per_round_sum", {"mode": "enforce"})
-    assert first_round == 2 + backend.commands_run["scontrol"] and backend.commands_run["scontrol"] >= 1
-    c._observe()  # a poll that found no change: no round
+    backend.now = 1100.0
     c.run_round()
-    assert value("tiresias_slurm_calls_per_round_count", {"mode": "enforce"}) == 2
-    assert value("tiresias_slurm_calls_total", {"mode": "enforce", "command": "squeue"}) == 3
-    assert value("tiresias_slurm_calls_per_round_sum", {"mode": "enforce"}) == sum(backend.commands_run.values()) - 2
+    for job_id, state, end in (("1", "COMPLETED", 1100.0), ("2", "FAILED", 1100.0),
+                               ("3", "CANCELLED", 1100.0), ("4", "TIMEOUT", 1100.0)):
+        backend.jobs[job_id] = dataclasses.replace(backend.jobs[job_id], state=state, end_time_s=end)
+    backend.now = 1101.0
+    c.run_round()
+    values, censored = store.service_samples_censored("default")
+    assert len(values) == 4 and all(v == pytest.approx(100.0) for v in values)
+    assert sorted(censored) == [False, False, True, True]
+    backend.now = 1103.0
+    c.run_round()
+    assert c.service is not None and c.service.count == 4 and c.service.censored_count == 2

@@ -19,6 +19,12 @@ log = logging.getLogger("tiresias.controller")
 
 ACTIVE_STATES = {"PENDING", "RUNNING"}
 # Still holding resources or about to: neither schedulable nor finished.
+# How an ended job's attained service counts as a sample of the service distribution:
+# it ran to its own end (complete), or it was cut short (censored: it needed more).
+# GONE is a job that left Slurm's memory while unseen: its end is unknown.
+COMPLETE_SAMPLE_STATES = {"COMPLETED", "FAILED"}
+CENSORED_SAMPLE_STATES = {"CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "DEADLINE", "OUT_OF_MEMORY",
+                          "BOOT_FAIL", "GONE"}
 TRANSIENT_STATES = {"COMPLETING", "CONFIGURING", "SUSPENDED", "REQUEUED", "RESIZING", "SIGNALING", "STAGE_OUT"}
 # Pending jobs the plan cannot start: left out of the snapshot.
 UNSTARTABLE_REASONS = {"JobHeldUser", "JobHeldAdmin", "Dependency", "DependencyNeverSatisfied",
@@ -104,7 +110,7 @@ class Accounts:
 
     def finish_gone(self, observed: dict[str, ObservedJob], observation: Observation, now: float) -> None:
         """Jobs that ended (or left Slurm's memory) are closed in the store; completed
-        ones become service samples. A job seen running last is credited up to its end
+        jobs become service samples (censored when cut short). A job seen running last is credited up to its end
         as Slurm reports it; one that left Slurm's memory (its end unknown, e.g. it ended
         while the controller was down) at most ``gone_credit_s``, never the whole gap.
         Call it inside the round's transaction: closing a job and adding its sample
@@ -143,8 +149,10 @@ class Accounts:
             if self.metrics is not None and end_state == "COMPLETED":
                 self.metrics.observe_finished(record.submit_time_s, end)
             self.store.mark_finished(self.cluster, job_id, end, end_state, record.attained_gpu_s)
-            if end_state == "COMPLETED" and record.attained_gpu_s > 0:
-                self.store.add_service_sample(self.cluster, job_id, record.attained_gpu_s, finished_s=end)
+            sampled = end_state in COMPLETE_SAMPLE_STATES or end_state in CENSORED_SAMPLE_STATES
+            if sampled and record.attained_gpu_s > 0:
+                self.store.add_service_sample(self.cluster, job_id, record.attained_gpu_s, finished_s=end,
+                                              censored=end_state in CENSORED_SAMPLE_STATES)
 
     def _first_sight_of_ended(self, observed: dict[str, ObservedJob], now: float) -> None:
         """A job that ran and ended entirely while the store could not be written (or

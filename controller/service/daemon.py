@@ -304,8 +304,8 @@ class Controller:
             return
         if now - self.service_loaded_at < self.config.service_refresh_s:
             return
-        samples = self.store.service_samples(self.config.cluster)
-        self.service = ServiceDistribution(samples) if samples else None
+        samples, censored = self.store.service_samples_censored(self.config.cluster)
+        self.service = ServiceDistribution(samples, censored=censored) if samples else None
         self.service_loaded_at = now
 
     def _snapshot(self, observed: dict[str, ObservedJob], observation: Observation, now: float, round_id: int,

@@ -31,7 +31,7 @@ from sqlalchemy.exc import (
 
 from controller.core.model import InputError
 
-SCHEMA_VERSION = 2  # 2: jobs.queue_level/queue_entry (the MLFQ place, kept across restarts)
+SCHEMA_VERSION = 3  # 2: job_service.queue_level/queue_entry (the MLFQ place); 3: service_samples.censored
 DEFAULT_URL = "sqlite:////var/lib/tiresias/tiresias.db"
 
 
@@ -99,6 +99,9 @@ service_samples = Table(
     Column("job_id", String(128), primary_key=True),
     Column("gpu_s", Float, nullable=False),
     Column("finished_s", Float, nullable=False),
+    # True: the job was cut short (cancelled, timed out, node failure): its service is
+    # a lower bound of what it needed, a right-censored sample (Kaplan-Meier).
+    Column("censored", Boolean, nullable=False, default=False),
     Index("ix_service_samples_finished", "cluster", "finished_s"),
 )
 
@@ -273,20 +276,30 @@ class Store:
             raise StoreError(
                 f"database {self.name}: schema version {found} is newer than this controller's {SCHEMA_VERSION}"
             )
-        if int(found) < 2:
-            self._upgrade_to_2()
-            found = 2
+        if int(found) < SCHEMA_VERSION:
+            self._upgrade(int(found))
+            found = SCHEMA_VERSION
         self.schema_version = int(found)
 
-    def _upgrade_to_2(self) -> None:
-        """Version 1 databases lack the MLFQ place columns: add them (NULL = no place
-        yet, so each job re-enters its queue once, in the order it entered it)."""
+    # Columns added since version 1, by the version that added them. Old rows get
+    # NULL places (each job re-enters its queue once, in the order it entered it) and
+    # uncensored samples (version 2 recorded only completed jobs).
+    _ADDED_COLUMNS = (
+        (2, "job_service", "queue_level", "INTEGER"),
+        (2, "job_service", "queue_entry", "FLOAT"),
+        (3, "service_samples", "censored", "BOOLEAN NOT NULL DEFAULT FALSE"),
+    )
+
+    def _upgrade(self, found: int) -> None:
+        """Bring an older database to SCHEMA_VERSION in one transaction."""
         with self._tx() as conn:
-            present = {c["name"] for c in inspect(conn).get_columns(job_service.name)}
-            for name, kind in (("queue_level", "INTEGER"), ("queue_entry", "FLOAT")):
-                if name not in present:
-                    conn.exec_driver_sql(f"ALTER TABLE {job_service.name} ADD COLUMN {name} {kind}")
-            conn.execute(update(schema_meta).where(schema_meta.c.key == "schema_version").values(value="2"))
+            inspector = inspect(conn)
+            for version, table, column, kind in self._ADDED_COLUMNS:
+                present = {c["name"] for c in inspector.get_columns(table)}
+                if version > found and column not in present:
+                    conn.exec_driver_sql(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+            conn.execute(update(schema_meta).where(schema_meta.c.key == "schema_version")
+                         .values(value=str(SCHEMA_VERSION)))
 
     def close(self) -> None:
         self.engine.dispose()
@@ -391,11 +404,12 @@ class Store:
     # -- service samples ------------------------------------------------------------
 
     def add_service_sample(
-        self, cluster: str, job_id: str, gpu_s: float, finished_s: Optional[float] = None
+        self, cluster: str, job_id: str, gpu_s: float, finished_s: Optional[float] = None, censored: bool = False
     ) -> bool:
-        """Record a finished job's total service (GPU-s) once; False if already there."""
+        """Record an ended job's total service (GPU-s) once; False if already there.
+        ``censored``: the job was cut short, so it needed at least this much."""
         row = {"cluster": cluster, "job_id": str(job_id), "gpu_s": float(gpu_s),
-               "finished_s": time.time() if finished_s is None else float(finished_s)}
+               "finished_s": time.time() if finished_s is None else float(finished_s), "censored": bool(censored)}
         with self._tx() as conn:
             return _insert_ignore(conn, service_samples, [row], ["cluster", "job_id"]) > 0
 
@@ -406,6 +420,14 @@ class Store:
             query = query.where(service_samples.c.finished_s >= since_s)
         with self._tx() as conn:
             return [float(v) for v in conn.execute(query.order_by(service_samples.c.finished_s)).scalars()]
+
+    def service_samples_censored(self, cluster: str) -> tuple[list[float], list[bool]]:
+        """Every sample of ``cluster`` (GPU-s) and whether each is censored, oldest first."""
+        query = (select(service_samples.c.gpu_s, service_samples.c.censored)
+                 .where(service_samples.c.cluster == cluster).order_by(service_samples.c.finished_s))
+        with self._tx() as conn:
+            rows = conn.execute(query).all()
+        return [float(r[0]) for r in rows], [bool(r[1]) for r in rows]
 
     # -- decision log -----------------------------------------------------------------
 
