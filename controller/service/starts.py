@@ -66,8 +66,10 @@ class Starts:
             if job.reason == "BeginTime" and job.restart_count > 0:
                 # Not at once: slurmd refuses to relaunch a job whose previous run it is
                 # still tearing down (epilog) and the job then FAILS ("already killed").
-                stopped = self.accounts.stopped_at.get(job.job_id)
-                if stopped is None or now - stopped >= cfg.requeue_settle_s:
+                # Unknown when it stopped (this process started after the requeue):
+                # count the settle time from now rather than risk the relaunch.
+                stopped = self.accounts.stopped_at.setdefault(job.job_id, now)
+                if now - stopped >= cfg.requeue_settle_s:
                     outcome = self.executor.call("release_begin_time", job.job_id)
                     details.append(outcome.detail)
                     levers.append(outcome.applied)
