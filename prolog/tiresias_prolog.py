@@ -1,6 +1,9 @@
 #!/usr/bin/python3 -I
 """Tiresias Slurm Prolog: per-GPU MPS control daemon for jobs given a shared GPU.
 
+One file on purpose (over 600 lines): nodes get this file alone (configless Slurm ships
+single files), and the Epilog and TaskProlog load their shared code from it.
+
 Installed as ``Prolog=/etc/slurm/tiresias/prolog``. Python 3 standard library only,
 so it runs on configless nodes where nothing but this file was shipped. This file is
 also the node-side library: the Epilog and the TaskProlog load it from next to

@@ -1,5 +1,8 @@
 """Slurm accounting (sacct) -> a replayable job trace with what really happened.
 
+(About 500 lines in one module: the JSON and the text form of sacct become the same
+runs, merged and sorted by one set of rules; splitting them would split those rules.)
+
 ``tiresias trace export`` reads ``sacct -a -X -D`` (one row per allocation *run*:
 with ``-D`` a requeued job appears once per run, earlier runs in state REQUEUED)
 either as ``--json`` (needs slurmdbd; parsed by ``slurm_plugin.parse.parse_sacct_json``)

@@ -1,5 +1,9 @@
 """Normalize Slurm command output into one model, at the edge.
 
+One module on purpose (about 900 lines): every shape Slurm prints (two JSON
+generations, scontrol text, gres and hostlist strings) is read here and nowhere else,
+so a version drift is fixed in one file and the rest of the code never sees it.
+
 Two JSON generations are accepted and turned into the same dataclasses:
 
 * Slurm 22.05 (openapi/v0.0.38 plugin): plain numbers, ``null`` for unset,

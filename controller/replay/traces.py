@@ -1,5 +1,8 @@
 """Job-trace readers and writer.
 
+One module on purpose (over 600 lines): the five formats share header detection,
+the number rules and the FILE:LINE error path; split per format they would repeat them.
+
 ``load_trace(path)`` reads every trace format found under ``shared/traces/``; the
 format is detected from the header row (column names are matched case-insensitively,
 surrounding blanks and a UTF-8 BOM are ignored, column order does not matter):
