@@ -166,14 +166,19 @@ class SlurmBackend:
                 f"{' '.join(argv)} exited {result.returncode}: {_one_line(result.stderr) or 'no message'}")
         return result.stdout
 
-    def _lever(self, argv: list[str], what: str) -> None:
+    def _query(self, argv: list[str], what: str) -> str:
+        """Run a command that must succeed and return its stdout: a slurmctld that does
+        not answer is BackendUnavailable (act on nothing), any other failure LeverFailed."""
         result = self._run(argv)
         if result.returncode == 0:
-            return
+            return result.stdout
         message = _one_line(result.stderr) or _one_line(result.stdout) or f"exit status {result.returncode}"
         if self._unreachable(result):
             raise BackendUnavailable(f"{what}: slurmctld unreachable: {message}")
         raise LeverFailed(f"{what}: {' '.join(argv)} failed ({result.returncode}): {message}")
+
+    def _lever(self, argv: list[str], what: str) -> None:
+        self._query(argv, what)
 
     # ------------------------------------------------------------------ observe
 
@@ -419,14 +424,8 @@ class SlurmBackend:
 
     def _states(self, job_id: str, what: str) -> set[str]:
         """The job's state(s) from ``squeue -j`` (one per array task)."""
-        state_argv = ["squeue", "-h", "-j", job_id, "-o", "%T"]
-        state = self._run(state_argv)
-        if state.returncode != 0:
-            message = _one_line(state.stderr) or f"exit status {state.returncode}"
-            if self._unreachable(state):
-                raise BackendUnavailable(f"{what}: slurmctld unreachable: {message}")
-            raise LeverFailed(f"{what}: {' '.join(state_argv)} failed: {message}")
-        return {s.strip().upper() for s in state.stdout.split()}
+        states = self._query(["squeue", "-h", "-j", job_id, "-o", "%T"], what)
+        return {s.strip().upper() for s in states.split()}
 
     def signal(self, job_id: str, signal_name: str, batch_only: bool = True) -> None:
         """Deliver the checkpoint signal the way Slurm delivers a job's ``--signal``:
@@ -451,14 +450,7 @@ class SlurmBackend:
         """The job's batch script (``scontrol write batch_script JOB -``): its #SBATCH
         lines are where Slurm 22.05 keeps a job's ``--signal`` visible."""
         job_id = _check_job_id(job_id)
-        argv = ["scontrol", "write", "batch_script", job_id, "-"]
-        result = self._run(argv)
-        if result.returncode != 0:
-            message = _one_line(result.stderr) or f"exit status {result.returncode}"
-            if self._unreachable(result):
-                raise BackendUnavailable(f"batch script of job {job_id}: slurmctld unreachable: {message}")
-            raise LeverFailed(f"batch script of job {job_id}: {' '.join(argv)} failed: {message}")
-        return result.stdout
+        return self._query(["scontrol", "write", "batch_script", job_id, "-"], f"batch script of job {job_id}")
 
     def requeue(self, job_id: str) -> None:
         """Requeue a running batch job (needs Requeue=1); it comes back PENDING."""

@@ -74,23 +74,29 @@ def mlfq_step(engine: "Engine", snapshot: Snapshot, plan: Plan) -> Plan:
         plan.actions.append(Start(engine._decision_id(plan), job.job_id, slots,
                                   f"queue {book.level_of(job) + 1}: {job.num_gpus} GPUs free at"
                                   f" priority position {rank + 1} among waiting jobs"))
-    backfilled: list[JobState] = []
-    if unplaced:
-        # GPUs left by a gang that waits for a consolidated slot go to later gangs
-        free_total = free_gpus.total
-        for job in book.order():
-            if job.running or job.index in chosen or job.num_gpus > free_total:
-                continue
-            slots = engine._place(job, free_gpus, max_per_node, count_mode)
-            if slots is not None:
-                free_total -= job.num_gpus
-                backfilled.append(job)
-                plan.actions.append(Start(engine._decision_id(plan), job.job_id, slots,
-                                          "backfill: GPUs left free by a gang waiting for placement"))
+    backfilled = _backfill(engine, book, chosen, free_gpus, max_per_node, plan) if unplaced else []
     plan.positions = _next_positions(book, selected, started, backfilled, preempted, passed_over)
     if snapshot.detailed:
         _describe(engine, book, ctx, plan, selected, unplaced, snapshot)
     return plan
+
+
+def _backfill(engine: "Engine", book, chosen: set, free_gpus: FreeGpus, max_per_node: int,
+              plan: Plan) -> list[JobState]:
+    """Start later waiting gangs on the GPUs left by a gang that waits for a
+    consolidated slot (placement only: count mode never leaves such GPUs)."""
+    backfilled: list[JobState] = []
+    free_total = free_gpus.total
+    for job in book.order():
+        if job.running or job.index in chosen or job.num_gpus > free_total:
+            continue
+        slots = engine._place(job, free_gpus, max_per_node, False)
+        if slots is not None:
+            free_total -= job.num_gpus
+            backfilled.append(job)
+            plan.actions.append(Start(engine._decision_id(plan), job.job_id, slots,
+                                      "backfill: GPUs left free by a gang waiting for placement"))
+    return backfilled
 
 
 def static_order_step(engine: "Engine", snapshot: Snapshot, plan: Plan) -> Plan:
@@ -112,16 +118,7 @@ def static_order_step(engine: "Engine", snapshot: Snapshot, plan: Plan) -> Plan:
                                   f"queue 1: {job.num_gpus} GPUs free at priority position {rank + 1}"
                                   " among waiting jobs"))
     if unplaced and not blocked:
-        chosen = {job.index for job in selected}
-        free_total = free_gpus.total
-        for job in book.order():
-            if job.running or job.index in chosen or job.num_gpus > free_total:
-                continue
-            slots = engine._place(job, free_gpus, max_per_node, count_mode)
-            if slots is not None:
-                free_total -= job.num_gpus
-                plan.actions.append(Start(engine._decision_id(plan), job.job_id, slots,
-                                          "backfill: GPUs left free by a gang waiting for placement"))
+        _backfill(engine, book, {job.index for job in selected}, free_gpus, max_per_node, plan)
     return plan
 
 
