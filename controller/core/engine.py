@@ -16,6 +16,7 @@ from controller.core.mlfq_round import mlfq_step, static_order_step
 from controller.core.model import InputError, JobState, Snapshot
 from controller.core.placement import COUNT_NODE, FreeGpus, check_mode, minimum_nodes
 from controller.core.plan import Plan, Preempt, Promote, Start
+from controller.core.protection import mark_protected, pinned
 from controller.core.policies import Policy, PolicyContext, get_policy
 from controller.core.policies.base import STARVATION_TOLERANCE_S
 
@@ -31,6 +32,11 @@ class EngineConfig:
     pack_limit: float = 0.5  # PACKLIMIT: skew above it means consolidation-sensitive
     quantum_s: float = 60.0  # re-plan period for continuously drifting priorities
     priority_expression: Optional[str] = None  # policy 'learned': its function's text (default: published)
+    # Victim protection (controller.core.protection): a running job whose current run
+    # is younger than this (seconds), or already preempted preempt_max_per_job times
+    # (None = no limit), keeps its GPUs. The controller passes its own settings.
+    preempt_min_runtime_s: float = 0.0
+    preempt_max_per_job: Optional[int] = None
 
     def __post_init__(self):
         check_thresholds(self.thresholds_gpu_s)
@@ -41,7 +47,16 @@ class EngineConfig:
             raise InputError(f"pack_limit value {self.pack_limit!r} must be within 0..1")
         if not (self.quantum_s > 0):
             raise InputError(f"quantum_s value {self.quantum_s!r} must be > 0")
+        if not (self.preempt_min_runtime_s >= 0) or not math.isfinite(self.preempt_min_runtime_s):
+            raise InputError(f"preempt_min_runtime_s value {self.preempt_min_runtime_s!r} must be >= 0")
+        if self.preempt_max_per_job is not None and not (self.preempt_max_per_job >= 0):
+            raise InputError(f"preempt_max_per_job value {self.preempt_max_per_job!r} must be >= 0")
         get_policy(self.policy, self.priority_expression)
+
+    @property
+    def protects_victims(self) -> bool:
+        """True when the protection rules beyond JobSpec.preemptable are on."""
+        return self.preempt_min_runtime_s > 0 or self.preempt_max_per_job is not None
 
 
 def check_thresholds(thresholds: tuple[float, ...]) -> None:
@@ -71,6 +86,10 @@ class Engine:
     # -- the round ---------------------------------------------------------
     def step(self, snapshot: Snapshot) -> Plan:
         plan = Plan(round_id=snapshot.round_id, now_s=snapshot.now_s)
+        if self.config.protects_victims and snapshot.queue_book is None:
+            # (a kept book is only used with protection off: its pinned counts are incremental)
+            cfg = self.config
+            mark_protected(snapshot.jobs, snapshot.now_s, cfg.preempt_min_runtime_s, cfg.preempt_max_per_job)
         if self.policy.discretized:
             return mlfq_step(self, snapshot, plan)
         if snapshot.queue_book is not None:
@@ -118,13 +137,13 @@ class Engine:
         walk = _Walk()
         free = capacity
         preemptive = self.policy.preemptive
-        kept = [job for job in ordered if job.running and not (preemptive and job.spec.preemptable)]
+        kept = [job for job in ordered if job.running and not (preemptive and not pinned(job))]
         if kept:
             # Running jobs that cannot be preempted keep their GPUs (all of them under a
             # non-preemptive policy); only what is left is handed out in order.
             walk.selected.extend(kept)
             free -= sum(job.num_gpus for job in kept)
-            ordered = [job for job in ordered if not job.running or (preemptive and job.spec.preemptable)]
+            ordered = [job for job in ordered if not job.running or (preemptive and not pinned(job))]
         for job in ordered:
             if walk.blocked_by is not None and not job.running:
                 continue

@@ -13,6 +13,7 @@ from controller.core.model import JobState, Snapshot
 from controller.core.placement import FreeGpus
 from controller.core.plan import Plan, Preempt, Start
 from controller.core.policies import PolicyContext
+from controller.core.protection import pinned
 from controller.core.queue_book import QueueBook
 from controller.core.queues import ENTERED, groups_and_entries
 
@@ -46,7 +47,7 @@ def mlfq_step(engine: "Engine", snapshot: Snapshot, plan: Plan) -> Plan:
     # entered jobs still holding GPUs (demoted since the last round) that the walk passed over
     where = book.where
     passed_over = sorted([(*where[index], index, job) for index, job in book.entered.items() if index not in chosen])
-    leaving = preempted + [item[3] for item in passed_over if item[3].running and item[3].spec.preemptable]
+    leaving = preempted + [item[3] for item in passed_over if item[3].running and not pinned(item[3])]
     newcomers = [job for job in selected if not job.running]
     count_mode = engine.config.placement == "count"
     free_by_node = None if count_mode else snapshot.free_gpus_by_node()

@@ -57,6 +57,7 @@ class JobState:
     waited_since_promotion_s: float = 0.0
     progress_s: float = 0.0  # useful work done, in consolidated-speed seconds
     first_start_s: Optional[float] = None
+    run_start_s: Optional[float] = None  # when the current (or last) run started, seconds
     running: bool = False
     placement: tuple[tuple[str, int], ...] = ()  # (node, gpus) while running
     preemptions: int = 0
@@ -64,6 +65,9 @@ class JobState:
     finish_time_s: Optional[float] = None
     queue_level: Optional[int] = None
     queue_entry: Optional[float] = None
+    # Set by the engine each round: a running job the protection rules keep on its
+    # GPUs (controller.core.protection); the walk treats it as non-preemptable.
+    keeps_gpus: bool = False
     # Copies of spec fields read in every round's inner loops (plain attributes are
     # several times cheaper than properties there).
     job_id: str = field(init=False, repr=False)

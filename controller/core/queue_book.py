@@ -91,7 +91,7 @@ class QueueBook:
             waiting[level].setdefault(job.num_gpus, []).append((key, job.index, job))
             where[job.index] = (level, key)
             book.waiting_count += 1
-            if job.running and not job.spec.preemptable:
+            if _pinned(job):
                 book.pinned_gpus += job.num_gpus
             if groups[i] == ENTERED:
                 entered[job.index] = job
@@ -309,5 +309,6 @@ class QueueBook:
 
 
 def _pinned(job: JobState) -> bool:
-    """A running job the walk may not preempt (no checkpoint contract)."""
-    return job.running and not job.spec.preemptable
+    """A running job the walk may not preempt (no checkpoint contract, or protected:
+    controller.core.protection)."""
+    return job.running and (job.keeps_gpus or not job.spec.preemptable)

@@ -175,7 +175,9 @@ class Config:
         return EngineConfig(policy=self.policy, thresholds_gpu_s=self.queues_gpu_s,
                             promote_knob=self.promote_knob, placement=self.placement, pack_limit=self.pack_limit,
                             quantum_s=self.interval_s,
-                            priority_expression=read_expression_text(self.priority_file or None))
+                            priority_expression=read_expression_text(self.priority_file or None),
+                            preempt_min_runtime_s=self.preempt_min_runtime_s,
+                            preempt_max_per_job=self.preempt_max_per_job)
 
     def colocation_policy(self):
         """The MPS co-location policy (controller.service.colocation); InputError when inconsistent."""

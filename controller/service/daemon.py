@@ -342,6 +342,8 @@ class Controller:
                 executed_since_promotion_s=record.executed_since_promotion_s,
                 waited_since_promotion_s=record.waited_since_promotion_s,
                 first_start_s=record.first_start_s, running=job.state == "RUNNING",
+                run_start_s=(job.start_time_s if job.start_time_s is not None else now)
+                if job.state == "RUNNING" else None,
                 placement=job.gpus_by_node if job.state == "RUNNING" else (), preemptions=record.preemptions,
                 queue_level=record.queue_level, queue_entry=record.queue_entry))
         nodes = observation.nodes

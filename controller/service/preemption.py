@@ -16,6 +16,7 @@ import time
 from typing import Callable
 
 from controller.core.plan import Plan
+from controller.core.protection import why_protected
 from controller.service.accounting import ACTIVE_STATES, TRANSIENT_STATES, Accounts
 from controller.service.backend import ObservedJob
 from controller.service.config import Config
@@ -45,13 +46,13 @@ class Preemptions:
         why_not = self.contract.why_not(job)
         if why_not:
             return why_not
-        ran = now - job.start_time_s if job.start_time_s is not None else 0.0
-        if ran < cfg.preempt_min_runtime_s:
-            return f"ran {ran:.0f}s < preempt_min_runtime_s {cfg.preempt_min_runtime_s:g}"
+        # the engine's own rule (it plans no such victim); checked again here because
+        # the start time or the count may have changed since the plan was made.
+        # An unknown start time counts as a run that just started.
+        run_start = job.start_time_s if job.start_time_s is not None else now
         record = self.accounts.records[job.job_id]
-        if record.preemptions >= cfg.preempt_max_per_job:
-            return f"already preempted {record.preemptions} times (preempt_max_per_job)"
-        return ""
+        return why_protected(run_start, record.preemptions, now, cfg.preempt_min_runtime_s,
+                             cfg.preempt_max_per_job)
 
     def begin(self, plan: Plan, observed: dict[str, ObservedJob], now: float, report: RoundReport) -> None:
         """Signal the plan's victims now; advance() requeues them after the grace period."""

@@ -1,0 +1,49 @@
+"""Which running jobs a plan may not preempt now: one rule for the controller and the simulator.
+
+A running job keeps its GPUs (the walk passes over it, as over a job without a
+checkpoint contract) when it is not preemptable (``JobSpec.preemptable`` False),
+when its current run started less than ``min_runtime_s`` seconds ago, or when it
+was already preempted ``max_per_job`` times. The engine applies it to every
+running job before its walk (``EngineConfig.preempt_min_runtime_s`` /
+``preempt_max_per_job``), so the simulator predicts what the controller does.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from controller.core.model import JobState
+
+
+def protection(job: JobState, now_s: float, min_runtime_s: float = 0.0,
+               max_per_job: Optional[int] = None) -> str:
+    """Why the running ``job`` must not be preempted at ``now_s`` (seconds), or ''."""
+    if not job.spec.preemptable:
+        return "not preemptable"
+    return why_protected(job.run_start_s, job.preemptions, now_s, min_runtime_s, max_per_job)
+
+
+def why_protected(run_start_s: Optional[float], preemptions: int, now_s: float, min_runtime_s: float,
+                  max_per_job: Optional[int]) -> str:
+    """The time and count rules alone (the service checks its checkpoint contract itself).
+    ``run_start_s`` None (start unknown) counts as not protected by the run time."""
+    if min_runtime_s > 0 and run_start_s is not None:
+        ran = now_s - run_start_s
+        if ran < min_runtime_s:
+            return f"ran {ran:.0f}s < preempt_min_runtime_s {min_runtime_s:g}"
+    if max_per_job is not None and preemptions >= max_per_job:
+        return f"already preempted {preemptions} times (preempt_max_per_job)"
+    return ""
+
+
+def mark_protected(jobs, now_s: float, min_runtime_s: float, max_per_job: Optional[int]) -> None:
+    """Set ``JobState.keeps_gpus`` on every running job the rules protect (the walk reads it)."""
+    for job in jobs:
+        if job.running:
+            job.keeps_gpus = bool(protection(job, now_s, min_runtime_s, max_per_job))
+        else:
+            job.keeps_gpus = False
+
+
+def pinned(job: JobState) -> bool:
+    """A running job the walk may not preempt."""
+    return job.running and (job.keeps_gpus or not job.spec.preemptable)
