@@ -51,3 +51,68 @@ def test_engine_protection_settings_are_bounded():
         EngineConfig(preempt_min_runtime_s=-1.0)
     with pytest.raises(InputError, match="preempt_max_per_job value -1"):
         EngineConfig(preempt_max_per_job=-1)
+
+
+# -- the simulator's costs, on a hand-computed case ----------------------------------
+# One 4-GPU node, dlas with one threshold of 3,600 GPU-s. A (4 GPUs, 10,000 s) runs
+# from 0 and drops to queue 2 at 900 s; B (4 GPUs, 100 s) arrives at 2,000 s in
+# queue 1 and preempts A. With no costs B runs 2,000..2,100 and A ends at 10,100.
+
+from controller.core.engine import EngineConfig as _EngineConfig  # noqa: E402
+from controller.replay.simulator import SimConfig, Simulation  # noqa: E402
+
+
+def _two_jobs(incremental=True, preempt_min_runtime_s=0.0, preempt_max_per_job=None, **sim):
+    engine = _EngineConfig(policy="dlas", thresholds_gpu_s=(3600.0,), preempt_min_runtime_s=preempt_min_runtime_s,
+                           preempt_max_per_job=preempt_max_per_job)
+    config = SimConfig(nodes=1, gpus_per_node=4, engine=engine, incremental=incremental, **sim)
+    result = Simulation(config).run([JobSpec("A", 4, 0.0, 10000.0), JobSpec("B", 4, 2000.0, 100.0)])
+    return {o.job_id: (o.start_s, o.end_s, o.preemptions) for o in result.outcomes}
+
+
+def test_no_costs_hand_case():
+    assert _two_jobs() == {"A": (0.0, 10100.0, 1), "B": (2000.0, 2100.0, 0)}
+
+
+def test_grace_period_delays_the_preemptor_by_exactly_grace_s():
+    # A keeps its GPUs 30 s after the signal: B starts at 2,030; A's 30 s after the
+    # signal's checkpoint are lost, so A ends 30 s later too
+    assert _two_jobs(preempt_grace_s=30.0) == {"A": (0.0, 10130.0, 1), "B": (2030.0, 2130.0, 0)}
+
+
+def test_requeue_delay_holds_the_victim_back():
+    # a delay shorter than B's run changes nothing; a longer one delays A's restart
+    assert _two_jobs(preempt_grace_s=30.0, requeue_delay_s=50.0)["A"] == (0.0, 10130.0, 1)
+    # released at 2,030, eligible at 2,230 (B ended at 2,130); 8,000 s of work left: ends 10,230
+    assert _two_jobs(preempt_grace_s=30.0, requeue_delay_s=200.0)["A"] == (0.0, 10230.0, 1)
+
+
+def test_min_runtime_delays_the_preemption_until_the_victim_ran_long_enough():
+    assert _two_jobs(preempt_min_runtime_s=2500.0) == {"A": (0.0, 10100.0, 1), "B": (2500.0, 2600.0, 0)}
+
+
+def test_max_per_job_zero_means_never_preempted():
+    assert _two_jobs(preempt_max_per_job=0) == {"A": (0.0, 10000.0, 0), "B": (10000.0, 10100.0, 0)}
+
+
+def test_round_interval_and_grace_on_the_grid():
+    # rounds every 60 s: the signal at 2,040, the requeue at the round of 2,100 (B starts
+    # there), A eligible from 2,300, started at the round of 2,340 with 7,960 s left
+    result = _two_jobs(round_interval_s=60.0, preempt_grace_s=30.0, requeue_delay_s=200.0)
+    assert result == {"A": (0.0, 10300.0, 1), "B": (2100.0, 2200.0, 0)}
+
+
+@pytest.mark.parametrize("policy", ["dlas", "dgittins", "fifo"])
+def test_both_replay_loops_agree_with_the_costs_on(policy):
+    # (with these costs both settings run the generic loop: SimConfig.charges_handoff)
+    specs = [JobSpec(f"j{i}", [1, 2, 4, 8][i % 4], 37.0 * i, 50.0 + (i * 7919) % 3000) for i in range(60)]
+    results = []
+    for incremental in (True, False):
+        engine = _EngineConfig(policy=policy, thresholds_gpu_s=(400.0, 4000.0), preempt_min_runtime_s=120.0,
+                               preempt_max_per_job=3)
+        config = SimConfig(nodes=2, gpus_per_node=8, engine=engine, incremental=incremental,
+                           preempt_grace_s=30.0, requeue_delay_s=10.0)
+        result = Simulation(config).run(specs)
+        results.append([(o.job_id, o.start_s, o.end_s, o.preemptions) for o in result.outcomes])
+    assert results[0] == results[1]
+    assert max(p for *_, p in results[0]) <= 3  # preempt_max_per_job holds in the replay

@@ -10,8 +10,9 @@ A round then costs what it changes. Decisions are the engine's, walked by the sa
 book code the controller uses; tests/test_mlfq_replay.py checks that both loops
 give identical replays.
 
-Used when starvation promotion is off and rounds are event-driven (the defaults);
-otherwise the generic loop runs.
+Used when starvation promotion is off, rounds are event-driven and a preemption
+costs no grace period, requeue delay or victim protection (the defaults: see
+SimConfig.charges_handoff); otherwise the generic loop runs.
 """
 from __future__ import annotations
 
@@ -103,6 +104,7 @@ def run_mlfq(sim: "Simulation", jobs: list[JobState], dropped: list[str]) -> "Si
         p = private[job.index]
         p.last_sync_s = now
         job.running = True
+        job.run_start_s = now
         job.placement = placement
         for node, gpus in placement:
             free_by_node[node] -= gpus

@@ -38,6 +38,13 @@ class SimConfig:
     round_interval_s: Optional[float] = None  # None: event-driven rounds
     preempt_pause_s: float = 0.0  # checkpoint time, charged when the job resumes
     preempt_resume_s: float = 0.0  # restore time
+    # What the controller's preemption costs (controller.service.preemption): a victim
+    # keeps its GPUs for the grace period after the signal (its work after the signal's
+    # checkpoint is lost), and after its requeue waits requeue_delay_s (settle +
+    # BeginTime) before it may start again. Rounds then start only jobs whose GPUs are
+    # really free, as on Slurm. 0 and 0: the victim's GPUs change hands at once.
+    preempt_grace_s: float = 0.0
+    requeue_delay_s: float = 0.0
     spread_speed: float = 0.6  # speed of a consolidation-sensitive gang spread over extra nodes
     service: Optional[ServiceDistribution] = None  # given distribution; None = learn from finished jobs
     drop_oversize: bool = False
@@ -53,7 +60,7 @@ class SimConfig:
             raise InputError(f"gpus-per-node value {self.gpus_per_node!r} must be a positive integer")
         if self.round_interval_s is not None and not (self.round_interval_s > 0):
             raise InputError(f"round-interval-s value {self.round_interval_s!r} must be > 0")
-        for name in ("preempt_pause_s", "preempt_resume_s"):
+        for name in ("preempt_pause_s", "preempt_resume_s", "preempt_grace_s", "requeue_delay_s"):
             value = getattr(self, name)
             if not (value >= 0) or not math.isfinite(value):
                 raise InputError(f"{name.replace('_', '-')} value {value!r} must be >= 0")
@@ -63,6 +70,12 @@ class SimConfig:
     @property
     def capacity_gpus(self) -> int:
         return self.nodes * self.gpus_per_node
+
+    @property
+    def charges_handoff(self) -> bool:
+        """True when a preemption costs a grace period or a requeue delay, or the
+        engine protects victims: these run in the generic loop (see ``Simulation.run``)."""
+        return self.preempt_grace_s > 0 or self.requeue_delay_s > 0 or self.engine.protects_victims
 
 
 @dataclass
@@ -140,7 +153,8 @@ class Simulation:
         engine_cfg = cfg.engine
         policy = self.engine.policy
         if (cfg.incremental and (policy.discretized or policy.static_order)
-                and not math.isfinite(engine_cfg.promote_knob) and cfg.round_interval_s is None):
+                and not math.isfinite(engine_cfg.promote_knob) and cfg.round_interval_s is None
+                and not cfg.charges_handoff):
             from controller.replay.mlfq_replay import run_mlfq
 
             return run_mlfq(self, jobs, dropped)
@@ -178,6 +192,11 @@ class Simulation:
         private = self._private
         index_of = {job.job_id: job.index for job in jobs}
         overhead_per = cfg.preempt_pause_s + cfg.preempt_resume_s
+        handoff = cfg.preempt_grace_s > 0 or cfg.requeue_delay_s > 0
+        min_runtime = engine_cfg.preempt_min_runtime_s
+        leaving: list[tuple[float, int, float]] = []  # (grace over, index, signalled at): holds its GPUs
+        settling: list[tuple[float, int]] = []  # (may start again, index): requeued, not yet eligible
+        leaving_gpus = 0
 
         def sync_job(job: JobState, t: float) -> None:
             p = private[job.index]
@@ -229,7 +248,28 @@ class Simulation:
             if learned is not None:
                 learned.add(job.attained_gpu_s)
 
-        while next_arrival < total or active:
+        def release(job: JobState, signalled_s: float) -> None:
+            """The grace period is over: the controller requeues the victim. It was
+            charged service until now (as the controller's accounting does) but made no
+            progress after the signal (its restart resumes from that checkpoint)."""
+            nonlocal busy, leaving_gpus
+            held = now - signalled_s
+            job.executed_s += held
+            job.executed_since_promotion_s += held
+            job.attained_gpu_s += job.spec.num_gpus * held
+            job.queue_service_gpu_s += job.spec.num_gpus * held
+            for node, gpus in job.placement:
+                free_by_node[node] += gpus
+            busy -= job.spec.num_gpus
+            leaving_gpus -= job.spec.num_gpus
+            job.placement = ()
+            private[job.index].last_sync_s = now
+            heapq.heappush(settling, (now + cfg.requeue_delay_s, job.index))
+
+        def fits(placement) -> bool:
+            return all(free_by_node.get(node, 0) >= gpus for node, gpus in placement)
+
+        while next_arrival < total or active or leaving or settling:
             # 1. completions up to now, at their exact times
             while completions and completions[0][0] <= now + _EPS:
                 t_done, index, version = heapq.heappop(completions)
@@ -237,6 +277,19 @@ class Simulation:
                 if private[index].version != version or not job.running:
                     continue
                 finish(job, t_done)
+                events += 1
+            # victims whose grace period is over are requeued (at a round, as the
+            # controller's advance() does), then wait out the requeue delay
+            while leaving and leaving[0][0] <= now + _EPS:
+                _, index, signalled_s = heapq.heappop(leaving)
+                release(jobs[index], signalled_s)
+                events += 1
+            while settling and settling[0][0] <= now + _EPS:
+                _, index = heapq.heappop(settling)
+                job = jobs[index]
+                active[index] = job
+                waiting[index] = job
+                demand += job.spec.num_gpus
                 events += 1
             # 2. arrivals up to now
             while next_arrival < total and jobs[next_arrival].spec.submit_time_s <= now + _EPS:
@@ -256,7 +309,7 @@ class Simulation:
                     service=cfg.service if learned is None else learned.current,
                     round_id=rounds, sync=sync_all, allow_fast_path=True, detailed=False,
                     free_by_node=free_by_node, waiting=list(waiting.values()), demand_gpus=demand,
-                    capacity_gpus=cfg.capacity_gpus, max_gpus_per_node=max_per_node)
+                    capacity_gpus=cfg.capacity_gpus - leaving_gpus, max_gpus_per_node=max_per_node)
                 # sync waiting jobs before the plan changes their state
                 plan = self.engine.step(snapshot)
                 for action in plan.actions:
@@ -268,6 +321,17 @@ class Simulation:
                         job.waited_since_promotion_s = 0.0
                         job.promotions += 1
                         promotions += 1
+                    elif action.kind == "preempt" and handoff:
+                        # signalled: it keeps its GPUs through the grace period and
+                        # leaves the plannable set until its requeue delay is over
+                        job.running = False
+                        job.preemptions += 1
+                        preemptions += 1
+                        private[job.index].version += 1
+                        del active[job.index]
+                        demand -= job.spec.num_gpus
+                        leaving_gpus += job.spec.num_gpus
+                        heapq.heappush(leaving, (now + cfg.preempt_grace_s, job.index, now))
                     elif action.kind == "preempt":
                         job.running = False
                         for node, gpus in job.placement:
@@ -279,8 +343,11 @@ class Simulation:
                         private[job.index].version += 1
                         waiting[job.index] = job
                     else:  # start
+                        if handoff and not fits(action.placement):
+                            continue  # planned onto a victim's GPUs still in its grace period
                         p = private[job.index]
                         job.running = True
+                        job.run_start_s = now
                         job.placement = action.placement
                         for node, gpus in action.placement:
                             free_by_node[node] -= gpus
@@ -315,6 +382,13 @@ class Simulation:
                 candidates.append(completions[0][0])
             if waiting:
                 candidates.extend(self._priority_change_times(active.values(), waiting.values(), now))
+                if min_runtime > 0 and policy.preemptive:  # a running job's protection ends
+                    candidates.extend(job.run_start_s + min_runtime for job in active.values()
+                                      if job.running and job.run_start_s + min_runtime > now)
+            if leaving:
+                candidates.append(leaving[0][0])
+            if settling:
+                candidates.append(settling[0][0])
             if not candidates:
                 if waiting:
                     raise InputError("simulation stalled: jobs wait but nothing can ever run them "
