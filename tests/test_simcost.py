@@ -116,3 +116,31 @@ def test_both_replay_loops_agree_with_the_costs_on(policy):
         results.append([(o.job_id, o.start_s, o.end_s, o.preemptions) for o in result.outcomes])
     assert results[0] == results[1]
     assert max(p for *_, p in results[0]) <= 3  # preempt_max_per_job holds in the replay
+
+
+def test_cli_flags_charge_the_costs_and_reject_bad_values(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    trace = tmp_path / "two.csv"
+    trace.write_text("job_id,submission_time,duration,num_gpu\nA,0,10000,4\nB,2000,100,4\n")
+
+    def simulate(*flags):
+        return subprocess.run([sys.executable, "-m", "controller.cli.main", "simulate", "--trace", str(trace),
+                               "--nodes", "1", "--gpus-per-node", "4", "--policy", "dlas", "--quiet", *flags],
+                              cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+    base = json.loads(simulate("--json").stdout)["summaries"][0]
+    costly = simulate("--json", "--preempt-grace-s", "30", "--requeue-delay-s", "200")
+    assert costly.returncode == 0, costly.stderr
+    # A ends 130 s later (30 s grace lost + 100 s more delay), B starts 30 s later: +160 s over 2 jobs
+    assert json.loads(costly.stdout)["summaries"][0]["avg_jct_s"] == pytest.approx(base["avg_jct_s"] + 80.0)
+    never = json.loads(simulate("--json", "--preempt-max-per-job", "0").stdout)["summaries"][0]
+    assert never["preemptions"] == 0 and base["preemptions"] == 1
+    for flag, value in (("--preempt-grace-s", "-1"), ("--requeue-delay-s", "1e99"),
+                        ("--preempt-min-runtime-s", "nan"), ("--preempt-max-per-job", "-2")):
+        proc = simulate(flag, value)
+        assert proc.returncode == 2 and flag in proc.stderr and value in proc.stderr

@@ -57,6 +57,8 @@ gpus_per_node = int_in(1, MAX_GPUS_PER_NODE)
 positive_float = float_in(0.0, DEFAULT_MAX_FLOAT, lo_open=True, what="must be a positive finite number (at most 1e9)")
 non_negative_float = float_in(0.0, DEFAULT_MAX_FLOAT, what="must be a finite number >= 0 (at most 1e9)")
 seconds = float_in(0.0, MAX_SECONDS, lo_open=True, what=f"must be a positive number of seconds (at most {MAX_SECONDS:g})")
+non_negative_seconds = float_in(0.0, MAX_SECONDS,
+                                what=f"must be a number of seconds >= 0 (at most {MAX_SECONDS:g})")
 unit_float = float_in(0.0, 1.0, what="must be within 0..1")
 knob = float_in(0.0, DEFAULT_MAX_FLOAT, lo_open=True, allow_inf=True, what="must be > 0 (or inf)")
 knob.__doc__ = "PROMOTEKNOB: a positive number, or inf to disable promotion."

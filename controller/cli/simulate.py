@@ -54,6 +54,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      help="pause + resume seconds charged per preemption (default 0)")
     sch.add_argument("--preempt-pause-s", type=argtypes.non_negative_float, default=0.0)
     sch.add_argument("--preempt-resume-s", type=argtypes.non_negative_float, default=0.0)
+    sch.add_argument("--preempt-grace-s", type=argtypes.non_negative_seconds, default=0.0,
+                     help="a victim keeps its GPUs this long after the checkpoint signal, like the "
+                          "controller's preempt_grace_s (default 0)")
+    sch.add_argument("--requeue-delay-s", type=argtypes.non_negative_seconds, default=0.0,
+                     help="a requeued victim may start again only after this long (the controller's "
+                          "requeue_settle_s + BeginTime release; default 0)")
+    sch.add_argument("--preempt-min-runtime-s", type=argtypes.non_negative_seconds, default=0.0,
+                     help="never preempt a job whose current run is younger than this (default 0)")
+    sch.add_argument("--preempt-max-per-job", type=argtypes.non_negative_int, default=None,
+                     help="never preempt one job more often than this (default: no limit)")
     sch.add_argument("--placement", choices=("consolidate", "spread", "count"), default="consolidate",
                      help="consolidate skewed jobs (default), spread everything, or count GPUs only")
     sch.add_argument("--pack-limit", type=argtypes.unit_float, default=0.5, help="PACKLIMIT skew (default 0.5)")
@@ -116,7 +126,9 @@ def run(args) -> int:
     # Validate every policy before the first (possibly long) replay.
     engine_configs = [EngineConfig(policy=name, thresholds_gpu_s=args.queues, promote_knob=args.promote_knob,
                                    placement=args.placement, pack_limit=args.pack_limit, quantum_s=args.quantum_s,
-                                   priority_expression=read_expression_text(args.priority_file))
+                                   priority_expression=read_expression_text(args.priority_file),
+                                   preempt_min_runtime_s=args.preempt_min_runtime_s,
+                                   preempt_max_per_job=args.preempt_max_per_job)
                       for name in policies]
     jobs, source = _workload(args)
     if not jobs:
@@ -129,6 +141,7 @@ def run(args) -> int:
     for number, engine_config in enumerate(engine_configs):
         config = SimConfig(nodes=args.nodes, gpus_per_node=args.gpus_per_node, engine=engine_config,
                            round_interval_s=args.round_interval_s, preempt_pause_s=pause, preempt_resume_s=resume,
+                           preempt_grace_s=args.preempt_grace_s, requeue_delay_s=args.requeue_delay_s,
                            spread_speed=args.spread_speed, service=service, drop_oversize=args.drop_oversize)
         note = f"policy {engine_config.policy}"
 
