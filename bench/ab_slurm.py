@@ -64,26 +64,35 @@ def workload(trace: Path, scale: float, arrival_scale: float, min_s: int, max_s:
     return out
 
 
-def predict(jobs, settings: dict, restart_cost_s: float) -> str:
+def predict(jobs, settings: dict, restart_cost_s: float, config_path: Path) -> str:
     """What the simulator expects of this A/B: stock backfill with unlimited time
-    limits behaves as best-effort FIFO (fifo-skip); the controller as dlas with its
-    round interval and a preemption costing the grace period plus a restart."""
+    limits behaves as best-effort FIFO (fifo-skip); the controller as the very config
+    file its run gets (the same ``write_config``), with the controller's costs
+    (``controller_costs``: round interval, grace period, requeue settle, victim
+    protection) and a restart cost on resume. The harness job checkpoints every
+    second, so the work done in the grace period is kept (grace_work_kept)."""
+    from controller.cli.simulate import controller_costs
     from controller.core.engine import EngineConfig
     from controller.core.model import JobSpec
     from controller.replay.results import summarize
     from controller.replay.simulator import SimConfig, Simulation
+    from controller.service.config import load
 
+    controller = load(str(write_config(config_path, "sqlite:///unused.db", "predict", **settings)))
+    costs = controller_costs(controller)
+    engine = controller.engine_config()
     specs = [JobSpec(str(i), g, a, float(w)) for i, (a, g, w) in enumerate(jobs)]
     figures = {}
-    for label, policy in (("stock (fifo-skip)", "fifo-skip"), ("controller (dlas)", "dlas")):
-        config = SimConfig(nodes=4, gpus_per_node=4, round_interval_s=settings["interval_s"],
-                           preempt_pause_s=settings["preempt_grace_s"], preempt_resume_s=restart_cost_s,
-                           engine=EngineConfig(policy=policy, thresholds_gpu_s=tuple(settings["queues_gpu_s"])))
+    for label, engine_config in (("stock (fifo-skip)", EngineConfig(policy="fifo-skip")),
+                                 (f"controller ({engine.policy})", engine)):
+        config = SimConfig(nodes=4, gpus_per_node=4, round_interval_s=costs["round_interval_s"],
+                           preempt_grace_s=costs["preempt_grace_s"], requeue_delay_s=costs["requeue_delay_s"],
+                           grace_work_kept=True, preempt_resume_s=restart_cost_s, engine=engine_config)
         figures[label] = summarize(Simulation(config).run(specs))
     stock, ctl = figures.values()
-    return (f"simulator prediction: stock avg JCT {stock['avg_jct_s']:.1f} s, controller "
-            f"{ctl['avg_jct_s']:.1f} s ({ctl['preemptions']} preemptions): ratio "
-            f"{stock['avg_jct_s'] / ctl['avg_jct_s']:.2f}")
+    return (f"simulator prediction (costs {costs}, restart {restart_cost_s:g} s): stock avg JCT "
+            f"{stock['avg_jct_s']:.1f} s, controller {ctl['avg_jct_s']:.1f} s, median {ctl['median_jct_s']:.1f} s "
+            f"({ctl['preemptions']} preemptions): ratio {stock['avg_jct_s'] / ctl['avg_jct_s']:.2f}")
 
 
 def p95(values: list[float]) -> float:
@@ -163,7 +172,8 @@ def main() -> int:
     parser.add_argument("--arrival-window-s", type=float, default=None,
                         help="squeeze all arrivals into this many seconds (instead of --arrival-scale)")
     parser.add_argument("--restart-cost-s", type=float, default=3.0,
-                        help="requeue + restart seconds assumed by the prediction")
+                        help="restart seconds (Slurm start + job start-up) charged on resume by the prediction; "
+                             "the grace period and requeue settle come from the controller's config")
     parser.add_argument("--predict-only", action="store_true", help="print the simulator's prediction and stop")
     args = parser.parse_args()
 
@@ -176,7 +186,8 @@ def main() -> int:
     settings = {"queues_gpu_s": [float(q) for q in args.queues.split(",")], "preempt_grace_s": args.grace_s,
                 "preempt_min_runtime_s": args.min_runtime_s, "interval_s": args.interval_s,
                 "poll_s": min(0.5, args.interval_s)}
-    print(predict(jobs, settings, args.restart_cost_s), flush=True)
+    with tempfile.TemporaryDirectory(prefix="tiresias-ab-predict-") as tmp:
+        print(predict(jobs, settings, args.restart_cost_s, Path(tmp) / "tiresias.yaml"), flush=True)
     if args.predict_only:
         return 0
     instance = Instance(args.instance)

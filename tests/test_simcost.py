@@ -80,6 +80,19 @@ def test_grace_period_delays_the_preemptor_by_exactly_grace_s():
     assert _two_jobs(preempt_grace_s=30.0) == {"A": (0.0, 10130.0, 1), "B": (2030.0, 2130.0, 0)}
 
 
+def test_grace_work_kept_loses_nothing_and_a_victim_may_finish_in_its_grace():
+    # the job checkpoints on its own: only the 30 s wait of B remains
+    assert _two_jobs(preempt_grace_s=30.0, grace_work_kept=True) == {"A": (0.0, 10100.0, 1),
+                                                                      "B": (2030.0, 2130.0, 0)}
+    engine = _EngineConfig(policy="dlas", thresholds_gpu_s=(3600.0,))
+    config = SimConfig(nodes=1, gpus_per_node=4, engine=engine, preempt_grace_s=30.0, grace_work_kept=True)
+    result = Simulation(config).run([JobSpec("A", 4, 0.0, 2010.0), JobSpec("B", 4, 2000.0, 100.0)])
+    # A's work ends 10 s into its grace period: it finishes, never requeued; B starts then
+    assert {o.job_id: (o.start_s, o.end_s, o.preemptions) for o in result.outcomes} == {
+        "A": (0.0, 2010.0, 0), "B": (2010.0, 2110.0, 0)}
+    assert result.preemptions == 0
+
+
 def test_requeue_delay_holds_the_victim_back():
     # a delay shorter than B's run changes nothing; a longer one delays A's restart
     assert _two_jobs(preempt_grace_s=30.0, requeue_delay_s=50.0)["A"] == (0.0, 10130.0, 1)
@@ -140,6 +153,16 @@ def test_cli_flags_charge_the_costs_and_reject_bad_values(tmp_path):
     assert json.loads(costly.stdout)["summaries"][0]["avg_jct_s"] == pytest.approx(base["avg_jct_s"] + 80.0)
     never = json.loads(simulate("--json", "--preempt-max-per-job", "0").stdout)["summaries"][0]
     assert never["preemptions"] == 0 and base["preemptions"] == 1
+    # --like-controller: the controller's interval, grace, settle (hand case of
+    # test_round_interval_and_grace_on_the_grid: A ends 10,300, B 2,200 - 2,000)
+    config = tmp_path / "tiresias.yaml"
+    config.write_text("interval_s: 60\npreempt_grace_s: 30\nrequeue_settle_s: 200\npreempt_min_runtime_s: 0\n")
+    like = simulate("--json", "--like-controller", str(config))
+    assert like.returncode == 0, like.stderr
+    assert json.loads(like.stdout)["summaries"][0]["avg_jct_s"] == pytest.approx((10300.0 + 200.0) / 2)
+    # an explicit flag wins: no requeue delay, A starts at the round after B ends (2,220)
+    like = simulate("--json", "--like-controller", str(config), "--requeue-delay-s", "0")
+    assert json.loads(like.stdout)["summaries"][0]["avg_jct_s"] == pytest.approx((10180.0 + 200.0) / 2)
     for flag, value in (("--preempt-grace-s", "-1"), ("--requeue-delay-s", "1e99"),
                         ("--preempt-min-runtime-s", "nan"), ("--preempt-max-per-job", "-2")):
         proc = simulate(flag, value)

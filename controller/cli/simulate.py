@@ -54,13 +54,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      help="pause + resume seconds charged per preemption (default 0)")
     sch.add_argument("--preempt-pause-s", type=argtypes.non_negative_float, default=0.0)
     sch.add_argument("--preempt-resume-s", type=argtypes.non_negative_float, default=0.0)
-    sch.add_argument("--preempt-grace-s", type=argtypes.non_negative_seconds, default=0.0,
+    sch.add_argument("--like-controller", metavar="CONFIG.yaml",
+                     help="charge what the controller with this config costs: its interval_s as the round "
+                          "interval, preempt_grace_s, requeue_settle_s as the requeue delay, "
+                          "preempt_min_runtime_s and preempt_max_per_job (flags given explicitly win)")
+    sch.add_argument("--preempt-grace-s", type=argtypes.non_negative_seconds, default=None,
                      help="a victim keeps its GPUs this long after the checkpoint signal, like the "
                           "controller's preempt_grace_s (default 0)")
-    sch.add_argument("--requeue-delay-s", type=argtypes.non_negative_seconds, default=0.0,
+    sch.add_argument("--requeue-delay-s", type=argtypes.non_negative_seconds, default=None,
                      help="a requeued victim may start again only after this long (the controller's "
                           "requeue_settle_s + BeginTime release; default 0)")
-    sch.add_argument("--preempt-min-runtime-s", type=argtypes.non_negative_seconds, default=0.0,
+    sch.add_argument("--preempt-min-runtime-s", type=argtypes.non_negative_seconds, default=None,
                      help="never preempt a job whose current run is younger than this (default 0)")
     sch.add_argument("--preempt-max-per-job", type=argtypes.non_negative_int, default=None,
                      help="never preempt one job more often than this (default: no limit)")
@@ -115,7 +119,33 @@ def _load_actuals(args):
     return actuals
 
 
+def controller_costs(config) -> dict:
+    """What a controller with this service Config (controller.service.config) costs, as
+    SimConfig/EngineConfig keyword values: rounds every interval_s, a victim holds its
+    GPUs for preempt_grace_s, then waits requeue_settle_s before its BeginTime is
+    released (at a round), and the engine's victim protection."""
+    return {"round_interval_s": config.interval_s, "preempt_grace_s": config.preempt_grace_s,
+            "requeue_delay_s": config.requeue_settle_s, "preempt_min_runtime_s": config.preempt_min_runtime_s,
+            "preempt_max_per_job": config.preempt_max_per_job}
+
+
+def _costs(args) -> dict:
+    """The cost settings: explicit flags, else --like-controller's config, else none."""
+    base = {"round_interval_s": None, "preempt_grace_s": 0.0, "requeue_delay_s": 0.0,
+            "preempt_min_runtime_s": 0.0, "preempt_max_per_job": None}
+    if getattr(args, "like_controller", None):
+        from controller.service.config import load
+
+        base.update(controller_costs(load(args.like_controller)))
+    for name in base:
+        value = getattr(args, name, None)
+        if value is not None:
+            base[name] = value
+    return base
+
+
 def run(args) -> int:
+    costs = _costs(args)
     policies = [p.strip() for p in args.policy.split(",") if p.strip()]
     if not policies:
         raise InputError(f"policy value {args.policy!r} names no policy")
@@ -127,8 +157,8 @@ def run(args) -> int:
     engine_configs = [EngineConfig(policy=name, thresholds_gpu_s=args.queues, promote_knob=args.promote_knob,
                                    placement=args.placement, pack_limit=args.pack_limit, quantum_s=args.quantum_s,
                                    priority_expression=read_expression_text(args.priority_file),
-                                   preempt_min_runtime_s=args.preempt_min_runtime_s,
-                                   preempt_max_per_job=args.preempt_max_per_job)
+                                   preempt_min_runtime_s=costs["preempt_min_runtime_s"],
+                                   preempt_max_per_job=costs["preempt_max_per_job"])
                       for name in policies]
     jobs, source = _workload(args)
     if not jobs:
@@ -140,8 +170,8 @@ def run(args) -> int:
     progress = progress_for(args, "simulate", "jobs", total=len(jobs) * len(engine_configs))
     for number, engine_config in enumerate(engine_configs):
         config = SimConfig(nodes=args.nodes, gpus_per_node=args.gpus_per_node, engine=engine_config,
-                           round_interval_s=args.round_interval_s, preempt_pause_s=pause, preempt_resume_s=resume,
-                           preempt_grace_s=args.preempt_grace_s, requeue_delay_s=args.requeue_delay_s,
+                           round_interval_s=costs["round_interval_s"], preempt_pause_s=pause, preempt_resume_s=resume,
+                           preempt_grace_s=costs["preempt_grace_s"], requeue_delay_s=costs["requeue_delay_s"],
                            spread_speed=args.spread_speed, service=service, drop_oversize=args.drop_oversize)
         note = f"policy {engine_config.policy}"
 

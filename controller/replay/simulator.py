@@ -45,6 +45,10 @@ class SimConfig:
     # really free, as on Slurm. 0 and 0: the victim's GPUs change hands at once.
     preempt_grace_s: float = 0.0
     requeue_delay_s: float = 0.0
+    # True: jobs also checkpoint on their own (e.g. every second, as bench/slurm_harness's
+    # job does), so work done during the grace period is kept, and a victim whose work
+    # ends within its grace period simply finishes (its preemption never happened).
+    grace_work_kept: bool = False
     spread_speed: float = 0.6  # speed of a consolidation-sensitive gang spread over extra nodes
     service: Optional[ServiceDistribution] = None  # given distribution; None = learn from finished jobs
     drop_oversize: bool = False
@@ -194,7 +198,8 @@ class Simulation:
         overhead_per = cfg.preempt_pause_s + cfg.preempt_resume_s
         handoff = cfg.preempt_grace_s > 0 or cfg.requeue_delay_s > 0
         min_runtime = engine_cfg.preempt_min_runtime_s
-        leaving: list[tuple[float, int, float]] = []  # (grace over, index, signalled at): holds its GPUs
+        # (grace over, index, signalled at, would finish at): holds its GPUs
+        leaving: list[tuple[float, int, float, float]] = []
         settling: list[tuple[float, int]] = []  # (may start again, index): requeued, not yet eligible
         leaving_gpus = 0
 
@@ -248,22 +253,42 @@ class Simulation:
             if learned is not None:
                 learned.add(job.attained_gpu_s)
 
-        def release(job: JobState, signalled_s: float) -> None:
+        def release(job: JobState, signalled_s: float, done_s: float) -> None:
             """The grace period is over: the controller requeues the victim. It was
             charged service until now (as the controller's accounting does) but made no
-            progress after the signal (its restart resumes from that checkpoint)."""
-            nonlocal busy, leaving_gpus
-            held = now - signalled_s
+            progress after the signal (its restart resumes from that checkpoint), unless
+            grace_work_kept: then it progressed, and finished if ``done_s`` (when its
+            work ends) came first."""
+            nonlocal busy, leaving_gpus, preemptions
+            end = min(now, done_s)
+            held = end - signalled_s
             job.executed_s += held
             job.executed_since_promotion_s += held
             job.attained_gpu_s += job.spec.num_gpus * held
             job.queue_service_gpu_s += job.spec.num_gpus * held
+            p = private[job.index]
+            if cfg.grace_work_kept:
+                lost = min(p.overhead_left_s, held)
+                p.overhead_left_s -= lost
+                job.progress_s += (held - lost) * p.speed
             for node, gpus in job.placement:
                 free_by_node[node] += gpus
             busy -= job.spec.num_gpus
             leaving_gpus -= job.spec.num_gpus
             job.placement = ()
-            private[job.index].last_sync_s = now
+            p.last_sync_s = now
+            if done_s <= now + _EPS:  # ended within its grace period: never requeued
+                job.preemptions -= 1
+                preemptions -= 1
+                job.progress_s = job.spec.duration_s
+                job.finish_time_s = done_s
+                outcomes.append(JobOutcome(
+                    job.job_id, job.num_gpus, job.spec.submit_time_s, job.first_start_s, done_s,
+                    job.spec.duration_s, job.preemptions, job.attained_gpu_s, job.executed_s, job.spec.user,
+                    job.spec.partition))
+                if learned is not None:
+                    learned.add(job.attained_gpu_s)
+                return
             heapq.heappush(settling, (now + cfg.requeue_delay_s, job.index))
 
         def fits(placement) -> bool:
@@ -281,8 +306,8 @@ class Simulation:
             # victims whose grace period is over are requeued (at a round, as the
             # controller's advance() does), then wait out the requeue delay
             while leaving and leaving[0][0] <= now + _EPS:
-                _, index, signalled_s = heapq.heappop(leaving)
-                release(jobs[index], signalled_s)
+                _, index, signalled_s, done_s = heapq.heappop(leaving)
+                release(jobs[index], signalled_s, done_s)
                 events += 1
             while settling and settling[0][0] <= now + _EPS:
                 _, index = heapq.heappop(settling)
@@ -324,6 +349,7 @@ class Simulation:
                     elif action.kind == "preempt" and handoff:
                         # signalled: it keeps its GPUs through the grace period and
                         # leaves the plannable set until its requeue delay is over
+                        done_s = completion_time(job) if cfg.grace_work_kept else math.inf
                         job.running = False
                         job.preemptions += 1
                         preemptions += 1
@@ -331,7 +357,7 @@ class Simulation:
                         del active[job.index]
                         demand -= job.spec.num_gpus
                         leaving_gpus += job.spec.num_gpus
-                        heapq.heappush(leaving, (now + cfg.preempt_grace_s, job.index, now))
+                        heapq.heappush(leaving, (min(now + cfg.preempt_grace_s, done_s), job.index, now, done_s))
                     elif action.kind == "preempt":
                         job.running = False
                         for node, gpus in job.placement:
