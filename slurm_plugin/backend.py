@@ -1,5 +1,8 @@
 """A controller Backend that drives Slurm through its command-line tools.
 
+(Just over 500 lines in one module: every Slurm command the controller runs, its
+time-out and its failure reading are here, so the rest never builds an argv.)
+
 On Slurm 22.05 the CLI is the only complete interface (slurmrestd has no
 SiteFactor, ReqNodeList or requeue; pyslurm does not build against 22.05), so
 every read and every lever is one ``squeue``/``sinfo``/``sprio``/``scontrol``/

@@ -9,6 +9,9 @@ pair on PostgreSQL, see controller.service.lease), every transaction first check
 holding the lease row's lock, that this process still holds the lease at its epoch:
 a deposed leader's writes are refused (``LeaseLost``). Units: times are epoch
 seconds, service GPU-seconds.
+
+One module on purpose (about 700 lines): every table, the schema upgrades, the
+transaction and fencing rules live together, so that no other module writes SQL.
 """
 from __future__ import annotations
 
