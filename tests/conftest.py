@@ -6,11 +6,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-import os  # noqa: E402
-
-# The full public traces (../shared/traces or $TIRESIAS_TRACES): only tests marked
-# needs_traces read them, and they skip when the directory is absent (a fresh clone).
-TRACES = Path(os.environ.get("TIRESIAS_TRACES", ROOT.parent / "shared" / "traces"))
+# Tests never read the full public traces (a fresh clone has none);
+# bench/check_shared_traces.py checks those.
 # Small excerpts of the same traces that ship with the repository (see its README).
 FIXTURE_TRACES = ROOT / "tests" / "fixtures" / "traces"
 TRACE60 = FIXTURE_TRACES / "tiresias_60_job.csv"
