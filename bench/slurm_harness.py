@@ -168,7 +168,7 @@ def write_config(path: Path, database_url: str, cluster: str, mode: str = "enfor
 # subcommand's module is missing from a shared working tree.
 _CLI_RUN = [sys.executable, "-m", "controller.cli.main", "run"]
 _DIRECT_RUN = [sys.executable, "-c",
-               "import argparse, sys; from controller import cmd_run; p = argparse.ArgumentParser(prog='tiresias run');"
+               "import argparse, sys; from controller.cli import run as cmd_run; p = argparse.ArgumentParser(prog='tiresias run');"
                " cmd_run.add_arguments(p); sys.exit(cmd_run.run(p.parse_args(sys.argv[1:])))"]
 _entry: Optional[list[str]] = None
 

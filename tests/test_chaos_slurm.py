@@ -80,6 +80,8 @@ class Chaos:
         self.log = tmp / "controller.log"
         self.proc: ControllerProcess | None = None
         self.jobs: dict[str, int] = {}  # job id -> GPUs
+        self.outputs: dict[str, Path] = {}  # job id -> its output file (kept until the module ends)
+        self.extras: dict[str, str] = {}  # job id -> what it asked for
         self.no_usr1: set[str] = set()
         self.problems: list[str] = []
         self.stop = threading.Event()
@@ -92,8 +94,10 @@ class Chaos:
                                       poll_s=POLL_S).start()
 
     def submit(self, user: str, gpus: int, work_s: int, extra: str = "") -> str:
-        job_id, _ = self.instance.submit(user, gpus, work_s, "chaos", extra=extra)
+        job_id, workdir = self.instance.submit(user, gpus, work_s, "chaos", extra=extra)
         self.jobs[job_id] = gpus
+        self.outputs[job_id] = Path(workdir) / f"{job_id}.out"
+        self.extras[job_id] = f"{gpus} GPUs, {work_s} s, {extra}"
         return job_id
 
     def submit_random(self, k: int) -> str:
@@ -257,6 +261,13 @@ def test_chaos_kills_slurmctld_restart_and_store_outage(cluster, tmp_path):
           f"{worst_s:.2f} s of run time, poll_s {POLL_S}); slurmctld down {ctld_down_s:.0f} s; store locked "
           f"{unlocked_at - locked_at:.0f} s: {len(during)} requeues during it, caught up {caught_up_s:.1f} s after; "
           f"stale pins/holds {len(chaos.problems)}; samples {samples}; kill phase ended {killed_at - t0:.0f} s in")
+    if lost:  # the whole story in CI's log: pytest shortens the assertion's message
+        for job_id in lost:
+            out = chaos.outputs[job_id]
+            print(f"--- lost job {job_id}: runs {runs.get(job_id)}, sbatch {chaos.extras.get(job_id)!r}")
+            print("\n".join(slurmctld_lines(cluster, [job_id])))
+            print(f"--- its output {out}:\n" + (out.read_text(errors="replace") if out.exists() else "(none)"))
+        print("--- controller log tail:\n" + log_tail)
     assert not lost, (lost, {j: runs.get(j) for j in lost}, slurmctld_lines(cluster, lost), log_tail)
     assert not finished_twice, {j: runs.get(j) for j in finished_twice}
     assert not double, double

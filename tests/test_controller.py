@@ -97,6 +97,27 @@ def test_preemption_is_signal_then_grace_then_requeue_once(store):
     assert all(d["reason"] for d in decisions)
 
 
+def test_a_victim_in_its_grace_period_is_not_followed_by_a_second_one(store):
+    # Two demoted 8-GPU jobs fill the cluster; a 4-GPU job arrives. One victim is
+    # signalled; through its grace period its GPUs are the newcomer's (placed there),
+    # so later rounds preempt nobody else for the same job.
+    backend = ScriptedBackend()
+    backend.add("1", 8, "RUNNING", start=0.0, nodes=[("gpu1", 4), ("gpu2", 4)])
+    backend.add("2", 8, "RUNNING", start=0.0, nodes=[("gpu3", 4), ("gpu4", 4)])
+    c = controller(store, backend, preempt_grace_s=30)
+    c.run_round()
+    backend.add("3", 4)
+    c.run_round()
+    for _ in range(5):  # rounds inside the grace period
+        backend.now += 3
+        report = c.run_round()
+        assert not report.plan.of_kind("preempt")
+        victims = c.preemptions.leaving()
+        assert [a.placement[0][0] in {n for j in victims for n, _ in backend.jobs[j].gpus_by_node}
+                for a in report.plan.of_kind("start")] == [True]  # planned onto the victim's GPUs
+    assert len([call for call in backend.calls if call[0] == "signal"]) == 1
+
+
 def test_job_outside_the_contract_is_never_signalled_and_the_plan_keeps_it(store):
     backend = ScriptedBackend()
     backend.add("1", 16, "RUNNING", start=0.0, nodes=[(f"gpu{i}", 4) for i in range(1, 5)], signal="")

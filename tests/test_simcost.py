@@ -115,6 +115,20 @@ def test_round_interval_and_grace_on_the_grid():
     assert result == {"A": (0.0, 10300.0, 1), "B": (2100.0, 2200.0, 0)}
 
 
+def test_one_victim_per_waiting_job_through_the_grace_period():
+    # A and B (4 GPUs each) drop to queue 2 at 900 s; E runs on the third node from
+    # 1,200 s. C (4 GPUs) arrives at 2,000 s: B is signalled (300 s grace). At 2,100 s
+    # E drops to queue 2 too, and that round must not preempt E for C: B's GPUs in
+    # its grace period are C's (counting them as busy preempted a second job).
+    engine = _EngineConfig(policy="dlas", thresholds_gpu_s=(3600.0,))
+    config = SimConfig(nodes=3, gpus_per_node=4, engine=engine, round_interval_s=10.0, preempt_grace_s=300.0)
+    result = Simulation(config).run([JobSpec("A", 4, 0.0, 10000.0), JobSpec("B", 4, 0.0, 10000.0),
+                                     JobSpec("E", 4, 1200.0, 5000.0), JobSpec("C", 4, 2000.0, 100.0)])
+    outcomes = {o.job_id: o for o in result.outcomes}
+    assert {j: o.preemptions for j, o in outcomes.items()} == {"A": 0, "B": 1, "E": 0, "C": 0}
+    assert outcomes["C"].start_s == 2300.0
+
+
 @pytest.mark.parametrize("policy", ["dlas", "dgittins", "fifo"])
 def test_both_replay_loops_agree_with_the_costs_on(policy):
     # (with these costs both settings run the generic loop: SimConfig.charges_handoff)

@@ -201,7 +201,6 @@ class Simulation:
         # (grace over, index, signalled at, would finish at): holds its GPUs
         leaving: list[tuple[float, int, float, float]] = []
         settling: list[tuple[float, int]] = []  # (may start again, index): requeued, not yet eligible
-        leaving_gpus = 0
 
         def sync_job(job: JobState, t: float) -> None:
             p = private[job.index]
@@ -259,7 +258,7 @@ class Simulation:
             progress after the signal (its restart resumes from that checkpoint), unless
             grace_work_kept: then it progressed, and finished if ``done_s`` (when its
             work ends) came first."""
-            nonlocal busy, leaving_gpus, preemptions
+            nonlocal busy, preemptions
             end = min(now, done_s)
             held = end - signalled_s
             job.executed_s += held
@@ -274,7 +273,6 @@ class Simulation:
             for node, gpus in job.placement:
                 free_by_node[node] += gpus
             busy -= job.spec.num_gpus
-            leaving_gpus -= job.spec.num_gpus
             job.placement = ()
             p.last_sync_s = now
             if done_s <= now + _EPS:  # ended within its grace period: never requeued
@@ -290,6 +288,17 @@ class Simulation:
                     learned.add(job.attained_gpu_s)
                 return
             heapq.heappush(settling, (now + cfg.requeue_delay_s, job.index))
+
+        def plannable_free() -> dict[str, int]:
+            """Free GPUs as the plan sees them: a victim's GPUs in its grace period are
+            promised to the job its preemption made room for (as the controller's
+            snapshot counts them), so no second victim is preempted for that job; a
+            start planned onto them waits until they are really free (fits)."""
+            free = dict(free_by_node)
+            for _, index, _, _ in leaving:
+                for node, gpus in jobs[index].placement:
+                    free[node] += gpus
+            return free
 
         def fits(placement) -> bool:
             return all(free_by_node.get(node, 0) >= gpus for node, gpus in placement)
@@ -333,8 +342,8 @@ class Simulation:
                     now_s=now, jobs=list(active.values()), nodes=nodes,
                     service=cfg.service if learned is None else learned.current,
                     round_id=rounds, sync=sync_all, allow_fast_path=True, detailed=False,
-                    free_by_node=free_by_node, waiting=list(waiting.values()), demand_gpus=demand,
-                    capacity_gpus=cfg.capacity_gpus - leaving_gpus, max_gpus_per_node=max_per_node)
+                    free_by_node=plannable_free() if leaving else free_by_node, waiting=list(waiting.values()),
+                    demand_gpus=demand, capacity_gpus=cfg.capacity_gpus, max_gpus_per_node=max_per_node)
                 # sync waiting jobs before the plan changes their state
                 plan = self.engine.step(snapshot)
                 for action in plan.actions:
@@ -356,7 +365,6 @@ class Simulation:
                         private[job.index].version += 1
                         del active[job.index]
                         demand -= job.spec.num_gpus
-                        leaving_gpus += job.spec.num_gpus
                         heapq.heappush(leaving, (min(now + cfg.preempt_grace_s, done_s), job.index, now, done_s))
                     elif action.kind == "preempt":
                         job.running = False

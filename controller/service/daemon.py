@@ -311,7 +311,13 @@ class Controller:
     def _snapshot(self, observed: dict[str, ObservedJob], observation: Observation, now: float, round_id: int,
                   leaving: set[str], explain: bool = False) -> Snapshot:
         """The engine's input: active GPU jobs in submit order with their accounts, and
-        the capacity (available nodes' GPUs, less those held by jobs being preempted).
+        the capacity (available nodes' GPUs).
+
+        A job being preempted (signalled, in its grace period) is left out and its GPUs
+        count as free: they are already promised to the job its preemption made room
+        for, which the plan then places there (a start Slurm makes once they are free).
+        Counting them as busy instead made the next round preempt a second victim for
+        the same waiting job. The simulator plans the same way.
 
         Running jobs on unavailable (drained, down) nodes are left out: their GPUs are
         busy capacity that no plan can hand out, not demand that could push another
@@ -320,11 +326,14 @@ class Controller:
         jobs: list[JobState] = []
         held_gpus = 0
         unavailable = {n.name for n in observation.nodes if not n.available}
+        free_by_node = {n.name: n.gpus_free for n in observation.nodes if n.available}
         candidates = [j for j in observed.values() if j.state in ACTIVE_STATES]
         candidates.sort(key=lambda j: (j.submit_time_s or 0.0, numeric_id(j.job_id)))
         for index, job in enumerate(candidates):
             if job.state == "RUNNING" and job.job_id in leaving:
-                held_gpus += job.gpus  # being preempted: its GPUs are not free yet, nor plannable
+                for node, gpus in job.gpus_by_node:  # being preempted: its GPUs are the beneficiary's
+                    if node in free_by_node:
+                        free_by_node[node] += gpus
                 continue
             if job.state == "RUNNING" and unavailable and any(node in unavailable for node, _ in job.gpus_by_node):
                 # Its GPUs on available nodes (if it spans some) are busy too.
@@ -349,7 +358,7 @@ class Controller:
         nodes = observation.nodes
         capacity = sum(n.gpus_total for n in nodes if n.available) - held_gpus
         return Snapshot(now_s=now, jobs=jobs, nodes=nodes, service=self.service, round_id=round_id,
-                        capacity_gpus=max(capacity, 0), explain=explain)
+                        capacity_gpus=max(capacity, 0), explain=explain, free_by_node=free_by_node)
 
     # -- usage records --------------------------------------------------------------------------
     def _collect_usage(self, now: float) -> None:
