@@ -10,17 +10,19 @@ Two things happen at submission, nothing at modification:
      the job must also declare its checkpoint signal (#SBATCH --signal=...) or
      opt in with --comment=tiresias:preemptable (see README, "Preemption contract").
   2. Hints in the job comment, "tiresias:skew=0.73" (share of the model in
-     its largest tensor, 0..1, used for consolidated placement) and
-     "tiresias:class=latency|batch" (MPS tier), are checked so that a typo is
-     refused at sbatch time instead of being ignored later.
+     its largest tensor, 0..1, used for consolidated placement),
+     "tiresias:class=latency|batch" (MPS tier) and "tiresias:preemptable" or
+     "tiresias:preemptable=[B:]SIG" (preemption opt-in with its checkpoint
+     signal), are checked so that a typo is refused at sbatch time instead of
+     being ignored later.
 Everything else passes through unchanged.
 --]]
 
 -- Site policy -------------------------------------------------------------
 -- Make every job that asks for GPUs requeueable unless it said --no-requeue.
 REQUEUE_GPU_JOBS = true
--- Refuse submissions whose comment carries a malformed tiresias:skew= or
--- tiresias:class= hint (the controller would ignore it).
+-- Refuse submissions whose comment carries a malformed tiresias:skew=,
+-- tiresias:class= or tiresias:preemptable hint (the controller would ignore it).
 VALIDATE_HINTS = true
 -----------------------------------------------------------------------------
 
@@ -42,12 +44,23 @@ end
 -- tokens are separated by space, \t, \n, \v, \f, \r, "," or ";"; a token starting
 -- with "tiresias:skew" must be "tiresias:skew=V" (V: [0-9]+, [0-9]+.[0-9]*, .[0-9]+;
 -- at most 16 characters; 0 <= V <= 1); one starting with "tiresias:class" must be
--- "tiresias:class=latency" or "=batch"; each at most once.
+-- "tiresias:class=latency" or "=batch"; one starting with "tiresias:preemptable"
+-- must be exactly that or "tiresias:preemptable=SPEC" (SPEC: the checkpoint signal
+-- grammar of controller/core/checkpoint_signal.py, see checkpoint_signal_spec below);
+-- each at most once.
 -- Returns skew (number or nil), class (string or nil), bad (the first bad hint
--- token, or nil). When a token is bad, skew and class are nil.
+-- token, or nil), preemptable (nil; "yes" for the bare opt-in; else the canonical
+-- signal, "B:USR1" or "USR2"). When a token is bad, the others are all nil.
 local SKEW_PREFIX = "tiresias:skew"
 local CLASS_PREFIX = "tiresias:class"
+local PREEMPTABLE_PREFIX = "tiresias:preemptable"
 local CLASSES = { latency = true, batch = true }
+-- signals a job can trap for a checkpoint (not KILL or STOP), and the numbers allowed
+local SIGNAL_NAMES = { HUP = true, INT = true, QUIT = true, ABRT = true, USR1 = true, USR2 = true, TERM = true,
+	ALRM = true, CONT = true, TSTP = true, URG = true, XCPU = true, XFSZ = true, VTALRM = true, PROF = true,
+	WINCH = true, IO = true, PWR = true, SYS = true, TRAP = true, BUS = true, PIPE = true }
+local SIGNAL_NUMBERS = { [1] = "HUP", [2] = "INT", [3] = "QUIT", [10] = "USR1", [12] = "USR2", [14] = "ALRM",
+	[15] = "TERM" }
 
 local function starts_with(text, prefix)
 	return string.sub(text, 1, #prefix) == prefix
@@ -61,23 +74,62 @@ local function valid_skew_text(value)
 		or string.match(value, "^%.[0-9]+$") ~= nil
 end
 
+local function signal_name(text)
+	return string.match(text, "^[A-Z][A-Z0-9]*$") ~= nil or string.match(text, "^[0-9][0-9]?$") ~= nil
+end
+
+-- "[R|B|RB|BR|..:][SIG]NAME[@1-9 digits]", ASCII, any case -> canonical "B:USR1" / "USR2", or nil
+local function checkpoint_signal_spec(spec)
+	if string.find(spec, "[\128-\255]") then
+		return nil
+	end
+	local text = string.upper(spec)
+	local flags, rest = string.match(text, "^([RB][RB]?):(.*)$")
+	if flags == nil then
+		flags, rest = "", text
+	end
+	local body, at = string.match(rest, "^([^@]*)(@.*)$")
+	if body == nil then
+		body = rest
+	elseif string.match(at, "^@[0-9]+$") == nil or #at > 10 then
+		return nil
+	end
+	local name = string.match(body, "^SIG(.*)$")
+	if name == nil or not signal_name(name) then
+		name = body
+		if not signal_name(name) then
+			return nil
+		end
+	end
+	if string.match(name, "^[0-9]+$") then
+		name = SIGNAL_NUMBERS[tonumber(name)]
+	elseif not SIGNAL_NAMES[name] then
+		name = nil
+	end
+	if name == nil then
+		return nil
+	end
+	return (string.find(flags, "B", 1, true) and "B:" or "") .. name
+end
+
 function tiresias_parse_hints(comment)
 	if type(comment) ~= "string" then
-		return nil, nil, nil
+		return nil, nil, nil, nil
 	end
 	local skew, class, seen_skew, seen_class = nil, nil, false, false
+	local preemptable = nil
 	for token in string.gmatch(string.sub(comment, 1, 65536), "[^ \t\n\v\f\r,;]+") do
 		if starts_with(token, SKEW_PREFIX) then
 			if not starts_with(token, SKEW_PREFIX .. "=") or seen_skew then
-				return nil, nil, token
+				return nil, nil, token, nil
 			end
 			local value = string.sub(token, #SKEW_PREFIX + 2)
 			if not valid_skew_text(value) then
-				return nil, nil, token
+				return nil, nil, token, nil
 			end
 			local number = tonumber(value)
 			if number == nil or number < 0 or number > 1 then
-				return nil, nil, token
+				return nil, nil, token, nil
 			end
 			skew, seen_skew = number, true
 		elseif starts_with(token, CLASS_PREFIX) then
@@ -86,19 +138,33 @@ function tiresias_parse_hints(comment)
 				value = string.sub(token, #CLASS_PREFIX + 2)
 			end
 			if seen_class or value == nil or not CLASSES[value] then
-				return nil, nil, token
+				return nil, nil, token, nil
 			end
 			class, seen_class = value, true
+		elseif starts_with(token, PREEMPTABLE_PREFIX) then
+			if preemptable ~= nil then
+				return nil, nil, token, nil
+			end
+			if token == PREEMPTABLE_PREFIX then
+				preemptable = "yes"
+			elseif starts_with(token, PREEMPTABLE_PREFIX .. "=") then
+				preemptable = checkpoint_signal_spec(string.sub(token, #PREEMPTABLE_PREFIX + 2))
+				if preemptable == nil then
+					return nil, nil, token, nil
+				end
+			else
+				return nil, nil, token, nil
+			end
 		end
 	end
-	return skew, class, nil
+	return skew, class, nil, preemptable
 end
 
 function slurm_job_submit(job_desc, part_list, submit_uid)
 	if VALIDATE_HINTS then
 		local _, _, bad = tiresias_parse_hints(job_desc.comment)
 		if bad ~= nil then
-			slurm.log_user("tiresias: invalid hint in --comment: %q (expected at most one tiresias:skew=<number between 0 and 1>, e.g. tiresias:skew=0.73, and at most one tiresias:class=latency|batch)", bad)
+			slurm.log_user("tiresias: invalid hint in --comment: %q (expected at most one tiresias:skew=<number between 0 and 1>, e.g. tiresias:skew=0.73, at most one tiresias:class=latency|batch, and at most one tiresias:preemptable or tiresias:preemptable=[B:]SIG[@seconds] with a signal a job can trap, e.g. tiresias:preemptable=B:USR1)", bad)
 			return slurm.ERROR
 		end
 	end

@@ -262,7 +262,10 @@ def test_fuzz_expressions(text):
 
 # --------------------------------------------------------------------------- hints (Python and Lua)
 HINT_PIECES = ["tiresias:skew=", "tiresias:class=", "tiresias:skew", "latency", "batch", "0.5", "1", ".", "0",
-               "_", "１", "٣", "²", " ", ",", ";", "\t", "\u00a0", "e1", "-", "x"]
+               "_", "１", "٣", "²", " ", ",", ";", "\t", "\u00a0", "e1", "-", "x",
+               "tiresias:preemptable", "=", "B:", "SIG", "USR1", "kill", "@90", "10", "ſ"]
+SPEC_PIECES = ["B", "R", ":", "SIG", "sig", "USR1", "usr2", "TERM", "KILL", "STOP", "1", "0", "2", "5", "@", "9",
+               "x", "ſ", "١", "$", "\u00a0"]
 
 
 @FUZZ
@@ -279,8 +282,8 @@ def test_fuzz_hints_python(comment):
 
 
 def test_fuzz_hints_lua_agrees_with_python(tmp_path):
-    """300 random comments through both implementations (one Lua process)."""
-    from tests.test_hints import LUA_RUNNER, PLUGIN, _unescape
+    """600 random comments through both implementations (one Lua process)."""
+    from tests.test_hints import LUA_RUNNER, PLUGIN, _unescape, preempt_column
     from tests.test_job_submit_lua import INTERPRETERS, _find
 
     lua = _find(INTERPRETERS)
@@ -290,20 +293,24 @@ def test_fuzz_hints_lua_agrees_with_python(tmp_path):
         pytest.skip("no Lua interpreter (tests/test_job_submit_lua.py installs one)")
     rng = random.Random(12)
     comments = ["".join(rng.choice(HINT_PIECES) for _ in range(rng.randint(0, 7))) for _ in range(300)]
+    # and 300 preemption opt-ins with random checkpoint signal specs
+    comments += ["tiresias:preemptable=" + "".join(rng.choice(SPEC_PIECES) for _ in range(rng.randint(0, 5)))
+                 for _ in range(300)]
 
     def esc(s):
         return (s.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
                 .replace("\v", "\\v").replace("\f", "\\f"))
 
     table = tmp_path / "cases.tsv"
-    table.write_text("".join(f"{esc(c)}\t-\t-\t-\n" for c in comments), encoding="utf-8")
+    table.write_text("".join(f"{esc(c)}\t-\t-\t-\t-\n" for c in comments), encoding="utf-8")
     proc = subprocess.run([lua, str(LUA_RUNNER), str(PLUGIN), str(table)], capture_output=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.decode().split("\n")[:-1]
     assert len(lines) == len(comments)
     for comment, line in zip(comments, lines):
-        _, skew, klass, bad = line.split("\t")
+        _, skew, klass, bad, preempt = line.split("\t")
         hints = parse_hints(comment)
+        assert preempt == preempt_column(hints), comment
         assert (None if skew == "-" else float(skew)) == hints.skew, comment
         assert (None if klass == "-" else klass) == hints.job_class, comment
         assert (None if bad == "-" else _unescape(bad)) == hints.bad, comment

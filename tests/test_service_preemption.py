@@ -112,6 +112,9 @@ def test_a_failed_signal_never_leads_to_a_requeue_and_is_given_up_after_the_atte
     ("SIGUSR1", "", True, True, ("USR1", False)),
     ("", "tiresias:preemptable", True, True, ("USR1", True)),
     ("", "x tiresias:preemptable=USR2 y", True, True, ("USR2", False)),
+    ("", "run;tiresias:preemptable=b:sigusr2@60", True, True, ("USR2", True)),  # one hint grammar (core.hints)
+    ("", "tiresias:preemptable=KILL", True, False, None),  # refused by job_submit.lua; never signalled
+    ("", "tiresias:preemptable tiresias:skew=2", True, False, None),  # a bad hint: the comment opts nothing in
     ("", "", True, False, None),  # declared nothing: never signalled
     ("B:USR1@90", "", False, False, None),  # --no-requeue is respected
     ("KILL", "", True, False, None),  # cannot be trapped: no checkpoint possible

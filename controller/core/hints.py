@@ -15,10 +15,15 @@ Grammar (bytes and characters agree: every separator is ASCII):
   value 0 <= V <= 1: the share of the model in its largest tensor.
 - A token that starts with ``tiresias:class`` is a class hint and must be exactly
   ``tiresias:class=latency`` or ``tiresias:class=batch``.
+- A token that starts with ``tiresias:preemptable`` is the preemption opt-in and must
+  be exactly ``tiresias:preemptable`` (the configured checkpoint signal, to the batch
+  shell) or ``tiresias:preemptable=SPEC`` with SPEC a checkpoint signal spec
+  ``[B:][SIG]NAME[@SECONDS]`` (grammar: controller/core/checkpoint_signal.py; KILL,
+  STOP and unknown names are bad).
 - Each hint may appear at most once; a second one is an error.
 - Anything else is ordinary comment text (``xtiresias:skew=5`` is not a hint).
 - When any hint token is bad, the whole comment carries no hints: the result is
-  (skew None, class None, bad = the first bad token).
+  (skew None, class None, not preemptable, bad = the first bad token).
 
 Pure: stdlib only.
 """
@@ -28,11 +33,15 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
+from controller.core.checkpoint_signal import CheckpointSignal, parse_signal_spec
+
 SEPARATORS = " \t\n\v\f\r,;"
 _SPLIT = re.compile(r"[ \t\n\v\f\r,;]+")
 _SKEW_VALUE = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)", re.ASCII)
 SKEW_PREFIX = "tiresias:skew"
 CLASS_PREFIX = "tiresias:class"
+PREEMPTABLE_PREFIX = "tiresias:preemptable"
+PREEMPTABLE_SOURCE = "--comment=tiresias:preemptable"
 MAX_SKEW_CHARS = 16
 CLASSES = ("latency", "batch")
 MAX_COMMENT_CHARS = 65536  # Slurm caps comments far below this; longer text is not read
@@ -42,6 +51,10 @@ MAX_COMMENT_CHARS = 65536  # Slurm caps comments far below this; longer text is 
 class Hints:
     skew: Optional[float] = None
     job_class: Optional[str] = None
+    # the job opted in to preemption; its signal is ``preempt_signal`` when it named
+    # one (tiresias:preemptable=SPEC), None for the configured one (to the batch shell)
+    preemptable: bool = False
+    preempt_signal: Optional[CheckpointSignal] = None
     bad: Optional[str] = None  # the first bad hint token, when any
     problem: Optional[str] = None  # one line saying what is wrong with it
 
@@ -59,7 +72,8 @@ def parse_hints(comment: Optional[str]) -> Hints:
         comment = comment[:MAX_COMMENT_CHARS]
     skew: Optional[float] = None
     klass: Optional[str] = None
-    seen_skew = seen_class = False
+    preempt: Optional[CheckpointSignal] = None
+    seen_skew = seen_class = seen_preempt = False
     for token in _SPLIT.split(comment):
         if token.startswith(SKEW_PREFIX):
             if not token.startswith(SKEW_PREFIX + "="):
@@ -80,7 +94,17 @@ def parse_hints(comment: Optional[str]) -> Hints:
             if value not in CLASSES:
                 return _bad(token, f"is not tiresias:class= one of {', '.join(CLASSES)}")
             klass, seen_class = value, True
-    return Hints(skew=skew, job_class=klass)
+        elif token.startswith(PREEMPTABLE_PREFIX):
+            if seen_preempt:
+                return _bad(token, "is a second preemptable hint")
+            if token != PREEMPTABLE_PREFIX:
+                if not token.startswith(PREEMPTABLE_PREFIX + "="):
+                    return _bad(token, "is not tiresias:preemptable or tiresias:preemptable=[B:]SIG[@seconds]")
+                preempt, why = parse_signal_spec(token[len(PREEMPTABLE_PREFIX) + 1:], PREEMPTABLE_SOURCE + "=")
+                if preempt is None:
+                    return _bad(token, f"has a bad checkpoint signal: {why}")
+            seen_preempt = True
+    return Hints(skew=skew, job_class=klass, preemptable=seen_preempt, preempt_signal=preempt)
 
 
 def parse_skew_hint(comment: Optional[str]) -> tuple[Optional[float], Optional[str]]:

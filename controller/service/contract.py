@@ -9,7 +9,9 @@ ML users already have:
   to the job's steps (``srun`` tasks) and not to the batch shell, so a batch script
   that traps nothing is not killed by a signal meant for its training process;
 - or ``--comment=tiresias:preemptable`` (``preempt_signal``, default USR1, to the
-  batch shell, as prolog/checkpoint.sh expects), or ``tiresias:preemptable=SPEC``.
+  batch shell, as prolog/checkpoint.sh expects), or ``tiresias:preemptable=SPEC``
+  (one hint grammar for every ``tiresias:`` comment hint: controller.core.hints, which
+  job_submit.lua also enforces at sbatch time).
 
 Slurm 22.05 shows a job's ``--signal`` in neither ``squeue --json`` nor ``scontrol
 show job``, so the backend reads it from the batch script's ``#SBATCH`` lines
@@ -23,54 +25,22 @@ running (JobSpec.preemptable).
 from __future__ import annotations
 
 import logging
-import re
 import shlex
-from dataclasses import dataclass
 from typing import Callable, Optional
 
+# CheckpointSignal and parse_signal_spec are the contract's vocabulary; defined in the
+# core so that the comment-hint grammar (controller.core.hints) shares the spec grammar
+from controller.core.checkpoint_signal import CheckpointSignal, parse_signal_spec  # noqa: F401 - re-exported
+from controller.core.hints import PREEMPTABLE_PREFIX, PREEMPTABLE_SOURCE, parse_hints
 from controller.service.backend import Backend, BackendUnavailable, ObservedJob
 from controller.service.config import Config
 
 log = logging.getLogger("tiresias.controller")
 
-# Slurm's --signal=[{R}{B}:]<sig_num>[@sig_time]: a name (USR1, SIGUSR1) or a number.
-SIGNAL_SPEC = re.compile(r"(?:([RB]{1,2}):)?(?:SIG)?([A-Z][A-Z0-9]*|[0-9]{1,2})(?:@([0-9]{1,9}))?", re.ASCII)
-OPT_IN = re.compile(r"(?:^|[\s;,])tiresias:preemptable(?:=([^\s;,]*))?(?=$|[\s;,])")
-SIGNAL_NAMES = {"HUP", "INT", "QUIT", "ABRT", "KILL", "USR1", "USR2", "TERM", "ALRM", "CONT", "STOP", "TSTP",
-                "URG", "XCPU", "XFSZ", "VTALRM", "PROF", "WINCH", "IO", "PWR", "SYS", "TRAP", "BUS", "PIPE"}
-NUMBERED = {1: "HUP", 2: "INT", 3: "QUIT", 10: "USR1", 12: "USR2", 14: "ALRM", 15: "TERM"}
 # Batch scripts read per round at most: after a restart with thousands of running jobs
 # the reads spread over rounds instead of one burst of RPCs to slurmctld; a job not
 # read yet counts as non-preemptable until it is.
 SCRIPT_READS_PER_ROUND = 50
-
-
-@dataclass(frozen=True)
-class CheckpointSignal:
-    """``name``: e.g. "USR1"; ``batch_only``: to the batch shell (B:) rather than the
-    steps; ``source``: where it was declared, for logs and ``explain``."""
-
-    name: str
-    batch_only: bool
-    source: str
-
-    def describe(self) -> str:
-        return f"{'B:' if self.batch_only else ''}{self.name} ({self.source})"
-
-
-def parse_signal_spec(text: str, source: str) -> tuple[Optional[CheckpointSignal], str]:
-    """``"B:USR1@90"`` -> (CheckpointSignal("USR1", True, source), ""); garbage -> (None, why)."""
-    match = SIGNAL_SPEC.fullmatch((text or "").strip().upper())
-    if match is None:
-        return None, f"signal spec {text!r} is not [B:]SIG[@seconds]"
-    flags, name, _ = match.groups()
-    if name.isascii() and name.isdigit():
-        if int(name) not in NUMBERED:
-            return None, f"signal number {name} in {text!r} is not one a job can trap for a checkpoint"
-        name = NUMBERED[int(name)]
-    if name not in SIGNAL_NAMES or name in ("KILL", "STOP"):
-        return None, f"signal {name!r} in {text!r} cannot be caught"
-    return CheckpointSignal(name, "B" in (flags or ""), source), ""
 
 
 def signal_from_script(script: str) -> str:
@@ -146,15 +116,14 @@ class Contract:
         return signal
 
     def _opt_in(self, job: ObservedJob) -> Optional[CheckpointSignal]:
-        match = OPT_IN.search(job.comment or "")
-        if match is None:
+        """The signal of the job's ``tiresias:preemptable[=SPEC]`` comment hint (grammar:
+        controller.core.hints; a comment with any bad hint opts nothing in)."""
+        hints = parse_hints(job.comment)
+        if hints.problem is not None and PREEMPTABLE_PREFIX in (job.comment or ""):
+            self.log_once(f"job {job.job_id}: comment {hints.problem}; not preemptable by its comment")
+        if not hints.preemptable:
             return None
-        if not match.group(1):
-            return CheckpointSignal(self.config.preempt_signal, True, "--comment=tiresias:preemptable")
-        signal, problem = parse_signal_spec(match.group(1), "--comment=tiresias:preemptable=")
-        if problem:
-            self.log_once(f"job {job.job_id}: comment {problem}")
-        return signal
+        return hints.preempt_signal or CheckpointSignal(self.config.preempt_signal, True, PREEMPTABLE_SOURCE)
 
     def _read_script_signal(self, job_id: str) -> str:
         reader = getattr(self.backend, "batch_script", None)

@@ -109,6 +109,32 @@ for _, case in ipairs({
 		"message=" .. msg)
 end
 
+-- The preemption opt-in: accepted when it names a signal a job can trap, refused otherwise,
+-- with the same message as the other hints (it names the bad token and the grammar).
+for _, good in ipairs({ "tiresias:preemptable", "x tiresias:preemptable=USR2 y", "tiresias:preemptable=B:USR1@90",
+		"tiresias:preemptable,tiresias:skew=0.5" }) do
+	local desc = { tres_per_node = "gres:gpu:1", requeue = NO_VAL16, comment = good }
+	local rc, msgs = submit(desc)
+	check("valid preemptable accepted: " .. good, rc == slurm.SUCCESS and #msgs == 0, "rc=" .. tostring(rc))
+	check("valid preemptable still sets requeue: " .. good, desc.requeue == 1)
+end
+for _, case in ipairs({
+	{ comment = "tiresias:preemptable=KILL", bad = "tiresias:preemptable=KILL" },
+	{ comment = "tiresias:preemptable=", bad = "tiresias:preemptable=" },
+	{ comment = "tiresias:preemptables", bad = "tiresias:preemptables" },
+	{ comment = "tiresias:preemptable=USR1@", bad = "tiresias:preemptable=USR1@" },
+	{ comment = "tiresias:preemptable tiresias:preemptable", bad = "tiresias:preemptable" },
+}) do
+	local desc = { tres_per_node = "gres:gpu:1", requeue = 0, comment = case.comment }
+	local rc, msgs = submit(desc)
+	check("bad preemptable rejected: " .. case.comment, rc == slurm.ERROR, "rc=" .. tostring(rc))
+	local msg = msgs[1] or ""
+	check("bad preemptable message names the value: " .. case.comment,
+		#msgs == 1 and string.find(msg, '"' .. case.bad .. '"', 1, true) ~= nil
+			and string.find(msg, "tiresias:preemptable=[B:]SIG", 1, true) ~= nil, "message=" .. msg)
+	check("rejected job keeps --no-requeue: " .. case.comment, desc.requeue == 0)
+end
+
 -- slurm_job_modify never blocks an update.
 check("slurm_job_modify returns SUCCESS", slurm_job_modify({ comment = "tiresias:skew=9" }, {}, {}, 0) == slurm.SUCCESS)
 
