@@ -370,6 +370,8 @@ class SlurmBackend:
             site_factor=site_factor,
             required_nodes=tuple(job.required_nodes),
             excluded_nodes=tuple(job.excluded_nodes),
+            min_nodes=job.node_count,
+            max_nodes=job.max_nodes,
             mps=job.mps,
         )
 

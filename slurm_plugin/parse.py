@@ -92,6 +92,9 @@ class SlurmJob:
     ``start_time`` of a pending job and ``end_time`` of an unfinished job are
     Slurm's estimates and are reported as ``None``. ``time_limit_s`` is ``None``
     for UNLIMITED. ``requeue`` is ``None`` where the source does not say (sacct).
+    ``node_count`` of a pending job is the fewest nodes it accepts (1 unless -N or
+    --nodelist asks for more; of a running job, the nodes it holds); ``max_nodes``
+    the most (0: no maximum; -N N gives both N).
     """
 
     job_id: str
@@ -106,6 +109,7 @@ class SlurmJob:
     mps: int = 0
     nodes: list[str] = field(default_factory=list)
     node_count: int = 0
+    max_nodes: int = 0
     submit_time: float | None = None
     start_time: float | None = None
     end_time: float | None = None
@@ -519,6 +523,7 @@ def _squeue_job(r: dict) -> SlurmJob:
         mps=mps,
         nodes=expand_hostlist(_str(r.get("nodes"), "nodes")),
         node_count=node_count,
+        max_nodes=_count(r.get("max_nodes"), "max_nodes"),
         submit_time=_epoch(r.get("submit_time"), "submit_time"),
         start_time=start,
         end_time=end,
@@ -842,10 +847,11 @@ def _scontrol_job(r: dict) -> SlurmJob:
         raise SlurmParseError(f"JobId: expected an integer, got {_r(job_id)}")
     state, flags = _split_state(r.get("JobState", ""), "JobState")
     num_nodes = r.get("NumNodes", "0")
-    m = re.match(r"([0-9]{1,9})", num_nodes)
+    m = re.match(r"([0-9]{1,9})(?:-([0-9]{1,9}))?", num_nodes)  # "1", or "4-4" (min-max) pending
     if not m:
         raise SlurmParseError(f"NumNodes: expected a count, got {_r(num_nodes)}")
     node_count = int(m.group(1))
+    max_nodes = int(m.group(2)) if m.group(2) else 0
     fake = {
         "tres_per_job": _nullish_to_empty(r.get("TresPerJob")),
         "tres_per_node": _nullish_to_empty(r.get("TresPerNode")),
@@ -870,6 +876,7 @@ def _scontrol_job(r: dict) -> SlurmJob:
         mps=mps,
         nodes=expand_hostlist(r.get("NodeList")),
         node_count=node_count,
+        max_nodes=max_nodes,
         submit_time=_scontrol_time(r.get("SubmitTime"), "SubmitTime"),
         start_time=start,
         end_time=end,

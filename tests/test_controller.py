@@ -168,6 +168,54 @@ def test_pending_jobs_get_site_factor_bands_by_level_and_order(store):
     assert not [d for d in store.decisions("default", job_id="1") if d["kind"] == "preempt"]
 
 
+def test_a_jobs_own_exclude_is_never_planned_onto_the_excluded_node(store):
+    backend = ScriptedBackend()
+    for job_id, node in (("1", "gpu2"), ("2", "gpu3"), ("3", "gpu4")):
+        backend.add(job_id, 4, "RUNNING", start=0.0, nodes=[(node, 4)])
+    c = controller(store, backend)
+    c.run_round()
+    backend.add("10", 2)  # sbatch --exclude=gpu1: the only free node is the excluded one
+    backend.jobs["10"] = dataclasses.replace(backend.jobs["10"], excluded_nodes=("gpu1",))
+    for _ in range(3):
+        backend.now += 30
+        report = c.run_round()
+        assert not report.plan.of_kind("start") and not report.plan.of_kind("preempt")
+    plan, _ = c.preview()  # what `tiresias explain 10` shows
+    assert plan.wait_reasons["10"] == ("node constraints (--exclude=gpu1): needs 2 GPUs, no allowed node set"
+                                       " has them free now")
+    del backend.jobs["2"]  # gpu3 frees up
+    backend.now += 30
+    report = c.run_round()
+    assert [(a.job_id, a.placement) for a in report.plan.of_kind("start")] == [("10", (("gpu3", 2),))]
+
+
+def test_a_minus_n_2_job_is_spread_over_two_nodes_and_pinned_there(store):
+    backend = ScriptedBackend()
+    c = controller(store, backend)
+    backend.add("20", 4, comment="tiresias:skew=0.7")  # sbatch -N 2 --gres=gpu:2, skew-sensitive: pinned
+    backend.jobs["20"] = dataclasses.replace(backend.jobs["20"], min_nodes=2, max_nodes=2)
+    backend.add("21", 4)  # no -N: one node
+    report = c.run_round()
+    placements = {a.job_id: a.placement for a in report.plan.of_kind("start")}
+    assert placements["20"] == (("gpu1", 2), ("gpu2", 2)) and len(placements["21"]) == 1
+    assert ("pin_nodes", "20", ["gpu1", "gpu2"]) in backend.calls
+
+
+def test_a_pin_the_controller_wrote_is_not_taken_for_the_jobs_own_nodelist(store):
+    backend = ScriptedBackend()
+    c = controller(store, backend)
+    backend.add("30", 8, comment="tiresias:skew=0.7")
+    c.run_round()
+    pinned = [call for call in backend.calls if call[0] == "pin_nodes"]
+    assert pinned == [("pin_nodes", "30", ["gpu1", "gpu2"])]
+    # Slurm now reports the pin as ReqNodeList; gpu1 fills up with a higher-priority job
+    backend.jobs["30"] = dataclasses.replace(backend.jobs["30"], required_nodes=("gpu1", "gpu2"), min_nodes=2)
+    backend.add("31", 4, "RUNNING", start=backend.now, nodes=[("gpu1", 4)])
+    backend.now += 30
+    report = c.run_round()
+    assert [(a.job_id, a.placement) for a in report.plan.of_kind("start")] == [("30", (("gpu2", 4), ("gpu3", 4)))]
+
+
 def test_shadow_mode_changes_nothing_but_logs(store):
     backend = ScriptedBackend()
     backend.add("1", 16, "RUNNING", start=0.0, nodes=[(f"gpu{i}", 4) for i in range(1, 5)])

@@ -74,6 +74,34 @@ def test_squeue_pending_multi_partition_gpu_job(version):
 
 
 @pytest.mark.parametrize("version", GENERATIONS)
+def test_squeue_node_constraints(version):
+    """The job's own -N (node_count = min, max_nodes = max; 0 = no maximum), --nodelist
+    and --exclude: what placement must honour."""
+    jobs = by_id(parse_squeue_json(read(version, "squeue.json")))
+    assert (jobs["10"].node_count, jobs["10"].max_nodes) == (4, 4)  # sbatch -N 4 --gres=gpu:4
+    assert (jobs["11"].node_count, jobs["11"].max_nodes) == (1, 0)  # no -N: any number of nodes
+    assert jobs["8"].required_nodes == ["gpu4"] and jobs["8"].excluded_nodes == ["gpu3"]
+
+
+def test_squeue_max_nodes_wrapped_and_bad():
+    base = {"job_id": 9, "job_state": ["PENDING"], "user_name": "u", "nodes": "", "tres_per_node": "gres/gpu:2",
+            "node_count": {"set": True, "infinite": False, "number": 2}}
+    wrapped = dict(base, max_nodes={"set": True, "infinite": False, "number": 2})
+    assert parse_squeue_json(json.dumps({"jobs": [wrapped]}))[0].max_nodes == 2
+    unset = dict(base, max_nodes={"set": False, "infinite": False, "number": 0})
+    assert parse_squeue_json(json.dumps({"jobs": [unset]}))[0].max_nodes == 0
+    errors: list = []
+    assert parse_squeue_json(json.dumps({"jobs": [dict(base, max_nodes=-3)]}), errors) == []
+    assert "max_nodes" in str(errors[0])
+
+
+def test_scontrol_num_nodes_range_is_min_and_max():
+    jobs = by_id(parse_scontrol_show_job(read("22.05", "scontrol_show_job.txt")))
+    assert (jobs["10"].node_count, jobs["10"].max_nodes) == (4, 4)  # NumNodes=4-4
+    assert (jobs["11"].node_count, jobs["11"].max_nodes) == (1, 0)  # NumNodes=1
+
+
+@pytest.mark.parametrize("version", GENERATIONS)
 def test_squeue_requeued_job_is_pending_begin_time(version):
     job = by_id(parse_squeue_json(read(version, "squeue.json")))["4"]
     assert job.state == "PENDING"
@@ -231,7 +259,7 @@ def test_scontrol_show_job_matches_squeue(utc):
         other = squeue[job_id]
         for attr in ("name", "user", "partition", "state", "gpus", "mps", "nodes", "node_count",
                      "submit_time", "start_time", "end_time", "restart_count", "requeue", "batch",
-                     "comment", "required_nodes", "excluded_nodes", "time_limit_s", "priority"):
+                     "comment", "required_nodes", "excluded_nodes", "time_limit_s", "priority", "max_nodes"):
             assert getattr(job, attr) == getattr(other, attr), (job_id, attr)
 
 

@@ -14,7 +14,8 @@ from typing import Optional
 
 from controller.core.mlfq_round import mlfq_step, static_order_step
 from controller.core.model import InputError, JobState, Snapshot
-from controller.core.placement import COUNT_NODE, FreeGpus, check_mode, minimum_nodes
+from controller.core.placement import (COUNT_NODE, FreeGpus, NodeTotals, check_mode, describe_constraints,
+                                       minimum_nodes, place_constrained)
 from controller.core.plan import Plan, Preempt, Promote, Start
 from controller.core.protection import mark_protected, pinned
 from controller.core.policies import Policy, PolicyContext, get_policy
@@ -175,7 +176,7 @@ class Engine:
                             free_by_node[node] += gpus
         free_total = sum(free_by_node.values()) if not count_mode else self._capacity(snapshot) - sum(
             j.num_gpus for j in walk.selected if j.running)
-        free_gpus = None if count_mode else FreeGpus(free_by_node)
+        free_gpus = NodeTotals(snapshot.nodes) if count_mode else FreeGpus(free_by_node)
         unplaced: list[JobState] = []
         for rank, job in enumerate(newcomers):
             slots = self._place(job, free_gpus, max_per_node, count_mode)
@@ -198,19 +199,29 @@ class Engine:
                     plan.actions.append(Start(self._decision_id(plan), job.job_id, slots,
                                               "backfill: GPUs left free by a gang waiting for placement"))
         if snapshot.detailed and snapshot.explain:
-            self._explain_waits(ordered, walk, selected_ids, unplaced, free_total, max_per_node, ctx, plan)
+            self._explain_waits(ordered, walk, selected_ids, unplaced, free_total, max_per_node, ctx, plan,
+                                snapshot.nodes)
 
-    def _place(self, job: JobState, free: Optional[FreeGpus], max_per_node: int, count_mode: bool):
+    def _place(self, job: JobState, free, max_per_node: int, count_mode: bool):
+        """Slots for ``job`` on ``free`` (a FreeGpus, taken here), or None: it waits.
+        Count mode: ``free`` is the NodeTotals, read only for a constrained job."""
+        spec = job.spec
         if count_mode:
+            if spec.constrained and not free.fits(spec):
+                return None
             return ((COUNT_NODE, job.num_gpus),)
-        consolidate = self.config.placement == "consolidate" and job.spec.skew > self.config.pack_limit
-        slots = free.place(job.num_gpus, consolidate=consolidate, max_gpus_per_node=max_per_node)
+        consolidate = self.config.placement == "consolidate" and spec.skew > self.config.pack_limit
+        if spec.constrained:  # the job's own --nodelist / --exclude / -N
+            slots = free.place_constrained(spec, consolidate=consolidate, max_gpus_per_node=max_per_node)
+        else:
+            slots = free.place(job.num_gpus, consolidate=consolidate, max_gpus_per_node=max_per_node)
         if slots is not None:
             for node, gpus in slots:
                 free.take(node, gpus)
         return slots
 
-    def _explain_waits(self, ordered, walk, selected_ids, unplaced, free_total, max_per_node, ctx, plan):
+    def _explain_waits(self, ordered, walk, selected_ids, unplaced, free_total, max_per_node, ctx, plan,
+                       nodes=()):
         unplaced_ids = {job.job_id for job in unplaced}
         started = {a.job_id for a in plan.of_kind("start")}
         for position, job in enumerate(ordered):
@@ -218,7 +229,9 @@ class Engine:
                 continue
             level = self.policy.level(job, ctx) + 1
             if job.job_id in unplaced_ids:
-                if self.config.placement == "consolidate" and job.spec.skew > self.config.pack_limit:
+                if job.spec.constrained:
+                    plan.wait_reasons[job.job_id] = _constraint_reason(job, nodes)
+                elif self.config.placement == "consolidate" and job.spec.skew > self.config.pack_limit:
                     need = minimum_nodes(job.num_gpus, max_per_node)
                     plan.wait_reasons[job.job_id] = (
                         f"waiting for consolidation: needs {job.num_gpus} GPUs on {need} node(s)"
@@ -240,7 +253,7 @@ class Engine:
         if snapshot.demand() > self._capacity(snapshot):
             return False
         count_mode = self.config.placement == "count"
-        free_gpus = None if count_mode else FreeGpus(snapshot.free_gpus_by_node())
+        free_gpus = NodeTotals(snapshot.nodes) if count_mode else FreeGpus(snapshot.free_gpus_by_node())
         max_per_node = snapshot.max_gpus_per_node
         for job in snapshot.waiting_jobs():
             slots = self._place(job, free_gpus, max_per_node, count_mode)
@@ -252,3 +265,15 @@ class Engine:
     @staticmethod
     def _decision_id(plan: Plan) -> str:
         return f"r{plan.round_id}.{len(plan.actions) + 1}"
+
+
+def _constraint_reason(job: JobState, nodes) -> str:
+    """Why a job with its own node constraints waits: none of its allowed node sets is
+    free now, or (on this cluster's available nodes, all GPUs free) none could ever be."""
+    text = describe_constraints(job.spec)
+    totals = {n.name: n.gpus_total for n in nodes if n.available}
+    if totals and place_constrained(job.num_gpus, totals, job.spec, consolidate=False,
+                                    max_gpus_per_node=0) is None:
+        return (f"node constraints ({text}): {job.num_gpus} GPUs cannot fit on the available nodes"
+                " even when all are free")
+    return f"node constraints ({text}): needs {job.num_gpus} GPUs, no allowed node set has them free now"

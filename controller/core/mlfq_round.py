@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from controller.core.model import JobState, Snapshot
-from controller.core.placement import FreeGpus
+from controller.core.placement import FreeGpus, NodeTotals
 from controller.core.plan import Plan, Preempt, Start
 from controller.core.policies import PolicyContext
 from controller.core.protection import pinned
@@ -64,7 +64,7 @@ def mlfq_step(engine: "Engine", snapshot: Snapshot, plan: Plan) -> Plan:
                         free_by_node[node] += gpus
     started: list[JobState] = []
     unplaced: list[JobState] = []
-    free_gpus = None if count_mode else FreeGpus(free_by_node)
+    free_gpus = NodeTotals(snapshot.nodes) if count_mode else FreeGpus(free_by_node)
     max_per_node = snapshot.max_gpus_per_node
     for rank, job in enumerate(newcomers):
         slots = engine._place(job, free_gpus, max_per_node, count_mode)
@@ -75,7 +75,8 @@ def mlfq_step(engine: "Engine", snapshot: Snapshot, plan: Plan) -> Plan:
         plan.actions.append(Start(engine._decision_id(plan), job.job_id, slots,
                                   f"queue {book.level_of(job) + 1}: {job.num_gpus} GPUs free at"
                                   f" priority position {rank + 1} among waiting jobs"))
-    backfilled = _backfill(engine, book, chosen, free_gpus, max_per_node, plan) if unplaced else []
+    backfilled = _backfill(engine, book, chosen, free_gpus, max_per_node, plan) if unplaced and not count_mode \
+        else []
     plan.positions = _next_positions(book, selected, started, backfilled, preempted, passed_over)
     if snapshot.detailed:
         _describe(engine, book, ctx, plan, selected, unplaced, snapshot)
@@ -85,7 +86,9 @@ def mlfq_step(engine: "Engine", snapshot: Snapshot, plan: Plan) -> Plan:
 def _backfill(engine: "Engine", book, chosen: set, free_gpus: FreeGpus, max_per_node: int,
               plan: Plan) -> list[JobState]:
     """Start later waiting gangs on the GPUs left by a gang that waits for a
-    consolidated slot (placement only: count mode never leaves such GPUs)."""
+    consolidated slot or on its own nodes (placement only: in count mode only a job
+    whose own nodes could never hold it waits, and its share of the walk stays idle
+    for the round)."""
     backfilled: list[JobState] = []
     free_total = free_gpus.total
     for job in book.order():
@@ -107,7 +110,7 @@ def static_order_step(engine: "Engine", snapshot: Snapshot, plan: Plan) -> Plan:
     book = snapshot.queue_book
     selected, blocked = book.walk_non_preemptive(snapshot.total_gpus, engine.policy.head_of_line_blocking)
     count_mode = engine.config.placement == "count"
-    free_gpus = None if count_mode else FreeGpus(snapshot.free_gpus_by_node())
+    free_gpus = NodeTotals(snapshot.nodes) if count_mode else FreeGpus(snapshot.free_gpus_by_node())
     max_per_node = snapshot.max_gpus_per_node
     unplaced = False
     for rank, job in enumerate(selected):
@@ -118,7 +121,7 @@ def static_order_step(engine: "Engine", snapshot: Snapshot, plan: Plan) -> Plan:
         plan.actions.append(Start(engine._decision_id(plan), job.job_id, slots,
                                   f"queue 1: {job.num_gpus} GPUs free at priority position {rank + 1}"
                                   " among waiting jobs"))
-    if unplaced and not blocked:
+    if unplaced and not blocked and not count_mode:
         _backfill(engine, book, {job.index for job in selected}, free_gpus, max_per_node, plan)
     return plan
 
@@ -169,7 +172,7 @@ def _describe(engine, book: QueueBook, ctx, plan: Plan, selected, unplaced, snap
         free_total = snapshot.total_gpus - sum(j.num_gpus for j in ordered if j.job_id in selected_ids or (
             j.running and j.job_id not in stopped))
         engine._explain_waits(ordered, _Walk(selected=list(selected)), selected_ids, unplaced, free_total,
-                              snapshot.max_gpus_per_node, _LevelsFromBook(book, ctx), plan)
+                              snapshot.max_gpus_per_node, _LevelsFromBook(book, ctx), plan, snapshot.nodes)
 
 
 class _LevelsFromBook:

@@ -6,7 +6,7 @@ Units: times are seconds (float), service is GPU-seconds. A job is a gang of
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Callable, ClassVar, Optional
 
 
 class InputError(ValueError):
@@ -31,6 +31,40 @@ class JobSpec:
     user: str = ""
     model_name: str = ""
     preemptable: bool = True  # False: once running, keeps its GPUs (no checkpoint contract)
+    # The job's own node constraints, as Slurm holds them (controller.core.placement
+    # honours them): every node of --nodelist is used, no node of --exclude is, and
+    # the gang spans min_nodes..max_nodes nodes (-N N: both N; None = no bound).
+    required_nodes: tuple[str, ...] = ()
+    excluded_nodes: tuple[str, ...] = ()
+    min_nodes: Optional[int] = None
+    max_nodes: Optional[int] = None
+    # True when any of the four above is set (read in every placement: one attribute;
+    # a class default, set on the instance only for a constrained job).
+    constrained: ClassVar[bool] = False
+
+    def __post_init__(self):
+        if not (self.required_nodes or self.excluded_nodes or self.min_nodes is not None
+                or self.max_nodes is not None):
+            return  # the usual job (every trace's): nothing to check, stays cheap to build
+        for name in ("required_nodes", "excluded_nodes"):
+            value = getattr(self, name)
+            if isinstance(value, str) or not all(isinstance(n, str) and n.strip() == n and n for n in value):
+                raise InputError(f"job {self.job_id}: {name} value {value!r} must be a list of node names")
+            object.__setattr__(self, name, tuple(value))
+        both = sorted(set(self.required_nodes) & set(self.excluded_nodes))
+        if both:
+            raise InputError(f"job {self.job_id}: node {both[0]} is both required (--nodelist) and excluded")
+        for name in ("min_nodes", "max_nodes"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise InputError(f"job {self.job_id}: {name} value {value!r} must be a whole number >= 1")
+        if self.min_nodes is not None and self.max_nodes is not None and self.max_nodes < self.min_nodes:
+            raise InputError(f"job {self.job_id}: max_nodes value {self.max_nodes} is below min_nodes"
+                             f" {self.min_nodes}")
+        if self.max_nodes is not None and len(self.required_nodes) > self.max_nodes:
+            raise InputError(f"job {self.job_id}: max_nodes value {self.max_nodes} is below the"
+                             f" {len(self.required_nodes)} required nodes")
+        object.__setattr__(self, "constrained", True)
 
 
 @dataclass

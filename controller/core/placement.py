@@ -14,7 +14,7 @@ import bisect
 import math
 from typing import Optional
 
-from controller.core.model import InputError
+from controller.core.model import InputError, JobSpec
 
 PLACEMENT_MODES = ("consolidate", "spread", "count")
 COUNT_NODE = "*"  # the single pseudo-node of count mode
@@ -136,6 +136,118 @@ class FreeGpus:
         if consolidate and len(slots) > limit:
             return None
         return tuple(sorted(slots))
+
+    def place_constrained(self, spec: JobSpec, *, consolidate: bool,
+                          max_gpus_per_node: int) -> Optional[tuple[tuple[str, int], ...]]:
+        """:func:`place_constrained` on these free GPUs (O(nodes): constrained jobs are few)."""
+        return place_constrained(spec.num_gpus, self.free, spec, consolidate=consolidate,
+                                 max_gpus_per_node=max_gpus_per_node)
+
+
+def place_constrained(num_gpus: int, free_by_node: dict[str, int], spec: JobSpec, *, consolidate: bool,
+                      max_gpus_per_node: int) -> Optional[tuple[tuple[str, int], ...]]:
+    """Choose (node, gpus) slots for a gang with the job's own node constraints, or None.
+
+    As Slurm allocates: every node of ``spec.required_nodes`` (--nodelist) is in the
+    set, no node of ``spec.excluded_nodes`` (--exclude) is, and the set has
+    ``min_nodes``..``max_nodes`` nodes, each holding at least one of the gang's GPUs.
+    An exact count (-N N: min = max = N) splits the GPUs evenly (the first nodes one
+    more when N does not divide them): Slurm needs that for --gres=gpu:K per node and
+    accepts it for --gpus=G, so the plan never asks for a layout Slurm cannot make.
+    Otherwise the required nodes come first, then other nodes as :func:`place` orders
+    them (a consolidated gang still takes no more nodes than it needs, unless its own
+    min_nodes or --nodelist asks for more). Deterministic: ties by node name.
+    """
+    if num_gpus <= 0:
+        return ()
+    required = sorted(set(spec.required_nodes))
+    if any(free_by_node.get(name, 0) <= 0 for name in required):
+        return None  # a required node is full, down or not in this cluster
+    low = max(spec.min_nodes or 1, len(required))
+    high = min(spec.max_nodes if spec.max_nodes is not None else num_gpus, num_gpus)
+    if consolidate:
+        high = min(high, max(low, minimum_nodes(num_gpus, max_gpus_per_node)))
+    if low > high:
+        return None  # more nodes than GPUs to put on them
+    skip = set(required) | set(spec.excluded_nodes)
+    others = [(free, name) for name, free in free_by_node.items() if free > 0 and name not in skip]
+    chosen = [(free_by_node[name], name) for name in required]
+    if spec.min_nodes is not None and spec.min_nodes == spec.max_nodes:
+        return _even_split(num_gpus, spec.min_nodes, chosen, others)
+    if not chosen and low == 1:  # one node that holds the whole gang: best fit
+        fits = [(free, name) for free, name in others if free >= num_gpus]
+        if fits:
+            return ((min(fits)[1], num_gpus),)
+    fewest_first = sorted(others, key=lambda fn: (-fn[0], fn[1]))
+    for order in ((fewest_first,) if consolidate else (sorted(others), fewest_first)):
+        picked, total = list(chosen), sum(free for free, _ in chosen)
+        for free, name in order:
+            if total >= num_gpus and len(picked) >= low:
+                break
+            picked.append((free, name))
+            total += free
+        if total >= num_gpus and low <= len(picked) <= high:
+            # one GPU on every node, then the rest in the order the nodes were picked
+            left = num_gpus - len(picked)
+            slots = []
+            for free, name in picked:
+                extra = min(free - 1, left)
+                left -= extra
+                slots.append((name, 1 + extra))
+            return tuple(sorted(slots))
+    return None
+
+
+def _even_split(num_gpus: int, nodes: int, chosen: list[tuple[int, str]],
+                others: list[tuple[int, str]]) -> Optional[tuple[tuple[str, int], ...]]:
+    """Exactly ``nodes`` nodes (``chosen`` among them), GPUs split evenly, or None."""
+    base, extra = divmod(num_gpus, nodes)
+    if base == 0 or len(chosen) > nodes:
+        return None
+    candidates = [(free, name) for free, name in others if free >= base]
+    # Even shares: any node with a share free will do; best fit keeps big holes. Uneven:
+    # the emptiest nodes, bigger shares to the emptiest (if that fails, every choice does).
+    candidates.sort(key=(lambda fn: fn) if extra == 0 else (lambda fn: (-fn[0], fn[1])))
+    picked = chosen + candidates[:nodes - len(chosen)]
+    if len(picked) < nodes:
+        return None
+    picked.sort(key=lambda fn: (-fn[0], fn[1]))
+    slots = []
+    for rank, (free, name) in enumerate(picked):
+        share = base + (1 if rank < extra else 0)
+        if free < share:
+            return None
+        slots.append((name, share))
+    return tuple(sorted(slots))
+
+
+class NodeTotals:
+    """Count mode's view of a constrained job: could it fit at all, on its allowed
+    nodes with every GPU free? (Count mode ignores node names but must not plan a
+    job Slurm can never start.) The totals are read the first time one asks."""
+
+    def __init__(self, nodes):
+        self._nodes = nodes
+        self._totals: Optional[dict[str, int]] = None
+
+    def fits(self, spec: JobSpec) -> bool:
+        if self._totals is None:
+            self._totals = {n.name: n.gpus_total for n in self._nodes if n.available}
+        return place_constrained(spec.num_gpus, self._totals, spec, consolidate=False,
+                                 max_gpus_per_node=0) is not None
+
+
+def describe_constraints(spec: JobSpec) -> str:
+    """The job's node constraints as sbatch options, for wait reasons."""
+    parts = []
+    if spec.required_nodes:
+        parts.append("--nodelist=" + ",".join(spec.required_nodes))
+    if spec.excluded_nodes:
+        parts.append("--exclude=" + ",".join(spec.excluded_nodes))
+    if spec.min_nodes is not None or spec.max_nodes is not None:
+        low, high = spec.min_nodes or 1, spec.max_nodes
+        parts.append(f"-N {low}" if low == high else f"-N {low}-{'' if high is None else high}")
+    return " ".join(parts)
 
 
 def is_spread(placement: tuple[tuple[str, int], ...], num_gpus: int, max_gpus_per_node: int) -> bool:

@@ -40,6 +40,10 @@ class ObservedJob:
     site_factor: Optional[int] = None
     required_nodes: tuple[str, ...] = ()
     excluded_nodes: tuple[str, ...] = ()
+    # The node count a pending job accepts (-N; --nodelist raises the minimum): fewest
+    # (0/1: any) and most (0: no maximum). Running: min_nodes is the count it holds.
+    min_nodes: int = 0
+    max_nodes: int = 0
     mps: int = 0
     signal: str = ""  # the job's --signal spec when the cluster manager reports it ("B:USR1@90"); '' unknown
 

@@ -17,6 +17,7 @@ holder runs rounds, and it reloads from the store whenever it gains the lease.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
@@ -27,7 +28,7 @@ from typing import Callable, Mapping, Optional
 from controller.core.engine import Engine
 from controller.core.gittins import ServiceDistribution
 from controller.core.inputs import shorten
-from controller.core.model import JobSpec, JobState, Snapshot
+from controller.core.model import InputError, JobSpec, JobState, Snapshot
 from controller.core.plan import Plan
 from controller.service.admin_comment import AdminComments
 from controller.service.accounting import ACTIVE_STATES, UNSTARTABLE_REASONS, Accounts, numeric_id
@@ -299,6 +300,20 @@ class Controller:
                                   explain=True)
         return self.engine.step(snapshot), observation
 
+    def _with_own_nodes(self, spec: JobSpec, job: ObservedJob) -> JobSpec:
+        """The pending job's own --nodelist / --exclude / -N, which the plan's placement
+        honours. A node list this controller wrote (a pin, kept in Starts.pins) is not
+        the job's own. Constraints Slurm would not hold together are left out (logged
+        once): the job is then planned as any other, never the round lost."""
+        required = () if job.job_id in self.starts.pins else job.required_nodes
+        try:
+            return dataclasses.replace(spec, required_nodes=required, excluded_nodes=job.excluded_nodes,
+                                       min_nodes=job.min_nodes if job.min_nodes > 1 else None,
+                                       max_nodes=job.max_nodes or None)
+        except InputError as err:
+            self._log_once(f"job {job.job_id}: its node constraints are left out of the plan: {err}")
+            return spec
+
     def _refresh_service(self, now: float) -> None:
         if not self.engine.policy.uses_service_distribution:
             return
@@ -345,6 +360,9 @@ class Controller:
             preemptable = job.state != "RUNNING" or not self.contract.why_not(job)
             spec = JobSpec(job.job_id, job.gpus, record.submit_time_s, None, skew=record.skew,
                            partition=job.partition, user=job.user, preemptable=preemptable)
+            if job.state == "PENDING" and (job.required_nodes or job.excluded_nodes or job.min_nodes > 1
+                                           or job.max_nodes > 0):
+                spec = self._with_own_nodes(spec, job)
             jobs.append(JobState(
                 spec=spec, index=index, attained_gpu_s=record.attained_gpu_s,
                 queue_service_gpu_s=record.queue_service_gpu_s, executed_s=record.executed_s,
