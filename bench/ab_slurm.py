@@ -12,11 +12,15 @@ Prints average, median and p95 JCT, makespan and preemptions (restarts) per run
 and the ratio stock / controller. Needs root. Example (about 12 minutes):
 
     .venv/bin/python bench/ab_slurm.py --scale 0.15 --arrival-scale 0.1
+
+Every job asks for a 60-minute limit (--time-limit-min) and declares its checkpoint
+signal (#SBATCH --signal in the harness script), as users' jobs do.
 """
 from __future__ import annotations
 
 import argparse
 import math
+import re
 import statistics
 import sys
 import tempfile
@@ -64,13 +68,17 @@ def workload(trace: Path, scale: float, arrival_scale: float, min_s: int, max_s:
     return out
 
 
-def predict(jobs, settings: dict, restart_cost_s: float, config_path: Path) -> str:
-    """What the simulator expects of this A/B: stock backfill with unlimited time
-    limits behaves as best-effort FIFO (fifo-skip); the controller as the very config
-    file its run gets (the same ``write_config``), with the controller's costs
-    (``controller_costs``: round interval, grace period, requeue settle, victim
-    protection) and a restart cost on resume. The harness job checkpoints every
-    second, so the work done in the grace period is kept (grace_work_kept)."""
+def predict(jobs, settings: dict, restart_cost_s: float, config_path: Path) -> dict:
+    """What the simulator expects of this A/B, as {label: summarize() figures}.
+
+    Stock Slurm is bracketed by two policies: best-effort FIFO (fifo-skip: backfill
+    that may start any later job that fits, as with unlimited time limits) and strict
+    FIFO (backfill that can start nothing, as when every job asks for the same long
+    limit). The controller runs as the very config file its run gets (the same
+    ``write_config``), with the controller's costs (``controller_costs``: round
+    interval, grace period, requeue settle, victim protection) and a restart cost on
+    resume. The harness job checkpoints every second, so the work done in the grace
+    period is kept (grace_work_kept)."""
     from controller.cli.simulate import controller_costs
     from controller.core.engine import EngineConfig
     from controller.core.model import JobSpec
@@ -83,16 +91,37 @@ def predict(jobs, settings: dict, restart_cost_s: float, config_path: Path) -> s
     engine = controller.engine_config()
     specs = [JobSpec(str(i), g, a, float(w)) for i, (a, g, w) in enumerate(jobs)]
     figures = {}
-    for label, engine_config in (("stock (fifo-skip)", EngineConfig(policy="fifo-skip")),
-                                 (f"controller ({engine.policy})", engine)):
+    for label, engine_config in (("stock as fifo-skip", EngineConfig(policy="fifo-skip")),
+                                 ("stock as fifo", EngineConfig(policy="fifo")),
+                                 ("controller", engine)):
         config = SimConfig(nodes=4, gpus_per_node=4, round_interval_s=costs["round_interval_s"],
                            preempt_grace_s=costs["preempt_grace_s"], requeue_delay_s=costs["requeue_delay_s"],
                            grace_work_kept=True, preempt_resume_s=restart_cost_s, engine=engine_config)
         figures[label] = summarize(Simulation(config).run(specs))
-    stock, ctl = figures.values()
-    return (f"simulator prediction (costs {costs}, restart {restart_cost_s:g} s): stock avg JCT "
-            f"{stock['avg_jct_s']:.1f} s, controller {ctl['avg_jct_s']:.1f} s, median {ctl['median_jct_s']:.1f} s "
-            f"({ctl['preemptions']} preemptions): ratio {stock['avg_jct_s'] / ctl['avg_jct_s']:.2f}")
+    return figures
+
+
+def describe_prediction(figures: dict, restart_cost_s: float) -> str:
+    lines = [f"simulator prediction (restart {restart_cost_s:g} s on resume):"]
+    for label, f in figures.items():
+        lines.append(f"  {label:<19} avg JCT {f['avg_jct_s']:7.1f} s  median {f['median_jct_s']:7.1f} s  "
+                     f"p95 {f['p95_jct_s']:7.1f} s  preemptions {f['preemptions']}")
+    return "\n".join(lines)
+
+
+def handoff_figures(url: str, cluster: str) -> str:
+    """The controller run's handoffs from its decision log: how many beneficiaries
+    started (and how long after their victims' signal), how many did not in time."""
+    from controller.service.store import Store
+
+    with Store(url) as store:
+        rows = [d for d in store.decisions(cluster, limit=10**6) if d["kind"] == "handoff"]
+    landed = [d for d in rows if d["applied"]]
+    delays = sorted(float(m.group(1)) for d in landed if (m := re.match(r"started (\d+)s", d["detail"] or "")))
+    median = statistics.median(delays) if delays else float("nan")
+    return (f"handoffs: {len(landed)} beneficiaries started, median {median:.0f} s and max "
+            f"{max(delays, default=float('nan')):.0f} s after their victims' signal; {len(rows) - len(landed)} "
+            f"not started within handoff_timeout_s")
 
 
 def p95(values: list[float]) -> float:
@@ -100,7 +129,8 @@ def p95(values: list[float]) -> float:
     return ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))]
 
 
-def run_once(instance: Instance, jobs, controller: bool, tmp: Path, settings: dict, timeout_s: float) -> dict:
+def run_once(instance: Instance, jobs, controller: bool, tmp: Path, settings: dict, timeout_s: float,
+             time_limit_min: int = 60) -> dict:
     instance.cancel_all()
     proc = None
     if controller:
@@ -118,7 +148,8 @@ def run_once(instance: Instance, jobs, controller: bool, tmp: Path, settings: di
     while (pending or len(ended) < len(submitted)) and time.time() - started < timeout_s:
         while pending and time.time() - started >= pending[0][0]:
             _, gpus, work = pending.pop(0)
-            job_id, _ = instance.submit("alice" if k % 2 == 0 else "bob", gpus, work, f"ab{k}")
+            job_id, _ = instance.submit("alice" if k % 2 == 0 else "bob", gpus, work, f"ab{k}",
+                                        extra=f"--time={time_limit_min}" if time_limit_min else "")
             submitted[job_id] = time.time()
             k += 1
         try:
@@ -135,8 +166,10 @@ def run_once(instance: Instance, jobs, controller: bool, tmp: Path, settings: di
                     and job_id not in ended:
                 ended[job_id] = float(job["end_time"])
         time.sleep(1.0)
+    handoffs = ""
     if proc is not None:
         proc.stop()
+        handoffs = handoff_figures(f"sqlite:///{tmp}/tiresias.db", instance.name)
     unfinished = [j for j in submitted if j not in ended]
     if unfinished:
         print(f"  {label}: {len(unfinished)} jobs unfinished after {timeout_s:.0f} s: cancelled", file=sys.stderr)
@@ -148,7 +181,7 @@ def run_once(instance: Instance, jobs, controller: bool, tmp: Path, settings: di
         "avg": statistics.mean(jct), "median": statistics.median(jct), "p95": p95(jct),
         "makespan": max(ended.values()) - min(submitted.values()),
         "preemptions": sum(int(states[j].get("restart_cnt") or 0) for j in submitted),
-        "wall": time.time() - started,
+        "wall": time.time() - started, "handoffs": handoffs,
     }
 
 
@@ -174,6 +207,10 @@ def main() -> int:
     parser.add_argument("--restart-cost-s", type=float, default=3.0,
                         help="restart seconds (Slurm start + job start-up) charged on resume by the prediction; "
                              "the grace period and requeue settle come from the controller's config")
+    parser.add_argument("--promote-knob", type=float, default=float("inf"),
+                        help="starvation promotion (PROMOTEKNOB; inf = off)")
+    parser.add_argument("--time-limit-min", type=int, default=60,
+                        help="every job's --time, in minutes, as users give it (0 = none: UNLIMITED)")
     parser.add_argument("--predict-only", action="store_true", help="print the simulator's prediction and stop")
     args = parser.parse_args()
 
@@ -185,9 +222,10 @@ def main() -> int:
           f"{jobs[-1][0]:.0f} s, {work / CLUSTER_GPUS:.0f} s of whole-cluster work")
     settings = {"queues_gpu_s": [float(q) for q in args.queues.split(",")], "preempt_grace_s": args.grace_s,
                 "preempt_min_runtime_s": args.min_runtime_s, "interval_s": args.interval_s,
-                "poll_s": min(0.5, args.interval_s)}
+                "poll_s": min(0.5, args.interval_s), "promote_knob": args.promote_knob}
     with tempfile.TemporaryDirectory(prefix="tiresias-ab-predict-") as tmp:
-        print(predict(jobs, settings, args.restart_cost_s, Path(tmp) / "tiresias.yaml"), flush=True)
+        predicted = predict(jobs, settings, args.restart_cost_s, Path(tmp) / "tiresias.yaml")
+    print(describe_prediction(predicted, args.restart_cost_s), flush=True)
     if args.predict_only:
         return 0
     instance = Instance(args.instance)
@@ -201,7 +239,8 @@ def main() -> int:
             if args.only and args.only != ("controller" if controller else "stock"):
                 continue
             with tempfile.TemporaryDirectory(prefix="tiresias-ab-") as tmp:
-                result = run_once(instance, jobs, controller, Path(tmp), settings, args.timeout_s)
+                result = run_once(instance, jobs, controller, Path(tmp), settings, args.timeout_s,
+                                  args.time_limit_min)
             results.append(result)
             print(f"{result['label']:<11} done in {result['wall']:.0f} s", flush=True)
     finally:
@@ -217,6 +256,23 @@ def main() -> int:
         print(f"{'stock/ctl':<11} {'':>4} {'':>4} {stock['avg'] / ctl['avg']:>8.2f} "
               f"{stock['median'] / ctl['median']:>8.2f} {stock['p95'] / ctl['p95']:>8.2f} "
               f"{stock['makespan'] / ctl['makespan']:>9.2f}")
+    for r in results:
+        if r["handoffs"]:
+            print(r["handoffs"])
+    ctl = next((r for r in results if r["label"] == "controller"), None)
+    if ctl is not None:
+        predicted_avg = predicted["controller"]["avg_jct_s"]
+        print(f"simulator predicted the controller's avg JCT {predicted_avg:.1f} s, measured {ctl['avg']:.1f} s: "
+              f"{(predicted_avg - ctl['avg']) / ctl['avg']:+.1%}")
+    if len(results) == 2:
+        stock, ctl = results
+        checks = [("avg JCT >= 2x better", stock["avg"] / ctl["avg"] >= 2.0),
+                  ("median JCT >= 2.3x better", stock["median"] / ctl["median"] >= 2.3),
+                  ("p95 within 10% of stock", ctl["p95"] <= 1.1 * stock["p95"]),
+                  ("every job finished", all(r["completed"] == r["jobs"] for r in results)),
+                  ("prediction within 10% on avg JCT", abs(predicted["controller"]["avg_jct_s"] - ctl["avg"])
+                   <= 0.1 * ctl["avg"])]
+        print("targets: " + "; ".join(f"{name}: {'met' if ok else 'NOT met'}" for name, ok in checks))
     return 0
 
 

@@ -32,14 +32,16 @@ DEFAULT_INSTANCE = "tiresiastest"
 # that declare their checkpoint signal are preempted).
 JOB_SCRIPT = r"""#!/bin/bash
 #SBATCH --signal=B:USR1@60
+# The traps come first: a signal before them ends bash (Slurm may send --signal
+# up to 60 s early, i.e. right at the start of a short job).
+trap 'checkpoint; echo "got USR1 $(date +%s.%N) done=$done_s"' USR1
+trap 'checkpoint; echo "got TERM $(date +%s.%N) done=$done_s"; exit 143' TERM
 WORK=${1:?work seconds}
 CKPT="$PWD/ckpt.$SLURM_JOB_ID"
 done_s=0
+checkpoint() { echo "$done_s" > "$CKPT.tmp" && mv -f "$CKPT.tmp" "$CKPT"; }
 [ -f "$CKPT" ] && done_s=$(cat "$CKPT")
 echo "start $(date +%s.%N) job=$SLURM_JOB_ID restart=${SLURM_RESTART_COUNT:-0} resume=$done_s"
-checkpoint() { echo "$done_s" > "$CKPT.tmp" && mv -f "$CKPT.tmp" "$CKPT"; }
-trap 'checkpoint; echo "got USR1 $(date +%s.%N) done=$done_s"' USR1
-trap 'checkpoint; echo "got TERM $(date +%s.%N) done=$done_s"; exit 143' TERM
 while [ "$done_s" -lt "$WORK" ]; do
     sleep 1 & pid=$!
     while kill -0 "$pid" 2>/dev/null; do wait "$pid"; done  # a trap interrupts wait, runs, and we wait on

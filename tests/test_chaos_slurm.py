@@ -107,8 +107,10 @@ class Chaos:
         extra = PREEMPTABLE if k % 2 else ""
         if k % 7 == 3:
             gpus, extra = 8, "--comment=tiresias:skew=0.9"
-        elif k % 7 == 5:  # also asks Slurm for the signal 30 s before its 1-minute limit
-            extra = "--time=1 --signal=B:USR1@30"
+        elif k % 7 == 5:  # also asks Slurm for the signal 30 s before its 2-minute limit
+            # (not 1 minute: Slurm may send --signal up to 60 s early, so with --time=1 it
+            # came at the start, before the script's trap existed, and bash died of it)
+            extra = "--time=2 --signal=B:USR1@30"
         return self.submit("alice" if k % 2 else "bob", gpus, self.rng.randint(10, 40), extra)
 
     def records(self, ids) -> dict:
