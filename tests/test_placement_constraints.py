@@ -85,11 +85,20 @@ def test_exact_node_count_splits_the_gang_evenly():
     assert placed(4, {"a": 2, "b": 2}) == (("a", 2), ("b", 2))
 
 
-def test_node_count_ranges():
-    slots = placed(4, FREE, min_nodes=3)  # at least 3 nodes
+def test_a_minimum_of_two_nodes_or_more_is_placed_as_exactly_that_many():
+    # sbatch --gres=gpu:2 --nodelist=a,b: Slurm sets min nodes 2, counts 4 GPUs, needs 2 on each
+    assert placed(4, {"a": 3, "b": 2}, required_nodes=["a", "b"], min_nodes=2) == (("a", 2), ("b", 2))
+    assert placed(4, {"a": 3, "b": 1, "c": 4}, required_nodes=["a", "b"], min_nodes=2) is None
+    # -N 2-3 --gres=gpu:1: 2 GPUs counted at the minimum, one per node
+    assert placed(2, FREE, min_nodes=2, max_nodes=3) == (("c", 1), ("d", 1))
+    slots = placed(4, FREE, min_nodes=3)  # -N 3-
     assert len(slots) == 3 and sum(g for _, g in slots) == 4
+
+
+def test_a_one_node_minimum_stays_within_max_nodes():
     slots = placed(6, {"a": 2, "b": 2, "c": 4}, max_nodes=2)  # fragments first would take 3 nodes
     assert slots == (("a", 2), ("c", 4))
+    assert placed(6, {"a": 2, "b": 2, "c": 2}, max_nodes=2) is None
 
 
 def test_consolidated_gang_with_its_own_nodes():

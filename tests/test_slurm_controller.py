@@ -275,3 +275,29 @@ def test_shadow_mode_changes_nothing_in_slurm(iso, run):
     assert any("would signal" in d for d in details)
     assert not any(d["applied"] for d in run.decisions())
     assert all(iso.squeue()[j]["job_state"] == "PENDING" for j in shorts)
+
+
+# ------------------------------------------------------------------ (f) the job's own --exclude and -N
+
+def test_a_jobs_own_exclude_and_node_count_shape_the_plan_and_its_pin(iso, run):
+    """sbatch -N 2 --gres=gpu:2 --exclude=<node 1>, skew-sensitive (so the controller
+    pins where it plans): the plan makes room, places it on two nodes other than node 1
+    and pins exactly those; Slurm starts it there and it finishes. (Before, the plan put
+    it on one node, node 1, and left it unpinned.)"""
+    g1, g2, g3 = (f"{iso.name}g{i}" for i in (1, 2, 3))
+    run.start()
+    long_id, _ = iso.submit("bob", 16, 30, "long")
+    wait_for(lambda: attained(run, long_id) > 40, 40, "the long job to pass the 40 GPU-s threshold")
+    job_id, job_dir = iso.submit("alice", 4, 3, "own-nodes",  # the later -N/-n/--gres win
+                                 extra=f"-N 2 -n 2 --gres=gpu:2 --exclude={g1} --comment=tiresias:skew=0.7")
+    fields = iso.show_jobs()[job_id]
+    assert fields["NumNodes"].startswith("2") and fields["ExcNodeList"] == g1, fields
+    wait_for(lambda: iso.squeue()[job_id]["job_state"] != "PENDING", 60, "the job to start", interval_s=1)
+    wait_for(lambda: all_finished(iso, [job_id]), 60, "the job to finish", interval_s=1)
+    job = iso.squeue()[job_id]
+    assert job["job_state"] == "COMPLETED" and job["nodes"] == f"{iso.name}g[2-3]", job
+    starts = [d for d in run.decisions(job_id) if d["kind"] == "start"]
+    details = [(d["reason"], d["detail"]) for d in starts]
+    assert starts and all("not pinned" not in (d["detail"] or "") for d in starts), details
+    assert any(f"pin_nodes({job_id}, ['{g2}', '{g3}'])" in (d["detail"] or "") for d in starts), details
+    assert "done" in output_of(job_dir, job_id)

@@ -150,50 +150,45 @@ def place_constrained(num_gpus: int, free_by_node: dict[str, int], spec: JobSpec
 
     As Slurm allocates: every node of ``spec.required_nodes`` (--nodelist) is in the
     set, no node of ``spec.excluded_nodes`` (--exclude) is, and the set has
-    ``min_nodes``..``max_nodes`` nodes, each holding at least one of the gang's GPUs.
-    An exact count (-N N: min = max = N) splits the GPUs evenly (the first nodes one
-    more when N does not divide them): Slurm needs that for --gres=gpu:K per node and
-    accepts it for --gpus=G, so the plan never asks for a layout Slurm cannot make.
-    Otherwise the required nodes come first, then other nodes as :func:`place` orders
-    them (a consolidated gang still takes no more nodes than it needs, unless its own
-    min_nodes or --nodelist asks for more). Deterministic: ties by node name.
+    ``min_nodes``..``max_nodes`` nodes. A job that asks for two nodes or more (-N, or
+    a --nodelist of several nodes: Slurm raises its minimum to match) gets exactly
+    its minimum, its GPUs split evenly (the first nodes one more when that count does
+    not divide them): Slurm counts a --gres=gpu:K job's GPUs at its minimum and needs
+    K on every node, and accepts the even split for --gpus=G, so the plan never asks
+    for a layout Slurm cannot make. A one-node minimum: as :func:`place`, within
+    max_nodes and with its required node (if any) first. Deterministic: ties by name.
     """
     if num_gpus <= 0:
         return ()
     required = sorted(set(spec.required_nodes))
     if any(free_by_node.get(name, 0) <= 0 for name in required):
         return None  # a required node is full, down or not in this cluster
-    low = max(spec.min_nodes or 1, len(required))
-    high = min(spec.max_nodes if spec.max_nodes is not None else num_gpus, num_gpus)
-    if consolidate:
-        high = min(high, max(low, minimum_nodes(num_gpus, max_gpus_per_node)))
-    if low > high:
-        return None  # more nodes than GPUs to put on them
     skip = set(required) | set(spec.excluded_nodes)
     others = [(free, name) for name, free in free_by_node.items() if free > 0 and name not in skip]
     chosen = [(free_by_node[name], name) for name in required]
-    if spec.min_nodes is not None and spec.min_nodes == spec.max_nodes:
-        return _even_split(num_gpus, spec.min_nodes, chosen, others)
-    if not chosen and low == 1:  # one node that holds the whole gang: best fit
-        fits = [(free, name) for free, name in others if free >= num_gpus]
-        if fits:
-            return ((min(fits)[1], num_gpus),)
+    low = max(spec.min_nodes or 1, len(required))
+    if low > 1 or spec.max_nodes == 1:
+        return _even_split(num_gpus, low, chosen, others)
+    # one node that holds the whole gang: the required one, else the best fit
+    fits = chosen if chosen else [(free, name) for free, name in others if free >= num_gpus]
+    if fits and min(fits)[0] >= num_gpus:
+        return ((min(fits)[1], num_gpus),)
+    high = min(spec.max_nodes or num_gpus, num_gpus)
+    if consolidate:
+        high = min(high, minimum_nodes(num_gpus, max_gpus_per_node))
     fewest_first = sorted(others, key=lambda fn: (-fn[0], fn[1]))
     for order in ((fewest_first,) if consolidate else (sorted(others), fewest_first)):
         picked, total = list(chosen), sum(free for free, _ in chosen)
         for free, name in order:
-            if total >= num_gpus and len(picked) >= low:
+            if total >= num_gpus:
                 break
             picked.append((free, name))
             total += free
-        if total >= num_gpus and low <= len(picked) <= high:
-            # one GPU on every node, then the rest in the order the nodes were picked
-            left = num_gpus - len(picked)
-            slots = []
-            for free, name in picked:
-                extra = min(free - 1, left)
-                left -= extra
-                slots.append((name, 1 + extra))
+        if total >= num_gpus and len(picked) <= high:
+            slots, left = [], num_gpus
+            for free, name in picked:  # the required node first, then in the order picked
+                slots.append((name, min(free, left)))
+                left -= min(free, left)
             return tuple(sorted(slots))
     return None
 
