@@ -194,3 +194,32 @@ def test_unconstrained_plans_are_unchanged():
     jobs = [job(0, 2), job(1, 4, submit=1.0), job(2, 1, submit=2.0)]
     plan = Engine(EngineConfig(policy="dlas")).step(Snapshot(0, jobs, cluster(n0=4, n1=3)))
     assert starts(plan) == {"j0": {"n1": 2}, "j1": {"n0": 4}, "j2": {"n1": 1}}
+
+
+def test_no_victim_is_preempted_for_a_gang_that_cannot_be_placed():
+    # j4 (4 GPUs, --nodelist=n0 -N 1) is selected by the walk, which counts GPUs only:
+    # the demoted j0 (n0) and j1 (n1) would be its victims. But n0 keeps j2 (queue 1),
+    # so j4 cannot be placed even with both gone: nobody is preempted for it (before,
+    # both were, and their GPUs went to nobody).
+    snap = Snapshot(0, [job(0, 2, served=1e4, running=True, placement=(("n0", 2),)),
+                        job(1, 2, served=1e4, running=True, placement=(("n1", 2),)),
+                        job(2, 2, running=True, placement=(("n0", 2),)),
+                        job(3, 2, running=True, placement=(("n1", 2),)),
+                        job(4, 4, submit=1.0, required_nodes=["n0"], min_nodes=1, max_nodes=1)],
+                    cluster(n0=0, n1=0))
+    plan = Engine(EngineConfig(policy="dlas", thresholds_gpu_s=(100.0,))).step(snap)
+    assert not plan.of_kind("preempt") and not starts(plan)
+    assert "node constraints (--nodelist=n0 -N 1)" in plan.wait_reasons["j4"]
+
+
+def test_only_the_victim_whose_gpus_the_newcomer_uses_is_preempted():
+    # j3 (4 GPUs, -N 1) fits only on n1 once the demoted j1 leaves; j0, demoted too,
+    # holds GPUs on n0 that j3 does not use: it keeps running (a victim is preempted
+    # only when a placed newcomer uses its GPUs).
+    snap = Snapshot(0, [job(0, 2, served=1e4, running=True, placement=(("n0", 2),)),
+                        job(1, 2, served=2e4, running=True, placement=(("n1", 2),)),
+                        job(2, 2, running=True, placement=(("n0", 2),)),
+                        job(3, 4, submit=1.0, min_nodes=1, max_nodes=1)], cluster(n0=0, n1=2))
+    plan = Engine(EngineConfig(policy="dlas", thresholds_gpu_s=(100.0,))).step(snap)
+    assert [a.job_id for a in plan.of_kind("preempt")] == ["j1"]
+    assert starts(plan) == {"j3": {"n1": 4}}

@@ -51,6 +51,27 @@ def mlfq_step(engine: "Engine", snapshot: Snapshot, plan: Plan) -> Plan:
     newcomers = [job for job in selected if not job.running]
     count_mode = engine.config.placement == "count"
     free_by_node = None if count_mode else snapshot.free_gpus_by_node()
+    base_free = None if count_mode else dict(free_by_node)  # before any victim leaves
+    if free_by_node is not None:
+        for job in leaving:
+            for node, gpus in job.placement:
+                if node in free_by_node:
+                    free_by_node[node] += gpus
+    started: list[JobState] = []
+    unplaced: list[JobState] = []
+    free_gpus = NodeTotals(snapshot.nodes) if count_mode else FreeGpus(free_by_node)
+    max_per_node = snapshot.max_gpus_per_node
+    starts = []
+    for rank, job in enumerate(newcomers):
+        slots = engine._place(job, free_gpus, max_per_node, count_mode)
+        if slots is None:
+            unplaced.append(job)
+            continue
+        started.append(job)
+        starts.append((job, slots, rank))
+    if leaving and not count_mode:
+        leaving = _needed_victims(leaving, [slots for _, slots, _ in starts], base_free, free_gpus)
+        preempted = [job for job in preempted if job in leaving]
     if leaving:
         names = ", ".join(job.job_id for job in newcomers[:3]) + (" ..." if len(newcomers) > 3 else "")
         for job in leaving:
@@ -58,20 +79,7 @@ def mlfq_step(engine: "Engine", snapshot: Snapshot, plan: Plan) -> Plan:
                 engine._decision_id(plan), job.job_id,
                 f"yields {job.num_gpus} GPUs: lower priority than {names or 'higher-priority jobs'}"
                 f" (queue {book.level_of(job) + 1})"))
-            if free_by_node is not None:
-                for node, gpus in job.placement:
-                    if node in free_by_node:
-                        free_by_node[node] += gpus
-    started: list[JobState] = []
-    unplaced: list[JobState] = []
-    free_gpus = NodeTotals(snapshot.nodes) if count_mode else FreeGpus(free_by_node)
-    max_per_node = snapshot.max_gpus_per_node
-    for rank, job in enumerate(newcomers):
-        slots = engine._place(job, free_gpus, max_per_node, count_mode)
-        if slots is None:
-            unplaced.append(job)
-            continue
-        started.append(job)
+    for job, slots, rank in starts:
         plan.actions.append(Start(engine._decision_id(plan), job.job_id, slots,
                                   f"queue {book.level_of(job) + 1}: {job.num_gpus} GPUs free at"
                                   f" priority position {rank + 1} among waiting jobs"))
@@ -81,6 +89,37 @@ def mlfq_step(engine: "Engine", snapshot: Snapshot, plan: Plan) -> Plan:
     if snapshot.detailed:
         _describe(engine, book, ctx, plan, selected, unplaced, snapshot)
     return plan
+
+
+def _needed_victims(leaving: list[JobState], placements, base_free: dict[str, int],
+                    free_gpus: FreeGpus) -> list[JobState]:
+    """The victims whose GPUs a placed newcomer really uses; the others keep running.
+
+    The walk counts GPUs, not nodes: a gang it selects may then find no placement (its
+    own --nodelist/-N, consolidation), and the victims chosen for it would be preempted
+    for nothing, their GPUs left to backfill (lower-priority jobs). Per node, the
+    newcomers' GPUs beyond what was free before any victim left are the need; victims
+    there (in walk order) are kept while the need is covered. A kept victim's GPUs are
+    taken back out of ``free_gpus`` (they were counted free; the need shows they are
+    not used), so backfill cannot use them either."""
+    need: dict[str, int] = {}
+    for slots in placements:
+        for node, gpus in slots:
+            need[node] = need.get(node, 0) + gpus
+    for node in need:
+        need[node] = max(0, need[node] - base_free.get(node, 0))
+    needed: list[JobState] = []
+    for job in leaving:
+        if any(need.get(node, 0) > 0 for node, _ in job.placement):
+            needed.append(job)
+            for node, gpus in job.placement:
+                if node in need:
+                    need[node] = max(0, need[node] - gpus)
+        else:
+            for node, gpus in job.placement:
+                if node in free_gpus.free:
+                    free_gpus.take(node, gpus)
+    return needed
 
 
 def _backfill(engine: "Engine", book, chosen: set, free_gpus: FreeGpus, max_per_node: int,
