@@ -64,3 +64,17 @@ def test_demotion_at_the_exact_crossing(incremental):
     assert by_id["b"].start_s == pytest.approx(25.0, abs=1e-9)
     assert by_id["b"].end_s == pytest.approx(35.0, abs=1e-9)
     assert by_id["a"].preemptions == 1 and by_id["a"].end_s == pytest.approx(1010.0, abs=1e-9)
+
+
+def test_jobs_without_a_checkpoint_contract_replay_the_same_in_both_loops():
+    """A job that may not be preempted (JobSpec.preemptable False) is counted as pinned
+    from the moment it runs: the kept book must not lose that count when the job moves
+    from its waiting list to a running list (it did: every such workload differed)."""
+    import random
+
+    rng = random.Random(3)
+    for _ in range(20):
+        specs = [JobSpec(f"j{i}", rng.choice([1, 2, 4, 8]), float(75 * rng.randint(0, 40)),
+                         float(rng.randint(1, 4000)), preemptable=rng.random() < 0.7) for i in range(40)]
+        assert_same(specs, nodes=2, gpus_per_node=8,
+                    engine=EngineConfig(policy="dlas", placement="count", thresholds_gpu_s=(200.0, 900.0)))

@@ -1,5 +1,8 @@
 """The simulator charges what the controller costs, with the controller's own protection rules."""
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from controller.core.gittins import ServiceDistribution
 
 from controller.core.engine import Engine, EngineConfig
 from controller.core.model import InputError, JobSpec, JobState, Node, Snapshot
@@ -129,20 +132,100 @@ def test_one_victim_per_waiting_job_through_the_grace_period():
     assert outcomes["C"].start_s == 2300.0
 
 
+def _replays(specs, policy, engine_options=None, **sim):
+    """Both loops on the same workload: [(job, start, end, preemptions)], total preemptions,
+    and how many replays went through the fast loop (controller.replay.mlfq_replay)."""
+    import controller.replay.mlfq_replay as mlfq_replay
+
+    results, fast_calls = [], []
+    real = mlfq_replay.run_mlfq
+
+    def counted(*args):
+        fast_calls.append(1)
+        return real(*args)
+
+    mlfq_replay.run_mlfq = counted
+    try:
+        for incremental in (True, False):
+            engine = _EngineConfig(policy=policy, **(engine_options or {}))
+            result = Simulation(SimConfig(engine=engine, incremental=incremental, **sim)).run(specs)
+            results.append(([(o.job_id, o.start_s, o.end_s, o.preemptions) for o in result.outcomes],
+                            result.preemptions))
+    finally:
+        mlfq_replay.run_mlfq = real
+    return results, len(fast_calls)
+
+
+def _assert_same(fast, generic):
+    """The same decisions (who, how often preempted) and the same times, to float noise."""
+    assert fast[1] == generic[1]
+    assert [(j, p) for j, _, _, p in fast[0]] == [(j, p) for j, _, _, p in generic[0]]
+    for (_, start, end, _), (_, start_g, end_g, _) in zip(fast[0], generic[0]):
+        assert start == pytest.approx(start_g, abs=1e-6) and end == pytest.approx(end_g, abs=1e-6)
+
+
 @pytest.mark.parametrize("policy", ["dlas", "dgittins", "fifo"])
 def test_both_replay_loops_agree_with_the_costs_on(policy):
-    # (with these costs both settings run the generic loop: SimConfig.charges_handoff)
     specs = [JobSpec(f"j{i}", [1, 2, 4, 8][i % 4], 37.0 * i, 50.0 + (i * 7919) % 3000) for i in range(60)]
-    results = []
+    (fast, generic), fast_calls = _replays(
+        specs, policy, dict(thresholds_gpu_s=(400.0, 4000.0), preempt_min_runtime_s=120.0, preempt_max_per_job=3),
+        nodes=2, gpus_per_node=8, preempt_grace_s=30.0, requeue_delay_s=10.0)
+    assert fast_calls == 1  # the incremental setting really ran the fast loop, with the costs
+    _assert_same(fast, generic)
+    assert max(p for *_, p in generic[0]) <= 3  # preempt_max_per_job holds in the replay
+    if policy != "fifo":
+        assert generic[1] > 10  # the costs were charged on many preemptions
+
+
+# submit times on a coarse grid (several jobs arrive at once), as in tests/test_mlfq_replay.py
+_rows = st.lists(st.tuples(st.sampled_from([1, 1, 2, 4, 8]), st.integers(0, 40).map(lambda t: 75 * t),
+                           st.integers(1, 4000), st.floats(0, 0.9), st.booleans()), min_size=1, max_size=60)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_rows, st.sampled_from(["dlas", "dgittins"]), st.sampled_from(["count", "consolidate", "spread"]),
+       st.sampled_from([(200.0,), (200.0, 900.0), (50.0, 400.0, 3000.0)]), st.booleans(),
+       st.sampled_from([0.0, 7.5, 30.0, 75.0]), st.sampled_from([0.0, 10.0, 75.0, 200.0]),
+       st.sampled_from([0.0, 60.0, 150.0]), st.sampled_from([None, 0, 1, 3]), st.booleans())
+def test_fast_loop_charges_the_costs_as_the_generic_loop(rows, policy, placement, thresholds, given_service, grace_s,
+                                                         delay_s, min_runtime_s, max_per_job, grace_work_kept):
+    """Random workloads, every cost on and off: the fast loop gives the generic loop's replay
+    (some jobs without a checkpoint contract: JobSpec.preemptable False)."""
+    specs = [JobSpec(f"j{i}", g, float(t), float(d), skew=s, preemptable=p or i % 3 != 0)
+             for i, (g, t, d, s, p) in enumerate(rows)]
+    (fast, generic), fast_calls = _replays(
+        specs, policy, dict(placement=placement, thresholds_gpu_s=thresholds, preempt_min_runtime_s=min_runtime_s,
+                            preempt_max_per_job=max_per_job),
+        nodes=2, gpus_per_node=8, preempt_pause_s=3.0, preempt_grace_s=grace_s, requeue_delay_s=delay_s,
+        grace_work_kept=grace_work_kept,
+        service=ServiceDistribution([100, 300, 800, 2000, 9000]) if given_service else None)
+    assert fast_calls == 1
+    _assert_same(fast, generic)
+
+
+def test_no_grace_period_hands_the_gpus_over_at_once():
+    # grace 0, requeue delay 200 s: B starts at 2,000 exactly (not a float step later);
+    # A lost nothing, is eligible again at 2,200 (B ended at 2,100): 8,000 s left, ends 10,200
     for incremental in (True, False):
-        engine = _EngineConfig(policy=policy, thresholds_gpu_s=(400.0, 4000.0), preempt_min_runtime_s=120.0,
-                               preempt_max_per_job=3)
-        config = SimConfig(nodes=2, gpus_per_node=8, engine=engine, incremental=incremental,
-                           preempt_grace_s=30.0, requeue_delay_s=10.0)
-        result = Simulation(config).run(specs)
-        results.append([(o.job_id, o.start_s, o.end_s, o.preemptions) for o in result.outcomes])
-    assert results[0] == results[1]
-    assert max(p for *_, p in results[0]) <= 3  # preempt_max_per_job holds in the replay
+        assert _two_jobs(incremental=incremental, requeue_delay_s=200.0) == {"A": (0.0, 10200.0, 1),
+                                                                            "B": (2000.0, 2100.0, 0)}
+
+
+def test_protection_ends_at_a_float_the_rule_agrees_with():
+    """The simulators wake at run_time_over_s: there the engine's rule lets the job go, one
+    float earlier it does not (a plain sum can round below the rule's own comparison)."""
+    import math
+    import random
+
+    from controller.core.protection import run_time_over_s, why_protected
+
+    rng = random.Random(7)
+    for _ in range(2000):
+        start, minimum = rng.uniform(0, 1e6), rng.choice([rng.uniform(0.1, 600), 60.0, 30.0])
+        over = run_time_over_s(start, minimum)
+        assert abs(over - (start + minimum)) <= 4 * math.ulp(start + minimum)
+        assert why_protected(start, 0, over, minimum, None) == ""
+        assert why_protected(start, 0, math.nextafter(over, -math.inf), minimum, None) != ""
 
 
 def test_cli_flags_charge_the_costs_and_reject_bad_values(tmp_path):

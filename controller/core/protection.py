@@ -9,6 +9,7 @@ running job before its walk (``EngineConfig.preempt_min_runtime_s`` /
 """
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 from controller.core.model import JobState
@@ -33,6 +34,19 @@ def why_protected(run_start_s: Optional[float], preemptions: int, now_s: float, 
     if max_per_job is not None and preemptions >= max_per_job:
         return f"already preempted {preemptions} times (preempt_max_per_job)"
     return ""
+
+
+def run_time_over_s(run_start_s: float, min_runtime_s: float) -> float:
+    """The earliest time (seconds) from which ``why_protected`` no longer protects a run
+    that started at ``run_start_s`` by its run time: ``run_start_s + min_runtime_s``, to
+    the float, so that a simulator waking there sees the protection over (the plain
+    sum can round to a time where ``now - run_start_s`` is still just below it)."""
+    over = run_start_s + min_runtime_s
+    while over - run_start_s < min_runtime_s:
+        over = math.nextafter(over, math.inf)
+    while math.nextafter(over, -math.inf) - run_start_s >= min_runtime_s:
+        over = math.nextafter(over, -math.inf)
+    return over
 
 
 def mark_protected(jobs, now_s: float, min_runtime_s: float, max_per_job: Optional[int]) -> None:

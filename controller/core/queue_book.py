@@ -46,6 +46,10 @@ class QueueBook:
         # GPUs whatever the order: the walk hands out only what they leave
         self.pinned_gpus = 0
         self.pinned_running_gpus = [0] * num_levels  # of those, in the running lists
+        # the jobs counted in pinned_gpus, as they were when added: a job removed after
+        # its state changed in place (started while listed as waiting) uncounts what it
+        # counted; ``repin`` recounts a job whose protection began or ended
+        self.pinned: set[int] = set()
         self.top = 0.0  # above every place in use: where tails start
         self.bottom = 0.0  # below every place in use: where heads end
 
@@ -93,6 +97,7 @@ class QueueBook:
             book.waiting_count += 1
             if _pinned(job):
                 book.pinned_gpus += job.num_gpus
+                book.pinned.add(job.index)
             if groups[i] == ENTERED:
                 entered[job.index] = job
         book._order = (book._version, walk_order)
@@ -107,6 +112,7 @@ class QueueBook:
         if _pinned(job):
             self.pinned_gpus += job.num_gpus
             self.pinned_running_gpus[level] += job.num_gpus
+            self.pinned.add(job.index)
 
     def add_waiting(self, job: JobState, level: int, group: int, entry: float, within: float = 0.0) -> None:
         """Into the level's list for the job's gang size (group 1 settled, 2 entered)."""
@@ -117,6 +123,7 @@ class QueueBook:
         self._version += 1
         if _pinned(job):
             self.pinned_gpus += job.num_gpus
+            self.pinned.add(job.index)
         if group == ENTERED:
             self.entered[job.index] = job
 
@@ -124,15 +131,16 @@ class QueueBook:
         """The job leaves the book (finished, or about to be put elsewhere)."""
         level, key = self.where.pop(job.index)
         self._version += 1
+        counted = job.index in self.pinned
+        if counted:
+            self.pinned.discard(job.index)
+            self.pinned_gpus -= job.num_gpus
         if key is _RUNNING:
             del self.running[level][job.index]
             self.running_gpus[level] -= job.num_gpus
-            if _pinned(job):
-                self.pinned_gpus -= job.num_gpus
+            if counted:
                 self.pinned_running_gpus[level] -= job.num_gpus
             return
-        if _pinned(job):
-            self.pinned_gpus -= job.num_gpus
         lists = self.waiting[level]
         items = lists[job.num_gpus]
         del items[bisect.bisect_left(items, (key, job.index))]
@@ -140,6 +148,22 @@ class QueueBook:
             del lists[job.num_gpus]  # only sizes with jobs stay: the walk reads min(lists)
         self.waiting_count -= 1
         self.entered.pop(job.index, None)
+
+    def repin(self, job: JobState) -> None:
+        """Recount a listed job whose pinned state changed in place (``keeps_gpus`` set or
+        cleared: its protection began or ended); its place does not change."""
+        counted, pinned_now = job.index in self.pinned, _pinned(job)
+        if counted == pinned_now:
+            return
+        change = job.num_gpus if pinned_now else -job.num_gpus
+        if pinned_now:
+            self.pinned.add(job.index)
+        else:
+            self.pinned.discard(job.index)
+        self.pinned_gpus += change
+        level, key = self.where[job.index]
+        if key is _RUNNING:
+            self.pinned_running_gpus[level] += change
 
     def apply_positions(self, positions: dict, jobs_by_id) -> None:
         """Put each job whose place changed where the plan says (after the plan's

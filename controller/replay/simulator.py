@@ -24,6 +24,7 @@ from controller.core.gittins import LearnedDistribution, ServiceDistribution
 from controller.core.model import InputError, JobSpec, JobState, Node, Snapshot
 from controller.core.placement import COUNT_NODE, is_spread
 from controller.core.policies.base import LEVEL_TOLERANCE_GPU_S
+from controller.core.protection import run_time_over_s
 
 _EPS = 1e-9
 
@@ -42,7 +43,7 @@ class SimConfig:
     # keeps its GPUs for the grace period after the signal (its work after the signal's
     # checkpoint is lost), and after its requeue waits requeue_delay_s (settle +
     # BeginTime) before it may start again. Rounds then start only jobs whose GPUs are
-    # really free, as on Slurm. 0 and 0: the victim's GPUs change hands at once.
+    # really free, as on Slurm. Grace 0: the victim's GPUs change hands at once.
     preempt_grace_s: float = 0.0
     requeue_delay_s: float = 0.0
     # True: jobs also checkpoint on their own (e.g. every second, as bench/slurm_harness's
@@ -53,8 +54,9 @@ class SimConfig:
     service: Optional[ServiceDistribution] = None  # given distribution; None = learn from finished jobs
     drop_oversize: bool = False
     # MLFQ policies replay with one queue book kept across rounds (controller.replay.
-    # mlfq_replay) when promotion is off and rounds are event-driven; False forces the
-    # generic loop (the engine rebuilds the queues every round: same results, slower).
+    # mlfq_replay) when promotion is off and rounds are event-driven, with or without the
+    # costs above; False forces the generic loop (the engine rebuilds the queues every
+    # round: same results, slower).
     incremental: bool = True
 
     def __post_init__(self):
@@ -78,7 +80,7 @@ class SimConfig:
     @property
     def charges_handoff(self) -> bool:
         """True when a preemption costs a grace period or a requeue delay, or the
-        engine protects victims: these run in the generic loop (see ``Simulation.run``)."""
+        engine protects victims (both replay loops charge these, with the same results)."""
         return self.preempt_grace_s > 0 or self.requeue_delay_s > 0 or self.engine.protects_victims
 
 
@@ -157,8 +159,7 @@ class Simulation:
         engine_cfg = cfg.engine
         policy = self.engine.policy
         if (cfg.incremental and (policy.discretized or policy.static_order)
-                and not math.isfinite(engine_cfg.promote_knob) and cfg.round_interval_s is None
-                and not cfg.charges_handoff):
+                and not math.isfinite(engine_cfg.promote_knob) and cfg.round_interval_s is None):
             from controller.replay.mlfq_replay import run_mlfq
 
             return run_mlfq(self, jobs, dropped)
@@ -365,7 +366,11 @@ class Simulation:
                         private[job.index].version += 1
                         del active[job.index]
                         demand -= job.spec.num_gpus
-                        heapq.heappush(leaving, (min(now + cfg.preempt_grace_s, done_s), job.index, now, done_s))
+                        if cfg.preempt_grace_s > 0:
+                            heapq.heappush(leaving, (min(now + cfg.preempt_grace_s, done_s), job.index, now, done_s))
+                        else:  # no grace period: its GPUs change hands at once (only the requeue delay)
+                            release(job, now, done_s)
+                            events += 1
                     elif action.kind == "preempt":
                         job.running = False
                         for node, gpus in job.placement:
@@ -417,8 +422,8 @@ class Simulation:
             if waiting:
                 candidates.extend(self._priority_change_times(active.values(), waiting.values(), now))
                 if min_runtime > 0 and policy.preemptive:  # a running job's protection ends
-                    candidates.extend(job.run_start_s + min_runtime for job in active.values()
-                                      if job.running and job.run_start_s + min_runtime > now)
+                    ends = (run_time_over_s(job.run_start_s, min_runtime) for job in active.values() if job.running)
+                    candidates.extend(end for end in ends if end > now)
             if leaving:
                 candidates.append(leaving[0][0])
             if settling:
