@@ -88,7 +88,8 @@ class Engine:
     def step(self, snapshot: Snapshot) -> Plan:
         plan = Plan(round_id=snapshot.round_id, now_s=snapshot.now_s)
         if self.config.protects_victims and snapshot.queue_book is None:
-            # (a kept book is only used with protection off: its pinned counts are incremental)
+            # (a kept book's owner, the fast replay loop, marks protection itself and
+            # recounts its pinned GPUs in place: QueueBook.repin)
             cfg = self.config
             mark_protected(snapshot.jobs, snapshot.now_s, cfg.preempt_min_runtime_s, cfg.preempt_max_per_job)
         if self.policy.discretized:
