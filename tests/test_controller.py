@@ -313,7 +313,7 @@ def _two_jobs_share_the_lower_queue(store, backend):
 
 def test_queue_places_survive_a_restart(store):
     """The MLFQ place of each job is kept in the store: a restarted controller orders a
-    queue exactly as the one that died would have (shared/spec/scheduling.md)."""
+    queue exactly as the one that died would have (the scheduling spec's rule)."""
     backend = ScriptedBackend()
     c = _two_jobs_share_the_lower_queue(store, backend)
     places = {j: (r.queue_level, r.queue_entry) for j, r in c.records.items()}

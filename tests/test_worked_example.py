@@ -1,4 +1,4 @@
-"""The spec's worked example (shared/spec/scheduling.md, reference result 1).
+"""The spec's worked example (the scheduling spec, reference result 1).
 
 2 GPUs on one machine, rounds every time unit, all jobs arrive at t=0, ties by
 job index: J1=(2 GPUs, 2 units), J2=(1, 8), J3=(2, 6).

@@ -90,7 +90,7 @@ class _Places:
 
 
 def run_mlfq(sim: "Simulation", jobs: list[JobState], dropped: list[str]) -> "SimResult":
-    from controller.replay.simulator import JobOutcome, SimResult
+    from controller.replay.simulator import SimResult, charge_grace, outcome_of, plannable_free
 
     cfg = sim.config
     engine_cfg = cfg.engine
@@ -224,16 +224,8 @@ def run_mlfq(sim: "Simulation", jobs: list[JobState], dropped: list[str]) -> "Si
     def release(job: JobState, signalled_s: float, done_s: float) -> None:
         """The grace period is over (Simulation._loop's release: the same charges)."""
         nonlocal busy, preemptions
-        held = min(now, done_s) - signalled_s
-        job.executed_s += held
-        job.executed_since_promotion_s += held
-        job.attained_gpu_s += job.num_gpus * held
-        job.queue_service_gpu_s += job.num_gpus * held
         p = private[job.index]
-        if cfg.grace_work_kept:
-            lost = min(p.overhead_left_s, held)
-            p.overhead_left_s -= lost
-            job.progress_s += (held - lost) * p.speed
+        charge_grace(job, p, min(now, done_s) - signalled_s, cfg.grace_work_kept)
         for node, gpus in job.placement:
             free_by_node[node] += gpus
         busy -= job.num_gpus
@@ -244,9 +236,7 @@ def run_mlfq(sim: "Simulation", jobs: list[JobState], dropped: list[str]) -> "Si
             preemptions -= 1
             job.progress_s = job.spec.duration_s
             job.finish_time_s = done_s
-            outcomes.append(JobOutcome(
-                job.job_id, job.num_gpus, job.spec.submit_time_s, job.first_start_s, done_s, job.spec.duration_s,
-                job.preemptions, job.attained_gpu_s, job.executed_s, job.spec.user, job.spec.partition))
+            outcomes.append(outcome_of(job, done_s))
             if learned is not None:
                 learned.add(job.attained_gpu_s)
             return
@@ -266,14 +256,6 @@ def run_mlfq(sim: "Simulation", jobs: list[JobState], dropped: list[str]) -> "Si
 
     def fits(placement) -> bool:
         return all(free_by_node.get(node, 0) >= gpus for node, gpus in placement)
-
-    def plannable_free() -> dict[str, int]:
-        """Victims' GPUs in their grace period count as free for the plan (Simulation._loop)."""
-        free = dict(free_by_node)
-        for _, index, _, _ in leaving:
-            for node, gpus in jobs[index].placement:
-                free[node] += gpus
-        return free
 
     def end_protection() -> None:
         """Minimum run times over by now: the engine's rule (mark_protected) again."""
@@ -305,9 +287,7 @@ def run_mlfq(sim: "Simulation", jobs: list[JobState], dropped: list[str]) -> "Si
         book.remove(job)
         if places is not None:
             places.drop(job.index)
-        outcomes.append(JobOutcome(
-            job.job_id, job.num_gpus, job.spec.submit_time_s, job.first_start_s, t, job.spec.duration_s,
-            job.preemptions, job.attained_gpu_s, job.executed_s, job.spec.user, job.spec.partition))
+        outcomes.append(outcome_of(job, t))
         if learned is not None:
             learned.add(job.attained_gpu_s)
 
@@ -378,7 +358,8 @@ def run_mlfq(sim: "Simulation", jobs: list[JobState], dropped: list[str]) -> "Si
             # one snapshot object for the whole replay: only its time, round and
             # distribution change (the book and node table are live)
             snapshot.now_s, snapshot.round_id, snapshot.service = now, rounds, service
-            snapshot.free_by_node = plannable_free() if leaving else free_by_node
+            snapshot.free_by_node = (plannable_free(free_by_node, (jobs[entry[1]] for entry in leaving)) if leaving
+                                     else free_by_node)
             plan = engine.step(snapshot)
             signalled: set[str] = set()
             for action in plan.actions:

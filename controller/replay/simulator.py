@@ -132,6 +132,39 @@ class _Private:
     version: int = 0
 
 
+def outcome_of(job: JobState, end_s: float) -> JobOutcome:
+    """The finished ``job``'s row (both replay loops)."""
+    return JobOutcome(job.job_id, job.num_gpus, job.spec.submit_time_s, job.first_start_s, end_s,
+                      job.spec.duration_s, job.preemptions, job.attained_gpu_s, job.executed_s, job.spec.user,
+                      job.spec.partition)
+
+
+def charge_grace(job: JobState, p: _Private, held_s: float, work_kept: bool) -> None:
+    """A victim held its GPUs ``held_s`` seconds after the signal: charged as service
+    (as the controller's accounting does); progress only if the job checkpoints on
+    its own (``work_kept``: SimConfig.grace_work_kept), less any restart overhead left."""
+    job.executed_s += held_s
+    job.executed_since_promotion_s += held_s
+    job.attained_gpu_s += job.num_gpus * held_s
+    job.queue_service_gpu_s += job.num_gpus * held_s
+    if work_kept:
+        lost = min(p.overhead_left_s, held_s)
+        p.overhead_left_s -= lost
+        job.progress_s += (held_s - lost) * p.speed
+
+
+def plannable_free(free_by_node: dict[str, int], victims: Iterable[JobState]) -> dict[str, int]:
+    """Free GPUs as the plan sees them: a victim's GPUs in its grace period are promised
+    to the job its preemption made room for (as the controller's snapshot counts them),
+    so no second victim is preempted for that job; a start planned onto them waits
+    until they are really free (both replay loops)."""
+    free = dict(free_by_node)
+    for job in victims:
+        for node, gpus in job.placement:
+            free[node] += gpus
+    return free
+
+
 class Simulation:
     def __init__(self, config: SimConfig, progress: Optional[Callable[[float], None]] = None):
         self.config = config
@@ -247,9 +280,7 @@ class Simulation:
             demand -= job.spec.num_gpus
             job.placement = ()
             del active[job.index]
-            outcomes.append(JobOutcome(
-                job.job_id, job.num_gpus, job.spec.submit_time_s, job.first_start_s, t, job.spec.duration_s,
-                job.preemptions, job.attained_gpu_s, job.executed_s, job.spec.user, job.spec.partition))
+            outcomes.append(outcome_of(job, t))
             if learned is not None:
                 learned.add(job.attained_gpu_s)
 
@@ -260,17 +291,8 @@ class Simulation:
             grace_work_kept: then it progressed, and finished if ``done_s`` (when its
             work ends) came first."""
             nonlocal busy, preemptions
-            end = min(now, done_s)
-            held = end - signalled_s
-            job.executed_s += held
-            job.executed_since_promotion_s += held
-            job.attained_gpu_s += job.spec.num_gpus * held
-            job.queue_service_gpu_s += job.spec.num_gpus * held
             p = private[job.index]
-            if cfg.grace_work_kept:
-                lost = min(p.overhead_left_s, held)
-                p.overhead_left_s -= lost
-                job.progress_s += (held - lost) * p.speed
+            charge_grace(job, p, min(now, done_s) - signalled_s, cfg.grace_work_kept)
             for node, gpus in job.placement:
                 free_by_node[node] += gpus
             busy -= job.spec.num_gpus
@@ -281,25 +303,11 @@ class Simulation:
                 preemptions -= 1
                 job.progress_s = job.spec.duration_s
                 job.finish_time_s = done_s
-                outcomes.append(JobOutcome(
-                    job.job_id, job.num_gpus, job.spec.submit_time_s, job.first_start_s, done_s,
-                    job.spec.duration_s, job.preemptions, job.attained_gpu_s, job.executed_s, job.spec.user,
-                    job.spec.partition))
+                outcomes.append(outcome_of(job, done_s))
                 if learned is not None:
                     learned.add(job.attained_gpu_s)
                 return
             heapq.heappush(settling, (now + cfg.requeue_delay_s, job.index))
-
-        def plannable_free() -> dict[str, int]:
-            """Free GPUs as the plan sees them: a victim's GPUs in its grace period are
-            promised to the job its preemption made room for (as the controller's
-            snapshot counts them), so no second victim is preempted for that job; a
-            start planned onto them waits until they are really free (fits)."""
-            free = dict(free_by_node)
-            for _, index, _, _ in leaving:
-                for node, gpus in jobs[index].placement:
-                    free[node] += gpus
-            return free
 
         def fits(placement) -> bool:
             return all(free_by_node.get(node, 0) >= gpus for node, gpus in placement)
@@ -343,7 +351,8 @@ class Simulation:
                     now_s=now, jobs=list(active.values()), nodes=nodes,
                     service=cfg.service if learned is None else learned.current,
                     round_id=rounds, sync=sync_all, allow_fast_path=True, detailed=False,
-                    free_by_node=plannable_free() if leaving else free_by_node, waiting=list(waiting.values()),
+                    free_by_node=plannable_free(free_by_node, (jobs[entry[1]] for entry in leaving)) if leaving
+                    else free_by_node, waiting=list(waiting.values()),
                     demand_gpus=demand, capacity_gpus=cfg.capacity_gpus, max_gpus_per_node=max_per_node)
                 # sync waiting jobs before the plan changes their state
                 plan = self.engine.step(snapshot)
