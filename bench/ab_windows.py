@@ -12,6 +12,9 @@ With ``--tune-on-previous`` the threshold is chosen as an admin would with
 `tiresias tune`: on history. Each window gets the candidate threshold (from
 ``--candidates``; a huge one means one queue, i.e. FIFO with backfill) that gave the
 best predicted average JCT on the window before it, and is judged with it.
+``--references`` also replays each window with no preemption cost at all (dlas, same
+threshold) and with clairvoyant SRTF, against the same stock: is a window lost to
+the policy or to what preempting costs?
 
     .venv/bin/python bench/ab_windows.py ../shared/traces/itp/cluster0{2,4,7}.csv --step 25
 """
@@ -47,6 +50,8 @@ def main() -> int:
     parser.add_argument("--heavy-cv", type=float, default=2.0,
                         help="a window whose jobs' GPU-seconds have at least this coefficient of variation "
                              "counts as heavy-tailed in the summary")
+    parser.add_argument("--references", action="store_true",
+                        help="also cost-free dlas and clairvoyant srtf against the same stock (average JCT)")
     parser.add_argument("--stock", choices=("fifo-skip", "fifo"), default="fifo-skip",
                         help="which stock model the ratios are against (fifo-skip: the kinder one)")
     args = parser.parse_args()
@@ -61,6 +66,21 @@ def main() -> int:
             scores[q] = predict(jobs, {**settings, "queues_gpu_s": [q]}, 3.0, tmp / "tune.yaml")["controller"]["avg_jct_s"]
         return min(scores, key=scores.get)
 
+    def reference_ratios(jobs, stock_avg: float, thresholds: list[float]) -> tuple[float, float]:
+        """Stock / policy average JCT for dlas with no cost at all and for clairvoyant srtf."""
+        from controller.core.engine import EngineConfig
+        from controller.core.model import JobSpec
+        from controller.replay.results import summarize
+        from controller.replay.simulator import SimConfig, Simulation
+
+        specs = [JobSpec(str(i), g, a, float(w)) for i, (a, g, w) in enumerate(jobs)]
+        out = []
+        for engine in (EngineConfig(policy="dlas", thresholds_gpu_s=tuple(thresholds)), EngineConfig(policy="srtf")):
+            result = summarize(Simulation(SimConfig(nodes=4, gpus_per_node=4, engine=engine)).run(specs))
+            out.append(stock_avg / result["avg_jct_s"])
+        return out[0], out[1]
+
+    references = []
     rows = []
     print(f"{'trace':<14} {'start':>5} {'work s':>6} {'CV':>5} {'avg x':>6} {'median x':>8} {'p95 x':>6} {'preempt':>7}  targets")
     with tempfile.TemporaryDirectory(prefix="tiresias-ab-windows-") as tmp:
@@ -85,6 +105,8 @@ def main() -> int:
                 sizes = [g * w for _, g, w in jobs]  # GPU-seconds: how heavy the window's tail is
                 cv = statistics.pstdev(sizes) / statistics.mean(sizes)
                 rows.append((ratios, met, cv))
+                if args.references:
+                    references.append(reference_ratios(jobs, stock["avg_jct_s"], window_settings["queues_gpu_s"]))
                 work = sum(sizes) / 16
                 print(f"{trace.stem:<14} {start:>5} {work:>6.0f} {cv:>5.2f} {ratios[0]:>6.2f} {ratios[1]:>8.2f} {ratios[2]:>6.2f} "
                       f"{ctl['preemptions']:>7}  {'all met' if all(met) else ''}"
@@ -105,7 +127,13 @@ def main() -> int:
               f"{statistics.median(r[0] for r, _ in rows):.2f} (>= 2x in {sum(m[0] for _, m in rows)}), median JCT ratio "
               f"median {statistics.median(r[1] for r, _ in rows):.2f} (>= 2.3x in {sum(m[1] for _, m in rows)}), p95 "
               f"within 10% in {sum(m[2] for _, m in rows)}; all three in {sum(all(m) for _, m in rows)} of {n}; "
-              f"controller behind stock on average JCT in {sum(r[0] < 1 for r, _ in rows)}")
+              f"controller behind stock on average JCT in {sum(r[0] < 1 for r, _ in rows)} (by more than 10% in "
+              f"{sum(r[0] < 0.9 for r, _ in rows)}; ahead by more than 10% in {sum(r[0] > 1.1 for r, _ in rows)})")
+        if references:
+            for label, column in (("dlas with no preemption cost", 0), ("clairvoyant srtf", 1)):
+                values = [ref[column] for ref in references]
+                print(f"{label}: average JCT ratio median {statistics.median(values):.2f}, >= 2x in "
+                      f"{sum(v >= 2 for v in values)}, behind stock in {sum(v < 1 for v in values)} of {len(values)}")
     return 0
 
 
