@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import re
 import statistics
 import sys
 import tempfile
@@ -112,12 +111,13 @@ def describe_prediction(figures: dict, restart_cost_s: float) -> str:
 def handoff_figures(url: str, cluster: str) -> str:
     """The controller run's handoffs from its decision log: how many beneficiaries
     started (and how long after their victims' signal), how many did not in time."""
+    from controller.service.handoff import started_delay_s
     from controller.service.store import Store
 
     with Store(url) as store:
         rows = [d for d in store.decisions(cluster, limit=10**6) if d["kind"] == "handoff"]
     landed = [d for d in rows if d["applied"]]
-    delays = sorted(float(m.group(1)) for d in landed if (m := re.match(r"started (\d+)s", d["detail"] or "")))
+    delays = sorted(d for d in (started_delay_s(row["detail"]) for row in landed) if d is not None)
     median = statistics.median(delays) if delays else float("nan")
     return (f"handoffs: {len(landed)} beneficiaries started, median {median:.0f} s and max "
             f"{max(delays, default=float('nan')):.0f} s after their victims' signal; {len(rows) - len(landed)} "

@@ -215,3 +215,8 @@ def test_handoff_landed(store):
     [landed] = [e for e in report.applied if e["kind"] == "handoff"]
     assert landed["applied"] and landed["detail"] == "started 15s after the victims' signal"
     assert c.handoffs.landed == 1 and c.handoffs.delays_s == [15.0]
+    # what the A/B bench reads back from the decision log
+    from controller.service.handoff import started_delay_s
+
+    [logged] = [d for d in store.decisions("default", job_id="2") if d["kind"] == "handoff"]
+    assert started_delay_s(logged["detail"]) == 15.0 and started_delay_s("not started 120s after") is None

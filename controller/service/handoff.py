@@ -11,7 +11,9 @@ memory: a restart forgets the watch (at worst one more preemption for the job).
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
+from typing import Optional
 
 from controller.core.plan import Plan
 from controller.service.backend import ObservedJob
@@ -19,6 +21,18 @@ from controller.service.config import Config
 from controller.service.report import RoundReport
 
 BLOCK_FACTOR = 10  # a failed handoff blocks preemptions for the job this many timeouts
+_STARTED = re.compile(r"started (\d+)s after the victims' signal")
+
+
+def started_detail(delay_s: float) -> str:
+    """The detail of a landed handoff decision (``started_delay_s`` reads it back)."""
+    return f"started {delay_s:.0f}s after the victims' signal"
+
+
+def started_delay_s(detail: str) -> Optional[float]:
+    """The delay (s) a landed handoff's logged detail records, or None for any other text."""
+    match = _STARTED.fullmatch(detail or "")
+    return float(match.group(1)) if match else None
 
 
 @dataclass
@@ -63,7 +77,7 @@ class Handoffs:
                 del self.watching[job_id]
                 report.applied.append({"decision_id": f"r{report.round_id}.h", "job_id": job_id, "kind": "handoff",
                                        "applied": True, "reason": f"made room for by preempting {victims}",
-                                       "detail": f"started {delay:.0f}s after the victims' signal"})
+                                       "detail": started_detail(delay)})
             elif now - watch.signalled_s > timeout:
                 self.failed += 1
                 self.blocked_until[job_id] = now + BLOCK_FACTOR * timeout
