@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import signal
 import sqlite3
 import subprocess
@@ -34,6 +35,10 @@ pytestmark = pytest.mark.slurm
 INSTANCE = os.environ.get("TIRESIAS_TEST_INSTANCE") or f"tc{os.getpid()}"
 POLL_S, INTERVAL_S = 0.5, 1.0
 KILLS = 20
+# The random jobs stop here: the drain below must fit, and a 60-job seed once needed
+# more than a fixed drain allowance (CI saw its last job still running).
+MAX_JOBS = 40
+CLUSTER_GPUS = 16
 OUTAGE_S = 60
 SETTINGS = dict(queues_gpu_s=[40.0], preempt_grace_s=3.0, preempt_min_runtime_s=2.0, requeue_settle_s=2.0,
                 pin_expiry_s=20.0, preempt_max_per_job=3)
@@ -71,6 +76,32 @@ def slurmctld_lines(instance: Instance, job_ids) -> list[str]:
     return [line.rstrip() for line in lines if any(w in line for w in wanted) and "AdinPrio" not in line][-40:]
 
 
+def print_job_story(instance: Instance, chaos: "Chaos", job_id: str) -> None:
+    """Everything Slurm and the job itself say about one job, for CI's log: pytest
+    shortens an assertion's message, and the instance's files go with it."""
+    print(f"--- job {job_id}: sbatch {chaos.extras.get(job_id)!r}")
+    shown = subprocess.run(["scontrol", "show", "job", "-d", job_id], env=instance.env, capture_output=True,
+                           text=True, timeout=15)
+    print(shown.stdout.strip() or shown.stderr.strip())
+    print("\n".join(slurmctld_lines(instance, [job_id])))
+    for log in sorted(Path(f"/var/log/slurm-{instance.name}").glob("slurmd-*.log")):
+        lines = [line.rstrip() for line in log.read_text(errors="replace").splitlines()
+                 if f"JobId={job_id} " in line or f"StepId={job_id}." in line or f"job {job_id} " in line
+                 or f"JobId={job_id}\n" in line or f"job{job_id}" in line]
+        if lines:
+            print(f"--- {log.name}:\n" + "\n".join(lines[-30:]))
+    procs = subprocess.run(["ps", "-eo", "pid,ppid,etimes,stat,args"], capture_output=True, text=True).stdout
+    print("--- processes:\n" + "\n".join(line for line in procs.splitlines()
+                                         if "slurmstepd" in line or "job.sh" in line or "prolog" in line
+                                         or "epilog" in line or "sleep" in line))
+    if chaos.log.exists():
+        mentions = [line for line in chaos.log.read_text(errors="replace").splitlines()
+                    if re.search(rf"\b{job_id}\b", line)]
+        print("--- the controller's lines about it:\n" + "\n".join(mentions[-30:]))
+    out = chaos.outputs.get(job_id)
+    print(f"--- its output {out}:\n" + (out.read_text(errors="replace") if out and out.exists() else "(none)"))
+
+
 class Chaos:
     def __init__(self, instance: Instance, tmp: Path, rng: random.Random):
         self.instance, self.tmp, self.rng = instance, tmp, rng
@@ -80,6 +111,7 @@ class Chaos:
         self.log = tmp / "controller.log"
         self.proc: ControllerProcess | None = None
         self.jobs: dict[str, int] = {}  # job id -> GPUs
+        self.work: dict[str, int] = {}  # job id -> seconds of work it asked for
         self.outputs: dict[str, Path] = {}  # job id -> its output file (kept until the module ends)
         self.extras: dict[str, str] = {}  # job id -> what it asked for
         self.no_usr1: set[str] = set()
@@ -96,6 +128,7 @@ class Chaos:
     def submit(self, user: str, gpus: int, work_s: int, extra: str = "") -> str:
         job_id, workdir = self.instance.submit(user, gpus, work_s, "chaos", extra=extra)
         self.jobs[job_id] = gpus
+        self.work[job_id] = work_s
         self.outputs[job_id] = Path(workdir) / f"{job_id}.out"
         self.extras[job_id] = f"{gpus} GPUs, {work_s} s, {extra}"
         return job_id
@@ -170,7 +203,7 @@ def test_chaos_kills_slurmctld_restart_and_store_outage(cluster, tmp_path):
             before = chaos.round_id()
             deadline = time.monotonic() + chaos.rng.uniform(1.0, 6.0)
             while time.monotonic() < deadline:
-                if kill < 17 and chaos.rng.random() < 0.3:
+                if kill < 17 and submitted < MAX_JOBS - 2 and chaos.rng.random() < 0.3:
                     chaos.submit_random(submitted)
                     submitted += 1
                 time.sleep(0.5)
@@ -217,9 +250,25 @@ def test_chaos_kills_slurmctld_restart_and_store_outage(cluster, tmp_path):
 
         # -- drain ------------------------------------------------------------------------
         ids = list(chaos.jobs)
-        wait_for(lambda: all(cluster.squeue().get(j, {}).get("job_state") not in ACTIVE for j in ids), 240,
-                 "every job to finish", interval_s=2,
-                 seen=lambda: {j: v["job_state"] for j, v in cluster.squeue().items() if v["job_state"] in ACTIVE})
+        # The allowance grows with the work still queued: at worst each active job starts
+        # over, and packing 8-GPU jobs, grace periods and requeues cost up to 2.5x.
+        active = [j for j, v in cluster.squeue().items() if j in chaos.jobs and v["job_state"] in ACTIVE]
+        queued_gpu_s = sum(chaos.jobs[j] * chaos.work[j] for j in active)
+        drain_allowance_s = 90 + 2.5 * queued_gpu_s / CLUSTER_GPUS
+        drain_from = time.time()
+        try:
+            wait_for(lambda: all(cluster.squeue().get(j, {}).get("job_state") not in ACTIVE for j in ids),
+                     drain_allowance_s,
+                     "every job to finish", interval_s=2,
+                     seen=lambda: {j: v["job_state"] for j, v in cluster.squeue().items() if v["job_state"] in ACTIVE})
+        except AssertionError:
+            stuck = [j for j, v in cluster.squeue().items() if j in chaos.jobs and v["job_state"] in ACTIVE]
+            print(f"\nchaos (seed {seed}): jobs still active after the drain ({len(active)} jobs, "
+                  f"{queued_gpu_s} GPU-s queued at its start): {stuck}")
+            for job_id in stuck:
+                print_job_story(cluster, chaos, job_id)
+            raise
+        drained_s = time.time() - drain_from
         wait_for(lambda: all(r.state == "DONE" for r in chaos.records(ids).values()), 30,
                  "the store to close every job", seen=lambda: {j: r.state for j, r in chaos.records(ids).items()})
         time.sleep(3 * INTERVAL_S)  # pins of finished jobs dropped
@@ -262,13 +311,12 @@ def test_chaos_kills_slurmctld_restart_and_store_outage(cluster, tmp_path):
           f"{abs(errors[worst][0]):.1f} GPU-s (job {worst}, {errors[worst][1]} GPUs, really {errors[worst][2]:.0f} GPU-s; "
           f"{worst_s:.2f} s of run time, poll_s {POLL_S}); slurmctld down {ctld_down_s:.0f} s; store locked "
           f"{unlocked_at - locked_at:.0f} s: {len(during)} requeues during it, caught up {caught_up_s:.1f} s after; "
-          f"stale pins/holds {len(chaos.problems)}; samples {samples}; kill phase ended {killed_at - t0:.0f} s in")
+          f"stale pins/holds {len(chaos.problems)}; samples {samples}; kill phase ended {killed_at - t0:.0f} s in; "
+          f"drained {len(active)} jobs ({queued_gpu_s} GPU-s) in {drained_s:.0f} s of {drain_allowance_s:.0f}")
     if lost:  # the whole story in CI's log: pytest shortens the assertion's message
         for job_id in lost:
-            out = chaos.outputs[job_id]
-            print(f"--- lost job {job_id}: runs {runs.get(job_id)}, sbatch {chaos.extras.get(job_id)!r}")
-            print("\n".join(slurmctld_lines(cluster, [job_id])))
-            print(f"--- its output {out}:\n" + (out.read_text(errors="replace") if out.exists() else "(none)"))
+            print(f"--- lost job {job_id}: runs {runs.get(job_id)}")
+            print_job_story(cluster, chaos, job_id)
         print("--- controller log tail:\n" + log_tail)
     assert not lost, (lost, {j: runs.get(j) for j in lost}, slurmctld_lines(cluster, lost), log_tail)
     assert not finished_twice, {j: runs.get(j) for j in finished_twice}
