@@ -161,7 +161,12 @@ class Chaos:
 
     def watch(self) -> None:
         """Every 2 s: a pending job pinned (ReqNodeList) without a live pin in the store,
-        or held, is a problem."""
+        or held, is a problem. The controller clears an expired pin once the job waits
+        (a running job's ReqNodeList cannot be changed, and a requeued job keeps it), so
+        a pin is stale 3 rounds + 2 s after its expiry or after the job was first seen
+        pending again, whichever is later (a pin that expired while the job ran, before
+        the controller requeued it, once counted from its expiry)."""
+        pending_since: dict[str, float] = {}
         while not self.stop.wait(2.0):
             try:
                 shown = self.instance.show_jobs()
@@ -170,6 +175,11 @@ class Chaos:
             except (subprocess.SubprocessError, sqlite3.Error, OSError):
                 continue  # slurmctld restarting or the store locked on purpose
             now = time.time()
+            for job_id, fields in shown.items():
+                if fields.get("JobState") == "PENDING":
+                    pending_since.setdefault(job_id, now)
+                else:
+                    pending_since.pop(job_id, None)
             if now < self.excused_until:
                 continue
             for job_id, fields in shown.items():
@@ -178,7 +188,8 @@ class Chaos:
                 if "Held" in fields.get("Reason", ""):
                     self.problems.append(f"job {job_id} held: {fields.get('Reason')}")
                 pinned = fields.get("ReqNodeList", "(null)") not in ("(null)", "")
-                if pinned and (job_id not in pins or pins[job_id] < now - 3 * INTERVAL_S - 2):
+                if pinned and (job_id not in pins
+                               or max(pins[job_id], pending_since[job_id]) < now - 3 * INTERVAL_S - 2):
                     self.problems.append(f"job {job_id} stale pin {fields.get('ReqNodeList')} (store: "
                                          f"{pins.get(job_id)})")
 
