@@ -162,7 +162,7 @@ class Chaos:
     def watch(self) -> None:
         """Every 2 s: a pending job pinned (ReqNodeList) without a live pin in the store,
         or held, is a problem. The controller clears an expired pin once the job waits
-        (a running job's ReqNodeList cannot be changed, and a requeued job keeps it), so
+        (changing a running job's ReqNodeList resizes it; a requeued job keeps it), so
         a pin is stale 3 rounds + 2 s after its expiry or after the job was first seen
         pending again, whichever is later (a pin that expired while the job ran, before
         the controller requeued it, once counted from its expiry)."""
