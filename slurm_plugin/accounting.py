@@ -43,8 +43,8 @@ from controller.core.inputs import MAX_SECONDS, shorten
 from controller.core.model import InputError, JobSpec
 from slurm_plugin.parse import (
     SlurmParseError,
-    _number,
-    _scontrol_time,
+    slurm_number,
+    scontrol_time,
     expand_hostlist,
     gres_counts,
     parse_duration_s,
@@ -171,7 +171,7 @@ def runs_from_sacct_json(text: str | bytes, where: str = "sacct --json") -> list
     for record, job in zip(records, jobs):
         t = record.get("time") or {}
         try:
-            elapsed = _number(t.get("elapsed"), "time.elapsed")
+            elapsed = slurm_number(t.get("elapsed"), "time.elapsed")
         except SlurmParseError as err:
             raise InputError(f"{where}: job {job.job_id}: {err}") from None
         if elapsed is None:
@@ -239,9 +239,9 @@ def runs_from_sacct_text(text: str, where: str = "sacct -P") -> list[SacctRun]:
             if not state_text:
                 raise SlurmParseError("field 'State' is empty")
             state = state_text.split()[0].upper()  # "CANCELLED by 0"
-            submit = _scontrol_time(get("Submit"), "Submit")
-            start = _scontrol_time(get("Start"), "Start")
-            end = _scontrol_time(get("End"), "End")
+            submit = scontrol_time(get("Submit"), "Submit")
+            start = scontrol_time(get("Start"), "Start")
+            end = scontrol_time(get("End"), "End")
             elapsed = parse_duration_s(get("Elapsed"), "Elapsed") or 0.0
             alloc = gres_counts(get("AllocTRES"), field_name="AllocTRES")
             req = gres_counts(get("ReqTRES"), field_name="ReqTRES")

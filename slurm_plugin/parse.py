@@ -332,7 +332,7 @@ def _gres_number(text: str, field_name: str, spec: str) -> int:
 # --------------------------------------------------------------------------
 # value helpers shared by the JSON parsers
 
-def _number(value: Any, field_name: str) -> float | None:
+def slurm_number(value: Any, field_name: str) -> float | None:
     """A Slurm number in either generation; None for unset or infinite."""
     if value is None:
         return None
@@ -343,21 +343,21 @@ def _number(value: Any, field_name: str) -> float | None:
     if isinstance(value, dict) and "number" in value:
         if not value.get("set", True) or value.get("infinite", False):
             return None
-        return _number(value["number"], field_name)
+        return slurm_number(value["number"], field_name)
     if isinstance(value, str) and re.fullmatch(r"-?[0-9]{1,19}", value.strip()):
         return _bounded(int(value), field_name)
     raise SlurmParseError(f"{field_name}: expected a number, got {_r(value)}")
 
 
 def _int(value: Any, field_name: str, default: int = 0) -> int:
-    n = _number(value, field_name)
+    n = slurm_number(value, field_name)
     return default if n is None else int(n)
 
 
 def _epoch(value: Any, field_name: str) -> float | None:
     """Unix time; 0/unset is None; negative is an error. (Estimates of pending jobs
     may lie centuries ahead; _finish_times drops those and bounds what it keeps.)"""
-    n = _number(value, field_name)
+    n = slurm_number(value, field_name)
     if not n:
         return None
     if n < 0:
@@ -508,7 +508,7 @@ def _squeue_job(r: dict) -> SlurmJob:
     gpus, mps = _gpus_and_mps_from_request(r, node_count, task_count)
     start, end = _finish_times(state, _epoch(r.get("start_time"), "start_time"),
                                _epoch(r.get("end_time"), "end_time"))
-    limit_min = _number(r.get("time_limit"), "time_limit")
+    limit_min = slurm_number(r.get("time_limit"), "time_limit")
     site = r.get("site_factor")
     return SlurmJob(
         job_id=job_id,
@@ -696,7 +696,7 @@ def _sacct_job(r: dict) -> SlurmJob:
     requested = _tres_list_counts(tres.get("requested"), "tres.requested")
     counts = allocated if allocated else requested
     start, end = _finish_times(state, _epoch(t.get("start"), "time.start"), _epoch(t.get("end"), "time.end"))
-    limit_min = _number(t.get("limit"), "time.limit")
+    limit_min = slurm_number(t.get("limit"), "time.limit")
     comment = r.get("comment")
     if isinstance(comment, dict):  # {administrator, job, system}
         comment = comment.get("job")
@@ -780,7 +780,7 @@ def _split_scontrol_line(line: str) -> dict[str, str]:
 _NULLISH = {"", "(null)", "None", "Unknown", "N/A", "none"}
 
 
-def _scontrol_time(value: str | None, field_name: str) -> float | None:
+def scontrol_time(value: str | None, field_name: str) -> float | None:
     if value is None or value in _NULLISH:
         return None
     if not value.isascii() or len(value) != 19:  # strptime would take Unicode digits
@@ -859,8 +859,8 @@ def _scontrol_job(r: dict) -> SlurmJob:
         "tres_req_str": _nullish_to_empty(r.get("ReqTRES") or r.get("TRES")),
     }
     gpus, mps = _gpus_and_mps_from_request(fake, node_count, _scontrol_int(r.get("NumTasks"), "NumTasks"))
-    start, end = _finish_times(state, _scontrol_time(r.get("StartTime"), "StartTime"),
-                               _scontrol_time(r.get("EndTime"), "EndTime"))
+    start, end = _finish_times(state, scontrol_time(r.get("StartTime"), "StartTime"),
+                               scontrol_time(r.get("EndTime"), "EndTime"))
     user = r.get("UserId", "")
     site = r.get("SiteFactor")
     return SlurmJob(
@@ -877,7 +877,7 @@ def _scontrol_job(r: dict) -> SlurmJob:
         nodes=expand_hostlist(r.get("NodeList")),
         node_count=node_count,
         max_nodes=max_nodes,
-        submit_time=_scontrol_time(r.get("SubmitTime"), "SubmitTime"),
+        submit_time=scontrol_time(r.get("SubmitTime"), "SubmitTime"),
         start_time=start,
         end_time=end,
         restart_count=_count(_scontrol_int(r.get("Restarts"), "Restarts"), "Restarts"),

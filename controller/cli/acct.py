@@ -133,7 +133,7 @@ def _store_rows(args):
     from controller.service.store import StoreError
 
     config = load(args.config, {"database_url": args.database_url, "cluster": args.cluster})
-    store = _open_store(config.database_url)
+    store = open_store(config.database_url)
     if store is None:
         print(f"no jobs recorded in {config.database_url} (the database does not exist yet)")
         return 0
@@ -160,7 +160,7 @@ def _store_rows(args):
     return rows, source
 
 
-def _open_store(url: str):
+def open_store(url: str):
     """The store, or None when its SQLite file does not exist (a read-only command
     must not create one). Errors opening it are one line and exit 1."""
     from sqlalchemy.engine import make_url

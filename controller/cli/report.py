@@ -104,7 +104,7 @@ def _load(args) -> tuple[dict[str, list[reports.JobRow]], dict[str, Optional[int
     if args.policy:
         raise InputError("--policy needs --from SIMDIR (a simulator output directory)")
     config = load(args.config, {"database_url": args.database_url, "cluster": args.cluster})
-    store = cmd_acct._open_store(config.database_url)
+    store = cmd_acct.open_store(config.database_url)
     if store is None:
         return {}, {}, f"{config.database_url} (the database does not exist yet)", False
     with store:

@@ -14,12 +14,11 @@ from typing import Optional
 
 from controller.core.mlfq_round import mlfq_step, static_order_step
 from controller.core.model import InputError, JobState, Snapshot
-from controller.core.placement import (COUNT_NODE, FreeGpus, NodeTotals, check_mode, describe_constraints,
-                                       minimum_nodes, place_constrained)
-from controller.core.plan import Plan, Preempt, Promote, Start
-from controller.core.protection import mark_protected, pinned
+from controller.core.placement import FreeGpus, NodeTotals, check_mode
+from controller.core.plan import Plan
 from controller.core.policies import Policy, PolicyContext, get_policy
-from controller.core.policies.base import STARVATION_TOLERANCE_S
+from controller.core.protection import mark_protected, may_preempt
+from controller.core.round_writer import RoundWriter, release_placements
 
 
 @dataclass(frozen=True)
@@ -84,6 +83,11 @@ class Engine:
         self.config = config
         self.policy = policy or get_policy(config.policy, config.priority_expression)
 
+    def writer(self, plan: Plan) -> RoundWriter:
+        """The round writer of ``plan`` with this engine's policy and settings."""
+        cfg = self.config
+        return RoundWriter(plan, self.policy, cfg.placement, cfg.pack_limit, cfg.thresholds_gpu_s, cfg.promote_knob)
+
     # -- the round ---------------------------------------------------------
     def step(self, snapshot: Snapshot) -> Plan:
         plan = Plan(round_id=snapshot.round_id, now_s=snapshot.now_s)
@@ -92,44 +96,27 @@ class Engine:
             # recounts its pinned GPUs in place: QueueBook.repin)
             cfg = self.config
             mark_protected(snapshot.jobs, snapshot.now_s, cfg.preempt_min_runtime_s, cfg.preempt_max_per_job)
+        writer = self.writer(plan)
         if self.policy.discretized:
-            return mlfq_step(self, snapshot, plan)
+            return mlfq_step(writer, snapshot)
         if snapshot.queue_book is not None:
-            return static_order_step(self, snapshot, plan)
-        if snapshot.allow_fast_path and self._fast_path(snapshot, plan):
+            return static_order_step(writer, snapshot)
+        if snapshot.allow_fast_path and self._fast_path(snapshot, writer):
             return plan
         plan.actions.clear()
         if snapshot.sync is not None:
             snapshot.sync()
-        ctx = self._context(snapshot, plan)
+        ctx = writer.promotion_context(snapshot)
         keyed = self.policy.ordered(snapshot.jobs, ctx)
         ordered = [job for _, job in keyed]
         walk = self._select(ordered, self._capacity(snapshot))
-        self._apply_walk(snapshot, ordered, walk, ctx, plan)
+        self._apply_walk(snapshot, ordered, walk, ctx, writer)
         if snapshot.detailed:
             plan.order = [job.spec.job_id for job in ordered]
             level, display = self.policy.level, self.policy.display_from_key
             plan.levels = {job_id: level(job, ctx) for job_id, job in zip(plan.order, ordered)}
             plan.keys = {job_id: display(key, job, ctx) for job_id, (key, job) in zip(plan.order, keyed)}
         return plan
-
-    def _context(self, snapshot: Snapshot, plan: Plan) -> PolicyContext:
-        """Starvation promotions happen first, so a promoted job competes in Q_1 now."""
-        override: dict[str, float] = {}
-        knob = self.config.promote_knob
-        if math.isfinite(knob):
-            base = PolicyContext(now_s=snapshot.now_s, thresholds_gpu_s=self.config.thresholds_gpu_s)
-            for job in snapshot.jobs:
-                if job.running or base.level(job) == 0:
-                    continue
-                if job.waited_since_promotion_s + STARVATION_TOLERANCE_S >= knob * job.executed_since_promotion_s:
-                    override[job.job_id] = 0.0
-                    plan.actions.append(Promote(
-                        self._decision_id(plan), job.job_id,
-                        f"starvation: waited {job.waited_since_promotion_s:.0f}s >= PROMOTEKNOB {knob:g}"
-                        f" x executed {job.executed_since_promotion_s:.0f}s; back to queue 1"))
-        return PolicyContext(now_s=snapshot.now_s, thresholds_gpu_s=self.config.thresholds_gpu_s,
-                             service=snapshot.service, queue_service_override=override)
 
     def _capacity(self, snapshot: Snapshot) -> int:
         return snapshot.total_gpus
@@ -139,13 +126,13 @@ class Engine:
         walk = _Walk()
         free = capacity
         preemptive = self.policy.preemptive
-        kept = [job for job in ordered if job.running and not (preemptive and not pinned(job))]
+        kept = [job for job in ordered if job.running and not may_preempt(job, preemptive)]
         if kept:
             # Running jobs that cannot be preempted keep their GPUs (all of them under a
             # non-preemptive policy); only what is left is handed out in order.
             walk.selected.extend(kept)
             free -= sum(job.num_gpus for job in kept)
-            ordered = [job for job in ordered if not job.running or (preemptive and not pinned(job))]
+            ordered = [job for job in ordered if not job.running or may_preempt(job, preemptive)]
         for job in ordered:
             if walk.blocked_by is not None and not job.running:
                 continue
@@ -157,124 +144,55 @@ class Engine:
         return walk
 
     def _apply_walk(self, snapshot: Snapshot, ordered: list[JobState], walk: _Walk,
-                    ctx: PolicyContext, plan: Plan) -> None:
+                    ctx: PolicyContext, writer: RoundWriter) -> None:
         selected_ids = {job.job_id for job in walk.selected}
-        count_mode = self.config.placement == "count"
+        count_mode = writer.count_mode
         free_by_node = snapshot.free_gpus_by_node()
         max_per_node = snapshot.max_gpus_per_node
         position = {job.job_id: i + 1 for i, job in enumerate(ordered)} if snapshot.detailed else {}
         newcomers = [job for job in walk.selected if not job.running]
-        newcomer_names = ", ".join(job.job_id for job in newcomers[:3]) + (" ..." if len(newcomers) > 3 else "")
-        for job in ordered:
-            if job.running and job.job_id not in selected_ids:
-                plan.actions.append(Preempt(
-                    self._decision_id(plan), job.job_id,
-                    f"yields {job.num_gpus} GPUs: lower priority than {newcomer_names or 'higher-priority jobs'}"
-                    f" (queue {self.policy.level(job, ctx) + 1})"))
-                if not count_mode:
-                    for node, gpus in job.placement:
-                        if node in free_by_node:
-                            free_by_node[node] += gpus
+
+        def level_of(job: JobState) -> int:
+            return self.policy.level(job, ctx)
+
+        victims = [job for job in ordered if job.running and job.job_id not in selected_ids]
+        writer.preempt(victims, newcomers, level_of)
+        if not count_mode:
+            release_placements(victims, free_by_node)
         free_total = sum(free_by_node.values()) if not count_mode else self._capacity(snapshot) - sum(
             j.num_gpus for j in walk.selected if j.running)
         free_gpus = NodeTotals(snapshot.nodes) if count_mode else FreeGpus(free_by_node)
         unplaced: list[JobState] = []
         for rank, job in enumerate(newcomers):
-            slots = self._place(job, free_gpus, max_per_node, count_mode)
+            slots = writer.place(job, free_gpus, max_per_node)
             if slots is None:
                 unplaced.append(job)
                 continue
             free_total -= job.num_gpus
-            plan.actions.append(Start(self._decision_id(plan), job.job_id, slots,
-                                      f"queue {self.policy.level(job, ctx) + 1}: {job.num_gpus} GPUs free at"
-                                      f" priority position {position.get(job.job_id, rank + 1)}"))
+            writer.start(job, slots, f"queue {level_of(job) + 1}: {job.num_gpus} GPUs free at"
+                                     f" priority position {position.get(job.job_id, rank + 1)}")
         if not count_mode and walk.blocked_by is None:
             # Backfill: GPUs left by a gang that waits for a consolidated slot.
-            for job in ordered:
-                if job.running or job.job_id in selected_ids or job.num_gpus > free_total:
-                    continue
-                slots = self._place(job, free_gpus, max_per_node, count_mode)
-                if slots is not None:
-                    free_total -= job.num_gpus
-                    selected_ids.add(job.job_id)
-                    plan.actions.append(Start(self._decision_id(plan), job.job_id, slots,
-                                              "backfill: GPUs left free by a gang waiting for placement"))
+            backfilled, free_total = writer.backfill(ordered, lambda job: job.job_id in selected_ids, free_gpus,
+                                                     free_total, max_per_node)
+            selected_ids.update(job.job_id for job in backfilled)
         if snapshot.detailed and snapshot.explain:
-            self._explain_waits(ordered, walk, selected_ids, unplaced, free_total, max_per_node, ctx, plan,
-                                snapshot.nodes)
-
-    def _place(self, job: JobState, free, max_per_node: int, count_mode: bool):
-        """Slots for ``job`` on ``free`` (a FreeGpus, taken here), or None: it waits.
-        Count mode: ``free`` is the NodeTotals, read only for a constrained job."""
-        spec = job.spec
-        if count_mode:
-            if spec.constrained and not free.fits(spec):
-                return None
-            return ((COUNT_NODE, job.num_gpus),)
-        consolidate = self.config.placement == "consolidate" and spec.skew > self.config.pack_limit
-        if spec.constrained:  # the job's own --nodelist / --exclude / -N
-            slots = free.place_constrained(spec, consolidate=consolidate, max_gpus_per_node=max_per_node)
-        else:
-            slots = free.place(job.num_gpus, consolidate=consolidate, max_gpus_per_node=max_per_node)
-        if slots is not None:
-            for node, gpus in slots:
-                free.take(node, gpus)
-        return slots
-
-    def _explain_waits(self, ordered, walk, selected_ids, unplaced, free_total, max_per_node, ctx, plan,
-                       nodes=()):
-        unplaced_ids = {job.job_id for job in unplaced}
-        started = {a.job_id for a in plan.of_kind("start")}
-        for position, job in enumerate(ordered):
-            if job.running or job.job_id in started:
-                continue
-            level = self.policy.level(job, ctx) + 1
-            if job.job_id in unplaced_ids:
-                if job.spec.constrained:
-                    plan.wait_reasons[job.job_id] = _constraint_reason(job, nodes)
-                elif self.config.placement == "consolidate" and job.spec.skew > self.config.pack_limit:
-                    need = minimum_nodes(job.num_gpus, max_per_node)
-                    plan.wait_reasons[job.job_id] = (
-                        f"waiting for consolidation: needs {job.num_gpus} GPUs on {need} node(s)"
-                        f" (skew {job.spec.skew:.2f} > PACKLIMIT {self.config.pack_limit:g})")
-                else:
-                    plan.wait_reasons[job.job_id] = f"GPUs fragmented: needs {job.num_gpus} GPUs, no node set fits"
-            elif walk.blocked_by is not None and job is not walk.blocked_by and job.job_id not in selected_ids:
-                plan.wait_reasons[job.job_id] = f"strict FIFO: behind head-of-line job {walk.blocked_by.job_id}"
-            else:
-                plan.wait_reasons[job.job_id] = (
-                    f"queue {level}: {position} job(s) ahead, needs {job.num_gpus} GPUs, {max(free_total, 0)} free")
+            writer.explain_waits(ordered, level_of, walk.blocked_by, selected_ids, unplaced, free_total,
+                                 max_per_node, snapshot.nodes)
 
     # -- the uncontended case ---------------------------------------------
-    def _fast_path(self, snapshot: Snapshot, plan: Plan) -> bool:
+    def _fast_path(self, snapshot: Snapshot, writer: RoundWriter) -> bool:
         """Every active job fits: every policy runs them all; no order is needed.
 
         Returns False (full round needed) if any newcomer cannot be placed.
         """
         if snapshot.demand() > self._capacity(snapshot):
             return False
-        count_mode = self.config.placement == "count"
-        free_gpus = NodeTotals(snapshot.nodes) if count_mode else FreeGpus(snapshot.free_gpus_by_node())
+        free_gpus = NodeTotals(snapshot.nodes) if writer.count_mode else FreeGpus(snapshot.free_gpus_by_node())
         max_per_node = snapshot.max_gpus_per_node
         for job in snapshot.waiting_jobs():
-            slots = self._place(job, free_gpus, max_per_node, count_mode)
+            slots = writer.place(job, free_gpus, max_per_node)
             if slots is None:
                 return False
-            plan.actions.append(Start(self._decision_id(plan), job.job_id, slots, "all active jobs fit: start"))
+            writer.start(job, slots, "all active jobs fit: start")
         return True
-
-    @staticmethod
-    def _decision_id(plan: Plan) -> str:
-        return f"r{plan.round_id}.{len(plan.actions) + 1}"
-
-
-def _constraint_reason(job: JobState, nodes) -> str:
-    """Why a job with its own node constraints waits: none of its allowed node sets is
-    free now, or (on this cluster's available nodes, all GPUs free) none could ever be."""
-    text = describe_constraints(job.spec)
-    totals = {n.name: n.gpus_total for n in nodes if n.available}
-    if totals and place_constrained(job.num_gpus, totals, job.spec, consolidate=False,
-                                    max_gpus_per_node=0) is None:
-        return (f"node constraints ({text}): {job.num_gpus} GPUs cannot fit on the available nodes"
-                " even when all are free")
-    return f"node constraints ({text}): needs {job.num_gpus} GPUs, no allowed node set has them free now"

@@ -59,5 +59,44 @@ def mark_protected(jobs, now_s: float, min_runtime_s: float, max_per_job: Option
 
 
 def pinned(job: JobState) -> bool:
-    """A running job the walk may not preempt."""
+    """A running job the walk may not preempt (no checkpoint contract, or protected by
+    the rules above): it keeps its GPUs whatever the order. Every walk (the engine's,
+    the queue book's) sets such jobs' GPUs aside first."""
     return job.running and (job.keeps_gpus or not job.spec.preemptable)
+
+
+def may_preempt(job: JobState, preemptive: bool) -> bool:
+    """The victim rule: a running job may lose its GPUs to the walk only under a
+    preemptive policy and when it is not pinned."""
+    return preemptive and job.running and not pinned(job)
+
+
+def needed_victims(victims: list[JobState], placements, base_free: dict[str, int], free_gpus) -> list[JobState]:
+    """The victims whose GPUs a placed newcomer really uses; the others keep running.
+
+    The walk counts GPUs, not nodes: a gang it selects may then find no placement (its
+    own --nodelist/-N, consolidation), and the victims chosen for it would be preempted
+    for nothing, their GPUs left to backfill (lower-priority jobs). Per node, the
+    newcomers' GPUs (``placements``: their slots) beyond what was free before any victim
+    left (``base_free``) are the need; victims there (in walk order) are kept while the
+    need is covered. A kept victim's GPUs are taken back out of ``free_gpus`` (a
+    FreeGpus: they were counted free; the need shows they are not used), so backfill
+    cannot use them either."""
+    need: dict[str, int] = {}
+    for slots in placements:
+        for node, gpus in slots:
+            need[node] = need.get(node, 0) + gpus
+    for node in need:
+        need[node] = max(0, need[node] - base_free.get(node, 0))
+    needed: list[JobState] = []
+    for job in victims:
+        if any(need.get(node, 0) > 0 for node, _ in job.placement):
+            needed.append(job)
+            for node, gpus in job.placement:
+                if node in need:
+                    need[node] = max(0, need[node] - gpus)
+        else:
+            for node, gpus in job.placement:
+                if node in free_gpus.free:
+                    free_gpus.take(node, gpus)
+    return needed

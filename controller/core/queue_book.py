@@ -25,6 +25,7 @@ import bisect
 from typing import Iterator, Optional
 
 from controller.core.model import JobState
+from controller.core.protection import pinned
 from controller.core.queues import ENTERED, SETTLED_RUNNING, SETTLED_WAITING
 
 _RUNNING = None  # marker of a job in a level's running list (it has no waiting key)
@@ -95,7 +96,7 @@ class QueueBook:
             waiting[level].setdefault(job.num_gpus, []).append((key, job.index, job))
             where[job.index] = (level, key)
             book.waiting_count += 1
-            if _pinned(job):
+            if pinned(job):
                 book.pinned_gpus += job.num_gpus
                 book.pinned.add(job.index)
             if groups[i] == ENTERED:
@@ -109,7 +110,7 @@ class QueueBook:
         self._version += 1
         self.running_gpus[level] += job.num_gpus
         self.where[job.index] = (level, _RUNNING)
-        if _pinned(job):
+        if pinned(job):
             self.pinned_gpus += job.num_gpus
             self.pinned_running_gpus[level] += job.num_gpus
             self.pinned.add(job.index)
@@ -121,7 +122,7 @@ class QueueBook:
         self.where[job.index] = (level, key)
         self.waiting_count += 1
         self._version += 1
-        if _pinned(job):
+        if pinned(job):
             self.pinned_gpus += job.num_gpus
             self.pinned.add(job.index)
         if group == ENTERED:
@@ -152,7 +153,7 @@ class QueueBook:
     def repin(self, job: JobState) -> None:
         """Recount a listed job whose pinned state changed in place (``keeps_gpus`` set or
         cleared: its protection began or ended); its place does not change."""
-        counted, pinned_now = job.index in self.pinned, _pinned(job)
+        counted, pinned_now = job.index in self.pinned, pinned(job)
         if counted == pinned_now:
             return
         change = job.num_gpus if pinned_now else -job.num_gpus
@@ -220,7 +221,7 @@ class QueueBook:
                 else:
                     pinned_here = self.pinned_running_gpus[level] > 0
                     for job in running.values():
-                        if pinned_here and _pinned(job):
+                        if pinned_here and pinned(job):
                             continue
                         if job.num_gpus <= free:
                             free -= job.num_gpus
@@ -266,10 +267,10 @@ class QueueBook:
             return free - count * size
         cursors = {size: 0 for size, items in lists.items() if items and size <= free}
         while cursors:
-            for size in [size for size, at in cursors.items() if skip_pinned and _pinned(lists[size][at][2])]:
+            for size in [size for size, at in cursors.items() if skip_pinned and pinned(lists[size][at][2])]:
                 # a pinned entered job keeps its GPUs (already set aside): pass it
                 at = cursors[size] + 1
-                while at < len(lists[size]) and _pinned(lists[size][at][2]):
+                while at < len(lists[size]) and pinned(lists[size][at][2]):
                     at += 1
                 if at < len(lists[size]):
                     cursors[size] = at
@@ -331,8 +332,3 @@ class QueueBook:
         for _, _, job in merged:
             yield job
 
-
-def _pinned(job: JobState) -> bool:
-    """A running job the walk may not preempt (no checkpoint contract, or protected:
-    controller.core.protection)."""
-    return job.running and (job.keeps_gpus or not job.spec.preemptable)

@@ -32,10 +32,11 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
-from typing import TYPE_CHECKING
+from typing import Callable, Optional
 
 import numpy as np
 
+from controller.core.engine import Engine
 from controller.core.gittins import LearnedDistribution
 from controller.core.model import InputError, JobState, Node, Snapshot
 from controller.core.placement import COUNT_NODE, is_spread
@@ -43,9 +44,8 @@ from controller.core.policies.base import LEVEL_TOLERANCE_GPU_S
 from controller.core.protection import run_time_over_s, why_protected
 from controller.core.queue_book import QueueBook
 from controller.core.queues import ENTERED, SETTLED_WAITING
-
-if TYPE_CHECKING:
-    from controller.replay.simulator import Simulation, SimResult
+from controller.replay.cluster import (JobOutcome, RunState, SimConfig, SimResult, charge_grace, outcome_of,
+                                       plannable_free)
 
 _EPS = 1e-9
 
@@ -89,12 +89,11 @@ class _Places:
         return -high[0][0] + 1.0, low[0][0] - 1.0
 
 
-def run_mlfq(sim: "Simulation", jobs: list[JobState], dropped: list[str]) -> "SimResult":
-    from controller.replay.simulator import SimResult, charge_grace, outcome_of, plannable_free
-
-    cfg = sim.config
+def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list[JobState], dropped: list[str],
+             progress: Optional[Callable[[float], None]] = None) -> SimResult:
+    """Replay ``jobs`` (sorted by submit time; ``private`` their run states) with
+    ``engine``'s policy; ``dropped``: the oversize jobs left out."""
     engine_cfg = cfg.engine
-    engine = sim.engine
     policy = engine.policy
     thresholds = engine_cfg.thresholds_gpu_s if policy.discretized else ()  # fifo: one queue
     num_levels = len(thresholds) + 1
@@ -108,7 +107,6 @@ def run_mlfq(sim: "Simulation", jobs: list[JobState], dropped: list[str]) -> "Si
     max_per_node = max(n.gpus_total for n in nodes)
     learned = LearnedDistribution() if cfg.service is None and policy.uses_service_distribution else None
     service = cfg.service
-    private = sim._private
     index_of = {job.job_id: job.index for job in jobs}
     overhead_per = cfg.preempt_pause_s + cfg.preempt_resume_s
     book = QueueBook(num_levels)
@@ -388,8 +386,8 @@ def run_mlfq(sim: "Simulation", jobs: list[JobState], dropped: list[str]) -> "Si
                 positions = {job_id: place for job_id, place in positions.items() if job_id not in signalled}
             book.apply_positions(positions, lambda job_id: jobs[index_of[job_id]])
             timeline.append((now, waiting_jobs, busy))
-            if sim.progress is not None and rounds % 2000 == 0:
-                sim.progress(len(outcomes) / max(total, 1))
+            if progress is not None and rounds % 2000 == 0:
+                progress(len(outcomes) / max(total, 1))
         # 3. the next moment something changes
         t_next = math.inf
         if next_arrival < total:

@@ -1,0 +1,163 @@
+"""What a round writes into its plan, for every walk: decision ids, starvation
+promotions, placement, starts, preemptions, backfill and wait reasons.
+
+The engine's generic walk (controller.core.engine) and the MLFQ walks over a queue
+book (controller.core.mlfq_round) decide differently fast, but write the same
+actions with the same reasons through one ``RoundWriter``: the controller, the
+simulator and ``explain`` read one vocabulary.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Iterable, Optional
+
+from controller.core.model import JobState, Snapshot
+from controller.core.placement import COUNT_NODE, describe_constraints, minimum_nodes, place_constrained
+from controller.core.plan import Plan, Preempt, Promote, Start
+from controller.core.policies import Policy, PolicyContext
+from controller.core.policies.base import STARVATION_TOLERANCE_S
+
+Slots = tuple[tuple[str, int], ...]
+
+
+class RoundWriter:
+    """Writes one round's actions into ``plan``. ``placement`` and ``pack_limit`` are
+    EngineConfig's (placement mode, PACKLIMIT); ``thresholds_gpu_s`` and
+    ``promote_knob`` (inf: off) its queue settings."""
+
+    def __init__(self, plan: Plan, policy: Policy, placement: str, pack_limit: float,
+                 thresholds_gpu_s: tuple[float, ...], promote_knob: float):
+        self.plan = plan
+        self.policy = policy
+        self.placement = placement
+        self.pack_limit = pack_limit
+        self.thresholds_gpu_s = thresholds_gpu_s
+        self.promote_knob = promote_knob
+
+    @property
+    def count_mode(self) -> bool:
+        return self.placement == "count"
+
+    def decision_id(self) -> str:
+        """The id of the next action: ``r<round>.<n>``."""
+        return f"r{self.plan.round_id}.{len(self.plan.actions) + 1}"
+
+    def consolidates(self, job: JobState) -> bool:
+        """The gang must sit on as few nodes as possible (skew above PACKLIMIT)."""
+        return self.placement == "consolidate" and job.spec.skew > self.pack_limit
+
+    # -- what comes first ----------------------------------------------------
+    def promotion_context(self, snapshot: Snapshot) -> PolicyContext:
+        """The round's policy context. Starvation promotions happen first (written
+        here), so a promoted job competes in Q_1 now."""
+        override: dict[str, float] = {}
+        knob = self.promote_knob
+        if math.isfinite(knob):
+            base = PolicyContext(now_s=snapshot.now_s, thresholds_gpu_s=self.thresholds_gpu_s)
+            for job in snapshot.jobs:
+                if job.running or base.level(job) == 0:
+                    continue
+                if job.waited_since_promotion_s + STARVATION_TOLERANCE_S >= knob * job.executed_since_promotion_s:
+                    override[job.job_id] = 0.0
+                    self.plan.actions.append(Promote(
+                        self.decision_id(), job.job_id,
+                        f"starvation: waited {job.waited_since_promotion_s:.0f}s >= PROMOTEKNOB {knob:g}"
+                        f" x executed {job.executed_since_promotion_s:.0f}s; back to queue 1"))
+        return PolicyContext(now_s=snapshot.now_s, thresholds_gpu_s=self.thresholds_gpu_s,
+                             service=snapshot.service, queue_service_override=override)
+
+    # -- placement and the actions --------------------------------------------
+    def place(self, job: JobState, free, max_per_node: int) -> Optional[Slots]:
+        """Slots for ``job`` on ``free`` (a FreeGpus, taken here), or None: it waits.
+        Count mode: ``free`` is the NodeTotals, read only for a constrained job."""
+        spec = job.spec
+        if self.count_mode:
+            if spec.constrained and not free.fits(spec):
+                return None
+            return ((COUNT_NODE, job.num_gpus),)
+        consolidate = self.consolidates(job)
+        if spec.constrained:  # the job's own --nodelist / --exclude / -N
+            slots = free.place_constrained(spec, consolidate=consolidate, max_gpus_per_node=max_per_node)
+        else:
+            slots = free.place(job.num_gpus, consolidate=consolidate, max_gpus_per_node=max_per_node)
+        if slots is not None:
+            for node, gpus in slots:
+                free.take(node, gpus)
+        return slots
+
+    def start(self, job: JobState, slots: Slots, reason: str) -> None:
+        self.plan.actions.append(Start(self.decision_id(), job.job_id, slots, reason))
+
+    def preempt(self, victims: Iterable[JobState], newcomers: list[JobState],
+                level_of: Callable[[JobState], int]) -> None:
+        """Each victim yields its GPUs to the round's newcomers (named in the reason)."""
+        names = ", ".join(job.job_id for job in newcomers[:3]) + (" ..." if len(newcomers) > 3 else "")
+        for job in victims:
+            self.plan.actions.append(Preempt(
+                self.decision_id(), job.job_id,
+                f"yields {job.num_gpus} GPUs: lower priority than {names or 'higher-priority jobs'}"
+                f" (queue {level_of(job) + 1})"))
+
+    def backfill(self, walk_order: Iterable[JobState], passed: Callable[[JobState], bool], free_gpus,
+                 free_total: int, max_per_node: int) -> tuple[list[JobState], int]:
+        """Start later waiting gangs on the GPUs left by a gang that waits for a
+        consolidated slot or on its own nodes (placement only). ``passed(job)``: the
+        walk already selected it. Returns (the backfilled jobs, GPUs left free)."""
+        backfilled: list[JobState] = []
+        for job in walk_order:
+            if job.running or passed(job) or job.num_gpus > free_total:
+                continue
+            slots = self.place(job, free_gpus, max_per_node)
+            if slots is not None:
+                free_total -= job.num_gpus
+                backfilled.append(job)
+                self.start(job, slots, "backfill: GPUs left free by a gang waiting for placement")
+        return backfilled, free_total
+
+    # -- why the others wait ------------------------------------------------------
+    def explain_waits(self, ordered: list[JobState], level_of: Callable[[JobState], int],
+                      blocked_by: Optional[JobState], selected_ids: set, unplaced: list[JobState],
+                      free_total: int, max_per_node: int, nodes=()) -> None:
+        """A reason for every job in ``ordered`` (walk order) that neither runs nor starts."""
+        plan = self.plan
+        unplaced_ids = {job.job_id for job in unplaced}
+        started = {a.job_id for a in plan.of_kind("start")}
+        for position, job in enumerate(ordered):
+            if job.running or job.job_id in started:
+                continue
+            level = level_of(job) + 1
+            if job.job_id in unplaced_ids:
+                if job.spec.constrained:
+                    plan.wait_reasons[job.job_id] = constraint_reason(job, nodes)
+                elif self.consolidates(job):
+                    need = minimum_nodes(job.num_gpus, max_per_node)
+                    plan.wait_reasons[job.job_id] = (
+                        f"waiting for consolidation: needs {job.num_gpus} GPUs on {need} node(s)"
+                        f" (skew {job.spec.skew:.2f} > PACKLIMIT {self.pack_limit:g})")
+                else:
+                    plan.wait_reasons[job.job_id] = f"GPUs fragmented: needs {job.num_gpus} GPUs, no node set fits"
+            elif blocked_by is not None and job is not blocked_by and job.job_id not in selected_ids:
+                plan.wait_reasons[job.job_id] = f"strict FIFO: behind head-of-line job {blocked_by.job_id}"
+            else:
+                plan.wait_reasons[job.job_id] = (
+                    f"queue {level}: {position} job(s) ahead, needs {job.num_gpus} GPUs, {max(free_total, 0)} free")
+
+
+def release_placements(victims: Iterable[JobState], free_by_node: dict[str, int]) -> None:
+    """Count the victims' GPUs free again on the nodes the round plans on."""
+    for job in victims:
+        for node, gpus in job.placement:
+            if node in free_by_node:
+                free_by_node[node] += gpus
+
+
+def constraint_reason(job: JobState, nodes) -> str:
+    """Why a job with its own node constraints waits: none of its allowed node sets is
+    free now, or (on this cluster's available nodes, all GPUs free) none could ever be."""
+    text = describe_constraints(job.spec)
+    totals = {n.name: n.gpus_total for n in nodes if n.available}
+    if totals and place_constrained(job.num_gpus, totals, job.spec, consolidate=False,
+                                    max_gpus_per_node=0) is None:
+        return (f"node constraints ({text}): {job.num_gpus} GPUs cannot fit on the available nodes"
+                " even when all are free")
+    return f"node constraints ({text}): needs {job.num_gpus} GPUs, no allowed node set has them free now"
