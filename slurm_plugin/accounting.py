@@ -41,15 +41,8 @@ import numpy as np
 
 from controller.core.inputs import MAX_SECONDS, shorten
 from controller.core.model import InputError, JobSpec
-from slurm_plugin.parse import (
-    SlurmParseError,
-    slurm_number,
-    scontrol_time,
-    expand_hostlist,
-    gres_counts,
-    parse_duration_s,
-    parse_sacct_json,
-)
+from slurm_plugin.grammar import SlurmParseError, expand_hostlist, gres_counts, parse_duration_s, scontrol_time
+from slurm_plugin.parse import parse_sacct_json, slurm_number
 
 __all__ = [
     "SACCT_TEXT_FIELDS",

@@ -211,7 +211,6 @@ class SlurmBackend:
             skipped.append(f"sinfo node {exc.node or '?'} (record {exc.record_index}): {exc}")
 
         jobs = [j for j in jobs if self._in_scope(j.partitions)]
-        raw_by_id = self._raw_records_by_id(squeue_doc.get("jobs", []))
 
         site_factors = {j.job_id: j.site_factor for j in jobs if j.site_factor is not None}
         pending = {j.job_id for j in jobs if j.state == "PENDING"}
@@ -228,8 +227,7 @@ class SlurmBackend:
         observed_jobs: list[ObservedJob] = []
         for job in jobs:
             try:
-                observed_jobs.append(self._observed_job(job, raw_by_id.get(job.job_id),
-                                                        site_factors.get(job.job_id)))
+                observed_jobs.append(self._observed_job(job, site_factors.get(job.job_id)))
             except (SlurmParseError, TypeError, ValueError) as exc:
                 skipped.append(f"squeue job {job.job_id}: {_one_line(str(exc))}")
 
@@ -290,14 +288,6 @@ class SlurmBackend:
             raise BackendUnavailable(f"{what} reported an error: {detail}{f' ({source})' if source else ''}")
         return doc
 
-    @staticmethod
-    def _raw_records_by_id(records: Iterable) -> dict[str, dict]:
-        out: dict[str, dict] = {}
-        for record in records:
-            if isinstance(record, dict) and isinstance(record.get("job_id"), (int, str)):
-                out[str(record["job_id"])] = record
-        return out
-
     def _in_scope(self, partitions: list[str]) -> bool:
         return self.partitions is None or any(p in self.partitions for p in partitions)
 
@@ -327,20 +317,14 @@ class SlurmBackend:
         return factors
 
     @staticmethod
-    def _gpus_by_node(job: SlurmJob, raw: dict | None) -> tuple[tuple[str, int], ...]:
+    def _gpus_by_node(job: SlurmJob) -> tuple[tuple[str, int], ...]:
         """Per-node GPU counts of a job holding nodes: from gres_detail (aligned with
         the allocated node list) when present, else the total split evenly."""
         if not job.nodes or job.state == "PENDING":
             return ()
-        names = list(job.nodes)
-        raw = raw or {}
-        resources = raw.get("job_resources")
-        if isinstance(resources, dict) and isinstance(resources.get("allocated_nodes"), list):
-            allocated = [n.get("nodename") for n in resources["allocated_nodes"] if isinstance(n, dict)]
-            if allocated and all(isinstance(n, str) and n for n in allocated):
-                names = allocated
-        detail = raw.get("gres_detail")
-        if isinstance(detail, list) and len(detail) == len(names) and all(isinstance(d, str) for d in detail):
+        names = job.allocated_nodes or list(job.nodes)
+        detail = job.gres_detail
+        if len(detail) == len(names):
             counts = [gres_counts(d, field_name="gres_detail").get("gpu", 0) for d in detail]
             if sum(counts) > 0 or job.gpus == 0:
                 return tuple(zip(names, counts))
@@ -349,7 +333,7 @@ class SlurmBackend:
         share, extra = divmod(job.gpus, len(names))
         return tuple((n, share + (1 if i < extra else 0)) for i, n in enumerate(names))
 
-    def _observed_job(self, job: SlurmJob, raw: dict | None, site_factor: int | None) -> ObservedJob:
+    def _observed_job(self, job: SlurmJob, site_factor: int | None) -> ObservedJob:
         return ObservedJob(
             job_id=job.job_id,
             user=job.user,
@@ -358,7 +342,7 @@ class SlurmBackend:
             reason=job.reason,
             gpus=job.gpus,
             nodes=tuple(job.nodes),
-            gpus_by_node=self._gpus_by_node(job, raw),
+            gpus_by_node=self._gpus_by_node(job),
             submit_time_s=job.submit_time,
             start_time_s=job.start_time,
             end_time_s=job.end_time,

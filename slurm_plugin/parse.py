@@ -1,8 +1,10 @@
 """Normalize Slurm command output into one model, at the edge.
 
-One module on purpose (about 900 lines): every shape Slurm prints (two JSON
-generations, scontrol text, gres and hostlist strings) is read here and nowhere else,
-so a version drift is fixed in one file and the rest of the code never sees it.
+Every record shape Slurm prints (two JSON generations, scontrol text) is read here
+and nowhere else, so a version drift is fixed in one file and the rest of the code
+never sees it (slurm_plugin/backend.py reads only these dataclasses). The string
+grammars inside the records (hostlists, GRES, durations, timestamps, scontrol's
+``Key=Value`` line) are in slurm_plugin.grammar.
 
 Two JSON generations are accepted and turned into the same dataclasses:
 
@@ -31,11 +33,14 @@ from __future__ import annotations
 import json
 import math
 import re
-import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from controller.core.inputs import MAX_EPOCH_S, MAX_SECONDS, shorten
+# the grammars' names callers have always imported from here stay importable here
+from slurm_plugin.grammar import (MAX_HOSTS, SlurmParseError, expand_hostlist, gres_counts,  # noqa: F401
+                                  parse_duration_s, quoted, scontrol_int, scontrol_time, split_scontrol_line,
+                                  untyped_first)
 
 __all__ = [
     "SlurmParseError",
@@ -48,17 +53,6 @@ __all__ = [
     "expand_hostlist",
     "gres_counts",
 ]
-
-
-class SlurmParseError(ValueError):
-    """Malformed Slurm output. The message is one line naming field and value."""
-
-    def __init__(self, message: str, *, record_index: int | None = None,
-                 job_id: str | None = None, node: str | None = None):
-        super().__init__(message)
-        self.record_index = record_index
-        self.job_id = job_id
-        self.node = node
 
 
 # Base job states; anything else in a 23.02+ job_state list is a flag.
@@ -123,6 +117,10 @@ class SlurmJob:
     required_nodes: list[str] = field(default_factory=list)
     excluded_nodes: list[str] = field(default_factory=list)
     time_limit_s: float | None = None
+    # squeue only: the nodes a running job holds in allocation order, and the GRES it
+    # holds on each, aligned with them when Slurm says (else [])
+    allocated_nodes: list[str] = field(default_factory=list)
+    gres_detail: list[str] = field(default_factory=list)
 
     @property
     def partitions(self) -> list[str]:
@@ -150,186 +148,6 @@ class SlurmNode:
 
 
 # --------------------------------------------------------------------------
-# hostlists and GRES strings
-
-_HOSTLIST_EMPTY = {"", "(null)", "none assigned", "n/a", "none"}
-
-
-# A hostlist from Slurm names real nodes; the largest clusters have tens of thousands.
-# More than this is a malformed or hostile value (gpu[1-99999999] would be GBs of names):
-# refused before anything is expanded.
-MAX_HOSTLIST_NAMES = 100_000
-MAX_HOSTS = MAX_HOSTLIST_NAMES
-
-
-def expand_hostlist(hostlist: str | None, max_names: int = MAX_HOSTLIST_NAMES) -> list[str]:
-    """Expand a Slurm hostlist such as ``gpu[1-3,5],login01`` into names.
-
-    Zero padding follows the range bound (``n[01-03]`` -> n01 n02 n03); several
-    bracket groups in one name give their product. Empty/``(null)``/``None
-    assigned`` give ``[]``. Raises SlurmParseError on an unbalanced bracket, a
-    bad range, or more than ``max_names`` names (counted before expanding).
-
-    Hand-written rather than python-hostlist: that module is GPL-2.0-or-later and
-    this project is Apache-2.0; ClusterShell (LGPL) expands a range eagerly and
-    has no bound (it was killed for memory on gpu[1-99999999]). python-hostlist is
-    1.2-1.45x faster per call, a few microseconds (bench/bench_hostlist.py).
-    """
-    if hostlist is None:
-        return []
-    text = hostlist.strip()
-    if text.lower() in _HOSTLIST_EMPTY:
-        return []
-    items = [_parse_host_item(item, hostlist) for item in _split_top_level(text, "hostlist") if item]
-    total = sum(_count_names(item) for item in items)
-    if total > max_names:
-        raise SlurmParseError(f"hostlist: {total:,} names in {_clip(hostlist)!r} is more than the limit of "
-                              f"{max_names:,}")
-    names: list[str] = []
-    for item in items:
-        names.extend(_expand_parsed(item))
-    return names
-
-
-def _clip(text: str, limit: int = 80) -> str:
-    return text if len(text) <= limit else text[:limit - 3] + "..."
-
-
-def _split_top_level(text: str, what: str) -> list[str]:
-    """Split on commas outside brackets and parentheses."""
-    parts, depth, start = [], 0, 0
-    for i, ch in enumerate(text):
-        if ch in "[(":
-            depth += 1
-        elif ch in "])":
-            depth -= 1
-            if depth < 0:
-                raise SlurmParseError(f"{what}: unbalanced '{ch}' in {_r(text)}")
-        elif ch == "," and depth == 0:
-            parts.append(text[start:i])
-            start = i + 1
-    if depth != 0:
-        raise SlurmParseError(f"{what}: unbalanced brackets in {_r(text)}")
-    parts.append(text[start:])
-    return [p.strip() for p in parts]
-
-
-# One host item parsed: a list of (literal text, ranges) groups, where ranges is a
-# list of (low, high, zero-pad width) and the last group's ranges are empty.
-_HostItem = list[tuple[str, list[tuple[int, int, int]]]]
-
-
-def _parse_host_item(item: str, whole: str) -> _HostItem:
-    groups: _HostItem = []
-    rest = item
-    while True:
-        open_at = rest.find("[")
-        if open_at < 0:
-            if "]" in rest:
-                raise SlurmParseError(f"hostlist: unbalanced ']' in {_clip(whole)!r}")
-            groups.append((rest, []))
-            return groups
-        close_at = rest.find("]", open_at)
-        if close_at < 0:
-            raise SlurmParseError(f"hostlist: unbalanced '[' in {_clip(whole)!r}")
-        ranges = []
-        for part in rest[open_at + 1:close_at].split(","):
-            part = part.strip()
-            m = re.fullmatch(r"([0-9]{1,100})(?:-([0-9]{1,100}))?", part)  # ASCII digits only
-            if not m:
-                raise SlurmParseError(f"hostlist: bad range {part!r} in {_clip(whole)!r}")
-            lo_text, hi_text = m.group(1), m.group(2) or m.group(1)
-            lo, hi = int(lo_text), int(hi_text)
-            if hi < lo:
-                raise SlurmParseError(f"hostlist: descending range {part!r} in {_clip(whole)!r}")
-            width = len(lo_text) if lo_text.startswith("0") or len(lo_text) == len(hi_text) else 0
-            ranges.append((lo, hi, width))
-        groups.append((rest[:open_at], ranges))
-        rest = rest[close_at + 1:]
-
-
-def _count_names(item: _HostItem) -> int:
-    count = 1
-    for _, ranges in item:
-        if ranges:
-            count *= sum(hi - lo + 1 for lo, hi, _ in ranges)
-    return count
-
-
-def _expand_parsed(item: _HostItem) -> list[str]:
-    names = [""]
-    for literal, ranges in item:
-        if not ranges:
-            names = [name + literal for name in names]
-            continue
-        numbers = [f"{n:0{width}d}" for lo, hi, width in ranges for n in range(lo, hi + 1)]
-        names = [name + literal + number for name in names for number in numbers]
-    return names
-
-
-def gres_counts(spec: str | None, *, field_name: str = "gres") -> dict[str, int]:
-    """Count GRES by name in any of Slurm's spellings; typed entries are summed.
-
-    Accepts ``gres:gpu:2`` (22.05 tres_per_*), ``gres/gpu:2`` (23.02+),
-    ``gpu:a100:2(IDX:0-1)`` (gres/gres_used), ``mps:(null):0(IDX:N/A)``,
-    ``gres/gpu=3`` (TRES strings) and ``gres/gpu`` (count 1). Non-GRES TRES
-    (cpu=, mem=...) are ignored. When a TRES string lists both ``gres/gpu`` and
-    ``gres/gpu:a100`` the untyped total wins, so nothing is counted twice.
-    """
-    if not spec or spec.strip() in ("(null)", "N/A"):
-        return {}
-    untyped: dict[str, int] = {}
-    typed: dict[str, int] = {}
-    for raw in _split_top_level(spec.strip(), field_name):
-        item = re.sub(r"\([^)]*\)", "", raw).strip()  # drop (IDX:0-1), (S:0-1)
-        if not item:
-            continue
-        if "=" in item:  # TRES form: gres/gpu=2, gres/gpu:a100=2, cpu=1
-            key, _, value = item.partition("=")
-            if not key.startswith("gres/"):
-                continue
-            parts = key[len("gres/"):].split(":")
-            count_text = value
-        else:
-            if item.startswith("gres:") or item.startswith("gres/"):
-                item = item[5:]
-            elif "/" in item or ":" not in item and item in ("cpu", "mem", "node", "billing"):
-                continue
-            parts = item.split(":")
-            # name, name:count, name:type, name:type:count ("gpu:a100" means one a100).
-            if len(parts) > 2 or len(parts) == 2 and re.fullmatch(r"[0-9]+[kKmMgG]?", parts[1]):
-                count_text = parts.pop()
-            else:
-                count_text = "1"
-        name = parts[0]
-        gtype = parts[1] if len(parts) > 1 and parts[1] not in ("", "(null)", "no_consume") else None
-        count = _gres_number(count_text, field_name, spec)
-        target = typed if gtype else untyped
-        target[name] = target.get(name, 0) + count
-    return _untyped_first(untyped, typed)
-
-
-def _untyped_first(untyped: dict[str, int], typed: dict[str, int]) -> dict[str, int]:
-    """Per gres name: the untyped total when Slurm lists one (it already counts the
-    typed entries), else the sum of the typed entries."""
-    out = dict(untyped)
-    for name, count in typed.items():
-        out.setdefault(name, count)
-    return out
-
-
-def _gres_number(text: str, field_name: str, spec: str) -> int:
-    m = re.fullmatch(r"([0-9]{1,12})([kKmMgG]?)", text.strip())
-    if not m:
-        raise SlurmParseError(f"{field_name}: bad count {_r(text)} in {_r(spec)}")
-    scale = {"": 1, "k": 1024, "m": 1024 ** 2, "g": 1024 ** 3}[m.group(2).lower()]
-    count = int(m.group(1)) * scale
-    if count > 10**12:
-        raise SlurmParseError(f"{field_name}: count {_r(text)} in {_r(spec)} is not a plausible GRES count")
-    return count
-
-
-# --------------------------------------------------------------------------
 # value helpers shared by the JSON parsers
 
 def slurm_number(value: Any, field_name: str) -> float | None:
@@ -337,7 +155,7 @@ def slurm_number(value: Any, field_name: str) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool):
-        raise SlurmParseError(f"{field_name}: expected a number, got {_r(value)}")
+        raise SlurmParseError(f"{field_name}: expected a number, got {quoted(value)}")
     if isinstance(value, (int, float)):
         return _bounded(value, field_name)
     if isinstance(value, dict) and "number" in value:
@@ -346,7 +164,7 @@ def slurm_number(value: Any, field_name: str) -> float | None:
         return slurm_number(value["number"], field_name)
     if isinstance(value, str) and re.fullmatch(r"-?[0-9]{1,19}", value.strip()):
         return _bounded(int(value), field_name)
-    raise SlurmParseError(f"{field_name}: expected a number, got {_r(value)}")
+    raise SlurmParseError(f"{field_name}: expected a number, got {quoted(value)}")
 
 
 def _int(value: Any, field_name: str, default: int = 0) -> int:
@@ -361,14 +179,14 @@ def _epoch(value: Any, field_name: str) -> float | None:
     if not n:
         return None
     if n < 0:
-        raise SlurmParseError(f"{field_name}: {_r(n)} is not a Unix time")
+        raise SlurmParseError(f"{field_name}: {quoted(n)} is not a Unix time")
     return float(n)
 
 
 def _bounded(value: int | float, field_name: str) -> int | float:
     """Slurm's numbers are 64-bit; anything larger (or nan/inf) is not from Slurm."""
     if isinstance(value, float) and not math.isfinite(value) or not -2**63 <= value < 2**64:
-        raise SlurmParseError(f"{field_name}: {_r(value)} is not a 64-bit number")
+        raise SlurmParseError(f"{field_name}: {quoted(value)} is not a 64-bit number")
     return value
 
 
@@ -376,13 +194,8 @@ def _count(value: Any, field_name: str, hi: int = 10**7) -> int:
     """A count (nodes, tasks, restarts): an integer in 0..hi; unset is 0."""
     n = _int(value, field_name)
     if not 0 <= n <= hi:
-        raise SlurmParseError(f"{field_name}: {_r(n)} is not a count in 0..{hi}")
+        raise SlurmParseError(f"{field_name}: {quoted(n)} is not a count in 0..{hi}")
     return n
-
-
-def _r(value: Any) -> str:
-    """A value for an error message: quoted, one line, shortened."""
-    return f"'{shorten(value)}'"
 
 
 def _limit_s(limit_min: float | None) -> float | None:
@@ -390,7 +203,7 @@ def _limit_s(limit_min: float | None) -> float | None:
     if limit_min is None:
         return None
     if not 0 <= limit_min <= MAX_SECONDS / 60:
-        raise SlurmParseError(f"time_limit: {_r(limit_min)} minutes is not a time limit")
+        raise SlurmParseError(f"time_limit: {quoted(limit_min)} minutes is not a time limit")
     return float(limit_min) * 60.0
 
 
@@ -401,7 +214,7 @@ def _str(value: Any, field_name: str) -> str:
         return value
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return str(value)
-    raise SlurmParseError(f"{field_name}: expected a string, got {_r(value)}")
+    raise SlurmParseError(f"{field_name}: expected a string, got {quoted(value)}")
 
 
 def _split_state(value: Any, field_name: str) -> tuple[str, frozenset[str]]:
@@ -411,10 +224,10 @@ def _split_state(value: Any, field_name: str) -> tuple[str, frozenset[str]]:
     elif isinstance(value, list) and value and all(isinstance(v, str) for v in value):
         items = list(value)
     else:
-        raise SlurmParseError(f"{field_name}: expected a state string or list, got {_r(value)}")
+        raise SlurmParseError(f"{field_name}: expected a state string or list, got {quoted(value)}")
     items = [v.strip().upper() for v in items if v.strip()]
     if not items:
-        raise SlurmParseError(f"{field_name}: empty state {_r(value)}")
+        raise SlurmParseError(f"{field_name}: empty state {quoted(value)}")
     base = next((v for v in items if v in JOB_BASE_STATES - {"REQUEUED"}), None)
     if base is None:
         base = next((v for v in items if v in JOB_BASE_STATES), items[0])
@@ -433,7 +246,7 @@ def _load_document(text: str | bytes | dict, list_keys: Iterable[str], what: str
         if key in doc:
             records = doc[key]
             if not isinstance(records, list):
-                raise SlurmParseError(f"{what}: {_r(key)} is {type(records).__name__}, not a list")
+                raise SlurmParseError(f"{what}: {quoted(key)} is {type(records).__name__}, not a list")
             return key, records
     raise SlurmParseError(f"{what}: no {' or '.join(repr(k) for k in list_keys)} list in the document")
 
@@ -485,7 +298,7 @@ def _finish_times(state: str, start: float | None, end: float | None) -> tuple[f
         end = None
     for name, value in (("start_time", start), ("end_time", end)):
         if value is not None and value > MAX_EPOCH_S:
-            raise SlurmParseError(f"{name}: {_r(value)} is not a Unix time (after the year 2096)")
+            raise SlurmParseError(f"{name}: {quoted(value)} is not a Unix time (after the year 2096)")
     return start, end
 
 
@@ -537,7 +350,32 @@ def _squeue_job(r: dict) -> SlurmJob:
         required_nodes=expand_hostlist(_str(r.get("required_nodes"), "required_nodes")),
         excluded_nodes=expand_hostlist(_str(r.get("excluded_nodes"), "excluded_nodes")),
         time_limit_s=_limit_s(limit_min),
+        allocated_nodes=_allocated_nodes(r.get("job_resources")),
+        gres_detail=_gres_detail(r.get("gres_detail")),
     )
+
+
+def _allocated_nodes(resources: Any) -> list[str]:
+    """The nodes a job holds, in allocation order (the order of ``gres_detail``):
+    22.05/23.02 ``job_resources.allocated_nodes[].nodename``, 24.05+
+    ``job_resources.nodes.allocation[].name``. [] when absent or not every one named."""
+    if not isinstance(resources, dict):
+        return []
+    items, key = resources.get("allocated_nodes"), "nodename"
+    if not isinstance(items, list):
+        nodes = resources.get("nodes")
+        items, key = (nodes.get("allocation"), "name") if isinstance(nodes, dict) else (None, key)
+        if not isinstance(items, list):
+            return []
+    names = [item.get(key) for item in items if isinstance(item, dict)]
+    return names if names and all(isinstance(name, str) and name for name in names) else []
+
+
+def _gres_detail(detail: Any) -> list[str]:
+    """The per-node GRES strings (``gpu:2(IDX:0-1)``), or [] when not a list of strings."""
+    if isinstance(detail, list) and all(isinstance(item, str) for item in detail):
+        return list(detail)
+    return []
 
 
 # --------------------------------------------------------------------------
@@ -561,7 +399,7 @@ def _node_state(r: dict) -> tuple[str, frozenset[str]]:
     elif isinstance(raw, list) and all(isinstance(v, str) for v in raw):
         items = list(raw) + list(extra)
     else:
-        raise SlurmParseError(f"state: expected a node state string or list, got {_r(raw)}")
+        raise SlurmParseError(f"state: expected a node state string or list, got {quoted(raw)}")
     # 22.05 text states may carry a suffix: 'idle*' (not responding), 'idle~' (powered down).
     suffix_flags = {"*": "NOT_RESPONDING", "~": "POWERED_DOWN", "#": "POWERING_UP",
                     "%": "POWERING_DOWN", "!": "POWER_DOWN", "$": "MAINTENANCE", "@": "REBOOT_REQUESTED"}
@@ -579,7 +417,7 @@ def _node_state(r: dict) -> tuple[str, frozenset[str]]:
         elif item:
             flags.add(item.upper())
     if base is None:
-        raise SlurmParseError(f"state: no base node state in {_r(raw)}")
+        raise SlurmParseError(f"state: no base node state in {quoted(raw)}")
     return base, frozenset(flags)
 
 
@@ -597,7 +435,7 @@ def _node(r: dict) -> SlurmNode:
     state, flags = _node_state(r)
     partitions = r.get("partitions") or []
     if not isinstance(partitions, list):
-        raise SlurmParseError(f"partitions: expected a list, got {_r(partitions)}")
+        raise SlurmParseError(f"partitions: expected a list, got {quoted(partitions)}")
     return SlurmNode(
         name=name,
         state=state,
@@ -665,19 +503,19 @@ def _tres_list_counts(items: Any, field_name: str) -> dict[str, int]:
     if items is None:
         return {}
     if not isinstance(items, list):
-        raise SlurmParseError(f"{field_name}: expected a list, got {_r(items)}")
+        raise SlurmParseError(f"{field_name}: expected a list, got {quoted(items)}")
     untyped: dict[str, int] = {}
     typed: dict[str, int] = {}
     for item in items:
         if not isinstance(item, dict):
-            raise SlurmParseError(f"{field_name}: expected TRES objects, got {_r(item)}")
+            raise SlurmParseError(f"{field_name}: expected TRES objects, got {quoted(item)}")
         if item.get("type") != "gres" or not item.get("name"):
             continue
         name, _, gtype = str(item["name"]).partition(":")
         count = _int(item.get("count"), f"{field_name}.count")
         target = typed if gtype else untyped
         target[name] = target.get(name, 0) + count
-    return _untyped_first(untyped, typed)
+    return untyped_first(untyped, typed)
 
 
 def _sacct_job(r: dict) -> SlurmJob:
@@ -686,11 +524,11 @@ def _sacct_job(r: dict) -> SlurmJob:
     job_id = str(_int(r["job_id"], "job_id"))
     st = r.get("state")
     if not isinstance(st, dict):
-        raise SlurmParseError(f"state: expected an object, got {_r(st)}")
+        raise SlurmParseError(f"state: expected an object, got {quoted(st)}")
     state, flags = _split_state(st.get("current"), "state.current")
     t = r.get("time") or {}
     if not isinstance(t, dict):
-        raise SlurmParseError(f"time: expected an object, got {_r(t)}")
+        raise SlurmParseError(f"time: expected an object, got {quoted(t)}")
     tres = r.get("tres") or {}
     allocated = _tres_list_counts(tres.get("allocated"), "tres.allocated")
     requested = _tres_list_counts(tres.get("requested"), "tres.requested")
@@ -733,87 +571,6 @@ def _sacct_job(r: dict) -> SlurmJob:
 # --------------------------------------------------------------------------
 # scontrol show job -o
 
-# Keys whose values are free text and may contain spaces or 'word=' fragments.
-_FREE_TEXT_KEYS = frozenset({
-    "JobName", "Comment", "AdminComment", "SystemComment", "Command", "WorkDir",
-    "StdErr", "StdIn", "StdOut", "Reason", "Dependency", "Features", "Licenses",
-    "Network", "Container", "ContainerID", "Extra", "Prefer", "MailUser",
-})
-# Every key seen in 22.05-24.11 one-line output; a candidate key outside this
-# set that follows a free-text key is taken as part of that value.
-_KNOWN_KEYS = frozenset({
-    "JobId", "ArrayJobId", "ArrayTaskId", "ArrayTaskThrottle", "HetJobId", "HetJobOffset",
-    "HetJobIdSet", "JobName", "UserId", "GroupId", "MCS_label", "Priority", "Nice", "Account",
-    "QOS", "JobState", "Reason", "Dependency", "Requeue", "Restarts", "BatchFlag", "Reboot",
-    "ExitCode", "DerivedExitCode", "RunTime", "TimeLimit", "TimeMin", "SubmitTime",
-    "EligibleTime", "AccrueTime", "StartTime", "EndTime", "Deadline", "SuspendTime",
-    "SecsPreSuspend", "LastSchedEval", "Scheduler", "Partition", "AllocNode:Sid",
-    "ReqNodeList", "ExcNodeList", "NodeList", "BatchHost", "SchedNodeList", "NumNodes",
-    "NumCPUs", "NumTasks", "CPUs/Task", "ReqB:S:C:T", "TRES", "ReqTRES", "AllocTRES",
-    "Socks/Node", "NtasksPerN:B:S:C", "CoreSpec", "MinCPUsNode", "MinMemoryNode",
-    "MinMemoryCPU", "MinTmpDiskNode", "Features", "DelayBoot", "OverSubscribe",
-    "Contiguous", "Licenses", "LicensesAlloc", "Network", "Command", "WorkDir", "Comment",
-    "AdminComment", "SystemComment", "StdErr", "StdIn", "StdOut", "Power", "TresPerNode",
-    "TresPerJob", "TresPerTask", "TresPerSocket", "TresBind", "TresFreq", "CpusPerTres",
-    "MemPerTres", "MailUser", "MailType", "Reservation", "Prefer", "Extra", "Container",
-    "ContainerID", "SiteFactor", "PreemptEligibleTime", "PreemptTime", "ResvPorts",
-    "Partition", "Qos", "Wckey", "NtasksPerTRES", "OOMKillStep", "CpuFreq", "KillOInInvalidDependent",
-    "Resizing", "BurstBuffer", "BurstBufferState", "ThreadSpec", "ClusterFeatures",
-    "StepMgrEnabled", "Segment",
-})
-_KEY_RE = re.compile(r"(?:^|\s)([A-Z][A-Za-z0-9_:/]*)=")
-
-
-def _split_scontrol_line(line: str) -> dict[str, str]:
-    matches = list(_KEY_RE.finditer(line))
-    pairs: list[list[str]] = []
-    for i, m in enumerate(matches):
-        value_end = matches[i + 1].start() if i + 1 < len(matches) else len(line)
-        key, value = m.group(1), line[m.end():value_end]
-        if pairs and key not in _KNOWN_KEYS and pairs[-1][0] in _FREE_TEXT_KEYS:
-            pairs[-1][1] += line[m.start():value_end]
-            continue
-        pairs.append([key, value])
-    return {k: v.strip() for k, v in pairs}
-
-
-_NULLISH = {"", "(null)", "None", "Unknown", "N/A", "none"}
-
-
-def scontrol_time(value: str | None, field_name: str) -> float | None:
-    if value is None or value in _NULLISH:
-        return None
-    if not value.isascii() or len(value) != 19:  # strptime would take Unicode digits
-        raise SlurmParseError(f"{field_name}: bad timestamp {_r(value)}")
-    try:
-        seconds = time.mktime(time.strptime(value, "%Y-%m-%dT%H:%M:%S"))
-    except (ValueError, OverflowError):
-        raise SlurmParseError(f"{field_name}: bad timestamp {_r(value)}") from None
-    if seconds <= 0:
-        raise SlurmParseError(f"{field_name}: timestamp {_r(value)} is before 1970")
-    return seconds
-
-
-def parse_duration_s(value: str | None, field_name: str = "duration") -> float | None:
-    """Slurm ``[days-]HH:MM:SS`` / ``MM:SS`` / ``MM`` to seconds; UNLIMITED -> None."""
-    if value is None or value in _NULLISH or value.upper() in ("UNLIMITED", "INFINITE"):
-        return None
-    m = re.fullmatch(r"(?:([0-9]{1,6})-)?([0-9]{1,9})(?::([0-9]{1,9}))?(?::([0-9]{1,9}))?", value.strip())
-    if not m:
-        raise SlurmParseError(f"{field_name}: bad duration {_r(value)}")
-    days, a, b, c = (int(g) if g else None for g in m.groups())
-    if c is not None:
-        h, mi, s = a, b, c
-    elif b is not None:
-        h, mi, s = (a, b, 0) if days is not None else (0, a, b)
-    else:
-        h, mi, s = (a, 0, 0) if days is not None else (0, a, 0)
-    total = float((days or 0) * 86400 + h * 3600 + mi * 60 + s)
-    if total > MAX_SECONDS:
-        raise SlurmParseError(f"{field_name}: duration {_r(value)} is longer than {MAX_SECONDS:g} s")
-    return total
-
-
 def parse_scontrol_show_job(text: str, errors: list | None = None) -> list[SlurmJob]:
     """Jobs from ``scontrol show job -o`` (one ``Key=Value ...`` line per job).
 
@@ -828,28 +585,20 @@ def parse_scontrol_show_job(text: str, errors: list | None = None) -> list[Slurm
     records = []
     for line in lines:
         if not line.lstrip().startswith("JobId="):
-            raise SlurmParseError(f"scontrol show job: line does not start with JobId=: {_r(line[:60])}")
-        records.append(_split_scontrol_line(line.strip()))
+            raise SlurmParseError(f"scontrol show job: line does not start with JobId=: {quoted(line[:60])}")
+        records.append(split_scontrol_line(line.strip()))
     return _collect(records, _scontrol_job, errors, "JobId", "scontrol")
-
-
-def _scontrol_int(value: str | None, field_name: str, default: int = 0) -> int:
-    if value is None or value in _NULLISH:
-        return default
-    if not re.fullmatch(r"-?[0-9]{1,19}", value):
-        raise SlurmParseError(f"{field_name}: expected an integer, got {_r(value)}")
-    return int(value)
 
 
 def _scontrol_job(r: dict) -> SlurmJob:
     job_id = r.get("JobId", "")
     if not re.fullmatch(r"[0-9]{1,19}", job_id):
-        raise SlurmParseError(f"JobId: expected an integer, got {_r(job_id)}")
+        raise SlurmParseError(f"JobId: expected an integer, got {quoted(job_id)}")
     state, flags = _split_state(r.get("JobState", ""), "JobState")
     num_nodes = r.get("NumNodes", "0")
     m = re.match(r"([0-9]{1,9})(?:-([0-9]{1,9}))?", num_nodes)  # "1", or "4-4" (min-max) pending
     if not m:
-        raise SlurmParseError(f"NumNodes: expected a count, got {_r(num_nodes)}")
+        raise SlurmParseError(f"NumNodes: expected a count, got {quoted(num_nodes)}")
     node_count = int(m.group(1))
     max_nodes = int(m.group(2)) if m.group(2) else 0
     fake = {
@@ -858,7 +607,7 @@ def _scontrol_job(r: dict) -> SlurmJob:
         "tres_per_task": _nullish_to_empty(r.get("TresPerTask")),
         "tres_req_str": _nullish_to_empty(r.get("ReqTRES") or r.get("TRES")),
     }
-    gpus, mps = _gpus_and_mps_from_request(fake, node_count, _scontrol_int(r.get("NumTasks"), "NumTasks"))
+    gpus, mps = _gpus_and_mps_from_request(fake, node_count, scontrol_int(r.get("NumTasks"), "NumTasks"))
     start, end = _finish_times(state, scontrol_time(r.get("StartTime"), "StartTime"),
                                scontrol_time(r.get("EndTime"), "EndTime"))
     user = r.get("UserId", "")
@@ -880,13 +629,13 @@ def _scontrol_job(r: dict) -> SlurmJob:
         submit_time=scontrol_time(r.get("SubmitTime"), "SubmitTime"),
         start_time=start,
         end_time=end,
-        restart_count=_count(_scontrol_int(r.get("Restarts"), "Restarts"), "Restarts"),
+        restart_count=_count(scontrol_int(r.get("Restarts"), "Restarts"), "Restarts"),
         requeue=(r["Requeue"] == "1") if "Requeue" in r else None,
         batch=r.get("BatchFlag") == "1",
         comment=_nullish_to_empty(r.get("Comment")),
         admin_comment=_nullish_to_empty(r.get("AdminComment")),
-        priority=_scontrol_int(r.get("Priority"), "Priority") if "Priority" in r else None,
-        site_factor=_scontrol_int(site, "SiteFactor") if site not in (None, "") else None,
+        priority=scontrol_int(r.get("Priority"), "Priority") if "Priority" in r else None,
+        site_factor=scontrol_int(site, "SiteFactor") if site not in (None, "") else None,
         required_nodes=expand_hostlist(r.get("ReqNodeList")),
         excluded_nodes=expand_hostlist(r.get("ExcNodeList")),
         time_limit_s=parse_duration_s(r.get("TimeLimit"), "TimeLimit"),

@@ -461,3 +461,18 @@ def test_gpus_by_node_from_gres_detail_and_even_split():
         job = observed[str(raw["job_id"])]
         counts = [n for _, n in job.gpus_by_node]
         assert sum(counts) == job.gpus and max(counts) - min(counts) <= 1
+
+
+def test_gpus_by_node_from_2411_allocation_order():
+    """24.05+ job_resources (nodes.allocation[].name), normalized by parse.py: gres_detail
+    is read against Slurm's allocation order, not the sorted hostlist."""
+    squeue = json.loads((FIXTURES.parent / "24.11" / "squeue.json").read_text())
+    record = next(j for j in squeue["jobs"] if j["job_id"] == 5)
+    record["nodes"] = "gpu[1-2]"
+    record["tres_per_node"] = None
+    record["tres_per_job"] = "gres/gpu:4"
+    record["gres_detail"] = ["gpu:1(IDX:0)", "gpu:3(IDX:0-2)"]
+    record["job_resources"]["nodes"]["allocation"] = [{"name": "gpu2"}, {"name": "gpu1"}]
+    sinfo = (FIXTURES.parent / "24.11" / "sinfo.json").read_text()
+    observed = {j.job_id: j for j in SlurmBackend(runner=_fixture_runner(json.dumps(squeue), sinfo)).observe().jobs}
+    assert observed["5"].gpus_by_node == (("gpu2", 1), ("gpu1", 3))

@@ -382,3 +382,29 @@ def test_24_11_numbers_unset_and_infinite():
     job = parse_squeue_json(json.dumps(doc))[0]
     assert job.time_limit_s is None and job.submit_time == 100.0 and job.start_time is None
     assert job.gpus == 1 and job.state == "PENDING"
+
+
+@pytest.mark.parametrize("version", GENERATIONS)
+def test_squeue_allocated_nodes_and_gres_detail(version):
+    """Both job_resources shapes (22.05 allocated_nodes[].nodename, 24.05+
+    nodes.allocation[].name) give the same allocation list; the backend reads only it."""
+    jobs = by_id(parse_squeue_json(read(version, "squeue.json")))
+    assert jobs["5"].allocated_nodes == ["gpu1"] and jobs["5"].gres_detail == ["gpu:2(IDX:2-3)"]
+    assert jobs["7"].allocated_nodes == ["gpu2"] and jobs["7"].gres_detail == ["gpu:3(IDX:0-2)"]
+    assert jobs["4"].allocated_nodes == [] and jobs["4"].gres_detail == []  # pending: no job_resources
+
+
+def test_squeue_allocation_order_is_slurms_not_the_hostlists():
+    """gres_detail is aligned with the allocation, which need not be the sorted hostlist."""
+    record = json.loads(read("24.11", "squeue.json"))["jobs"][4]
+    record["nodes"] = "gpu[1-2]"
+    record["gres_detail"] = ["gpu:1(IDX:0)", "gpu:3(IDX:0-2)"]
+    record["job_resources"]["nodes"]["allocation"] = [{"name": "gpu2"}, {"name": "gpu1"}]
+    (job,) = parse_squeue_json({"jobs": [record]})
+    assert job.nodes == ["gpu1", "gpu2"] and job.allocated_nodes == ["gpu2", "gpu1"]
+    old = dict(record, job_resources={"allocated_nodes": [{"nodename": "gpu2"}, {"nodename": "gpu1"}]})
+    assert parse_squeue_json({"jobs": [old]})[0].allocated_nodes == ["gpu2", "gpu1"]
+    unnamed = dict(record, job_resources={"nodes": {"allocation": [{"name": "gpu2"}, {"name": ""}]}},
+                   gres_detail=[1, 2])
+    (job,) = parse_squeue_json({"jobs": [unnamed]})
+    assert job.allocated_nodes == [] and job.gres_detail == []
