@@ -1,19 +1,28 @@
-"""What both replay loops share: the run's configuration, its results, each job's
-run state, and the charges of the controller's preemption (grace period, requeue).
+"""The simulated cluster both replay loops drive, and what they share with it: the
+run's configuration, its results, each job's run state.
 
-controller.replay.simulator (the generic loop) and controller.replay.mlfq_replay
-(the loop with a queue book kept alive) both import from here, never from each
-other's loop.
+``SimCluster`` is written once for controller.replay.simulator (the generic loop)
+and controller.replay.mlfq_replay (the loop with a queue book kept alive): nodes and
+their free GPUs, each job's counters (synced lazily), starts, stops, completions at
+their exact times, and the controller's preemption (controller.service.preemption)
+as the simulator charges it: a signalled victim keeps its GPUs through its grace
+period (``leaving``), is then requeued and waits out the requeue delay
+(``settling``) before it may start again. The loops only decide when rounds happen
+and keep their own view of who waits (a job list, or a queue book).
 """
 from __future__ import annotations
 
+import heapq
 import math
 from dataclasses import dataclass, field
 from typing import Iterable, Optional
 
 from controller.core.engine import EngineConfig
-from controller.core.gittins import ServiceDistribution
-from controller.core.model import InputError, JobState
+from controller.core.gittins import LearnedDistribution, ServiceDistribution
+from controller.core.model import InputError, JobState, Node
+from controller.core.placement import COUNT_NODE, is_spread
+
+EPS = 1e-9  # seconds: events this close to a moment happen at it
 
 @dataclass(frozen=True)
 class SimConfig:
@@ -153,3 +162,216 @@ def plannable_free(free_by_node: dict[str, int], victims: Iterable[JobState]) ->
         for node, gpus in job.placement:
             free[node] += gpus
     return free
+
+
+class SimCluster:
+    """Nodes, GPUs and the jobs' run states of one replay (times in seconds).
+
+    ``jobs`` are the replay's jobs (``job.index`` their position), ``run_state`` their
+    RunState, ``learned`` the distribution learned from finished jobs (None: given or
+    unused). Counters: ``busy`` GPUs, ``preemptions`` (a victim that finishes in its
+    grace period is not one), ``overhead_total_s`` of restarts."""
+
+    def __init__(self, cfg: SimConfig, jobs: list[JobState], run_state: list[RunState],
+                 learned: Optional[LearnedDistribution]):
+        self.cfg = cfg
+        self.jobs = jobs
+        self.run_state = run_state
+        self.learned = learned
+        self.count_mode = cfg.engine.placement == "count"
+        if self.count_mode:
+            self.nodes = [Node(COUNT_NODE, cfg.capacity_gpus, cfg.capacity_gpus)]
+        else:
+            self.nodes = [Node(f"n{i:04d}", cfg.gpus_per_node, cfg.gpus_per_node) for i in range(cfg.nodes)]
+        self.free_by_node = {n.name: n.gpus_total for n in self.nodes}
+        self.max_per_node = max(n.gpus_total for n in self.nodes)
+        self.handoff = cfg.preempt_grace_s > 0 or cfg.requeue_delay_s > 0  # preemption costs a grace/requeue
+        self.busy = 0
+        self.preemptions = 0
+        self.overhead_total_s = 0.0
+        self.outcomes: list[JobOutcome] = []
+        self.completions: list[tuple[float, int, int]] = []  # (time, index, version)
+        # (grace over, index, signalled at, would finish at): signalled, holds its GPUs
+        self.leaving: list[tuple[float, int, float, float]] = []
+        self.settling: list[tuple[float, int]] = []  # (may start again, index): requeued, not yet eligible
+        self._overhead_per_restart_s = cfg.preempt_pause_s + cfg.preempt_resume_s
+
+    # -- a job's counters ---------------------------------------------------------
+    def sync(self, job: JobState, t: float) -> None:
+        """Bring the job's counters to time ``t``: service and progress if it runs,
+        waiting time (read only by starvation promotion) if not."""
+        p = self.run_state[job.index]
+        dt = t - p.last_sync_s
+        if dt <= 0:
+            return
+        if job.running:
+            lost = min(p.overhead_left_s, dt)
+            p.overhead_left_s -= lost
+            job.progress_s += (dt - lost) * p.speed
+            job.executed_s += dt
+            job.executed_since_promotion_s += dt
+            served = job.num_gpus * dt
+            job.attained_gpu_s += served
+            job.queue_service_gpu_s += served
+        else:
+            job.waited_since_promotion_s += dt
+        p.last_sync_s = t
+
+    def completion_time(self, job: JobState) -> float:
+        """When the running job's work ends, from its last sync."""
+        p = self.run_state[job.index]
+        left = max(job.spec.duration_s - job.progress_s, 0.0)
+        return p.last_sync_s + p.overhead_left_s + left / p.speed
+
+    # -- what a plan does ---------------------------------------------------------
+    def fits(self, placement) -> bool:
+        """The slots are really free now (not a victim's still in its grace period)."""
+        free_by_node = self.free_by_node
+        return all(free_by_node.get(node, 0) >= gpus for node, gpus in placement)
+
+    def plannable_free(self) -> dict[str, int]:
+        """Free GPUs as the round's plan sees them (plannable_free)."""
+        if not self.leaving:
+            return self.free_by_node
+        jobs = self.jobs
+        return plannable_free(self.free_by_node, (jobs[entry[1]] for entry in self.leaving))
+
+    def start(self, job: JobState, placement, now: float) -> None:
+        """Start the job on ``placement`` (its counters synced to ``now``); a restart
+        pays the checkpoint pause and restore, a sensitive gang spread over extra nodes
+        runs at ``spread_speed``."""
+        cfg = self.cfg
+        p = self.run_state[job.index]
+        job.running = True
+        job.run_start_s = now
+        job.placement = placement
+        free_by_node = self.free_by_node
+        for node, gpus in placement:
+            free_by_node[node] -= gpus
+        self.busy += job.num_gpus
+        if job.first_start_s is None:
+            job.first_start_s = now
+        if job.preemptions:
+            p.overhead_left_s = self._overhead_per_restart_s
+            self.overhead_total_s += self._overhead_per_restart_s
+        sensitive = not self.count_mode and job.spec.skew > cfg.engine.pack_limit
+        p.speed = cfg.spread_speed if sensitive and is_spread(placement, job.num_gpus, cfg.gpus_per_node) else 1.0
+        p.version += 1
+        heapq.heappush(self.completions, (self.completion_time(job), job.index, p.version))
+
+    def _free(self, job: JobState) -> None:
+        free_by_node = self.free_by_node
+        for node, gpus in job.placement:
+            free_by_node[node] += gpus
+        self.busy -= job.num_gpus
+        job.placement = ()
+
+    def stop(self, job: JobState, now: float) -> None:
+        """Preempted with no grace period and no requeue delay: its GPUs change hands
+        now and it waits again at once."""
+        self.sync(job, now)
+        job.running = False
+        self._free(job)
+        job.preemptions += 1
+        self.preemptions += 1
+        self.run_state[job.index].version += 1
+
+    def signal(self, job: JobState, now: float) -> bool:
+        """Preempted as the controller does it: signalled now, it keeps its GPUs through
+        the grace period (``leaving``), then ``release``. Returns True when there is no
+        grace period (released at once: only the requeue delay)."""
+        cfg = self.cfg
+        self.sync(job, now)
+        done_s = self.completion_time(job) if cfg.grace_work_kept else math.inf
+        job.running = False
+        job.preemptions += 1
+        self.preemptions += 1
+        self.run_state[job.index].version += 1
+        if cfg.preempt_grace_s > 0:
+            heapq.heappush(self.leaving, (min(now + cfg.preempt_grace_s, done_s), job.index, now, done_s))
+            return False
+        self.release(job, now, done_s, now)
+        return True
+
+    def release(self, job: JobState, signalled_s: float, done_s: float, now: float) -> None:
+        """The grace period is over: the controller requeues the victim. It was charged
+        service until now (as the controller's accounting does) but made no progress
+        after the signal (its restart resumes from that checkpoint), unless
+        grace_work_kept: then it progressed, and finished if ``done_s`` (when its work
+        ends) came first."""
+        cfg = self.cfg
+        p = self.run_state[job.index]
+        charge_grace(job, p, min(now, done_s) - signalled_s, cfg.grace_work_kept)
+        self._free(job)
+        p.last_sync_s = now
+        if done_s <= now + EPS:  # ended within its grace period: never requeued
+            job.preemptions -= 1
+            self.preemptions -= 1
+            job.progress_s = job.spec.duration_s
+            job.finish_time_s = done_s
+            self._record(job, done_s)
+            return
+        heapq.heappush(self.settling, (now + cfg.requeue_delay_s, job.index))
+
+    def finish(self, job: JobState, t: float) -> None:
+        """The running job's work ended at ``t``."""
+        self.sync(job, t)
+        job.progress_s = job.spec.duration_s
+        job.running = False
+        job.finish_time_s = t
+        self._free(job)
+        self._record(job, t)
+
+    def _record(self, job: JobState, end_s: float) -> None:
+        self.outcomes.append(outcome_of(job, end_s))
+        if self.learned is not None:
+            self.learned.add(job.attained_gpu_s)
+
+    # -- the events up to a moment ------------------------------------------------
+    def finish_due(self, t: float):
+        """Finish every running job whose work ends by ``t``, at its own time; yields each."""
+        completions, jobs, run_state = self.completions, self.jobs, self.run_state
+        while completions and completions[0][0] <= t + EPS:
+            t_done, index, version = heapq.heappop(completions)
+            job = jobs[index]
+            if run_state[index].version != version or not job.running:
+                continue
+            self.finish(job, t_done)
+            yield job
+
+    def release_due(self, now: float) -> int:
+        """Requeue the victims whose grace period is over by ``now`` (at a round, as the
+        controller's advance() does); returns how many."""
+        leaving, jobs = self.leaving, self.jobs
+        count = 0
+        while leaving and leaving[0][0] <= now + EPS:
+            _, index, signalled_s, done_s = heapq.heappop(leaving)
+            self.release(jobs[index], signalled_s, done_s, now)
+            count += 1
+        return count
+
+    def settled_due(self, now: float):
+        """Yield each requeued job whose requeue delay is over by ``now``: it may start again."""
+        settling, jobs = self.settling, self.jobs
+        while settling and settling[0][0] <= now + EPS:
+            yield jobs[heapq.heappop(settling)[1]]
+
+    def next_completion_s(self) -> float:
+        """The earliest completion still to come (inf: none)."""
+        completions, jobs, run_state = self.completions, self.jobs, self.run_state
+        while completions and (run_state[completions[0][1]].version != completions[0][2]
+                               or not jobs[completions[0][1]].running):
+            heapq.heappop(completions)
+        return completions[0][0] if completions else math.inf
+
+    def next_handoff_s(self) -> float:
+        """The earliest end of a grace period or of a requeue delay (inf: none)."""
+        t = self.leaving[0][0] if self.leaving else math.inf
+        return min(t, self.settling[0][0]) if self.settling else t
+
+    def result(self, policy: str, rounds: int, events: int, dropped: list[str], promotions: int,
+               timeline: list[tuple[float, int, int]]) -> SimResult:
+        outcomes = sorted(self.outcomes, key=lambda o: (o.submit_s, o.job_id))
+        return SimResult(policy=policy, outcomes=outcomes, capacity_gpus=self.cfg.capacity_gpus,
+                         preemptions=self.preemptions, preemption_overhead_s=self.overhead_total_s, rounds=rounds,
+                         events=events, dropped_oversize=dropped, promotions=promotions, timeline=timeline)
