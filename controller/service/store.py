@@ -16,6 +16,7 @@ transaction and fencing rules live together, so that no other module writes SQL.
 from __future__ import annotations
 
 import json
+import operator
 import os
 import threading
 import time
@@ -211,6 +212,7 @@ class JobRecord:
 
 
 JOB_FIELDS = tuple(f.name for f in fields(JobRecord))
+_record_values = operator.attrgetter(*JOB_FIELDS)  # a JobRecord's fields as one tuple, in JOB_FIELDS order
 
 
 @dataclass(frozen=True)
@@ -264,7 +266,12 @@ class Store:
         if self.is_sqlite:
             event.listen(self.engine, "connect", _sqlite_on_connect)
         self.fence: Optional[Fence] = None
-        self._bound = threading.local()  # .conn: the open transaction of transaction()
+        self._bound = threading.local()  # .conn: the open transaction of transaction(); .on_commit: its hooks
+        # (cluster, job id) -> the job_service row as this process last committed or loaded
+        # it: save_jobs writes only records that differ (dirty tracking). Updated only
+        # after a commit, so a rolled-back write is written again.
+        self._committed_rows: dict[tuple[str, str], tuple] = {}
+        self._committed_lock = threading.Lock()
         self._open()
 
     # -- lifecycle ---------------------------------------------------------------
@@ -334,11 +341,15 @@ class Store:
         if bound is not None:
             yield bound
             return
+        on_commit: list = []
+        self._bound.on_commit = on_commit
         try:
             with self.engine.begin() as conn:
                 if self.fence is not None:
                     self._check_fence(conn, self.fence)
                 yield conn
+            for hook in on_commit:
+                hook()
         except (InputError, StoreError):
             raise
         except DBAPIError as exc:
@@ -350,6 +361,12 @@ class Store:
             raise StoreError(f"database {self.name}: {_one_line(exc.orig or exc)}") from exc
         except SQLAlchemyError as exc:
             raise StoreError(f"database {self.name}: {_one_line(exc)}") from exc
+        finally:
+            self._bound.on_commit = None
+
+    def _after_commit(self, hook) -> None:
+        """Run ``hook()`` once the open transaction commits (never if it rolls back)."""
+        self._bound.on_commit.append(hook)
 
     # -- job service --------------------------------------------------------------
 
@@ -360,22 +377,41 @@ class Store:
             query = query.where(job_service.c.finished_s.is_(None))
         with self._tx() as conn:
             rows = conn.execute(query).mappings().all()
-        return {row["job_id"]: _row_to_record(row) for row in rows}
+        records = {row["job_id"]: _row_to_record(row) for row in rows}
+        with self._committed_lock:
+            self._committed_rows.update(((cluster, job_id), _record_values(record))
+                                        for job_id, record in records.items())
+        return records
 
     def save_jobs(self, cluster: str, records: Iterable[JobRecord]) -> int:
-        """Upsert these records in one transaction; returns how many were written."""
+        """Upsert those of these records that differ from what this process last
+        committed or loaded, in one transaction; returns how many were written."""
+        changed: dict[tuple[str, str], tuple] = {}
         rows = []
+        committed = self._committed_rows
         for record in records:
-            row = asdict(record)
-            row["cluster"] = cluster
-            row["job_id"] = str(row["job_id"])
-            row["last_running"] = bool(row["last_running"])
+            key, values = (cluster, str(record.job_id)), _record_values(record)
+            if committed.get(key) == values:
+                continue
+            changed[key] = values
+            row = dict(zip(JOB_FIELDS, values))
+            row.update(cluster=cluster, job_id=key[1], last_running=bool(row["last_running"]))
             rows.append(row)
         if not rows:
             return 0
         with self._tx() as conn:
             _upsert(conn, job_service, rows, ["cluster", "job_id"], list(JOB_FIELDS[1:]))
+            self._after_commit(lambda: self._remember(changed))
         return len(rows)
+
+    def _remember(self, rows: dict[tuple[str, str], tuple]) -> None:
+        with self._committed_lock:
+            self._committed_rows.update(rows)
+
+    def _forget(self, cluster: str, job_id: str) -> None:
+        """The row was written another way: the next save_jobs writes the record whole."""
+        with self._committed_lock:
+            self._committed_rows.pop((cluster, job_id), None)
 
     def known_job_ids(self, cluster: str, job_ids: Iterable[str]) -> set[str]:
         """Those of ``job_ids`` that have a row (active or finished) in ``cluster``."""
@@ -397,6 +433,7 @@ class Store:
             cluster=cluster, state="DONE", finished_s=finished_s, end_state=end_state,
             attained_gpu_s=total_service_gpu_s, last_running=False,
         )
+        self._forget(cluster, str(job_id))
         with self._tx() as conn:
             # An unknown job still gets a row so its end is not lost.
             _upsert(
