@@ -26,7 +26,7 @@ from typing import Any, Iterable, Iterator, Optional
 
 from sqlalchemy import (
     Boolean, Column, Float, Index, Integer, MetaData, String, Table, Text,
-    create_engine, event, inspect, select, update,
+    bindparam, create_engine, event, inspect, select, update,
 )
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import (
@@ -213,6 +213,9 @@ class JobRecord:
 
 JOB_FIELDS = tuple(f.name for f in fields(JobRecord))
 _record_values = operator.attrgetter(*JOB_FIELDS)  # a JobRecord's fields as one tuple, in JOB_FIELDS order
+# executemany: SET takes the columns each parameter row names besides the key.
+_UPDATE_JOB_BY_KEY = update(job_service).where(job_service.c.cluster == bindparam("key_cluster"),
+                                               job_service.c.job_id == bindparam("key_job_id"))
 
 
 @dataclass(frozen=True)
@@ -259,8 +262,10 @@ class Store:
             # A row/table lock held elsewhere fails after the same bound as SQLite's.
             connect_args["options"] = f"-c lock_timeout={int(self.busy_timeout_s * 1000)}"
             connect_args["connect_timeout"] = max(1, int(self.busy_timeout_s))
+        # psycopg2 sends an executemany UPDATE (save_jobs) in pages, not a row per round trip.
+        options: dict[str, Any] = {} if self.is_sqlite else {"executemany_mode": "values_plus_batch"}
         try:
-            self.engine = create_engine(parsed, connect_args=connect_args, echo=echo)
+            self.engine = create_engine(parsed, connect_args=connect_args, echo=echo, **options)
         except (NoSuchModuleError, ArgumentError, ImportError) as exc:
             raise InputError(f"store url {self.name}: {_one_line(exc)}") from None
         if self.is_sqlite:
@@ -387,22 +392,35 @@ class Store:
         """Upsert those of these records that differ from what this process last
         committed or loaded, in one transaction; returns how many were written."""
         changed: dict[tuple[str, str], tuple] = {}
-        rows = []
+        new_rows = []  # not committed by this process yet: upserted whole
+        updates: dict[tuple[int, ...], list[dict]] = {}  # changed field indexes -> rows updating just those
         committed = self._committed_rows
         for record in records:
             key, values = (cluster, str(record.job_id)), _record_values(record)
-            if committed.get(key) == values:
+            old = committed.get(key)
+            if old == values:
                 continue
             changed[key] = values
-            row = dict(zip(JOB_FIELDS, values))
-            row.update(cluster=cluster, job_id=key[1], last_running=bool(row["last_running"]))
-            rows.append(row)
-        if not rows:
+            if old is None:
+                row = dict(zip(JOB_FIELDS, values))
+                row.update(cluster=cluster, job_id=key[1], last_running=bool(row["last_running"]))
+                new_rows.append(row)
+                continue
+            # Most rounds change a job's clocks only (last_observed_s and one or four
+            # service/wait sums): updating those columns costs a fraction of the upsert.
+            indexes = tuple(i for i, (was, now) in enumerate(zip(old, values)) if was != now)
+            row = {JOB_FIELDS[i]: values[i] for i in indexes}
+            row.update(key_cluster=cluster, key_job_id=key[1])
+            updates.setdefault(indexes, []).append(row)
+        if not changed:
             return 0
         with self._tx() as conn:
-            _upsert(conn, job_service, rows, ["cluster", "job_id"], list(JOB_FIELDS[1:]))
+            if new_rows:
+                _upsert(conn, job_service, new_rows, ["cluster", "job_id"], list(JOB_FIELDS[1:]))
+            for rows in updates.values():
+                conn.execute(_UPDATE_JOB_BY_KEY, rows)
             self._after_commit(lambda: self._remember(changed))
-        return len(rows)
+        return len(changed)
 
     def _remember(self, rows: dict[tuple[str, str], tuple]) -> None:
         with self._committed_lock:
