@@ -136,7 +136,13 @@ def measure(pending: int, running: int, nodes: int, repeat: int, kinds: tuple[st
     phases = Phases()
     phases.instrument(controller, slurm)
     results: dict[str, list[dict]] = {kind: [] for kind in kinds}
+    results["poll"] = []
     for _ in range(repeat):
+        phases.clear()
+        started_cpu, started_wall = time.process_time(), time.perf_counter()
+        controller.backend.poll()
+        results["poll"].append((time.process_time() - started_cpu - phases.cpu_s[SLURMCTLD],
+                                time.perf_counter() - started_wall - phases.wall_s[SLURMCTLD]))
         for kind in kinds:
             if kind == "changing":
                 change(slurm)
@@ -207,6 +213,10 @@ def main() -> int:
                 verdicts.append(report(f"whole round, {label}, one job started and one ended",
                                        results["changing"], TARGETS_S["changing"]))
                 verdicts.append(report(f"unchanged round, {label}", results["unchanged"], TARGETS_S["unchanged"]))
+                polls = results["poll"]
+                print(f"between rounds, the loop's light poll (squeue -h -o \"%i %t\", not a round; no target): CPU "
+                      f"median {statistics.median(c for c, _ in polls) * 1000:.1f} ms, wall "
+                      f"{statistics.median(w for _, w in polls) * 1000:.1f} ms")
             else:
                 verdicts.append(report(f"whole round, {label}, one job started and one ended",
                                        results["changing"], TARGET_LARGE_S))
