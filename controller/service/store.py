@@ -393,7 +393,7 @@ class Store:
         committed or loaded, in one transaction; returns how many were written."""
         changed: dict[tuple[str, str], tuple] = {}
         new_rows = []  # not committed by this process yet: upserted whole
-        updates: dict[tuple[int, ...], list[dict]] = {}  # changed field indexes -> rows updating just those
+        updates: dict[tuple[bool, ...], list[tuple]] = {}  # which fields changed -> the records' values
         committed = self._committed_rows
         for record in records:
             key, values = (cluster, str(record.job_id)), _record_values(record)
@@ -408,17 +408,16 @@ class Store:
                 continue
             # Most rounds change a job's clocks only (last_observed_s and one or four
             # service/wait sums): updating those columns costs a fraction of the upsert.
-            indexes = tuple(i for i, (was, now) in enumerate(zip(old, values)) if was != now)
-            row = {JOB_FIELDS[i]: values[i] for i in indexes}
-            row.update(key_cluster=cluster, key_job_id=key[1])
-            updates.setdefault(indexes, []).append(row)
+            updates.setdefault(tuple(map(operator.ne, old, values)), []).append(values)
         if not changed:
             return 0
         with self._tx() as conn:
             if new_rows:
                 _upsert(conn, job_service, new_rows, ["cluster", "job_id"], list(JOB_FIELDS[1:]))
-            for rows in updates.values():
-                conn.execute(_UPDATE_JOB_BY_KEY, rows)
+            for mask, group in updates.items():
+                columns = [(i, name) for i, (name, differs) in enumerate(zip(JOB_FIELDS, mask)) if differs]
+                conn.execute(_UPDATE_JOB_BY_KEY, [{"key_cluster": cluster, "key_job_id": str(values[0]),
+                                                   **{name: values[i] for i, name in columns}} for values in group])
             self._after_commit(lambda: self._remember(changed))
         return len(changed)
 
