@@ -81,6 +81,11 @@ class ScriptedSlurm:
                       state_reason="Priority", requeue=True, batch_flag=True, required_nodes="", excluded_nodes="")
         return record
 
+    def submit(self, job_id: int, gpus: int) -> None:
+        """A new pending job."""
+        self.jobs[job_id] = self._pending(job_id, gpus, self.now)
+        self._texts.clear()
+
     def start_one(self) -> int:
         """The pending job with the highest SiteFactor starts on a node with room."""
         pending = [j for j, r in self.jobs.items() if r["job_state"] == "PENDING"]
