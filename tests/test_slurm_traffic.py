@@ -1,17 +1,21 @@
 """Slurm traffic grows with changes, not with the queue: the real controller and the
-real Slurm backend against the scripted slurmctld of bench/bench_slurm_traffic.py
+real Slurm backend against the scripted slurmctld of bench/scripted_slurm.py
 (22.05 JSON shapes), counting the commands each round sends."""
-from bench.bench_slurm_traffic import ScriptedSlurm, rounds
+from bench.bench_slurm_traffic import rounds
+from bench.scripted_slurm import ScriptedSlurm
 from slurm_plugin.backend import SlurmBackend
 
 
 def test_steady_round_sends_no_scontrol_and_one_start_at_most_five():
-    result = rounds("dlas", pending=300, running=60)
+    result = rounds("dlas", pending=300, running=60, minutes=True)
     assert result["first"][1]["scontrol update SiteFactor"] <= 4  # one per (level, class) value, not per job
     assert result["steady"][0] == 0 and "sprio" not in result["steady"][1]
     assert result["after one start"][0] <= 5
     assert result["after one start"][1].get("scontrol write batch_script") == 1  # the new running job's --signal
-    assert result["poll"][1] == {"squeue -h -o (poll)": 1} and result["poll"][0] == 360
+    # a minute of Controller.run_forever: the light poll every poll_s, a full observation every interval_s
+    full_rounds, calls = result["minute steady"]
+    assert full_rounds == 6
+    assert calls == {'squeue -h -o "%i %t" (poll)': 30, "squeue --json": 6, "sinfo --json": 6}
 
 
 def test_the_rank_ordering_of_continuous_policies_is_what_costs():
@@ -25,6 +29,6 @@ def test_sprio_is_read_again_only_for_new_pending_jobs():
     backend.observe()
     backend.observe()
     assert slurm.calls["sprio"] == 1
-    slurm.jobs[999] = slurm._pending(999, 1, slurm.now)
+    slurm.submit(999, 1)
     backend.observe()
     assert slurm.calls["sprio"] == 2

@@ -70,6 +70,35 @@ def test_save_jobs_is_one_transaction(store):
     assert store.load_jobs("c1") == {"1": job("1", attained_gpu_s=10.0)}
 
 
+def test_save_jobs_writes_only_rows_that_changed(store):
+    records = [job("1", attained_gpu_s=10.0), job("2"), job("3")]
+    assert store.save_jobs("c1", records) == 3
+    assert store.save_jobs("c1", records) == 0  # nothing changed: nothing written
+    records[1].waited_since_promotion_s = 5.0
+    assert store.save_jobs("c1", records) == 1
+    assert store.save_jobs("c2", records) == 3  # per cluster
+    with pytest.raises(RuntimeError):
+        with store.transaction():
+            records[0].attained_gpu_s = 20.0
+            assert store.save_jobs("c1", records) == 1
+            raise RuntimeError("the round failed after its save")
+    assert store.load_jobs("c1")["1"].attained_gpu_s == 10.0  # rolled back: written again next time
+    assert store.save_jobs("c1", records) == 1
+    assert store.load_jobs("c1")["1"].attained_gpu_s == 20.0
+
+
+def test_a_row_written_by_another_process_is_rewritten_after_a_load(store_url):
+    with Store(store_url) as ours, Store(store_url) as theirs:
+        mine = job("1", attained_gpu_s=10.0)
+        ours.save_jobs("c1", [mine])
+        theirs.save_jobs("c1", [job("1", attained_gpu_s=99.0)])
+        assert ours.load_jobs("c1")["1"].attained_gpu_s == 99.0  # what the database holds now
+        assert ours.save_jobs("c1", [mine]) == 1
+        assert theirs.load_jobs("c1")["1"].attained_gpu_s == 10.0
+        ours.mark_finished("c1", "1", finished_s=2000.0, end_state="COMPLETED", total_service_gpu_s=10.0)
+        assert ours.save_jobs("c1", [mine]) == 1  # the close wrote the row: a later save writes it whole
+
+
 def test_mark_finished(store):
     store.save_jobs("c1", [job("1", attained_gpu_s=10.0, last_running=True, state="RUNNING")])
     store.mark_finished("c1", "1", finished_s=2000.0, end_state="COMPLETED", total_service_gpu_s=4000.0)

@@ -99,11 +99,19 @@ class Controller:
 
     # -- the loop -----------------------------------------------------------------------
     def run_forever(self, stop: Optional[threading.Event] = None) -> None:
-        """Observe every poll_s; plan when something changed or interval_s passed.
-        With a standby lease, only while holding it (tried every poll_s)."""
+        """Poll every poll_s with the backend's light change check (backend.poll());
+        observe fully and run a round only when its answer changed, interval_s passed
+        or the state in memory is stale. A backend without poll() is observed every
+        poll_s instead (its jobs' states are the signature). With a standby lease,
+        only while holding it (tried every poll_s)."""
         stop = stop or threading.Event()
         last_signature = None
-        next_full = 0.0
+        next_full = -math.inf
+        poll = getattr(self.backend, "poll", None)
+
+        def due(signature) -> bool:
+            return signature != last_signature or started >= next_full or self._stale
+
         while not stop.is_set():
             started = self.clock()
             if self.lease is not None and not self.lease.hold():
@@ -111,6 +119,10 @@ class Controller:
                 stop.wait(self.config.poll_s)
                 continue
             try:
+                signature = self._from_backend(poll) if callable(poll) else None
+                if signature is not None and not due(signature):
+                    stop.wait(max(0.0, self.config.poll_s - (self.clock() - started)))
+                    continue
                 observation = self._observe()
             except BackendUnavailable:
                 stop.wait(self.config.poll_s)
@@ -119,10 +131,13 @@ class Controller:
                 self._round_failed("observation", err)
                 stop.wait(self.config.poll_s)
                 continue
-            signature = frozenset((j.job_id, j.state, j.restart_count) for j in observation.jobs)
-            if signature != last_signature or started >= next_full or self._stale:
+            if signature is None:  # no light check: the full observation is the check
+                signature = frozenset((j.job_id, j.state, j.restart_count) for j in observation.jobs)
+            if due(signature):
                 try:
                     self.run_round(observation)
+                    # The poll's answer from before the observation: a change in between
+                    # makes the next poll differ, so it costs one more round, never a miss.
                     last_signature = signature
                     next_full = started + self.config.interval_s
                 except BackendUnavailable as err:
@@ -151,17 +166,22 @@ class Controller:
         calls = self._slurm_calls_since_mark()  # polls that found nothing to do: not a round's cost
         if calls and self.metrics is not None:
             self.metrics.observe_slurm_calls(calls, in_round=False)
+        observation = self._from_backend(self.backend.observe)
+        for line in observation.skipped:
+            self._log_once(f"skipped record: {line}")
+        return observation
+
+    def _from_backend(self, read: Callable[[], object]):
+        """``read()`` (observe or poll); an outage is noted once, and its end too."""
         try:
-            observation = self.backend.observe()
+            answer = read()
         except BackendUnavailable as err:
             self._note_outage(err)
             raise
         if self._outage_since is not None:
             log.warning("cluster manager answers again after %.0f s", self.clock() - self._outage_since)
             self._outage_since = None
-        for line in observation.skipped:
-            self._log_once(f"skipped record: {line}")
-        return observation
+        return answer
 
     def _note_outage(self, err: Exception) -> None:
         if self._outage_since is None:

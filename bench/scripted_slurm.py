@@ -1,0 +1,188 @@
+"""A scripted slurmctld for the benches: an in-memory cluster answering the command
+lines the Slurm backend (slurm_plugin.backend) runs, in the 22.05 JSON shapes of
+tests/fixtures/slurm/22.05, counting every command.
+
+Shared by bench/bench_slurm_traffic.py (what the controller asks) and
+bench/bench_round.py (what a round costs). Only slurmctld is scripted: the real
+backend, parser, controller and store run. The time spent answering (building the
+``squeue --json`` text, which a real slurmctld does in its own process) is summed
+in ``answer_cpu_s`` / ``answer_wall_s`` so that a bench can leave it out of the
+controller's cost; the JSON text is rendered once per change of the cluster.
+``VirtualTime`` lets a bench (or a test) run Controller.run_forever itself, the
+loop that runs in production, on a clock that moves only while the loop waits.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import random
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+from slurm_plugin.backend import CommandResult
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "fixtures" / "slurm" / "22.05"
+GPU_SIZES = (1, 1, 2, 2, 4, 8)
+SCRIPT = "#!/bin/bash\n#SBATCH --signal=B:USR1@90\n#SBATCH --requeue\nsrun python3 train.py\n"
+
+
+class ScriptedSlurm:
+    """``pending`` + ``running`` GPU jobs on ``nodes`` x ``gpus_per_node`` GPUs; call it
+    as the backend's runner (argv, timeout_s, env) -> CommandResult."""
+
+    def __init__(self, pending: int, running: int, nodes: int = 1000, gpus_per_node: int = 8, seed: int = 1):
+        squeue = json.loads((FIXTURES / "squeue.json").read_text())
+        sinfo = json.loads((FIXTURES / "sinfo.json").read_text())
+        self.meta = {k: v for k, v in squeue.items() if k != "jobs"}
+        self.running_template = next(j for j in squeue["jobs"] if str(j["job_id"]) == "5")
+        self.pending_template = next(j for j in squeue["jobs"] if str(j["job_id"]) == "10")
+        self.node_template = sinfo["nodes"][0]
+        self.sinfo_meta = {k: v for k, v in sinfo.items() if k != "nodes"}
+        self.gpus_per_node = gpus_per_node
+        self.nodes = {f"n{i:04d}": 0 for i in range(nodes)}  # node -> GPUs used
+        self.jobs: dict[int, dict] = {}
+        self.site_factors: dict[int, int] = {}
+        self.calls: Counter = Counter()
+        self.now = 1_000_000
+        self.answer_cpu_s = self.answer_wall_s = 0.0
+        self._texts: dict[str, str] = {}  # "squeue"/"sinfo" -> the JSON text of the current state
+        rng = random.Random(seed)
+        names = list(self.nodes)
+        cursor = 0
+        for k in range(1, running + 1):
+            gpus = min(rng.choice(GPU_SIZES), gpus_per_node)
+            while self.nodes[names[cursor]] + gpus > gpus_per_node:
+                cursor += 1
+                if cursor == len(names):
+                    raise ValueError(f"{running} running jobs do not fit on {nodes} nodes x {gpus_per_node} GPUs")
+            node = names[cursor]
+            self.nodes[node] += gpus
+            self.jobs[k] = self._running(k, node, gpus, self.now - rng.randint(100, 90000))
+        for k in range(running + 1, running + pending + 1):
+            self.jobs[k] = self._pending(k, rng.choice(GPU_SIZES), self.now - rng.randint(0, 90000))
+
+    def _running(self, job_id, node, gpus, start):
+        record = copy.deepcopy(self.running_template)
+        record.update(job_id=job_id, nodes=node, tres_per_node=f"gres:gpu:{gpus}", node_count=1, tasks=1,
+                      gres_detail=[f"gpu:{gpus}(IDX:0-{gpus - 1})"], submit_time=start - 10, start_time=start,
+                      end_time=start + 86400, partition="batch", user_name="alice", comment="", restart_cnt=0,
+                      job_state="RUNNING", state_reason="None", requeue=True, batch_flag=True, required_nodes="",
+                      excluded_nodes="")
+        record["job_resources"]["allocated_nodes"] = [{"nodename": node}]
+        return record
+
+    def _pending(self, job_id, gpus, submit):
+        record = copy.deepcopy(self.pending_template)
+        record.update(job_id=job_id, tres_per_node=f"gres:gpu:{gpus}", node_count=1, tasks=1, submit_time=submit,
+                      partition="batch", user_name="bob", comment="", restart_cnt=0, job_state="PENDING",
+                      state_reason="Priority", requeue=True, batch_flag=True, required_nodes="", excluded_nodes="")
+        return record
+
+    def submit(self, job_id: int, gpus: int) -> None:
+        """A new pending job."""
+        self.jobs[job_id] = self._pending(job_id, gpus, self.now)
+        self._texts.clear()
+
+    def start_one(self) -> int:
+        """The pending job with the highest SiteFactor starts on a node with room."""
+        pending = [j for j, r in self.jobs.items() if r["job_state"] == "PENDING"]
+        job_id = max(pending, key=lambda j: (self.site_factors.get(j, 0), -j))
+        gpus = int(self.jobs[job_id]["tres_per_node"].rsplit(":", 1)[1])
+        node = next(n for n, used in self.nodes.items() if used + gpus <= self.gpus_per_node)
+        self.nodes[node] += gpus
+        self.jobs[job_id] = self._running(job_id, node, gpus, self.now)
+        self._texts.clear()
+        return job_id
+
+    def finish_one(self) -> int:
+        """The running job with the lowest id completes and leaves Slurm's list."""
+        job_id = min(j for j, r in self.jobs.items() if r["job_state"] == "RUNNING")
+        record = self.jobs.pop(job_id)
+        self.nodes[record["nodes"]] -= int(record["tres_per_node"].rsplit(":", 1)[1])
+        self._texts.clear()
+        return job_id
+
+    def scontrol(self) -> int:
+        """scontrol calls counted so far."""
+        return sum(n for name, n in self.calls.items() if name.startswith("scontrol"))
+
+    def __call__(self, argv, timeout_s, env):
+        started_cpu, started_wall = time.process_time(), time.perf_counter()
+        try:
+            return self._answer(list(argv))
+        finally:
+            self.answer_cpu_s += time.process_time() - started_cpu
+            self.answer_wall_s += time.perf_counter() - started_wall
+
+    def _answer(self, argv: list[str]) -> CommandResult:
+        if argv[:2] == ["squeue", "--json"]:
+            self.calls["squeue --json"] += 1
+            return CommandResult(0, self._text("squeue"), "")
+        if argv[:2] == ["sinfo", "--json"]:
+            self.calls["sinfo --json"] += 1
+            return CommandResult(0, self._text("sinfo"), "")
+        if argv[0] == "sprio":
+            self.calls["sprio"] += 1
+            return CommandResult(0, "".join(f"{j} {self.site_factors.get(j, 0)}\n" for j, r in self.jobs.items()
+                                            if r["job_state"] == "PENDING"), "")
+        if argv[0] == "squeue" and "-j" in argv:  # the signal lever's state check
+            self.calls["squeue -h -j"] += 1
+            record = self.jobs.get(int(argv[argv.index("-j") + 1]))
+            return CommandResult(0, f"{record['job_state']}\n" if record else "", "")
+        if argv[0] == "squeue":
+            self.calls['squeue -h -o "%i %t" (poll)'] += 1
+            return CommandResult(0, "".join(f"{j} {'R' if r['job_state'] == 'RUNNING' else 'PD'}\n"
+                                            for j, r in self.jobs.items()), "")
+        if argv[:3] == ["scontrol", "write", "batch_script"]:
+            self.calls["scontrol write batch_script"] += 1
+            return CommandResult(0, SCRIPT, "")
+        if argv[:2] == ["scontrol", "update"] and argv[-1].startswith("SiteFactor="):
+            self.calls["scontrol update SiteFactor"] += 1
+            value = int(argv[-1].split("=", 1)[1])
+            for job_id in argv[2].split("=", 1)[1].split(","):
+                self.site_factors[int(job_id)] = value
+            return CommandResult(0, "", "")
+        self.calls[" ".join(argv[:2])] += 1
+        return CommandResult(0, "", "")
+
+    def _text(self, which: str) -> str:
+        if which not in self._texts:
+            if which == "squeue":
+                doc = {**self.meta, "jobs": list(self.jobs.values())}
+            else:
+                doc = {**self.sinfo_meta, "nodes": [
+                    dict(self.node_template, name=name, gres=f"gpu:{self.gpus_per_node}", gres_used=f"gpu:{used}",
+                         state="mixed" if used else "idle", state_flags=[], partitions=["batch"])
+                    for name, used in self.nodes.items()]}
+            self._texts[which] = json.dumps(doc)
+        return self._texts[which]
+
+
+class VirtualTime:
+    """Seconds that pass only while the loop waits: the controller's clock, and (from
+    ``stop_after``) the stop event whose wait() advances it instead of sleeping."""
+
+    def __init__(self, now_s: float):
+        self.now_s = now_s
+
+    def __call__(self) -> float:
+        return self.now_s
+
+    def stop_after(self, seconds: float, every_s: float = 0.0, change=None) -> threading.Event:
+        """An event set once ``seconds`` passed; ``change()`` is called each time the
+        clock crosses a multiple of ``every_s`` (0: never)."""
+        clock, until_s = self, self.now_s + seconds
+
+        class Stop(threading.Event):
+            def wait(self, timeout=None):
+                before, clock.now_s = clock.now_s, clock.now_s + (timeout or 0.0)
+                if every_s and change is not None and clock.now_s // every_s > before // every_s:
+                    change()
+                if clock.now_s >= until_s:
+                    self.set()
+                return self.is_set()
+
+        return Stop()
