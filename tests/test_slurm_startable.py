@@ -71,7 +71,8 @@ def test_jobs_slurm_would_not_start_preempt_nobody_and_a_plain_job_still_does(is
              "the controller to see alice's jobs")
     time.sleep(10)
     # ... and preempts nobody for them.
-    assert [d for d in run.decisions() if d["kind"] in ("preempt", "requeue")] == []
+    preempts = [(d["job_id"], d["reason"], d["detail"]) for d in run.decisions() if d["kind"] in ("preempt", "requeue")]
+    assert preempts == [], "\n".join(map(str, preempts))
     assert {j: s["restart_cnt"] for j, s in iso.squeue().items() if j in bobs} == {j: 0 for j in bobs}
     for why, job_id in waiting.items():
         assert run.record(job_id).level == 0, why  # its band: queue 1

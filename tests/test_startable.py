@@ -10,7 +10,7 @@ from tests.test_controller import ScriptedBackend, controller, store  # noqa: F4
 
 FULL = [(f"gpu{i}", 4) for i in range(1, 5)]
 # Reasons from Slurm's list (https://slurm.schedmd.com/job_reason_codes.html) no preemption lifts.
-WAITING_REASONS = ["JobHeldUser", "JobHeldAdmin", "Dependency", "DependencyNeverSatisfied", "BeginTime",
+WAITING_REASONS = ["None", "JobHeldUser", "JobHeldAdmin", "Dependency", "DependencyNeverSatisfied", "BeginTime",
                    "QOSMaxGRESPerUser", "AssocGrpGRES", "QOSGrpGRES", "MaxGRESPerAccount", "Reservation",
                    "Licenses", "JobArrayTaskLimit", "PartitionDown", "ReqNodeNotAvail", "AccountingPolicy",
                    "SomeReasonOfALaterRelease"]
@@ -38,7 +38,7 @@ def test_a_job_slurm_would_not_start_preempts_nobody_but_keeps_its_band(store, r
     assert any("2" in f for f in factors)  # its SiteFactor band is set, ready for when Slurm lifts the reason
 
 
-@pytest.mark.parametrize("reason", ["Priority", "Resources", "None", ""])
+@pytest.mark.parametrize("reason", ["Priority", "Resources", ""])
 def test_control_a_job_slurm_would_start_still_preempts(store, reason):
     backend, c = _bob_running_alice_waiting(store, reason)
     report = c.run_round()
@@ -51,7 +51,7 @@ def test_a_requeued_jobs_begin_time_is_the_controllers_to_lift(store):
     assert slurm_wait(job) == "BeginTime"  # a --begin in the future
     job_requeued = ObservedJob(**{**job.__dict__, "restart_count": 1})
     assert slurm_wait(job_requeued) == ""
-    assert STARTABLE_REASONS == {"", "None", "Priority", "Resources"}
+    assert STARTABLE_REASONS == {"", "Priority", "Resources"}  # "None": not looked at by Slurm yet
 
 
 def test_one_qos_limited_job_costs_no_preemption_in_three_hours(store):

@@ -1,10 +1,17 @@
 """Which pending jobs Slurm would start now: only those may be a reason to preempt.
 
 Slurm gives every pending job one reason code (Slurm's list and meanings:
-https://slurm.schedmd.com/job_reason_codes.html). Only three of them say the
+https://slurm.schedmd.com/job_reason_codes.html). Only two of them say the
 scheduler would start the job as soon as its resources are free: ``Priority``
-(higher-priority jobs go first), ``Resources`` (the resources it asked for are in
-use) and ``None`` (not looked at yet; a fresh submission). Every other reason says
+(higher-priority jobs go first) and ``Resources`` (the resources it asked for are in
+use). ``None`` says the scheduler has not looked at the job yet: a fresh submission
+shows it until the next scheduling pass gives it its real reason, which may be any
+of those below (seen on 22.05: dependent, begin-later and reservation-bound jobs
+submitted to a full cluster were ``None`` for one round, and a controller taking
+``None`` for startable preempted three jobs for them; tests/test_slurm_startable.py).
+So ``None`` waits too; the job's band still lifts it, and the pass that follows
+(``sched_interval``, or at once on submission) names what it waits on. Every other
+reason says
 something no preemption can lift: a hold (``JobHeldUser``, ``JobHeldAdmin``), a
 ``Dependency``, a future ``BeginTime``, a QOS or association limit (``QOSMax*``,
 ``QOSGrp*``, ``AssocGrp*``, ``AssocMax*``, ``Max*PerAccount``), a ``Reservation``,
@@ -30,8 +37,9 @@ from controller.core.policies import Policy, PolicyContext
 from controller.service.backend import ObservedJob
 
 # Slurm's reasons from which its scheduler starts the job once resources free up
-# (https://slurm.schedmd.com/job_reason_codes.html); '' when a backend reports none.
-STARTABLE_REASONS = frozenset({"", "None", "Priority", "Resources"})
+# (https://slurm.schedmd.com/job_reason_codes.html); '' when a backend reports no
+# reasons at all (the simulator, scripted tests). Not "None": see above.
+STARTABLE_REASONS = frozenset({"", "Priority", "Resources"})
 
 
 def slurm_wait(job: ObservedJob) -> str:
