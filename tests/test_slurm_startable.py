@@ -9,39 +9,25 @@ one of bob's jobs preempted and runs. `tiresias explain` names Slurm's reason.
 """
 from __future__ import annotations
 
-import os
 import time
 
 import pytest
 
 from controller.cli.main import main
-from tests.slurm_fixtures import isolated_instance, wait_for
-from tests.test_slurm_controller import Run, attained
+from tests.slurm_fixtures import wait_for
+from tests.test_slurm_controller import attained, cluster, run  # noqa: F401  (pytest fixtures)
 
 pytestmark = pytest.mark.slurm
 
-INSTANCE = os.environ.get("TIRESIAS_TEST_INSTANCE") or f"ts{os.getpid()}"
 RESERVATION = "later"
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    yield from isolated_instance(INSTANCE, keep=bool(os.environ.get("TIRESIAS_TEST_INSTANCE")))
-
-
 @pytest.fixture
-def iso(cluster):
+def iso(cluster):  # the shared instance fixture, plus the reservation this test makes
     cluster.cancel_all()
     yield cluster
     cluster.run(["scontrol", "delete", f"ReservationName={RESERVATION}"], check=False)
     cluster.cancel_all()
-
-
-@pytest.fixture
-def run(iso, tmp_path):
-    r = Run(iso, tmp_path)
-    yield r
-    r.stop_all()
 
 
 def reasons(instance, ids) -> dict[str, str]:
@@ -55,7 +41,7 @@ def test_jobs_slurm_would_not_start_preempt_nobody_and_a_plain_job_still_does(is
     wait_for(lambda: all(attained(run, j) > 40 for j in bobs), 60, "bob's jobs to reach queue 2",
              seen=lambda: reasons(iso, bobs))
     # A reservation that starts in an hour on one node (IGNORE_JOBS: bob's jobs run there now).
-    node = f"{INSTANCE}g4"
+    node = f"{iso.name}g4"
     iso.run(["scontrol", "create", f"ReservationName={RESERVATION}", "StartTime=now+1hour", "Duration=60",
              f"Nodes={node}", "Users=alice", "Flags=IGNORE_JOBS"])
     waiting = {
