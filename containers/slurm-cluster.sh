@@ -21,6 +21,16 @@
 # /work/shared/spec/slurm.md for the recipe this follows. Needs root.
 set -u -o pipefail
 
+# Close every file this script inherited beyond stdin/stdout/stderr (255 is bash's own
+# copy of the script), so that no daemon started here inherits them. Run as
+# `flock /tmp/tiresias-slurm.lock containers/slurm-cluster.sh up`, the daemons would
+# otherwise share flock's open lock file and hold the lock for as long as they run
+# (an flock lock belongs to the open file, not to the process that took it).
+for fd in /proc/$$/fd/*; do
+    fd=${fd##*/}
+    if [ "$fd" -gt 2 ] && [ "$fd" -lt 255 ]; then { eval "exec $fd>&-"; } 2>/dev/null; fi
+done
+
 ETC=/etc/slurm
 LOGDIR=/var/log/slurm
 CTLD_SPOOL=/var/spool/slurmctld

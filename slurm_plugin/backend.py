@@ -474,6 +474,11 @@ class SlurmBackend:
         self._lever(["scontrol", "update", f"JobId={job_id}", f"AdminComment={text}"],
                     f"AdminComment of job {job_id}")
 
+    def slurm_config(self) -> str:
+        """`scontrol show config` as printed (the preflight's input); any failure is
+        BackendUnavailable (the settings cannot be read)."""
+        return self._read(["scontrol", "show", "config"])
+
     def set_mps_share(self, job_id: str, shares: int) -> None:
         """Set a pending job's MPS share per node (= its percent of one GPU's SMs).
 

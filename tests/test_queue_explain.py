@@ -43,10 +43,11 @@ def test_queue_lists_plan_order_actions_and_reasons(cluster, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split() == ["JOBID", "USER", "PARTITION", "GPUS", "STATE", "LEVEL", "PRIORITY", "ACTION", "REASON"]
     rows = {line.split()[0]: line.split() for line in lines[1:]}
-    assert list(rows) == ["2", "1", "3"]  # plan order, unplanned (held) last
+    assert list(rows) == ["2", "1", "3"]  # plan order, the job waiting on Slurm (held) last
     assert rows["2"][4:8] == ["PENDING", "1", "1/0", "start"]
     assert rows["1"][4:8] == ["RUNNING", "2", "2/1", "preempt"]
-    assert rows["3"][5:8] == ["-", "-", "-"] and "JobHeldUser" in lines[3]
+    # held: it keeps its level (its SiteFactor band) but only waits, naming Slurm's reason
+    assert rows["3"][5:8] == ["1", "3/0", "wait"] and "Slurm reason JobHeldUser" in lines[3]
     # nothing was written by the preview, nothing done in "Slurm"
     assert backend.calls == []
 
@@ -119,6 +120,14 @@ def test_explain_promotion_timing(cluster, capsys, monkeypatch):
     assert "1 job(s) ahead (1 running, 0 pending): 4" in out
 
 
+def test_explain_names_slurms_reason_for_a_job_slurm_would_not_start(cluster, capsys):
+    config_file, _ = cluster
+    assert main(["explain", "3", "--config", config_file]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("job 3 (alice, batch, 4 GPUs): PENDING in queue 1 of 2")
+    assert "this round: wait: Slurm reason JobHeldUser: Slurm does not start it now" in out
+
+
 def test_explain_knob_inf(cluster, tmp_path, capsys):
     config_file, backend = cluster
     text = open(config_file).read().replace("promote_knob: 2", "promote_knob: .inf")
@@ -159,6 +168,6 @@ def test_queue_against_real_slurm(submit_as, tmp_path, capsys):
         assert line is not None, out
         fields = line.split()
         assert fields[1:5] == ["alice", "batch", "2", "PENDING"]
-        assert "JobHeld" in line  # a held job is listed, not planned
+        assert "Slurm reason JobHeld" in line and fields[7] == "wait"  # a held job only waits
     finally:
         subprocess.run(["scancel", job_id], capture_output=True, timeout=15)

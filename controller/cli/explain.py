@@ -106,8 +106,8 @@ def explain_lines(job_id, observed, record, plan, observation, config, decisions
         lines.append(f"  finished: {record.end_state if record and record.end_state else state}"
                      f" at {format_timestamp(end)}; not planned any more")
     elif job_id not in plan.order:
-        lines.append(f"  not planned: Slurm reason {observed.reason or '-'} (held, dependency or partition down); "
-                     "the controller plans it once Slurm could start it")
+        lines.append(f"  not planned this round (Slurm reason {observed.reason or '-'}): being preempted, or "
+                     "running on a node that is not available")
     else:
         lines.extend(_planned_lines(job_id, observed, record, plan, observation, config))
 

@@ -19,6 +19,7 @@ SUBCOMMANDS = {
     "acct": ("controller.cli.acct", "accounting of GPU jobs, like sacct (store or simulator output)"),
     "queue": ("controller.cli.queue", "pending and running GPU jobs in the controller's priority order, like squeue"),
     "explain": ("controller.cli.explain", "why a job waits: level, jobs ahead, GPUs, promotion, decisions"),
+    "preflight": ("controller.cli.preflight", "check the slurm.conf settings the controller depends on"),
     "show-config": ("controller.cli.show_config", "print the effective settings with their documentation"),
     "report": ("controller.cli.report", "PNG figures: JCT CDF, queue length and GPU utilization over time"),
     "demo-cluster": ("controller.cli.demo_cluster", "a containerized Slurm + controller demo (needs Docker)"),

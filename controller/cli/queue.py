@@ -4,7 +4,8 @@ Reads Slurm now and the controller's stored accounts, and runs one read-only
 planning round (nothing is written, nothing in Slurm changes). PRIORITY is the
 job's position in the plan order / the policy's key (the MLFQ level index for
 dlas); ACTION is what the controller would do this round: start, preempt, run
-(keeps running) or wait. Held and dependent jobs are not planned (ACTION -).
+(keeps running) or wait. A job Slurm would not start now (held, dependent,
+limited: controller.service.startable) only waits, with Slurm's reason.
 """
 from __future__ import annotations
 

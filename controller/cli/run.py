@@ -37,7 +37,8 @@ def overrides_from(args) -> dict:
 
 def run(args) -> int:
     """Exit 0; 2 for a bad config or flag (one line, from main); 1 with one logged line
-    when the store is unusable, or, with --once, when the round could not run."""
+    when the store is unusable, or, with --once, when the round could not run; 1 in
+    enforce mode when the preflight finds a wrong slurm.conf setting (one line each)."""
     from controller.service.store import StoreError
 
     config = load(args.config, overrides_from(args))
@@ -53,12 +54,17 @@ def run(args) -> int:
 def _run(args, config) -> int:
     from controller.core.model import InputError
     from controller.service.backend import BackendUnavailable
+    from controller.checkpoint import REQUEUE_EXIT_CODE
+    from controller.service import preflight
     from controller.service.daemon import Controller
     from controller.service.store import Store, StoreError
     from slurm_plugin.backend import SlurmBackend
 
     store = Store(config.database_url)
     backend = SlurmBackend(partitions=list(config.partitions) or None)
+    if not preflight.at_start(config.mode, backend, config.site_factor_band, REQUEUE_EXIT_CODE,
+                              logging.getLogger("tiresias")):
+        return 1
     metrics = None
     if config.metrics_port:
         from controller.service.metrics import Metrics

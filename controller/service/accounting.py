@@ -26,9 +26,7 @@ COMPLETE_SAMPLE_STATES = {"COMPLETED", "FAILED"}
 CENSORED_SAMPLE_STATES = {"CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "DEADLINE", "OUT_OF_MEMORY",
                           "BOOT_FAIL", "GONE"}
 TRANSIENT_STATES = {"COMPLETING", "CONFIGURING", "SUSPENDED", "REQUEUED", "RESIZING", "SIGNALING", "STAGE_OUT"}
-# Pending jobs the plan cannot start: left out of the snapshot.
-UNSTARTABLE_REASONS = {"JobHeldUser", "JobHeldAdmin", "Dependency", "DependencyNeverSatisfied",
-                       "PartitionDown", "PartitionInactive", "ReqNodeNotAvail"}
+# Which pending jobs Slurm would start (the rest wait in the plan): controller.service.startable.
 
 
 def numeric_id(job_id: str) -> tuple:

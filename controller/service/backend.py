@@ -85,3 +85,7 @@ class Backend(Protocol):
 
     def set_mps_share(self, job_id: str, shares: int) -> None:
         """A pending MPS job's share per node (--gres=mps:N; 100 shares = one GPU's SMs)."""
+
+    def slurm_config(self) -> str:
+        """The running slurmctld's settings as `scontrol show config` prints them
+        (controller.service.preflight reads them)."""

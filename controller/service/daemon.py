@@ -30,8 +30,9 @@ from controller.core.gittins import ServiceDistribution
 from controller.core.inputs import shorten
 from controller.core.model import InputError, JobSpec, JobState, Snapshot
 from controller.core.plan import Plan
+from controller.core.policies import PolicyContext
 from controller.service.admin_comment import AdminComments
-from controller.service.accounting import ACTIVE_STATES, UNSTARTABLE_REASONS, Accounts, numeric_id
+from controller.service.accounting import ACTIVE_STATES, Accounts, numeric_id
 from controller.service.backend import Backend, BackendUnavailable, Observation, ObservedJob
 from controller.service.config import Config
 from controller.service.contract import Contract
@@ -44,6 +45,7 @@ from controller.service.preemption import Preemptions
 from controller.service.report import LogOnce, RoundReport, entry
 from controller.service.sharing import GpuSharing
 from controller.service.spool import collect_spool
+from controller.service.startable import add_waiting, slurm_wait
 from controller.service.starts import Starts
 from controller.service.store import Store, StoreError
 
@@ -89,7 +91,7 @@ class Controller:
         self.accounts = Accounts(store, config.cluster, self.metrics, self._log_once, gone_credit_s=config.poll_s)
         self.records = self.accounts.records  # job id -> JobRecord (the same dict)
         self.starts = Starts(config, self.executor, self.accounts, by_level=self.engine.policy.discretized)
-        self.handoffs = Handoffs(config)
+        self.handoffs = Handoffs(config, store)
         self.contract = Contract(config, self.backend, self._log_once)
         self.preemptions = Preemptions(config, store, self.executor, self.accounts, self.contract, clock=self.clock)
         self.mover = PartitionMover(config, self.backend, store, self.executor, self.accounts, self._log_once)
@@ -238,7 +240,8 @@ class Controller:
             round_id = self.store.next_round_id(self.config.cluster)
         self._refresh_service(now)
         # plan
-        plan = self.engine.step(self._snapshot(observed, observation, now, round_id, self.preemptions.leaving()))
+        leaving = self.preemptions.leaving()
+        plan = self._plan(observed, observation, now, round_id, leaving)
         for job_id, level in plan.levels.items():
             self.records[job_id].level = level
         for job_id, (queue_level, queue_entry) in plan.positions.items():
@@ -251,11 +254,10 @@ class Controller:
             report.applied.append(entry(action, applied=self.config.mode != "observe", detail="store"))
         self.handoffs.check(observed, now, report)
         self.starts.apply(plan, observed, now, report)
-        blocked = self.handoffs.blocking(plan, now)
+        blocked = self.handoffs.blocking(plan, now, leaving)
         if blocked:
             for action in plan.of_kind("preempt"):
-                report.applied.append(entry(action, applied=False, detail=f"kept running: {', '.join(blocked)} did "
-                                            "not start after the last preemption made for it (handoff failed)"))
+                report.applied.append(entry(action, applied=False, detail=f"kept running: {'; '.join(blocked)}"))
         else:
             self.preemptions.begin(plan, observed, now, report)
             self.handoffs.expect(plan, report, now)
@@ -316,9 +318,20 @@ class Controller:
         observed = {job.job_id: job for job in observation.jobs if job.gpus > 0}
         self.accounts.advance(observed, observation.observed_at_s)
         self._refresh_service(observation.observed_at_s)
-        snapshot = self._snapshot(observed, observation, observation.observed_at_s, 0, self.preemptions.leaving(),
-                                  explain=True)
-        return self.engine.step(snapshot), observation
+        return self._plan(observed, observation, observation.observed_at_s, 0, self.preemptions.leaving(),
+                          explain=True), observation
+
+    def _plan(self, observed: dict[str, ObservedJob], observation: Observation, now: float, round_id: int,
+              leaving: set[str], explain: bool = False) -> Plan:
+        """The engine's plan of the jobs Slurm could start, with the jobs that wait on
+        Slurm (controller.service.startable) added after them: ordered and banded,
+        never a reason to preempt."""
+        snapshot, waiting, reasons = self._snapshot(observed, observation, now, round_id, leaving, explain=explain)
+        plan = self.engine.step(snapshot)
+        if waiting:
+            ctx = PolicyContext(now_s=now, thresholds_gpu_s=self.engine.config.thresholds_gpu_s, service=self.service)
+            add_waiting(plan, waiting, reasons, self.engine.policy, ctx)
+        return plan
 
     def _with_own_nodes(self, spec: JobSpec, job: ObservedJob) -> JobSpec:
         """The pending job's own --nodelist / --exclude / -N, which the plan's placement
@@ -344,9 +357,11 @@ class Controller:
         self.service_loaded_at = now
 
     def _snapshot(self, observed: dict[str, ObservedJob], observation: Observation, now: float, round_id: int,
-                  leaving: set[str], explain: bool = False) -> Snapshot:
+                  leaving: set[str], explain: bool = False) -> tuple[Snapshot, list[JobState], dict[str, str]]:
         """The engine's input: active GPU jobs in submit order with their accounts, and
-        the capacity (available nodes' GPUs).
+        the capacity (available nodes' GPUs); and, apart, the pending jobs that wait on
+        Slurm (held, dependent, limited, ...: controller.service.startable) with
+        their Slurm reasons: they are not the engine's to start or preempt for.
 
         A job being preempted (signalled, in its grace period) is left out and its GPUs
         count as free: they are already promised to the job its preemption made room
@@ -359,6 +374,8 @@ class Controller:
         running job out. Running jobs outside the preemption contract keep their GPUs
         (JobSpec.preemptable=False)."""
         jobs: list[JobState] = []
+        waiting: list[JobState] = []
+        reasons: dict[str, str] = {}
         held_gpus = 0
         unavailable = {n.name for n in observation.nodes if not n.available}
         free_by_node = {n.name: n.gpus_free for n in observation.nodes if n.available}
@@ -374,8 +391,7 @@ class Controller:
                 # Its GPUs on available nodes (if it spans some) are busy too.
                 held_gpus += sum(gpus for node, gpus in job.gpus_by_node if node not in unavailable)
                 continue
-            if job.state == "PENDING" and job.reason in UNSTARTABLE_REASONS:
-                continue
+            reason = slurm_wait(job) if job.state == "PENDING" else ""
             record = self.records[job.job_id]
             preemptable = job.state != "RUNNING" or not self.contract.why_not(job)
             spec = JobSpec(job.job_id, job.gpus, record.submit_time_s, None, skew=record.skew,
@@ -383,7 +399,9 @@ class Controller:
             if job.state == "PENDING" and (job.required_nodes or job.excluded_nodes or job.min_nodes > 1
                                            or job.max_nodes > 0):
                 spec = self._with_own_nodes(spec, job)
-            jobs.append(JobState(
+            if reason:
+                reasons[job.job_id] = reason
+            (waiting if reason else jobs).append(JobState(
                 spec=spec, index=index, attained_gpu_s=record.attained_gpu_s,
                 queue_service_gpu_s=record.queue_service_gpu_s, executed_s=record.executed_s,
                 executed_since_promotion_s=record.executed_since_promotion_s,
@@ -396,7 +414,7 @@ class Controller:
         nodes = observation.nodes
         capacity = sum(n.gpus_total for n in nodes if n.available) - held_gpus
         return Snapshot(now_s=now, jobs=jobs, nodes=nodes, service=self.service, round_id=round_id,
-                        capacity_gpus=max(capacity, 0), explain=explain, free_by_node=free_by_node)
+                        capacity_gpus=max(capacity, 0), explain=explain, free_by_node=free_by_node), waiting, reasons
 
     # -- usage records --------------------------------------------------------------------------
     def _collect_usage(self, now: float) -> None:

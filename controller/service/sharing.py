@@ -20,7 +20,8 @@ from __future__ import annotations
 import logging
 from typing import Callable, Optional
 
-from controller.service.accounting import UNSTARTABLE_REASONS, numeric_id
+from controller.service.accounting import numeric_id
+from controller.service.startable import slurm_wait
 from controller.service.backend import Observation, ObservedJob
 from controller.service.colocation import ShareRequest, SharedGpu, Tenant, choose_tier, job_class, plan_colocation, \
     quota_change
@@ -75,7 +76,7 @@ class GpuSharing:
             elif job.state in ("RUNNING", "CONFIGURING", "COMPLETING") and job.nodes:
                 running.append((job, job.mps // len(job.nodes)))
         # Startable jobs first: a held job must not take the room of one that can start.
-        pending.sort(key=lambda j: (j.reason in UNSTARTABLE_REASONS, j.submit_time_s or 0.0, numeric_id(j.job_id)))
+        pending.sort(key=lambda j: (bool(slurm_wait(j)), j.submit_time_s or 0.0, numeric_id(j.job_id)))
         for job in pending:
             problem = job_class(job.comment)[1]
             if problem:

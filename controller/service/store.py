@@ -175,6 +175,19 @@ pins = Table(
     Column("expires_s", Float, nullable=False),
 )
 
+# Handoffs (controller.service.handoff): the job a preemption made room for, watched
+# until it starts, and, once it did not start in time, how long no preemption is made
+# for it. Kept here so that a restarted or standby controller does not signal again
+# for a job whose handoff is pending or failed.
+handoffs = Table(
+    "handoffs", metadata,
+    Column("cluster", String(128), primary_key=True),
+    Column("job_id", String(128), primary_key=True),
+    Column("signalled_s", Float, nullable=False),
+    Column("victims", Text, nullable=False),  # comma-separated job ids
+    Column("blocked_until_s", Float),  # NULL while the handoff is pending
+)
+
 
 @dataclass
 class JobRecord:
@@ -664,6 +677,29 @@ class Store:
         """Job id -> expiry (epoch s) of the pins this controller set and has not cleared."""
         with self._tx() as conn:
             return {r.job_id: float(r.expires_s) for r in conn.execute(select(pins).where(pins.c.cluster == cluster))}
+
+    # -- handoffs ---------------------------------------------------------------------------
+
+    def save_handoff(self, cluster: str, job_id: str, signalled_s: float, victims: Iterable[str],
+                     blocked_until_s: Optional[float] = None) -> None:
+        """A watched handoff (``blocked_until_s`` None) or a failed one (epoch s until
+        which no preemption is made for the job)."""
+        row = {"cluster": cluster, "job_id": str(job_id), "signalled_s": float(signalled_s),
+               "victims": ",".join(victims), "blocked_until_s": None if blocked_until_s is None
+               else float(blocked_until_s)}
+        with self._tx() as conn:
+            _upsert(conn, handoffs, [row], ["cluster", "job_id"], ["signalled_s", "victims", "blocked_until_s"])
+
+    def clear_handoff(self, cluster: str, job_id: str) -> None:
+        with self._tx() as conn:
+            conn.execute(handoffs.delete().where(handoffs.c.cluster == cluster, handoffs.c.job_id == str(job_id)))
+
+    def load_handoffs(self, cluster: str) -> list[tuple[str, float, tuple[str, ...], Optional[float]]]:
+        """(job id, signalled_s, victims, blocked_until_s or None) of every stored handoff."""
+        with self._tx() as conn:
+            rows = conn.execute(select(handoffs).where(handoffs.c.cluster == cluster)).all()
+        return [(r.job_id, float(r.signalled_s), tuple(v for v in r.victims.split(",") if v),
+                 None if r.blocked_until_s is None else float(r.blocked_until_s)) for r in rows]
 
 
 # -- helpers ------------------------------------------------------------------------------

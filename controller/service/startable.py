@@ -1,0 +1,74 @@
+"""Which pending jobs Slurm would start now: only those may be a reason to preempt.
+
+Slurm gives every pending job one reason code (Slurm's list and meanings:
+https://slurm.schedmd.com/job_reason_codes.html). Only two of them say the
+scheduler would start the job as soon as its resources are free: ``Priority``
+(higher-priority jobs go first) and ``Resources`` (the resources it asked for are in
+use). ``None`` says the scheduler has not looked at the job yet: a fresh submission
+shows it until the next scheduling pass gives it its real reason, which may be any
+of those below (seen on 22.05: dependent, begin-later and reservation-bound jobs
+submitted to a full cluster were ``None`` for one round, and a controller taking
+``None`` for startable preempted three jobs for them; tests/test_slurm_startable.py).
+So ``None`` waits too; the job's band still lifts it, and the pass that follows
+(``sched_interval``, or at once on submission) names what it waits on. Every other
+reason says
+something no preemption can lift: a hold (``JobHeldUser``, ``JobHeldAdmin``), a
+``Dependency``, a future ``BeginTime``, a QOS or association limit (``QOSMax*``,
+``QOSGrp*``, ``AssocGrp*``, ``AssocMax*``, ``Max*PerAccount``), a ``Reservation``,
+``Licenses``, an array throttle (``JobArrayTaskLimit``), a partition or its nodes
+being down or unfit (``PartitionDown``, ``ReqNodeNotAvail``, ...). Preempting
+someone for such a job frees GPUs it cannot take (the issue this module answers:
+one QOS-limited job cost another user's job 18 preemptions in 3 hours).
+
+The rule is a whitelist on purpose: a reason this list does not know (a new
+release's) makes the job wait, which costs at most a delayed start, never another
+user's work.
+
+A job waiting on Slurm still gets its place and priority band in the plan
+(``add_waiting``): once Slurm lifts the reason its SiteFactor is already right.
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+from controller.core.model import JobState
+from controller.core.plan import Plan
+from controller.core.policies import Policy, PolicyContext
+from controller.service.backend import ObservedJob
+
+# Slurm's reasons from which its scheduler starts the job once resources free up
+# (https://slurm.schedmd.com/job_reason_codes.html); '' when a backend reports no
+# reasons at all (the simulator, scripted tests). Not "None": see above.
+STARTABLE_REASONS = frozenset({"", "Priority", "Resources"})
+
+
+def slurm_wait(job: ObservedJob) -> str:
+    """The Slurm reason a pending ``job`` waits on that no preemption lifts, or ''
+    when Slurm would start it once GPUs are free.
+
+    ``BeginTime`` after a requeue (``restart_count`` > 0) is Slurm's requeue delay,
+    which this controller lifts itself when the plan starts the job
+    (controller.service.starts): startable. A ``--begin`` in the future of a job
+    never run is not."""
+    reason = job.reason or ""
+    if reason in STARTABLE_REASONS:
+        return ""
+    if reason == "BeginTime" and job.restart_count > 0:
+        return ""
+    return reason
+
+
+def add_waiting(plan: Plan, waiting: Iterable[JobState], reasons: dict[str, str], policy: Policy,
+                ctx: PolicyContext) -> None:
+    """Put the jobs that wait on Slurm into ``plan`` after the planned ones (in the
+    order given): each with its level (so its SiteFactor band is set) and a wait
+    reason naming Slurm's; no action, so no job ever yields for them."""
+    waiting = list(waiting)
+    policy.prepare(waiting, ctx)  # per-round values some policies compute in bulk
+    for job in waiting:
+        job_id = job.job_id
+        plan.order.append(job_id)
+        plan.levels[job_id] = policy.level(job, ctx)
+        plan.keys[job_id] = policy.display_value(job, ctx)
+        plan.wait_reasons[job_id] = (f"Slurm reason {reasons[job_id]}: Slurm does not start it now, so no job "
+                                     "is preempted for it")

@@ -1,0 +1,135 @@
+"""Only a pending job Slurm would start can make another job yield (controller.service.startable),
+and a handoff pending or failed is never followed by a second preemption, across restarts too.
+Scripted backend (tests.test_controller), real SQLite store, virtual clock; the same on real
+Slurm is tests/test_slurm_startable.py."""
+import pytest
+
+from controller.service.backend import ObservedJob
+from controller.service.startable import STARTABLE_REASONS, slurm_wait
+from tests.test_controller import ScriptedBackend, controller, store  # noqa: F401  (pytest fixture)
+
+FULL = [(f"gpu{i}", 4) for i in range(1, 5)]
+# Reasons from Slurm's list (https://slurm.schedmd.com/job_reason_codes.html) no preemption lifts.
+WAITING_REASONS = ["None", "JobHeldUser", "JobHeldAdmin", "Dependency", "DependencyNeverSatisfied", "BeginTime",
+                   "QOSMaxGRESPerUser", "AssocGrpGRES", "QOSGrpGRES", "MaxGRESPerAccount", "Reservation",
+                   "Licenses", "JobArrayTaskLimit", "PartitionDown", "ReqNodeNotAvail", "AccountingPolicy",
+                   "SomeReasonOfALaterRelease"]
+
+
+def _bob_running_alice_waiting(store, reason, restarts=0, **settings):
+    """Bob's checkpointable 16-GPU job ran long (queue 2); alice's 4-GPU job waits on ``reason``."""
+    backend = ScriptedBackend()
+    backend.add("1", 16, "RUNNING", start=0.0, nodes=FULL)
+    c = controller(store, backend, **settings)
+    c.run_round()
+    backend.add("2", 4, reason=reason, restarts=restarts)
+    return backend, c
+
+
+@pytest.mark.parametrize("reason", WAITING_REASONS)
+def test_a_job_slurm_would_not_start_preempts_nobody_but_keeps_its_band(store, reason):
+    backend, c = _bob_running_alice_waiting(store, reason)
+    report = c.run_round()
+    assert not report.plan.of_kind("preempt") and not report.plan.of_kind("start")
+    assert [call for call in backend.calls if call[0] in ("signal", "requeue")] == []
+    assert report.plan.levels["2"] == 0 and report.plan.order[-1] == "2"  # queue 1, banded, after the planned
+    assert report.plan.wait_reasons["2"].startswith(f"Slurm reason {reason}:")
+    factors = [call[1] for call in backend.calls if call[0] == "set_site_factors"]
+    assert any("2" in f for f in factors)  # its SiteFactor band is set, ready for when Slurm lifts the reason
+
+
+@pytest.mark.parametrize("reason", ["Priority", "Resources", ""])
+def test_control_a_job_slurm_would_start_still_preempts(store, reason):
+    backend, c = _bob_running_alice_waiting(store, reason)
+    report = c.run_round()
+    assert [a.job_id for a in report.plan.of_kind("preempt")] == ["1"]
+    assert ("signal", "1", "USR1", True) in backend.calls
+
+
+def test_a_requeued_jobs_begin_time_is_the_controllers_to_lift(store):
+    job = ObservedJob(job_id="7", user="a", partition="batch", state="PENDING", reason="BeginTime", gpus=1)
+    assert slurm_wait(job) == "BeginTime"  # a --begin in the future
+    job_requeued = ObservedJob(**{**job.__dict__, "restart_count": 1})
+    assert slurm_wait(job_requeued) == ""
+    assert STARTABLE_REASONS == {"", "Priority", "Resources"}  # "None": not looked at by Slurm yet
+
+
+def test_one_qos_limited_job_costs_no_preemption_in_three_hours(store):
+    # The issue's reproduction: a QOS-limited job caused 18 signal + requeue cycles of
+    # another user's job in 3 simulated hours. Now: none.
+    backend, c = _bob_running_alice_waiting(store, "QOSMaxGRESPerUser", preempt_min_runtime_s=60,
+                                            handoff_timeout_s=120)
+    for _ in range(3 * 3600 // 30):
+        backend.now += 30
+        c.run_round()
+    assert [call for call in backend.calls if call[0] in ("signal", "requeue")] == []
+
+
+def _preempted_for_job_2(store, **settings):
+    backend = ScriptedBackend()
+    backend.add("1", 16, "RUNNING", start=0.0, nodes=FULL)
+    c = controller(store, backend, handoff_timeout_s=300, **settings)
+    c.run_round()
+    backend.add("2", 4)
+    c.run_round()  # job 1 signalled for job 2
+    assert ("signal", "1", "USR1", True) in backend.calls and "2" in c.handoffs.watching
+    return backend, c
+
+
+def _requeued_and_taken_by_another(backend):
+    """Job 1 was requeued; job 2 did not start; a job of someone else runs on the GPUs."""
+    backend.add("1", 16, "PENDING", restarts=1)
+    backend.add("9", 16, "RUNNING", start=backend.now - 100, nodes=FULL)
+
+
+@pytest.mark.parametrize("restart", [False, True])
+def test_a_pending_handoff_gets_no_second_preemption(store, restart):
+    backend, c = _preempted_for_job_2(store)
+    backend.now += 11
+    c.run_round()  # grace over: job 1 requeued
+    assert ("requeue", "1") in backend.calls
+    _requeued_and_taken_by_another(backend)
+    if restart:
+        c = controller(store, backend, handoff_timeout_s=300)  # the watch is read back from the store
+        assert "2" in c.handoffs.watching
+    backend.now += 30  # inside the handoff time-out
+    report = c.run_round()
+    assert [a.job_id for a in report.plan.of_kind("preempt")] == ["9"]  # the plan would, for job 2
+    [kept] = [e for e in report.applied if e["kind"] == "preempt"]
+    assert not kept["applied"] and "handoff pending" in kept["detail"]
+    assert [call for call in backend.calls if call[0] == "signal"] == [("signal", "1", "USR1", True)]
+
+
+def test_a_failed_handoff_is_remembered_across_a_restart(store):
+    backend, c = _preempted_for_job_2(store)
+    backend.now += 11
+    c.run_round()
+    _requeued_and_taken_by_another(backend)
+    backend.now += 300
+    report = c.run_round()
+    [failed] = [e for e in report.applied if e["kind"] == "handoff"]
+    assert not failed["applied"] and "not started 300s" in failed["detail"]
+    restarted = controller(store, backend, handoff_timeout_s=300)
+    assert restarted.handoffs.blocked_until["2"] > backend.now and not restarted.handoffs.watching
+    backend.now += 60
+    report = restarted.run_round()
+    [kept] = [e for e in report.applied if e["kind"] == "preempt"]
+    assert not kept["applied"] and "handoff failed" in kept["detail"]
+    assert [call for call in backend.calls if call[0] == "signal"] == [("signal", "1", "USR1", True)]
+    # once the block is over (10 x the time-out) it is forgotten: job 2 may get a preemption again
+    backend.now += 10 * 300
+    restarted.run_round()
+    assert "2" not in restarted.handoffs.blocked_until and ("signal", "9", "USR1", True) in backend.calls
+    assert store.load_handoffs("default") == [("2", backend.now, ("9",), None)]  # a new watch
+
+
+def test_a_landed_handoff_is_cleared_from_the_store(store):
+    backend, c = _preempted_for_job_2(store)
+    assert [row[0] for row in store.load_handoffs("default")] == ["2"]
+    backend.now += 11
+    c.run_round()
+    backend.add("1", 16, "PENDING", restarts=1)
+    backend.add("2", 4, "RUNNING", start=backend.now, nodes=[("gpu1", 4)])
+    backend.now += 2
+    c.run_round()
+    assert c.handoffs.landed == 1 and store.load_handoffs("default") == []
