@@ -348,7 +348,7 @@ def test_version_1_database_is_upgraded(tmp_path):
     db.commit()
     db.close()
     with Store(f"sqlite:///{path}") as s:
-        assert s.schema_version == SCHEMA_VERSION == 3
+        assert s.schema_version == SCHEMA_VERSION == 4
         s.save_jobs("c", [JobRecord("7", 2, 0.0, queue_level=1, queue_entry=3.0)])
         assert (s.load_jobs("c")["7"].queue_level, s.load_jobs("c")["7"].queue_entry) == (1, 3.0)
         assert s.service_samples_censored("c") == ([40.0], [False])  # old samples: completed jobs
