@@ -223,7 +223,8 @@ class Controller:
         for job_id, (queue_level, queue_entry) in plan.positions.items():
             record = self.records[job_id]
             record.queue_level, record.queue_entry = queue_level, queue_entry
-        # apply
+        # apply: every lever through the executor, which alone knows the mode
+        self.executor.begin_round()
         report = RoundReport(round_id, now, plan)
         for action in plan.of_kind("promote"):  # the store's, in every mode: the accounts are kept even in observe
             self.accounts.promote(action.job_id)
@@ -251,7 +252,7 @@ class Controller:
             self.accounts.save()
             self.store.log_decisions(self.config.cluster, round_id, now, self.executor.mode,
                                      self.executor.decisions_to_log(report.applied))
-        self.executor.end_round(round_id)
+        report.levers = self.executor.end_round(round_id)
         self._prune_decisions(now)
         for job_id in self.accounts.forget_finished():
             self.starts.forget(job_id)

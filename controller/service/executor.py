@@ -73,25 +73,17 @@ class LeverResult:
 
 
 class ShadowMemory:
-    """What a read-only backend would have done: the newest ``keep`` calls as text,
-    this round's count per action kind, and the count since start. Bounded: a
-    shadow controller that runs for months keeps ``keep`` strings."""
+    """What a read-only backend would have done: the newest ``keep`` calls as text and
+    the number of calls since start. Bounded: a shadow controller that runs for
+    months keeps ``keep`` strings."""
 
     def __init__(self, keep: int = SHADOW_MEMORY):
         self.recent: deque[str] = deque(maxlen=keep)
-        self.round_counts: Counter[str] = Counter()
         self.total = 0
 
-    def add(self, kind: str, text: str, count: int = 1) -> None:
+    def add(self, text: str) -> None:
         self.recent.append(text)
-        self.round_counts[kind] += count
-        self.total += count
-
-    def end_round(self) -> dict[str, int]:
-        """This round's counts per kind (then reset)."""
-        counts = dict(sorted(self.round_counts.items()))
-        self.round_counts.clear()
-        return counts
+        self.total += 1
 
 
 def call_text(name: str, job_id: str, args: tuple) -> str:
@@ -106,15 +98,14 @@ class ReadOnlyBackend:
 
     def __init__(self, memory: Optional[ShadowMemory] = None):
         self.memory = memory
-        self.kind = ""  # the action kind being applied (set by the executor)
 
     def _would(self, name: str, job_id: str, *args) -> None:
         if self.memory is not None:
-            self.memory.add(self.kind or name, call_text(name, job_id, args))
+            self.memory.add(call_text(name, job_id, args))
 
     def set_site_factors(self, factors: dict[str, int]) -> None:
         if self.memory is not None:
-            self.memory.add(SetBand.kind, f"set_site_factors({len(factors)} jobs)", count=len(factors))
+            self.memory.add(f"set_site_factors({len(factors)} jobs)")
 
     def pin_nodes(self, job_id: str, nodes: list[str]) -> None:
         self._would("pin_nodes", job_id, nodes)
@@ -154,6 +145,7 @@ class LeverExecutor:
         self.acting = mode == "enforce"
         self._read_only = None if self.acting else ReadOnlyBackend(self.memory if mode == "shadow" else None)
         self._repeats = ShadowRepeats()
+        self._round: list[LeverAction] = []  # this round's actions, in the order applied (or not)
 
     @property
     def would(self) -> list[str]:
@@ -167,21 +159,21 @@ class LeverExecutor:
         reported as not applied; BackendUnavailable propagates so the round stops."""
         lever = LEVERS[type(action)]
         args = lever.args(action)
-        text = call_text(lever.name, action.job_id, args)
-        return self._carry(action.kind, text, lambda target: lever.method(target)(action.job_id, *args),
-                           f"job {action.job_id}: {lever.name}")
+        self._round.append(action)
+        return self._carry(call_text(lever.name, action.job_id, args),
+                           lambda target: lever.method(target)(action.job_id, *args), f"job {action.job_id}: {lever.name}")
 
     def apply_bands(self, bands: list[SetBand]) -> LeverResult:
         """All of a round's SiteFactor changes in one backend call."""
         if not bands:
             return LeverResult(True, "")
         factors = {band.job_id: band.site_factor for band in bands}
-        return self._carry(SetBand.kind, f"set_site_factors({len(factors)} jobs)",
-                           lambda target: target.set_site_factors(factors), "site factors")
+        self._round.extend(bands)
+        return self._carry(f"set_site_factors({len(factors)} jobs)", lambda target: target.set_site_factors(factors),
+                           "site factors")
 
-    def _carry(self, kind: str, text: str, call: Callable[[Any], None], what: str) -> LeverResult:
+    def _carry(self, text: str, call: Callable[[Any], None], what: str) -> LeverResult:
         if self._read_only is not None:
-            self._read_only.kind = kind
             call(self._read_only)
             log.debug("%s: would %s", self.mode, text)
             return LeverResult(False, f"{self.mode}: would {text}", would=True)
@@ -218,9 +210,16 @@ class LeverExecutor:
         entries = list(entries)
         return entries if self.acting else self._repeats.changed(entries)
 
-    def end_round(self, round_id: int) -> dict[str, int]:
-        """Close a round: shadow logs one line with what it would have done, per kind."""
-        counts = self.memory.end_round()
-        if counts and self.mode == "shadow":
-            log.info("shadow round %d: would %s", round_id, ", ".join(f"{kind} x{n}" for kind, n in counts.items()))
-        return counts
+    def begin_round(self) -> None:
+        """Forget the actions of a round that was cut short."""
+        self._round = []
+
+    def end_round(self, round_id: int) -> list[LeverAction]:
+        """Close a round: returns its actions (applied or not, in order); shadow logs
+        one line with how many of each kind it would have applied, never the actions."""
+        actions, self._round = self._round, []
+        if actions and self.mode == "shadow":
+            counts = Counter(action.kind for action in actions)
+            log.info("shadow round %d: would apply %s", round_id,
+                     ", ".join(f"{kind} x{n}" for kind, n in sorted(counts.items())))
+        return actions

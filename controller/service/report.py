@@ -14,6 +14,7 @@ class RoundReport:
     observed_at_s: float
     plan: Optional[Plan]
     applied: list[dict] = field(default_factory=list)  # decision-log entries, in the order taken
+    levers: list = field(default_factory=list)  # the lever actions (controller.core.actions) taken, in order
     skipped_reason: str = ""
 
 
