@@ -174,13 +174,24 @@ def test_explain_story_prints_the_chain_oldest_first_with_ids_and_causes(tmp_pat
         c.run_round()
         backend.now += 11
         c.run_round()
-        preempt_id = next(d["decision_id"] for d in s.decisions("default", job_id="1") if d["kind"] == "preempt")
+        backend.jobs["1"] = dataclasses.replace(backend.jobs["1"], state="PENDING", gpus_by_node=(), restart_count=1)
+        backend.jobs["2"] = dataclasses.replace(backend.jobs["2"], state="RUNNING", gpus_by_node=(("gpu1", 4),),
+                                                start_time_s=backend.now)
+        backend.now += 5
+        c.run_round()
+        preempt = next(d for d in s.decisions("default", job_id="1") if d["kind"] == "preempt")
+        handoff = next(d for d in s.decisions("default", job_id="2") if d["kind"] == "handoff")
+    preempt_id, round_id = preempt["decision_id"], preempt["round_id"]
     monkeypatch.setattr(cmd_queue, "_backend_factory", lambda config: pytest.fail("--story reads the store only"))
     assert main(["explain", "1", "--story", "--config", str(config_file)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "job 1: 2 decision(s), oldest first"
     assert out[1].split()[0] == preempt_id and " preempt " in out[1] and "applied: yields 16 GPUs" in out[1]
-    assert " requeue " in out[2] and "grace period of 10s over" in out[2]
-    assert out[3].strip() == f"caused by {preempt_id} (preempt, round {preempt_id[1:].split('.')[0]})"
+    assert out[2].strip().startswith(f"led to {handoff['decision_id']} (handoff of job 2, round {handoff['round_id']}")
+    assert " requeue " in out[3] and "grace period of 10s over" in out[3]
+    assert out[4].strip() == f"caused by {preempt_id} (preempt, round {round_id})"
+    assert main(["explain", "2", "--story", "--config", str(config_file)]) == 0
+    out = capsys.readouterr().out
+    assert f"caused by {preempt_id} (preempt of job 1, round {round_id})" in out and " handoff " in out
     assert main(["explain", "99", "--story", "--config", str(config_file)]) == 1
     assert "no logged decisions about job 99" in capsys.readouterr().err

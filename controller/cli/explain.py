@@ -95,11 +95,12 @@ def run_story(args, job_id: str) -> int:
         own = {d["decision_id"] for d in decisions}
         cited = {cause for d in decisions for cause in _causes(d)} - own
         causes = {d["decision_id"]: d for d in store.decisions_by_id(config.cluster, cited)}
+        effects = [d for d in store.decisions_caused_by(config.cluster, own) if d["job_id"] != job_id]
     if not decisions:
         print(f"tiresias explain: no logged decisions about job {job_id} ({store.name}, cluster {config.cluster})",
               file=sys.stderr)
         return 1
-    print("\n".join(story_lines(job_id, decisions, causes, truncated=len(newest) == STORY_MAX_DECISIONS)))
+    print("\n".join(story_lines(job_id, decisions, causes, effects, truncated=len(newest) == STORY_MAX_DECISIONS)))
     return 0
 
 
@@ -107,9 +108,12 @@ def _causes(decision: dict) -> list[str]:
     return [c for c in (decision.get("cause_id") or "").split(",") if c]
 
 
-def story_lines(job_id: str, decisions: list[dict], causes: dict[str, dict], truncated: bool = False) -> list[str]:
+def story_lines(job_id: str, decisions: list[dict], causes: dict[str, dict], effects: list[dict] = (),
+                truncated: bool = False) -> list[str]:
     """The story: ``decisions`` are the job's, oldest first; ``causes`` the logged
-    decisions about other jobs that they cite (decision id -> row)."""
+    decisions about other jobs that they cite (decision id -> row); ``effects`` the
+    decisions about other jobs that cite one of the job's (a handoff its preemption
+    made room for)."""
     lines = [f"job {job_id}: {len(decisions)} decision(s), oldest first"
              + (f" (the newest {len(decisions)} only)" if truncated else "")]
     own = {d["decision_id"]: d for d in decisions}
@@ -124,6 +128,10 @@ def story_lines(job_id: str, decisions: list[dict], causes: dict[str, dict], tru
             else:
                 whose = "" if cause["job_id"] == job_id else f" of job {cause['job_id']}"
                 lines.append(f"      caused by {cause_id} ({cause['kind']}{whose}, round {cause['round_id']})")
+        for effect in (e for e in effects if d["decision_id"] in _causes(e)):
+            lines.append(f"      led to {effect['decision_id']} ({effect['kind']} of job {effect['job_id']}, "
+                         f"round {effect['round_id']}, {'applied' if effect['applied'] else 'not applied'}: "
+                         f"{effect['reason']})")
     return lines
 
 

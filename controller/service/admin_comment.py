@@ -8,8 +8,9 @@ it is (a site that rewrites the field loses only our part, which the next round 
 back after theirs). Written only when the text differs from what Slurm shows, and
 bounded: a change of queue level or of pending/running goes out in the same round,
 other changes (attained service, position) at most every ``refresh_s`` per job, and
-at most ``max_per_round`` writes per round, level changes first. Enforce mode only:
-observe and shadow write nothing (this is information, not a scheduling decision).
+at most ``max_per_round`` writes per round, level changes first. Only when the
+executor pulls levers: observe and shadow write nothing (this is information, not a
+scheduling decision).
 """
 from __future__ import annotations
 

@@ -28,8 +28,8 @@ class Setting:
 
 
 SCHEMA: tuple[Setting, ...] = (
-    Setting("mode", "choice", "shadow", "observe: keep accounts only; shadow: log every action it would take; "
-            "enforce: apply them", MODES),
+    Setting("mode", "choice", "shadow", "observe: keep accounts only; shadow: log what it would do (decisions "
+            "in the decision log, lever counts once a round), change nothing; enforce: apply them", MODES),
     Setting("cluster", "str", "default", "name of this cluster in the store"),
     Setting("database_url", "str", "sqlite:////var/lib/tiresias/tiresias.db",
             "SQLAlchemy URL: a SQLite file, or postgresql+psycopg2://user:pw@host/db"),

@@ -25,11 +25,11 @@ from controller.core.actions import (
 )
 from controller.core.model import InputError
 from controller.service.backend import Backend, BackendUnavailable
+from controller.service.config import MODES
 from controller.service.decision_log import ShadowRepeats
 
 log = logging.getLogger("tiresias.executor")
 
-MODES = ("observe", "shadow", "enforce")
 SHADOW_MEMORY = 200  # would-calls kept for inspection (tests, `tiresias shadow-diff`); older ones are counted only
 T = TypeVar("T")
 

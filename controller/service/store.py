@@ -25,7 +25,7 @@ from typing import Any, Iterable, Iterator, Optional
 
 from sqlalchemy import (
     Boolean, Column, Float, Index, Integer, MetaData, String, Table, Text,
-    create_engine, event, inspect, select, update,
+    create_engine, event, inspect, or_, select, update,
 )
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import (
@@ -489,6 +489,19 @@ class Store:
         query = query.order_by(decision_log.c.id.desc()).limit(int(limit))
         with self._tx() as conn:
             return [dict(row) for row in conn.execute(query).mappings()]
+
+    def decisions_caused_by(self, cluster: str, decision_ids: Iterable[str], limit: int = 1000) -> list[dict]:
+        """Logged decisions of ``cluster`` that cite one of these ids as a cause,
+        oldest first (at most ``limit``; a CLI query, not indexed)."""
+        wanted = {str(d) for d in decision_ids}
+        if not wanted:
+            return []
+        query = (select(decision_log).where(decision_log.c.cluster == cluster,
+                                            or_(*[decision_log.c.cause_id.contains(d) for d in sorted(wanted)]))
+                 .order_by(decision_log.c.id).limit(int(limit)))
+        with self._tx() as conn:
+            rows = [dict(row) for row in conn.execute(query).mappings()]
+        return [r for r in rows if wanted & set((r["cause_id"] or "").split(","))]  # r1.2 is not r1.23
 
     def decisions_by_id(self, cluster: str, decision_ids: Iterable[str]) -> list[dict]:
         """Logged decisions of ``cluster`` with these ids, oldest first (a shadow
