@@ -13,115 +13,91 @@ nothing here does I/O.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar, Union
 
 
 @dataclass(frozen=True)
-class SetBand:
-    """Give a pending job this SiteFactor (its priority band; Slurm's age keeps FIFO inside)."""
+class LeverActionBase:
+    """What every lever action carries: its decision id, the job, and (keyword only)
+    why and, where another decision made it necessary, that decision's id."""
 
     decision_id: str
     job_id: str
+    reason: str = field(default="", kw_only=True)
+    cause_id: str = field(default="", kw_only=True)
+    kind: ClassVar[str] = ""
+
+
+@dataclass(frozen=True)
+class SetBand(LeverActionBase):
+    """Give a pending job this SiteFactor (its priority band; Slurm's age keeps FIFO inside)."""
+
     site_factor: int
-    reason: str
-    cause_id: str = ""
     kind: ClassVar[str] = "band"
 
 
 @dataclass(frozen=True)
-class PinNodes:
+class PinNodes(LeverActionBase):
     """Restrict a pending job to these nodes (ReqNodeList) until ``expires_s`` (epoch s)."""
 
-    decision_id: str
-    job_id: str
     nodes: tuple[str, ...]
     expires_s: float
-    reason: str
-    cause_id: str = ""
     kind: ClassVar[str] = "pin"
 
 
 @dataclass(frozen=True)
-class UnpinNodes:
+class UnpinNodes(LeverActionBase):
     """Clear the node list this controller set (the pin expired)."""
 
-    decision_id: str
-    job_id: str
-    reason: str
-    cause_id: str = ""
     kind: ClassVar[str] = "unpin"
 
 
 @dataclass(frozen=True)
-class ReleaseBeginTime:
+class ReleaseBeginTime(LeverActionBase):
     """Let a requeued job start now (Slurm holds it with a BeginTime after a requeue)."""
 
-    decision_id: str
-    job_id: str
-    reason: str
-    cause_id: str = ""
     kind: ClassVar[str] = "release"
 
 
 @dataclass(frozen=True)
-class MovePartition:
+class MovePartition(LeverActionBase):
     """Move a pending job to another of the partitions its user allowed."""
 
-    decision_id: str
-    job_id: str
     from_partition: str
     to_partition: str
-    reason: str
-    cause_id: str = ""
     kind: ClassVar[str] = "move"
 
 
 @dataclass(frozen=True)
-class SetMpsShare:
+class SetMpsShare(LeverActionBase):
     """Set a pending MPS job's share of a GPU (percent of its SMs, its tier)."""
 
-    decision_id: str
-    job_id: str
     percent: int
-    reason: str
-    cause_id: str = ""
     kind: ClassVar[str] = "share"
 
 
 @dataclass(frozen=True)
-class Signal:
+class Signal(LeverActionBase):
     """Send a running job its declared checkpoint signal (``batch_only``: to the batch shell)."""
 
-    decision_id: str
-    job_id: str
     signal_name: str
     batch_only: bool
-    reason: str
-    cause_id: str = ""
     kind: ClassVar[str] = "signal"
 
 
 @dataclass(frozen=True)
-class Requeue:
+class Requeue(LeverActionBase):
     """Requeue a running job; ``cause_id`` is the preemption (or decision) that asked for it."""
 
-    decision_id: str
-    job_id: str
-    reason: str
-    cause_id: str
     kind: ClassVar[str] = "requeue"
 
 
 @dataclass(frozen=True)
-class SetAdminComment:
+class SetAdminComment(LeverActionBase):
     """Write the job's whole AdminComment (the site's text and our bracketed line)."""
 
-    decision_id: str
-    job_id: str
     text: str
-    reason: str = "the line users see in scontrol show job"
-    cause_id: str = ""
     kind: ClassVar[str] = "admin_comment"
 
 

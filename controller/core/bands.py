@@ -37,5 +37,5 @@ def site_factors(order: list[str], levels: Mapping[str, int], pending: Container
 
 def band_actions(round_id: int, factors: Mapping[str, int], levels: Mapping[str, int]) -> list[SetBand]:
     """One SetBand per job of ``factors`` (the values to send), ids ``r<round>.b<n>``."""
-    return [SetBand(f"r{round_id}.b{number}", job_id, value, f"queue {levels.get(job_id, 0) + 1}: SiteFactor {value}")
+    return [SetBand(f"r{round_id}.b{number}", job_id, value, reason=f"queue {levels.get(job_id, 0) + 1}: SiteFactor {value}")
             for number, (job_id, value) in enumerate(factors.items(), 1)]

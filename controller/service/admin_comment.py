@@ -116,7 +116,8 @@ class AdminComments:
             wanted[job_id] = (line, (level, running))
         applied = 0
         for number, (job_id, text) in enumerate(self.updates(wanted, observed, now).items(), 1):
-            if executor.apply(SetAdminComment(f"r{plan.round_id}.c{number}", job_id, text)).applied:
+            if executor.apply(SetAdminComment(f"r{plan.round_id}.c{number}", job_id, text,
+                                              reason="the line users see in scontrol show job")).applied:
                 self.written(job_id, wanted[job_id][1], now)
                 applied += 1
         return applied

@@ -87,7 +87,7 @@ class PartitionMover:
             return
         for number, move in enumerate(moves.moves, 1):
             action = MovePartition(f"r{report.round_id}.m{number}", move.job_id, move.from_partition,
-                                   move.to_partition, f"{move.from_partition} -> {move.to_partition}: {move.reason}")
+                                   move.to_partition, reason=f"{move.from_partition} -> {move.to_partition}: {move.reason}")
             outcome = self.executor.apply(action)
             self.last_move_s[move.job_id] = now
             if outcome.applied:

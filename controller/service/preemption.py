@@ -75,7 +75,7 @@ class Preemptions:
                    else "requeue without a signal (preempt_undeclared)")
             if signal is not None:
                 outcome = self.executor.apply(Signal(f"{action.decision_id}.signal", job.job_id, signal.name,
-                                                     signal.batch_only, f"checkpoint before the requeue: {how}",
+                                                     signal.batch_only, reason=f"checkpoint before the requeue: {how}",
                                                      cause_id=action.decision_id))
                 if outcome.failed:
                     report.applied.append(entry(action, applied=False,
@@ -85,7 +85,7 @@ class Preemptions:
                 cfg.cluster, job.job_id, now, job.restart_count, decision_id=action.decision_id))
             if opened is None:  # a read-only executor: the requeue after the grace is only said
                 self.executor.apply(Requeue(f"{action.decision_id}.requeue", job.job_id,
-                                            f"grace period of {cfg.preempt_grace_s:g}s over",
+                                            reason=f"grace period of {cfg.preempt_grace_s:g}s over",
                                             cause_id=action.decision_id))
                 report.applied.append(entry(action, applied=False, detail=self.executor.would_text(how)))
             elif opened:
@@ -116,7 +116,8 @@ class Preemptions:
                 self._close_requeued(job.job_id, now)
                 requeued += 1
                 requeue = Requeue(f"r{report.round_id}.q{requeued}", job.job_id,
-                                  f"grace period of {cfg.preempt_grace_s:g}s over", cause_id=pending.decision_id)
+                                  reason=f"grace period of {cfg.preempt_grace_s:g}s over",
+                                  cause_id=pending.decision_id)
                 outcome = self.executor.apply(requeue)
                 if outcome.applied:
                     self.accounts.stopped_at[job.job_id] = now

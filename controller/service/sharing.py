@@ -52,7 +52,7 @@ class GpuSharing:
         for number, (job_id, signature, reason, tier) in enumerate(decisions, 1):
             decision_id = f"r{report.round_id}.s{number}"
             if tier is not None:
-                action = SetMpsShare(decision_id, job_id, tier, reason)
+                action = SetMpsShare(decision_id, job_id, tier, reason=reason)
                 outcome = self.executor.apply(action)
                 report.applied.append(entry(action, applied=outcome.applied, detail=outcome.detail))
             else:  # a decision without a lever (waits, advice): logged, nothing set

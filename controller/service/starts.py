@@ -58,7 +58,7 @@ class Starts:
                                f"--exclude of {','.join(excluded)}") + " is kept")
             elif sensitive and nodes and sorted(job.required_nodes) != nodes:
                 pin = PinNodes(f"{action.decision_id}.pin", job.job_id, tuple(nodes), now + cfg.pin_expiry_s,
-                               f"skew {self.accounts.records[job.job_id].skew:.2f} > PACKLIMIT {cfg.pack_limit:g}: "
+                               reason=f"skew {self.accounts.records[job.job_id].skew:.2f} > PACKLIMIT {cfg.pack_limit:g}: "
                                "placed where the plan placed it", cause_id=action.decision_id)
                 # Written ahead: a crash between the row and the pin leaves a row to clear.
                 self.executor.when_acting(lambda: self.store.set_pin(cfg.cluster, pin.job_id, pin.expires_s,
@@ -80,7 +80,7 @@ class Starts:
                 if now - stopped >= cfg.requeue_settle_s:
                     outcome = self.executor.apply(ReleaseBeginTime(
                         f"{action.decision_id}.release", job.job_id,
-                        f"requeued {now - stopped:.0f}s ago: settled", cause_id=action.decision_id))
+                        reason=f"requeued {now - stopped:.0f}s ago: settled", cause_id=action.decision_id))
                     details.append(outcome.detail)
                     levers.append(outcome.applied)
                 else:
@@ -101,7 +101,7 @@ class Starts:
             elif job.state == "PENDING" and now >= expiry:
                 expired += 1
                 unpin = UnpinNodes(f"r{plan.round_id}.u{expired}", job_id,
-                                   f"pin expired {now - expiry:.0f}s ago and the job waits",
+                                   reason=f"pin expired {now - expiry:.0f}s ago and the job waits",
                                    cause_id=self.pin_causes.get(job_id, ""))
                 outcome = self.executor.apply(unpin)
                 report.applied.append(entry(unpin, applied=outcome.applied, detail=outcome.detail))
