@@ -344,14 +344,21 @@ def test_version_1_database_is_upgraded(tmp_path):
     db.execute("ALTER TABLE job_service DROP COLUMN queue_entry")
     db.execute("DROP INDEX ix_service_samples_finished")
     db.execute("ALTER TABLE service_samples DROP COLUMN censored")
+    db.execute("ALTER TABLE decision_log DROP COLUMN cause_id")
+    db.execute("ALTER TABLE preemptions DROP COLUMN decision_id")
+    db.execute("ALTER TABLE pins DROP COLUMN decision_id")
     db.execute("UPDATE schema_meta SET value = '1' WHERE key = 'schema_version'")
     db.commit()
     db.close()
     with Store(f"sqlite:///{path}") as s:
-        assert s.schema_version == SCHEMA_VERSION == 3
+        assert s.schema_version == SCHEMA_VERSION == 4
         s.save_jobs("c", [JobRecord("7", 2, 0.0, queue_level=1, queue_entry=3.0)])
         assert (s.load_jobs("c")["7"].queue_level, s.load_jobs("c")["7"].queue_entry) == (1, 3.0)
         assert s.service_samples_censored("c") == ([40.0], [False])  # old samples: completed jobs
+        assert s.begin_preemption("c", "7", 10.0, 0, decision_id="r3.1")  # version 4: causes recorded
+        assert s.pending_preemptions("c")[0].decision_id == "r3.1"
+        s.set_pin("c", "7", 99.0, "r3.2")
+        assert s.pin_decisions("c") == {"7": "r3.2"}
 
 
 def test_every_ended_job_is_a_sample_cut_short_ones_censored(store):

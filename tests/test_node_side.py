@@ -17,7 +17,7 @@ import pytest
 
 from controller import checkpoint
 
-from controller.service import colocation
+from controller.core import colocation
 
 from controller.service import skew
 from controller.core.model import InputError

@@ -5,6 +5,11 @@ decisions about it with their reasons and decision ids.
 
 Reads Slurm and the store, and plans one read-only round like 'tiresias queue'.
 Exit 1 when the job is known to neither; exit 2 for a malformed job id.
+
+``--story`` reads the store only: the job's whole chain of logged decisions, oldest
+first, each with its decision id and the decision that caused it (a requeue its
+preemption, a pin's expiry the start that pinned it, a handoff the preemptions that
+made room). Exit 1 when the store holds no decision about the job.
 """
 from __future__ import annotations
 
@@ -27,6 +32,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     cmd_queue.add_source_arguments(p)
     p.add_argument("--decisions", type=argtypes.int_in(0, 10_000), default=5, metavar="N",
                    help="how many logged decisions to show (default 5)")
+    p.add_argument("--story", action="store_true",
+                   help="the job's whole chain of logged decisions, oldest first, with ids and causes "
+                        "(reads the store only, not Slurm)")
 
 
 def _gpu_s(value: float) -> str:
@@ -45,6 +53,8 @@ def run(args) -> int:
         raise InputError(f"job id {args.job_id!r} is malformed (expected digits, optionally _digits)")
     if args.decisions < 0:
         raise InputError(f"--decisions value {args.decisions} must be >= 0")
+    if getattr(args, "story", False):
+        return run_story(args, job_id)
     try:
         view = cmd_queue.preview(args)
     except BackendUnavailable as err:
@@ -66,6 +76,63 @@ def run(args) -> int:
     preemption = preemption_text(controller, observed) if observed is not None and observed.state == "RUNNING" else ""
     print("\n".join(explain_lines(job_id, observed, record, plan, observation, config, decisions, preemption)))
     return 0
+
+
+STORY_MAX_DECISIONS = 10_000  # the newest this many; a job with more says so
+
+
+def run_story(args, job_id: str) -> int:
+    from controller.service.config import load
+
+    config = load(args.config, {"database_url": args.database_url, "cluster": args.cluster})
+    store, note = cmd_queue.open_store(config)
+    if store is None:
+        print(f"tiresias explain: {note}", file=sys.stderr)
+        return 1
+    with store:
+        newest = store.decisions(config.cluster, job_id=job_id, limit=STORY_MAX_DECISIONS)
+        decisions = newest[::-1]
+        own = {d["decision_id"] for d in decisions}
+        cited = {cause for d in decisions for cause in _causes(d)} - own
+        causes = {d["decision_id"]: d for d in store.decisions_by_id(config.cluster, cited)}
+        effects = [d for d in store.decisions_caused_by(config.cluster, own) if d["job_id"] != job_id]
+    if not decisions:
+        print(f"tiresias explain: no logged decisions about job {job_id} ({store.name}, cluster {config.cluster})",
+              file=sys.stderr)
+        return 1
+    print("\n".join(story_lines(job_id, decisions, causes, effects, truncated=len(newest) == STORY_MAX_DECISIONS)))
+    return 0
+
+
+def _causes(decision: dict) -> list[str]:
+    return [c for c in (decision.get("cause_id") or "").split(",") if c]
+
+
+def story_lines(job_id: str, decisions: list[dict], causes: dict[str, dict], effects: list[dict] = (),
+                truncated: bool = False) -> list[str]:
+    """The story: ``decisions`` are the job's, oldest first; ``causes`` the logged
+    decisions about other jobs that they cite (decision id -> row); ``effects`` the
+    decisions about other jobs that cite one of the job's (a handoff its preemption
+    made room for)."""
+    lines = [f"job {job_id}: {len(decisions)} decision(s), oldest first"
+             + (f" (the newest {len(decisions)} only)" if truncated else "")]
+    own = {d["decision_id"]: d for d in decisions}
+    for d in decisions:
+        detail = f" [{d['detail']}]" if d.get("detail") else ""
+        lines.append(f"  {d['decision_id']:<10} {format_timestamp(d['now_s'])} {d['mode']:<7} {d['kind']:<8} "
+                     f"{'applied' if d['applied'] else 'not applied'}: {d['reason']}{detail}")
+        for cause_id in _causes(d):
+            cause = own.get(cause_id) or causes.get(cause_id)
+            if cause is None:
+                lines.append(f"      caused by {cause_id} (not in the log any more)")
+            else:
+                whose = "" if cause["job_id"] == job_id else f" of job {cause['job_id']}"
+                lines.append(f"      caused by {cause_id} ({cause['kind']}{whose}, round {cause['round_id']})")
+        for effect in (e for e in effects if d["decision_id"] in _causes(e)):
+            lines.append(f"      led to {effect['decision_id']} ({effect['kind']} of job {effect['job_id']}, "
+                         f"round {effect['round_id']}, {'applied' if effect['applied'] else 'not applied'}: "
+                         f"{effect['reason']})")
+    return lines
 
 
 def preemption_text(controller, observed) -> str:

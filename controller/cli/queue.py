@@ -63,24 +63,29 @@ def preview(args) -> Preview:
     not answer.
     """
     from controller.service.daemon import Controller
-    from controller.service.store import Store, StoreError
+    from controller.service.store import Store
 
     config = load(args.config, {"database_url": args.database_url, "cluster": args.cluster})
-    note = ""
-    store = None
-    path = _sqlite_path(config.database_url)
-    if path is not None and not os.path.exists(path):
-        note = f"no store at {path} yet: levels count service from Slurm's current view only"
-    else:
-        try:
-            store = Store(config.database_url)
-        except StoreError as err:
-            note = f"cannot read the store ({err}): levels count service from Slurm's current view only"
+    store, note = open_store(config)
     if store is None:
         store = Store("sqlite://")
     controller = Controller(config, _backend_factory(config), store)
     plan, observation = controller.preview()
     return Preview(controller, plan, observation, note)
+
+
+def open_store(config: Config):
+    """(the configured store, '') or (None, why it cannot be read). A missing SQLite
+    file is not created: reading must not leave an empty store behind."""
+    from controller.service.store import Store, StoreError
+
+    path = _sqlite_path(config.database_url)
+    if path is not None and not os.path.exists(path):
+        return None, f"no store at {path} yet: levels count service from Slurm's current view only"
+    try:
+        return Store(config.database_url), ""
+    except StoreError as err:
+        return None, f"cannot read the store ({err}): levels count service from Slurm's current view only"
 
 
 def _sqlite_path(url: str) -> Optional[str]:

@@ -1,7 +1,7 @@
 """Run the controller next to slurmctld: observe, plan and (in enforce mode) act.
 
-Modes: observe (accounts only), shadow (logs every action it would take, changes
-nothing in Slurm), enforce. Settings come from the YAML config file; flags override.
+Modes: observe (accounts only), shadow (logs what it would do, changes nothing in
+Slurm), enforce. Settings come from the YAML config file; flags override.
 """
 from __future__ import annotations
 

@@ -8,8 +8,9 @@ it is (a site that rewrites the field loses only our part, which the next round 
 back after theirs). Written only when the text differs from what Slurm shows, and
 bounded: a change of queue level or of pending/running goes out in the same round,
 other changes (attained service, position) at most every ``refresh_s`` per job, and
-at most ``max_per_round`` writes per round, level changes first. Enforce mode only:
-observe and shadow write nothing (this is information, not a scheduling decision).
+at most ``max_per_round`` writes per round, level changes first. Only when the
+executor pulls levers: observe and shadow write nothing (this is information, not a
+scheduling decision).
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
+from controller.core.actions import SetAdminComment
 from controller.service.backend import ObservedJob
 
 OUR_PART = re.compile(r"\s*\[tiresias: [^\[\]]*\]")
@@ -99,8 +101,8 @@ class AdminComments:
 
     def apply(self, plan, observed: dict[str, ObservedJob], attained_gpu_s: dict[str, float], queues: int,
               preemptable, executor, now: float) -> int:
-        """Write this round's AdminComment changes through ``executor`` (its lever
-        ``set_admin_comment``). ``queues``: K, or 0 for a policy without queues;
+        """Write this round's AdminComment changes through ``executor`` (SetAdminComment
+        actions, ids ``r<round>.c<n>``). ``queues``: K, or 0 for a policy without queues;
         ``preemptable(job) -> bool`` for running jobs. Returns the writes applied."""
         position = {job_id: i + 1 for i, job_id in enumerate(plan.order)}
         wanted = {}
@@ -113,8 +115,9 @@ class AdminComments:
                             running and preemptable(job))
             wanted[job_id] = (line, (level, running))
         applied = 0
-        for job_id, text in self.updates(wanted, observed, now).items():
-            if executor.call("set_admin_comment", job_id, text).applied:
+        for number, (job_id, text) in enumerate(self.updates(wanted, observed, now).items(), 1):
+            if executor.apply(SetAdminComment(f"r{plan.round_id}.c{number}", job_id, text,
+                                              reason="the line users see in scontrol show job")).applied:
                 self.written(job_id, wanted[job_id][1], now)
                 applied += 1
         return applied

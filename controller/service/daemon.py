@@ -36,7 +36,7 @@ from controller.service.accounting import ACTIVE_STATES, Accounts, numeric_id
 from controller.service.backend import Backend, BackendUnavailable, Observation, ObservedJob
 from controller.service.config import Config
 from controller.service.contract import Contract
-from controller.service.decision_log import PRUNE_EVERY_S, ShadowRepeats
+from controller.service.decision_log import PRUNE_EVERY_S
 from controller.service.executor import LeverExecutor
 from controller.service.handoff import Handoffs
 from controller.service.lease import Lease
@@ -67,7 +67,6 @@ class Controller:
         self.executor = LeverExecutor(backend, config.mode, guard=self.lease.guard if self.lease else None)
         self._log_once = LogOnce(log)
         self._failures_seen: set[str] = set()
-        self._shadow_repeats = ShadowRepeats()
         self._decisions_pruned_at = -math.inf
         self._stale = True
         if self.lease is None:
@@ -247,11 +246,12 @@ class Controller:
         for job_id, (queue_level, queue_entry) in plan.positions.items():
             record = self.records[job_id]
             record.queue_level, record.queue_entry = queue_level, queue_entry
-        # apply
+        # apply: every lever through the executor, which alone knows the mode
+        self.executor.begin_round()
         report = RoundReport(round_id, now, plan)
-        for action in plan.of_kind("promote"):
+        for action in plan.of_kind("promote"):  # the store's, in every mode: the accounts are kept even in observe
             self.accounts.promote(action.job_id)
-            report.applied.append(entry(action, applied=self.config.mode != "observe", detail="store"))
+            report.applied.append(entry(action, applied=self.executor.logs_decisions, detail="store"))
         self.handoffs.check(observed, now, report)
         self.starts.apply(plan, observed, now, report)
         blocked = self.handoffs.blocking(plan, now, leaving)
@@ -264,17 +264,17 @@ class Controller:
         self.preemptions.advance(observed, now, report)
         self.mover.apply(plan, observed, observation.nodes, now, report, pinned=set(self.starts.pins))
         self.sharing.apply(observation, report)
-        if self.config.admin_comment and self.config.mode == "enforce":  # shadow writes nothing
+        # Information, not a decision: a read-only executor (observe, shadow) skips it.
+        if self.config.admin_comment and self.executor.acting:
             self.admin_comments.apply(plan, observed, {j: r.attained_gpu_s for j, r in self.records.items()},
                                       self._queue_count(), lambda job: not self.preemptions.protected(job, now),
                                       self.executor, now)
         # record: the accounts (promotions, preemption counts) and the decisions together
         with self.store.transaction():
             self.accounts.save()
-            if self.config.mode != "observe":
-                logged = self._shadow_repeats.changed(report.applied) if self.config.mode == "shadow" \
-                    else report.applied
-                self.store.log_decisions(self.config.cluster, round_id, now, self.config.mode, logged)
+            self.store.log_decisions(self.config.cluster, round_id, now, self.executor.mode,
+                                     self.executor.decisions_to_log(report.applied))
+        report.levers = self.executor.end_round(round_id)
         self._prune_decisions(now)
         for job_id in self.accounts.forget_finished():
             self.starts.forget(job_id)

@@ -1,75 +1,225 @@
-"""Carries lever calls out, or only says what it would do: the mode lives here.
+"""Applies lever actions (controller.core.actions) to a backend: the mode lives here only.
 
-- enforce: calls the backend.
-- shadow: logs every call it would make and changes nothing.
-- observe: does nothing (the controller only keeps accounts).
-Policies and the controller never branch on the mode; they call the executor.
+One table, ``LEVERS``, says which backend method carries out which action type. The
+mode decides only the target the table is applied to:
+- enforce: the backend itself.
+- shadow: a ``ReadOnlyBackend`` (as Ray's autoscaler has a read-only provider): it
+  takes the same calls, changes nothing and remembers what it would have done, in
+  bounded memory, logged as counts per action kind once a round.
+- observe: a ``ReadOnlyBackend`` that does not even remember.
+The rest of the service never branches on the mode: it applies actions and reads
+each ``LeverResult`` (applied, failed, or ``would``: not carried out by design), and
+hands the bookkeeping that only makes sense for levers really pulled (an open
+preemption, a pin's row) to ``when_acting``.
 """
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
-from typing import Callable, Optional
+from collections import Counter, deque
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Optional, TypeVar
 
+from controller.core.actions import (
+    LeverAction, MovePartition, PinNodes, ReleaseBeginTime, Requeue, SetAdminComment, SetBand, SetMpsShare, Signal,
+    UnpinNodes,
+)
+from controller.core.model import InputError
 from controller.service.backend import Backend, BackendUnavailable
+from controller.service.config import MODES
+from controller.service.decision_log import ShadowRepeats
 
 log = logging.getLogger("tiresias.executor")
+
+SHADOW_MEMORY = 200  # would-calls kept for inspection (tests, `tiresias shadow-diff`); older ones are counted only
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Lever:
+    """How one action type is carried out: ``method(backend)`` is the bound backend
+    method, called as ``method(job_id, *args(action))``; ``name`` is its name in logs."""
+
+    name: str
+    method: Callable[[Any], Callable[..., None]]
+    args: Callable[[Any], tuple]
+
+
+# The typed table: action type -> backend lever. SetBand is batched (one call per
+# round, see LeverExecutor.apply_bands) and so is not in it.
+LEVERS: dict[type, Lever] = {
+    PinNodes: Lever("pin_nodes", lambda b: b.pin_nodes, lambda a: (list(a.nodes),)),
+    UnpinNodes: Lever("pin_nodes", lambda b: b.pin_nodes, lambda a: ([],)),
+    ReleaseBeginTime: Lever("release_begin_time", lambda b: b.release_begin_time, lambda a: ()),
+    MovePartition: Lever("move_partition", lambda b: b.move_partition, lambda a: (a.to_partition,)),
+    SetMpsShare: Lever("set_mps_share", lambda b: b.set_mps_share, lambda a: (a.percent,)),
+    Signal: Lever("signal", lambda b: b.signal, lambda a: (a.signal_name, a.batch_only)),
+    Requeue: Lever("requeue", lambda b: b.requeue, lambda a: ()),
+    SetAdminComment: Lever("set_admin_comment", lambda b: b.set_admin_comment, lambda a: (a.text,)),
+}
 
 
 @dataclass
 class LeverResult:
+    """``applied``: the backend carried it out; ``would``: it was not tried by design
+    (observe/shadow), so it neither applied nor failed; ``detail``: what happened."""
+
     applied: bool
     detail: str
+    would: bool = False
+
+    @property
+    def failed(self) -> bool:
+        return not self.applied and not self.would
 
 
-@dataclass
+class ShadowMemory:
+    """What a read-only backend would have done: the newest ``keep`` calls as text and
+    the number of calls since start. Bounded: a shadow controller that runs for
+    months keeps ``keep`` strings."""
+
+    def __init__(self, keep: int = SHADOW_MEMORY):
+        self.recent: deque[str] = deque(maxlen=keep)
+        self.total = 0
+
+    def add(self, text: str) -> None:
+        self.recent.append(text)
+        self.total += 1
+
+
+def call_text(name: str, job_id: str, args: tuple) -> str:
+    return f"{name}({job_id}{''.join(', ' + repr(a) for a in args)})"
+
+
+class ReadOnlyBackend:
+    """Takes every lever call and carries none out; with ``memory``, remembers them.
+
+    Only the levers: observation and reads go to the real backend (the service's
+    other modules hold it), so shadow plans from the same state as enforce."""
+
+    def __init__(self, memory: Optional[ShadowMemory] = None):
+        self.memory = memory
+
+    def _would(self, name: str, job_id: str, *args) -> None:
+        if self.memory is not None:
+            self.memory.add(call_text(name, job_id, args))
+
+    def set_site_factors(self, factors: dict[str, int]) -> None:
+        if self.memory is not None:
+            self.memory.add(f"set_site_factors({len(factors)} jobs)")
+
+    def pin_nodes(self, job_id: str, nodes: list[str]) -> None:
+        self._would("pin_nodes", job_id, nodes)
+
+    def signal(self, job_id: str, signal_name: str, batch_only: bool) -> None:
+        self._would("signal", job_id, signal_name, batch_only)
+
+    def requeue(self, job_id: str) -> None:
+        self._would("requeue", job_id)
+
+    def release_begin_time(self, job_id: str) -> None:
+        self._would("release_begin_time", job_id)
+
+    def move_partition(self, job_id: str, partition: str) -> None:
+        self._would("move_partition", job_id, partition)
+
+    def set_admin_comment(self, job_id: str, text: str) -> None:
+        self._would("set_admin_comment", job_id, text)
+
+    def set_mps_share(self, job_id: str, shares: int) -> None:
+        self._would("set_mps_share", job_id, shares)
+
+
 class LeverExecutor:
-    backend: Backend
-    mode: str
-    would: list[str] = field(default_factory=list)  # shadow: the calls it would have made
-    # Called before every enforce-mode call; raises (LeaseLost) when this process must
-    # not act, e.g. a standby controller's lease ran out (controller.service.lease).
-    guard: Optional[Callable[[], None]] = None
+    """``guard`` is called before every lever that reaches the backend; it raises
+    (LeaseLost) when this process must not act, e.g. a standby controller's lease
+    ran out (controller.service.lease)."""
 
-    def call(self, lever: str, job_id: str, *args) -> LeverResult:
-        """Run ``backend.<lever>(job_id, *args)`` in enforce mode; describe it otherwise.
+    def __init__(self, backend: Backend, mode: str, guard: Optional[Callable[[], None]] = None,
+                 memory_size: int = SHADOW_MEMORY):
+        if mode not in MODES:
+            raise InputError(f"mode: {mode!r} is not one of {', '.join(MODES)}")
+        self.backend = backend
+        self.mode = mode
+        self.guard = guard
+        self.memory = ShadowMemory(memory_size)
+        self.acting = mode == "enforce"
+        self._read_only = None if self.acting else ReadOnlyBackend(self.memory if mode == "shadow" else None)
+        self._repeats = ShadowRepeats()
+        self._round: list[LeverAction] = []  # this round's actions, in the order applied (or not)
+
+    @property
+    def would(self) -> list[str]:
+        """The newest would-calls (shadow), oldest first; at most ``memory_size``."""
+        return list(self.memory.recent)
+
+    def apply(self, action: LeverAction) -> LeverResult:
+        """Carry one action out (enforce) or say what it would do.
 
         A failing lever (job gone, no longer pending) is logged with the job id and
-        reported as not applied; BackendUnavailable propagates so the round stops.
-        """
-        text = f"{lever}({job_id}{''.join(', ' + repr(a) for a in args)})"
-        if self.mode != "enforce":
-            if self.mode == "shadow":
-                self.would.append(text)
-                log.info("shadow: would %s", text)
-            return LeverResult(False, f"{self.mode}: would {text}")
+        reported as not applied; BackendUnavailable propagates so the round stops."""
+        lever = LEVERS[type(action)]
+        args = lever.args(action)
+        self._round.append(action)
+        return self._carry(call_text(lever.name, action.job_id, args),
+                           lambda target: lever.method(target)(action.job_id, *args), f"job {action.job_id}: {lever.name}")
+
+    def apply_bands(self, bands: list[SetBand]) -> LeverResult:
+        """All of a round's SiteFactor changes in one backend call."""
+        if not bands:
+            return LeverResult(True, "")
+        factors = {band.job_id: band.site_factor for band in bands}
+        self._round.extend(bands)
+        return self._carry(f"set_site_factors({len(factors)} jobs)", lambda target: target.set_site_factors(factors),
+                           "site factors")
+
+    def _carry(self, text: str, call: Callable[[Any], None], what: str) -> LeverResult:
+        if self._read_only is not None:
+            call(self._read_only)
+            log.debug("%s: would %s", self.mode, text)
+            return LeverResult(False, f"{self.mode}: would {text}", would=True)
         if self.guard is not None:
             self.guard()
         try:
-            getattr(self.backend, lever)(job_id, *args)
+            call(self.backend)
         except BackendUnavailable:
             raise
         except (RuntimeError, ValueError) as err:
-            log.warning("job %s: %s failed: %s", job_id, lever, err)
+            log.warning("%s failed: %s", what, err)
             return LeverResult(False, f"failed: {err}")
         return LeverResult(True, text)
 
-    def set_site_factors(self, factors: dict[str, int]) -> LeverResult:
-        if not factors:
-            return LeverResult(True, "")
-        text = f"set_site_factors({len(factors)} jobs)"
-        if self.mode != "enforce":
-            if self.mode == "shadow":
-                self.would.append(text)
-                log.info("shadow: would %s: %s", text, factors)
-            return LeverResult(False, f"{self.mode}: would {text}")
-        if self.guard is not None:
-            self.guard()
-        try:
-            self.backend.set_site_factors(factors)
-        except BackendUnavailable:
-            raise
-        except (RuntimeError, ValueError) as err:
-            log.warning("site factors: %s", err)
-            return LeverResult(False, f"failed: {err}")
-        return LeverResult(True, text)
+    def when_acting(self, bookkeeping: Callable[[], T]) -> Optional[T]:
+        """Run ``bookkeeping`` (a store write that goes with levers really pulled: a
+        pin's row, an open preemption) only in enforce; None otherwise."""
+        return bookkeeping() if self.acting else None
+
+    def would_text(self, what: str) -> str:
+        """The detail of a decision whose levers were not pulled by design."""
+        return f"{self.mode}: would {what}"
+
+    @property
+    def logs_decisions(self) -> bool:
+        """False in observe: the controller only keeps accounts, and logs no decision."""
+        return self.mode != "observe"
+
+    def decisions_to_log(self, entries: Iterable[dict]) -> list[dict]:
+        """The round's decision-log entries to store: all in enforce, none in observe;
+        in shadow those that changed since the last round (decision_log.ShadowRepeats)."""
+        if not self.logs_decisions:
+            return []
+        entries = list(entries)
+        return entries if self.acting else self._repeats.changed(entries)
+
+    def begin_round(self) -> None:
+        """Forget the actions of a round that was cut short."""
+        self._round = []
+
+    def end_round(self, round_id: int) -> list[LeverAction]:
+        """Close a round: returns its actions (applied or not, in order); shadow logs
+        one line with how many of each kind it would have applied, never the actions."""
+        actions, self._round = self._round, []
+        if actions and self.mode == "shadow":
+            counts = Counter(action.kind for action in actions)
+            log.info("shadow round %d: would apply %s", round_id,
+                     ", ".join(f"{kind} x{n}" for kind, n in sorted(counts.items())))
+        return actions

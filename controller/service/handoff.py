@@ -44,6 +44,7 @@ def started_delay_s(detail: str) -> Optional[float]:
 class Watch:
     signalled_s: float
     victims: tuple[str, ...]
+    causes: tuple[str, ...] = ()  # the preemption decisions that made room (the handoff cites them)
 
 
 class Handoffs:
@@ -84,13 +85,15 @@ class Handoffs:
 
     def expect(self, plan: Plan, report: RoundReport, now: float) -> None:
         """After this round's preemptions: watch the jobs the plan starts, if any victim was signalled."""
-        victims = tuple(e["job_id"] for e in report.applied if e["kind"] == "preempt" and e["applied"])
-        if not victims:
+        preempted = [e for e in report.applied if e["kind"] == "preempt" and e["applied"]]
+        if not preempted:
             return
+        victims = tuple(e["job_id"] for e in preempted)
+        causes = tuple(e["decision_id"] for e in preempted)
         for action in plan.of_kind("start"):
             if action.job_id not in self.watching:
                 self.store.save_handoff(self.config.cluster, action.job_id, now, victims)
-                self.watching[action.job_id] = Watch(now, victims)
+                self.watching[action.job_id] = Watch(now, victims, causes)
 
     def _end(self, job_id: str) -> None:
         self.store.clear_handoff(self.config.cluster, job_id)
@@ -100,6 +103,7 @@ class Handoffs:
     def check(self, observed: dict[str, ObservedJob], now: float, report: RoundReport) -> None:
         """Log each watched job that started, or that did not within handoff_timeout_s."""
         timeout = self.config.handoff_timeout_s
+        checked = 0
         for job_id, watch in list(self.watching.items()):
             job = observed.get(job_id)
             victims = ",".join(watch.victims)
@@ -110,8 +114,10 @@ class Handoffs:
                 self.landed += 1
                 self.delays_s.append(delay)
                 self._end(job_id)
-                report.applied.append({"decision_id": f"r{report.round_id}.h", "job_id": job_id, "kind": "handoff",
-                                       "applied": True, "reason": f"made room for by preempting {victims}",
+                checked += 1
+                report.applied.append({"decision_id": f"r{report.round_id}.h{checked}", "job_id": job_id,
+                                       "kind": "handoff", "applied": True, "cause_id": ",".join(watch.causes),
+                                       "reason": f"made room for by preempting {victims}",
                                        "detail": started_detail(delay)})
             elif now - watch.signalled_s > timeout:
                 self.failed += 1
@@ -119,8 +125,10 @@ class Handoffs:
                                         blocked_until_s=now + BLOCK_FACTOR * timeout)
                 self.blocked_until[job_id] = now + BLOCK_FACTOR * timeout
                 del self.watching[job_id]
-                report.applied.append({"decision_id": f"r{report.round_id}.h", "job_id": job_id, "kind": "handoff",
-                                       "applied": False, "reason": f"made room for by preempting {victims}",
+                checked += 1
+                report.applied.append({"decision_id": f"r{report.round_id}.h{checked}", "job_id": job_id,
+                                       "kind": "handoff", "applied": False, "cause_id": ",".join(watch.causes),
+                                       "reason": f"made room for by preempting {victims}",
                                        "detail": f"not started {timeout:g}s after the victims' signal (reason "
                                                  f"{job.reason or '-'}): no preemption for it for "
                                                  f"{BLOCK_FACTOR * timeout:g}s"})

@@ -10,6 +10,7 @@ import logging
 import math
 from typing import Callable, Optional
 
+from controller.core.actions import MovePartition
 from controller.core.plan import Plan
 from controller.partitions.moves import MoveSettings, PendingGpuJob, RunningGpuJob, is_candidate, plan_moves, \
     split_partitions
@@ -17,7 +18,7 @@ from controller.service.accounting import Accounts
 from controller.service.backend import Backend, ObservedJob
 from controller.service.config import Config
 from controller.service.executor import LeverExecutor
-from controller.service.report import RoundReport
+from controller.service.report import RoundReport, entry
 from controller.service.store import Store
 
 log = logging.getLogger("tiresias.controller")
@@ -85,20 +86,20 @@ class PartitionMover:
             self.log_once(f"partition moves skipped: {type(err).__name__}: {err}")
             return
         for number, move in enumerate(moves.moves, 1):
-            outcome = self.executor.call("move_partition", move.job_id, move.to_partition)
+            action = MovePartition(f"r{report.round_id}.m{number}", move.job_id, move.from_partition,
+                                   move.to_partition, reason=f"{move.from_partition} -> {move.to_partition}: {move.reason}")
+            outcome = self.executor.apply(action)
             self.last_move_s[move.job_id] = now
             if outcome.applied:
                 records[move.job_id].moves += 1
-            report.applied.append({"decision_id": f"r{report.round_id}.m{number}", "job_id": move.job_id,
-                                   "kind": "move", "reason": f"{move.from_partition} -> {move.to_partition}: "
-                                   f"{move.reason}", "applied": outcome.applied, "detail": outcome.detail})
+            report.applied.append(entry(action, applied=outcome.applied, detail=outcome.detail))
 
     def _load_last_move(self, job_id: str) -> None:
         if job_id in self.last_move_s:
             return
         last = -math.inf
         for logged in self.store.decisions(self.config.cluster, job_id=job_id, limit=200):
-            if logged["kind"] == "move" and logged["mode"] == self.config.mode:
+            if logged["kind"] == "move" and logged["mode"] == self.executor.mode:  # a would-move is no move
                 last = float(logged["now_s"])
                 break
         self.last_move_s[job_id] = last

@@ -8,13 +8,16 @@ counts the preemption toward preempt_max_per_job. A signal that fails opens
 nothing: the job is not requeued; it is tried again in later rounds while the plan
 still wants it, up to preempt_signal_attempts, then left alone. (A crash between a
 delivered signal and its row can only repeat the signal, never skip it.)
-Only the enforce mode opens rows; shadow only says what it would do.
+Rows are opened only when the executor pulls levers (``when_acting``); a read-only
+executor (observe, shadow) only says what it would do. Each requeue cites the
+preemption decision that caused it (kept on the open row).
 """
 from __future__ import annotations
 
 import time
 from typing import Callable
 
+from controller.core.actions import Requeue, Signal
 from controller.core.plan import Plan
 from controller.core.protection import why_protected
 from controller.service.accounting import ACTIVE_STATES, TRANSIENT_STATES, Accounts
@@ -58,7 +61,7 @@ class Preemptions:
         """Signal the plan's victims now; advance() requeues them after the grace period."""
         cfg = self.config
         victims = plan.of_kind("preempt")
-        in_progress = self.leaving() if victims and cfg.mode == "enforce" else set()
+        in_progress = (self.executor.when_acting(self.leaving) or set()) if victims else set()
         for action in victims:
             job = observed[action.job_id]
             if job.job_id in in_progress:
@@ -70,28 +73,31 @@ class Preemptions:
             signal = self.contract.declared(job)
             how = (f"signal {signal.describe()}, requeue after {cfg.preempt_grace_s:g}s" if signal is not None
                    else "requeue without a signal (preempt_undeclared)")
-            if cfg.mode != "enforce":
-                if signal is not None:
-                    self.executor.call("signal", job.job_id, signal.name, signal.batch_only)
-                self.executor.call("requeue", job.job_id)
-                report.applied.append(entry(action, applied=False, detail=f"{cfg.mode}: would {how}"))
-                continue
             if signal is not None:
-                outcome = self.executor.call("signal", job.job_id, signal.name, signal.batch_only)
-                if not outcome.applied:
+                outcome = self.executor.apply(Signal(f"{action.decision_id}.signal", job.job_id, signal.name,
+                                                     signal.batch_only, reason=f"checkpoint before the requeue: {how}",
+                                                     cause_id=action.decision_id))
+                if outcome.failed:
                     report.applied.append(entry(action, applied=False,
                                                 detail=self.contract.signal_failed(job.job_id, outcome.detail)))
                     continue
-            if self.store.begin_preemption(cfg.cluster, job.job_id, now, job.restart_count):
+            opened = self.executor.when_acting(lambda: self.store.begin_preemption(
+                cfg.cluster, job.job_id, now, job.restart_count, decision_id=action.decision_id))
+            if opened is None:  # a read-only executor: the requeue after the grace is only said
+                self.executor.apply(Requeue(f"{action.decision_id}.requeue", job.job_id,
+                                            reason=f"grace period of {cfg.preempt_grace_s:g}s over",
+                                            cause_id=action.decision_id))
+                report.applied.append(entry(action, applied=False, detail=self.executor.would_text(how)))
+            elif opened:
                 self.contract.signal_failures.pop(job.job_id, None)
                 report.applied.append(entry(action, applied=True, detail=how))
 
     def advance(self, observed: dict[str, ObservedJob], now: float, report: RoundReport) -> None:
-        """Requeue signalled jobs whose grace period is over; close what resolved itself."""
+        """Requeue signalled jobs whose grace period is over; close what resolved itself.
+        Each requeue cites the preemption decision that signalled the job."""
         cfg = self.config
-        if cfg.mode != "enforce":
-            return
-        for pending in self.store.pending_preemptions(cfg.cluster):
+        requeued = 0
+        for pending in self.executor.when_acting(lambda: self.store.pending_preemptions(cfg.cluster)) or []:
             job = observed.get(pending.job_id)
             if job is None or job.state not in ACTIVE_STATES | TRANSIENT_STATES:
                 self.store.finish_preemption(cfg.cluster, pending.job_id, "finished", now)
@@ -108,13 +114,14 @@ class Preemptions:
                 # after the write leaves a running job the next plan decides about again.
                 self.accounts.credit_until(job, self.clock())
                 self._close_requeued(job.job_id, now)
-                outcome = self.executor.call("requeue", job.job_id)
+                requeued += 1
+                requeue = Requeue(f"r{report.round_id}.q{requeued}", job.job_id,
+                                  reason=f"grace period of {cfg.preempt_grace_s:g}s over",
+                                  cause_id=pending.decision_id)
+                outcome = self.executor.apply(requeue)
                 if outcome.applied:
                     self.accounts.stopped_at[job.job_id] = now
-                report.applied.append({"decision_id": f"r{report.round_id}.requeue", "job_id": job.job_id,
-                                       "kind": "requeue", "applied": outcome.applied,
-                                       "reason": f"grace period of {cfg.preempt_grace_s:g}s over",
-                                       "detail": outcome.detail})
+                report.applied.append(entry(requeue, applied=outcome.applied, detail=outcome.detail))
 
     def _close_requeued(self, job_id: str, now: float) -> None:
         """Close the preemption and count it in the job's record in one transaction,

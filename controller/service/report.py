@@ -14,13 +14,16 @@ class RoundReport:
     observed_at_s: float
     plan: Optional[Plan]
     applied: list[dict] = field(default_factory=list)  # decision-log entries, in the order taken
+    levers: list = field(default_factory=list)  # the lever actions (controller.core.actions) taken, in order
     skipped_reason: str = ""
 
 
-def entry(action, *, applied: bool, detail: str = "") -> dict:
-    """The decision-log entry for one planned action (controller.core.plan.Action)."""
+def entry(action, *, applied: bool, detail: str = "", cause_id: str = "") -> dict:
+    """The decision-log entry for one action (controller.core.plan.Action or a lever
+    action of controller.core.actions); ``cause_id`` defaults to the action's own."""
     return {"decision_id": action.decision_id, "job_id": action.job_id, "kind": action.kind,
-            "reason": action.reason, "applied": applied, "detail": detail}
+            "reason": action.reason, "applied": applied, "detail": detail,
+            "cause_id": cause_id or getattr(action, "cause_id", "")}
 
 
 class LogOnce:

@@ -1,4 +1,4 @@
-"""The round's GPU sharing: controller.service.colocation applied to MPS jobs
+"""The round's GPU sharing: controller.core.colocation applied to MPS jobs
 (``--gres=mps:N``, 100 shares per GPU).
 
 Pending MPS jobs whose planned tier differs from their request get it through
@@ -20,14 +20,15 @@ from __future__ import annotations
 import logging
 from typing import Callable, Optional
 
+from controller.core.actions import SetMpsShare
 from controller.service.accounting import numeric_id
 from controller.service.startable import slurm_wait
 from controller.service.backend import Observation, ObservedJob
-from controller.service.colocation import ShareRequest, SharedGpu, Tenant, choose_tier, job_class, plan_colocation, \
+from controller.core.colocation import ShareRequest, SharedGpu, Tenant, choose_tier, job_class, plan_colocation, \
     quota_change
 from controller.service.config import Config
 from controller.service.executor import LeverExecutor
-from controller.service.report import RoundReport
+from controller.service.report import RoundReport, entry
 
 log = logging.getLogger("tiresias.controller")
 
@@ -50,14 +51,15 @@ class GpuSharing:
             self.log_once(f"GPU sharing skipped: {type(err).__name__}: {err}")
             return
         for number, (job_id, signature, reason, tier) in enumerate(decisions, 1):
+            decision_id = f"r{report.round_id}.s{number}"
             if tier is not None:
-                outcome = self.executor.call("set_mps_share", job_id, tier)
-                applied, detail = outcome.applied, outcome.detail
-            else:
-                applied, detail = False, signature[0]
+                action = SetMpsShare(decision_id, job_id, tier, reason=reason)
+                outcome = self.executor.apply(action)
+                report.applied.append(entry(action, applied=outcome.applied, detail=outcome.detail))
+            else:  # a decision without a lever (waits, advice): logged, nothing set
+                report.applied.append({"decision_id": decision_id, "job_id": job_id, "kind": SetMpsShare.kind,
+                                       "reason": reason, "applied": False, "detail": signature[0]})
             self.logged[job_id] = signature
-            report.applied.append({"decision_id": f"r{report.round_id}.s{number}", "job_id": job_id,
-                                   "kind": "share", "reason": reason, "applied": applied, "detail": detail})
 
     def plan(self, observation: Observation) -> list[tuple[str, tuple, str, Optional[int]]]:
         """(job id, signature, reason, tier to set or None) per decision to log now."""

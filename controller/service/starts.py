@@ -6,6 +6,8 @@ plan's order, a pin makes it place a skew-sensitive job where the plan placed it
 """
 from __future__ import annotations
 
+from controller.core.actions import PinNodes, ReleaseBeginTime, UnpinNodes
+from controller.core.bands import band_actions, site_factors
 from controller.core.placement import COUNT_NODE
 from controller.core.plan import Plan
 from controller.service.accounting import Accounts
@@ -18,8 +20,9 @@ from controller.service.report import RoundReport, entry
 class Starts:
     """``pins``: job id -> expiry (epoch s) of the ReqNodeList this controller set, kept
     in the store (written before the pin is set) so that a restarted or standby
-    controller still clears it; ``site_factors_set``: job id -> the SiteFactor last
-    set (sent again only on change)."""
+    controller still clears it; ``pin_causes``: job id -> the start decision that
+    pinned it (its expiry cites it); ``site_factors_set``: job id -> the SiteFactor
+    last set (sent again only on change)."""
 
     def __init__(self, config: Config, executor: LeverExecutor, accounts: Accounts, by_level: bool = True):
         self.config = config
@@ -28,6 +31,7 @@ class Starts:
         self.by_level = by_level
         self.store = accounts.store
         self.pins: dict[str, float] = self.store.load_pins(config.cluster)
+        self.pin_causes: dict[str, str] = self.store.pin_decisions(config.cluster)
         self.site_factors_set: dict[str, int] = {}
 
     def apply(self, plan: Plan, observed: dict[str, ObservedJob], now: float, report: RoundReport) -> None:
@@ -36,7 +40,7 @@ class Starts:
         factors = self.site_factors(plan, observed)
         changed = {j: v for j, v in factors.items() if self.site_factors_set.get(j) != v
                    and observed[j].site_factor != v}
-        result = self.executor.set_site_factors(changed)
+        result = self.executor.apply_bands(band_actions(plan.round_id, changed, plan.levels))
         if result.applied:
             self.site_factors_set.update(changed)
         # 2. starts: pins for consolidation, release a requeued job's BeginTime
@@ -53,15 +57,19 @@ class Starts:
                 details.append("not pinned: the job's own " + ("--nodelist" if own_nodes else
                                f"--exclude of {','.join(excluded)}") + " is kept")
             elif sensitive and nodes and sorted(job.required_nodes) != nodes:
-                enforce = cfg.mode == "enforce"
-                if enforce:
-                    self.store.set_pin(cfg.cluster, job.job_id, now + cfg.pin_expiry_s)
-                outcome = self.executor.call("pin_nodes", job.job_id, nodes)
+                pin = PinNodes(f"{action.decision_id}.pin", job.job_id, tuple(nodes), now + cfg.pin_expiry_s,
+                               reason=f"skew {self.accounts.records[job.job_id].skew:.2f} > PACKLIMIT {cfg.pack_limit:g}: "
+                               "placed where the plan placed it", cause_id=action.decision_id)
+                # Written ahead: a crash between the row and the pin leaves a row to clear.
+                self.executor.when_acting(lambda: self.store.set_pin(cfg.cluster, pin.job_id, pin.expires_s,
+                                                                     pin.cause_id))
+                outcome = self.executor.apply(pin)
                 details.append(outcome.detail)
                 levers.append(outcome.applied)
                 if outcome.applied:
-                    self.pins[job.job_id] = now + cfg.pin_expiry_s
-                elif enforce and job.job_id not in self.pins:
+                    self.pins[job.job_id] = pin.expires_s
+                    self.pin_causes[job.job_id] = pin.cause_id
+                elif outcome.failed and job.job_id not in self.pins:
                     self.store.clear_pin(cfg.cluster, job.job_id)
             if job.reason == "BeginTime" and job.restart_count > 0:
                 # Not at once: slurmd refuses to relaunch a job whose previous run it is
@@ -70,7 +78,9 @@ class Starts:
                 # count the settle time from now rather than risk the relaunch.
                 stopped = self.accounts.stopped_at.setdefault(job.job_id, now)
                 if now - stopped >= cfg.requeue_settle_s:
-                    outcome = self.executor.call("release_begin_time", job.job_id)
+                    outcome = self.executor.apply(ReleaseBeginTime(
+                        f"{action.decision_id}.release", job.job_id,
+                        reason=f"requeued {now - stopped:.0f}s ago: settled", cause_id=action.decision_id))
                     details.append(outcome.detail)
                     levers.append(outcome.applied)
                 else:
@@ -82,44 +92,33 @@ class Starts:
             report.applied.append(entry(action, applied=any(levers), detail="; ".join(details)))
         # 3. expired pins: cleared once the job waits past the expiry (a requeued job
         # must not keep the nodes it was pinned to); forgotten when the job is gone.
+        # The clearing is a decision of its own, citing the start that pinned the job.
+        expired = 0
         for job_id, expiry in list(self.pins.items()):
             job = observed.get(job_id)
             if job is None or job.state not in ("PENDING", "RUNNING", "REQUEUED", "COMPLETING", "CONFIGURING"):
                 self._drop_pin(job_id)
             elif job.state == "PENDING" and now >= expiry:
-                self.executor.call("pin_nodes", job_id, [])
+                expired += 1
+                unpin = UnpinNodes(f"r{plan.round_id}.u{expired}", job_id,
+                                   reason=f"pin expired {now - expiry:.0f}s ago and the job waits",
+                                   cause_id=self.pin_causes.get(job_id, ""))
+                outcome = self.executor.apply(unpin)
+                report.applied.append(entry(unpin, applied=outcome.applied, detail=outcome.detail))
                 self._drop_pin(job_id)
 
     def _drop_pin(self, job_id: str) -> None:
         self.pins.pop(job_id, None)
-        if self.config.mode == "enforce":
-            self.store.clear_pin(self.config.cluster, job_id)
+        self.pin_causes.pop(job_id, None)
+        self.executor.when_acting(lambda: self.store.clear_pin(self.config.cluster, job_id))
 
     def site_factors(self, plan: Plan, observed: dict[str, ObservedJob]) -> dict[str, int]:
-        """Pending jobs only. MLFQ policies (``by_level``): band (K - level) x width, plus
-        half a band for jobs that ran before (a level is FIFO by first start, never
-        started jobs after); inside that Slurm's own age order decides. So a value
-        changes only when a job changes level or starts for the first time: Slurm
-        traffic grows with changes, not with the queue. Continuous policies: the band
-        minus the rank in the plan order (every job its own value)."""
-        band = self.config.site_factor_band
-        levels = len(self.config.queues_gpu_s) + 1
+        """The pending jobs' SiteFactors (controller.core.bands.site_factors)."""
         records = self.accounts.records
-        rank_in_level: dict[int, int] = {}
-        factors: dict[str, int] = {}
-        for job_id in plan.order:
-            job = observed.get(job_id)
-            if job is None or job.state != "PENDING":
-                continue
-            level = plan.levels.get(job_id, 0)
-            if self.by_level:
-                started = job_id in records and records[job_id].first_start_s is not None
-                factors[job_id] = (levels - level) * band + (band // 2 if started else 0)
-                continue
-            rank = rank_in_level.get(level, 0)
-            rank_in_level[level] = rank + 1
-            factors[job_id] = (levels - level) * band + max(band - 1 - rank, 0)
-        return factors
+        pending = {j for j, job in observed.items() if job.state == "PENDING"}
+        started = {j for j in pending if j in records and records[j].first_start_s is not None}
+        return site_factors(plan.order, plan.levels, pending, started, len(self.config.queues_gpu_s) + 1,
+                            self.config.site_factor_band, self.by_level)
 
     def forget(self, job_id: str) -> None:
         self.site_factors_set.pop(job_id, None)

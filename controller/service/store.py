@@ -26,7 +26,7 @@ from typing import Any, Iterable, Iterator, Optional
 
 from sqlalchemy import (
     Boolean, Column, Float, Index, Integer, MetaData, String, Table, Text,
-    bindparam, create_engine, event, inspect, select, update,
+    bindparam, create_engine, event, inspect, or_, select, update,
 )
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import (
@@ -35,7 +35,8 @@ from sqlalchemy.exc import (
 
 from controller.core.model import InputError
 
-SCHEMA_VERSION = 3  # 2: job_service.queue_level/queue_entry (the MLFQ place); 3: service_samples.censored
+SCHEMA_VERSION = 4  # 2: job_service.queue_level/queue_entry (the MLFQ place); 3: service_samples.censored;
+# 4: the decision that caused a decision (decision_log.cause_id), an open preemption's and a pin's decision
 DEFAULT_URL = "sqlite:////var/lib/tiresias/tiresias.db"
 
 
@@ -122,6 +123,7 @@ decision_log = Table(
     Column("reason", Text, nullable=False),
     Column("applied", Boolean, nullable=False),
     Column("detail", Text),
+    Column("cause_id", String(512)),  # the decision(s) that caused this one, comma-separated; NULL: none
     Index("ix_decision_log_job", "cluster", "job_id"),
 )
 
@@ -134,6 +136,7 @@ preemptions = Table(
     Column("restart_count", Integer, nullable=False),
     Column("outcome", String(64)),  # NULL while the preemption is in progress
     Column("finished_s", Float),
+    Column("decision_id", String(128)),  # the preemption decision; the requeue cites it
 )
 # At most one open preemption per job: a restarted controller sees it and does not
 # signal/requeue a second time. Partial unique indexes exist in SQLite and PostgreSQL.
@@ -173,6 +176,7 @@ pins = Table(
     Column("cluster", String(128), primary_key=True),
     Column("job_id", String(128), primary_key=True),
     Column("expires_s", Float, nullable=False),
+    Column("decision_id", String(128)),  # the start that pinned the job (its expiry cites it)
 )
 
 # Handoffs (controller.service.handoff): the job a preemption made room for, watched
@@ -238,6 +242,7 @@ class PendingPreemption:
     job_id: str
     signalled_at_s: float
     restart_count: int
+    decision_id: str = ""  # the preemption decision (the requeue cites it)
 
 
 class Store:
@@ -316,6 +321,9 @@ class Store:
         (2, "job_service", "queue_level", "INTEGER"),
         (2, "job_service", "queue_entry", "FLOAT"),
         (3, "service_samples", "censored", "BOOLEAN NOT NULL DEFAULT FALSE"),
+        (4, "decision_log", "cause_id", "VARCHAR(512)"),
+        (4, "preemptions", "decision_id", "VARCHAR(128)"),
+        (4, "pins", "decision_id", "VARCHAR(128)"),
     )
 
     def _upgrade(self, found: int) -> None:
@@ -516,6 +524,7 @@ class Store:
                 "decision_id": str(item["decision_id"]), "job_id": str(item["job_id"]),
                 "kind": str(item["kind"]), "reason": str(item.get("reason", "")),
                 "applied": bool(item.get("applied", default_applied)), "detail": item.get("detail"),
+                "cause_id": item.get("cause_id") or None,
             })
         if rows:
             with self._tx() as conn:
@@ -548,12 +557,38 @@ class Store:
         with self._tx() as conn:
             return [dict(row) for row in conn.execute(query).mappings()]
 
+    def decisions_caused_by(self, cluster: str, decision_ids: Iterable[str], limit: int = 1000) -> list[dict]:
+        """Logged decisions of ``cluster`` that cite one of these ids as a cause,
+        oldest first (at most ``limit``; a CLI query, not indexed)."""
+        wanted = {str(d) for d in decision_ids}
+        if not wanted:
+            return []
+        query = (select(decision_log).where(decision_log.c.cluster == cluster,
+                                            or_(*[decision_log.c.cause_id.contains(d) for d in sorted(wanted)]))
+                 .order_by(decision_log.c.id).limit(int(limit)))
+        with self._tx() as conn:
+            rows = [dict(row) for row in conn.execute(query).mappings()]
+        return [r for r in rows if wanted & set((r["cause_id"] or "").split(","))]  # r1.2 is not r1.23
+
+    def decisions_by_id(self, cluster: str, decision_ids: Iterable[str]) -> list[dict]:
+        """Logged decisions of ``cluster`` with these ids, oldest first (a shadow
+        decision repeated in later rounds is one row per round it was logged)."""
+        wanted = sorted({str(d) for d in decision_ids})
+        if not wanted:
+            return []
+        query = (select(decision_log).where(decision_log.c.cluster == cluster, decision_log.c.decision_id.in_(wanted))
+                 .order_by(decision_log.c.id))
+        with self._tx() as conn:
+            return [dict(row) for row in conn.execute(query).mappings()]
+
     # -- preemptions ---------------------------------------------------------------------
 
-    def begin_preemption(self, cluster: str, job_id: str, signalled_at_s: float, restart_count: int) -> bool:
-        """Open a preemption; False when one is already open for this job."""
+    def begin_preemption(self, cluster: str, job_id: str, signalled_at_s: float, restart_count: int,
+                         decision_id: str = "") -> bool:
+        """Open a preemption (``decision_id``: the decision that made it); False when
+        one is already open for this job."""
         row = {"cluster": cluster, "job_id": str(job_id), "signalled_at_s": float(signalled_at_s),
-               "restart_count": int(restart_count)}
+               "restart_count": int(restart_count), "decision_id": str(decision_id) or None}
         try:
             with self._tx() as conn:
                 conn.execute(preemptions.insert(), [row])
@@ -565,11 +600,12 @@ class Store:
 
     def pending_preemptions(self, cluster: str) -> list[PendingPreemption]:
         """Preemptions of ``cluster`` still in progress, oldest first."""
-        query = (select(preemptions.c.job_id, preemptions.c.signalled_at_s, preemptions.c.restart_count)
+        query = (select(preemptions.c.job_id, preemptions.c.signalled_at_s, preemptions.c.restart_count,
+                        preemptions.c.decision_id)
                  .where(preemptions.c.cluster == cluster, preemptions.c.outcome.is_(None))
                  .order_by(preemptions.c.signalled_at_s, preemptions.c.id))
         with self._tx() as conn:
-            return [PendingPreemption(r.job_id, float(r.signalled_at_s), int(r.restart_count))
+            return [PendingPreemption(r.job_id, float(r.signalled_at_s), int(r.restart_count), r.decision_id or "")
                     for r in conn.execute(query)]
 
     def finish_preemption(self, cluster: str, job_id: str, outcome: str, finished_s: Optional[float] = None) -> bool:
@@ -664,10 +700,12 @@ class Store:
 
     # -- pins -------------------------------------------------------------------------------
 
-    def set_pin(self, cluster: str, job_id: str, expires_s: float) -> None:
+    def set_pin(self, cluster: str, job_id: str, expires_s: float, decision_id: str = "") -> None:
+        """Record a pin this controller sets (``decision_id``: the start that pinned it)."""
         with self._tx() as conn:
-            _upsert(conn, pins, [{"cluster": cluster, "job_id": str(job_id), "expires_s": float(expires_s)}],
-                    ["cluster", "job_id"], ["expires_s"])
+            _upsert(conn, pins, [{"cluster": cluster, "job_id": str(job_id), "expires_s": float(expires_s),
+                                  "decision_id": str(decision_id) or None}],
+                    ["cluster", "job_id"], ["expires_s", "decision_id"])
 
     def clear_pin(self, cluster: str, job_id: str) -> None:
         with self._tx() as conn:
@@ -700,6 +738,12 @@ class Store:
             rows = conn.execute(select(handoffs).where(handoffs.c.cluster == cluster)).all()
         return [(r.job_id, float(r.signalled_s), tuple(v for v in r.victims.split(",") if v),
                  None if r.blocked_until_s is None else float(r.blocked_until_s)) for r in rows]
+
+    def pin_decisions(self, cluster: str) -> dict[str, str]:
+        """Job id -> the decision that pinned it, for the pins that recorded one."""
+        with self._tx() as conn:
+            return {r.job_id: r.decision_id for r in conn.execute(select(pins).where(pins.c.cluster == cluster))
+                    if r.decision_id}
 
 
 # -- helpers ------------------------------------------------------------------------------
