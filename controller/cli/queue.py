@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from controller.service.config import DEFAULT_PATH, Config, load
+from controller.core.inputs import shorten
 from controller.core.model import InputError
 from controller.cli.reports import emit, format_plain_table, job_sort_key
 
@@ -137,6 +138,11 @@ def queue_rows(view: Preview) -> list[dict]:
 def run(args) -> int:
     from controller.service.backend import BackendUnavailable
 
+    states = {s.strip().upper() for s in (args.states or "").split(",") if s.strip()}
+    states = {{"PD": "PENDING", "R": "RUNNING"}.get(s, s) for s in states}
+    unknown = sorted(states - {"PENDING", "RUNNING"})
+    if unknown:  # a typo would otherwise list nothing and look like an empty queue
+        raise InputError(f"-t/--states value {shorten(unknown[0])!r} is not PENDING (PD) or RUNNING (R)")
     try:
         view = preview(args)
     except BackendUnavailable as err:
@@ -144,8 +150,6 @@ def run(args) -> int:
         return 1
     rows = queue_rows(view)
     users = {u.strip() for u in (args.user or "").split(",") if u.strip()}
-    states = {s.strip().upper() for s in (args.states or "").split(",") if s.strip()}
-    states = {{"PD": "PENDING", "R": "RUNNING"}.get(s, s) for s in states}
     rows = [r for r in rows if (not users or r["user"] in users) and (not states or r["state"] in states)]
     if view.store_note:
         print(f"tiresias queue: note: {view.store_note}", file=sys.stderr)
