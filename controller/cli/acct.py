@@ -19,6 +19,7 @@ from controller.core.inputs import shorten
 from controller.core.model import InputError
 from controller.cli import reports
 from slurm_plugin.parse import JOB_BASE_STATES
+from controller.service.secrets import redact_url
 
 # Which test may pretend to be another user: the uid the access rule reads.
 _getuid = os.getuid
@@ -149,9 +150,9 @@ def _store_rows(args):
     from controller.service.store import StoreError
 
     config = load(args.config, {"database_url": args.database_url, "cluster": args.cluster})
-    store = _open_store(config.database_url)
+    store = _open_store(config.store_url())
     if store is None:
-        print(f"no jobs recorded in {config.database_url} (the database does not exist yet)")
+        print(f"no jobs recorded in {redact_url(config.database_url)} (the database does not exist yet)")
         return 0
     try:
         with store:
@@ -187,7 +188,7 @@ def _open_store(url: str):
     try:
         parsed = make_url(url)
     except ArgumentError:
-        raise InputError(f"database url: cannot parse {url!r}") from None
+        raise InputError(f"database url: cannot parse {redact_url(url)!r}") from None
     if parsed.get_backend_name() == "sqlite" and parsed.database and parsed.database != ":memory:":
         if not os.path.exists(parsed.database):
             return None

@@ -20,6 +20,7 @@ from controller.service.config import DEFAULT_PATH, Config, load
 from controller.core.inputs import shorten
 from controller.core.model import InputError
 from controller.cli.reports import emit, format_plain_table, job_sort_key
+from controller.service.secrets import redact_url
 
 log = logging.getLogger("tiresias.queue")
 
@@ -73,7 +74,7 @@ def preview(args) -> Preview:
         note = f"no store at {path} yet: levels count service from Slurm's current view only"
     else:
         try:
-            store = Store(config.database_url)
+            store = Store(config.store_url())
         except StoreError as err:
             note = f"cannot read the store ({err}): levels count service from Slurm's current view only"
     if store is None:
@@ -90,7 +91,7 @@ def _sqlite_path(url: str) -> Optional[str]:
     try:
         parsed = make_url(url)
     except ArgumentError:
-        raise InputError(f"database url: cannot parse {url!r}") from None
+        raise InputError(f"database url: cannot parse {redact_url(url)!r}") from None
     if parsed.get_backend_name() == "sqlite" and parsed.database and parsed.database != ":memory:":
         return parsed.database
     return None

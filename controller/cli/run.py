@@ -43,6 +43,9 @@ def run(args) -> int:
     config = load(args.config, overrides_from(args))
     logging.basicConfig(level=config.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from controller.service.secrets import install_log_redaction
+
+    install_log_redaction(config.secrets())  # no log line carries the store password, whatever logs it
     try:
         return _run(args, config)
     except StoreError as err:  # cannot open, create or read the store: nothing can be accounted
@@ -57,7 +60,7 @@ def _run(args, config) -> int:
     from controller.service.store import Store, StoreError
     from slurm_plugin.backend import SlurmBackend
 
-    store = Store(config.database_url)
+    store = Store(config.store_url())
     backend = SlurmBackend(partitions=list(config.partitions) or None)
     metrics = None
     if config.metrics_port:
