@@ -68,9 +68,9 @@ def _run(args, config) -> int:
 
         metrics = Metrics(mode=config.mode)
         try:
-            metrics.serve(config.metrics_port)
+            metrics.serve(config.metrics_port, addr=config.metrics_address)
         except OSError as err:
-            raise InputError(f"metrics_port {config.metrics_port}: cannot listen on 127.0.0.1 "
+            raise InputError(f"metrics_port {config.metrics_port}: cannot listen on {config.metrics_address} "
                              f"({err.strerror or err})") from None
     controller = Controller(config, backend, store, metrics=metrics)
     logging.getLogger("tiresias").info("controller starting: mode %s, policy %s, cluster %s", config.mode,

@@ -5,6 +5,7 @@ An unknown key or a bad value is an InputError naming the key and the value.
 """
 from __future__ import annotations
 
+import ipaddress
 import math
 import os
 from dataclasses import dataclass, fields
@@ -109,7 +110,9 @@ SCHEMA: tuple[Setting, ...] = (
             "position at most this often; a queue change is written at once", minimum=0.0),
     Setting("admin_comment_max_per_round", "int", 50, "at most this many AdminComment writes (one scontrol "
             "each) per round", minimum=0),
-    Setting("metrics_port", "int", 0, "Prometheus port on 127.0.0.1 (0 = off)", minimum=0),
+    Setting("metrics_port", "int", 0, "Prometheus port on metrics_address (0 = off)", minimum=0),
+    Setting("metrics_address", "str", "127.0.0.1", "IP address the metrics port listens on (0.0.0.0 = every "
+            "interface: the metrics name jobs and users, put a firewall in front)"),
     Setting("log_level", "choice", "INFO", "log level", ("DEBUG", "INFO", "WARNING", "ERROR")),
     Setting("decision_log_max_age_s", "float", 30 * 86400.0, "decisions older than this many seconds are deleted "
             "from the store (checked hourly; 0 = kept forever)", minimum=0.0),
@@ -165,6 +168,7 @@ class Config:
     admin_comment_refresh_s: float = 300.0
     admin_comment_max_per_round: int = 50
     metrics_port: int = 0
+    metrics_address: str = "127.0.0.1"
     log_level: str = "INFO"
     decision_log_max_age_s: float = 30 * 86400.0
     decision_log_max_rows: int = 1_000_000
@@ -291,6 +295,11 @@ def from_mapping(data: dict, where: str = "config") -> Config:
                          f"got {config.database_url[:60]!r})")
     if config.database_password_file:
         _check_password_file(config, where)
+    try:
+        ipaddress.ip_address(config.metrics_address)
+    except ValueError:
+        raise InputError(f"{where}: key 'metrics_address' value {shorten(config.metrics_address)!r} is not an IP "
+                         f"address (e.g. 127.0.0.1)") from None
     config.engine_config()  # thresholds increasing, knob > 0, ...
     try:
         config.colocation_policy()  # tiers 1..100, default/latency tier among them

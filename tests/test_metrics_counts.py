@@ -1,0 +1,85 @@
+"""Metrics an operator can use (issue 20, item 5, part): failed rounds are counted,
+an outage counts once however many rounds and polls fail during it, and the set of
+jobs whose queue wait was observed forgets jobs the controller forgot."""
+from __future__ import annotations
+
+import pytest
+
+from controller.service.backend import BackendUnavailable
+from controller.service.daemon import Controller
+from controller.service.metrics import Metrics
+from tests.test_controller import ScriptedBackend, controller, store  # noqa: F401 - store is a fixture
+
+
+def value(metrics: Metrics, name: str) -> float:
+    return metrics.registry.get_sample_value(name, {"mode": "enforce"}) or 0.0
+
+
+def with_metrics(store, backend):  # noqa: F811
+    c = controller(store, backend)
+    metrics = Metrics(mode="enforce")
+    return Controller(c.config, backend, store, clock=lambda: backend.now, metrics=metrics), metrics
+
+
+def test_failed_rounds_are_counted(store):  # noqa: F811
+    backend = ScriptedBackend()
+    backend.add("1", 2, "RUNNING", start=1000.0, nodes=[("gpu1", 2)])
+    c, metrics = with_metrics(store, backend)
+    c._round_failed("round", KeyError("gpu[1-9]"))
+    c._round_failed("round", KeyError("gpu[1-9]"))
+    assert value(metrics, "tiresias_failed_rounds_total") == 2
+
+
+def test_an_outage_counts_once(store):  # noqa: F811
+    backend = ScriptedBackend()
+    backend.add("1", 2, "RUNNING", start=1000.0, nodes=[("gpu1", 2)])
+    c, metrics = with_metrics(store, backend)
+    c.run_round()
+    backend.down = True
+    for _ in range(5):
+        with pytest.raises(BackendUnavailable):
+            c.run_round()
+    assert value(metrics, "tiresias_backend_unavailable_total") == 1
+    backend.down, backend.now = False, 1100.0
+    c.run_round()
+    backend.down = True
+    with pytest.raises(BackendUnavailable):
+        c.run_round()
+    assert value(metrics, "tiresias_backend_unavailable_total") == 2  # a second outage
+
+
+def test_started_jobs_set_stays_bounded(store):  # noqa: F811
+    backend = ScriptedBackend()
+    c, metrics = with_metrics(store, backend)
+    for n in range(1, 31):
+        backend.add(str(n), 1, "RUNNING", start=backend.now, nodes=[("gpu1", 1)])
+        c.run_round()
+        backend.jobs.pop(str(n))  # gone from Slurm: finished, then forgotten by the controller
+        backend.now += 60
+        c.run_round()
+    assert len(metrics._started) <= 2, metrics._started
+    assert value(metrics, "tiresias_queue_wait_seconds_count") == 30
+
+
+def test_metrics_address_is_configurable_and_checked():
+    from controller.core.model import InputError
+    from controller.service.config import from_mapping
+
+    assert from_mapping({}).metrics_address == "127.0.0.1"
+    assert from_mapping({"metrics_address": "::1"}).metrics_address == "::1"
+    with pytest.raises(InputError, match="key 'metrics_address' value 'localhost:9100' is not an IP address"):
+        from_mapping({"metrics_address": "localhost:9100"})
+
+
+def test_metrics_served_on_the_configured_address():
+    import socket
+    import urllib.request
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    metrics = Metrics(mode="enforce")
+    metrics.observe_failed_round()
+    metrics.serve(port, addr="127.0.0.1")
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    assert 'tiresias_failed_rounds_total{mode="enforce"} 1.0' in body
