@@ -1,6 +1,7 @@
 """Metrics an operator can use (issue 20, item 5, part): failed rounds are counted,
-an outage counts once however many rounds and polls fail during it, and the set of
-jobs whose queue wait was observed forgets jobs the controller forgot."""
+an outage counts once however many rounds and polls fail during it, the set of jobs
+whose queue wait was observed and the handoff delays stay bounded, and the metrics
+listen on metrics_address (default 127.0.0.1)."""
 from __future__ import annotations
 
 import pytest
@@ -83,3 +84,19 @@ def test_metrics_served_on_the_configured_address():
     metrics.serve(port, addr="127.0.0.1")
     body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
     assert 'tiresias_failed_rounds_total{mode="enforce"} 1.0' in body
+
+
+def test_handoff_delays_stay_bounded():
+    from controller.service.backend import ObservedJob
+    from controller.service.config import from_mapping
+    from controller.service.handoff import MAX_DELAYS_KEPT, Handoffs, Watch
+    from controller.service.report import RoundReport
+
+    handoffs = Handoffs(config=from_mapping({}))
+    for n in range(MAX_DELAYS_KEPT + 50):
+        job = ObservedJob(job_id=str(n), user="alice", partition="gpu", state="RUNNING", reason="None", gpus=1,
+                          submit_time_s=0.0, start_time_s=float(n) + 5.0)
+        handoffs.watching[str(n)] = Watch(signalled_s=float(n), victims=("v",))
+        handoffs.check({str(n): job}, float(n) + 10.0, RoundReport(round_id=n, observed_at_s=float(n) + 10.0, plan=None))
+    assert handoffs.landed == MAX_DELAYS_KEPT + 50
+    assert len(handoffs.delays_s) == MAX_DELAYS_KEPT and handoffs.delays_s[-1] == 5.0

@@ -21,6 +21,7 @@ from controller.service.config import Config
 from controller.service.report import RoundReport
 
 BLOCK_FACTOR = 10  # a failed handoff blocks preemptions for the job this many timeouts
+MAX_DELAYS_KEPT = 1000  # handoff delays kept for reports (the latest)
 _STARTED = re.compile(r"started (\d+)s after the victims' signal")
 
 
@@ -48,7 +49,7 @@ class Handoffs:
     blocked_until: dict[str, float] = field(default_factory=dict)
     landed: int = 0
     failed: int = 0
-    delays_s: list[float] = field(default_factory=list)
+    delays_s: list[float] = field(default_factory=list)  # the latest MAX_DELAYS_KEPT, oldest first
 
     def blocking(self, plan: Plan, now: float) -> list[str]:
         """Jobs this plan starts whose last handoff failed recently: its preemptions wait."""
@@ -74,6 +75,7 @@ class Handoffs:
                 delay = max(0.0, (job.start_time_s or now) - watch.signalled_s)
                 self.landed += 1
                 self.delays_s.append(delay)
+                del self.delays_s[:-MAX_DELAYS_KEPT]  # a controller runs for months: keep it bounded
                 del self.watching[job_id]
                 report.applied.append({"decision_id": f"r{report.round_id}.h", "job_id": job_id, "kind": "handoff",
                                        "applied": True, "reason": f"made room for by preempting {victims}",
