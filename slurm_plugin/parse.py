@@ -240,6 +240,10 @@ def _load_document(text: str | bytes | dict, list_keys: Iterable[str], what: str
         doc = text if isinstance(text, dict) else json.loads(text)
     except (TypeError, ValueError) as exc:
         raise SlurmParseError(f"{what}: not JSON ({exc})") from None
+    except RecursionError:
+        # json's decoder recurses once per level: a hostile file nested 100,000 deep
+        # would otherwise end the command with a traceback.
+        raise SlurmParseError(f"{what}: JSON nested too deeply to read (1000 levels or more)") from None
     if not isinstance(doc, dict):
         raise SlurmParseError(f"{what}: expected a JSON object, got {type(doc).__name__}")
     for key in list_keys:

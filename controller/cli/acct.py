@@ -12,9 +12,14 @@ import argparse
 import os
 import sys
 
+from controller.service.accounting import (ACTIVE_STATES, CENSORED_SAMPLE_STATES, COMPLETE_SAMPLE_STATES,
+                                           TRANSIENT_STATES)
 from controller.service.config import DEFAULT_PATH, load
+from controller.core.inputs import shorten
 from controller.core.model import InputError
 from controller.cli import reports
+from slurm_plugin.parse import JOB_BASE_STATES
+from controller.service.secrets import redact_url
 
 # Which test may pretend to be another user: the uid the access rule reads.
 _getuid = os.getuid
@@ -23,6 +28,12 @@ STATE_ALIASES = {
     "PD": "PENDING", "R": "RUNNING", "CD": "COMPLETED", "CA": "CANCELLED", "F": "FAILED", "TO": "TIMEOUT",
     "NF": "NODE_FAIL", "OOM": "OUT_OF_MEMORY", "PR": "PREEMPTED", "CANCELED": "CANCELLED",
 }
+
+
+# What a row's state can be: Slurm's job states, the store's GONE (left Slurm unseen)
+# and DONE (every finished job).
+KNOWN_STATES = (JOB_BASE_STATES | ACTIVE_STATES | COMPLETE_SAMPLE_STATES | CENSORED_SAMPLE_STATES
+                | TRANSIENT_STATES | {"GONE", "DONE"})
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -57,10 +68,16 @@ def _split(text: str | None) -> list[str]:
 
 
 def _states(text: str | None) -> set[str]:
+    """-s names, aliases resolved; an unknown name is an error (a typo would
+    otherwise select nothing and look like "no such jobs")."""
     wanted = set()
     for part in _split(text):
         name = part.upper()
-        wanted.add(STATE_ALIASES.get(name, name))
+        name = STATE_ALIASES.get(name, name)
+        if name not in KNOWN_STATES:
+            raise InputError(f"-s/--state value {shorten(part)!r} is not a job state (e.g. PENDING, RUNNING, "
+                             f"COMPLETED, CANCELLED, FAILED, TIMEOUT, DONE; aliases {', '.join(STATE_ALIASES)})")
+        wanted.add(name)
     return wanted
 
 
@@ -86,6 +103,7 @@ def run(args) -> int:
             print(f"{f.name.ljust(width)}  %{f.width:<3} {f.doc}")
         return 0
     columns = reports.parse_format(args.format)
+    states = _states(args.state)
     if args.policy and not args.from_dir:
         raise InputError("--policy needs --from DIR (a simulator output directory)")
     simulated = bool(args.from_dir)
@@ -109,8 +127,7 @@ def run(args) -> int:
             return loaded
         rows, source = loaded
 
-    users, job_ids, states, partitions = (set(_split(args.user)), set(_split(args.jobs)), _states(args.state),
-                                          set(_split(args.partition)))
+    users, job_ids, partitions = set(_split(args.user)), set(_split(args.jobs)), set(_split(args.partition))
     rows = [r for r in rows
             if (not users or r.user in users) and (not job_ids or r.job_id in job_ids)
             and _state_matches(r, states) and (not partitions or r.partition in partitions)
@@ -133,9 +150,9 @@ def _store_rows(args):
     from controller.service.store import StoreError
 
     config = load(args.config, {"database_url": args.database_url, "cluster": args.cluster})
-    store = open_store(config.database_url)
+    store = open_store(config.store_url())
     if store is None:
-        print(f"no jobs recorded in {config.database_url} (the database does not exist yet)")
+        print(f"no jobs recorded in {redact_url(config.database_url)} (the database does not exist yet)")
         return 0
     try:
         with store:
@@ -171,7 +188,7 @@ def open_store(url: str):
     try:
         parsed = make_url(url)
     except ArgumentError:
-        raise InputError(f"database url: cannot parse {url!r}") from None
+        raise InputError(f"database url: cannot parse {redact_url(url)!r}") from None
     if parsed.get_backend_name() == "sqlite" and parsed.database and parsed.database != ":memory:":
         if not os.path.exists(parsed.database):
             return None

@@ -59,6 +59,10 @@ non_negative_float = float_in(0.0, DEFAULT_MAX_FLOAT, what="must be a finite num
 seconds = float_in(0.0, MAX_SECONDS, lo_open=True, what=f"must be a positive number of seconds (at most {MAX_SECONDS:g})")
 non_negative_seconds = float_in(0.0, MAX_SECONDS,
                                 what=f"must be a number of seconds >= 0 (at most {MAX_SECONDS:g})")
+# A re-plan period under a second is no finer model of a cluster whose trace times are
+# whole seconds, and --quantum-s 1e-9 would replan 10^14 times (no end in sight).
+quantum_seconds = float_in(1.0, MAX_SECONDS,
+                           what=f"must be a number of seconds in 1..{MAX_SECONDS:g} (finer re-planning models nothing)")
 unit_float = float_in(0.0, 1.0, what="must be within 0..1")
 knob = float_in(0.0, DEFAULT_MAX_FLOAT, lo_open=True, allow_inf=True, what="must be > 0 (or inf)")
 knob.__doc__ = "PROMOTEKNOB: a positive number, or inf to disable promotion."
@@ -87,4 +91,7 @@ def objective_weights(text: str) -> tuple[float, float, float]:
     parts = text.split(",")
     if len(parts) != 3:
         raise argparse.ArgumentTypeError(f"value '{shorten(text)}' is not three comma-separated weights w1,w2,w3")
-    return tuple(non_negative_float(p) for p in parts)
+    weights = tuple(non_negative_float(p) for p in parts)
+    if not any(weights):  # an objective of 0 scores every allocation alike: nothing is learned or compared
+        raise argparse.ArgumentTypeError(f"value '{shorten(text)}': at least one weight must be > 0")
+    return weights

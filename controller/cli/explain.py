@@ -23,6 +23,7 @@ from controller.cli import argtypes
 from controller.cli import queue as cmd_queue
 from controller.core.model import InputError
 from controller.cli.reports import format_timestamp
+from controller.service.secrets import redact_url
 
 JOB_ID_RE = re.compile(r"[0-9]{1,19}(?:_[0-9]{1,9})?", re.ASCII)
 
@@ -69,7 +70,7 @@ def run(args) -> int:
     decisions = store.decisions(config.cluster, job_id=job_id, limit=args.decisions) if args.decisions else []
     if observed is None and record is None:
         print(f"tiresias explain: job {job_id} is known neither to Slurm nor to the store "
-              f"({config.database_url if view.store_note else store.name}, cluster {config.cluster})", file=sys.stderr)
+              f"({redact_url(config.database_url) if view.store_note else store.name}, cluster {config.cluster})", file=sys.stderr)
         return 1
     if view.store_note:
         print(f"tiresias explain: note: {view.store_note}", file=sys.stderr)

@@ -14,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from controller.cli import argtypes
+from controller.cli.out_paths import check_output_file, write_error
 from controller.partitions.model import Objective
 from controller.core.model import InputError
 
@@ -78,6 +79,9 @@ def config_from_args(args):
         raise InputError(f"--partitions-min {parts[0]} is larger than --partitions-max {parts[1]}")
     if nodes[0] > nodes[1]:
         raise InputError(f"--nodes-min {nodes[0]} is larger than --nodes-max {nodes[1]}")
+    training = changes.get("training", base.training)
+    if args.subset is not None and args.subset > training:  # the learner would quietly use all instances
+        raise InputError(f"--subset {args.subset} is larger than the {training} training instances (--instances)")
     changes["partitions"], changes["nodes"] = parts, nodes
     if args.backlog_load is not None:
         changes["replay"], changes["backlog_load"] = "none", args.backlog_load
@@ -94,19 +98,20 @@ def run(args) -> int:
     from controller.partitions.learner import learn
 
     config = config_from_args(args)
-    out = Path(args.out)
-    if out.parent and not out.parent.exists():
-        raise InputError(f"--out {out}: folder {out.parent} does not exist")
+    out = check_output_file(args.out)  # before learning: a bad --out must not cost the run
     total = (config.generations + 1) * config.population  # expressions scored
     with progress_for(args, "learn", "expr", total=total) as progress:
         result = learn(config, Objective(*args.weights), progress=progress)
     snapshot = (f" backlog load {config.backlog_load}" if config.backlog_load is not None
                 else f" replay {config.replay} max pending {config.max_pending}")
-    out.write_text(f"# tiresias learn --seed {config.seed} population {config.population} generations "
-                   f"{config.generations} training {config.training} partitions {config.partitions} "
-                   f"nodes {config.nodes}{snapshot}\n"
-                   f"# validation score {result.validation_score:.6f} (objective / SRSF objective)\n"
-                   f"{result.expression.to_text()}\n")
+    try:
+        out.write_text(f"# tiresias learn --seed {config.seed} population {config.population} generations "
+                       f"{config.generations} training {config.training} partitions {config.partitions} "
+                       f"nodes {config.nodes}{snapshot}\n"
+                       f"# validation score {result.validation_score:.6f} (objective / SRSF objective)\n"
+                       f"{result.expression.to_text()}\n")
+    except OSError as err:
+        raise write_error("--out", out, err) from None
     print(f"learned: {result.expression.to_text()}")
     print(f"validation score {result.validation_score:.4f}, training score {result.training_score:.4f} "
           f"(objective relative to MCT + SRSF; < 1 is better)")

@@ -10,6 +10,7 @@ import argparse
 import re
 
 from controller.core.model import InputError
+from controller.service.secrets import redact_url
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -40,7 +41,7 @@ def run(args) -> int:
     from controller.service.store import Store
 
     config = load(args.config, {"database_url": args.database_url, "cluster": args.cluster})
-    with Store(config.database_url) as store:
+    with Store(config.store_url()) as store:
         setter = getattr(store, "set_skew", None)
         if setter is not None:
             setter(config.cluster, args.job, skew)
@@ -52,5 +53,5 @@ def run(args) -> int:
                                  f"controller adds jobs it observes); pass --comment={hint} at submit time instead")
             record.skew = skew
             store.save_jobs(config.cluster, [record])
-    print(f"job {args.job}: skew {skew:.4f} stored in {config.database_url} (cluster {config.cluster})")
+    print(f"job {args.job}: skew {skew:.4f} stored in {redact_url(config.database_url)} (cluster {config.cluster})")
     return 0

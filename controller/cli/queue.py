@@ -18,8 +18,10 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from controller.service.config import DEFAULT_PATH, Config, load
+from controller.core.inputs import shorten
 from controller.core.model import InputError
 from controller.cli.reports import emit, format_plain_table, job_sort_key
+from controller.service.secrets import redact_url
 
 log = logging.getLogger("tiresias.queue")
 
@@ -83,7 +85,7 @@ def open_store(config: Config):
     if path is not None and not os.path.exists(path):
         return None, f"no store at {path} yet: levels count service from Slurm's current view only"
     try:
-        return Store(config.database_url), ""
+        return Store(config.store_url()), ""
     except StoreError as err:
         return None, f"cannot read the store ({err}): levels count service from Slurm's current view only"
 
@@ -95,7 +97,7 @@ def _sqlite_path(url: str) -> Optional[str]:
     try:
         parsed = make_url(url)
     except ArgumentError:
-        raise InputError(f"database url: cannot parse {url!r}") from None
+        raise InputError(f"database url: cannot parse {redact_url(url)!r}") from None
     if parsed.get_backend_name() == "sqlite" and parsed.database and parsed.database != ":memory:":
         return parsed.database
     return None
@@ -143,6 +145,11 @@ def queue_rows(view: Preview) -> list[dict]:
 def run(args) -> int:
     from controller.service.backend import BackendUnavailable
 
+    states = {s.strip().upper() for s in (args.states or "").split(",") if s.strip()}
+    states = {{"PD": "PENDING", "R": "RUNNING"}.get(s, s) for s in states}
+    unknown = sorted(states - {"PENDING", "RUNNING"})
+    if unknown:  # a typo would otherwise list nothing and look like an empty queue
+        raise InputError(f"-t/--states value {shorten(unknown[0])!r} is not PENDING (PD) or RUNNING (R)")
     try:
         view = preview(args)
     except BackendUnavailable as err:
@@ -150,8 +157,6 @@ def run(args) -> int:
         return 1
     rows = queue_rows(view)
     users = {u.strip() for u in (args.user or "").split(",") if u.strip()}
-    states = {s.strip().upper() for s in (args.states or "").split(",") if s.strip()}
-    states = {{"PD": "PENDING", "R": "RUNNING"}.get(s, s) for s in states}
     rows = [r for r in rows if (not users or r["user"] in users) and (not states or r["state"] in states)]
     if view.store_note:
         print(f"tiresias queue: note: {view.store_note}", file=sys.stderr)

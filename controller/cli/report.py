@@ -25,6 +25,7 @@ from controller.cli import reports
 from controller.service.config import DEFAULT_PATH, load
 from controller.core.model import InputError
 from controller.replay.results import plot_jct_cdf
+from controller.service.secrets import redact_url
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -104,9 +105,9 @@ def _load(args) -> tuple[dict[str, list[reports.JobRow]], dict[str, Optional[int
     if args.policy:
         raise InputError("--policy needs --from SIMDIR (a simulator output directory)")
     config = load(args.config, {"database_url": args.database_url, "cluster": args.cluster})
-    store = cmd_acct.open_store(config.database_url)
+    store = cmd_acct.open_store(config.store_url())
     if store is None:
-        return {}, {}, f"{config.database_url} (the database does not exist yet)", False
+        return {}, {}, f"{redact_url(config.database_url)} (the database does not exist yet)", False
     with store:
         records = store.load_jobs(config.cluster)
         name = store.name

@@ -428,7 +428,7 @@ def simulated_capacity_gpus(directory: str, policy: str, rows: Sequence[JobRow])
     path = Path(directory) / "summary.json"
     try:
         summaries = json.loads(path.read_text()).get("summaries", [])
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, RecursionError):  # RecursionError: JSON nested 1000+ deep
         return None
     for s in summaries:
         if isinstance(s, dict) and s.get("policy") == policy and s.get("gpu_utilization") and s.get("makespan_s"):

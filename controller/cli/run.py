@@ -44,6 +44,9 @@ def run(args) -> int:
     config = load(args.config, overrides_from(args))
     logging.basicConfig(level=config.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from controller.service.secrets import install_log_redaction
+
+    install_log_redaction(config.secrets())  # no log line carries the store password, whatever logs it
     try:
         return _run(args, config)
     except StoreError as err:  # cannot open, create or read the store: nothing can be accounted
@@ -60,7 +63,7 @@ def _run(args, config) -> int:
     from controller.service.store import Store, StoreError
     from slurm_plugin.backend import SlurmBackend
 
-    store = Store(config.database_url)
+    store = Store(config.store_url())
     backend = SlurmBackend(partitions=list(config.partitions) or None)
     if not preflight.at_start(config.mode, backend, config.site_factor_band, REQUEUE_EXIT_CODE,
                               logging.getLogger("tiresias")):
@@ -71,9 +74,9 @@ def _run(args, config) -> int:
 
         metrics = Metrics(mode=config.mode)
         try:
-            metrics.serve(config.metrics_port)
+            metrics.serve(config.metrics_port, addr=config.metrics_address)
         except OSError as err:
-            raise InputError(f"metrics_port {config.metrics_port}: cannot listen on 127.0.0.1 "
+            raise InputError(f"metrics_port {config.metrics_port}: cannot listen on {config.metrics_address} "
                              f"({err.strerror or err})") from None
     controller = Controller(config, backend, store, metrics=metrics)
     logging.getLogger("tiresias").info("controller starting: mode %s, policy %s, cluster %s", config.mode,

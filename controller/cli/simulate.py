@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from controller.cli import argtypes
+from controller.cli.out_paths import check_output_dir, write_error
 from controller.cli.progress import progress_for
 from controller.core.engine import EngineConfig
 from controller.partitions.priority_file import read_expression_text
@@ -48,7 +49,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      help="PROMOTEKNOB for starvation promotion (default inf: off)")
     sch.add_argument("--round-interval-s", type=argtypes.seconds, default=None,
                      help="plan on a fixed period, like the controller (default: on every event)")
-    sch.add_argument("--quantum-s", type=argtypes.seconds, default=60.0,
+    sch.add_argument("--quantum-s", type=argtypes.quantum_seconds, default=60.0,
                      help="re-plan period for las/gittins/timeshare in event mode (default 60)")
     sch.add_argument("--preempt-cost-s", type=argtypes.non_negative_float, default=None,
                      help="pause + resume seconds charged per preemption (default 0)")
@@ -145,10 +146,15 @@ def _costs(args) -> dict:
 
 
 def run(args) -> int:
+    if args.out:
+        check_output_dir(args.out)  # before the replay: a bad --out must not cost the run
     costs = _costs(args)
     policies = [p.strip() for p in args.policy.split(",") if p.strip()]
     if not policies:
         raise InputError(f"policy value {args.policy!r} names no policy")
+    repeated = next((name for number, name in enumerate(policies) if name in policies[:number]), None)
+    if repeated:  # the same replay twice, and its --out files would overwrite each other
+        raise InputError(f"policy value {args.policy!r} names {repeated!r} twice")
     pause, resume = args.preempt_pause_s, args.preempt_resume_s
     if args.preempt_cost_s is not None:
         pause, resume = args.preempt_cost_s, 0.0
@@ -194,9 +200,12 @@ def run(args) -> int:
         actual = actual_summary(jobs, actuals, args.nodes * args.gpus_per_node, exclude=dropped_ids)
         actual_curve = {"actual": list(actual_jcts(jobs, actuals, exclude=dropped_ids)[1])}
     if args.out:
-        write_outputs(Path(args.out), results, summaries, bins,
-                      title=f"JCT CDF: {Path(source).name if args.trace else source}, "
-                            f"{args.nodes}x{args.gpus_per_node} GPUs", extra_curves=actual_curve)
+        try:
+            write_outputs(Path(args.out), results, summaries, bins,
+                          title=f"JCT CDF: {Path(source).name if args.trace else source}, "
+                                f"{args.nodes}x{args.gpus_per_node} GPUs", extra_curves=actual_curve)
+        except OSError as err:
+            raise write_error("--out", args.out, err) from None
     if args.json:
         doc = {"workload": source, "nodes": args.nodes, "gpus_per_node": args.gpus_per_node,
                "jobs_in": len(jobs), "summaries": summaries, "bins": bins}

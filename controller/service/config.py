@@ -5,7 +5,9 @@ An unknown key or a bad value is an InputError naming the key and the value.
 """
 from __future__ import annotations
 
+import ipaddress
 import math
+import os
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Optional
@@ -33,6 +35,9 @@ SCHEMA: tuple[Setting, ...] = (
     Setting("cluster", "str", "default", "name of this cluster in the store"),
     Setting("database_url", "str", "sqlite:////var/lib/tiresias/tiresias.db",
             "SQLAlchemy URL: a SQLite file, or postgresql+psycopg2://user:pw@host/db"),
+    Setting("database_password_file", "str", "", "file holding the PostgreSQL password (first line; mode 0600 "
+            "or 0400, no group or other access), set into database_url, which then names no password; "
+            "empty = none"),
     Setting("partitions", "list[str]", [], "partitions the controller manages; empty = all"),
     Setting("interval_s", "float", 10.0, "seconds between full planning rounds", minimum=0.1),
     Setting("poll_s", "float", 2.0, "seconds between cheap observations that trigger a round on change",
@@ -105,7 +110,9 @@ SCHEMA: tuple[Setting, ...] = (
             "position at most this often; a queue change is written at once", minimum=0.0),
     Setting("admin_comment_max_per_round", "int", 50, "at most this many AdminComment writes (one scontrol "
             "each) per round", minimum=0),
-    Setting("metrics_port", "int", 0, "Prometheus port on 127.0.0.1 (0 = off)", minimum=0),
+    Setting("metrics_port", "int", 0, "Prometheus port on metrics_address (0 = off)", minimum=0),
+    Setting("metrics_address", "str", "127.0.0.1", "IP address the metrics port listens on (0.0.0.0 = every "
+            "interface: the metrics name jobs and users, put a firewall in front)"),
     Setting("log_level", "choice", "INFO", "log level", ("DEBUG", "INFO", "WARNING", "ERROR")),
     Setting("decision_log_max_age_s", "float", 30 * 86400.0, "decisions older than this many seconds are deleted "
             "from the store (checked hourly; 0 = kept forever)", minimum=0.0),
@@ -121,6 +128,7 @@ class Config:
     mode: str = "shadow"
     cluster: str = "default"
     database_url: str = "sqlite:////var/lib/tiresias/tiresias.db"
+    database_password_file: str = ""
     partitions: tuple[str, ...] = ()
     interval_s: float = 10.0
     poll_s: float = 2.0
@@ -160,9 +168,28 @@ class Config:
     admin_comment_refresh_s: float = 300.0
     admin_comment_max_per_round: int = 50
     metrics_port: int = 0
+    metrics_address: str = "127.0.0.1"
     log_level: str = "INFO"
     decision_log_max_age_s: float = 30 * 86400.0
     decision_log_max_rows: int = 1_000_000
+
+    def store_url(self) -> str:
+        """database_url with the password of database_password_file set in it: what to
+        open, never to print (print redact_url(database_url) or Store.name)."""
+        if not self.database_password_file:
+            return self.database_url
+        from controller.service.secrets import read_password_file, with_password
+
+        return with_password(self.database_url, read_password_file(self.database_password_file))
+
+    def secrets(self) -> list[str]:
+        """The password as it may appear in text (plain and URL-quoted), for log redaction."""
+        from urllib.parse import quote, quote_plus
+
+        from controller.service.secrets import url_password
+
+        password = url_password(self.store_url())
+        return [] if not password else sorted({password, quote(password, safe=""), quote_plus(password)})
 
     def lease_ttl(self) -> float:
         """The standby lease's TTL in seconds (lease_ttl_s, or 1.5 x interval_s)."""
@@ -266,12 +293,55 @@ def from_mapping(data: dict, where: str = "config") -> Config:
     if config.standby and config.database_url.startswith("sqlite"):
         raise InputError(f"{where}: key 'standby' needs a PostgreSQL database_url (SQLite is single-controller; "
                          f"got {config.database_url[:60]!r})")
+    if config.database_password_file:
+        _check_password_file(config, where)
+    try:
+        ipaddress.ip_address(config.metrics_address)
+    except ValueError:
+        raise InputError(f"{where}: key 'metrics_address' value {shorten(config.metrics_address)!r} is not an IP "
+                         f"address (e.g. 127.0.0.1)") from None
     config.engine_config()  # thresholds increasing, knob > 0, ...
     try:
         config.colocation_policy()  # tiers 1..100, default/latency tier among them
     except InputError as err:
         raise InputError(f"{where}: {err}") from None
     return config
+
+
+def _check_password_file(config: Config, where: str) -> None:
+    """database_password_file goes with a PostgreSQL URL that names no password, and
+    must be readable by its owner alone (checked now: one line at start, not at the
+    first round)."""
+    from controller.service.secrets import url_password
+
+    if not config.database_url.startswith("postgresql"):
+        raise InputError(f"{where}: key 'database_password_file' needs a PostgreSQL database_url "
+                         f"(got {config.database_url[:60]!r})")
+    if url_password(config.database_url) is not None:
+        raise InputError(f"{where}: key 'database_url' holds a password and 'database_password_file' is set too: "
+                         f"keep it in the file only")
+    try:
+        config.store_url()
+    except InputError as err:
+        raise InputError(f"{where}: {err}") from None
+
+
+def _check_config_secrecy(target: Path, data: Any, mode: Optional[int]) -> None:
+    """A config that anyone on the host can read must not hold the store password:
+    refused when it would run with mode enforce, a warning otherwise (an observe or
+    shadow trial should not stop on it, but the password is already exposed)."""
+    from controller.service.secrets import url_password
+
+    url = data.get("database_url") if isinstance(data, dict) else None
+    if mode is None or not mode & 0o004 or not isinstance(url, str) or url_password(url) is None:
+        return
+    what = (f"{target}: key 'database_url' holds a password and the file is world-readable (mode {mode & 0o777:04o}): "
+            f"chmod o-r {target}, or move the password to database_password_file")
+    if data.get("mode") == "enforce":
+        raise InputError(what)
+    import logging
+
+    logging.getLogger("tiresias.config").warning("%s", what)
 
 
 MAX_FILE_BYTES = 1 << 20  # a config is a few kB; refuse to parse anything near a megabyte
@@ -314,9 +384,11 @@ def load(path: Optional[str] = None, overrides: Optional[dict] = None) -> Config
     """Read the YAML file (missing default file = all defaults), then apply overrides."""
     data: dict = {}
     target = Path(path or DEFAULT_PATH)
+    file_mode = None
     if target.exists():
         try:
             with open(target, "rb") as fh:
+                file_mode = os.fstat(fh.fileno()).st_mode
                 raw = fh.read(MAX_FILE_BYTES + 1)
         except OSError as err:
             raise InputError(f"{target}: cannot read: {err.strerror}") from None
@@ -333,10 +405,17 @@ def load(path: Optional[str] = None, overrides: Optional[dict] = None) -> Config
     if overrides:
         if not isinstance(data, dict):
             raise InputError(f"{target}: the top level must be a mapping of keys to values")
+        file_data = data
         data = {**data, **{k: v for k, v in overrides.items() if v is not None}}
+        _check_config_secrecy(target, {**data, "database_url": file_data.get("database_url")}, file_mode)
+    else:
+        _check_config_secrecy(target, data, file_mode)
     return from_mapping(data, where=str(target))
 
 
 def effective(config: Config) -> list[tuple[str, Any, str]]:
-    """(key, value, doc) for show-config."""
-    return [(f.name, getattr(config, f.name), _BY_NAME[f.name].doc) for f in fields(config)]
+    """(key, value, doc) for show-config; a password in database_url shows as ***."""
+    from controller.service.secrets import redact_url
+
+    return [(f.name, redact_url(getattr(config, f.name)) if f.name == "database_url" else getattr(config, f.name),
+             _BY_NAME[f.name].doc) for f in fields(config)]

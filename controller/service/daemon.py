@@ -188,8 +188,8 @@ class Controller:
         if self._outage_since is None:
             self._outage_since = self.clock()
             log.warning("cluster manager unavailable, acting on nothing until it answers: %s", err)
-        if self.metrics is not None:
-            self.metrics.observe_outage()
+            if self.metrics is not None:  # one outage, however many polls and rounds it lasts
+                self.metrics.observe_outage()
 
     # -- one round ------------------------------------------------------------------------
     def run_round(self, observation: Optional[Observation] = None) -> RoundReport:
@@ -221,7 +221,7 @@ class Controller:
         else:
             self._failures_seen.add(line)
             log.error("%s", line, exc_info=err)
-        if self.metrics is not None and hasattr(self.metrics, "observe_failed_round"):
+        if self.metrics is not None:
             self.metrics.observe_failed_round()
 
     def _round(self, observation: Optional[Observation]) -> RoundReport:

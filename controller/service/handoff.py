@@ -26,6 +26,7 @@ from controller.service.report import RoundReport
 from controller.service.store import Store
 
 BLOCK_FACTOR = 10  # a failed handoff blocks preemptions for the job this many timeouts
+MAX_DELAYS_KEPT = 1000  # handoff delays kept for reports (the latest)
 _STARTED = re.compile(r"started (\d+)s after the victims' signal")
 
 
@@ -113,6 +114,7 @@ class Handoffs:
                 delay = max(0.0, (job.start_time_s or now) - watch.signalled_s)
                 self.landed += 1
                 self.delays_s.append(delay)
+                del self.delays_s[:-MAX_DELAYS_KEPT]  # a controller runs for months: keep it bounded
                 self._end(job_id)
                 checked += 1
                 report.applied.append({"decision_id": f"r{report.round_id}.h{checked}", "job_id": job_id,

@@ -33,8 +33,12 @@ class Metrics:
         self.round_seconds = Histogram("tiresias_round_duration_seconds", "wall time of one round",
                                        ["mode"], registry=r,
                                        buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
-        self.outages = Counter("tiresias_backend_unavailable_total", "rounds skipped: cluster manager unavailable",
+        self.outages = Counter("tiresias_backend_unavailable_total",
+                               "outages: times the cluster manager stopped answering (not the polls that failed)",
                                ["mode"], registry=r)
+        self.failed_rounds = Counter("tiresias_failed_rounds_total",
+                                     "rounds cut short by an error (logged; state reloaded from the store)",
+                                     ["mode"], registry=r)
         # Histograms (not Summaries): the dashboard's JCT percentiles come from the buckets
         # (histogram_quantile), across controllers and time windows; a Summary has no quantiles here.
         self.jct = Histogram("tiresias_job_completion_time_seconds", "JCT of jobs finished while observed",
@@ -58,7 +62,11 @@ class Metrics:
         start_http_server(port, addr=addr, registry=self.registry)
 
     def observe_outage(self) -> None:
+        """The cluster manager stopped answering (once per outage, however many polls fail)."""
         self.outages.labels(self.mode).inc()
+
+    def observe_failed_round(self) -> None:
+        self.failed_rounds.labels(self.mode).inc()
 
     def observe_slurm_calls(self, calls: Mapping[str, int], in_round: bool) -> None:
         """Slurm commands by name (``calls``: command -> count) since the last call;
@@ -90,6 +98,7 @@ class Metrics:
         for (level, state), count in tally.items():
             self.jobs.labels(self.mode, level, state).set(count)
         self._seen_levels |= set(tally)
+        self._started.intersection_update(controller.records)  # forget jobs the controller forgot: bounded
         self.attained.labels(self.mode).set(total_attained)
         for entry in report.applied:
             applied = "true" if entry.get("applied") else "false"

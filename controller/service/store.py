@@ -34,6 +34,7 @@ from sqlalchemy.exc import (
 )
 
 from controller.core.model import InputError
+from controller.service.secrets import redact_url
 
 SCHEMA_VERSION = 4  # 2: job_service.queue_level/queue_entry (the MLFQ place); 3: service_samples.censored;
 # 4: the decision that caused a decision (decision_log.cause_id), an open preemption's and a pin's decision
@@ -256,7 +257,7 @@ class Store:
         try:
             parsed = make_url(url)
         except ArgumentError:
-            raise InputError(f"store url: cannot parse {url!r} (expected e.g. {DEFAULT_URL})") from None
+            raise InputError(f"store url: cannot parse {redact_url(url)!r} (expected e.g. {DEFAULT_URL})") from None
         self.url = parsed
         self.busy_timeout_s = float(busy_timeout_s)
         self.is_sqlite = parsed.get_backend_name() == "sqlite"

@@ -1,0 +1,102 @@
+"""Metrics an operator can use (issue 20, item 5, part): failed rounds are counted,
+an outage counts once however many rounds and polls fail during it, the set of jobs
+whose queue wait was observed and the handoff delays stay bounded, and the metrics
+listen on metrics_address (default 127.0.0.1)."""
+from __future__ import annotations
+
+import pytest
+
+from controller.service.backend import BackendUnavailable
+from controller.service.daemon import Controller
+from controller.service.metrics import Metrics
+from tests.test_controller import ScriptedBackend, controller, store  # noqa: F401 - store is a fixture
+
+
+def value(metrics: Metrics, name: str) -> float:
+    return metrics.registry.get_sample_value(name, {"mode": "enforce"}) or 0.0
+
+
+def with_metrics(store, backend):  # noqa: F811
+    c = controller(store, backend)
+    metrics = Metrics(mode="enforce")
+    return Controller(c.config, backend, store, clock=lambda: backend.now, metrics=metrics), metrics
+
+
+def test_failed_rounds_are_counted(store):  # noqa: F811
+    backend = ScriptedBackend()
+    backend.add("1", 2, "RUNNING", start=1000.0, nodes=[("gpu1", 2)])
+    c, metrics = with_metrics(store, backend)
+    c._round_failed("round", KeyError("gpu[1-9]"))
+    c._round_failed("round", KeyError("gpu[1-9]"))
+    assert value(metrics, "tiresias_failed_rounds_total") == 2
+
+
+def test_an_outage_counts_once(store):  # noqa: F811
+    backend = ScriptedBackend()
+    backend.add("1", 2, "RUNNING", start=1000.0, nodes=[("gpu1", 2)])
+    c, metrics = with_metrics(store, backend)
+    c.run_round()
+    backend.down = True
+    for _ in range(5):
+        with pytest.raises(BackendUnavailable):
+            c.run_round()
+    assert value(metrics, "tiresias_backend_unavailable_total") == 1
+    backend.down, backend.now = False, 1100.0
+    c.run_round()
+    backend.down = True
+    with pytest.raises(BackendUnavailable):
+        c.run_round()
+    assert value(metrics, "tiresias_backend_unavailable_total") == 2  # a second outage
+
+
+def test_started_jobs_set_stays_bounded(store):  # noqa: F811
+    backend = ScriptedBackend()
+    c, metrics = with_metrics(store, backend)
+    for n in range(1, 31):
+        backend.add(str(n), 1, "RUNNING", start=backend.now, nodes=[("gpu1", 1)])
+        c.run_round()
+        backend.jobs.pop(str(n))  # gone from Slurm: finished, then forgotten by the controller
+        backend.now += 60
+        c.run_round()
+    assert len(metrics._started) <= 2, metrics._started
+    assert value(metrics, "tiresias_queue_wait_seconds_count") == 30
+
+
+def test_metrics_address_is_configurable_and_checked():
+    from controller.core.model import InputError
+    from controller.service.config import from_mapping
+
+    assert from_mapping({}).metrics_address == "127.0.0.1"
+    assert from_mapping({"metrics_address": "::1"}).metrics_address == "::1"
+    with pytest.raises(InputError, match="key 'metrics_address' value 'localhost:9100' is not an IP address"):
+        from_mapping({"metrics_address": "localhost:9100"})
+
+
+def test_metrics_served_on_the_configured_address():
+    import socket
+    import urllib.request
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    metrics = Metrics(mode="enforce")
+    metrics.observe_failed_round()
+    metrics.serve(port, addr="127.0.0.1")
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    assert 'tiresias_failed_rounds_total{mode="enforce"} 1.0' in body
+
+
+def test_handoff_delays_stay_bounded():
+    from controller.service.backend import ObservedJob
+    from controller.service.config import from_mapping
+    from controller.service.handoff import MAX_DELAYS_KEPT, Handoffs, Watch
+    from controller.service.report import RoundReport
+
+    handoffs = Handoffs(config=from_mapping({}))
+    for n in range(MAX_DELAYS_KEPT + 50):
+        job = ObservedJob(job_id=str(n), user="alice", partition="gpu", state="RUNNING", reason="None", gpus=1,
+                          submit_time_s=0.0, start_time_s=float(n) + 5.0)
+        handoffs.watching[str(n)] = Watch(signalled_s=float(n), victims=("v",))
+        handoffs.check({str(n): job}, float(n) + 10.0, RoundReport(round_id=n, observed_at_s=float(n) + 10.0, plan=None))
+    assert handoffs.landed == MAX_DELAYS_KEPT + 50
+    assert len(handoffs.delays_s) == MAX_DELAYS_KEPT and handoffs.delays_s[-1] == 5.0
