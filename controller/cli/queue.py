@@ -33,6 +33,11 @@ def _slurm_backend(config: Config):
 _backend_factory: Callable[[Config], Any] = _slurm_backend
 
 
+def backend_for(config: Config):
+    """The backend of the commands that read Slurm (queue, explain, restore, shadow-diff)."""
+    return _backend_factory(config)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_source_arguments(p)
     p.add_argument("-u", "--user", metavar="USER[,USER]", help="only these users' jobs")
@@ -67,7 +72,7 @@ def preview(args) -> Preview:
     config = load(args.config, {"database_url": args.database_url, "cluster": args.cluster})
     note = ""
     store = None
-    path = _sqlite_path(config.database_url)
+    path = sqlite_path(config.database_url)
     if path is not None and not os.path.exists(path):
         note = f"no store at {path} yet: levels count service from Slurm's current view only"
     else:
@@ -82,7 +87,7 @@ def preview(args) -> Preview:
     return Preview(controller, plan, observation, note)
 
 
-def _sqlite_path(url: str) -> Optional[str]:
+def sqlite_path(url: str) -> Optional[str]:
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 

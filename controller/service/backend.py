@@ -85,3 +85,7 @@ class Backend(Protocol):
 
     def set_mps_share(self, job_id: str, shares: int) -> None:
         """A pending MPS job's share per node (--gres=mps:N; 100 shares = one GPU's SMs)."""
+
+    def priorities(self) -> dict[str, int]:
+        """The cluster manager's own priority of each pending job (Slurm: ``sprio``),
+        higher first; read only by ``tiresias shadow-diff``."""
