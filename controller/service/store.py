@@ -178,7 +178,8 @@ pins = Table(
 # The levers on Slurm jobs that ``tiresias restore`` undoes (controller.service.restore):
 # one row per job and lever ("site_factor", "pin", "admin_comment"), written before the
 # lever is carried out; ``value`` is what was set (the SiteFactor, the pinned nodes
-# comma-joined, our AdminComment line). A row goes when restore has reset the lever
+# comma-joined; "ours" for an AdminComment line, whose text restore reads from Slurm).
+# A row goes when restore has reset the lever
 # (or found the job gone) or, for a pin, when the controller cleared it itself.
 levers_set = Table(
     "levers_set", metadata,
