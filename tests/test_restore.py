@@ -28,9 +28,13 @@ class LeverBackend(ScriptedBackend):
         super().__init__()
         self.stop_after_observations = None  # (count, event): stop run_forever
         self.observations = 0
+        self.down_for = 0  # observations that fail (slurmctld down) before it answers again
 
     def observe(self):
         self.observations += 1
+        if self.down_for:
+            self.down_for -= 1
+            self.down = self.down_for > 0
         if self.stop_after_observations and self.observations >= self.stop_after_observations[0]:
             self.stop_after_observations[1].set()
         return super().observe()
@@ -191,6 +195,18 @@ def test_a_start_in_shadow_after_enforce_restores(store):
     calls = len(backend.calls)
     run_for(Controller(config(mode="observe"), backend, store, clock=lambda: backend.now), backend, 2)
     assert len(backend.calls) == calls
+
+
+def test_the_switch_restore_waits_for_slurm_and_the_mode_is_recorded_after_it(store):
+    backend = LeverBackend()
+    backend.add("11", 8, comment="tiresias:skew=0.7")
+    run_for(Controller(config(), backend, store, clock=lambda: backend.now), backend, 2)
+    backend.down, backend.down_for = True, 3  # the shadow controller starts while slurmctld is down
+    shadow = Controller(config(mode="shadow"), backend, store, clock=lambda: backend.now)
+    run_for(shadow, backend, 2)
+    assert store.last_mode("default") == "enforce" and backend.levers("11")[0] == 200000  # not yet
+    run_for(shadow, backend, 3)
+    assert store.last_mode("default") == "shadow" and backend.levers("11") == (0, (), "")
 
 
 def test_restore_on_stop(store):

@@ -116,7 +116,7 @@ class Controller:
                 stop.wait(self.config.poll_s)
                 continue
             if not mode_noted:
-                mode_noted = self._note_mode()
+                mode_noted = self.note_mode()
                 if not mode_noted:
                     stop.wait(self.config.poll_s)
                     continue
@@ -150,7 +150,7 @@ class Controller:
         if self.lease is not None:
             self.lease.release()
 
-    def _note_mode(self) -> bool:
+    def note_mode(self) -> bool:
         """Before the first round: a start in shadow/observe after enforce restores
         every lever the controller set (controller.service.restore). False: not done
         (Slurm or the store did not answer), tried again next poll."""
@@ -160,6 +160,8 @@ class Controller:
         except (BackendUnavailable, StoreError) as err:
             self._log_once(f"mode switch: restore not done yet (retrying every poll): {_one_line(err)}")
             return False
+        except Exception as err:  # noqa: BLE001 - odd data or a bug: the rounds go on, the next start retries
+            self._round_failed("restore at the mode switch", err)
         return True
 
     def _restore_on_stop(self) -> None:
@@ -169,7 +171,7 @@ class Controller:
             return
         try:
             log_report(restore(self.backend, self.store, self.config.cluster))
-        except (BackendUnavailable, StoreError) as err:
+        except Exception as err:  # noqa: BLE001 - Slurm down, store locked, a bug: the stop goes on
             log.error("restore on stop not done: %s; run `tiresias restore`", _one_line(err))
 
     def _slurm_calls_since_mark(self) -> Optional[dict[str, int]]:
