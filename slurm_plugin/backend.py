@@ -316,6 +316,19 @@ class SlurmBackend:
             factors[parts[0]] = int(parts[1])
         return factors
 
+    def priorities(self) -> dict[str, int]:
+        """Slurm's own priority of each pending, unheld job (``sprio``'s PRIORITY, the
+        highest when the job waits in several partitions), for ``tiresias shadow-diff``.
+        LeverFailed when sprio cannot say (e.g. priority/basic)."""
+        argv = ["sprio", "-h", "-o", "%.30i %.30Y"]
+        out = self._query(argv, "Slurm's job priorities")
+        found: dict[str, int] = {}
+        for line in out.splitlines():
+            parts = line.split()
+            if len(parts) == 2 and _JOB_ID_RE.fullmatch(parts[0]) and re.fullmatch(r"-?[0-9]{1,19}", parts[1]):
+                found[parts[0]] = max(int(parts[1]), found.get(parts[0], int(parts[1])))
+        return found
+
     @staticmethod
     def _gpus_by_node(job: SlurmJob) -> tuple[tuple[str, int], ...]:
         """Per-node GPU counts of a job holding nodes: from gres_detail (aligned with

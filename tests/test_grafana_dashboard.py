@@ -19,7 +19,7 @@ from controller.service.metrics import Metrics
 DASHBOARD = Path(__file__).resolve().parent.parent / "packaging" / "grafana" / "tiresias.json"
 
 FUNCTIONS = {"sum", "avg", "min", "max", "count", "rate", "irate", "increase", "histogram_quantile",
-             "label_values", "topk", "bottomk", "abs", "clamp_min", "clamp_max", "delta", "deriv"}
+             "label_values", "topk", "bottomk", "abs", "clamp_min", "clamp_max", "delta", "deriv", "time", "absent"}
 KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "and", "or", "unless", "offset", "bool"}
 # identifiers, strings, durations / numbers, Grafana variables, operators and brackets
 TOKEN = re.compile(r"""\s*(?:(?P<string>"(?:[^"\\]|\\.)*")|(?P<var>\$\{?\w+\}?)|(?P<number>\d+(?:\.\d+)?[smhdwy]?)"""
@@ -121,7 +121,7 @@ def test_every_dashboard_metric_is_exported():
     # the panels the issue asks for are there
     for name in ("tiresias_jobs", "tiresias_preemptions_total", "tiresias_requeues_total",
                  "tiresias_round_duration_seconds_bucket", "tiresias_slurm_calls_per_round_bucket",
-                 "tiresias_job_completion_time_seconds_bucket"):
+                 "tiresias_job_completion_time_seconds_bucket", "tiresias_last_round_timestamp_seconds"):
         assert name in used, name
 
 

@@ -24,6 +24,9 @@ SUBCOMMANDS = {
     "report": ("controller.cli.report", "PNG figures: JCT CDF, queue length and GPU utilization over time"),
     "demo-cluster": ("controller.cli.demo_cluster", "a containerized Slurm + controller demo (needs Docker)"),
     "trace": ("controller.cli.trace", "export a trace of your own cluster from Slurm accounting (sacct)"),
+    "restore": ("controller.cli.restore", "reset every lever the controller set on Slurm jobs (SiteFactor, pins, "
+                "AdminComment line)"),
+    "shadow-diff": ("controller.cli.shadow_diff", "what enforce would change now against Slurm's own order (sprio)"),
     "tune": ("controller.cli.tune", "search queue thresholds, K and PROMOTEKNOB on a trace replay"),
 }
 

@@ -36,6 +36,11 @@ def _slurm_backend(config: Config):
 _backend_factory: Callable[[Config], Any] = _slurm_backend
 
 
+def backend_for(config: Config):
+    """The backend of the commands that read Slurm (queue, explain, restore, shadow-diff)."""
+    return _backend_factory(config)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_source_arguments(p)
     p.add_argument("-u", "--user", metavar="USER[,USER]", help="only these users' jobs")
@@ -81,7 +86,7 @@ def open_store(config: Config):
     file is not created: reading must not leave an empty store behind."""
     from controller.service.store import Store, StoreError
 
-    path = _sqlite_path(config.database_url)
+    path = sqlite_path(config.database_url)
     if path is not None and not os.path.exists(path):
         return None, f"no store at {path} yet: levels count service from Slurm's current view only"
     try:
@@ -90,7 +95,7 @@ def open_store(config: Config):
         return None, f"cannot read the store ({err}): levels count service from Slurm's current view only"
 
 
-def _sqlite_path(url: str) -> Optional[str]:
+def sqlite_path(url: str) -> Optional[str]:
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 

@@ -83,6 +83,8 @@ def _run(args, config) -> int:
                                        config.policy, config.cluster)
     if args.once:
         try:
+            if not controller.note_mode():  # a switch from enforce restores first, as run_forever does
+                return 1
             report = controller.run_round()
         except BackendUnavailable as err:
             logging.getLogger("tiresias").error("round not run: the cluster manager is unavailable: %s", err)

@@ -89,3 +89,8 @@ class Backend(Protocol):
     def slurm_config(self) -> str:
         """The running slurmctld's settings as `scontrol show config` prints them
         (controller.service.preflight reads them)."""
+        ...
+
+    def priorities(self) -> dict[str, int]:
+        """The cluster manager's own priority of each pending job (Slurm: ``sprio``),
+        higher first; read only by ``tiresias shadow-diff``."""

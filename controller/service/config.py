@@ -110,6 +110,9 @@ SCHEMA: tuple[Setting, ...] = (
             "position at most this often; a queue change is written at once", minimum=0.0),
     Setting("admin_comment_max_per_round", "int", 50, "at most this many AdminComment writes (one scontrol "
             "each) per round", minimum=0),
+    Setting("restore_on_stop", "bool", False, "on a clean stop (SIGTERM), reset every lever the controller set "
+            "(SiteFactor 0, its pins cleared, its AdminComment line removed), as `tiresias restore` does, so that "
+            "jobs submitted while it is down do not rank below the frozen bands; leave off with standby"),
     Setting("metrics_port", "int", 0, "Prometheus port on metrics_address (0 = off)", minimum=0),
     Setting("metrics_address", "str", "127.0.0.1", "IP address the metrics port listens on (0.0.0.0 = every "
             "interface: the metrics name jobs and users, put a firewall in front)"),
@@ -167,6 +170,7 @@ class Config:
     admin_comment: bool = True
     admin_comment_refresh_s: float = 300.0
     admin_comment_max_per_round: int = 50
+    restore_on_stop: bool = False
     metrics_port: int = 0
     metrics_address: str = "127.0.0.1"
     log_level: str = "INFO"

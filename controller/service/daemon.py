@@ -43,6 +43,7 @@ from controller.service.lease import Lease
 from controller.service.partition_moves import PartitionMover
 from controller.service.preemption import Preemptions
 from controller.service.report import LogOnce, RoundReport, entry
+from controller.service.restore import RecordingBackend, log_report, on_start, restore
 from controller.service.sharing import GpuSharing
 from controller.service.spool import collect_spool
 from controller.service.startable import add_waiting, slurm_wait
@@ -64,7 +65,10 @@ class Controller:
         self.lease: Optional[Lease] = None
         if config.standby:
             self.lease = Lease(store, config.cluster, config.lease_ttl())
-        self.executor = LeverExecutor(backend, config.mode, guard=self.lease.guard if self.lease else None)
+        # The executor acts through a RecordingBackend, so the store knows every lever
+        # `tiresias restore` must undo (controller.service.restore).
+        self.executor = LeverExecutor(RecordingBackend(backend, store, config.cluster, clock), config.mode,
+                                      guard=self.lease.guard if self.lease else None)
         self._log_once = LogOnce(log)
         self._failures_seen: set[str] = set()
         self._decisions_pruned_at = -math.inf
@@ -113,12 +117,18 @@ class Controller:
         def due(signature) -> bool:
             return signature != last_signature or started >= next_full or self._stale
 
+        mode_noted = False
         while not stop.is_set():
             started = self.clock()
             if self.lease is not None and not self.lease.hold():
                 last_signature = None
                 stop.wait(self.config.poll_s)
                 continue
+            if not mode_noted:
+                mode_noted = self.note_mode()
+                if not mode_noted:
+                    stop.wait(self.config.poll_s)
+                    continue
             try:
                 signature = self._from_backend(poll) if callable(poll) else None
                 if signature is not None and not due(signature):
@@ -151,8 +161,34 @@ class Controller:
                     # (the config was checked at start; a bad one never gets here)
                     self._round_failed("round", err)
             stop.wait(max(0.0, self.config.poll_s - (self.clock() - started)))
+        if self.config.restore_on_stop:
+            self._restore_on_stop()
         if self.lease is not None:
             self.lease.release()
+
+    def note_mode(self) -> bool:
+        """Before the first round: a start in shadow/observe after enforce restores
+        every lever the controller set (controller.service.restore). False: not done
+        (Slurm or the store did not answer), tried again next poll."""
+        try:
+            if on_start(self.backend, self.store, self.config.cluster, self.config.mode, self.clock()) is not None:
+                self._stale = True  # its pins are cleared: reload them from the store
+        except (BackendUnavailable, StoreError) as err:
+            self._log_once(f"mode switch: restore not done yet (retrying every poll): {_one_line(err)}")
+            return False
+        except Exception as err:  # noqa: BLE001 - odd data or a bug: the rounds go on, the next start retries
+            self._round_failed("restore at the mode switch", err)
+        return True
+
+    def _restore_on_stop(self) -> None:
+        """restore_on_stop: a clean stop (SIGTERM, the stop event) leaves Slurm's own
+        order behind; a standby that does not hold the lease leaves it to the holder."""
+        if self.lease is not None and not self.lease.hold():
+            return
+        try:
+            log_report(restore(self.backend, self.store, self.config.cluster))
+        except Exception as err:  # noqa: BLE001 - Slurm down, store locked, a bug: the stop goes on
+            log.error("restore on stop not done: %s; run `tiresias restore`", _one_line(err))
 
     def _slurm_calls_since_mark(self) -> Optional[dict[str, int]]:
         """Commands the backend ran since the last mark (None: it does not count them)."""

@@ -55,6 +55,10 @@ class Metrics:
                                                ["mode"], registry=r, buckets=SLURM_CALL_BUCKETS)
         self.attained = Gauge("tiresias_attained_gpu_seconds", "total attained service of active jobs",
                               ["mode"], registry=r)
+        # The heartbeat: an alert on time() - this (packaging/prometheus/tiresias-alerts.yml)
+        # tells an admin the controller stopped while its SiteFactor bands stay frozen.
+        self.last_round = Gauge("tiresias_last_round_timestamp_seconds",
+                                "epoch time at which the controller's last round ended", ["mode"], registry=r)
         self._seen_levels: set[tuple[str, str]] = set()
         self._started: set[str] = set()
 
@@ -100,6 +104,7 @@ class Metrics:
         self._seen_levels |= set(tally)
         self._started.intersection_update(controller.records)  # forget jobs the controller forgot: bounded
         self.attained.labels(self.mode).set(total_attained)
+        self.last_round.labels(self.mode).set(controller.clock())
         for entry in report.applied:
             applied = "true" if entry.get("applied") else "false"
             self.decisions.labels(self.mode, entry["kind"], applied).inc()

@@ -1,5 +1,6 @@
 """The controller's persistent state: per-job attained service, finished-job service
-samples, the decision log, open preemptions, collected usage records, round ids.
+samples, the decision log, open preemptions, collected usage records, round ids,
+the levers set on jobs (for restore) and each cluster's last mode.
 
 One ``Store`` wraps one SQLAlchemy engine (SQLite by default, PostgreSQL works
 too). Every public method runs in its own transaction, or in the caller's when it
@@ -191,6 +192,30 @@ handoffs = Table(
     Column("signalled_s", Float, nullable=False),
     Column("victims", Text, nullable=False),  # comma-separated job ids
     Column("blocked_until_s", Float),  # NULL while the handoff is pending
+)
+
+# The levers on Slurm jobs that ``tiresias restore`` undoes (controller.service.restore):
+# one row per job and lever ("site_factor", "pin", "admin_comment"), written before the
+# lever is carried out; ``value`` is what was set (the SiteFactor, the pinned nodes
+# comma-joined; "ours" for an AdminComment line, whose text restore reads from Slurm).
+# A row goes when restore has reset the lever
+# (or found the job gone) or, for a pin, when the controller cleared it itself.
+levers_set = Table(
+    "levers_set", metadata,
+    Column("cluster", String(128), primary_key=True),
+    Column("job_id", String(128), primary_key=True),
+    Column("lever", String(32), primary_key=True),
+    Column("value", Text, nullable=False),
+    Column("set_s", Float, nullable=False),
+)
+
+# The mode each cluster's controller last started in: a start in shadow/observe after
+# enforce runs restore (the documented way back leaves nothing behind).
+controller_modes = Table(
+    "controller_modes", metadata,
+    Column("cluster", String(128), primary_key=True),
+    Column("mode", String(32), nullable=False),
+    Column("since_s", Float, nullable=False),
 )
 
 
@@ -745,6 +770,56 @@ class Store:
         with self._tx() as conn:
             return {r.job_id: r.decision_id for r in conn.execute(select(pins).where(pins.c.cluster == cluster))
                     if r.decision_id}
+
+    # -- levers set (what restore undoes) -----------------------------------------------------
+
+    def record_levers(self, cluster: str, lever: str, values: dict[str, str], now_s: float) -> None:
+        """Job id -> the value this controller sets now for ``lever`` (upserted)."""
+        rows = [{"cluster": cluster, "job_id": str(job_id), "lever": lever, "value": str(value),
+                 "set_s": float(now_s)} for job_id, value in values.items()]
+        if rows:
+            with self._tx() as conn:
+                _upsert(conn, levers_set, rows, ["cluster", "job_id", "lever"], ["value", "set_s"])
+
+    def forget_levers(self, cluster: str, lever: str, job_ids: Iterable[str]) -> None:
+        """Drop the rows of ``lever`` for these jobs (reset, or the job is gone)."""
+        wanted = [str(j) for j in job_ids]
+        with self._tx() as conn:
+            for start in range(0, len(wanted), 500):
+                conn.execute(levers_set.delete().where(
+                    levers_set.c.cluster == cluster, levers_set.c.lever == lever,
+                    levers_set.c.job_id.in_(wanted[start:start + 500])))
+
+    def levers(self, cluster: str) -> dict[str, dict[str, str]]:
+        """Lever -> {job id: value set} of every lever still recorded for ``cluster``."""
+        with self._tx() as conn:
+            rows = conn.execute(select(levers_set.c.lever, levers_set.c.job_id, levers_set.c.value)
+                                .where(levers_set.c.cluster == cluster)).all()
+        out: dict[str, dict[str, str]] = {}
+        for lever, job_id, value in rows:
+            out.setdefault(lever, {})[job_id] = value
+        return out
+
+    def prune_levers_of_finished(self, cluster: str) -> int:
+        """Drop the lever rows of jobs the accounts closed (they ended): nothing to undo."""
+        finished = select(job_service.c.job_id).where(job_service.c.cluster == cluster,
+                                                      job_service.c.finished_s.is_not(None))
+        with self._tx() as conn:
+            return max(conn.execute(levers_set.delete().where(
+                levers_set.c.cluster == cluster, levers_set.c.job_id.in_(finished))).rowcount, 0)
+
+    # -- controller mode ----------------------------------------------------------------------
+
+    def last_mode(self, cluster: str) -> Optional[str]:
+        """The mode ``cluster``'s controller last started in (None: never recorded)."""
+        with self._tx() as conn:
+            return conn.execute(select(controller_modes.c.mode)
+                                .where(controller_modes.c.cluster == cluster)).scalar_one_or_none()
+
+    def record_mode(self, cluster: str, mode: str, now_s: float) -> None:
+        with self._tx() as conn:
+            _upsert(conn, controller_modes, [{"cluster": cluster, "mode": mode, "since_s": float(now_s)}],
+                    ["cluster"], ["mode", "since_s"])
 
 
 # -- helpers ------------------------------------------------------------------------------

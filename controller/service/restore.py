@@ -1,0 +1,243 @@
+"""The way back: undo every lever the controller set on Slurm jobs.
+
+Three levers persist on a job after the controller stops acting: its SiteFactor band,
+a ReqNodeList pin and our bracketed AdminComment line. ``RecordingBackend`` (the
+backend the executor acts through) writes each one to the store before it goes out;
+``restore()`` reads those rows and resets each lever straight through the backend
+(an explicit admin action: whatever the configured mode): SiteFactor to 0, the pin
+cleared, our AdminComment part removed with the site's text kept. A job's own
+``--nodelist`` is never touched: only node lists the controller wrote are recorded.
+
+Idempotent: a row goes once its lever is reset (or its job is gone), so a second run
+finds nothing to do. A pin on a job that runs now is kept and reported: changing a
+running job's ReqNodeList resizes it. Partition moves, MPS shares, signals and
+requeues are one-off choices and are not undone.
+
+``on_start()`` runs restore when a controller starts in shadow/observe after having
+run in enforce (the store keeps each cluster's last mode).
+"""
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from controller.service.accounting import ACTIVE_STATES, TRANSIENT_STATES, numeric_id
+from controller.service.admin_comment import ours_in, site_part
+from controller.service.backend import Backend, BackendUnavailable, ObservedJob
+from controller.service.store import Store
+
+log = logging.getLogger("tiresias.restore")
+
+SITE_FACTOR, PIN, ADMIN_COMMENT = "site_factor", "pin", "admin_comment"
+LEVER_NAMES = {SITE_FACTOR: "SiteFactor", PIN: "ReqNodeList", ADMIN_COMMENT: "AdminComment"}
+PRUNE_EVERY_S = 3600.0  # rows of ended jobs are dropped at most this often
+
+
+class RecordingBackend:
+    """A backend that records in the store the levers restore undoes, before carrying
+    them out (a crash in between leaves a row for a lever that may be set: restore
+    then resets it anyway), and forwards everything else unchanged. The store writes
+    are as many as the lever calls, which the executor already sends only on change."""
+
+    def __init__(self, backend: Backend, store: Store, cluster: str, clock: Callable[[], float] = time.time):
+        self.backend = backend
+        self.store = store
+        self.cluster = cluster
+        self.clock = clock
+        self._pruned_at = -math.inf
+
+    def __getattr__(self, name: str):  # observe, signal, requeue, batch_script, commands_run, ...
+        return getattr(self.backend, name)
+
+    def _record(self, lever: str, values: dict[str, str]) -> None:
+        now = self.clock()
+        self.store.record_levers(self.cluster, lever, values, now)
+        if now - self._pruned_at >= PRUNE_EVERY_S:
+            self._pruned_at = now
+            self.store.prune_levers_of_finished(self.cluster)
+
+    def set_site_factors(self, factors: dict[str, int]) -> None:
+        self._record(SITE_FACTOR, {job_id: str(value) for job_id, value in factors.items() if value != 0})
+        self.backend.set_site_factors(factors)
+
+    def pin_nodes(self, job_id: str, nodes: list[str]) -> None:
+        if nodes:
+            self._record(PIN, {job_id: ",".join(nodes)})
+        self.backend.pin_nodes(job_id, nodes)
+        if not nodes:  # the controller cleared its own pin: nothing left to undo
+            self.store.forget_levers(self.cluster, PIN, [job_id])
+
+    def set_admin_comment(self, job_id: str, text: str) -> None:
+        if ours_in(text):
+            self._record(ADMIN_COMMENT, {job_id: "ours"})  # restore removes whatever our part then says
+        self.backend.set_admin_comment(job_id, text)
+
+
+@dataclass(frozen=True)
+class Change:
+    """One job and lever: ``outcome`` reset, already (nothing set any more), gone (the
+    job ended or left Slurm), kept (left as it is, ``detail`` says why) or failed."""
+
+    job_id: str
+    lever: str
+    outcome: str
+    detail: str
+
+    def line(self) -> str:
+        return f"job {self.job_id}: {LEVER_NAMES.get(self.lever, self.lever)} {self.outcome}: {self.detail}"
+
+
+@dataclass
+class RestoreReport:
+    changes: list[Change] = field(default_factory=list)
+
+    def add(self, job_id: str, lever: str, outcome: str, detail: str) -> None:
+        self.changes.append(Change(job_id, lever, outcome, detail))
+
+    def count(self, outcome: str, lever: Optional[str] = None) -> int:
+        return sum(1 for c in self.changes if c.outcome == outcome and lever in (None, c.lever))
+
+    def lines(self) -> list[str]:
+        """One line per job and lever (job id order), then the totals."""
+        order = sorted(self.changes, key=lambda c: (numeric_id(c.job_id), list(LEVER_NAMES).index(c.lever)))
+        return [c.line() for c in order] + [self.totals()]
+
+    def totals(self) -> str:
+        reset = Counter(c.lever for c in self.changes if c.outcome == "reset")
+        parts = ", ".join(f"{reset[lever]} {name}" for lever, name in LEVER_NAMES.items())
+        return (f"restored: {parts}; {self.count('already')} already clear, {self.count('gone')} of jobs gone, "
+                f"{self.count('kept')} kept, {self.count('failed')} failed")
+
+
+def _alive(job: Optional[ObservedJob]) -> bool:
+    return job is not None and (job.state in ACTIVE_STATES or job.state in TRANSIENT_STATES)
+
+
+def restore(backend: Backend, store: Store, cluster: str) -> RestoreReport:
+    """Reset every lever the store says this cluster's controller set; see the module
+    docstring. Raises BackendUnavailable when Slurm does not answer (nothing done
+    then, or only part: the rest stays recorded for the next run)."""
+    jobs = {job.job_id: job for job in backend.observe().jobs}
+    recorded = store.levers(cluster)
+    report = RestoreReport()
+    _restore_site_factors(backend, store, cluster, jobs, recorded.get(SITE_FACTOR, {}), report)
+    # Pins recorded by Starts before the nodes were recorded here count as well.
+    pins = {job_id: "" for job_id in store.load_pins(cluster)}
+    pins.update(recorded.get(PIN, {}))
+    _restore_pins(backend, store, cluster, jobs, pins, report)
+    comments = set(recorded.get(ADMIN_COMMENT, {}))
+    comments |= {job.job_id for job in jobs.values() if ours_in(job.admin_comment)}
+    _restore_admin_comments(backend, store, cluster, jobs, comments, report)
+    return report
+
+
+def _restore_site_factors(backend, store, cluster, jobs, recorded: dict[str, str], report) -> None:
+    done, to_zero = [], {}
+    for job_id, value in recorded.items():
+        job = jobs.get(job_id)
+        if not _alive(job):
+            report.add(job_id, SITE_FACTOR, "gone", f"job {job.state if job else 'no longer listed'}")
+            done.append(job_id)
+        elif job.site_factor == 0:
+            report.add(job_id, SITE_FACTOR, "already", "0")
+            done.append(job_id)
+        else:
+            to_zero[job_id] = value
+    try:
+        backend.set_site_factors({job_id: 0 for job_id in to_zero})
+        failed: dict[str, str] = {}
+    except BackendUnavailable:
+        raise
+    except (RuntimeError, ValueError):  # one batch: find out which jobs Slurm refused
+        failed = {}
+        for job_id in to_zero:
+            try:
+                backend.set_site_factors({job_id: 0})
+            except (RuntimeError, ValueError) as err:
+                failed[job_id] = str(err)
+    for job_id, value in to_zero.items():
+        if job_id in failed:
+            report.add(job_id, SITE_FACTOR, "failed", failed[job_id])
+            continue
+        was = jobs[job_id].site_factor
+        report.add(job_id, SITE_FACTOR, "reset", f"{was if was is not None else value} -> 0")
+        done.append(job_id)
+    store.forget_levers(cluster, SITE_FACTOR, done)
+
+
+def _restore_pins(backend, store, cluster, jobs, pins: dict[str, str], report) -> None:
+    for job_id, written in pins.items():
+        job = jobs.get(job_id)
+        ours = sorted(filter(None, written.split(",")))
+        if not _alive(job):
+            report.add(job_id, PIN, "gone", f"job {job.state if job else 'no longer listed'}")
+        elif job.state != "PENDING":
+            # Kept recorded: a later restore clears it once the job waits again.
+            report.add(job_id, PIN, "kept", f"job is {job.state}: changing its ReqNodeList would resize it")
+            continue
+        elif not job.required_nodes:
+            report.add(job_id, PIN, "already", "no ReqNodeList")
+        elif ours and sorted(job.required_nodes) != ours:
+            report.add(job_id, PIN, "kept", f"ReqNodeList is {','.join(job.required_nodes)}, not the pin the "
+                                            f"controller wrote ({','.join(ours)}): someone changed it since")
+        else:
+            try:
+                backend.pin_nodes(job_id, [])
+            except BackendUnavailable:
+                raise
+            except (RuntimeError, ValueError) as err:
+                report.add(job_id, PIN, "failed", str(err))
+                continue
+            report.add(job_id, PIN, "reset", f"{','.join(job.required_nodes)} cleared")
+        with store.transaction():
+            store.forget_levers(cluster, PIN, [job_id])
+            store.clear_pin(cluster, job_id)
+
+
+def _restore_admin_comments(backend, store, cluster, jobs, job_ids: set[str], report) -> None:
+    done = []
+    for job_id in job_ids:
+        job = jobs.get(job_id)
+        if not _alive(job):
+            report.add(job_id, ADMIN_COMMENT, "gone", f"job {job.state if job else 'no longer listed'}")
+        elif not ours_in(job.admin_comment):
+            report.add(job_id, ADMIN_COMMENT, "already", "no line of the controller")
+        else:
+            site = site_part(job.admin_comment)
+            try:
+                backend.set_admin_comment(job_id, site)
+            except BackendUnavailable:
+                raise
+            except (RuntimeError, ValueError) as err:
+                report.add(job_id, ADMIN_COMMENT, "failed", str(err))
+                continue
+            report.add(job_id, ADMIN_COMMENT, "reset",
+                       "the controller's line removed" + (f", the site's text kept: {site}" if site else ""))
+        done.append(job_id)
+    store.forget_levers(cluster, ADMIN_COMMENT, done)
+
+
+def on_start(backend: Backend, store: Store, cluster: str, mode: str, now_s: float) -> Optional[RestoreReport]:
+    """At a controller's start: restore when the last recorded mode was enforce and
+    this one is not, then record this mode. Returns the report (None: no restore).
+    BackendUnavailable propagates with the mode left unrecorded, so the next try
+    restores again."""
+    last = store.last_mode(cluster)
+    report = None
+    if last == "enforce" and mode != "enforce":
+        log.warning("cluster %s ran in enforce last and now runs in %s: restoring the levers it set", cluster, mode)
+        report = restore(backend, store, cluster)
+        log_report(report)
+    if last != mode:
+        store.record_mode(cluster, mode, now_s)
+    return report
+
+
+def log_report(report: RestoreReport) -> None:
+    for line in report.lines()[:-1]:
+        log.info("restore: %s", line)
+    log.warning("restore: %s", report.totals())
