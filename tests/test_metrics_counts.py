@@ -86,13 +86,14 @@ def test_metrics_served_on_the_configured_address():
     assert 'tiresias_failed_rounds_total{mode="enforce"} 1.0' in body
 
 
-def test_handoff_delays_stay_bounded():
+def test_handoff_delays_stay_bounded(tmp_path):
+    from controller.service.store import Store
     from controller.service.backend import ObservedJob
     from controller.service.config import from_mapping
     from controller.service.handoff import MAX_DELAYS_KEPT, Handoffs, Watch
     from controller.service.report import RoundReport
 
-    handoffs = Handoffs(config=from_mapping({}))
+    handoffs = Handoffs(from_mapping({}), Store(f"sqlite:///{tmp_path / 'store.db'}"))
     for n in range(MAX_DELAYS_KEPT + 50):
         job = ObservedJob(job_id=str(n), user="alice", partition="gpu", state="RUNNING", reason="None", gpus=1,
                           submit_time_s=0.0, start_time_s=float(n) + 5.0)
