@@ -217,6 +217,9 @@ def _str(value: Any, field_name: str) -> str:
     raise SlurmParseError(f"{field_name}: expected a string, got {quoted(value)}")
 
 
+_BASE_STATES_BUT_REQUEUED = JOB_BASE_STATES - {"REQUEUED"}  # REQUEUED is a flag beside a base state
+
+
 def _split_state(value: Any, field_name: str) -> tuple[str, frozenset[str]]:
     """22.05 'RUNNING' or 23.02+ ['PENDING', 'REQUEUED'] -> ('PENDING', {'REQUEUED'})."""
     if isinstance(value, str):
@@ -228,7 +231,7 @@ def _split_state(value: Any, field_name: str) -> tuple[str, frozenset[str]]:
     items = [v.strip().upper() for v in items if v.strip()]
     if not items:
         raise SlurmParseError(f"{field_name}: empty state {quoted(value)}")
-    base = next((v for v in items if v in JOB_BASE_STATES - {"REQUEUED"}), None)
+    base = next((v for v in items if v in _BASE_STATES_BUT_REQUEUED), None)
     if base is None:
         base = next((v for v in items if v in JOB_BASE_STATES), items[0])
     return base, frozenset(v for v in items if v != base)
