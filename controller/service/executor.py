@@ -1,6 +1,6 @@
 """Applies lever actions (controller.core.actions) to a backend: the mode lives here only.
 
-One table, ``LEVERS``, says which backend method carries out which action type. The
+One table, ``LEVERS`` (controller.core.levers, shared with the simulator), says which backend method carries out which action type. The
 mode decides only the target the table is applied to:
 - enforce: the backend itself.
 - shadow: a ``ReadOnlyBackend`` (as Ray's autoscaler has a read-only provider): it
@@ -19,10 +19,8 @@ from collections import Counter, deque
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional, TypeVar
 
-from controller.core.actions import (
-    LeverAction, MovePartition, PinNodes, ReleaseBeginTime, Requeue, SetAdminComment, SetBand, SetMpsShare, Signal,
-    UnpinNodes,
-)
+from controller.core.actions import LeverAction, SetBand
+from controller.core.levers import LEVERS, Lever  # noqa: F401 - the typed table, shared with the simulator
 from controller.core.model import InputError
 from controller.service.backend import Backend, BackendUnavailable
 from controller.service.config import MODES
@@ -32,30 +30,6 @@ log = logging.getLogger("tiresias.executor")
 
 SHADOW_MEMORY = 200  # would-calls kept for inspection (tests, `tiresias shadow-diff`); older ones are counted only
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Lever:
-    """How one action type is carried out: ``method(backend)`` is the bound backend
-    method, called as ``method(job_id, *args(action))``; ``name`` is its name in logs."""
-
-    name: str
-    method: Callable[[Any], Callable[..., None]]
-    args: Callable[[Any], tuple]
-
-
-# The typed table: action type -> backend lever. SetBand is batched (one call per
-# round, see LeverExecutor.apply_bands) and so is not in it.
-LEVERS: dict[type, Lever] = {
-    PinNodes: Lever("pin_nodes", lambda b: b.pin_nodes, lambda a: (list(a.nodes),)),
-    UnpinNodes: Lever("pin_nodes", lambda b: b.pin_nodes, lambda a: ([],)),
-    ReleaseBeginTime: Lever("release_begin_time", lambda b: b.release_begin_time, lambda a: ()),
-    MovePartition: Lever("move_partition", lambda b: b.move_partition, lambda a: (a.to_partition,)),
-    SetMpsShare: Lever("set_mps_share", lambda b: b.set_mps_share, lambda a: (a.percent,)),
-    Signal: Lever("signal", lambda b: b.signal, lambda a: (a.signal_name, a.batch_only)),
-    Requeue: Lever("requeue", lambda b: b.requeue, lambda a: ()),
-    SetAdminComment: Lever("set_admin_comment", lambda b: b.set_admin_comment, lambda a: (a.text,)),
-}
 
 
 @dataclass

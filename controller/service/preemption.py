@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from controller.core.actions import Requeue, Signal
+from controller.core.levers import requeue_after_grace, signal_for
 from controller.core.plan import Plan
 from controller.core.protection import why_protected
 from controller.service.accounting import ACTIVE_STATES, TRANSIENT_STATES, Accounts
@@ -74,9 +74,7 @@ class Preemptions:
             how = (f"signal {signal.describe()}, requeue after {cfg.preempt_grace_s:g}s" if signal is not None
                    else "requeue without a signal (preempt_undeclared)")
             if signal is not None:
-                outcome = self.executor.apply(Signal(f"{action.decision_id}.signal", job.job_id, signal.name,
-                                                     signal.batch_only, reason=f"checkpoint before the requeue: {how}",
-                                                     cause_id=action.decision_id))
+                outcome = self.executor.apply(signal_for(action, signal.name, signal.batch_only, how))
                 if outcome.failed:
                     report.applied.append(entry(action, applied=False,
                                                 detail=self.contract.signal_failed(job.job_id, outcome.detail)))
@@ -84,9 +82,8 @@ class Preemptions:
             opened = self.executor.when_acting(lambda: self.store.begin_preemption(
                 cfg.cluster, job.job_id, now, job.restart_count, decision_id=action.decision_id))
             if opened is None:  # a read-only executor: the requeue after the grace is only said
-                self.executor.apply(Requeue(f"{action.decision_id}.requeue", job.job_id,
-                                            reason=f"grace period of {cfg.preempt_grace_s:g}s over",
-                                            cause_id=action.decision_id))
+                self.executor.apply(requeue_after_grace(f"{action.decision_id}.requeue", job.job_id,
+                                                        cfg.preempt_grace_s, action.decision_id))
                 report.applied.append(entry(action, applied=False, detail=self.executor.would_text(how)))
             elif opened:
                 self.contract.signal_failures.pop(job.job_id, None)
@@ -115,9 +112,8 @@ class Preemptions:
                 self.accounts.credit_until(job, self.clock())
                 self._close_requeued(job.job_id, now)
                 requeued += 1
-                requeue = Requeue(f"r{report.round_id}.q{requeued}", job.job_id,
-                                  reason=f"grace period of {cfg.preempt_grace_s:g}s over",
-                                  cause_id=pending.decision_id)
+                requeue = requeue_after_grace(f"r{report.round_id}.q{requeued}", job.job_id, cfg.preempt_grace_s,
+                                              pending.decision_id)
                 outcome = self.executor.apply(requeue)
                 if outcome.applied:
                     self.accounts.stopped_at[job.job_id] = now

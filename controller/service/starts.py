@@ -6,9 +6,8 @@ plan's order, a pin makes it place a skew-sensitive job where the plan placed it
 """
 from __future__ import annotations
 
-from controller.core.actions import PinNodes, ReleaseBeginTime, UnpinNodes
 from controller.core.bands import band_actions, site_factors
-from controller.core.placement import COUNT_NODE
+from controller.core.levers import changed_bands, pin_for_start, release_for_start, unpin_expired
 from controller.core.plan import Plan
 from controller.service.accounting import Accounts
 from controller.service.backend import ObservedJob
@@ -38,28 +37,23 @@ class Starts:
         cfg = self.config
         # 1. SiteFactor bands: queue level -> band, plan order within the band.
         factors = self.site_factors(plan, observed)
-        changed = {j: v for j, v in factors.items() if self.site_factors_set.get(j) != v
-                   and observed[j].site_factor != v}
+        changed = changed_bands(factors, self.site_factors_set, lambda j: observed[j].site_factor)
         result = self.executor.apply_bands(band_actions(plan.round_id, changed, plan.levels))
         if result.applied:
             self.site_factors_set.update(changed)
         # 2. starts: pins for consolidation, release a requeued job's BeginTime
+        # (controller.core.levers decides both, as for the simulator)
         for action in plan.of_kind("start"):
             job = observed[action.job_id]
             details, levers = [], []
-            nodes = sorted(node for node, _ in action.placement if node != COUNT_NODE)
-            sensitive = cfg.placement == "consolidate" and self.accounts.records[job.job_id].skew > cfg.pack_limit
-            # The job's own --nodelist/--exclude win: a pin would overwrite (and its
-            # expiry later clear) the user's node list, or name a node they excluded.
-            own_nodes = bool(job.required_nodes) and job.job_id not in self.pins
-            excluded = sorted(set(nodes) & set(job.excluded_nodes))
-            if sensitive and nodes and (own_nodes or excluded):
-                details.append("not pinned: the job's own " + ("--nodelist" if own_nodes else
-                               f"--exclude of {','.join(excluded)}") + " is kept")
-            elif sensitive and nodes and sorted(job.required_nodes) != nodes:
-                pin = PinNodes(f"{action.decision_id}.pin", job.job_id, tuple(nodes), now + cfg.pin_expiry_s,
-                               reason=f"skew {self.accounts.records[job.job_id].skew:.2f} > PACKLIMIT {cfg.pack_limit:g}: "
-                               "placed where the plan placed it", cause_id=action.decision_id)
+            skew = self.accounts.records[job.job_id].skew
+            pin, why_not = pin_for_start(action, skew=skew, pack_limit=cfg.pack_limit,
+                                         consolidate=cfg.placement == "consolidate",
+                                         required_nodes=job.required_nodes, excluded_nodes=job.excluded_nodes,
+                                         pinned_here=job.job_id in self.pins, expires_s=now + cfg.pin_expiry_s)
+            if why_not:
+                details.append(why_not)
+            if pin is not None:
                 # Written ahead: a crash between the row and the pin leaves a row to clear.
                 self.executor.when_acting(lambda: self.store.set_pin(cfg.cluster, pin.job_id, pin.expires_s,
                                                                      pin.cause_id))
@@ -72,20 +66,16 @@ class Starts:
                 elif outcome.failed and job.job_id not in self.pins:
                     self.store.clear_pin(cfg.cluster, job.job_id)
             if job.reason == "BeginTime" and job.restart_count > 0:
-                # Not at once: slurmd refuses to relaunch a job whose previous run it is
-                # still tearing down (epilog) and the job then FAILS ("already killed").
                 # Unknown when it stopped (this process started after the requeue):
                 # count the settle time from now rather than risk the relaunch.
                 stopped = self.accounts.stopped_at.setdefault(job.job_id, now)
-                if now - stopped >= cfg.requeue_settle_s:
-                    outcome = self.executor.apply(ReleaseBeginTime(
-                        f"{action.decision_id}.release", job.job_id,
-                        reason=f"requeued {now - stopped:.0f}s ago: settled", cause_id=action.decision_id))
+                release, kept = release_for_start(action, stopped, now, cfg.requeue_settle_s)
+                if release is not None:
+                    outcome = self.executor.apply(release)
                     details.append(outcome.detail)
                     levers.append(outcome.applied)
                 else:
-                    details.append(f"BeginTime kept {cfg.requeue_settle_s - (now - stopped):.0f}s more: "
-                                   "the previous run is still being torn down")
+                    details.append(kept)
             # A start is a decision: Slurm's scheduler starts the job (its SiteFactor band
             # puts it first); "applied" only when a lever for it was carried out here.
             details.insert(0, "decision: left to Slurm's scheduler (SiteFactor band)")
@@ -100,9 +90,7 @@ class Starts:
                 self._drop_pin(job_id)
             elif job.state == "PENDING" and now >= expiry:
                 expired += 1
-                unpin = UnpinNodes(f"r{plan.round_id}.u{expired}", job_id,
-                                   reason=f"pin expired {now - expiry:.0f}s ago and the job waits",
-                                   cause_id=self.pin_causes.get(job_id, ""))
+                unpin = unpin_expired(plan.round_id, expired, job_id, expiry, now, self.pin_causes.get(job_id, ""))
                 outcome = self.executor.apply(unpin)
                 report.applied.append(entry(unpin, applied=outcome.applied, detail=outcome.detail))
                 self._drop_pin(job_id)
