@@ -45,6 +45,8 @@ class ScriptedSlurm:
         self.nodes = {f"n{i:04d}": 0 for i in range(nodes)}  # node -> GPUs used
         self.jobs: dict[int, dict] = {}
         self.site_factors: dict[int, int] = {}
+        self.work_left_s: dict[int, float] = {}  # job id -> seconds of work left (submit(work_s=...))
+        self.signalled_at: dict[int, int] = {}  # running job id -> when its checkpoint signal came
         self.calls: Counter = Counter()
         self.now = 1_000_000
         self.answer_cpu_s = self.answer_wall_s = 0.0
@@ -81,10 +83,79 @@ class ScriptedSlurm:
                       state_reason="Priority", requeue=True, batch_flag=True, required_nodes="", excluded_nodes="")
         return record
 
-    def submit(self, job_id: int, gpus: int) -> None:
-        """A new pending job."""
+    def submit(self, job_id: int, gpus: int, work_s: float | None = None, requeue: bool = True,
+               comment: str = "") -> None:
+        """A new pending job; ``work_s``: the seconds of work it runs for (None: until
+        finish_one); ``requeue``: --requeue (False: not preemptable for the controller)."""
         self.jobs[job_id] = self._pending(job_id, gpus, self.now)
+        self.jobs[job_id].update(requeue=requeue, comment=comment)
+        if work_s is not None:
+            self.work_left_s[job_id] = float(work_s)
         self._texts.clear()
+
+    # -- slurmctld's scheduler and the jobs' own progress (tests/test_lever_parity.py) --
+    def advance(self, now: int) -> list[int]:
+        """The clock moves to ``now``: every running job whose work is done by then
+        completes and leaves the list; returns their ids."""
+        self.now = now
+        done = [j for j, r in self.jobs.items() if r["job_state"] == "RUNNING" and j in self.work_left_s
+                and r["start_time"] + self.work_left_s[j] <= now]
+        for job_id in done:
+            record = self.jobs.pop(job_id)
+            self.nodes[record["nodes"]] -= self._gpus(record)
+            self.work_left_s.pop(job_id)
+        if done:
+            self._texts.clear()
+        return done
+
+    def schedule(self) -> list[tuple[int, str]]:
+        """What slurmctld's multifactor priority and scheduler do: pending jobs not held
+        (a requeued job waits on its BeginTime until released) by priority, here the
+        SiteFactor, then age (the older first), then job id; each starts on the node with
+        the fewest free GPUs it fits on, within its ReqNodeList if set; one that fits
+        nowhere waits and the next is tried. Returns (job id, node) per start."""
+        pending = [j for j, r in self.jobs.items() if r["job_state"] == "PENDING" and r["state_reason"] != "BeginTime"]
+        pending.sort(key=lambda j: (-self.site_factors.get(j, 0), self.jobs[j]["submit_time"], j))
+        started = []
+        for job_id in pending:
+            record = self.jobs[job_id]
+            gpus = self._gpus(record)
+            allowed = record["required_nodes"].split(",") if record["required_nodes"] else list(self.nodes)
+            fits = [(self.gpus_per_node - self.nodes[n], n) for n in allowed
+                    if n in self.nodes and self.nodes[n] + gpus <= self.gpus_per_node]
+            if not fits:
+                continue
+            node = min(fits)[1]
+            self.nodes[node] += gpus
+            running = self._running(job_id, node, gpus, self.now)
+            for key in ("submit_time", "comment", "requeue", "user_name", "restart_cnt", "required_nodes"):
+                running[key] = record[key]
+            self.jobs[job_id] = running
+            started.append((job_id, node))
+        if started:
+            self._texts.clear()
+        return started
+
+    @staticmethod
+    def _gpus(record: dict) -> int:
+        return int(record["tres_per_node"].rsplit(":", 1)[1])
+
+    def _requeue(self, job_id: int) -> None:
+        """scontrol requeue: back to PENDING with restart_cnt + 1, held by a BeginTime
+        (22.05) until released; the work since the checkpoint its signal asked for is
+        lost (none kept without a signal)."""
+        record = self.jobs[job_id]
+        if record["job_state"] != "RUNNING":
+            raise ValueError(f"job {job_id} is {record['job_state']}")
+        kept_until = self.signalled_at.pop(job_id, record["start_time"])
+        if job_id in self.work_left_s:
+            self.work_left_s[job_id] -= kept_until - record["start_time"]
+        self.nodes[record["nodes"]] -= self._gpus(record)
+        pending = self._pending(job_id, self._gpus(record), record["submit_time"])
+        for key in ("comment", "requeue", "user_name", "required_nodes"):
+            pending[key] = record[key]
+        pending.update(restart_cnt=record["restart_cnt"] + 1, state_reason="BeginTime")
+        self.jobs[job_id] = pending
 
     def start_one(self) -> int:
         """The pending job with the highest SiteFactor starts on a node with room."""
@@ -146,6 +217,26 @@ class ScriptedSlurm:
                 self.site_factors[int(job_id)] = value
             return CommandResult(0, "", "")
         self.calls[" ".join(argv[:2])] += 1
+        return self._lever(argv)
+
+    def _lever(self, argv: list[str]) -> CommandResult:
+        """The other levers change the job as slurmctld would: a pin (ReqNodeList), the
+        BeginTime release (StartTime=now), a requeue, a checkpoint signal's time."""
+        job_id = int(argv[-1]) if argv[0] in ("scancel", "scontrol") and argv[-1].isdigit() else None
+        if argv[:2] == ["scontrol", "update"]:
+            job_id, (key, _, value) = int(argv[2].split("=", 1)[1]), argv[3].partition("=")
+            record = self.jobs.get(job_id)
+            if record is None:
+                return CommandResult(1, "", f"slurm_update error: Invalid job id specified ({job_id})")
+            if key == "ReqNodeList":
+                record["required_nodes"] = value
+            elif key == "StartTime" and record["state_reason"] == "BeginTime":
+                record["state_reason"] = "Priority"
+        elif argv[:2] == ["scontrol", "requeue"] and job_id in self.jobs:
+            self._requeue(job_id)
+        elif argv[0] == "scancel" and job_id in self.jobs and any(a.startswith("--signal=") for a in argv):
+            self.signalled_at.setdefault(job_id, self.now)
+        self._texts.clear()
         return CommandResult(0, "", "")
 
     def _text(self, which: str) -> str:

@@ -105,3 +105,12 @@ def signal_for(preempt: Preempt, signal_name: str, batch_only: bool, how: str) -
 def requeue_after_grace(decision_id: str, job_id: str, grace_s: float, cause_id: str) -> Requeue:
     """The requeue that ends a preemption's grace period; cites the preemption."""
     return Requeue(decision_id, job_id, reason=f"grace period of {grace_s:g}s over", cause_id=cause_id)
+
+
+def action_row(action) -> tuple:
+    """(decision id, kind, job id, value, cause id): a lever action as executors'
+    outputs are compared (tests/test_lever_parity.py); the value is what the lever sets."""
+    value = {"band": lambda a: a.site_factor, "pin": lambda a: a.nodes, "move": lambda a: a.to_partition,
+             "share": lambda a: a.percent, "signal": lambda a: a.signal_name,
+             "admin_comment": lambda a: a.text}.get(action.kind, lambda a: None)(action)
+    return action.decision_id, action.kind, action.job_id, value, action.cause_id

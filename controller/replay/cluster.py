@@ -281,17 +281,25 @@ class SimCluster:
         the grace period (``leaving``), then ``release``. Returns True when there is no
         grace period (released at once: only the requeue delay)."""
         cfg = self.cfg
-        self.sync(job, now)
-        done_s = self.completion_time(job) if cfg.grace_work_kept else math.inf
-        job.running = False
-        job.preemptions += 1
-        self.preemptions += 1
-        self.run_state[job.index].version += 1
+        done_s = self.signal_now(job, now)
         if cfg.preempt_grace_s > 0:
             heapq.heappush(self.leaving, (min(now + cfg.preempt_grace_s, done_s), job.index, now, done_s))
             return False
         self.release(job, now, done_s, now)
         return True
+
+    def signal_now(self, job: JobState, now: float) -> float:
+        """The signal itself: the job stops running (it keeps its GPUs until
+        ``release``) and counts a preemption; returns when its work would end (inf
+        unless grace_work_kept). The lever replay (controller.replay.lever_replay)
+        releases it when its Requeue action comes, as the controller does."""
+        self.sync(job, now)
+        done_s = self.completion_time(job) if self.cfg.grace_work_kept else math.inf
+        job.running = False
+        job.preemptions += 1
+        self.preemptions += 1
+        self.run_state[job.index].version += 1
+        return done_s
 
     def release(self, job: JobState, signalled_s: float, done_s: float, now: float) -> None:
         """The grace period is over: the controller requeues the victim. It was charged

@@ -1,0 +1,292 @@
+"""A replay that runs the controller's round and predicts every lever it pulls.
+
+The other replay loops execute the engine's Start / Preempt on the simulated
+cluster directly. This one does what the controller does (controller.service.
+daemon ``Controller._round``): rounds on a fixed grid; each round's plan is turned
+into lever actions by the same producers (controller.core.bands for the SiteFactor
+bands, controller.core.levers for pins, their expiry, the BeginTime release, the
+checkpoint signal and the requeue after the grace period), in the controller's
+order, and applied through the same typed table (controller.core.levers.LEVERS) to
+``SimSlurm``, a simulated slurmctld. Then, as slurmctld's multifactor priority and
+scheduler would, ``SimSlurm.schedule`` starts the pending jobs in SiteFactor order
+(ties: the older job first), each where it fits, a pinned job only on its pin, a
+requeued job only once released. So the bands are the simulator's start order, and
+a wrong band changes what starts.
+
+tests/test_lever_parity.py runs one workload through this and through the
+controller against a scripted slurmctld and asserts the same actions in the same
+rounds. Not modelled here: the handoff check (controller.service.handoff), partition
+moves and MPS shares (``SimSlurm`` carries the levers out, but their producers read
+the partition map and the MPS pools, which a replay does not have).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Optional
+
+from controller.core.actions import LeverAction, SetBand
+from controller.core.bands import band_actions, site_factors
+from controller.core.engine import Engine
+from controller.core.levers import (LEVERS, changed_bands, pin_for_start, release_for_start, requeue_after_grace,
+                                    signal_for, unpin_expired)
+from controller.core.model import InputError, JobSpec, JobState, Snapshot
+from controller.replay.cluster import EPS, RunState, SimCluster, SimConfig, plannable_free
+
+
+@dataclass(frozen=True)
+class LeverSettings:
+    """The controller's settings the levers need (controller.service.config names)."""
+
+    site_factor_band: int = 100000
+    pin_expiry_s: float = 300.0
+    requeue_settle_s: float = 5.0
+    signal_name: str = "USR1"  # the workload's declared checkpoint signal (--signal=B:USR1@...)
+    batch_only: bool = True
+
+
+@dataclass
+class LeverReplay:
+    """Per round (1-based ids, as the controller's): its lever actions in the order
+    applied, and the jobs the simulated slurmctld started after it, as (job id, nodes)."""
+
+    levers: list[list[LeverAction]] = field(default_factory=list)
+    starts: list[list[tuple[str, tuple[str, ...]]]] = field(default_factory=list)
+    round_times_s: list[float] = field(default_factory=list)
+
+
+class SimSlurm:
+    """The simulated slurmctld an executor acts on: the lever methods of the service's
+    backend port (controller.service.backend), carried out on a SimCluster.
+
+    ``site_factor``, ``pins`` (ReqNodeList), ``held`` (requeued, BeginTime not yet
+    released), ``partition``, ``mps_share``, ``admin_comment``: what the levers set;
+    ``leaving``: signalled jobs (signalled at, when their work would end)."""
+
+    def __init__(self, cluster: SimCluster, jobs: Iterable[JobState]):
+        self.cluster = cluster
+        self.by_id = {job.job_id: job for job in jobs}
+        self.now = 0.0
+        self.pending: dict[str, JobState] = {}  # submitted, not running, not leaving
+        self.site_factor: dict[str, int] = {}
+        self.pins: dict[str, tuple[str, ...]] = {}
+        self.held: set[str] = set()
+        self.partition: dict[str, str] = {}
+        self.mps_share: dict[str, int] = {}
+        self.admin_comment: dict[str, str] = {}
+        self.leaving: dict[str, tuple[float, float]] = {}
+
+    def _pending_job(self, job_id: str) -> JobState:
+        if job_id not in self.pending:
+            raise RuntimeError(f"job {job_id} is not PENDING")
+        return self.pending[job_id]
+
+    # -- the levers (the backend port's names and arguments) ------------------------
+    def set_site_factors(self, factors: dict[str, int]) -> None:
+        self.site_factor.update(factors)
+
+    def pin_nodes(self, job_id: str, nodes: list[str]) -> None:
+        self._pending_job(job_id)
+        if nodes:
+            self.pins[job_id] = tuple(nodes)
+        else:
+            self.pins.pop(job_id, None)
+
+    def release_begin_time(self, job_id: str) -> None:
+        self._pending_job(job_id)
+        self.held.discard(job_id)
+
+    def move_partition(self, job_id: str, partition: str) -> None:
+        self._pending_job(job_id)
+        self.partition[job_id] = partition
+
+    def set_mps_share(self, job_id: str, shares: int) -> None:
+        self._pending_job(job_id)
+        self.mps_share[job_id] = shares
+
+    def set_admin_comment(self, job_id: str, text: str) -> None:
+        self.admin_comment[job_id] = text
+
+    def signal(self, job_id: str, signal_name: str, batch_only: bool) -> None:
+        job = self.by_id[job_id]
+        if not job.running:
+            raise RuntimeError(f"job {job_id} is not RUNNING; nothing sent")
+        self.leaving[job_id] = (self.now, self.cluster.signal_now(job, self.now))
+
+    def requeue(self, job_id: str) -> None:
+        """Back to PENDING, held (BeginTime) until released; its GPUs are free now and
+        its work since the signal's checkpoint is lost (SimCluster.release)."""
+        if job_id not in self.leaving:
+            raise RuntimeError(f"job {job_id} is not RUNNING")
+        signalled_s, done_s = self.leaving.pop(job_id)
+        job = self.by_id[job_id]
+        self.cluster.release(job, signalled_s, done_s, self.now)
+        self.cluster.settling.clear()  # slurmctld's requeue delay is the BeginTime hold below
+        if job.finish_time_s is None:
+            self.pending[job_id] = job
+            self.held.add(job_id)
+
+    # -- slurmctld's scheduler --------------------------------------------------------
+    def schedule(self) -> list[tuple[str, tuple[str, ...]]]:
+        """Start the pending jobs by priority (SiteFactor, then the older job), each on
+        the node with the fewest free GPUs it fits on (its pin's nodes only, if pinned);
+        a job that fits nowhere waits and the next one is tried. Single-node jobs."""
+        free = self.cluster.free_by_node
+        order = sorted((job for job_id, job in self.pending.items() if job_id not in self.held),
+                       key=lambda job: (-self.site_factor.get(job.job_id, 0), job.spec.submit_time_s, job.index))
+        started = []
+        for job in order:
+            allowed = self.pins.get(job.job_id) or free
+            fits = [(free[node], node) for node in allowed if free.get(node, 0) >= job.num_gpus]
+            if not fits:
+                continue
+            node = min(fits)[1]
+            self.cluster.start(job, ((node, job.num_gpus),), self.now)
+            del self.pending[job.job_id]
+            started.append((job.job_id, (node,)))
+        return started
+
+
+class LeverRound:
+    """The controller's per-job lever state, kept as controller.service.starts and
+    .preemption keep it: bands sent, pins set (expiry, cause), when a job stopped,
+    the open preemptions (signalled at, decision id), oldest first."""
+
+    def __init__(self, settings: LeverSettings, engine: Engine, slurm: SimSlurm, grace_s: float):
+        self.settings = settings
+        self.engine = engine
+        self.slurm = slurm
+        self.grace_s = grace_s
+        self.sent: dict[str, int] = {}
+        self.pins: dict[str, float] = {}
+        self.pin_causes: dict[str, str] = {}
+        self.stopped_at: dict[str, float] = {}
+        self.open: dict[str, tuple[float, str]] = {}
+        self.applied: list[LeverAction] = []
+
+    def apply(self, action: LeverAction) -> bool:
+        """The executor: the action's lever from the shared table, on SimSlurm."""
+        self.applied.append(action)
+        if isinstance(action, SetBand):
+            raise InputError("SetBand goes through apply_bands")
+        lever = LEVERS[type(action)]
+        try:
+            lever.method(self.slurm)(action.job_id, *lever.args(action))
+        except RuntimeError:
+            return False
+        return True
+
+    def run(self, plan, now: float) -> list[LeverAction]:
+        cfg, slurm, engine_cfg = self.settings, self.slurm, self.engine.config
+        self.applied = []
+        # 1. bands (controller.service.starts.Starts.apply)
+        pending = slurm.pending
+        started = {j for j, job in pending.items() if job.first_start_s is not None}
+        factors = site_factors(plan.order, plan.levels, pending, started, len(engine_cfg.thresholds_gpu_s) + 1,
+                               cfg.site_factor_band, self.engine.policy.discretized)
+        changed = changed_bands(factors, self.sent, slurm.site_factor.get)
+        bands = band_actions(plan.round_id, changed, plan.levels)
+        if bands:
+            self.applied.extend(bands)
+            slurm.set_site_factors({band.job_id: band.site_factor for band in bands})
+            self.sent.update(changed)
+        # 2. the plan's starts: pins, releases
+        for action in plan.of_kind("start"):
+            job = slurm.by_id[action.job_id]
+            pin, _ = pin_for_start(action, skew=job.spec.skew, pack_limit=engine_cfg.pack_limit,
+                                   consolidate=engine_cfg.placement == "consolidate",
+                                   required_nodes=slurm.pins.get(job.job_id, ()), excluded_nodes=(),
+                                   pinned_here=job.job_id in self.pins, expires_s=now + cfg.pin_expiry_s)
+            if pin is not None and self.apply(pin):
+                self.pins[job.job_id] = pin.expires_s
+                self.pin_causes[job.job_id] = pin.cause_id
+            if job.job_id in slurm.held:
+                release, _ = release_for_start(action, self.stopped_at.setdefault(job.job_id, now), now,
+                                               cfg.requeue_settle_s)
+                if release is not None:
+                    self.apply(release)
+        # 3. expired pins of jobs that still wait; forgotten when the job is gone
+        expired = 0
+        for job_id, expiry in list(self.pins.items()):
+            job = slurm.by_id[job_id]
+            if job.finish_time_s is not None:
+                self._drop_pin(job_id)
+            elif job_id in pending and now >= expiry:
+                expired += 1
+                self.apply(unpin_expired(plan.round_id, expired, job_id, expiry, now,
+                                         self.pin_causes.get(job_id, "")))
+                self._drop_pin(job_id)
+        # 4. the plan's victims: signalled (controller.service.preemption.Preemptions.begin)
+        how = f"signal {cfg.signal_name}, requeue after {self.grace_s:g}s"
+        for action in plan.of_kind("preempt"):
+            if action.job_id in self.open:
+                continue
+            if self.apply(signal_for(action, cfg.signal_name, cfg.batch_only, how)):
+                self.open[action.job_id] = (now, action.decision_id)
+        # 5. grace periods over: requeued (Preemptions.advance), oldest first
+        requeued = 0
+        for job_id, (signalled_s, cause) in sorted(self.open.items(), key=lambda item: item[1][0]):
+            if job_id not in slurm.leaving:  # ended meanwhile
+                del self.open[job_id]
+                continue
+            if now >= signalled_s + self.grace_s:
+                requeued += 1
+                del self.open[job_id]
+                if self.apply(requeue_after_grace(f"r{plan.round_id}.q{requeued}", job_id, self.grace_s, cause)):
+                    self.stopped_at[job_id] = now
+        return self.applied
+
+    def _drop_pin(self, job_id: str) -> None:
+        self.pins.pop(job_id, None)
+        self.pin_causes.pop(job_id, None)
+
+
+def replay_levers(cfg: SimConfig, specs: Iterable[JobSpec], settings: LeverSettings = LeverSettings(),
+                  start_s: Optional[float] = None, max_rounds: int = 100000) -> LeverReplay:
+    """Replay ``specs`` (with durations, single-node gangs) with a round every
+    ``cfg.round_interval_s`` from ``start_s`` (default: the first submission) until
+    every job finished; returns each round's levers and starts."""
+    interval = cfg.round_interval_s
+    if interval is None:
+        raise InputError("round-interval-s: the lever replay needs a fixed round interval")
+    jobs = [JobState(spec=spec, index=i) for i, spec in enumerate(sorted(specs, key=lambda s: s.submit_time_s))]
+    for job in jobs:
+        if job.spec.duration_s is None:
+            raise InputError(f"job {job.job_id}: the simulator needs a duration")
+        if job.num_gpus > cfg.gpus_per_node:
+            raise InputError(f"job {job.job_id}: the lever replay places single-node jobs only "
+                             f"({job.num_gpus} GPUs > {cfg.gpus_per_node} per node)")
+    engine = Engine(cfg.engine)
+    cluster = SimCluster(cfg, jobs, [RunState() for _ in jobs], None)
+    slurm = SimSlurm(cluster, jobs)
+    levers = LeverRound(settings, engine, slurm, cfg.preempt_grace_s)
+    out = LeverReplay()
+    now = start_s if start_s is not None else (jobs[0].spec.submit_time_s if jobs else 0.0)
+    next_arrival = 0
+    while (next_arrival < len(jobs) or slurm.pending or slurm.leaving
+           or any(job.running for job in jobs)) and len(out.levers) < max_rounds:
+        slurm.now = now
+        for _ in cluster.finish_due(now):
+            pass
+        while next_arrival < len(jobs) and jobs[next_arrival].spec.submit_time_s <= now + EPS:
+            job = jobs[next_arrival]
+            cluster.run_state[job.index].last_sync_s = job.spec.submit_time_s
+            slurm.pending[job.job_id] = job
+            next_arrival += 1
+        active = [job for job in jobs[:next_arrival] if job.finish_time_s is None and job.job_id not in slurm.leaving]
+        for job in active:
+            cluster.sync(job, now)
+        round_id = len(out.levers) + 1
+        plan = engine.step(Snapshot(now_s=now, jobs=active, nodes=cluster.nodes, round_id=round_id, explain=False,
+                                    free_by_node=plannable_free(cluster.free_by_node, (slurm.by_id[j] for j in slurm.leaving)),
+                                    capacity_gpus=cfg.capacity_gpus))
+        for action in plan.of_kind("promote"):  # as the controller's accounts.promote
+            job = slurm.by_id[action.job_id]
+            job.queue_service_gpu_s = job.executed_since_promotion_s = job.waited_since_promotion_s = 0.0
+            job.promotions += 1
+        for job_id, (level, entry) in plan.positions.items():
+            slurm.by_id[job_id].queue_level, slurm.by_id[job_id].queue_entry = level, entry
+        out.levers.append(levers.run(plan, now))
+        out.starts.append(slurm.schedule())
+        out.round_times_s.append(now)
+        now += interval
+    return out
