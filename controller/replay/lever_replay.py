@@ -60,7 +60,7 @@ class SimSlurm:
 
     ``site_factor``, ``pins`` (ReqNodeList), ``held`` (requeued, BeginTime not yet
     released), ``partition``, ``mps_share``, ``admin_comment``: what the levers set;
-    ``leaving``: signalled jobs (signalled at, when their work would end)."""
+    ``leaving``: signalled jobs (signalled at, when their work ends if not requeued first)."""
 
     def __init__(self, cluster: SimCluster, jobs: Iterable[JobState]):
         self.cluster = cluster
@@ -110,7 +110,20 @@ class SimSlurm:
         job = self.by_id[job_id]
         if not job.running:
             raise RuntimeError(f"job {job_id} is not RUNNING; nothing sent")
-        self.leaving[job_id] = (self.now, self.cluster.signal_now(job, self.now))
+        # It runs on through the grace period: work that ends before the requeue ends
+        # the job (finish_leaving), whether or not it keeps the work done after the
+        # signal for a restart (SimConfig.grace_work_kept: not here).
+        self.cluster.sync(job, self.now)
+        done_s = self.cluster.completion_time(job)
+        self.cluster.signal_now(job, self.now)
+        self.leaving[job_id] = (self.now, done_s)
+
+    def finish_leaving(self) -> None:
+        """Signalled jobs whose work ended by now, before their requeue: they end."""
+        for job_id, (signalled_s, done_s) in list(self.leaving.items()):
+            if done_s <= self.now + EPS:
+                del self.leaving[job_id]
+                self.cluster.release(self.by_id[job_id], signalled_s, done_s, self.now)
 
     def requeue(self, job_id: str) -> None:
         """Back to PENDING, held (BeginTime) until released; its GPUs are free now and
@@ -267,6 +280,7 @@ def replay_levers(cfg: SimConfig, specs: Iterable[JobSpec], settings: LeverSetti
         slurm.now = now
         for _ in cluster.finish_due(now):
             pass
+        slurm.finish_leaving()
         while next_arrival < len(jobs) and jobs[next_arrival].spec.submit_time_s <= now + EPS:
             job = jobs[next_arrival]
             cluster.run_state[job.index].last_sync_s = job.spec.submit_time_s
