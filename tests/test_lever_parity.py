@@ -52,7 +52,7 @@ def simulated(workload=WORKLOAD, settings=SETTINGS) -> list[list[tuple]]:
     sim = SimConfig(nodes=NODES, gpus_per_node=GPUS_PER_NODE, engine=config.engine_config(),
                     round_interval_s=float(INTERVAL), preempt_grace_s=config.preempt_grace_s)
     out = replay_levers(sim, specs, LeverSettings(config.site_factor_band, config.pin_expiry_s,
-                                                  config.requeue_settle_s, "USR1", True), start_s=float(T0))
+                                                  config.requeue_settle_s, config.handoff_timeout_s, "USR1", True), start_s=float(T0))
     return [[action_row(a) for a in levers] + [("", "start", j, nodes, "") for j, nodes in starts]
             for levers, starts in zip(out.levers, out.starts)]
 
@@ -107,7 +107,8 @@ def seeded(seed: int, jobs: int) -> list[tuple]:
 
 # (seed, jobs): chosen so that together they preempt, requeue, release, pin and unpin,
 # and one victim's work ends within its grace period (it ends, never requeued: 111)
-SEEDS = [(0, 14), (2, 14), (7, 14), (10, 14), (111, 24), (112, 24)]
+# and one plan's preemptions wait on a failed handoff (237)
+SEEDS = [(0, 14), (2, 14), (7, 14), (10, 14), (111, 24), (112, 24), (237, 30)]
 
 
 @pytest.mark.parametrize("seed,jobs", SEEDS)
@@ -135,6 +136,24 @@ def test_the_comparison_sees_a_simulator_that_skips_its_bands(tmp_path, monkeypa
     sim = simulated()
     assert [r for r in sim[:40] if any(row[1] == "start" for row in r)] != \
         [r for r in real if any(row[1] == "start" for row in r)]
+
+
+def test_a_simulator_without_the_handoff_rule_signals_a_victim_the_controller_keeps(tmp_path, monkeypatch):
+    """Seed 237: the controller keeps job 30 running one round (the job it would be
+    preempted for did not start after its last preemption); a simulator without the
+    rule signals it at once."""
+    workload = seeded(237, 30)
+    real = controlled(len(simulated(workload=workload)), tmp_path, workload=workload)
+
+    class NoRule(lever_replay.HandoffBook):
+        def blocking(self, start_ids, now, leaving):
+            return []
+
+    monkeypatch.setattr(lever_replay, "HandoffBook", NoRule)
+    sim = simulated(workload=workload)
+    signals = lambda rounds: [row for actions in rounds for row in actions if row[1] == "signal"]  # noqa: E731
+    assert ("r55.1.signal", "signal", "30", "USR1", "r55.1") in signals(sim)
+    assert ("r55.1.signal", "signal", "30", "USR1", "r55.1") not in signals(real)
 
 
 def test_a_pin_that_expires_is_cleared_in_both_citing_its_start(tmp_path):

@@ -15,8 +15,8 @@ a wrong band changes what starts.
 
 tests/test_lever_parity.py runs one workload through this and through the
 controller against a scripted slurmctld and asserts the same actions in the same
-rounds. Not modelled here: the handoff check (controller.service.handoff), partition
-moves and MPS shares (``SimSlurm`` carries the levers out, but their producers read
+rounds. The handoff rule (controller.core.handoffs) holds back the same preemptions
+as in the controller. Not produced here: partition moves and MPS shares (``SimSlurm`` carries the levers out, but their producers read
 the partition map and the MPS pools, which a replay does not have).
 """
 from __future__ import annotations
@@ -27,6 +27,7 @@ from typing import Iterable, Optional
 from controller.core.actions import LeverAction, SetBand
 from controller.core.bands import band_actions, site_factors
 from controller.core.engine import Engine
+from controller.core.handoffs import HandoffBook
 from controller.core.levers import (LEVERS, changed_bands, pin_for_start, release_for_start, requeue_after_grace,
                                     signal_for, unpin_expired)
 from controller.core.model import InputError, JobSpec, JobState, Snapshot
@@ -40,6 +41,7 @@ class LeverSettings:
     site_factor_band: int = 100000
     pin_expiry_s: float = 300.0
     requeue_settle_s: float = 5.0
+    handoff_timeout_s: float = 120.0
     signal_name: str = "USR1"  # the workload's declared checkpoint signal (--signal=B:USR1@...)
     batch_only: bool = True
 
@@ -160,9 +162,9 @@ class SimSlurm:
 
 
 class LeverRound:
-    """The controller's per-job lever state, kept as controller.service.starts and
-    .preemption keep it: bands sent, pins set (expiry, cause), when a job stopped,
-    the open preemptions (signalled at, decision id), oldest first."""
+    """The controller's per-job lever state, kept as controller.service.starts,
+    .preemption and .handoff keep it: bands sent, pins set (expiry, cause), when a
+    job stopped, the open preemptions (signalled at, decision id), the handoffs."""
 
     def __init__(self, settings: LeverSettings, engine: Engine, slurm: SimSlurm, grace_s: float):
         self.settings = settings
@@ -174,6 +176,7 @@ class LeverRound:
         self.pin_causes: dict[str, str] = {}
         self.stopped_at: dict[str, float] = {}
         self.open: dict[str, tuple[float, str]] = {}
+        self.handoffs = HandoffBook()
         self.applied: list[LeverAction] = []
 
     def apply(self, action: LeverAction) -> bool:
@@ -191,6 +194,8 @@ class LeverRound:
     def run(self, plan, now: float) -> list[LeverAction]:
         cfg, slurm, engine_cfg = self.settings, self.slurm, self.engine.config
         self.applied = []
+        leaving = set(self.open)  # signalled before this round (the controller's Preemptions.leaving)
+        self.handoffs.check(self._state, now, cfg.handoff_timeout_s)
         # 1. bands (controller.service.starts.Starts.apply)
         pending = slurm.pending
         started = {j for j, job in pending.items() if job.first_start_s is not None}
@@ -228,13 +233,20 @@ class LeverRound:
                 self.apply(unpin_expired(plan.round_id, expired, job_id, expiry, now,
                                          self.pin_causes.get(job_id, "")))
                 self._drop_pin(job_id)
-        # 4. the plan's victims: signalled (controller.service.preemption.Preemptions.begin)
-        how = f"signal {cfg.signal_name}, requeue after {self.grace_s:g}s"
-        for action in plan.of_kind("preempt"):
-            if action.job_id in self.open:
-                continue
-            if self.apply(signal_for(action, cfg.signal_name, cfg.batch_only, how)):
-                self.open[action.job_id] = (now, action.decision_id)
+        # 4. the plan's victims: signalled (controller.service.preemption.Preemptions.begin),
+        # unless a job the plan starts already had its preemption (the handoff rule)
+        start_ids = [action.job_id for action in plan.of_kind("start")]
+        if not self.handoffs.blocking(start_ids, now, leaving):
+            how = f"signal {cfg.signal_name}, requeue after {self.grace_s:g}s"
+            victims, causes = [], []
+            for action in plan.of_kind("preempt"):
+                if action.job_id in self.open:
+                    continue
+                if self.apply(signal_for(action, cfg.signal_name, cfg.batch_only, how)):
+                    self.open[action.job_id] = (now, action.decision_id)
+                    victims.append(action.job_id)
+                    causes.append(action.decision_id)
+            self.handoffs.expect(start_ids, now, tuple(victims), tuple(causes))
         # 5. grace periods over: requeued (Preemptions.advance), oldest first
         requeued = 0
         for job_id, (signalled_s, cause) in sorted(self.open.items(), key=lambda item: item[1][0]):
@@ -247,6 +259,13 @@ class LeverRound:
                 if self.apply(requeue_after_grace(f"r{plan.round_id}.q{requeued}", job_id, self.grace_s, cause)):
                     self.stopped_at[job_id] = now
         return self.applied
+
+    def _state(self, job_id: str) -> str:
+        """The job's state as Slurm reports it (a signalled job still runs)."""
+        job = self.slurm.by_id[job_id]
+        if job.running or job_id in self.slurm.leaving:
+            return "RUNNING"
+        return "PENDING" if job_id in self.slurm.pending else "COMPLETED"
 
     def _drop_pin(self, job_id: str) -> None:
         self.pins.pop(job_id, None)

@@ -16,16 +16,15 @@ signal again for such a job.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Optional
 
+from controller.core.handoffs import BLOCK_FACTOR, HandoffBook, Watch  # noqa: F401 - the rule, shared with the simulator
 from controller.core.plan import Plan
 from controller.service.backend import ObservedJob
 from controller.service.config import Config
 from controller.service.report import RoundReport
 from controller.service.store import Store
 
-BLOCK_FACTOR = 10  # a failed handoff blocks preemptions for the job this many timeouts
 MAX_DELAYS_KEPT = 1000  # handoff delays kept for reports (the latest)
 _STARTED = re.compile(r"started (\d+)s after the victims' signal")
 
@@ -41,22 +40,17 @@ def started_delay_s(detail: str) -> Optional[float]:
     return float(match.group(1)) if match else None
 
 
-@dataclass
-class Watch:
-    signalled_s: float
-    victims: tuple[str, ...]
-    causes: tuple[str, ...] = ()  # the preemption decisions that made room (the handoff cites them)
-
-
 class Handoffs:
     """The watched handoffs (``watching``: beneficiary job id -> its watch) and the
-    failed ones (``blocked_until``: job id -> epoch s), loaded from the store."""
+    failed ones (``blocked_until``: job id -> epoch s), loaded from the store; the
+    rule is controller.core.handoffs.HandoffBook's, this class persists and logs it."""
 
     def __init__(self, config: Config, store: Store):
         self.config = config
         self.store = store
-        self.watching: dict[str, Watch] = {}
-        self.blocked_until: dict[str, float] = {}
+        self.book = HandoffBook()
+        self.watching = self.book.watching
+        self.blocked_until = self.book.blocked_until
         for job_id, signalled_s, victims, blocked_until_s in store.load_handoffs(config.cluster):
             if blocked_until_s is None:
                 self.watching[job_id] = Watch(signalled_s, victims)
@@ -66,73 +60,44 @@ class Handoffs:
         self.failed = 0
         self.delays_s: list[float] = []
 
-    def blocking(self, plan: Plan, now: float, leaving: set[str]) -> list[str]:
-        """Why this plan's preemptions must wait, one line per job it starts that got
-        a preemption already: its handoff failed recently, or is pending with every
-        victim gone (requeued) and the job still not started. While some victim is
-        still leaving, its GPUs are the job's (Controller._snapshot), so the plan's
-        preemptions are for other jobs."""
-        why = []
-        for action in plan.of_kind("start"):
-            job_id = action.job_id
-            if self.blocked_until.get(job_id, -1.0) > now:
-                why.append(f"{job_id} did not start after the last preemption made for it (handoff failed)")
-                continue
-            watch = self.watching.get(job_id)
-            if watch is not None and not leaving.intersection(watch.victims):
-                why.append(f"{job_id} has not started yet after the preemption of {','.join(watch.victims)} "
-                           "made for it (handoff pending)")
-        return why
-
-    def expect(self, plan: Plan, report: RoundReport, now: float) -> None:
-        """After this round's preemptions: watch the jobs the plan starts, if any victim was signalled."""
-        preempted = [e for e in report.applied if e["kind"] == "preempt" and e["applied"]]
-        if not preempted:
-            return
-        victims = tuple(e["job_id"] for e in preempted)
-        causes = tuple(e["decision_id"] for e in preempted)
-        for action in plan.of_kind("start"):
-            if action.job_id not in self.watching:
-                self.store.save_handoff(self.config.cluster, action.job_id, now, victims)
-                self.watching[action.job_id] = Watch(now, victims, causes)
-
-    def _end(self, job_id: str) -> None:
-        self.store.clear_handoff(self.config.cluster, job_id)
-        self.watching.pop(job_id, None)
-        self.blocked_until.pop(job_id, None)
-
     def check(self, observed: dict[str, ObservedJob], now: float, report: RoundReport) -> None:
         """Log each watched job that started, or that did not within handoff_timeout_s."""
         timeout = self.config.handoff_timeout_s
         checked = 0
-        for job_id, watch in list(self.watching.items()):
-            job = observed.get(job_id)
+        events = self.book.check(lambda j: observed[j].state if j in observed else None, now, timeout)
+        for event, job_id, watch in events:
+            if event in ("gone", "unblocked"):
+                self.store.clear_handoff(self.config.cluster, job_id)
+                continue
+            job = observed[job_id]
             victims = ",".join(watch.victims)
-            if job is None or job.state not in ("PENDING", "RUNNING"):
-                self._end(job_id)
-            elif job.state == "RUNNING":
+            checked += 1
+            decision = {"decision_id": f"r{report.round_id}.h{checked}", "job_id": job_id, "kind": "handoff",
+                        "cause_id": ",".join(watch.causes), "reason": f"made room for by preempting {victims}"}
+            if event == "landed":
                 delay = max(0.0, (job.start_time_s or now) - watch.signalled_s)
                 self.landed += 1
                 self.delays_s.append(delay)
                 del self.delays_s[:-MAX_DELAYS_KEPT]  # a controller runs for months: keep it bounded
-                self._end(job_id)
-                checked += 1
-                report.applied.append({"decision_id": f"r{report.round_id}.h{checked}", "job_id": job_id,
-                                       "kind": "handoff", "applied": True, "cause_id": ",".join(watch.causes),
-                                       "reason": f"made room for by preempting {victims}",
-                                       "detail": started_detail(delay)})
-            elif now - watch.signalled_s > timeout:
+                self.store.clear_handoff(self.config.cluster, job_id)
+                report.applied.append(dict(decision, applied=True, detail=started_detail(delay)))
+            else:  # failed
                 self.failed += 1
                 self.store.save_handoff(self.config.cluster, job_id, watch.signalled_s, watch.victims,
-                                        blocked_until_s=now + BLOCK_FACTOR * timeout)
-                self.blocked_until[job_id] = now + BLOCK_FACTOR * timeout
-                del self.watching[job_id]
-                checked += 1
-                report.applied.append({"decision_id": f"r{report.round_id}.h{checked}", "job_id": job_id,
-                                       "kind": "handoff", "applied": False, "cause_id": ",".join(watch.causes),
-                                       "reason": f"made room for by preempting {victims}",
-                                       "detail": f"not started {timeout:g}s after the victims' signal (reason "
-                                                 f"{job.reason or '-'}): no preemption for it for "
-                                                 f"{BLOCK_FACTOR * timeout:g}s"})
-        for job_id in [j for j, until in self.blocked_until.items() if until <= now]:
-            self._end(job_id)
+                                        blocked_until_s=self.blocked_until[job_id])
+                report.applied.append(dict(decision, applied=False,
+                                           detail=f"not started {timeout:g}s after the victims' signal (reason "
+                                                  f"{job.reason or '-'}): no preemption for it for "
+                                                  f"{BLOCK_FACTOR * timeout:g}s"))
+
+    def blocking(self, plan: Plan, now: float, leaving: set[str]) -> list[str]:
+        """Why this plan's preemptions must wait (HandoffBook.blocking)."""
+        return self.book.blocking((a.job_id for a in plan.of_kind("start")), now, leaving)
+
+    def expect(self, plan: Plan, report: RoundReport, now: float) -> None:
+        """After this round's preemptions: watch the jobs the plan starts, if any victim was signalled."""
+        preempted = [e for e in report.applied if e["kind"] == "preempt" and e["applied"]]
+        victims = tuple(e["job_id"] for e in preempted)
+        causes = tuple(e["decision_id"] for e in preempted)
+        for job_id in self.book.expect((a.job_id for a in plan.of_kind("start")), now, victims, causes):
+            self.store.save_handoff(self.config.cluster, job_id, now, victims)
