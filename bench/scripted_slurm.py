@@ -232,6 +232,8 @@ class ScriptedSlurm:
                 record["required_nodes"] = value
             elif key == "StartTime" and record["state_reason"] == "BeginTime":
                 record["state_reason"] = "Priority"
+            elif key == "Partition":
+                record["partition"] = value
         elif argv[:2] == ["scontrol", "requeue"] and job_id in self.jobs:
             self._requeue(job_id)
         elif argv[0] == "scancel" and job_id in self.jobs and any(a.startswith("--signal=") for a in argv):

@@ -51,8 +51,9 @@ def simulated(workload=WORKLOAD, settings=SETTINGS) -> list[list[tuple]]:
              for job_id, at, gpus, work, ckpt, skew in workload]
     sim = SimConfig(nodes=NODES, gpus_per_node=GPUS_PER_NODE, engine=config.engine_config(),
                     round_interval_s=float(INTERVAL), preempt_grace_s=config.preempt_grace_s)
-    out = replay_levers(sim, specs, LeverSettings(config.site_factor_band, config.pin_expiry_s,
-                                                  config.requeue_settle_s, config.handoff_timeout_s, "USR1", True), start_s=float(T0))
+    lever_settings = LeverSettings(config.site_factor_band, config.pin_expiry_s, config.requeue_settle_s,
+                                     config.handoff_timeout_s, "USR1", True)
+    out = replay_levers(sim, specs, lever_settings, start_s=float(T0))
     return [[action_row(a) for a in levers] + [("", "start", j, nodes, "") for j, nodes in starts]
             for levers, starts in zip(out.levers, out.starts)]
 

@@ -92,8 +92,8 @@ def release_for_start(start: Start, stopped_s: float, now: float, settle_s: floa
 def unpin_expired(round_id: int, number: int, job_id: str, expiry_s: float, now: float, cause_id: str) -> UnpinNodes:
     """The ``number``-th pin of the round cleared because the job waits past its expiry;
     it cites the start that pinned the job."""
-    return UnpinNodes(f"r{round_id}.u{number}", job_id, reason=f"pin expired {now - expiry_s:.0f}s ago and the job waits",
-                      cause_id=cause_id)
+    return UnpinNodes(f"r{round_id}.u{number}", job_id,
+                      reason=f"pin expired {now - expiry_s:.0f}s ago and the job waits", cause_id=cause_id)
 
 
 def signal_for(preempt: Preempt, signal_name: str, batch_only: bool, how: str) -> Signal:

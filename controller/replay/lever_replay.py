@@ -16,8 +16,11 @@ a wrong band changes what starts.
 tests/test_lever_parity.py runs one workload through this and through the
 controller against a scripted slurmctld and asserts the same actions in the same
 rounds. The handoff rule (controller.core.handoffs) holds back the same preemptions
-as in the controller. Not produced here: partition moves and MPS shares (``SimSlurm`` carries the levers out, but their producers read
-the partition map and the MPS pools, which a replay does not have).
+as in the controller. Not produced here: partition moves and MPS shares (``SimSlurm``
+carries those levers out, but their producers read the partition map and the MPS
+pools, which a replay does not have). The service
+distribution is not learned here (as the controller learns it from its store), so
+policies that read one (dgittins) plan without it.
 """
 from __future__ import annotations
 
@@ -179,11 +182,16 @@ class LeverRound:
         self.handoffs = HandoffBook()
         self.applied: list[LeverAction] = []
 
+    def apply_bands(self, bands: list[SetBand]) -> None:
+        """The round's SiteFactor changes in one call (as LeverExecutor.apply_bands)."""
+        if bands:
+            self.applied.extend(bands)
+            self.slurm.set_site_factors({band.job_id: band.site_factor for band in bands})
+
     def apply(self, action: LeverAction) -> bool:
-        """The executor: the action's lever from the shared table, on SimSlurm."""
+        """The executor: the action's lever from the shared table, on SimSlurm; False
+        when SimSlurm refuses it (the job is no longer in the state the lever needs)."""
         self.applied.append(action)
-        if isinstance(action, SetBand):
-            raise InputError("SetBand goes through apply_bands")
         lever = LEVERS[type(action)]
         try:
             lever.method(self.slurm)(action.job_id, *lever.args(action))
@@ -202,11 +210,8 @@ class LeverRound:
         factors = site_factors(plan.order, plan.levels, pending, started, len(engine_cfg.thresholds_gpu_s) + 1,
                                cfg.site_factor_band, self.engine.policy.discretized)
         changed = changed_bands(factors, self.sent, slurm.site_factor.get)
-        bands = band_actions(plan.round_id, changed, plan.levels)
-        if bands:
-            self.applied.extend(bands)
-            slurm.set_site_factors({band.job_id: band.site_factor for band in bands})
-            self.sent.update(changed)
+        self.apply_bands(band_actions(plan.round_id, changed, plan.levels))
+        self.sent.update(changed)
         # 2. the plan's starts: pins, releases
         for action in plan.of_kind("start"):
             job = slurm.by_id[action.job_id]
@@ -310,7 +315,8 @@ def replay_levers(cfg: SimConfig, specs: Iterable[JobSpec], settings: LeverSetti
             cluster.sync(job, now)
         round_id = len(out.levers) + 1
         plan = engine.step(Snapshot(now_s=now, jobs=active, nodes=cluster.nodes, round_id=round_id, explain=False,
-                                    free_by_node=plannable_free(cluster.free_by_node, (slurm.by_id[j] for j in slurm.leaving)),
+                                    free_by_node=plannable_free(cluster.free_by_node,
+                                                                (slurm.by_id[j] for j in slurm.leaving)),
                                     capacity_gpus=cfg.capacity_gpus))
         for action in plan.of_kind("promote"):  # as the controller's accounts.promote
             job = slurm.by_id[action.job_id]

@@ -18,7 +18,8 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from controller.core.handoffs import BLOCK_FACTOR, HandoffBook, Watch  # noqa: F401 - the rule, shared with the simulator
+# The rule, shared with the simulator; Watch is re-exported for the callers that build one.
+from controller.core.handoffs import BLOCK_FACTOR, HandoffBook, Watch  # noqa: F401
 from controller.core.plan import Plan
 from controller.service.backend import ObservedJob
 from controller.service.config import Config
