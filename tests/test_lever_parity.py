@@ -5,81 +5,13 @@ same actions (bands, pins, signals, requeues, releases) and the same starts, rou
 round, with the same decision ids and causes."""
 from __future__ import annotations
 
-import dataclasses
-import random
-
 import pytest
 
-from bench.scripted_slurm import ScriptedSlurm, VirtualTime
-from controller.core.levers import action_row
+from bench.lever_parity import SETTINGS, WORKLOAD, controlled, seeded, simulated
 from controller.core.model import JobSpec
 from controller.replay import lever_replay
 from controller.replay.cluster import SimConfig
-from controller.replay.lever_replay import LeverSettings, replay_levers
 from controller.service.config import from_mapping
-from controller.service.daemon import Controller
-from controller.service.store import Store
-from slurm_plugin.backend import SlurmBackend
-
-T0 = 1_000_020  # a multiple of the interval: the simulator's grid
-INTERVAL = 60
-NODES, GPUS_PER_NODE = 4, 4
-# (job id, submitted at round, GPUs, rounds of work, checkpointable, skew)
-WORKLOAD = [
-    (1, 0, 4, 40, True, 0.0),
-    (2, 0, 4, 36, True, 0.0),
-    (3, 0, 4, 30, False, 0.0),  # --no-requeue: never a victim
-    (4, 0, 2, 30, True, 0.0),
-    (5, 0, 2, 25, True, 0.0),
-    (6, 1, 2, 12, True, 0.0),  # waits for the first GPUs
-    (7, 18, 4, 6, True, 0.9),  # consolidation-sensitive: pinned where the plan put it
-    (8, 18, 1, 3, False, 0.0),
-    (9, 19, 2, 4, True, 0.0),
-    (10, 22, 1, 5, True, 0.0),
-    (11, 24, 4, 8, True, 0.7),
-    (12, 30, 2, 6, True, 0.0),
-]
-SETTINGS = {"mode": "enforce", "policy": "dlas", "queues_gpu_s": [3600.0], "interval_s": float(INTERVAL),
-            "preempt_grace_s": 30.0, "preempt_min_runtime_s": 60.0, "requeue_settle_s": 0.0,
-            "pin_expiry_s": 300.0, "placement": "consolidate", "pack_limit": 0.5, "admin_comment": False}
-
-
-def simulated(workload=WORKLOAD, settings=SETTINGS) -> list[list[tuple]]:
-    config = from_mapping(dict(settings, usage_spool_dir="/nonexistent"))
-    specs = [JobSpec(str(job_id), gpus, float(T0 + at * INTERVAL), float(work * INTERVAL), skew=skew,
-                     partition="batch", user="bob", preemptable=ckpt)
-             for job_id, at, gpus, work, ckpt, skew in workload]
-    sim = SimConfig(nodes=NODES, gpus_per_node=GPUS_PER_NODE, engine=config.engine_config(),
-                    round_interval_s=float(INTERVAL), preempt_grace_s=config.preempt_grace_s)
-    lever_settings = LeverSettings(config.site_factor_band, config.pin_expiry_s, config.requeue_settle_s,
-                                     config.handoff_timeout_s, "USR1", True)
-    out = replay_levers(sim, specs, lever_settings, start_s=float(T0))
-    return [[action_row(a) for a in levers] + [("", "start", j, nodes, "") for j, nodes in starts]
-            for levers, starts in zip(out.levers, out.starts)]
-
-
-def controlled(rounds: int, tmp_path, workload=WORKLOAD, settings=SETTINGS) -> list[list[tuple]]:
-    slurm = ScriptedSlurm(pending=0, running=0, nodes=NODES, gpus_per_node=GPUS_PER_NODE)
-    clock = VirtualTime(float(T0))
-    config = from_mapping(dict(settings, usage_spool_dir=str(tmp_path / "none")))
-    out = []
-    with Store(f"sqlite:///{tmp_path}/parity.db") as store:
-        controller = Controller(config, SlurmBackend(runner=slurm), store, clock=clock)
-        backend = controller.backend
-        for k in range(rounds):
-            now = T0 + k * INTERVAL
-            clock.now_s = float(now)
-            slurm.advance(now)
-            for job_id, at, gpus, work, ckpt, skew in workload:
-                if at == k:
-                    slurm.submit(job_id, gpus, work_s=work * INTERVAL, requeue=ckpt,
-                                 comment=f"tiresias:skew={skew}" if skew else "")
-            observation = dataclasses.replace(backend.observe(), observed_at_s=float(now))
-            report = controller.run_round(observation)
-            starts = slurm.schedule()
-            out.append([action_row(a) for a in report.levers]
-                       + [("", "start", str(j), (node,), "") for j, node in starts])
-    return out
 
 
 def kinds(rounds: list[list[tuple]]) -> set[str]:
@@ -96,14 +28,6 @@ def test_simulator_and_controller_pull_the_same_levers_in_the_same_rounds(tmp_pa
     assert len(sim) == len(real)
     started = {row[2] for actions in sim for row in actions if row[1] == "start"}
     assert started == {str(job[0]) for job in WORKLOAD}
-
-
-def seeded(seed: int, jobs: int) -> list[tuple]:
-    """A seeded workload in WORKLOAD's shape: sizes 1-4, 70% checkpointable, one in
-    five skewed (consolidation-sensitive), arrivals over the first 20 rounds."""
-    rng = random.Random(seed)
-    return [(j, rng.randint(0, 20), rng.choice([1, 1, 2, 2, 4]), rng.randint(2, 30), rng.random() < 0.7,
-             0.8 if rng.random() < 0.2 else 0.0) for j in range(1, jobs + 1)]
 
 
 # (seed, jobs): chosen so that together they preempt, requeue, release, pin and unpin,
