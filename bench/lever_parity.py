@@ -54,8 +54,11 @@ SETTINGS = {"mode": "enforce", "policy": "dlas", "queues_gpu_s": [3600.0], "inte
 
 def simulated(workload=WORKLOAD, settings=SETTINGS) -> list[list[tuple]]:
     config = from_mapping(dict(settings, usage_spool_dir="/nonexistent"))
+    # a job larger than a node is -N gpus/GPUS_PER_NODE on Slurm: min = max nodes
     specs = [JobSpec(str(job_id), gpus, float(T0 + at * INTERVAL), float(work * INTERVAL), skew=skew,
-                     partition="batch", user="bob", preemptable=ckpt)
+                     partition="batch", user="bob", preemptable=ckpt,
+                     **({"min_nodes": gpus // GPUS_PER_NODE, "max_nodes": gpus // GPUS_PER_NODE}
+                        if gpus > GPUS_PER_NODE else {}))
              for job_id, at, gpus, work, ckpt, skew in workload]
     sim = SimConfig(nodes=NODES, gpus_per_node=GPUS_PER_NODE, engine=config.engine_config(),
                     round_interval_s=float(INTERVAL), preempt_grace_s=config.preempt_grace_s)
@@ -86,15 +89,20 @@ def controlled(rounds: int, tmp_path, workload=WORKLOAD, settings=SETTINGS) -> l
             report = controller.run_round(observation)
             starts = slurm.schedule()
             out.append([action_row(a) for a in report.levers]
-                       + [("", "start", str(j), (node,), "") for j, node in starts])
+                       + [("", "start", str(j), nodes, "") for j, nodes in starts])
     return out
 
 
-def seeded(seed: int, jobs: int) -> list[tuple]:
-    """A seeded workload in WORKLOAD's shape: sizes 1-4, 70% checkpointable, one in
-    five skewed (consolidation-sensitive), arrivals over the first 20 rounds."""
+SIZES = (1, 1, 2, 2, 4)
+WITH_TWO_NODES = SIZES + (8,)  # 8 GPUs: two whole 4-GPU nodes
+
+
+def seeded(seed: int, jobs: int, sizes: tuple[int, ...] = SIZES) -> list[tuple]:
+    """A seeded workload in WORKLOAD's shape: ``sizes`` (GPUs, drawn evenly), 70%
+    checkpointable, one in five skewed (consolidation-sensitive), arrivals over the
+    first 20 rounds."""
     rng = random.Random(seed)
-    return [(j, rng.randint(0, 20), rng.choice([1, 1, 2, 2, 4]), rng.randint(2, 30), rng.random() < 0.7,
+    return [(j, rng.randint(0, 20), rng.choice(sizes), rng.randint(2, 30), rng.random() < 0.7,
              0.8 if rng.random() < 0.2 else 0.0) for j in range(1, jobs + 1)]
 
 
@@ -116,10 +124,12 @@ def main() -> int:
                     "queues_gpu_s": [1800.0, 7200.0], "preempt_grace_s": 90.0, "requeue_settle_s": 60.0,
                     "preempt_min_runtime_s": 300.0, "handoff_timeout_s": 180.0}}
     for name, changes in variants.items():
-        print(f"{name}: {args.seeds} seeded workloads of {args.jobs} jobs on {NODES}x{GPUS_PER_NODE} GPUs")
+        sizes = WITH_TWO_NODES if changes else SIZES
+        print(f"{name}: {args.seeds} seeded workloads of {args.jobs} jobs of {','.join(map(str, sorted(set(sizes))))}"
+              f" GPUs on {NODES}x{GPUS_PER_NODE} GPUs")
         for policy in ("dlas", "las", "fifo", "dgittins"):
             started = time.perf_counter()
-            results = [first_difference(seeded(seed, args.jobs), dict(SETTINGS, policy=policy, **changes))
+            results = [first_difference(seeded(seed, args.jobs, sizes), dict(SETTINGS, policy=policy, **changes))
                        for seed in range(args.seeds)]
             agree = sum(1 for _, diff in results if not diff)
             rounds = sum(n for n, _ in results)

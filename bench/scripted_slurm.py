@@ -86,9 +86,15 @@ class ScriptedSlurm:
     def submit(self, job_id: int, gpus: int, work_s: float | None = None, requeue: bool = True,
                comment: str = "") -> None:
         """A new pending job; ``work_s``: the seconds of work it runs for (None: until
-        finish_one); ``requeue``: --requeue (False: not preemptable for the controller)."""
-        self.jobs[job_id] = self._pending(job_id, gpus, self.now)
-        self.jobs[job_id].update(requeue=requeue, comment=comment)
+        finish_one); ``requeue``: --requeue (False: not preemptable for the controller).
+        More GPUs than a node has: whole nodes (``--gres=gpu:G -N N``, N = gpus / G)."""
+        per_node = min(gpus, self.gpus_per_node)
+        if gpus % per_node:
+            raise ValueError(f"gpus value {gpus} is not a whole number of {self.gpus_per_node}-GPU nodes")
+        self.jobs[job_id] = self._pending(job_id, per_node, self.now)
+        count = gpus // per_node
+        self.jobs[job_id].update(requeue=requeue, comment=comment, node_count=count,
+                                 max_nodes=count if count > 1 else 0)
         if work_s is not None:
             self.work_left_s[job_id] = float(work_s)
         self._texts.clear()
@@ -101,8 +107,7 @@ class ScriptedSlurm:
         done = [j for j, r in self.jobs.items() if r["job_state"] == "RUNNING" and j in self.work_left_s
                 and r["start_time"] + self.work_left_s[j] <= now]
         for job_id in done:
-            record = self.jobs.pop(job_id)
-            self.nodes[record["nodes"]] -= self._gpus(record)
+            self._free(self.jobs.pop(job_id))
             self.work_left_s.pop(job_id)
         if done:
             self._texts.clear()
@@ -112,33 +117,44 @@ class ScriptedSlurm:
         """What slurmctld's multifactor priority and scheduler do: pending jobs not held
         (a requeued job waits on its BeginTime until released) by priority, here the
         SiteFactor, then age (the older first), then job id; each starts on the node with
-        the fewest free GPUs it fits on, within its ReqNodeList if set; one that fits
-        nowhere waits and the next is tried. Returns (job id, node) per start."""
+        the fewest free GPUs it fits on (a job of N nodes: the N such nodes, listed by
+        name), within its ReqNodeList if set; one that fits nowhere waits and the next
+        is tried. Returns (job id, nodes) per start."""
         pending = [j for j, r in self.jobs.items() if r["job_state"] == "PENDING" and r["state_reason"] != "BeginTime"]
         pending.sort(key=lambda j: (-self.site_factors.get(j, 0), self.jobs[j]["submit_time"], j))
         started = []
         for job_id in pending:
             record = self.jobs[job_id]
-            gpus = self._gpus(record)
+            gpus, count = self._gpus(record), record["node_count"]
             allowed = record["required_nodes"].split(",") if record["required_nodes"] else list(self.nodes)
-            fits = [(self.gpus_per_node - self.nodes[n], n) for n in allowed
-                    if n in self.nodes and self.nodes[n] + gpus <= self.gpus_per_node]
-            if not fits:
+            fits = sorted((self.gpus_per_node - self.nodes[n], n) for n in allowed
+                          if n in self.nodes and self.nodes[n] + gpus <= self.gpus_per_node)
+            if len(fits) < count:
                 continue
-            node = min(fits)[1]
-            self.nodes[node] += gpus
-            running = self._running(job_id, node, gpus, self.now)
-            for key in ("submit_time", "comment", "requeue", "user_name", "restart_cnt", "required_nodes"):
+            chosen = sorted(n for _, n in fits[:count])
+            for node in chosen:
+                self.nodes[node] += gpus
+            running = self._running(job_id, chosen[0], gpus, self.now)
+            running.update(nodes=",".join(chosen), node_count=count, gres_detail=running["gres_detail"] * count)
+            running["job_resources"]["allocated_nodes"] = [{"nodename": node} for node in chosen]
+            for key in ("submit_time", "comment", "requeue", "user_name", "restart_cnt", "required_nodes",
+                        "max_nodes"):
                 running[key] = record[key]
             self.jobs[job_id] = running
-            started.append((job_id, node))
+            started.append((job_id, tuple(chosen)))
         if started:
             self._texts.clear()
         return started
 
     @staticmethod
     def _gpus(record: dict) -> int:
+        """GPUs per node."""
         return int(record["tres_per_node"].rsplit(":", 1)[1])
+
+    def _free(self, record: dict) -> None:
+        """The GPUs a running record holds on each of its nodes go back."""
+        for item in record["job_resources"]["allocated_nodes"]:
+            self.nodes[item["nodename"]] -= self._gpus(record)
 
     def _requeue(self, job_id: int) -> None:
         """scontrol requeue: back to PENDING with restart_cnt + 1, held by a BeginTime
@@ -150,9 +166,9 @@ class ScriptedSlurm:
         kept_until = self.signalled_at.pop(job_id, record["start_time"])
         if job_id in self.work_left_s:
             self.work_left_s[job_id] -= kept_until - record["start_time"]
-        self.nodes[record["nodes"]] -= self._gpus(record)
+        self._free(record)
         pending = self._pending(job_id, self._gpus(record), record["submit_time"])
-        for key in ("comment", "requeue", "user_name", "required_nodes"):
+        for key in ("comment", "requeue", "user_name", "required_nodes", "node_count", "max_nodes"):
             pending[key] = record[key]
         pending.update(restart_cnt=record["restart_cnt"] + 1, state_reason="BeginTime")
         self.jobs[job_id] = pending
@@ -171,8 +187,7 @@ class ScriptedSlurm:
     def finish_one(self) -> int:
         """The running job with the lowest id completes and leaves Slurm's list."""
         job_id = min(j for j, r in self.jobs.items() if r["job_state"] == "RUNNING")
-        record = self.jobs.pop(job_id)
-        self.nodes[record["nodes"]] -= int(record["tres_per_node"].rsplit(":", 1)[1])
+        self._free(self.jobs.pop(job_id))
         self._texts.clear()
         return job_id
 

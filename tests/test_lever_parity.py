@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.lever_parity import SETTINGS, WORKLOAD, controlled, seeded, simulated
+from bench.lever_parity import SETTINGS, SIZES, WITH_TWO_NODES, WORKLOAD, controlled, seeded, simulated
 from controller.core.model import JobSpec
 from controller.replay import lever_replay
 from controller.replay.cluster import SimConfig
@@ -32,13 +32,15 @@ def test_simulator_and_controller_pull_the_same_levers_in_the_same_rounds(tmp_pa
 
 # (seed, jobs): chosen so that together they preempt, requeue, release, pin and unpin,
 # and one victim's work ends within its grace period (it ends, never requeued: 111)
-# and one plan's preemptions wait on a failed handoff (237)
-SEEDS = [(0, 14), (2, 14), (7, 14), (10, 14), (111, 24), (112, 24), (237, 30)]
+# and one plan's preemptions wait on a failed handoff (237); 8-GPU jobs take two
+# whole nodes (3 and 6)
+SEEDS = [(0, 14, SIZES), (2, 14, SIZES), (7, 14, SIZES), (10, 14, SIZES), (111, 24, SIZES), (112, 24, SIZES),
+         (237, 30, SIZES), (3, 20, WITH_TWO_NODES), (6, 20, WITH_TWO_NODES)]
 
 
-@pytest.mark.parametrize("seed,jobs", SEEDS)
-def test_seeded_workloads_give_the_same_actions(seed, jobs, tmp_path):
-    workload = seeded(seed, jobs)
+@pytest.mark.parametrize("seed,jobs,sizes", SEEDS)
+def test_seeded_workloads_give_the_same_actions(seed, jobs, sizes, tmp_path):
+    workload = seeded(seed, jobs, sizes)
     sim = simulated(workload=workload)
     real = controlled(len(sim), tmp_path, workload=workload)
     for round_id, (predicted, done) in enumerate(zip(sim, real), 1):
@@ -47,10 +49,13 @@ def test_seeded_workloads_give_the_same_actions(seed, jobs, tmp_path):
     requeues = {row[2] for actions in sim for row in actions if row[1] == "requeue"}
     if seed == 111:
         assert signals - requeues, "a victim that ends in its grace period is not requeued"
+    if sizes == WITH_TWO_NODES:
+        assert any(row[1] == "start" and len(row[3]) == 2 for actions in sim for row in actions)
 
 
 def test_the_seeded_workloads_pull_every_lever():
-    rows = [row for seed, jobs in SEEDS for actions in simulated(workload=seeded(seed, jobs)) for row in actions]
+    rows = [row for seed, jobs, sizes in SEEDS for actions in simulated(workload=seeded(seed, jobs, sizes))
+            for row in actions]
     assert {"band", "pin", "unpin", "start", "signal", "requeue", "release"} <= {row[1] for row in rows}
 
 

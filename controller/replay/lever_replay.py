@@ -146,21 +146,26 @@ class SimSlurm:
     # -- slurmctld's scheduler --------------------------------------------------------
     def schedule(self) -> list[tuple[str, tuple[str, ...]]]:
         """Start the pending jobs by priority (SiteFactor, then the older job), each on
-        the node with the fewest free GPUs it fits on (its pin's nodes only, if pinned);
-        a job that fits nowhere waits and the next one is tried. Single-node jobs."""
+        the node with the fewest free GPUs it fits on (its pin's nodes only, if pinned;
+        a job larger than a node: that many whole nodes, ``--gres=gpu:G -N N``, the N
+        fullest that fit, listed by name); a job that fits nowhere waits and the next
+        one is tried."""
         free = self.cluster.free_by_node
+        per_node = self.cluster.cfg.gpus_per_node
         order = sorted((job for job_id, job in self.pending.items() if job_id not in self.held),
                        key=lambda job: (-self.site_factor.get(job.job_id, 0), job.spec.submit_time_s, job.index))
         started = []
         for job in order:
+            gpus = min(job.num_gpus, per_node)
+            count = job.num_gpus // gpus
             allowed = self.pins.get(job.job_id) or free
-            fits = [(free[node], node) for node in allowed if free.get(node, 0) >= job.num_gpus]
-            if not fits:
+            fits = sorted((free[node], node) for node in allowed if free.get(node, 0) >= gpus)
+            if len(fits) < count:
                 continue
-            node = min(fits)[1]
-            self.cluster.start(job, ((node, job.num_gpus),), self.now)
+            nodes = tuple(sorted(node for _, node in fits[:count]))
+            self.cluster.start(job, tuple((node, gpus) for node in nodes), self.now)
             del self.pending[job.job_id]
-            started.append((job.job_id, (node,)))
+            started.append((job.job_id, nodes))
         return started
 
 
@@ -279,7 +284,8 @@ class LeverRound:
 
 def replay_levers(cfg: SimConfig, specs: Iterable[JobSpec], settings: LeverSettings = LeverSettings(),
                   start_s: Optional[float] = None, max_rounds: int = 100000) -> LeverReplay:
-    """Replay ``specs`` (with durations, single-node gangs) with a round every
+    """Replay ``specs`` (with durations; a gang larger than a node takes whole nodes)
+    with a round every
     ``cfg.round_interval_s`` from ``start_s`` (default: the first submission) until
     every job finished; returns each round's levers and starts."""
     interval = cfg.round_interval_s
@@ -289,9 +295,9 @@ def replay_levers(cfg: SimConfig, specs: Iterable[JobSpec], settings: LeverSetti
     for job in jobs:
         if job.spec.duration_s is None:
             raise InputError(f"job {job.job_id}: the simulator needs a duration")
-        if job.num_gpus > cfg.gpus_per_node:
-            raise InputError(f"job {job.job_id}: the lever replay places single-node jobs only "
-                             f"({job.num_gpus} GPUs > {cfg.gpus_per_node} per node)")
+        if job.num_gpus > cfg.gpus_per_node and job.num_gpus % cfg.gpus_per_node:
+            raise InputError(f"job {job.job_id}: {job.num_gpus} GPUs is not a whole number of "
+                             f"{cfg.gpus_per_node}-GPU nodes (the lever replay places whole nodes)")
     engine = Engine(cfg.engine)
     cluster = SimCluster(cfg, jobs, [RunState() for _ in jobs], None)
     slurm = SimSlurm(cluster, jobs)
