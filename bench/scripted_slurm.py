@@ -249,10 +249,15 @@ class ScriptedSlurm:
                 record["state_reason"] = "Priority"
             elif key == "Partition":
                 record["partition"] = value
+            else:
+                return CommandResult(0, "", "")  # nothing squeue --json shows changed
         elif argv[:2] == ["scontrol", "requeue"] and job_id in self.jobs:
             self._requeue(job_id)
         elif argv[0] == "scancel" and job_id in self.jobs and any(a.startswith("--signal=") for a in argv):
             self.signalled_at.setdefault(job_id, self.now)
+            return CommandResult(0, "", "")
+        else:
+            return CommandResult(0, "", "")
         self._texts.clear()
         return CommandResult(0, "", "")
 
