@@ -88,6 +88,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     out.add_argument("--quiet", action="store_true",
                      help="no progress on stderr (bar on a terminal after 1 s, else a line every 30 s)")
     out.add_argument("--no-progress", action="store_true", help=argparse.SUPPRESS)  # old name of --quiet
+    out.add_argument("--levers", metavar="FILE.csv",
+                     help="with --like-controller and one policy: also replay the controller's round and write "
+                          "every lever it would pull, round by round (bands, pins, unpins, BeginTime releases, "
+                          "signals, requeues) and the starts Slurm's priority order then makes")
     out.add_argument("--actual", action="store_true",
                      help="also show what Slurm really did (a trace from `tiresias trace export`): "
                           "row 'actual (Slurm)', JSON key 'actual', dashed CDF line")
@@ -158,6 +162,8 @@ def run(args) -> int:
     pause, resume = args.preempt_pause_s, args.preempt_resume_s
     if args.preempt_cost_s is not None:
         pause, resume = args.preempt_cost_s, 0.0
+    if getattr(args, "levers", None) and not (getattr(args, "like_controller", None) and len(policies) == 1):
+        raise InputError(f"levers: {args.levers} needs --like-controller CONFIG.yaml and one --policy")
     service = load_service_distribution(args.service_samples) if args.service_samples else None
     # Validate every policy before the first (possibly long) replay.
     engine_configs = [EngineConfig(policy=name, thresholds_gpu_s=args.queues, promote_knob=args.promote_knob,
@@ -192,6 +198,7 @@ def run(args) -> int:
         summaries.append(summarize(result))
         bins.extend(bin_table(result, small, args.bin_short_s))
     progress.close()
+    levers = _write_levers(args, config, jobs) if getattr(args, "levers", None) else None
     actual, actual_curve = None, None
     if actuals is not None:
         from slurm_plugin.accounting import actual_jcts, actual_summary
@@ -211,6 +218,8 @@ def run(args) -> int:
                "jobs_in": len(jobs), "summaries": summaries, "bins": bins}
         if actual is not None:
             doc["actual"] = actual
+        if levers is not None:
+            doc["levers"] = levers
         print(json.dumps(doc, sort_keys=True))
         return 0
     print(f"workload: {source}; cluster: {args.nodes} nodes x {args.gpus_per_node} GPUs; "
@@ -231,4 +240,37 @@ def run(args) -> int:
         print(f"average JCT of {base['policy']} / policy: {ratios}")
     if args.out:
         print(f"wrote {args.out}/: jobs_<policy>.csv, bins.csv, summary.json, jct_cdf.png")
+    if levers is not None:
+        print(f"wrote {args.levers}: {levers['rounds']} rounds; "
+              + ", ".join(f"{kind} x{n}" for kind, n in sorted(levers["actions"].items())))
     return 0
+
+
+def _write_levers(args, config: SimConfig, jobs) -> dict:
+    """--levers: the lever replay (controller.replay.lever_replay) with the
+    --like-controller config's lever settings; one CSV row per action or start."""
+    import csv
+    from collections import Counter
+
+    from controller.core.levers import action_row
+    from controller.replay.lever_replay import LeverSettings, replay_levers
+    from controller.service.config import load
+
+    service_config = load(args.like_controller)
+    settings = LeverSettings(service_config.site_factor_band, service_config.pin_expiry_s,
+                             service_config.requeue_settle_s, service_config.handoff_timeout_s)
+    replay = replay_levers(config, jobs, settings)
+    counts: Counter = Counter()
+    try:
+        with open(args.levers, "w", newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(["round", "time_s", "decision_id", "kind", "job_id", "value", "cause_id"])
+            for number, (actions, starts, at) in enumerate(zip(replay.levers, replay.starts, replay.round_times_s), 1):
+                rows = [action_row(a) for a in actions] + [("", "start", j, nodes, "") for j, nodes in starts]
+                for decision_id, kind, job_id, value, cause_id in rows:
+                    counts[kind] += 1
+                    value = ",".join(value) if isinstance(value, tuple) else ("" if value is None else value)
+                    writer.writerow([number, f"{at:g}", decision_id, kind, job_id, value, cause_id])
+    except OSError as err:
+        raise write_error("--levers", args.levers, err) from None
+    return {"rounds": len(replay.levers), "actions": dict(counts)}
