@@ -79,6 +79,7 @@ class SimSlurm:
         self.mps_share: dict[str, int] = {}
         self.admin_comment: dict[str, str] = {}
         self.leaving: dict[str, tuple[float, float]] = {}
+        self.ended: list[JobState] = []  # ended at a requeue, not yet told to the loop
 
     def _pending_job(self, job_id: str) -> JobState:
         if job_id not in self.pending:
@@ -123,12 +124,16 @@ class SimSlurm:
         self.cluster.signal_now(job, self.now)
         self.leaving[job_id] = (self.now, done_s)
 
-    def finish_leaving(self) -> None:
-        """Signalled jobs whose work ended by now, before their requeue: they end."""
+    def finish_leaving(self) -> list[JobState]:
+        """Signalled jobs whose work ended by now, before their requeue: they end (and
+        any a requeue found ended)."""
+        ended, self.ended = self.ended, []
         for job_id, (signalled_s, done_s) in list(self.leaving.items()):
             if done_s <= self.now + EPS:
                 del self.leaving[job_id]
                 self.cluster.release(self.by_id[job_id], signalled_s, done_s, self.now)
+                ended.append(self.by_id[job_id])
+        return ended
 
     def requeue(self, job_id: str) -> None:
         """Back to PENDING, held (BeginTime) until released; its GPUs are free now and
@@ -142,6 +147,8 @@ class SimSlurm:
         if job.finish_time_s is None:
             self.pending[job_id] = job
             self.held.add(job_id)
+        else:
+            self.ended.append(job)
 
     # -- slurmctld's scheduler --------------------------------------------------------
     def schedule(self) -> list[tuple[str, tuple[str, ...]]]:
@@ -305,18 +312,18 @@ def replay_levers(cfg: SimConfig, specs: Iterable[JobSpec], settings: LeverSetti
     out = LeverReplay()
     now = start_s if start_s is not None else (jobs[0].spec.submit_time_s if jobs else 0.0)
     next_arrival = 0
-    while (next_arrival < len(jobs) or slurm.pending or slurm.leaving
-           or any(job.running for job in jobs)) and len(out.levers) < max_rounds:
+    alive: dict[int, JobState] = {}  # submitted and not ended, in submit order (the controller's)
+    while (next_arrival < len(jobs) or alive) and len(out.levers) < max_rounds:
         slurm.now = now
-        for _ in cluster.finish_due(now):
-            pass
-        slurm.finish_leaving()
+        for job in [*cluster.finish_due(now), *slurm.finish_leaving()]:
+            del alive[job.index]
         while next_arrival < len(jobs) and jobs[next_arrival].spec.submit_time_s <= now + EPS:
             job = jobs[next_arrival]
             cluster.run_state[job.index].last_sync_s = job.spec.submit_time_s
             slurm.pending[job.job_id] = job
+            alive[job.index] = job
             next_arrival += 1
-        active = [job for job in jobs[:next_arrival] if job.finish_time_s is None and job.job_id not in slurm.leaving]
+        active = [job for job in alive.values() if job.job_id not in slurm.leaving]
         for job in active:
             cluster.sync(job, now)
         round_id = len(out.levers) + 1
