@@ -157,7 +157,7 @@ class ScriptedSlurm:
                     dict(self.node_template, name=name, gres=f"gpu:{self.gpus_per_node}", gres_used=f"gpu:{used}",
                          state="mixed" if used else "idle", state_flags=[], partitions=["batch"])
                     for name, used in self.nodes.items()]}
-            self._texts[which] = json.dumps(doc)
+            self._texts[which] = json.dumps(doc, indent=2)  # laid out as slurmctld prints it
         return self._texts[which]
 
 

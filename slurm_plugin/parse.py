@@ -47,6 +47,7 @@ __all__ = [
     "SlurmJob",
     "SlurmNode",
     "parse_squeue_json",
+    "parse_squeue_record",
     "parse_sinfo_json",
     "parse_scontrol_show_job",
     "parse_sacct_json",
@@ -316,6 +317,12 @@ def parse_squeue_json(text: str | bytes | dict, errors: list | None = None) -> l
     """Jobs from ``squeue --json`` (22.05 and 23.02+ shapes; also slurmrestd /jobs)."""
     _, records = _load_document(text, ("jobs",), "squeue --json")
     return _collect(records, _squeue_job, errors, "job_id", "jobs")
+
+
+def parse_squeue_record(record: dict) -> SlurmJob:
+    """One record of ``squeue --json``'s ``jobs`` list, as parse_squeue_json reads each
+    (slurm_plugin.record_cache parses only the records that changed with it)."""
+    return _squeue_job(record)
 
 
 def _squeue_job(r: dict) -> SlurmJob:
