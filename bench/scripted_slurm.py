@@ -76,7 +76,10 @@ class ScriptedSlurm:
 
     def _pending(self, job_id, gpus, submit):
         record = copy.deepcopy(self.pending_template)
+        # An ordinary one-node job (max_nodes 0, as fixture jobs 4 and 11); one in 20 keeps
+        # the template's (job 10) max_nodes 4, a -N 1-4 job the placement must bound.
         record.update(job_id=job_id, tres_per_node=f"gres:gpu:{gpus}", node_count=1, tasks=1, submit_time=submit,
+                      max_nodes=record["max_nodes"] if job_id % 20 == 0 else 0,
                       partition="batch", user_name="bob", comment="", restart_cnt=0, job_state="PENDING",
                       state_reason="Priority", requeue=True, batch_flag=True, required_nodes="", excluded_nodes="")
         return record

@@ -50,12 +50,16 @@ def split_records(text: str, key: str) -> Optional[tuple[str, list[str]]]:
     if record is None or len(record.group(1)) <= len(outer):
         return None  # an empty list, or not one record per indented block
     inner = record.group(1)
-    closing = f"\n{inner}}}\n{outer}]"
-    end = text.find(closing, body_at)
+    pieces = text[body_at:].split(f"\n{inner}}},\n")
+    # The list ends in the last piece (looking there, not in the whole text, saves a
+    # scan of it): the first line that closes a record and is followed by the list's
+    # own closing bracket.
+    last = pieces[-1]
+    end = last.find(f"\n{inner}}}\n{outer}]")
     if end < 0:
         return None
-    pieces = text[body_at:end].split(f"\n{inner}}},\n")
-    rest = text[:body_at] + text[end + len(inner) + 2:]  # ...'"jobs": [\n' + '\n  ]...'
+    pieces[-1] = last[:end]
+    rest = text[:body_at] + last[end + len(inner) + 2:]  # ...'"jobs": [\n' + '\n  ]...'
     return rest, pieces
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Optional
 
 from controller.core.actions import SetAdminComment
@@ -25,6 +26,12 @@ OUR_PART = re.compile(r"\s*\[tiresias: [^\[\]]*\]")
 SEPARATOR = " · "
 
 
+# Memoized: most jobs ask for the same line (and show the same comment) round after
+# round; building 12,000 lines from scratch was a tenth of a round.
+MEMO_SIZE = 1 << 16
+
+
+@lru_cache(maxsize=MEMO_SIZE)
 def rounded_gpu_s(value: float) -> str:
     """Attained service with two significant digits (5,400; 130,000): stable between
     rounds, so the line does not change every time a running job gains a little."""
@@ -35,6 +42,7 @@ def rounded_gpu_s(value: float) -> str:
     return f"{int(value) // 10 ** digits * 10 ** digits:,}"
 
 
+@lru_cache(maxsize=MEMO_SIZE)
 def our_line(level: int, queues: int, attained_gpu_s: float, position: Optional[int], running: bool,
              preemptable: bool) -> str:
     """Our part of the AdminComment, without brackets. ``level`` is 0-based; ``queues``
@@ -54,6 +62,7 @@ def site_part(current: str) -> str:
     return OUR_PART.sub("", current or "").strip()
 
 
+@lru_cache(maxsize=MEMO_SIZE)
 def ours_in(current: str) -> str:
     """Our part as Slurm shows it now ('' when there is none)."""
     match = OUR_PART.search(current or "")

@@ -38,6 +38,7 @@ from controller.service.contract import Contract
 from controller.service.decision_log import PRUNE_EVERY_S
 from controller.service.executor import LeverExecutor
 from controller.service.handoff import Handoffs
+from controller.service.heap import Heap
 from controller.service.lease import Lease
 from controller.service.partition_moves import PartitionMover
 from controller.service.preemption import Preemptions
@@ -82,6 +83,7 @@ class Controller:
         self.usage_collected_at = -math.inf
         self._usage_failing = False
         self._calls_mark: dict[str, int] = {}  # backend.commands_run when the current round began
+        self.heap = Heap()  # one full garbage collection an hour (controller.service.heap)
         self._specs: dict[str, tuple] = {}  # job id -> (ObservedJob, account key, JobSpec) of the last snapshot
         if config.preempt_undeclared and config.mode != "observe":
             log.warning("preempt_undeclared is on: requeueable jobs that declared no checkpoint signal are "
@@ -320,6 +322,7 @@ class Controller:
         self._collect_usage(now)
         self.last_plan = plan
         self.last_observation = observation
+        self.heap.after_round(now)
         if self.metrics is not None:
             self.metrics.observe_round(self, plan, report, time.perf_counter() - started,
                                        slurm_calls=self._slurm_calls_since_mark())
