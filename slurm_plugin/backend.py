@@ -41,6 +41,7 @@ from slurm_plugin.parse import (
     gres_counts,
     parse_sinfo_json,
     parse_squeue_json,
+    parse_sinfo_record,
     parse_squeue_record,
 )
 from slurm_plugin.record_cache import RecordCache
@@ -147,6 +148,7 @@ class SlurmBackend:
         # squeue --json records parsed at the last observe(), by their text: only new or
         # changed records are parsed again (slurm_plugin.record_cache).
         self._squeue_records: RecordCache[SlurmJob] = RecordCache("jobs", parse_squeue_record)
+        self._sinfo_records: RecordCache[SlurmNode] = RecordCache("nodes", parse_sinfo_record)
         # id(SlurmJob) -> (that job, its site factor, its ObservedJob), of the last observe()
         self._observed: dict[int, tuple[SlurmJob, Optional[int], ObservedJob]] = {}
 
@@ -209,7 +211,10 @@ class SlurmBackend:
             if jobs is None:  # not cut into records: read whole
                 job_errors.clear()
                 jobs = parse_squeue_json(self._load(squeue_text, "squeue --json"), errors=job_errors)
-            nodes = parse_sinfo_json(self._load(sinfo_text, "sinfo --json"), errors=node_errors)
+            nodes = self._sinfo_records.read(sinfo_text, lambda rest: self._load(rest, "sinfo --json"), node_errors)
+            if nodes is None:  # e.g. 23.11+'s grouped sinfo entries
+                node_errors.clear()
+                nodes = parse_sinfo_json(self._load(sinfo_text, "sinfo --json"), errors=node_errors)
         except SlurmParseError as exc:  # not a document at all: act on nothing
             raise BackendUnavailable(f"unreadable Slurm output: {exc}") from None
         for exc in job_errors:
@@ -217,7 +222,8 @@ class SlurmBackend:
         for exc in node_errors:
             skipped.append(f"sinfo node {exc.node or '?'} (record {exc.record_index}): {exc}")
 
-        jobs = [j for j in jobs if self._in_scope(j.partitions)]
+        if self.partitions is not None:
+            jobs = [j for j in jobs if self._in_scope(j.partitions)]
 
         site_factors = {j.job_id: j.site_factor for j in jobs if j.site_factor is not None}
         pending = {j.job_id for j in jobs if j.state == "PENDING"}

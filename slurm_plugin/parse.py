@@ -49,6 +49,7 @@ __all__ = [
     "parse_squeue_json",
     "parse_squeue_record",
     "parse_sinfo_json",
+    "parse_sinfo_record",
     "parse_scontrol_show_job",
     "parse_sacct_json",
     "expand_hostlist",
@@ -440,6 +441,12 @@ def _gpu_count(gres: Any, tres: Any, field_name: str) -> int:
     if "gpu" in counts:
         return counts["gpu"]
     return gres_counts(_str(tres, "tres"), field_name="tres").get("gpu", 0)
+
+
+def parse_sinfo_record(record: dict) -> SlurmNode:
+    """One record of a ``nodes`` list (22.05 ``sinfo --json``, ``scontrol show nodes
+    --json``), as parse_sinfo_json reads each (for slurm_plugin.record_cache)."""
+    return _node(record)
 
 
 def _node(r: dict) -> SlurmNode:

@@ -73,6 +73,10 @@ class RecordCache(Generic[T]):
         self.key = key
         self.parse_one = parse_one
         self._last: dict[str, T] = {}  # record text -> parsed value, of the last read only
+        # The last document cut, and what it gave: the same text again (nothing changed
+        # in Slurm) is one comparison, not a cut.
+        self._last_text: Optional[str] = None
+        self._last_read: tuple[list[T], list] = ([], [])
         self.parsed = 0  # records decoded and parsed by the last read (the rest were reused)
 
     def read(self, text: str, load: Callable[[str], dict], errors: list) -> Optional[list[T]]:
@@ -80,9 +84,15 @@ class RecordCache(Generic[T]):
         text; bad records are appended to ``errors`` (SlurmParseError with
         record_index and id set) and left out. None: not a document this can cut
         (the caller then reads it whole; nothing here was kept)."""
+        if text == self._last_text:
+            values, bad = self._last_read
+            errors.extend(bad)
+            self.parsed = 0
+            return list(values)
         split = split_records(text, self.key)
         if split is None:
             return None
+        errors_before = len(errors)
         rest, pieces = split
         doc = load(rest)
         if doc.get(self.key) != []:
@@ -113,8 +123,9 @@ class RecordCache(Generic[T]):
             current[piece] = value
             out.append(value)
         self._last, self.parsed = current, parsed
-        return out
+        self._last_text, self._last_read = text, (out, errors[errors_before:])
+        return list(out)
 
     def forget(self) -> None:
-        self._last = {}
+        self._last, self._last_text, self._last_read = {}, None, ([], [])
 

@@ -8,6 +8,7 @@ for the Gittins policies.
 from __future__ import annotations
 
 import logging
+from functools import lru_cache
 from typing import Callable
 
 from controller.core.hints import parse_skew_hint  # the one hint grammar (controller.core.hints)
@@ -39,6 +40,7 @@ TRANSIENT_STATES = {"COMPLETING", "CONFIGURING", "SUSPENDED", "REQUEUED", "RESIZ
 # Which pending jobs Slurm would start (the rest wait in the plan): controller.service.startable.
 
 
+@lru_cache(maxsize=1 << 17)  # every round sorts every active job by it
 def numeric_id(job_id: str) -> tuple:
     """Sort key: Slurm job ids by number, array tasks ("12_3") after their head."""
     head, _, tail = job_id.partition("_")

@@ -122,7 +122,8 @@ class AdminComments:
             running = job.state == "RUNNING"
             line = our_line(level, queues, attained_gpu_s.get(job_id, 0.0), position.get(job_id), running,
                             running and preemptable(job))
-            wanted[job_id] = (line, (level, running))
+            if ours_in(job.admin_comment) != line:  # what updates() skips, left out before it (most jobs)
+                wanted[job_id] = (line, (level, running))
         applied = 0
         for number, (job_id, text) in enumerate(self.updates(wanted, observed, now).items(), 1):
             if executor.apply(SetAdminComment(f"r{plan.round_id}.c{number}", job_id, text,

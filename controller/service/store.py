@@ -449,11 +449,13 @@ class Store:
         changed: dict[tuple[str, str], tuple] = {}
         new_rows = []  # not committed by this process yet: upserted whole
         updates: dict[tuple[bool, ...], list[tuple]] = {}  # which fields changed -> the records' values
-        committed = self._committed_rows
+        committed_row = self._committed_rows.get
         for record in records:
-            key, values = (cluster, str(record.job_id)), _record_values(record)
-            old = committed.get(key)
-            if old == values or old is not None and key[1] in clocks_may_wait and _facts(old) == _facts(values):
+            values = _record_values(record)
+            job_id = values[0] if type(values[0]) is str else str(values[0])
+            key = (cluster, job_id)
+            old = committed_row(key)
+            if old == values or old is not None and job_id in clocks_may_wait and _facts(old) == _facts(values):
                 continue
             changed[key] = values
             if old is None:
