@@ -147,8 +147,8 @@ class SlurmBackend:
         self._partition_nodes: Optional[dict[str, list[str]]] = None
         # squeue --json records parsed at the last observe(), by their text: only new or
         # changed records are parsed again (slurm_plugin.record_cache).
-        self._squeue_records: RecordCache[SlurmJob] = RecordCache("jobs", parse_squeue_record)
-        self._sinfo_records: RecordCache[SlurmNode] = RecordCache("nodes", parse_sinfo_record)
+        self._squeue_records: RecordCache[SlurmJob] = RecordCache("jobs", parse_squeue_record, "job_id")
+        self._sinfo_records: RecordCache[SlurmNode] = RecordCache("nodes", parse_sinfo_record, "name")
         # id(SlurmJob) -> (that job, its site factor, its ObservedJob), of the last observe()
         self._observed: dict[int, tuple[SlurmJob, Optional[int], ObservedJob]] = {}
 

@@ -50,7 +50,17 @@ def split_records(text: str, key: str) -> Optional[tuple[str, list[str]]]:
     if record is None or len(record.group(1)) <= len(outer):
         return None  # an empty list, or not one record per indented block
     inner = record.group(1)
-    pieces = text[body_at:].split(f"\n{inner}}},\n")
+    separator = f"\n{inner}}},\n"
+    # Split the whole text (copying it from body_at first cost a third more): the pieces
+    # that lie before the list (the separator may occur in the short head) are dropped.
+    pieces = text.split(separator)
+    skipped = index = 0
+    while skipped + len(pieces[index]) < body_at:
+        skipped += len(pieces[index]) + len(separator)
+        index += 1
+    if index:
+        pieces = pieces[index:]
+    pieces[0] = pieces[0][body_at - skipped:]
     # The list ends in the last piece (looking there, not in the whole text, saves a
     # scan of it): the first line that closes a record and is followed by the list's
     # own closing bracket.
@@ -64,15 +74,19 @@ def split_records(text: str, key: str) -> Optional[tuple[str, list[str]]]:
 
 
 class RecordCache(Generic[T]):
-    """The parsed records of the last read, by their text. ``parse_one(record)``
+    """The parsed records of the last read, with their texts. ``parse_one(record)``
     turns one decoded record into a value (raising SlurmParseError for a bad one);
     ``load(text)`` decodes and checks the document without its records (raising what
     its caller wants raised for a document that is no answer at all)."""
 
-    def __init__(self, key: str, parse_one: Callable[[dict], T]):
+    def __init__(self, key: str, parse_one: Callable[[dict], T], id_field: str):
         self.key = key
         self.parse_one = parse_one
-        self._last: dict[str, T] = {}  # record text -> parsed value, of the last read only
+        # A record is looked up by the text after its first '"<id_field>": ' (the job id,
+        # the node name: short, so cheap to hash, where hashing every whole record text
+        # cost more than comparing it) and kept only when its whole text is the same.
+        self._id_marker = f'"{id_field}": '
+        self._last: dict[str, tuple[str, T]] = {}  # id text -> (record text, parsed value), of the last read
         # The last document cut, and what it gave: the same text again (nothing changed
         # in Slurm) is one comparison, not a cut.
         self._last_text: Optional[str] = None
@@ -98,10 +112,12 @@ class RecordCache(Generic[T]):
         if doc.get(self.key) != []:
             return None
         last, current, out, parsed = self._last, {}, [], 0
+        marker, skip = self._id_marker, len(self._id_marker)
         for index, piece in enumerate(pieces):
-            value = last.get(piece)
-            if value is None:
-                value = current.get(piece)  # a record printed twice: parsed once
+            at = piece.find(marker)
+            ident = piece[at + skip:piece.find(",", at)] if at >= 0 else piece
+            kept = last.get(ident)
+            value = kept[1] if kept is not None and kept[0] == piece else None
             if value is None:
                 try:
                     record = json.loads(piece + "}")
@@ -120,7 +136,7 @@ class RecordCache(Generic[T]):
                         exc.node = str(record["name"])[:40]
                     errors.append(exc)
                     continue  # not kept: a bad record is parsed (and reported) every read
-            current[piece] = value
+            current[ident] = (piece, value)
             out.append(value)
         self._last, self.parsed = current, parsed
         self._last_text, self._last_read = text, (out, errors[errors_before:])
