@@ -23,7 +23,7 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Container, Iterable, Iterator, Optional
+from typing import Any, Callable, Container, Iterable, Iterator, Optional
 
 from sqlalchemy import (
     Boolean, Column, Float, Index, Integer, MetaData, String, Table, Text,
@@ -472,9 +472,8 @@ class Store:
             if new_rows:
                 _upsert(conn, job_service, new_rows, ["cluster", "job_id"], list(JOB_FIELDS[1:]))
             for mask, group in updates.items():
-                columns = [(i, name) for i, (name, differs) in enumerate(zip(JOB_FIELDS, mask)) if differs]
-                conn.execute(_UPDATE_JOB_BY_KEY, [{"key_cluster": cluster, "key_job_id": str(values[0]),
-                                                   **{name: values[i] for i, name in columns}} for values in group])
+                _update_job_rows(conn, cluster, tuple(name for name, differs in zip(JOB_FIELDS, mask) if differs),
+                                 group)
             self._after_commit(lambda: self._remember(changed))
         return len(changed)
 
@@ -859,6 +858,31 @@ def _dialect_insert(conn: Connection, table: Table):
     else:  # pragma: no cover - rejected in Store.__init__
         raise StoreError(f"no upsert for dialect {conn.dialect.name}")
     return insert(table)
+
+
+_UPDATE_SQL: dict[tuple[str, tuple[str, ...]], tuple[str, Optional[Callable]]] = {}
+_ROW_INDEX = {"key_cluster": 0, "key_job_id": 1, **{name: 2 + i for i, name in enumerate(JOB_FIELDS)}}
+
+
+def _update_job_rows(conn: Connection, cluster: str, columns: tuple[str, ...], group: list[tuple]) -> None:
+    """UPDATE ``columns`` of these rows (JobRecord value tuples) in one executemany, in
+    the driver's own SQL compiled once per column set: SQLAlchemy's parameter handling
+    per row cost more than the write itself (thousands of rows a round). The values
+    are plain floats, ints, strings, booleans and None, which both drivers take as is."""
+    cached = _UPDATE_SQL.get((conn.dialect.name, columns))
+    if cached is None:
+        compiled = _UPDATE_JOB_BY_KEY.compile(dialect=conn.dialect, column_keys=list(columns))
+        pick = operator.itemgetter(*(_ROW_INDEX[name] for name in compiled.positiontup)) \
+            if compiled.positional else None
+        cached = _UPDATE_SQL[(conn.dialect.name, columns)] = (compiled.string, pick)
+    sql, pick = cached
+    if pick is not None:
+        params = [pick((cluster, str(values[0]), *values)) for values in group]
+    else:
+        at = [(name, _ROW_INDEX[name] - 2) for name in columns]
+        params = [{"key_cluster": cluster, "key_job_id": str(values[0]), **{name: values[i] for name, i in at}}
+                  for values in group]
+    conn.exec_driver_sql(sql, params)
 
 
 def _upsert(conn: Connection, table: Table, rows: list[dict], keys: list[str],
