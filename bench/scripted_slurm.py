@@ -148,6 +148,15 @@ class ScriptedSlurm:
             for job_id in argv[2].split("=", 1)[1].split(","):
                 self.site_factors[int(job_id)] = value
             return CommandResult(0, "", "")
+        if argv[:2] == ["scontrol", "update"] and argv[-1].startswith("AdminComment="):
+            # kept, as slurmctld keeps it: the next squeue --json shows it (and that
+            # record's text changed)
+            self.calls["scontrol update AdminComment"] += 1
+            record = self.jobs.get(int(argv[2].split("=", 1)[1]))
+            if record is not None:
+                record["admin_comment"] = argv[-1].split("=", 1)[1]
+                self._texts.clear()
+            return CommandResult(0, "", "")
         self.calls[" ".join(argv[:2])] += 1
         return CommandResult(0, "", "")
 
