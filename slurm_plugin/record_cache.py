@@ -61,15 +61,24 @@ def split_records(text: str, key: str) -> Optional[tuple[str, list[str]]]:
     if index:
         pieces = pieces[index:]
     pieces[0] = pieces[0][body_at - skipped:]
-    # The list ends in the last piece (looking there, not in the whole text, saves a
-    # scan of it): the first line that closes a record and is followed by the list's
-    # own closing bracket.
-    last = pieces[-1]
-    end = last.find(f"\n{inner}}}\n{outer}]")
-    if end < 0:
+    # The list's end: the last line that closes a record and is followed by a line
+    # closing a top-level list, found from the end (the keys after the list are short:
+    # none in 22.05, meta and warnings in 24.11). Should a later top-level list of
+    # objects end the same way, the piece cut there is no record and fails to decode.
+    end = text.rfind(f"\n{inner}}}\n{outer}]")
+    if end < body_at:
         return None
-    pieces[-1] = last[:end]
-    rest = text[:body_at] + last[end + len(inner) + 2:]  # ...'"jobs": [\n' + '\n  ]...'
+    start = len(text) - len(pieces[-1])  # where the last piece starts; walk back to the one holding `end`
+    index = len(pieces) - 1
+    while start > end:
+        index -= 1
+        start -= len(separator) + len(pieces[index])
+    if index < 0:
+        return None
+    tail = pieces[index]
+    pieces[index] = tail[:end - start]
+    del pieces[index + 1:]
+    rest = text[:body_at] + text[end + len(inner) + 2:]  # ...'"jobs": [\n' + '\n  ]...'
     return rest, pieces
 
 
@@ -108,9 +117,12 @@ class RecordCache(Generic[T]):
             return None
         errors_before = len(errors)
         rest, pieces = split
-        doc = load(rest)
-        if doc.get(self.key) != []:
-            return None
+        try:
+            if json.loads(rest).get(self.key) != []:
+                return None
+        except (ValueError, AttributeError):
+            return None  # the list's end was not where the cut put it
+        load(rest)  # the caller's checks of the document (an errors entry: an outage)
         last, current, out, parsed = self._last, {}, [], 0
         marker, skip = self._id_marker, len(self._id_marker)
         for index, piece in enumerate(pieces):
