@@ -114,12 +114,16 @@ class AdminComments:
         actions, ids ``r<round>.c<n>``). ``queues``: K, or 0 for a policy without queues;
         ``preemptable(job) -> bool`` for running jobs. Returns the writes applied."""
         position = {job_id: i + 1 for i, job_id in enumerate(plan.order)}
-        wanted = {}
+        wanted, written = {}, self._written
         for job_id, level in plan.levels.items():
             job = observed.get(job_id)
             if job is None or job.state not in ("PENDING", "RUNNING"):
                 continue
             running = job.state == "RUNNING"
+            last = written.get(job_id)
+            if (last is not None and last.urgent_key == (level, running) and now - last.at_s < self.refresh_s
+                    and ours_in(job.admin_comment)):
+                continue  # neither urgent nor due (as updates() rules): its line is not even built
             line = our_line(level, queues, attained_gpu_s.get(job_id, 0.0), position.get(job_id), running,
                             running and preemptable(job))
             if ours_in(job.admin_comment) != line:  # what updates() skips, left out before it (most jobs)
