@@ -90,3 +90,21 @@ def test_a_kept_jobspec_follows_a_pin_and_a_changed_record(store):
     backend.now = 1020.0
     c.run_round()
     assert c._specs["1"][2] is not spec and c._specs["1"][2].skew == 0.5
+
+
+def test_no_collection_inside_a_round_and_the_collector_back_on_after_one_that_failed():
+    heap = Heap()
+    collections = []
+    gc.callbacks.append(lambda phase, info: collections.append(phase))
+    try:
+        with heap.round(0.0):
+            assert not gc.isenabled()
+            [[] for _ in range(200_000)]  # allocations that would trigger young collections
+        assert gc.isenabled() and collections == []
+        with pytest.raises(RuntimeError):
+            with heap.round(1.0):
+                raise RuntimeError("a bug in a round")
+        assert gc.isenabled()
+    finally:
+        gc.callbacks.pop()
+        gc.unfreeze()

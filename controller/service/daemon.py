@@ -241,7 +241,8 @@ class Controller:
         try:
             if self._stale:
                 self._load_state()
-            return self._round(observation)
+            with self.heap.round(self.clock()):  # no garbage collection inside a round
+                return self._round(observation)
         except StoreError:
             self._stale = True
             raise
@@ -322,7 +323,6 @@ class Controller:
         self._collect_usage(now)
         self.last_plan = plan
         self.last_observation = observation
-        self.heap.after_round(now)
         if self.metrics is not None:
             self.metrics.observe_round(self, plan, report, time.perf_counter() - started,
                                        slurm_calls=self._slurm_calls_since_mark())
