@@ -5,8 +5,10 @@ The real controller (controller.service.daemon), Slurm backend and parser
 bench/scripted_slurm.py (22.05 JSON shapes): 10,000 pending + 2,000 running GPU
 jobs on 1,000 nodes x 8 GPUs, then 50,000 + 5,000 on 2,500 nodes. Policy dlas,
 enforce mode, the default settings otherwise (preempt_max_per_job 0: the scripted
-cluster does not requeue). After two warm-up rounds (the first sees every job for
-the first time) each size runs ``--repeat`` rounds of two kinds:
+cluster does not requeue). After three warm-up rounds (the first sees every job for
+the first time; in them every job gets its AdminComment line, which a started
+controller writes 50 a round for its first minutes) each size runs ``--repeat``
+rounds of two kinds:
 - a changing round: before it one job starts and one job ends (what a poll that
   saw a change triggers);
 - an unchanged round: nothing changed since the last one (the interval_s round).
@@ -126,13 +128,23 @@ def change(slurm: ScriptedSlurm) -> None:
     slurm.finish_one()
 
 
-def measure(pending: int, running: int, nodes: int, repeat: int, kinds: tuple[str, ...], tmp: str) -> dict:
-    """kind -> list of (phase -> (cpu_s, wall_s)) per round, the whole round under "round"."""
-    slurm, store, controller = build(pending, running, nodes, tmp)
-    for _ in range(2):  # warm-up: every job new, then the first bands and batch scripts
+def warm_up(slurm: ScriptedSlurm, controller: Controller) -> None:
+    """Every job new, then the first bands and batch scripts; meanwhile every job gets
+    its AdminComment line at once (a started controller writes them 50 a round,
+    admin_comment_max_per_round, for its first minutes): the rounds measured are the
+    steady state, where a line is rewritten only when it changes."""
+    budget, controller.admin_comments.max_per_round = controller.admin_comments.max_per_round, 10 ** 9
+    for _ in range(3):
         change(slurm)
         slurm._text("squeue")  # the scripted slurmctld renders its answer outside the timing
         controller.run_round()
+    controller.admin_comments.max_per_round = budget
+
+
+def measure(pending: int, running: int, nodes: int, repeat: int, kinds: tuple[str, ...], tmp: str) -> dict:
+    """kind -> list of (phase -> (cpu_s, wall_s)) per round, the whole round under "round"."""
+    slurm, store, controller = build(pending, running, nodes, tmp)
+    warm_up(slurm, controller)
     phases = Phases()
     phases.instrument(controller, slurm)
     results: dict[str, list[dict]] = {kind: [] for kind in kinds}
@@ -180,10 +192,7 @@ def profile(pending: int, running: int, nodes: int, tmp: str) -> None:
     import pstats
 
     slurm, store, controller = build(pending, running, nodes, tmp)
-    for _ in range(3):
-        change(slurm)
-        slurm._text("squeue")
-        controller.run_round()
+    warm_up(slurm, controller)
     change(slurm)
     slurm._text("squeue")
     profiler = cProfile.Profile()

@@ -78,7 +78,10 @@ class ScriptedSlurm:
 
     def _pending(self, job_id, gpus, submit):
         record = copy.deepcopy(self.pending_template)
+        # An ordinary one-node job (max_nodes 0, as fixture jobs 4 and 11); one in 20 keeps
+        # the template's (job 10) max_nodes 4, a -N 1-4 job the placement must bound.
         record.update(job_id=job_id, tres_per_node=f"gres:gpu:{gpus}", node_count=1, tasks=1, submit_time=submit,
+                      max_nodes=record["max_nodes"] if job_id % 20 == 0 else 0,
                       partition="batch", user_name="bob", comment="", restart_cnt=0, job_state="PENDING",
                       state_reason="Priority", requeue=True, batch_flag=True, required_nodes="", excluded_nodes="")
         return record
@@ -231,6 +234,15 @@ class ScriptedSlurm:
             for job_id in argv[2].split("=", 1)[1].split(","):
                 self.site_factors[int(job_id)] = value
             return CommandResult(0, "", "")
+        if argv[:2] == ["scontrol", "update"] and argv[-1].startswith("AdminComment="):
+            # kept, as slurmctld keeps it: the next squeue --json shows it (and that
+            # record's text changed)
+            self.calls["scontrol update AdminComment"] += 1
+            record = self.jobs.get(int(argv[2].split("=", 1)[1]))
+            if record is not None:
+                record["admin_comment"] = argv[-1].split("=", 1)[1]
+                self._texts.clear()
+            return CommandResult(0, "", "")
         self.calls[" ".join(argv[:2])] += 1
         return self._lever(argv)
 
@@ -270,7 +282,7 @@ class ScriptedSlurm:
                     dict(self.node_template, name=name, gres=f"gpu:{self.gpus_per_node}", gres_used=f"gpu:{used}",
                          state="mixed" if used else "idle", state_flags=[], partitions=["batch"])
                     for name, used in self.nodes.items()]}
-            self._texts[which] = json.dumps(doc)
+            self._texts[which] = json.dumps(doc, indent=2)  # laid out as slurmctld prints it
         return self._texts[which]
 
 

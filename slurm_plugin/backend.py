@@ -41,7 +41,10 @@ from slurm_plugin.parse import (
     gres_counts,
     parse_sinfo_json,
     parse_squeue_json,
+    parse_sinfo_record,
+    parse_squeue_record,
 )
+from slurm_plugin.record_cache import RecordCache
 
 __all__ = ["SlurmBackend", "LeverFailed", "CommandResult", "subprocess_runner"]
 
@@ -142,6 +145,12 @@ class SlurmBackend:
         self._site_factor_known: set[str] = set()
         # Partition -> node names from the last ``sinfo --json`` read by observe().
         self._partition_nodes: Optional[dict[str, list[str]]] = None
+        # squeue --json records parsed at the last observe(), by their text: only new or
+        # changed records are parsed again (slurm_plugin.record_cache).
+        self._squeue_records: RecordCache[SlurmJob] = RecordCache("jobs", parse_squeue_record, "job_id")
+        self._sinfo_records: RecordCache[SlurmNode] = RecordCache("nodes", parse_sinfo_record, "name")
+        # id(SlurmJob) -> (that job, its site factor, its ObservedJob), of the last observe()
+        self._observed: dict[int, tuple[SlurmJob, Optional[int], ObservedJob]] = {}
 
     # ------------------------------------------------------------------ commands
 
@@ -194,15 +203,18 @@ class SlurmBackend:
         observed_at_s = time.time()
         squeue_text = self._read(["squeue", "--json"])
         sinfo_text = self._read(["sinfo", "--json"])
-        squeue_doc = self._load(squeue_text, "squeue --json")
-        sinfo_doc = self._load(sinfo_text, "sinfo --json")
-
         skipped: list[str] = []
         job_errors: list[SlurmParseError] = []
         node_errors: list[SlurmParseError] = []
         try:
-            jobs = parse_squeue_json(squeue_doc, errors=job_errors)
-            nodes = parse_sinfo_json(sinfo_doc, errors=node_errors)
+            jobs = self._squeue_records.read(squeue_text, lambda rest: self._load(rest, "squeue --json"), job_errors)
+            if jobs is None:  # not cut into records: read whole
+                job_errors.clear()
+                jobs = parse_squeue_json(self._load(squeue_text, "squeue --json"), errors=job_errors)
+            nodes = self._sinfo_records.read(sinfo_text, lambda rest: self._load(rest, "sinfo --json"), node_errors)
+            if nodes is None:  # e.g. 23.11+'s grouped sinfo entries
+                node_errors.clear()
+                nodes = parse_sinfo_json(self._load(sinfo_text, "sinfo --json"), errors=node_errors)
         except SlurmParseError as exc:  # not a document at all: act on nothing
             raise BackendUnavailable(f"unreadable Slurm output: {exc}") from None
         for exc in job_errors:
@@ -210,7 +222,8 @@ class SlurmBackend:
         for exc in node_errors:
             skipped.append(f"sinfo node {exc.node or '?'} (record {exc.record_index}): {exc}")
 
-        jobs = [j for j in jobs if self._in_scope(j.partitions)]
+        if self.partitions is not None:
+            jobs = [j for j in jobs if self._in_scope(j.partitions)]
 
         site_factors = {j.job_id: j.site_factor for j in jobs if j.site_factor is not None}
         pending = {j.job_id for j in jobs if j.state == "PENDING"}
@@ -225,11 +238,20 @@ class SlurmBackend:
         self._site_factor_known &= pending | unknown
 
         observed_jobs: list[ObservedJob] = []
+        last, self._observed = self._observed, {}
         for job in jobs:
-            try:
-                observed_jobs.append(self._observed_job(job, site_factors.get(job.job_id)))
-            except (SlurmParseError, TypeError, ValueError) as exc:
-                skipped.append(f"squeue job {job.job_id}: {_one_line(str(exc))}")
+            site_factor = site_factors.get(job.job_id)
+            kept = last.get(id(job))
+            if kept is not None and kept[0] is job and kept[1] == site_factor:
+                observed = kept[2]  # the same record as last time: the same ObservedJob
+            else:
+                try:
+                    observed = self._observed_job(job, site_factor)
+                except (SlurmParseError, TypeError, ValueError) as exc:
+                    skipped.append(f"squeue job {job.job_id}: {_one_line(str(exc))}")
+                    continue
+            self._observed[id(job)] = (job, site_factor, observed)
+            observed_jobs.append(observed)
 
         observed_nodes = [
             Node(name=n.name, gpus_total=n.gpus_total, gpus_free=n.gpus_free, available=n.available)

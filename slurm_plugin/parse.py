@@ -47,7 +47,9 @@ __all__ = [
     "SlurmJob",
     "SlurmNode",
     "parse_squeue_json",
+    "parse_squeue_record",
     "parse_sinfo_json",
+    "parse_sinfo_record",
     "parse_scontrol_show_job",
     "parse_sacct_json",
     "expand_hostlist",
@@ -318,6 +320,12 @@ def parse_squeue_json(text: str | bytes | dict, errors: list | None = None) -> l
     return _collect(records, _squeue_job, errors, "job_id", "jobs")
 
 
+def parse_squeue_record(record: dict) -> SlurmJob:
+    """One record of ``squeue --json``'s ``jobs`` list, as parse_squeue_json reads each
+    (slurm_plugin.record_cache parses only the records that changed with it)."""
+    return _squeue_job(record)
+
+
 def _squeue_job(r: dict) -> SlurmJob:
     if r.get("job_id") is None:
         raise SlurmParseError("job_id: missing")
@@ -433,6 +441,12 @@ def _gpu_count(gres: Any, tres: Any, field_name: str) -> int:
     if "gpu" in counts:
         return counts["gpu"]
     return gres_counts(_str(tres, "tres"), field_name="tres").get("gpu", 0)
+
+
+def parse_sinfo_record(record: dict) -> SlurmNode:
+    """One record of a ``nodes`` list (22.05 ``sinfo --json``, ``scontrol show nodes
+    --json``), as parse_sinfo_json reads each (for slurm_plugin.record_cache)."""
+    return _node(record)
 
 
 def _node(r: dict) -> SlurmNode:

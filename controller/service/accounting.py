@@ -8,6 +8,7 @@ for the Gittins policies.
 from __future__ import annotations
 
 import logging
+from functools import lru_cache
 from typing import Callable
 
 from controller.core.hints import parse_skew_hint  # the one hint grammar (controller.core.hints)
@@ -25,10 +26,21 @@ ACTIVE_STATES = {"PENDING", "RUNNING"}
 COMPLETE_SAMPLE_STATES = {"COMPLETED", "FAILED"}
 CENSORED_SAMPLE_STATES = {"CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "DEADLINE", "OUT_OF_MEMORY",
                           "BOOT_FAIL", "GONE"}
+# A pending job whose record only moved its clocks (controller.service.store.CLOCK_FIELDS:
+# its wait since the last promotion, last_observed_s) is written every
+# CLOCKS_EVERY_ROUNDS rounds, an eighth of the pending jobs each round: writing all
+# 10,000 pending rows every round was a third of a round. The row then lags at most
+# that many rounds, which a reload catches up (advance counts a job still pending as
+# waiting since its stored last_observed_s); a job that started or ended while the
+# controller was down loses the lag from its starvation wait clock only (attained
+# service is not a pending job's). Running jobs are written every round: one that
+# ended unseen is credited at most gone_credit_s from its stored time.
+CLOCKS_EVERY_ROUNDS = 8
 TRANSIENT_STATES = {"COMPLETING", "CONFIGURING", "SUSPENDED", "REQUEUED", "RESIZING", "SIGNALING", "STAGE_OUT"}
 # Which pending jobs Slurm would start (the rest wait in the plan): controller.service.startable.
 
 
+@lru_cache(maxsize=1 << 17)  # every round sorts every active job by it
 def numeric_id(job_id: str) -> tuple:
     """Sort key: Slurm job ids by number, array tasks ("12_3") after their head."""
     head, _, tail = job_id.partition("_")
@@ -52,9 +64,11 @@ class Accounts:
         self.records: dict[str, JobRecord] = store.load_jobs(cluster, include_finished=False)
         self.closed: set[str] = set()  # ended jobs Slurm still lists that the store already holds
         self.stopped_at: dict[str, float] = {}
+        self.rounds = 0  # advance() calls: which eighth of the clocks is written (see CLOCKS_EVERY_ROUNDS)
 
     def advance(self, observed: dict[str, ObservedJob], now: float) -> None:
         """Advance attained service and the starvation clocks to ``now`` (epoch s)."""
+        self.rounds += 1
         for job in observed.values():
             if job.state not in ACTIVE_STATES:
                 continue
@@ -90,7 +104,8 @@ class Accounts:
             record.state = job.state
             # record.partition is the allowed set, kept from first sight: a move narrows
             # the job's partition field and must never widen what the user allowed.
-            reset = allowed_after_observation(record.partition, job.partition)
+            reset = None if job.partition == record.partition else allowed_after_observation(
+                record.partition, job.partition)  # the same field: nothing to reset (the usual round)
             if reset is not None:
                 if record.partition:
                     log.info("job %s: partition changed to %s outside its allowed set %s: allowing %s",
@@ -193,7 +208,8 @@ class Accounts:
             record.preemptions += 1
 
     def save(self) -> None:
-        self.store.save_jobs(self.cluster, self.records.values())
+        self.store.save_jobs(self.cluster, self.records.values(),
+                             clocks_may_wait=_ClocksNotDue(self.rounds % CLOCKS_EVERY_ROUNDS, self.records))
 
     def forget_finished(self) -> list[str]:
         """Drop finished jobs from memory (the store keeps them); their ids."""
@@ -202,3 +218,16 @@ class Accounts:
             del self.records[job_id]
             self.stopped_at.pop(job_id, None)
         return done
+
+
+class _ClocksNotDue:
+    """The job ids whose clock-only changes wait: pending jobs, all but this round's
+    eighth of them (by the job id's hash)."""
+
+    def __init__(self, phase: int, records: dict[str, JobRecord]):
+        self.phase, self.records = phase, records
+
+    def __contains__(self, job_id: object) -> bool:
+        record = self.records.get(job_id)
+        return (record is not None and not record.last_running
+                and hash(job_id) % CLOCKS_EVERY_ROUNDS != self.phase)

@@ -17,7 +17,6 @@ holder runs rounds, and it reloads from the store whenever it gains the lease.
 """
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 import os
@@ -39,6 +38,7 @@ from controller.service.contract import Contract
 from controller.service.decision_log import PRUNE_EVERY_S
 from controller.service.executor import LeverExecutor
 from controller.service.handoff import Handoffs
+from controller.service.heap import Heap
 from controller.service.lease import Lease
 from controller.service.partition_moves import PartitionMover
 from controller.service.preemption import Preemptions
@@ -83,6 +83,8 @@ class Controller:
         self.usage_collected_at = -math.inf
         self._usage_failing = False
         self._calls_mark: dict[str, int] = {}  # backend.commands_run when the current round began
+        self.heap = Heap()  # one full garbage collection an hour (controller.service.heap)
+        self._specs: dict[str, tuple] = {}  # job id -> (ObservedJob, account key, JobSpec) of the last snapshot
         if config.preempt_undeclared and config.mode != "observe":
             log.warning("preempt_undeclared is on: requeueable jobs that declared no checkpoint signal are "
                         "preempted too (requeued without a signal; they lose the work since their last checkpoint)")
@@ -239,7 +241,8 @@ class Controller:
         try:
             if self._stale:
                 self._load_state()
-            return self._round(observation)
+            with self.heap.round(self.clock()):  # no garbage collection inside a round
+                return self._round(observation)
         except StoreError:
             self._stale = True
             raise
@@ -369,19 +372,39 @@ class Controller:
             add_waiting(plan, waiting, reasons, self.engine.policy, ctx)
         return plan
 
-    def _with_own_nodes(self, spec: JobSpec, job: ObservedJob) -> JobSpec:
-        """The pending job's own --nodelist / --exclude / -N, which the plan's placement
-        honours. A node list this controller wrote (a pin, kept in Starts.pins) is not
-        the job's own. Constraints Slurm would not hold together are left out (logged
-        once): the job is then planned as any other, never the round lost."""
-        required = () if job.job_id in self.starts.pins else job.required_nodes
-        try:
-            return dataclasses.replace(spec, required_nodes=required, excluded_nodes=job.excluded_nodes,
-                                       min_nodes=job.min_nodes if job.min_nodes > 1 else None,
-                                       max_nodes=job.max_nodes or None)
-        except InputError as err:
-            self._log_once(f"job {job.job_id}: its node constraints are left out of the plan: {err}")
-            return spec
+    def _job_spec(self, job: ObservedJob, record, preemptable: bool, specs: dict[str, tuple]) -> JobSpec:
+        """The engine's JobSpec of ``job``; the one of the last round while the same
+        ObservedJob (the backend keeps it while Slurm's record is unchanged) has the
+        same account fields and pin (building 12,000 specs was a third of a round).
+
+        A pending job carries its own --nodelist / --exclude / -N, which the plan's
+        placement honours. A node list this controller wrote (a pin, kept in
+        Starts.pins) is not the job's own. Constraints Slurm would not hold together
+        are left out (logged once): the job is then planned as any other, never the
+        round lost."""
+        pinned = job.job_id in self.starts.pins
+        key = (record.submit_time_s, record.skew, preemptable, pinned)
+        kept = self._specs.get(job.job_id)
+        if kept is not None and kept[0] is job and kept[1] == key:
+            specs[job.job_id] = kept
+            return kept[2]
+        spec = None
+        if job.state == "PENDING" and (job.required_nodes or job.excluded_nodes or job.min_nodes > 1
+                                       or job.max_nodes > 0):
+            try:
+                spec = JobSpec(job.job_id, job.gpus, record.submit_time_s, None, skew=record.skew,
+                               partition=job.partition, user=job.user, preemptable=preemptable,
+                               required_nodes=() if pinned else job.required_nodes,
+                               excluded_nodes=job.excluded_nodes,
+                               min_nodes=job.min_nodes if job.min_nodes > 1 else None,
+                               max_nodes=job.max_nodes or None)
+            except InputError as err:
+                self._log_once(f"job {job.job_id}: its node constraints are left out of the plan: {err}")
+        if spec is None:
+            spec = JobSpec(job.job_id, job.gpus, record.submit_time_s, None, skew=record.skew,
+                           partition=job.partition, user=job.user, preemptable=preemptable)
+        specs[job.job_id] = (job, key, spec)
+        return spec
 
     def _refresh_service(self, now: float) -> None:
         if not self.engine.policy.uses_service_distribution:
@@ -415,6 +438,7 @@ class Controller:
         held_gpus = 0
         unavailable = {n.name for n in observation.nodes if not n.available}
         free_by_node = {n.name: n.gpus_free for n in observation.nodes if n.available}
+        specs: dict[str, tuple] = {}  # this round's JobSpecs (see _job_spec)
         candidates = [j for j in observed.values() if j.state in ACTIVE_STATES]
         candidates.sort(key=lambda j: (j.submit_time_s or 0.0, numeric_id(j.job_id)))
         for index, job in enumerate(candidates):
@@ -430,11 +454,7 @@ class Controller:
             reason = slurm_wait(job) if job.state == "PENDING" else ""
             record = self.records[job.job_id]
             preemptable = job.state != "RUNNING" or not self.contract.why_not(job)
-            spec = JobSpec(job.job_id, job.gpus, record.submit_time_s, None, skew=record.skew,
-                           partition=job.partition, user=job.user, preemptable=preemptable)
-            if job.state == "PENDING" and (job.required_nodes or job.excluded_nodes or job.min_nodes > 1
-                                           or job.max_nodes > 0):
-                spec = self._with_own_nodes(spec, job)
+            spec = self._job_spec(job, record, preemptable, specs)
             if reason:
                 reasons[job.job_id] = reason
             (waiting if reason else jobs).append(JobState(
@@ -447,6 +467,7 @@ class Controller:
                 if job.state == "RUNNING" else None,
                 placement=job.gpus_by_node if job.state == "RUNNING" else (), preemptions=record.preemptions,
                 queue_level=record.queue_level, queue_entry=record.queue_entry))
+        self._specs = specs
         nodes = observation.nodes
         capacity = sum(n.gpus_total for n in nodes if n.available) - held_gpus
         return Snapshot(now_s=now, jobs=jobs, nodes=nodes, service=self.service, round_id=round_id,

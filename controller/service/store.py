@@ -23,7 +23,7 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Iterable, Iterator, Optional
+from typing import Any, Callable, Container, Iterable, Iterator, Optional
 
 from sqlalchemy import (
     Boolean, Column, Float, Index, Integer, MetaData, String, Table, Text,
@@ -256,6 +256,12 @@ class JobRecord:
 
 JOB_FIELDS = tuple(f.name for f in fields(JobRecord))
 _record_values = operator.attrgetter(*JOB_FIELDS)  # a JobRecord's fields as one tuple, in JOB_FIELDS order
+# The fields a round moves for every active job (controller.service.accounting.advance):
+# linear in time while the job stays in one state, so a stored row that lags behind
+# them is caught up by the next advance after a reload (save_jobs' clocks_may_wait).
+CLOCK_FIELDS = frozenset({"attained_gpu_s", "queue_service_gpu_s", "executed_s", "executed_since_promotion_s",
+                          "waited_since_promotion_s", "last_observed_s"})
+_facts = operator.itemgetter(*(i for i, name in enumerate(JOB_FIELDS) if name not in CLOCK_FIELDS))
 # executemany: SET takes the columns each parameter row names besides the key.
 _UPDATE_JOB_BY_KEY = update(job_service).where(job_service.c.cluster == bindparam("key_cluster"),
                                                job_service.c.job_id == bindparam("key_job_id"))
@@ -435,17 +441,21 @@ class Store:
                                         for job_id, record in records.items())
         return records
 
-    def save_jobs(self, cluster: str, records: Iterable[JobRecord]) -> int:
+    def save_jobs(self, cluster: str, records: Iterable[JobRecord], clocks_may_wait: Container[str] = ()) -> int:
         """Upsert those of these records that differ from what this process last
-        committed or loaded, in one transaction; returns how many were written."""
+        committed or loaded, in one transaction; returns how many were written.
+        A record whose job id is in ``clocks_may_wait`` and that differs from its
+        committed row in CLOCK_FIELDS only is not written this time."""
         changed: dict[tuple[str, str], tuple] = {}
         new_rows = []  # not committed by this process yet: upserted whole
         updates: dict[tuple[bool, ...], list[tuple]] = {}  # which fields changed -> the records' values
-        committed = self._committed_rows
+        committed_row = self._committed_rows.get
         for record in records:
-            key, values = (cluster, str(record.job_id)), _record_values(record)
-            old = committed.get(key)
-            if old == values:
+            values = _record_values(record)
+            job_id = values[0] if type(values[0]) is str else str(values[0])
+            key = (cluster, job_id)
+            old = committed_row(key)
+            if old == values or old is not None and job_id in clocks_may_wait and _facts(old) == _facts(values):
                 continue
             changed[key] = values
             if old is None:
@@ -462,9 +472,8 @@ class Store:
             if new_rows:
                 _upsert(conn, job_service, new_rows, ["cluster", "job_id"], list(JOB_FIELDS[1:]))
             for mask, group in updates.items():
-                columns = [(i, name) for i, (name, differs) in enumerate(zip(JOB_FIELDS, mask)) if differs]
-                conn.execute(_UPDATE_JOB_BY_KEY, [{"key_cluster": cluster, "key_job_id": str(values[0]),
-                                                   **{name: values[i] for i, name in columns}} for values in group])
+                _update_job_rows(conn, cluster, tuple(name for name, differs in zip(JOB_FIELDS, mask) if differs),
+                                 group)
             self._after_commit(lambda: self._remember(changed))
         return len(changed)
 
@@ -849,6 +858,31 @@ def _dialect_insert(conn: Connection, table: Table):
     else:  # pragma: no cover - rejected in Store.__init__
         raise StoreError(f"no upsert for dialect {conn.dialect.name}")
     return insert(table)
+
+
+_UPDATE_SQL: dict[tuple[str, tuple[str, ...]], tuple[str, Optional[Callable]]] = {}
+_ROW_INDEX = {"key_cluster": 0, "key_job_id": 1, **{name: 2 + i for i, name in enumerate(JOB_FIELDS)}}
+
+
+def _update_job_rows(conn: Connection, cluster: str, columns: tuple[str, ...], group: list[tuple]) -> None:
+    """UPDATE ``columns`` of these rows (JobRecord value tuples) in one executemany, in
+    the driver's own SQL compiled once per column set: SQLAlchemy's parameter handling
+    per row cost more than the write itself (thousands of rows a round). The values
+    are plain floats, ints, strings, booleans and None, which both drivers take as is."""
+    cached = _UPDATE_SQL.get((conn.dialect.name, columns))
+    if cached is None:
+        compiled = _UPDATE_JOB_BY_KEY.compile(dialect=conn.dialect, column_keys=list(columns))
+        pick = operator.itemgetter(*(_ROW_INDEX[name] for name in compiled.positiontup)) \
+            if compiled.positional else None
+        cached = _UPDATE_SQL[(conn.dialect.name, columns)] = (compiled.string, pick)
+    sql, pick = cached
+    if pick is not None:
+        params = [pick((cluster, str(values[0]), *values)) for values in group]
+    else:
+        at = [(name, _ROW_INDEX[name] - 2) for name in columns]
+        params = [{"key_cluster": cluster, "key_job_id": str(values[0]), **{name: values[i] for name, i in at}}
+                  for values in group]
+    conn.exec_driver_sql(sql, params)
 
 
 def _upsert(conn: Connection, table: Table, rows: list[dict], keys: list[str],

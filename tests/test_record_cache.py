@@ -1,0 +1,129 @@
+"""slurm_plugin.record_cache: squeue/sinfo --json read round after round parse only the
+records whose text changed, and give exactly what a whole parse gives (recorded 22.05
+output and the 24.11 shapes)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from controller.service.backend import BackendUnavailable
+from slurm_plugin.backend import CommandResult, SlurmBackend
+from slurm_plugin.parse import (SlurmParseError, parse_sinfo_json, parse_sinfo_record, parse_squeue_json,
+                                parse_squeue_record)
+from slurm_plugin.record_cache import RecordCache, split_records
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "slurm"
+VERSIONS = ("22.05", "24.11")
+
+
+def _text(version: str, name: str) -> str:
+    return (FIXTURES / version / name).read_text()
+
+
+def _load(rest: str) -> dict:
+    return json.loads(rest)
+
+
+def _jobs_cache() -> RecordCache:
+    return RecordCache("jobs", parse_squeue_record, "job_id")
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_cut_records_read_as_the_whole_document(version):
+    text = _text(version, "squeue.json")
+    rest, pieces = split_records(text, "jobs")
+    assert len(pieces) == len(json.loads(text)["jobs"])
+    assert json.loads(rest)["jobs"] == []
+    errors: list = []
+    assert _jobs_cache().read(text, _load, errors) == parse_squeue_json(text) and errors == []
+    nodes = RecordCache("nodes", parse_sinfo_record, "name").read(_text(version, "sinfo.json"), _load, errors)
+    assert nodes == parse_sinfo_json(_text(version, "sinfo.json")) and errors == []
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_only_a_changed_record_is_parsed_again(version):
+    text = _text(version, "squeue.json")
+    cache = _jobs_cache()
+    first = cache.read(text, _load, [])
+    assert cache.parsed == len(first)
+    # One record's reason changes (the text stays laid out as Slurm prints it).
+    doc = json.loads(text)
+    target = next(j for j in doc["jobs"] if j["state_reason"] == "BeginTime")
+    at = text.index(f'"job_id": {json.dumps(target["job_id"], indent=2)}'.replace("\n", "\n      "))
+    start, end = text.rindex("\n    {\n", 0, at), text.index("\n    }", at)  # that record's lines
+    record = text[start:end]
+    assert record.count('"state_reason": "BeginTime"') == 1
+    changed = text[:start] + record.replace('"state_reason": "BeginTime"', '"state_reason": "Priority"') + text[end:]
+    second = cache.read(changed, _load, [])
+    assert cache.parsed == 1
+    assert second == parse_squeue_json(changed)
+    unchanged_ids = {j.job_id for j in first} - {str(target["job_id"]) if isinstance(target["job_id"], int)
+                                                 else str(target["job_id"]["number"])}
+    kept = {j.job_id: j for j in first}
+    assert all(job is kept[job.job_id] for job in second if job.job_id in unchanged_ids)  # the same objects
+    assert cache.read(changed, _load, []) == second and cache.parsed == 0  # the same answer: one comparison
+
+
+def test_compact_or_mis_cut_text_is_read_whole():
+    text = _text("22.05", "squeue.json")
+    cache = _jobs_cache()
+    assert cache.read(json.dumps(json.loads(text)), _load, []) is None  # compact: not cut at all
+    # A nested object whose closing line sits at the record indent: still valid JSON,
+    # but the cut falls inside a record, whose braces then do not balance.
+    nested_close = text.index("\n      },\n", text.index('"jobs": ['))
+    odd = text[:nested_close] + "\n    },\n" + text[nested_close + len("\n      },\n"):]
+    assert json.loads(odd) == json.loads(text)
+    assert cache.read(odd, _load, []) is None
+    sinfo = _text("22.05", "sinfo.json")
+    runner_texts = {"squeue": odd, "sinfo": sinfo, "sprio": ""}
+    backend = SlurmBackend(runner=lambda argv, timeout_s, env: CommandResult(0, runner_texts[argv[0]], ""))
+    assert {j.job_id for j in backend.observe().jobs} == {j.job_id for j in parse_squeue_json(text)}
+
+
+def test_a_bad_record_is_reported_at_every_read_with_its_index_and_id():
+    doc = json.loads(_text("22.05", "squeue.json"))
+    doc["jobs"][2]["job_state"] = 42
+    text = json.dumps(doc, indent=2)
+    cache = _jobs_cache()
+    for _ in range(2):  # the second read is the same text: the error is reported again
+        errors: list[SlurmParseError] = []
+        jobs = cache.read(text, _load, errors)
+        assert len(jobs) == len(doc["jobs"]) - 1
+        assert len(errors) == 1 and errors[0].record_index == 2 and errors[0].job_id == str(doc["jobs"][2]["job_id"])
+        assert "job_state" in str(errors[0])
+    whole: list = []
+    parse_squeue_json(text, errors=whole)
+    assert [str(e) for e in whole] == [str(e) for e in errors]
+
+
+def test_an_errors_entry_beside_the_records_is_an_outage():
+    doc = json.loads(_text("22.05", "squeue.json"))
+    doc["errors"] = [{"description": "Failed while looking for jobs", "error": "Unspecified error"}]
+    texts = {"squeue": json.dumps(doc, indent=2), "sinfo": _text("22.05", "sinfo.json")}
+    backend = SlurmBackend(runner=lambda argv, timeout_s, env: CommandResult(0, texts[argv[0]], ""))
+    with pytest.raises(BackendUnavailable, match="Failed while looking for jobs"):
+        backend.observe()
+
+
+def test_backend_keeps_observed_jobs_of_unchanged_records_and_follows_site_factors():
+    texts = {"squeue": _text("22.05", "squeue.json"), "sinfo": _text("22.05", "sinfo.json"),
+             "sprio": "4 100\n10 -5\n11 0\n", "scontrol": ""}
+    calls: list = []
+
+    def runner(argv, timeout_s, env):
+        calls.append(argv)
+        return CommandResult(0, texts[argv[0]], "")
+
+    backend = SlurmBackend(runner=runner)
+    first = {j.job_id: j for j in backend.observe().jobs}
+    second = {j.job_id: j for j in backend.observe().jobs}
+    assert first.keys() == second.keys() and all(second[k] is first[k] for k in first)
+    backend.set_site_factors({"4": 7})
+    third = {j.job_id: j for j in backend.observe().jobs}
+    assert third["4"].site_factor == 7 and third["4"] is not first["4"]
+    assert all(third[k] is first[k] for k in first if k != "4")
+    # The same answer as a backend that reads every record whole gives.
+    fresh = {j.job_id: j for j in SlurmBackend(runner=runner).observe().jobs}
+    assert {k: v for k, v in fresh.items() if k != "4"} == {k: v for k, v in third.items() if k != "4"}
