@@ -381,6 +381,7 @@ class SlurmBackend:
             submit_time_s=job.submit_time,
             start_time_s=job.start_time,
             end_time_s=job.end_time,
+            time_limit_s=job.time_limit_s,
             restart_count=job.restart_count,
             requeueable=bool(job.requeue),
             batch=job.batch,

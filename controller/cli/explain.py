@@ -143,7 +143,7 @@ def preemption_text(controller, observed) -> str:
     if why_not:
         return f"preemption: not preemptable: {why_not}"
     signal = controller.contract.declared(observed)
-    grace = controller.config.preempt_grace_s
+    grace = controller.preemptions.grace_for(observed, controller.clock()) if signal is not None else 0.0
     if signal is None:
         return "preemption: preemptable without a signal (preempt_undeclared): requeued, no checkpoint request"
     return f"preemption: preemptable: signal {signal.describe()}, requeue after {grace:g}s"

@@ -9,8 +9,9 @@ Grammar: ``[FLAGS:][SIG]NAME[@SECONDS]``, ASCII only, letters in any case:
 FLAGS is one or two of ``R``/``B`` (``B``: to the batch shell only; ``R`` is kept by
 Slurm for reservations and ignored here); NAME is a signal a job can trap for a
 checkpoint (KILL and STOP cannot be caught) or one of the numbers 1, 2, 3, 10, 12,
-14, 15 (Linux numbering); SECONDS is 1 to 9 ASCII digits (Slurm's warning time,
-unused by the controller, which uses preempt_grace_s).
+14, 15 (Linux numbering); SECONDS is 1 to 9 ASCII digits (Slurm's warning time: the
+job's own lead time, kept as ``lead_s``; the grace period is the larger of it and
+preempt_grace_s, never past the job's time limit: ``grace_s``).
 
 Pure: stdlib only.
 """
@@ -32,19 +33,23 @@ _ASCII_SPACE = " \t\n\v\f\r"
 @dataclass(frozen=True)
 class CheckpointSignal:
     """``name``: e.g. "USR1"; ``batch_only``: to the batch shell (B:) rather than the
-    steps; ``source``: where it was declared, for logs and ``explain``."""
+    steps; ``source``: where it was declared, for logs and ``explain``; ``lead_s``: the
+    seconds the job asked for between the signal and its end (``@T``), None if unsaid."""
 
     name: str
     batch_only: bool
     source: str
+    lead_s: Optional[int] = None
 
     @property
     def spec(self) -> str:
-        """The canonical spec, e.g. ``"B:USR1"`` or ``"USR2"``."""
+        """The canonical spec, e.g. ``"B:USR1"`` or ``"USR2"`` (the lead time is not part of
+        it: the hint grammar's shared table, tests/fixtures/hint_cases.tsv, compares it)."""
         return f"{'B:' if self.batch_only else ''}{self.name}"
 
     def describe(self) -> str:
-        return f"{self.spec} ({self.source})"
+        lead = "" if self.lead_s is None else f"@{self.lead_s}"
+        return f"{self.spec}{lead} ({self.source})"
 
 
 def parse_signal_spec(text: Optional[str], source: str) -> tuple[Optional[CheckpointSignal], str]:
@@ -55,14 +60,26 @@ def parse_signal_spec(text: Optional[str], source: str) -> tuple[Optional[Checkp
     match = SIGNAL_SPEC.fullmatch(cleaned.upper()) if cleaned.isascii() else None
     if match is None:
         return None, f"signal spec {_shown(text)} is not [B:]SIG[@seconds]"
-    flags, name, _ = match.groups()
+    flags, name, lead = match.groups()
     if name.isdigit():
         if int(name) not in NUMBERED:
             return None, f"signal number {name} in {_shown(text)} is not one a job can trap for a checkpoint"
         name = NUMBERED[int(name)]
     if name not in SIGNAL_NAMES or name in UNCATCHABLE:
         return None, f"signal {_shown(name)} in {_shown(text)} cannot be caught"
-    return CheckpointSignal(name, "B" in (flags or ""), source), ""
+    return CheckpointSignal(name, "B" in (flags or ""), source, int(lead) if lead else None), ""
+
+
+def grace_s(configured_s: float, signal: Optional[CheckpointSignal], signalled_at_s: Optional[float] = None,
+            ends_by_s: Optional[float] = None) -> float:
+    """The preemption's grace period: the larger of ``configured_s`` and the job's own
+    lead time, cut so that it ends no later than the job's time limit (``ends_by_s``,
+    start + limit; the job is killed then anyway)."""
+    lead = signal.lead_s if signal is not None and signal.lead_s is not None else 0
+    grace = max(configured_s, float(lead))
+    if ends_by_s is not None and signalled_at_s is not None:
+        grace = min(grace, max(0.0, ends_by_s - signalled_at_s))
+    return grace
 
 
 def _shown(text: Optional[str]) -> str:

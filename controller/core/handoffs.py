@@ -32,12 +32,14 @@ class HandoffBook:
         self.watching: dict[str, Watch] = {}
         self.blocked_until: dict[str, float] = {}
 
-    def check(self, state_of: Callable[[str], Optional[str]], now: float, timeout_s: float
-              ) -> list[tuple[str, str, Optional[Watch]]]:
+    def check(self, state_of: Callable[[str], Optional[str]], now: float, timeout_s: float,
+              extra_s: Callable[[Watch], float] = lambda watch: 0.0) -> list[tuple[str, str, Optional[Watch]]]:
         """Advance every watch by the job's state now (``state_of``: "PENDING",
         "RUNNING", anything else or None: gone); returns (event, job id, watch) for
         each change, in order: "gone", "landed", "failed", and "unblocked" for a block
-        that ran out."""
+        that ran out. ``extra_s``: how much longer than the configured grace the
+        watch's victims may take to leave (their own --signal lead time), added to the
+        time-out so a victim's own grace never fails a handoff."""
         events: list[tuple[str, str, Optional[Watch]]] = []
         for job_id, watch in list(self.watching.items()):
             state = state_of(job_id)
@@ -47,7 +49,7 @@ class HandoffBook:
             elif state == "RUNNING":
                 self._end(job_id)
                 events.append(("landed", job_id, watch))
-            elif now - watch.signalled_s > timeout_s:
+            elif now - watch.signalled_s > timeout_s + extra_s(watch):
                 del self.watching[job_id]
                 self.blocked_until[job_id] = now + BLOCK_FACTOR * timeout_s
                 events.append(("failed", job_id, watch))

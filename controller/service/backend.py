@@ -32,6 +32,7 @@ class ObservedJob:
     submit_time_s: Optional[float] = None
     start_time_s: Optional[float] = None
     end_time_s: Optional[float] = None
+    time_limit_s: Optional[float] = None  # None: no limit (or unknown)
     restart_count: int = 0
     requeueable: bool = False
     batch: bool = True

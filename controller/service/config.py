@@ -60,6 +60,8 @@ SCHEMA: tuple[Setting, ...] = (
             "with --comment=tiresias:preemptable (a job's own --signal is sent as it says)",
             ("USR1", "USR2", "TERM", "INT", "HUP")),
     Setting("preempt_grace_s", "float", 30.0, "seconds between the checkpoint signal and the requeue", minimum=0.0),
+    Setting("preempt_requeue_ended", "bool", True, "requeue a preempted job that ended (exit 0 included) during "
+            "its grace period, so a preemption never truncates a job"),
     Setting("preempt_min_runtime_s", "float", 60.0, "never preempt a job that has run less than this",
             minimum=0.0),
     Setting("preempt_max_per_job", "int", 10, "never preempt one job more often than this", minimum=0),
@@ -145,6 +147,7 @@ class Config:
     site_factor_band: int = 100000
     preempt_signal: str = "USR1"
     preempt_grace_s: float = 30.0
+    preempt_requeue_ended: bool = True
     preempt_min_runtime_s: float = 60.0
     preempt_max_per_job: int = 10
     requeue_settle_s: float = 5.0

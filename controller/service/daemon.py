@@ -291,7 +291,7 @@ class Controller:
         for action in plan.of_kind("promote"):  # the store's, in every mode: the accounts are kept even in observe
             self.accounts.promote(action.job_id)
             report.applied.append(entry(action, applied=self.executor.logs_decisions, detail="store"))
-        self.handoffs.check(observed, now, report)
+        self.handoffs.check(observed, now, report, self.preemptions.grace_for)
         self.starts.apply(plan, observed, now, report)
         blocked = self.handoffs.blocking(plan, now, leaving)
         if blocked:

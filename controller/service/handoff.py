@@ -16,7 +16,7 @@ signal again for such a job.
 from __future__ import annotations
 
 import re
-from typing import Optional
+from typing import Callable, Optional
 
 # The rule, shared with the simulator; Watch is re-exported for the callers that build one.
 from controller.core.handoffs import BLOCK_FACTOR, HandoffBook, Watch  # noqa: F401
@@ -61,11 +61,18 @@ class Handoffs:
         self.failed = 0
         self.delays_s: list[float] = []
 
-    def check(self, observed: dict[str, ObservedJob], now: float, report: RoundReport) -> None:
-        """Log each watched job that started, or that did not within handoff_timeout_s."""
+    def check(self, observed: dict[str, ObservedJob], now: float, report: RoundReport,
+              grace_of: Callable[[ObservedJob, float], float] = lambda job, at: 0.0) -> None:
+        """Log each watched job that started, or that did not within handoff_timeout_s
+        (plus its victims' grace beyond preempt_grace_s; ``grace_of``: a job's grace)."""
         timeout = self.config.handoff_timeout_s
+
+        def extra_s(watch) -> float:
+            graces = [grace_of(observed[v], watch.signalled_s) for v in watch.victims if v in observed]
+            return max([0.0] + [g - self.config.preempt_grace_s for g in graces])
+
         checked = 0
-        events = self.book.check(lambda j: observed[j].state if j in observed else None, now, timeout)
+        events = self.book.check(lambda j: observed[j].state if j in observed else None, now, timeout, extra_s)
         for event, job_id, watch in events:
             if event in ("gone", "unblocked"):
                 self.store.clear_handoff(self.config.cluster, job_id)

@@ -11,12 +11,20 @@ delivered signal and its row can only repeat the signal, never skip it.)
 Rows are opened only when the executor pulls levers (``when_acting``); a read-only
 executor (observe, shadow) only says what it would do. Each requeue cites the
 preemption decision that caused it (kept on the open row).
+
+The grace period is the job's own (``grace_for``: the larger of preempt_grace_s and
+its ``--signal=...@T`` lead time, never past its time limit). A job that ends while
+its grace runs (a checkpoint handler that exits 0 on the signal ends COMPLETED) is
+requeued all the same (``preempt_requeue_ended``; Slurm requeues a finished batch job
+while slurmctld still holds its record, MinJobAge), so a preemption never truncates it.
 """
 from __future__ import annotations
 
 import time
 from typing import Callable
 
+from controller.core.actions import Requeue
+from controller.core.checkpoint_signal import grace_s
 from controller.core.levers import requeue_after_grace, signal_for
 from controller.core.plan import Plan
 from controller.core.protection import why_protected
@@ -27,6 +35,10 @@ from controller.service.contract import Contract
 from controller.service.executor import LeverExecutor
 from controller.service.report import RoundReport, entry
 from controller.service.store import Store
+
+
+# end states a job reaches by itself during its grace period (its handler exited)
+ENDED_IN_GRACE = {"COMPLETED", "FAILED"}
 
 
 class Preemptions:
@@ -42,6 +54,15 @@ class Preemptions:
     def leaving(self) -> set[str]:
         """Job ids signalled and not yet requeued: their GPUs are neither free nor plannable."""
         return {p.job_id for p in self.store.pending_preemptions(self.config.cluster)}
+
+    def grace_for(self, job: ObservedJob, signalled_at_s: float) -> float:
+        """The job's grace period (core.checkpoint_signal.grace_s with its declared signal)."""
+        ends_by = (job.start_time_s + job.time_limit_s
+                   if job.start_time_s is not None and job.time_limit_s is not None else None)
+        signal = self.contract.declared_signals.get(job.job_id)
+        if signal is None and job.state == "RUNNING":
+            signal = self.contract.declared(job)
+        return grace_s(self.config.preempt_grace_s, signal, signalled_at_s, ends_by)
 
     def protected(self, job: ObservedJob, now: float) -> str:
         """Why a running job must not be preempted now, or ''."""
@@ -71,7 +92,8 @@ class Preemptions:
                 report.applied.append(entry(action, applied=False, detail=f"kept running: {why_not}"))
                 continue
             signal = self.contract.declared(job)
-            how = (f"signal {signal.describe()}, requeue after {cfg.preempt_grace_s:g}s" if signal is not None
+            grace = self.grace_for(job, now)
+            how = (f"signal {signal.describe()}, requeue after {grace:g}s" if signal is not None
                    else "requeue without a signal (preempt_undeclared)")
             if signal is not None:
                 outcome = self.executor.apply(signal_for(action, signal.name, signal.batch_only, how))
@@ -83,7 +105,7 @@ class Preemptions:
                 cfg.cluster, job.job_id, now, job.restart_count, decision_id=action.decision_id))
             if opened is None:  # a read-only executor: the requeue after the grace is only said
                 self.executor.apply(requeue_after_grace(f"{action.decision_id}.requeue", job.job_id,
-                                                        cfg.preempt_grace_s, action.decision_id))
+                                                        grace, action.decision_id))
                 report.applied.append(entry(action, applied=False, detail=self.executor.would_text(how)))
             elif opened:
                 self.contract.signal_failures.pop(job.job_id, None)
@@ -96,6 +118,10 @@ class Preemptions:
         requeued = 0
         for pending in self.executor.when_acting(lambda: self.store.pending_preemptions(cfg.cluster)) or []:
             job = observed.get(pending.job_id)
+            if job is not None and self._ended_in_grace(job, pending.signalled_at_s):
+                requeued += 1
+                self._requeue(job, pending, now, report, requeued, "ended during its grace period")
+                continue
             if job is None or job.state not in ACTIVE_STATES | TRANSIENT_STATES:
                 self.store.finish_preemption(cfg.cluster, pending.job_id, "finished", now)
                 continue
@@ -104,20 +130,31 @@ class Preemptions:
                 # count the preemption now, so preempt_max_per_job still holds.
                 self._close_requeued(job.job_id, now)
                 continue
-            if job.state == "RUNNING" and now >= pending.signalled_at_s + cfg.preempt_grace_s:
+            grace = self.grace_for(job, pending.signalled_at_s)
+            if job.state == "RUNNING" and now >= pending.signalled_at_s + grace:
                 # Written ahead: the run's service up to now (the next observation will
                 # not see it running) and the closed preemption commit before the requeue,
                 # so a store that cannot be written (or a lost lease) stops it; a crash
                 # after the write leaves a running job the next plan decides about again.
                 self.accounts.credit_until(job, self.clock())
-                self._close_requeued(job.job_id, now)
                 requeued += 1
-                requeue = requeue_after_grace(f"r{report.round_id}.q{requeued}", job.job_id, cfg.preempt_grace_s,
-                                              pending.decision_id)
-                outcome = self.executor.apply(requeue)
-                if outcome.applied:
-                    self.accounts.stopped_at[job.job_id] = now
-                report.applied.append(entry(requeue, applied=outcome.applied, detail=outcome.detail))
+                self._requeue(job, pending, now, report, requeued, f"grace period of {grace:g}s over")
+
+    def _ended_in_grace(self, job: ObservedJob, signalled_at_s: float) -> bool:
+        """The job ended by itself after the signal and before its grace ran out."""
+        if not self.config.preempt_requeue_ended or job.state not in ENDED_IN_GRACE:
+            return False
+        ended = job.end_time_s if job.end_time_s is not None else signalled_at_s
+        return signalled_at_s <= ended <= signalled_at_s + self.grace_for(job, signalled_at_s) + self.config.interval_s
+
+    def _requeue(self, job: ObservedJob, pending, now: float, report: RoundReport, number: int, why: str) -> None:
+        """Close the preemption (counted) ahead, then requeue the job, citing the preemption."""
+        self._close_requeued(job.job_id, now)
+        requeue = Requeue(f"r{report.round_id}.q{number}", job.job_id, reason=why, cause_id=pending.decision_id)
+        outcome = self.executor.apply(requeue)
+        if outcome.applied:
+            self.accounts.stopped_at[job.job_id] = now
+        report.applied.append(entry(requeue, applied=outcome.applied, detail=outcome.detail))
 
     def _close_requeued(self, job_id: str, now: float) -> None:
         """Close the preemption and count it in the job's record in one transaction,
