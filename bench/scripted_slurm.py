@@ -26,7 +26,7 @@ from slurm_plugin.backend import CommandResult
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "slurm" / "22.05"
 GPU_SIZES = (1, 1, 2, 2, 4, 8)
-SCRIPT = "#!/bin/bash\n#SBATCH --signal=B:USR1@90\n#SBATCH --requeue\nsrun python3 train.py\n"
+SCRIPT = "#!/bin/bash\n#SBATCH --signal=B:USR1@30\n#SBATCH --requeue\nsrun python3 train.py\n"
 
 
 class ScriptedSlurm:

@@ -31,9 +31,10 @@ DEFAULT_INSTANCE = "tiresiastest"
 # USR1 in the batch shell, so it declares B:USR1 (the preemption contract: only jobs
 # that declare their checkpoint signal are preempted).
 JOB_SCRIPT = r"""#!/bin/bash
-#SBATCH --signal=B:USR1@60
+#SBATCH --signal=B:USR1@3
 # The traps come first: a signal before them ends bash (Slurm may send --signal
-# up to 60 s early, i.e. right at the start of a short job).
+# up to 60 s early, i.e. right at the start of a short job; @3: its own lead time
+# is no longer than the harness's preempt_grace_s, so the grace stays 3 s).
 trap 'checkpoint; echo "got USR1 $(date +%s.%N) done=$done_s"' USR1
 trap 'checkpoint; echo "got TERM $(date +%s.%N) done=$done_s"; exit 143' TERM
 WORK=${1:?work seconds}

@@ -15,13 +15,6 @@ Two things happen at submission, nothing at modification:
      "tiresias:preemptable=[B:]SIG" (preemption opt-in with its checkpoint
      signal), are checked so that a typo is refused at sbatch time instead of
      being ignored later.
-  3. A job's own --signal (given on the sbatch command line, as #SBATCH --signal or
-     as SBATCH_SIGNAL in the environment: sbatch puts all three in the job
-     descriptor's warn_signal/warn_time/warn_flags, which Slurm 22.05 shows in
-     neither squeue --json nor scontrol show job) is recorded in the job comment as
-     "tiresias:preemptable=[B:]SIG@T", which the controller reads from squeue, so
-     the job is preemptable with its own signal and lead time. A comment that already
-     carries a tiresias:preemptable hint is left as it is.
 Everything else passes through unchanged.
 --]]
 
@@ -31,8 +24,6 @@ REQUEUE_GPU_JOBS = true
 -- Refuse submissions whose comment carries a malformed tiresias:skew=,
 -- tiresias:class= or tiresias:preemptable hint (the controller would ignore it).
 VALIDATE_HINTS = true
--- Record the job's own --signal in its comment (the controller cannot see it otherwise).
-RECORD_SIGNAL = true
 -----------------------------------------------------------------------------
 
 local GPU_FIELDS = { "tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket", "gres" }
@@ -169,43 +160,6 @@ function tiresias_parse_hints(comment)
 	return skew, class, nil, preemptable
 end
 
--- Slurm's signal numbers (Linux) of the names a job can trap, for warn_signal
-local SIGNAL_BY_NUMBER = { [1] = "HUP", [2] = "INT", [3] = "QUIT", [6] = "ABRT", [10] = "USR1", [12] = "USR2",
-	[14] = "ALRM", [15] = "TERM", [18] = "CONT", [20] = "TSTP", [23] = "URG", [24] = "XCPU", [25] = "XFSZ",
-	[26] = "VTALRM", [27] = "PROF", [28] = "WINCH", [29] = "IO", [30] = "PWR", [31] = "SYS", [5] = "TRAP",
-	[7] = "BUS", [13] = "PIPE" }
-local KILL_JOB_BATCH = 1 -- warn_flags bit 0 (slurm.h): the signal goes to the batch shell only ("B:")
-local NO_VAL16 = 65534
-
--- The job's own --signal as a hint, "tiresias:preemptable=B:USR1@30", or nil when none
-function tiresias_signal_hint(job_desc)
-	local number = tonumber(job_desc.warn_signal)
-	local name = number and SIGNAL_BY_NUMBER[number]
-	if name == nil then
-		return nil
-	end
-	local flags = tonumber(job_desc.warn_flags) or 0
-	local spec = ((flags % 2 == KILL_JOB_BATCH) and "B:" or "") .. name
-	local lead = tonumber(job_desc.warn_time)
-	if lead ~= nil and lead > 0 and lead < NO_VAL16 then
-		spec = spec .. "@" .. tostring(math.floor(lead))
-	end
-	return PREEMPTABLE_PREFIX .. "=" .. spec
-end
-
-local function record_signal(job_desc)
-	local hint = tiresias_signal_hint(job_desc)
-	local comment = job_desc.comment
-	if hint == nil or (type(comment) == "string" and string.find(comment, PREEMPTABLE_PREFIX, 1, true)) then
-		return
-	end
-	if type(comment) == "string" and #comment > 0 then
-		job_desc.comment = comment .. " " .. hint
-	else
-		job_desc.comment = hint
-	end
-end
-
 function slurm_job_submit(job_desc, part_list, submit_uid)
 	if VALIDATE_HINTS then
 		local _, _, bad = tiresias_parse_hints(job_desc.comment)
@@ -217,9 +171,6 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
 	-- requeue is 0 after an explicit --no-requeue: never overridden
 	if REQUEUE_GPU_JOBS and requests_gpus(job_desc) and job_desc.requeue ~= 0 then
 		job_desc.requeue = 1
-	end
-	if RECORD_SIGNAL then
-		record_signal(job_desc)
 	end
 	return slurm.SUCCESS
 end

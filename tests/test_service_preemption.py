@@ -38,9 +38,8 @@ def test_signal_then_requeue_after_grace_once_and_counted(store):
     preemptions, accounts = machine(store, backend)
     report = round_(preemptions, accounts, backend, victims=["1"])
     assert backend.calls == [("signal", "1", "USR1", True)] and preemptions.leaving() == {"1"}
-    # the job's own --signal=B:USR1@60 outlasts preempt_grace_s=10: its 60 s are kept
-    assert report.applied[0]["applied"] and "requeue after 60s" in report.applied[0]["detail"]
-    backend.now += 59
+    assert report.applied[0]["applied"] and "requeue after 10s" in report.applied[0]["detail"]
+    backend.now += 9
     round_(preemptions, accounts, backend, victims=["1"])  # planned again: not signalled twice
     assert backend.calls == [("signal", "1", "USR1", True)]
     backend.now += 1
@@ -80,7 +79,7 @@ def test_shadow_mode_opens_nothing_and_calls_nothing(store):
     preemptions, accounts = machine(store, backend, mode="shadow")
     report = round_(preemptions, accounts, backend, victims=["1"])
     assert backend.calls == [] and preemptions.leaving() == set()
-    assert "would signal B:USR1@60 (--signal)" in report.applied[0]["detail"]
+    assert "would signal B:USR1 (--signal)" in report.applied[0]["detail"]
 
 
 class FailingSignal(ScriptedBackend):
@@ -167,7 +166,7 @@ def test_batch_script_is_read_once_per_running_job(store):
         for job in backend.observe().jobs:
             contract.why_not(job)
     assert backend.calls == [("batch_script", "1")]
-    assert contract.declared(backend.jobs["1"]).describe() == "B:USR2@60 (#SBATCH --signal)"
+    assert contract.declared(backend.jobs["1"]).describe() == "B:USR2 (#SBATCH --signal)"
 
 
 def test_handoff_landed_is_logged_with_its_delay_and_a_failed_one_blocks_further_preemptions(store):
@@ -175,7 +174,7 @@ def test_handoff_landed_is_logged_with_its_delay_and_a_failed_one_blocks_further
     from tests.test_controller import controller as make_controller
 
     backend = ScriptedBackend()
-    backend.add("1", 16, "RUNNING", start=0.0, nodes=FULL, signal="B:USR1")  # no lead time of its own
+    backend.add("1", 16, "RUNNING", start=0.0, nodes=FULL)
     c = make_controller(store, backend, handoff_timeout_s=30)
     assert isinstance(c.handoffs, Handoffs)
     c.run_round()

@@ -1,0 +1,139 @@
+"""A job's own grace (``--signal=...@T``), the requeue of a job that ended during its
+grace period, and the cli_filter plugin that makes a command-line ``--signal`` visible.
+Real SQLite store and the scripted backend (tests/test_controller.py); the Lua filter
+runs in a real Lua interpreter (tests/test_job_submit_lua.py's fixture)."""
+import dataclasses
+import subprocess
+
+from controller.core.checkpoint_signal import grace_s, parse_signal_spec
+from tests.test_controller import ScriptedBackend, store  # noqa: F401  (fixture)
+from tests.test_job_submit_lua import REPO_ROOT, lua  # noqa: F401  (fixture)
+from tests.test_service_preemption import FULL, machine, round_
+
+CLI_FILTER = REPO_ROOT / "slurm_plugin" / "cli_filter.lua"
+
+
+def test_the_lead_time_is_kept_and_the_grace_is_the_larger_within_the_time_limit():
+    signal, why = parse_signal_spec("B:USR1@600", "--signal")
+    assert why == "" and signal.lead_s == 600 and signal.describe() == "B:USR1@600 (--signal)"
+    assert parse_signal_spec("USR2", "--signal")[0].lead_s is None
+    assert grace_s(30.0, signal) == 600.0
+    assert grace_s(900.0, signal) == 900.0  # the configured one when it is longer
+    assert grace_s(30.0, parse_signal_spec("USR1@5", "x")[0]) == 30.0
+    assert grace_s(30.0, None) == 30.0
+    # signalled at 1000 s, the time limit ends the job at 1200 s: 200 s, not 600
+    assert grace_s(30.0, signal, signalled_at_s=1000.0, ends_by_s=1200.0) == 200.0
+
+
+def preempted(store, signal, **settings):
+    backend = ScriptedBackend()
+    backend.add("1", 16, "RUNNING", start=0.0, nodes=FULL, signal=signal)
+    preemptions, accounts = machine(store, backend, **settings)
+    report = round_(preemptions, accounts, backend, victims=["1"])
+    assert backend.calls == [("signal", "1", "USR1", True)]
+    return backend, preemptions, accounts, report
+
+
+def test_a_job_that_asked_for_600_s_gets_600_s(store):
+    backend, preemptions, accounts, report = preempted(store, "B:USR1@600")  # preempt_grace_s=10
+    assert "signal B:USR1@600 (--signal), requeue after 600s" in report.applied[0]["detail"]
+    backend.now += 599
+    round_(preemptions, accounts, backend)
+    assert ("requeue", "1") not in backend.calls and preemptions.leaving() == {"1"}
+    backend.now += 1
+    report = round_(preemptions, accounts, backend)
+    assert backend.calls[-1] == ("requeue", "1")
+    assert [e["reason"] for e in report.applied if e["kind"] == "requeue"] == ["grace period of 600s over"]
+
+
+def test_the_grace_never_outlasts_the_time_limit(store):
+    backend = ScriptedBackend()
+    backend.add("1", 16, "RUNNING", start=0.0, nodes=FULL, signal="B:USR1@600")
+    backend.jobs["1"] = dataclasses.replace(backend.jobs["1"], time_limit_s=200.0)
+    preemptions, accounts = machine(store, backend)
+    backend.now = 100.0  # signalled at 100 s; Slurm kills it at 200 s
+    report = round_(preemptions, accounts, backend, victims=["1"])
+    assert "requeue after 100s" in report.applied[0]["detail"]
+
+
+def ended(backend, state):
+    job = backend.jobs["1"]
+    backend.jobs["1"] = dataclasses.replace(job, state=state, end_time_s=backend.now)
+
+
+def test_a_job_that_exits_0_on_the_signal_is_requeued_all_the_same(store):
+    backend, preemptions, accounts, _ = preempted(store, "B:USR1@60")
+    backend.now += 20
+    ended(backend, "COMPLETED")  # its handler saved and exited 0 (step 305 of 1200)
+    report = round_(preemptions, accounts, backend)
+    assert backend.calls[-1] == ("requeue", "1")
+    [requeue] = [e for e in report.applied if e["kind"] == "requeue"]
+    assert requeue["applied"] and requeue["reason"] == "ended during its grace period"
+    assert requeue["cause_id"] == "r1.p1" and accounts.records["1"].preemptions == 1
+    assert preemptions.leaving() == set()
+
+
+def test_preempt_requeue_ended_off_closes_it_as_finished(store):
+    backend, preemptions, accounts, _ = preempted(store, "B:USR1@60", preempt_requeue_ended=False)
+    backend.now += 20
+    ended(backend, "COMPLETED")
+    round_(preemptions, accounts, backend)
+    assert ("requeue", "1") not in backend.calls and preemptions.leaving() == set()
+
+
+def test_a_job_that_ended_long_after_its_grace_is_not_requeued(store):
+    backend, preemptions, accounts, _ = preempted(store, "B:USR1@60")
+    job = backend.jobs["1"]
+    backend.now += 500  # the controller was away; the job ended at 400 s, past its 60 s
+    backend.jobs["1"] = dataclasses.replace(job, state="COMPLETED", end_time_s=400.0)
+    round_(preemptions, accounts, backend)
+    assert ("requeue", "1") not in backend.calls and preemptions.leaving() == set()
+
+
+def test_the_handoff_time_out_waits_for_the_victims_own_grace(store):
+    from tests.test_controller import controller as make_controller
+
+    backend = ScriptedBackend()
+    backend.add("1", 16, "RUNNING", start=0.0, nodes=FULL, signal="B:USR1@600")
+    c = make_controller(store, backend, handoff_timeout_s=30)  # preempt_grace_s=10
+    c.run_round()
+    backend.add("2", 4)
+    c.run_round()
+    assert ("signal", "1", "USR1", True) in backend.calls and "2" in c.handoffs.watching
+    backend.now += 31  # past handoff_timeout_s, but job 1 still has 569 s of its own grace
+    report = c.run_round()
+    assert [e for e in report.applied if e["kind"] == "handoff"] == [] and "2" in c.handoffs.watching
+    backend.now += 600  # 30 s + (600 - 10) s of extra grace passed
+    report = c.run_round()
+    [failed] = [e for e in report.applied if e["kind"] == "handoff"]
+    assert not failed["applied"]
+
+
+LUA_CASES = r"""
+dofile(arg[1])
+slurm = slurm or { SUCCESS = 0 }
+local function run(signal, comment)
+	local options = { signal = signal, comment = comment }
+	slurm_cli_pre_submit(options, 0)
+	return tostring(options.comment)
+end
+print(run("B:USR1@600", nil))
+print(run("USR1@90", "tiresias:skew=0.5"))
+print(run("USR2", "tiresias:preemptable=B:TERM"))
+print(run("0@0", nil))
+print(run("0@0", "x"))
+"""
+
+
+def test_cli_filter_records_the_signal_in_the_comment(lua, tmp_path):
+    script = tmp_path / "cases.lua"
+    script.write_text("slurm = { SUCCESS = 0 }\n" + LUA_CASES)
+    out = subprocess.run([lua, str(script), str(CLI_FILTER)], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [
+        "tiresias:preemptable=B:USR1@600",
+        "tiresias:skew=0.5 tiresias:preemptable=USR1@90",
+        "tiresias:preemptable=B:TERM",  # the user's own hint is kept
+        "nil",  # no --signal: no comment made up
+        "x",
+    ]
