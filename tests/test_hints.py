@@ -113,4 +113,4 @@ def test_preemptable_hint_errors_name_the_field_and_value():
     long_spec = parse_hints("tiresias:preemptable=" + "A" * 5000).problem
     assert len(long_spec) < 300 and "..." in long_spec
     opted = parse_hints("tiresias:preemptable=b:sigusr2@60")
-    assert opted.preempt_signal.describe() == "B:USR2 (--comment=tiresias:preemptable=)"
+    assert opted.preempt_signal.describe() == "B:USR2@60 (--comment=tiresias:preemptable=)"

@@ -166,7 +166,7 @@ def test_batch_script_is_read_once_per_running_job(store):
         for job in backend.observe().jobs:
             contract.why_not(job)
     assert backend.calls == [("batch_script", "1")]
-    assert contract.declared(backend.jobs["1"]).describe() == "B:USR2 (#SBATCH --signal)"
+    assert contract.declared(backend.jobs["1"]).describe() == "B:USR2@60 (#SBATCH --signal)"
 
 
 def test_handoff_landed_is_logged_with_its_delay_and_a_failed_one_blocks_further_preemptions(store):
