@@ -490,8 +490,9 @@ cmd_status() {
 #       from NAME in 20000..24990.
 #   TIRESIAS_INSTANCE_PARTITIONS  e.g. "left:1-2,right:3-4": these partitions (node
 #       ranges of NAMEg[1-4], the first is the default) instead of batch + small.
-#   TIRESIAS_INSTANCE_JOB_SUBMIT=1  install slurm_plugin/job_submit.lua next to the
-#       instance's slurm.conf and set JobSubmitPlugins=lua (a change needs down + up).
+#   TIRESIAS_INSTANCE_CLI_FILTER=1  install slurm_plugin/cli_filter.lua next to the
+#       instance's slurm.conf and set CliFilterPlugins=cli_filter/lua (sbatch then
+#       records a job's --signal in its comment).
 # Unset, empty or "default": the default cluster above, unchanged.
 # ======================================================================================
 
@@ -529,12 +530,12 @@ instance_partition_lines() {
     done
 }
 
-# The job_submit plugin of this checkout, when TIRESIAS_INSTANCE_JOB_SUBMIT=1 (slurmctld
-# reads job_submit.lua from the directory of its slurm.conf).
-instance_job_submit_lines() {
-    [ "${TIRESIAS_INSTANCE_JOB_SUBMIT:-0}" = 1 ] || return 0
-    install -m 644 -o root -g root "$REPO_DIR/slurm_plugin/job_submit.lua" "$I_ETC/job_submit.lua"
-    echo "JobSubmitPlugins=lua"
+# The cli_filter plugin of this checkout, when TIRESIAS_INSTANCE_CLI_FILTER=1 (sbatch
+# reads cli_filter.lua from the directory of the slurm.conf it uses).
+instance_cli_filter_lines() {
+    [ "${TIRESIAS_INSTANCE_CLI_FILTER:-0}" = 1 ] || return 0
+    install -m 644 -o root -g root "$REPO_DIR/slurm_plugin/cli_filter.lua" "$I_ETC/cli_filter.lua"
+    echo "CliFilterPlugins=cli_filter/lua"
 }
 
 instance_slurmd_pid() { echo "/run/slurmd-$INST-$1.pid"; }
@@ -570,7 +571,7 @@ JobCompType=jobcomp/filetxt
 JobCompLoc=$I_LOGDIR/jobcomp.txt
 EOF
         instance_hook_lines
-        instance_job_submit_lines
+        instance_cli_filter_lines
         node_conf_lines $((I_PORT + 1)) "${I_NODES[@]}"
         instance_partition_lines
     } | write_if_changed "$I_ETC/slurm.conf" 644 root:root && CONFIG_CHANGED=1
