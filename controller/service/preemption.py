@@ -144,8 +144,10 @@ class Preemptions:
         """The job ended by itself after the signal and before its grace ran out."""
         if not self.config.preempt_requeue_ended or job.state not in ENDED_IN_GRACE:
             return False
+        # no lower bound: the open row says it ran when signalled, and after a requeue of a
+        # COMPLETED job Slurm 22.05 may still report the earlier run's end time
         ended = job.end_time_s if job.end_time_s is not None else signalled_at_s
-        return signalled_at_s <= ended <= signalled_at_s + self.grace_for(job, signalled_at_s) + self.config.interval_s
+        return ended <= signalled_at_s + self.grace_for(job, signalled_at_s) + self.config.interval_s
 
     def _requeue(self, job: ObservedJob, pending, now: float, report: RoundReport, number: int, why: str) -> None:
         """Close the preemption (counted) ahead, then requeue the job, citing the preemption."""
