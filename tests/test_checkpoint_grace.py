@@ -83,9 +83,9 @@ def test_preempt_requeue_ended_off_closes_it_as_finished(store):
 
 def test_a_job_that_ended_long_after_its_grace_is_not_requeued(store):
     backend, preemptions, accounts, _ = preempted(store, "B:USR1@60")
-    job = backend.jobs["1"]
-    backend.now += 500  # the controller was away; the job ended at 400 s, past its 60 s
-    backend.jobs["1"] = dataclasses.replace(job, state="COMPLETED", end_time_s=400.0)
+    job, signalled = backend.jobs["1"], backend.now
+    backend.now += 500  # the controller was away; the job ended 400 s after the signal, past its 60 s
+    backend.jobs["1"] = dataclasses.replace(job, state="COMPLETED", end_time_s=signalled + 400.0)
     round_(preemptions, accounts, backend)
     assert ("requeue", "1") not in backend.calls and preemptions.leaving() == set()
 
