@@ -116,8 +116,8 @@ def test_example_jobs_checkpoint_resume_and_finish_and_an_undeclared_job_is_neve
     assert "requeueing job" in self_out and "resumed at step" in self_out, self_out
     assert "done at step 300" in self_out, self_out
     preempts = {d["job_id"]: d for d in decisions if d["kind"] == "preempt" and d["applied"]}
-    assert "B:USR1 (#SBATCH --signal)" in preempts[bash_job]["detail"]
-    assert "signal USR1 (#SBATCH --signal)" in preempts[srun_job]["detail"]  # to the steps
+    assert "B:USR1@90 (#SBATCH --signal), requeue after 90s" in preempts[bash_job]["detail"]  # its own grace
+    assert "signal USR1@90 (#SBATCH --signal)" in preempts[srun_job]["detail"]  # to the steps
     # the handoff: the short job started on the freed GPUs, logged with the delay
     handoffs = [d for d in decisions if d["kind"] == "handoff" and d["job_id"] == short_id]
     assert handoffs and handoffs[0]["applied"], handoffs

@@ -16,8 +16,10 @@ ML users already have:
 Slurm 22.05 shows a job's ``--signal`` in neither ``squeue --json`` nor ``scontrol
 show job``, so the backend reads it from the batch script's ``#SBATCH`` lines
 (``scontrol write batch_script``), once per job when it is first seen running; a
-``--signal`` given only on the sbatch command line is invisible there (use the
-``#SBATCH`` line or the comment). An admin may widen the contract
+``--signal`` given only on the sbatch command line or in SBATCH_SIGNAL is invisible
+there, and reaches the controller through slurm_plugin/cli_filter.lua, which writes
+it into the comment as ``tiresias:preemptable=SPEC``. The spec's ``@T`` is the job's
+own lead time (CheckpointSignal.lead_s; the grace: controller.core.checkpoint_signal.grace_s). An admin may widen the contract
 (``preempt_undeclared``): undeclared requeueable jobs are then requeued without a
 signal. Jobs outside the contract are never signalled and the plan keeps them
 running (JobSpec.preemptable).
