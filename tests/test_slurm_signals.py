@@ -86,8 +86,6 @@ def test_command_line_and_environment_signals_are_preempted_with_their_grace_and
              seen=lambda: {j: iso.squeue()[j]["job_state"] for j in everyone})
     jobs = iso.squeue()
     states = {j: (jobs[j]["job_state"], jobs[j]["restart_cnt"]) for j in everyone}
-    for d in run.decisions():
-        print("DECISION", d["decision_id"], d["job_id"], d["kind"], d["applied"], d.get("reason"), d.get("detail"))
     assert all(state == "COMPLETED" for state, _ in states.values()), states
     # (Slurm 22.05 does not count a requeue of a COMPLETED job in restart_cnt: the
     # decisions and the job's own output below show it)
