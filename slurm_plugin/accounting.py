@@ -383,8 +383,9 @@ def parse_time_bound(text: str, field_name: str, now_s: Optional[float] = None) 
                      f"now or now-Ndays)")
 
 
-def _sacct_window_args(start: str, end: str, users: Sequence[str], partitions: Sequence[str]) -> list[str]:
-    args = ["-a", "-X", "-D", "-S", start, "-E", end]
+def _sacct_window_args(start: str, end: str, users: Sequence[str], partitions: Sequence[str],
+                       all_users: bool = True) -> list[str]:
+    args = (["-a"] if all_users else []) + ["-X", "-D", "-S", start, "-E", end]
     if users:
         args += ["-u", ",".join(users)]
     if partitions:
@@ -402,15 +403,16 @@ def _first_line(text: str) -> str:
 def run_sacct(start: str, end: str, users: Sequence[str] = (), partitions: Sequence[str] = (),
               *, sacct: str = "sacct", timeout_s: float = SACCT_TIMEOUT_S,
               notes: Optional[list[str]] = None,
-              progress: Optional[Callable[..., None]] = None) -> tuple[list[SacctRun], str]:
+              progress: Optional[Callable[..., None]] = None, all_users: bool = True) -> tuple[list[SacctRun], str]:
     """Query sacct: ``--json`` first (needs slurmdbd), else ``-P`` text. Returns (runs, source).
 
     ``notes`` collects why the JSON path was not used (for the stderr summary).
     ``progress(bytes_read, None)``, when given, is called about twice a second while
-    sacct runs (a month of a busy cluster is minutes and hundreds of MB)."""
+    sacct runs (a month of a busy cluster is minutes and hundreds of MB). ``all_users``
+    False: no ``-a``, Slurm answers with what this process's user may see."""
     if shutil.which(sacct) is None:
         raise InputError(f"{sacct}: command not found (use --from-file with a saved sacct output)")
-    window = _sacct_window_args(start, end, users, partitions)
+    window = _sacct_window_args(start, end, users, partitions, all_users)
     notes = notes if notes is not None else []
 
     def call(args: list[str]) -> subprocess.CompletedProcess:
