@@ -29,7 +29,7 @@ log = logging.getLogger("tiresias.queue")
 def _slurm_backend(config: Config):
     from slurm_plugin.backend import SlurmBackend
 
-    return SlurmBackend(partitions=list(config.partitions) or None)
+    return SlurmBackend(partitions=list(config.partitions) or None, command_timeout_s=config.command_timeout_s)
 
 
 # config -> Backend. Tests replace it with a scripted backend; explain uses it too.
