@@ -409,7 +409,8 @@ def run_sacct(start: str, end: str, users: Sequence[str] = (), partitions: Seque
     ``notes`` collects why the JSON path was not used (for the stderr summary).
     ``progress(bytes_read, None)``, when given, is called about twice a second while
     sacct runs (a month of a busy cluster is minutes and hundreds of MB). ``all_users``
-    False: no ``-a``, Slurm answers with what this process's user may see."""
+    False: no ``-a`` and ``-P`` text only (22.05's ``--json`` ignores ``-u`` and answers
+    with every job the caller may see): Slurm answers for this process's user."""
     if shutil.which(sacct) is None:
         raise InputError(f"{sacct}: command not found (use --from-file with a saved sacct output)")
     window = _sacct_window_args(start, end, users, partitions, all_users)
@@ -439,15 +440,16 @@ def run_sacct(start: str, end: str, users: Sequence[str] = (), partitions: Seque
         return subprocess.CompletedProcess(proc.args, proc.returncode, stdout.decode("utf-8", "replace"),
                                            stderr.decode("utf-8", "replace"))
 
-    proc = call(["--json", *window])
-    if proc.returncode == 0:
-        try:
-            return runs_from_sacct_json(proc.stdout, "sacct --json"), "sacct --json"
-        except InputError as err:
-            notes.append(f"sacct --json output unusable ({err}); used `sacct -P`")
-    else:
-        notes.append(f"sacct --json failed ({_first_line(proc.stderr) or f'exit {proc.returncode}'}); "
-                     f"used `sacct -P`")
+    if all_users:
+        proc = call(["--json", *window])
+        if proc.returncode == 0:
+            try:
+                return runs_from_sacct_json(proc.stdout, "sacct --json"), "sacct --json"
+            except InputError as err:
+                notes.append(f"sacct --json output unusable ({err}); used `sacct -P`")
+        else:
+            notes.append(f"sacct --json failed ({_first_line(proc.stderr) or f'exit {proc.returncode}'}); "
+                         f"used `sacct -P`")
     proc = call(["-P", "-o", ",".join(SACCT_TEXT_FIELDS), *window])
     if proc.returncode != 0:
         raise InputError(f"sacct -P failed (exit {proc.returncode}): "
