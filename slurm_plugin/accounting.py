@@ -383,8 +383,9 @@ def parse_time_bound(text: str, field_name: str, now_s: Optional[float] = None) 
                      f"now or now-Ndays)")
 
 
-def _sacct_window_args(start: str, end: str, users: Sequence[str], partitions: Sequence[str]) -> list[str]:
-    args = ["-a", "-X", "-D", "-S", start, "-E", end]
+def _sacct_window_args(start: str, end: str, users: Sequence[str], partitions: Sequence[str],
+                       all_users: bool = True) -> list[str]:
+    args = (["-a"] if all_users else []) + ["-X", "-D", "-S", start, "-E", end]
     if users:
         args += ["-u", ",".join(users)]
     if partitions:
@@ -402,15 +403,17 @@ def _first_line(text: str) -> str:
 def run_sacct(start: str, end: str, users: Sequence[str] = (), partitions: Sequence[str] = (),
               *, sacct: str = "sacct", timeout_s: float = SACCT_TIMEOUT_S,
               notes: Optional[list[str]] = None,
-              progress: Optional[Callable[..., None]] = None) -> tuple[list[SacctRun], str]:
+              progress: Optional[Callable[..., None]] = None, all_users: bool = True) -> tuple[list[SacctRun], str]:
     """Query sacct: ``--json`` first (needs slurmdbd), else ``-P`` text. Returns (runs, source).
 
     ``notes`` collects why the JSON path was not used (for the stderr summary).
     ``progress(bytes_read, None)``, when given, is called about twice a second while
-    sacct runs (a month of a busy cluster is minutes and hundreds of MB)."""
+    sacct runs (a month of a busy cluster is minutes and hundreds of MB). ``all_users``
+    False: no ``-a`` and ``-P`` text only (22.05's ``--json`` ignores ``-u`` and answers
+    with every job the caller may see): Slurm answers for this process's user."""
     if shutil.which(sacct) is None:
         raise InputError(f"{sacct}: command not found (use --from-file with a saved sacct output)")
-    window = _sacct_window_args(start, end, users, partitions)
+    window = _sacct_window_args(start, end, users, partitions, all_users)
     notes = notes if notes is not None else []
 
     def call(args: list[str]) -> subprocess.CompletedProcess:
@@ -437,15 +440,16 @@ def run_sacct(start: str, end: str, users: Sequence[str] = (), partitions: Seque
         return subprocess.CompletedProcess(proc.args, proc.returncode, stdout.decode("utf-8", "replace"),
                                            stderr.decode("utf-8", "replace"))
 
-    proc = call(["--json", *window])
-    if proc.returncode == 0:
-        try:
-            return runs_from_sacct_json(proc.stdout, "sacct --json"), "sacct --json"
-        except InputError as err:
-            notes.append(f"sacct --json output unusable ({err}); used `sacct -P`")
-    else:
-        notes.append(f"sacct --json failed ({_first_line(proc.stderr) or f'exit {proc.returncode}'}); "
-                     f"used `sacct -P`")
+    if all_users:
+        proc = call(["--json", *window])
+        if proc.returncode == 0:
+            try:
+                return runs_from_sacct_json(proc.stdout, "sacct --json"), "sacct --json"
+            except InputError as err:
+                notes.append(f"sacct --json output unusable ({err}); used `sacct -P`")
+        else:
+            notes.append(f"sacct --json failed ({_first_line(proc.stderr) or f'exit {proc.returncode}'}); "
+                         f"used `sacct -P`")
     proc = call(["-P", "-o", ",".join(SACCT_TEXT_FIELDS), *window])
     if proc.returncode != 0:
         raise InputError(f"sacct -P failed (exit {proc.returncode}): "

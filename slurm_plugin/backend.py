@@ -133,6 +133,10 @@ class SlurmBackend:
         self.partitions = None if partitions is None else set(partitions)
         self.command_timeout_s = float(command_timeout_s)
         self.runner: Runner = runner or subprocess_runner
+        # The controller's lease check (controller.service.lease.Lease.guard), run just
+        # before every lever command: a lease lost between two scontrol chunks of one
+        # call stops the next chunk.
+        self.fence: Optional[Callable[[], None]] = None
         self.env = None if env is None else {**os.environ, **dict(env)}
         # Commands run, by name (squeue, sinfo, sprio, scontrol, scancel): the controller
         # reports the cost of each round from it (tiresias_slurm_calls_per_round).
@@ -190,6 +194,8 @@ class SlurmBackend:
         raise LeverFailed(f"{what}: {' '.join(argv)} failed ({result.returncode}): {message}")
 
     def _lever(self, argv: list[str], what: str) -> None:
+        if self.fence is not None:
+            self.fence()
         self._query(argv, what)
 
     # ------------------------------------------------------------------ observe

@@ -9,7 +9,7 @@ from controller.service.config import from_mapping
 from controller.service.accounting import parse_skew_hint
 from controller.service.daemon import Controller
 from controller.core.model import InputError, Node
-from controller.service.store import Store
+from controller.service.store import Store, StoreError
 
 
 class ScriptedBackend:
@@ -351,7 +351,9 @@ def test_version_1_database_is_upgraded(tmp_path):
     db.execute("UPDATE schema_meta SET value = '1' WHERE key = 'schema_version'")
     db.commit()
     db.close()
-    with Store(f"sqlite:///{path}") as s:
+    with pytest.raises(StoreError, match="run `tiresias migrate`"):  # the controller refuses an older schema
+        Store(f"sqlite:///{path}")
+    with Store(f"sqlite:///{path}", access="migrate") as s:
         assert s.schema_version == SCHEMA_VERSION == 4
         s.save_jobs("c", [JobRecord("7", 2, 0.0, queue_level=1, queue_entry=3.0)])
         assert (s.load_jobs("c")["7"].queue_level, s.load_jobs("c")["7"].queue_entry) == (1, 3.0)

@@ -114,7 +114,11 @@ def test_standby_needs_postgresql(tmp_path):
     with pytest.raises(InputError, match="standby"):
         from_mapping({"standby": True, "database_url": f"sqlite:///{tmp_path}/x.db"})
     config = from_mapping({"standby": True, "database_url": "postgresql+psycopg2://u@h/db", "interval_s": 4})
-    assert config.lease_ttl() == 6.0
+    assert config.lease_ttl() == 1.5 * (15 + 1)  # longer than a command may run (command_timeout_s 15) + 1 s
+    config = from_mapping({"database_url": "postgresql+psycopg2://u@h/db", "interval_s": 4, "command_timeout_s": 2})
+    assert config.lease_ttl() == 6.0 and config.fence_margin() == 3.0
+    with pytest.raises(InputError, match="key 'lease_ttl_s' value 3 must exceed command_timeout_s"):
+        from_mapping({"lease_ttl_s": 3, "command_timeout_s": 2})
 
 
 def test_two_controllers_one_store_only_the_leaseholder_acts(tmp_path):
@@ -122,7 +126,7 @@ def test_two_controllers_one_store_only_the_leaseholder_acts(tmp_path):
 
     url = f"sqlite:///{tmp_path}/pair.db"
     settings = {"mode": "enforce", "preempt_min_runtime_s": 0, "preempt_grace_s": 10, "queues_gpu_s": [100.0],
-                "database_url": url, "lease_ttl_s": 0.4}
+                "database_url": url, "lease_ttl_s": 1.2, "command_timeout_s": 0.1}
     config = from_mapping(settings)
     config = config.__class__(**{**config.__dict__, "standby": True})  # SQLite refused by config: lease here only
     backend = ScriptedBackend()
@@ -139,7 +143,7 @@ def test_two_controllers_one_store_only_the_leaseholder_acts(tmp_path):
         first.run_round()
         signals = [c for c in backend.calls if c[0] == "signal"]
         assert signals == [("signal", "1", "USR1", True)]
-        time.sleep(0.5)  # the leader stalls past its lease
+        time.sleep(1.3)  # the leader stalls past its lease
         assert second.lease.hold()
         backend.now = 1012.0
         second.run_round()  # reloads from the store: the open preemption, not a second signal

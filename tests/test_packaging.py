@@ -61,6 +61,12 @@ def test_store_and_spool_are_writable_under_protect_system_strict():
         assert any(path == w or path.startswith(w.rstrip("/") + "/") for w in writable), (path, writable)
 
 
+def test_state_directory_is_the_service_users_alone():
+    """Job records are the service user's: users see their own through Slurm."""
+    service = _unit()["Service"]
+    assert service["StateDirectoryMode"] == "0700" and service["UMask"] == "0077"
+
+
 def test_systemd_analyze_verify(tmp_path):
     analyze = shutil.which("systemd-analyze")
     if analyze is None:

@@ -34,7 +34,7 @@ def cluster():
 class Pair:
     def __init__(self, instance: Instance, tmp: Path, url: str):
         self.instance, self.tmp, self.url = instance, tmp, url
-        self.config = write_config(tmp / "tiresias.yaml", url, instance.name, standby=True,
+        self.config = write_config(tmp / "tiresias.yaml", url, instance.name, standby=True, command_timeout_s=1.0,
                                    preempt_grace_s=3.0, preempt_min_runtime_s=2.0, requeue_settle_s=2.0)
         self.procs: dict[str, ControllerProcess] = {}
         self.store = Store(url)  # one connection pool for the many looks at the lease row
@@ -126,7 +126,7 @@ def test_standby_takes_over_a_stopped_and_a_killed_leader_without_double_action(
     rows = pair.preemption_rows()
     requeue_rows = [r for r in rows if r["job_id"] == long_id and r["outcome"] == "requeued"]
     applied_requeues = [d for d in pair.decisions(long_id) if d["kind"] == "requeue" and d["applied"]]
-    print(f"\nstandby pair (interval_s {INTERVAL_S:g}, lease_ttl_s {1.5 * INTERVAL_S:g}, poll_s {POLL_S:g}): takeover "
+    print(f"\nstandby pair (interval_s {INTERVAL_S:g}, lease_ttl_s {1.5 * max(INTERVAL_S, 2.0):g}, poll_s {POLL_S:g}): takeover "
           f"after SIGSTOP {stop_takeover_s:.2f} s, after SIGKILL {kill_takeover_s:.2f} s (bound {2 * INTERVAL_S:g} s); "
           f"long job: {jobs[long_id]['restart_cnt']} requeues, {len(requeue_rows)} requeued preemptions, "
           f"{len(applied_requeues)} requeue calls logged, {usr1} checkpoint signals")

@@ -2,15 +2,19 @@
 'tiresias simulate --out DIR' directory (--from DIR).
 
 Store times print as YYYY-MM-DDTHH:MM:SS (local time); simulation times are
-seconds from the trace start, printed as elapsed [D-]HH:MM:SS. Non-admin users
-see only their own jobs from the store (admins: root and members of the groups
-slurm and tiresias-admin). Without -S/-E every recorded job is listed.
+seconds from the trace start, printed as elapsed [D-]HH:MM:SS. Admins (root and
+members of the groups slurm and tiresias-admin) read the store, opened read-only;
+it is readable by the service user only. Other users see their own jobs from
+Slurm's accounting: ``sacct`` runs as the caller, so Slurm decides what they may see
+(``PrivateData=jobs`` keeps them from asking for anyone else's). Without -S/-E every
+recorded job is listed.
 """
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+import time
 
 from controller.service.accounting import (ACTIVE_STATES, CENSORED_SAMPLE_STATES, COMPLETE_SAMPLE_STATES,
                                            TRANSIENT_STATES)
@@ -23,6 +27,7 @@ from controller.service.secrets import redact_url
 
 # Which test may pretend to be another user: the uid the access rule reads.
 _getuid = os.getuid
+SACCT_EPOCH = "2000-01-01T00:00:00"  # sacct's -S when none is given (it ignores an epoch-0 start)
 
 STATE_ALIASES = {
     "PD": "PENDING", "R": "RUNNING", "CD": "COMPLETED", "CA": "CANCELLED", "F": "FAILED", "TO": "TIMEOUT",
@@ -121,6 +126,8 @@ def run(args) -> int:
         if not rows:
             print(f"no jobs in {csvs[policy]}")
             return 0
+    elif not reports.is_admin(_getuid()):
+        rows, source = _own_rows(args, start, end)
     else:
         loaded = _store_rows(args)
         if isinstance(loaded, int):
@@ -144,9 +151,25 @@ def run(args) -> int:
     return 0
 
 
+def _own_rows(args, start: float | None, end: float | None):
+    """(rows, source): the caller's own jobs, asked of Slurm by the caller (no store)."""
+    from slurm_plugin.accounting import merge_runs, run_sacct
+
+    me = reports.user_name(_getuid())
+    if set(_split(args.user)) - {me}:
+        print(f"tiresias acct: note: only admins (root, groups {', '.join(reports.ADMIN_GROUPS)}) see other "
+              f"users' jobs; showing {me}'s only", file=sys.stderr)
+    window = [time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t)) if t is not None else default
+              for t, default in ((start, SACCT_EPOCH), (end, "now"))]
+    config = load(args.config, {"database_url": args.database_url, "cluster": args.cluster})
+    runs, how = run_sacct(*window, users=[me], all_users=False)
+    rows = reports.rows_from_sacct(merge_runs(runs))
+    return rows, {"source": how, "cluster": config.cluster, "restricted_to_user": me}
+
+
 def _store_rows(args):
-    """(rows, source) from the store, restricted to the caller's own jobs unless
-    admin; or an exit code after printing why there is nothing."""
+    """(rows, source) from the store (admins); or an exit code after printing why
+    there is nothing."""
     from controller.service.store import StoreError
 
     config = load(args.config, {"database_url": args.database_url, "cluster": args.cluster})
@@ -164,17 +187,7 @@ def _store_rows(args):
         print(f"no jobs recorded in {store.name} (cluster {config.cluster})")
         return 0
     rows = reports.rows_from_store(records.values(), config.placement, config.pack_limit)
-    uid = _getuid()
-    source = {"source": "store", "database": store.name, "cluster": config.cluster}
-    if not reports.is_admin(uid):
-        me = reports.user_name(uid)
-        others = set(_split(args.user)) - {me}
-        if others:
-            print(f"tiresias acct: note: only admins (root, groups {', '.join(reports.ADMIN_GROUPS)}) see other "
-                  f"users' jobs; showing {me}'s only", file=sys.stderr)
-        rows = [r for r in rows if r.user == me]
-        source["restricted_to_user"] = me
-    return rows, source
+    return rows, {"source": "store", "database": store.name, "cluster": config.cluster}
 
 
 def open_store(url: str):
@@ -193,6 +206,6 @@ def open_store(url: str):
         if not os.path.exists(parsed.database):
             return None
     try:
-        return Store(url)
+        return Store(url, access="read")
     except StoreError as err:
         raise SystemExit(f"tiresias: {err}") from None

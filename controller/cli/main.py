@@ -27,6 +27,7 @@ SUBCOMMANDS = {
     "restore": ("controller.cli.restore", "reset every lever the controller set on Slurm jobs (SiteFactor, pins, "
                 "AdminComment line)"),
     "shadow-diff": ("controller.cli.shadow_diff", "what enforce would change now against Slurm's own order (sprio)"),
+    "migrate": ("controller.cli.migrate", "upgrade the store's schema after a backup; --check prints its version"),
     "tune": ("controller.cli.tune", "search queue thresholds, K and PROMOTEKNOB on a trace replay"),
 }
 

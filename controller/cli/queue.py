@@ -29,7 +29,7 @@ log = logging.getLogger("tiresias.queue")
 def _slurm_backend(config: Config):
     from slurm_plugin.backend import SlurmBackend
 
-    return SlurmBackend(partitions=list(config.partitions) or None)
+    return SlurmBackend(partitions=list(config.partitions) or None, command_timeout_s=config.command_timeout_s)
 
 
 # config -> Backend. Tests replace it with a scripted backend; explain uses it too.
@@ -90,7 +90,7 @@ def open_store(config: Config):
     if path is not None and not os.path.exists(path):
         return None, f"no store at {path} yet: levels count service from Slurm's current view only"
     try:
-        return Store(config.store_url()), ""
+        return Store(config.store_url(), access="read"), ""
     except StoreError as err:
         return None, f"cannot read the store ({err}): levels count service from Slurm's current view only"
 

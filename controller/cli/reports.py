@@ -100,6 +100,17 @@ def rows_from_store(records: Iterable[Any], placement_rule: str = "consolidate",
     return sorted(rows, key=lambda row: job_sort_key(row.job_id))
 
 
+def rows_from_sacct(jobs: Iterable[Any]) -> list[JobRow]:
+    """JobRows of Slurm accounting (``slurm_plugin.accounting.AccountedJob``, runs merged):
+    what a user who is not an admin sees of their own jobs. Attained service is
+    elapsed x GPUs; the controller's own fields (level, moves, skew) are unknown."""
+    rows = [JobRow(job_id=j.job_id, user=j.user, partition=j.partition, num_gpus=int(j.gpus),
+                   submit_s=j.submit_s, start_s=j.first_start_s, end_s=j.last_end_s, executed_s=j.elapsed_s,
+                   attained_gpu_s=j.elapsed_s * j.gpus, state=j.state.split()[0] if j.state else UNKNOWN,
+                   preemptions=j.requeues) for j in jobs if j.gpus > 0 or j.mps > 0]
+    return sorted(rows, key=lambda row: job_sort_key(row.job_id))
+
+
 def simulation_csvs(directory: str) -> dict[str, Path]:
     """policy -> jobs_<policy>.csv of a ``simulate --out`` directory."""
     path = Path(directory)

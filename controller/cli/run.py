@@ -60,11 +60,13 @@ def _run(args, config) -> int:
     from controller.checkpoint import REQUEUE_EXIT_CODE
     from controller.service import preflight
     from controller.service.daemon import Controller
+    from controller.service.lease import single_controller
     from controller.service.store import Store, StoreError
     from slurm_plugin.backend import SlurmBackend
 
     store = Store(config.store_url())
-    backend = SlurmBackend(partitions=list(config.partitions) or None)
+    held = single_controller(store, config)  # noqa: F841 - SQLite: the flock, held until this process ends; PostgreSQL: the lease
+    backend = SlurmBackend(partitions=list(config.partitions) or None, command_timeout_s=config.command_timeout_s)
     if not preflight.at_start(config.mode, backend, config.site_factor_band, REQUEUE_EXIT_CODE,
                               logging.getLogger("tiresias")):
         return 1

@@ -8,7 +8,7 @@ never branches inside policies.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional, Protocol
+from typing import Callable, Optional, Protocol
 
 from controller.core.model import Node
 
@@ -58,6 +58,10 @@ class Observation:
 
 
 class Backend(Protocol):
+    # Called just before every command that changes the cluster; raises (LeaseLost)
+    # when this process must not act any more (controller.service.lease). None: no check.
+    fence: Optional[Callable[[], None]]
+
     def observe(self) -> Observation: ...
 
     def set_site_factors(self, factors: dict[str, int]) -> None:

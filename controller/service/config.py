@@ -103,8 +103,12 @@ SCHEMA: tuple[Setting, ...] = (
     Setting("standby", "bool", False, "share the store with a standby controller: only the holder of the "
             "lease row acts, the other takes over when the lease runs out (PostgreSQL database_url only; "
             "SQLite is single-controller)"),
-    Setting("lease_ttl_s", "float", 0.0, "seconds a controller lease lasts unrenewed (standby); takeover "
-            "within lease_ttl_s + poll_s of a leader's death or stall; 0 = 1.5 x interval_s", minimum=0.0),
+    Setting("lease_ttl_s", "float", 0.0, "seconds a controller lease lasts unrenewed (PostgreSQL: always taken); "
+            "takeover within lease_ttl_s + poll_s of a leader's death or stall; 0 = 1.5 x max(interval_s, "
+            "command_timeout_s + 1); must exceed command_timeout_s + 1 (the fence's margin)", minimum=0.0),
+    Setting("command_timeout_s", "float", 15.0, "seconds one Slurm command (squeue, scontrol...) may take before "
+            "the round stops; every lever command runs only while the lease has more than this (+1 s) left",
+            minimum=0.1),
     Setting("admin_comment", "bool", True, "write a short line (queue, attained service, position, "
             "preemptable) into each GPU job's AdminComment, after any text the site keeps there (enforce mode "
             "only)"),
@@ -170,6 +174,7 @@ class Config:
     usage_collect_s: float = 60.0
     standby: bool = False
     lease_ttl_s: float = 0.0
+    command_timeout_s: float = 15.0
     admin_comment: bool = True
     admin_comment_refresh_s: float = 300.0
     admin_comment_max_per_round: int = 50
@@ -199,8 +204,13 @@ class Config:
         return [] if not password else sorted({password, quote(password, safe=""), quote_plus(password)})
 
     def lease_ttl(self) -> float:
-        """The standby lease's TTL in seconds (lease_ttl_s, or 1.5 x interval_s)."""
-        return self.lease_ttl_s or 1.5 * self.interval_s
+        """The lease's TTL in seconds (lease_ttl_s, or 1.5 x max(interval_s, fence margin))."""
+        return self.lease_ttl_s or 1.5 * max(self.interval_s, self.fence_margin())
+
+    def fence_margin(self) -> float:
+        """Seconds of lease a lever command needs left when it starts: longer than the
+        command may run, so no command outlives the lease it was checked against."""
+        return self.command_timeout_s + 1.0
 
     def engine_config(self):
         from controller.core.engine import EngineConfig
@@ -239,7 +249,7 @@ MAXIMA: dict[str, float] = {
     "preempt_max_per_job": 10**6, "preempt_signal_attempts": 1000, "handoff_timeout_s": 86400.0, "requeue_settle_s": 86400.0,
     "service_refresh_s": 1e7, "partition_move_min_gain_s": 1e7, "partition_move_cooldown_s": 1e7,
     "partition_duration_estimate_s": 1e9, "mps_default_tier": 100, "mps_latency_tier": 100, "mps_max_tenants": 64,
-    "usage_collect_s": 86400.0, "lease_ttl_s": 86400.0, "metrics_port": 65535,
+    "usage_collect_s": 86400.0, "lease_ttl_s": 86400.0, "command_timeout_s": 3600.0, "metrics_port": 65535,
     "decision_log_max_age_s": 100 * 365 * 86400.0, "decision_log_max_rows": 10**9,
 }
 DEFAULT_MAXIMUM = 1e9  # a setting not listed above
@@ -300,6 +310,9 @@ def from_mapping(data: dict, where: str = "config") -> Config:
     if config.standby and config.database_url.startswith("sqlite"):
         raise InputError(f"{where}: key 'standby' needs a PostgreSQL database_url (SQLite is single-controller; "
                          f"got {config.database_url[:60]!r})")
+    if config.lease_ttl_s and config.lease_ttl_s <= config.fence_margin():
+        raise InputError(f"{where}: key 'lease_ttl_s' value {config.lease_ttl_s:g} must exceed command_timeout_s + 1 "
+                         f"= {config.fence_margin():g} (a command must end before the lease it was checked against)")
     if config.database_password_file:
         _check_password_file(config, where)
     try:

@@ -63,8 +63,9 @@ class Controller:
         self.metrics = metrics
         self.engine = Engine(config.engine_config())
         self.lease: Optional[Lease] = None
-        if config.standby:
-            self.lease = Lease(store, config.cluster, config.lease_ttl())
+        if config.standby or not (store.is_sqlite or store.read_only):  # PostgreSQL: the lease, always
+            self.lease = Lease(store, config.cluster, config.lease_ttl(), margin_s=config.fence_margin())
+            backend.fence = self.lease.guard  # checked just before every Slurm command that acts
         # The executor acts through a RecordingBackend, so the store knows every lever
         # `tiresias restore` must undo (controller.service.restore).
         self.executor = LeverExecutor(RecordingBackend(backend, store, config.cluster, clock), config.mode,

@@ -25,6 +25,7 @@ from controller.core.model import InputError
 from controller.service.backend import Backend, BackendUnavailable
 from controller.service.config import MODES
 from controller.service.decision_log import ShadowRepeats
+from controller.service.store import StoreError
 
 log = logging.getLogger("tiresias.executor")
 
@@ -155,7 +156,7 @@ class LeverExecutor:
             self.guard()
         try:
             call(self.backend)
-        except BackendUnavailable:
+        except (BackendUnavailable, StoreError):  # a lease lost mid-call (the backend's fence) stops the round
             raise
         except (RuntimeError, ValueError) as err:
             log.warning("%s failed: %s", what, err)

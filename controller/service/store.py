@@ -19,8 +19,10 @@ from __future__ import annotations
 import json
 import operator
 import os
+import sqlite3
 import threading
 import time
+import urllib.parse
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Callable, Container, Iterable, Iterator, Optional
@@ -40,6 +42,12 @@ from controller.service.secrets import redact_url
 SCHEMA_VERSION = 4  # 2: job_service.queue_level/queue_entry (the MLFQ place); 3: service_samples.censored;
 # 4: the decision that caused a decision (decision_log.cause_id), an open preemption's and a pin's decision
 DEFAULT_URL = "sqlite:////var/lib/tiresias/tiresias.db"
+# How a process opens the store: "read" (acct, queue, explain, report...: the current
+# schema only, nothing written, never migrated), "write" (the controller and the
+# commands that record something: creates a new database, refuses an older schema),
+# "migrate" (`tiresias migrate`: upgrades an older schema), "inspect" (reads the
+# version only, `tiresias migrate --check`).
+ACCESS = ("read", "write", "migrate", "inspect")
 
 
 class StoreError(RuntimeError):
@@ -284,12 +292,17 @@ class Store:
     before raising ``StoreBusy``.
     """
 
-    def __init__(self, url: str = DEFAULT_URL, busy_timeout_s: float = 5.0, echo: bool = False):
+    def __init__(self, url: str = DEFAULT_URL, busy_timeout_s: float = 5.0, echo: bool = False,
+                 access: str = "write"):
+        if access not in ACCESS:
+            raise ValueError(f"store access {access!r} is not one of {', '.join(ACCESS)}")
         try:
             parsed = make_url(url)
         except ArgumentError:
             raise InputError(f"store url: cannot parse {redact_url(url)!r} (expected e.g. {DEFAULT_URL})") from None
         self.url = parsed
+        self.access = access
+        self.read_only = access in ("read", "inspect")
         self.busy_timeout_s = float(busy_timeout_s)
         self.is_sqlite = parsed.get_backend_name() == "sqlite"
         if self.is_sqlite:
@@ -298,27 +311,28 @@ class Store:
             self.name = parsed.render_as_string(hide_password=True)
         if parsed.get_backend_name() not in ("sqlite", "postgresql"):
             raise InputError(f"store url: backend {parsed.get_backend_name()!r} not supported (sqlite or postgresql)")
+        self.path = parsed.database if self.is_sqlite and parsed.database not in (None, "", ":memory:") else None
 
         connect_args: dict[str, Any] = {}
+        options: dict[str, Any] = {}
         if self.is_sqlite:
             connect_args["timeout"] = self.busy_timeout_s
-            if parsed.database and parsed.database != ":memory:":
-                parent = os.path.dirname(os.path.abspath(parsed.database))
-                try:
-                    os.makedirs(parent, exist_ok=True)
-                except OSError as exc:
-                    raise InputError(f"store url: cannot create directory {parent}: {exc.strerror}") from None
+            if self.path is not None and self.read_only:
+                options["creator"] = self._read_only_sqlite
+            elif self.path is not None:
+                _create_private_file(self.path)
         else:
             # A row/table lock held elsewhere fails after the same bound as SQLite's.
-            connect_args["options"] = f"-c lock_timeout={int(self.busy_timeout_s * 1000)}"
+            connect_args["options"] = f"-c lock_timeout={int(self.busy_timeout_s * 1000)}" + (
+                " -c default_transaction_read_only=on" if self.read_only else "")
             connect_args["connect_timeout"] = max(1, int(self.busy_timeout_s))
-        # psycopg2 sends an executemany UPDATE (save_jobs) in pages, not a row per round trip.
-        options: dict[str, Any] = {} if self.is_sqlite else {"executemany_mode": "values_plus_batch"}
+            # psycopg2 sends an executemany UPDATE (save_jobs) in pages, not a row per round trip.
+            options["executemany_mode"] = "values_plus_batch"
         try:
             self.engine = create_engine(parsed, connect_args=connect_args, echo=echo, **options)
         except (NoSuchModuleError, ArgumentError, ImportError) as exc:
             raise InputError(f"store url {self.name}: {_one_line(exc)}") from None
-        if self.is_sqlite:
+        if self.is_sqlite and not self.read_only:
             event.listen(self.engine, "connect", _sqlite_on_connect)
         self.fence: Optional[Fence] = None
         self._bound = threading.local()  # .conn: the open transaction of transaction(); .on_commit: its hooks
@@ -329,22 +343,53 @@ class Store:
         self._committed_lock = threading.Lock()
         self._open()
 
+    def _read_only_sqlite(self) -> sqlite3.Connection:
+        """A connection SQLite itself keeps from writing (mode=ro): a read-only command
+        cannot create, migrate or change the file, whatever code path runs."""
+        if not os.path.exists(self.path):
+            raise StoreError(f"database {self.name} does not exist (the controller creates it when it first starts)")
+        uri = "file:" + urllib.parse.quote(os.path.abspath(self.path)) + "?mode=ro"
+        return sqlite3.connect(uri, uri=True, timeout=self.busy_timeout_s, check_same_thread=False)
+
     # -- lifecycle ---------------------------------------------------------------
 
     def _open(self) -> None:
-        with self._tx() as conn:
-            metadata.create_all(conn)
-        with self._tx() as conn:
-            _insert_ignore(conn, schema_meta, [{"key": "schema_version", "value": str(SCHEMA_VERSION)}], ["key"])
-            found = conn.execute(select(schema_meta.c.value).where(schema_meta.c.key == "schema_version")).scalar_one()
-        if int(found) > SCHEMA_VERSION:
+        """Check the schema version. Only ``migrate`` upgrades an older schema; ``write``
+        (the controller) creates a new database but refuses an older one; ``read`` opens
+        only the current version and changes nothing; ``inspect`` only reads the version."""
+        found = self._stored_version()
+        self.found_version = found
+        if self.access == "inspect":
+            self.schema_version = found
+            return
+        if found is None:
+            if self.read_only:
+                raise StoreError(f"database {self.name} holds no tiresias schema yet (the controller creates it "
+                                 "when it first starts)")
+            with self._tx() as conn:
+                metadata.create_all(conn)
+                _insert_ignore(conn, schema_meta, [{"key": "schema_version", "value": str(SCHEMA_VERSION)}], ["key"])
+            found = self._stored_version()
+        if found > SCHEMA_VERSION:
             raise StoreError(
                 f"database {self.name}: schema version {found} is newer than this controller's {SCHEMA_VERSION}"
             )
-        if int(found) < SCHEMA_VERSION:
-            self._upgrade(int(found))
+        if found < SCHEMA_VERSION:
+            if self.access != "migrate":
+                raise StoreError(f"database {self.name}: schema version {found} is older than this version's "
+                                 f"{SCHEMA_VERSION}: run `tiresias migrate` (it backs the database up first)")
+            self._upgrade(found)
             found = SCHEMA_VERSION
         self.schema_version = int(found)
+
+    def _stored_version(self) -> Optional[int]:
+        """The schema version the database records; None when it holds no schema yet."""
+        with self._tx() as conn:
+            if not inspect(conn).has_table("schema_meta"):
+                return None
+            found = conn.execute(select(schema_meta.c.value).where(schema_meta.c.key == "schema_version")
+                                 ).scalar_one_or_none()
+        return None if found is None else int(found)
 
     # Columns added since version 1, by the version that added them. Old rows get
     # NULL places (each job re-enters its queue once, in the order it entered it) and
@@ -359,8 +404,10 @@ class Store:
     )
 
     def _upgrade(self, found: int) -> None:
-        """Bring an older database to SCHEMA_VERSION in one transaction."""
+        """Bring an older database to SCHEMA_VERSION in one transaction (the tables
+        added since ``found`` are created, the columns added)."""
         with self._tx() as conn:
+            metadata.create_all(conn)
             inspector = inspect(conn)
             for version, table, column, kind in self._ADDED_COLUMNS:
                 present = {c["name"] for c in inspector.get_columns(table)}
@@ -832,6 +879,44 @@ class Store:
 
 
 # -- helpers ------------------------------------------------------------------------------
+
+
+def backup_sqlite(path: str, version: Optional[int]) -> str:
+    """A consistent copy of the SQLite store (the backup API: a copy taken while the
+    WAL holds commits is still whole) next to it, mode 0600; returns its path. The
+    way back from an upgrade: stop the controller, put the copy in place."""
+    target = f"{path}.v{version}.{time.strftime('%Y%m%dT%H%M%S')}.bak"
+    _create_private_file(target)
+    try:
+        source = sqlite3.connect(f"file:{urllib.parse.quote(os.path.abspath(path))}?mode=ro", uri=True)
+        try:
+            copy = sqlite3.connect(target)
+            try:
+                source.backup(copy)
+            finally:
+                copy.close()
+        finally:
+            source.close()
+    except sqlite3.Error as exc:
+        raise StoreError(f"database {path}: backup to {target} failed: {exc}") from None
+    return target
+
+
+def _create_private_file(path: str) -> None:
+    """Create the SQLite file (and its directory) readable by this user only: job
+    records are the service user's, what others may see is served by Slurm. SQLite
+    gives its -wal and -shm files the database file's mode."""
+    parent = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(parent, mode=0o700, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"store url: cannot create directory {parent}: {exc.strerror}") from None
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise InputError(f"store url: cannot create {path}: {exc.strerror}") from None
 
 
 def _db_now(conn: Connection) -> float:
