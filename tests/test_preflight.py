@@ -126,7 +126,7 @@ def test_tiresias_run_in_enforce_mode_refuses_a_broken_slurm_conf(tmp_path, monk
     import slurm_plugin.backend
 
     class BrokenSlurm(ConfigBackend):
-        def __init__(self, partitions=None):
+        def __init__(self, partitions=None, command_timeout_s=None):
             super().__init__(BROKEN.read_text())
 
         def observe(self):
