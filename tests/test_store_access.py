@@ -10,6 +10,7 @@ import pytest
 
 from controller.cli.main import main
 from controller.service.store import SCHEMA_VERSION, JobRecord, Store, StoreError
+from tests.pg_server import postgres_url  # noqa: F401  (fixture)
 
 
 def _version_3(path) -> None:
@@ -101,3 +102,31 @@ def test_store_file_is_the_service_users_alone(tmp_path):
         for p in [path, *side_files]:
             assert stat.S_IMODE(os.stat(p).st_mode) == 0o600, p
     assert stat.S_IMODE(os.stat(path.parent).st_mode) == 0o700
+
+
+@pytest.mark.postgres
+def test_postgresql_read_only_and_an_older_schema(postgres_url):  # noqa: F811
+    from sqlalchemy import create_engine, text
+
+    from controller.service.store import metadata
+
+    engine = create_engine(postgres_url)
+    metadata.drop_all(engine)
+    with Store(postgres_url) as writer:
+        writer.save_jobs("default", [JobRecord("7", 2, 0.0, user="alice")])
+    with Store(postgres_url, access="read") as reader:
+        assert reader.load_jobs("default")["7"].user == "alice"
+        with pytest.raises(StoreError, match="read-only transaction"):
+            reader.save_jobs("default", [JobRecord("8", 1, 0.0)])
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE schema_meta SET value = '3' WHERE key = 'schema_version'"))
+    with pytest.raises(StoreError, match="run `tiresias migrate`"):
+        Store(postgres_url, access="read")
+    assert main(["migrate", "--database-url", postgres_url]) == 1  # pg_dump first: nothing changed
+    with Store(postgres_url, access="inspect") as inspected:
+        assert inspected.found_version == 3
+    assert main(["migrate", "--database-url", postgres_url, "--backed-up"]) == 0
+    with Store(postgres_url) as writer:
+        assert writer.schema_version == SCHEMA_VERSION
+    metadata.drop_all(engine)
+    engine.dispose()
