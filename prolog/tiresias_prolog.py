@@ -71,6 +71,7 @@ DEFAULTS = {
     "timeout_s": "8",                    # hard deadline of one prolog/epilog run
     "mps_command_timeout_s": "4",        # one nvidia-cuda-mps-control call
     "strict_mps": "0",                   # 1: exit 1 when MPS was asked for and failed (drains!)
+    "pinned_mem_limits": "",             # per tier pinned-memory limit at the daemon, e.g. "10:4G,25:10G"
 }
 
 JOB_ID_RE = re.compile(r"[0-9]{1,12}")
@@ -107,6 +108,23 @@ class NodeConfig:
         self.mps_command_timeout_s = _parse_int(
             values["mps_command_timeout_s"], "mps_command_timeout_s", problems, low=1, high=60) or 4
         self.strict_mps = values["strict_mps"].strip() in ("1", "yes", "true")
+        self.pinned_mem_limits = _parse_pinned_limits(values["pinned_mem_limits"], self.tiers, problems)
+
+
+PINNED_LIMIT_RE = re.compile(r"([0-9]{1,3}):([0-9]{1,7}[MG])")
+
+
+def _parse_pinned_limits(text: str, tiers, problems: list) -> dict:
+    """``tier:limit`` pairs ("25:10G,50:20G"): the pinned device memory the MPS daemon
+    grants a server of that tier; a tier not named gets no daemon-side memory limit."""
+    limits = {}
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        match = PINNED_LIMIT_RE.fullmatch(part)
+        if not match or int(match.group(1)) not in tiers:
+            problems.append(f"pinned_mem_limits entry {part[:64]!r} is not TIER:<n>M|G with a known tier; ignored")
+            continue
+        limits[int(match.group(1))] = match.group(2)
+    return limits
 
 
 def load_config(path: str | None = None) -> NodeConfig:
@@ -504,7 +522,7 @@ def start_mps_for_job(job: JobEnv, config: NodeConfig, log: NodeLog) -> dict:
             log(f"gpu{gpu}: started MPS control daemon (pipe {pipe})")
         else:
             log(f"gpu{gpu}: reusing MPS control daemon pid {pid}")
-        mps_command(binary, config, gpu, [], f"start_server -uid {job.uid}\n")
+        start_user_server(binary, config, gpu, job, state, log)
         other_uids = sorted({entry.get("uid") for entry in state["jobs"].values()} - {job.uid})
         if other_uids:
             # MPS servers of different users on one GPU are time-sliced, not concurrent.
@@ -512,6 +530,59 @@ def start_mps_for_job(job: JobEnv, config: NodeConfig, log: NodeLog) -> dict:
         state["jobs"][job.job_id] = {"uid": job.uid, "percent": job.percent, "since_s": round(time.time(), 3)}
         write_clients(config, gpu, state)
     return {"gpu": gpu, "percent": job.percent, "pipe_dir": pipe, "log_dir": logdir, "status": "ok"}
+
+
+# The SM quota must hold against the job's user: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE in the
+# job's environment is a client-side setting the user can unset. So the daemon is told
+# the limit for the server it starts for the job's user (a default applies to the next
+# server started); a user's later job with a larger tier raises that server's limit.
+RESET_THREAD_PERCENTAGE = "set_default_active_thread_percentage 100\n"
+
+
+def daemon_limit_lines(config: NodeConfig, percent: int) -> str:
+    """The control commands that set the daemon-side limits for the next server. Device 0:
+    the daemon sees only the job's GPU (CUDA_VISIBLE_DEVICES)."""
+    lines = f"set_default_active_thread_percentage {percent}\n"
+    if percent in config.pinned_mem_limits:
+        lines += f"set_default_device_pinned_mem_limit 0 {config.pinned_mem_limits[percent]}\n"
+    return lines
+
+
+def server_pid_of(binary: str, config: NodeConfig, gpu: int, uid: int) -> int | None:
+    """The PID of the MPS server running for ``uid`` (get_server_list, owner from /proc)."""
+    for text in mps_command(binary, config, gpu, [], "get_server_list\n").split():
+        if not text.isdigit():
+            continue
+        try:
+            with open(f"/proc/{text}/status", encoding="ascii", errors="replace") as handle:
+                owner = next((line.split()[1] for line in handle if line.startswith("Uid:")), None)
+        except OSError:
+            continue
+        if owner == str(uid):
+            return int(text)
+    return None
+
+
+def start_user_server(binary: str, config: NodeConfig, gpu: int, job: "JobEnv", state: dict, log: NodeLog) -> None:
+    """Start the job's user's MPS server with the job's tier set at the daemon; record
+    the limit in clients.json (``limits``) so the epilog can undo it."""
+    limits = state.setdefault("limits", {})
+    current = limits.get(str(job.uid))
+    if current is None:
+        mps_command(binary, config, gpu, [], daemon_limit_lines(config, job.percent) + f"start_server -uid {job.uid}\n")
+        limits[str(job.uid)] = job.percent
+        log(f"gpu{gpu}: daemon-side limit {job.percent}% of the SMs for uid {job.uid}"
+            + (f", pinned memory {config.pinned_mem_limits[job.percent]}" if job.percent in config.pinned_mem_limits else ""))
+        return
+    if job.percent <= current:
+        return  # the server's limit already covers this job; its client setting lowers it further
+    pid = server_pid_of(binary, config, gpu, job.uid)
+    if pid is None:
+        log(f"gpu{gpu}: uid {job.uid}'s MPS server not found; its limit stays {current}% (job asked {job.percent}%)")
+        return
+    mps_command(binary, config, gpu, [], f"set_active_thread_percentage {pid} {job.percent}\n")
+    limits[str(job.uid)] = job.percent
+    log(f"gpu{gpu}: raised uid {job.uid}'s server {pid} to {job.percent}% of the SMs")
 
 
 # -- usage spool ------------------------------------------------------------------------------
