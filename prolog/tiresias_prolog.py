@@ -45,6 +45,7 @@ logged and the built-in default is used. Keys and defaults: see ``DEFAULTS``.
 from __future__ import annotations
 
 import fcntl
+import grp
 import json
 import os
 import re
@@ -71,6 +72,7 @@ DEFAULTS = {
     "timeout_s": "8",                    # hard deadline of one prolog/epilog run
     "mps_command_timeout_s": "4",        # one nvidia-cuda-mps-control call
     "strict_mps": "0",                   # 1: exit 1 when MPS was asked for and failed (drains!)
+    "spool_group": "tiresias",           # the collector's group: reads and rotates the spool
     "pinned_mem_limits": "",             # per tier pinned-memory limit at the daemon, e.g. "10:4G,25:10G"
 }
 
@@ -108,6 +110,7 @@ class NodeConfig:
         self.mps_command_timeout_s = _parse_int(
             values["mps_command_timeout_s"], "mps_command_timeout_s", problems, low=1, high=60) or 4
         self.strict_mps = values["strict_mps"].strip() in ("1", "yes", "true")
+        self.spool_group = values["spool_group"].strip()
         self.pinned_mem_limits = _parse_pinned_limits(values["pinned_mem_limits"], self.tiers, problems)
 
 
@@ -591,6 +594,43 @@ def spool_file(config: NodeConfig, node: str) -> str:
     return os.path.join(config.spool_dir, f"usage-{node}.jsonl")
 
 
+def ensure_spool_dir(config: NodeConfig, log: NodeLog) -> int:
+    """Make the spool root:<spool_group> 2770 (the setgid bit gives new files the group)
+    so the collector, running as the service user in that group, reads the records and
+    renames collected files into processed/. A real directory is kept whoever owns it:
+    it holds records not yet read (a package may have made it tiresias-owned); only a
+    symlink or a file there is moved aside. Returns the mode for new spool files."""
+    os.makedirs(os.path.dirname(config.spool_dir), mode=0o755, exist_ok=True)
+    try:
+        gid = grp.getgrnam(config.spool_group).gr_gid if config.spool_group else None
+    except KeyError:
+        log(f"spool_group {config.spool_group[:64]!r} does not exist; spool {config.spool_dir} is 0755, "
+            "which the collector can read but not rotate")
+        gid = None
+    mode = 0o2770 if gid is not None else 0o755
+    try:
+        info = os.lstat(config.spool_dir)
+    except FileNotFoundError:
+        info = None
+    if info is None or not stat.S_ISDIR(info.st_mode):
+        ensure_dir(config.spool_dir, mode, log)
+    try:
+        fd = os.open(config.spool_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise NodeError(f"cannot open {config.spool_dir}: {exc.strerror}") from None
+    try:
+        now = os.fstat(fd)
+        if (now.st_uid, now.st_gid) != (os.geteuid(), gid if gid is not None else now.st_gid):
+            os.fchown(fd, os.geteuid(), -1 if gid is None else gid)
+        if stat.S_IMODE(now.st_mode) != mode:
+            os.fchmod(fd, mode)
+    except OSError as exc:
+        log(f"cannot make {config.spool_dir} ours with group {config.spool_group!r}: {exc.strerror}")
+    finally:
+        os.close(fd)
+    return 0o640 if gid is not None else 0o644
+
+
 def append_record(config: NodeConfig, node: str, record: dict, log: NodeLog) -> str:
     """Append one JSON line to this node's spool file; returns the file path.
 
@@ -600,12 +640,11 @@ def append_record(config: NodeConfig, node: str, record: dict, log: NodeLog) -> 
     line instead of corrupting this record. When the collector renamed the file
     away between our open() and flock() (it rotates under the same lock), reopen.
     """
-    os.makedirs(os.path.dirname(config.spool_dir), mode=0o755, exist_ok=True)
-    ensure_dir(config.spool_dir, 0o755, log)
+    file_mode = ensure_spool_dir(config, log)
     path = spool_file(config, node)
     line = (json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n").encode()
     for _attempt in range(20):
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, file_mode)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             info = os.fstat(fd)
