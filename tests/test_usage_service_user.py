@@ -101,3 +101,11 @@ def test_the_service_user_collects_what_the_root_hooks_wrote(site):
     # the next epilog still appends, into a spool the collector has rotated
     _epilog(conf, "303")
     assert _collect_as(user, spool, f"sqlite:///{base}/state/tiresias.db")["counts"] == [1, 0, 0]
+    # `tiresias usage` reads them back, for this cluster only
+    shown = subprocess.run([os.sys.executable, "-m", "controller.cli.main", "usage", "--cluster", "tc",
+                            "--database-url", f"sqlite:///{base}/state/tiresias.db"],
+                           env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    header, *rows = shown.stdout.splitlines()
+    assert header.split()[:2] == ["JobID", "Node"]
+    assert sorted(row.split()[0] for row in rows) == ["301", "302", "303", "7"]

@@ -98,6 +98,8 @@ SCHEMA: tuple[Setting, ...] = (
     Setting("usage_spool_dir", "str", "/var/spool/tiresias/usage", "directory of the nodes' epilog usage "
             "records, collected into the store when the directory exists"),
     Setting("usage_collect_s", "float", 60.0, "seconds between collections of usage_spool_dir", minimum=1.0),
+    Setting("usage_max_age_s", "float", 90 * 86400.0, "usage records stored longer ago than this many seconds "
+            "are deleted (hourly; 0 = kept for ever)", minimum=0.0),
     Setting("standby", "bool", False, "share the store with a standby controller: only the holder of the "
             "lease row acts, the other takes over when the lease runs out (PostgreSQL database_url only; "
             "SQLite is single-controller)"),
@@ -165,6 +167,7 @@ class Config:
     mps_allow_multi_user: bool = False
     usage_spool_dir: str = "/var/spool/tiresias/usage"
     usage_collect_s: float = 60.0
+    usage_max_age_s: float = 90 * 86400.0
     standby: bool = False
     lease_ttl_s: float = 0.0
     admin_comment: bool = True
@@ -236,7 +239,7 @@ MAXIMA: dict[str, float] = {
     "preempt_max_per_job": 10**6, "preempt_signal_attempts": 1000, "handoff_timeout_s": 86400.0, "requeue_settle_s": 86400.0,
     "service_refresh_s": 1e7, "partition_move_min_gain_s": 1e7, "partition_move_cooldown_s": 1e7,
     "partition_duration_estimate_s": 1e9, "mps_default_tier": 100, "mps_latency_tier": 100, "mps_max_tenants": 64,
-    "usage_collect_s": 86400.0, "lease_ttl_s": 86400.0, "metrics_port": 65535,
+    "usage_collect_s": 86400.0, "usage_max_age_s": 100 * 365 * 86400.0, "lease_ttl_s": 86400.0, "metrics_port": 65535,
     "decision_log_max_age_s": 100 * 365 * 86400.0, "decision_log_max_rows": 10**9,
 }
 DEFAULT_MAXIMUM = 1e9  # a setting not listed above

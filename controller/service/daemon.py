@@ -72,6 +72,7 @@ class Controller:
         self._log_once = LogOnce(log)
         self._failures_seen: set[str] = set()
         self._decisions_pruned_at = -math.inf
+        self._usage_pruned_at = -math.inf
         self._stale = True
         if self.lease is None:
             self._load_state()
@@ -495,6 +496,22 @@ class Controller:
         if added or bad:
             log.info("usage spool: %d records stored, %d already stored, %d unreadable lines", added, duplicates,
                      bad)
+        self._prune_usage()
+
+    def _prune_usage(self) -> None:
+        """Usage-record retention (usage_max_age_s), hourly; on the store's clock
+        (``added_s`` is the wall time the record was stored)."""
+        wall = time.time()
+        if not self.config.usage_max_age_s or wall - self._usage_pruned_at < PRUNE_EVERY_S:
+            return
+        self._usage_pruned_at = wall
+        try:
+            deleted = self.store.prune_usage_records(self.config.cluster, before_s=wall - self.config.usage_max_age_s)
+        except StoreError as err:  # retried in an hour
+            log.warning("usage records not pruned: %s", err)
+            return
+        if deleted:
+            log.info("usage records: %d older than %gs deleted", deleted, self.config.usage_max_age_s)
 
 
 def _one_line(err: Exception) -> str:
