@@ -119,6 +119,9 @@ SCHEMA: tuple[Setting, ...] = (
     Setting("metrics_address", "str", "127.0.0.1", "IP address the metrics port listens on (0.0.0.0 = every "
             "interface: the metrics name jobs and users, put a firewall in front)"),
     Setting("log_level", "choice", "INFO", "log level", ("DEBUG", "INFO", "WARNING", "ERROR")),
+    Setting("log_format", "choice", "auto", "log lines: text (no timestamp of its own under systemd, where the "
+            "journal stamps them), json (one object a line with job_id, decision_id, round), auto = text",
+            ("auto", "json", "text")),
     Setting("decision_log_max_age_s", "float", 30 * 86400.0, "decisions older than this many seconds are deleted "
             "from the store (checked hourly; 0 = kept forever)", minimum=0.0),
     Setting("decision_log_max_rows", "int", 1_000_000, "at most this many decisions of the cluster are kept, "
@@ -177,6 +180,7 @@ class Config:
     metrics_port: int = 0
     metrics_address: str = "127.0.0.1"
     log_level: str = "INFO"
+    log_format: str = "auto"
     decision_log_max_age_s: float = 30 * 86400.0
     decision_log_max_rows: int = 1_000_000
 

@@ -46,6 +46,7 @@ from controller.service.report import LogOnce, RoundReport, entry
 from controller.service.restore import RecordingBackend, log_report, on_start, restore
 from controller.service.sharing import GpuSharing
 from controller.service.spool import collect_spool
+from controller.service import logs
 from controller.service.startable import add_waiting, slurm_wait
 from controller.service.starts import Starts
 from controller.service.store import Store, StoreError
@@ -315,6 +316,7 @@ class Controller:
             self.store.log_decisions(self.config.cluster, round_id, now, self.executor.mode,
                                      self.executor.decisions_to_log(report.applied))
         report.levers = self.executor.end_round(round_id)
+        logs.log_decisions(log, report.applied, round_id)
         self._prune_decisions(now)
         for job_id in self.accounts.forget_finished():
             self.starts.forget(job_id)
