@@ -227,6 +227,7 @@ def test_a_refused_job_is_held_released_when_a_gpu_admits_it_and_restore_release
     c.run_round()
     assert _holds(backend) == [("hold", "2")], "held once"
     del backend.jobs["1"]  # bob's job ended: the GPU admits alice's
+    c = sharing(store, backend)  # a restarted controller still knows the hold is its own
     c.run_round()
     assert _holds(backend) == [("hold", "2"), ("release_hold", "2")]
     assert "hold" not in store.levers("default") or not store.levers("default")["hold"]

@@ -43,7 +43,7 @@ from controller.service.lease import Lease
 from controller.service.partition_moves import PartitionMover
 from controller.service.preemption import Preemptions
 from controller.service.report import LogOnce, RoundReport, entry
-from controller.service.restore import RecordingBackend, log_report, on_start, restore
+from controller.service.restore import HOLD, RecordingBackend, log_report, on_start, restore
 from controller.service.sharing import GpuSharing
 from controller.service.spool import collect_spool
 from controller.service import logs
@@ -102,7 +102,9 @@ class Controller:
         self.contract = Contract(config, self.backend, self._log_once)
         self.preemptions = Preemptions(config, store, self.executor, self.accounts, self.contract, clock=self.clock)
         self.mover = PartitionMover(config, self.backend, store, self.executor, self.accounts, self._log_once)
-        self.sharing = GpuSharing(config, self.executor, self._log_once)
+        # the holds a previous run set (recorded by RecordingBackend) are still ours to release
+        self.sharing = GpuSharing(config, self.executor, self._log_once,
+                                  held=store.levers(config.cluster).get(HOLD, {}))
         self.admin_comments = AdminComments(config.admin_comment_refresh_s, config.admin_comment_max_per_round)
         self._stale = False
 

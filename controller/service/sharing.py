@@ -20,7 +20,7 @@ than one GPU's worth is left alone.
 from __future__ import annotations
 
 import logging
-from typing import Callable, Optional
+from typing import Callable, Iterable, Optional
 
 from controller.core.actions import HoldJob, ReleaseHold, SetMpsShare
 from controller.service.accounting import numeric_id
@@ -38,12 +38,13 @@ log = logging.getLogger("tiresias.controller")
 class GpuSharing:
     """``logged``: job id -> signature of its last logged share decision (logged once)."""
 
-    def __init__(self, config: Config, executor: LeverExecutor, log_once: Callable[[str], None] = log.warning):
+    def __init__(self, config: Config, executor: LeverExecutor, log_once: Callable[[str], None] = log.warning,
+                 held: Iterable[str] = ()):
         self.config = config
         self.executor = executor
         self.log_once = log_once
         self.logged: dict[str, tuple] = {}
-        self.held: set[str] = set()  # jobs this controller holds (hold lever applied or would)
+        self.held: set[str] = set(held)  # jobs this controller holds (hold lever applied or would)
         self.waiting: set[str] = set()  # the round's pending jobs no GPU admits
         self.placed: set[str] = set()  # the round's pending jobs a GPU admits
 
