@@ -77,3 +77,11 @@ def test_setup_writes_json_to_the_stream():
         logging.getLogger().removeHandler(handler)
     (entry,) = [json.loads(line) for line in stream.getvalue().splitlines()]
     assert entry["message"] == "r9.2 pin job 42: skew 0.8 (gpu1)" and entry["round"] == 9
+    first, second = io.StringIO(), io.StringIO()
+    logs.setup("text", "INFO", first, env={})
+    handler = logs.setup("text", "INFO", second, env={})  # replaces, never doubles
+    try:
+        logging.getLogger("tiresias.controller").info("once")
+    finally:
+        logging.getLogger().removeHandler(handler)
+    assert first.getvalue() == "" and second.getvalue().count("once") == 1

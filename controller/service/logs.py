@@ -55,10 +55,14 @@ def formatter(log_format: str, env: Optional[Mapping[str, str]] = None) -> loggi
 
 
 def setup(log_format: str, level: str, stream, env: Optional[Mapping[str, str]] = None) -> logging.Handler:
-    """One handler on the root logger (where every tiresias.* record ends up)."""
+    """One handler on the root logger (where every tiresias.* record ends up); a
+    second call (``run`` twice in one process) replaces the first one's."""
     handler = logging.StreamHandler(stream)
     handler.setFormatter(formatter(log_format, env))
+    handler.tiresias = True  # type: ignore[attr-defined]
     root = logging.getLogger()
+    for old in [h for h in root.handlers if getattr(h, "tiresias", False)]:
+        root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level)
     return handler
