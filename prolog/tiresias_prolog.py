@@ -127,6 +127,10 @@ def _parse_pinned_limits(text: str, tiers, problems: list) -> dict:
             problems.append(f"pinned_mem_limits entry {part[:64]!r} is not TIER:<n>M|G with a known tier; ignored")
             continue
         limits[int(match.group(1))] = match.group(2)
+    unnamed = [t for t in sorted(tiers) if t not in limits]
+    if limits and unnamed:  # the daemon keeps a pinned default until it quits
+        problems.append(f"pinned_mem_limits names no limit for tiers {unnamed}: their servers inherit the "
+                        "pinned-memory default last set on that GPU")
     return limits
 
 

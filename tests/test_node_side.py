@@ -118,15 +118,16 @@ def test_mps_job_full_cycle(node):
     # a second job of the same user on the same GPU reuses the daemon
     assert node.run(PROLOG, SLURM_JOB_ID="102", CUDA_MPS_ACTIVE_THREAD_PERCENTAGE="50").returncode == 0
     # same user, larger tier: its server's limit is raised through the server's PID
-    # (the stand-in lists no servers, so the limit stays and the log says so)
-    assert commands(node.calls())[2:] == [["get_server_list"]]
-    assert "reusing MPS control daemon" in node.log() and "its limit stays 25%" in node.log()
+    server = json.loads((pipe / "settings.json").read_text())["servers"][str(os.getuid())]
+    assert commands(node.calls())[2:] == [["get_server_list"], [f"set_active_thread_percentage {server['pid']} 50"]]
+    assert server["percent"] == 50.0
+    assert "reusing MPS control daemon" in node.log() and f"raised uid {os.getuid()}'s server" in node.log()
 
     (node.run_dir / "jobs" / "101.d" / "checkpoint").write_text("{}")  # the helper's marker
     assert node.run(EPILOG, SLURM_JOB_EXIT_CODE2="3:0", **mps).returncode == 0
-    assert len(node.calls()) == 3, "first epilog must not stop the daemon: job 102 still runs"
+    assert len(node.calls()) == 4, "first epilog must not stop the daemon: job 102 still runs"
     assert node.run(EPILOG, SLURM_JOB_ID="102", SLURM_JOB_EXIT_CODE="0", **mps).returncode == 0
-    assert commands(node.calls())[3:] == [["set_default_active_thread_percentage 100", "quit"]]
+    assert commands(node.calls())[4:] == [["set_default_active_thread_percentage 100", "quit"]]
     assert not (node.run_dir / "gpu0").exists()
     assert not (node.run_dir / "jobs" / "101.json").exists() and not (node.run_dir / "jobs" / "101.d").exists()
 
@@ -157,9 +158,10 @@ def test_prolog_sets_the_limit_at_the_daemon_and_the_epilog_undoes_it(node):
          f"start_server -uid {alice}"],
         ["set_default_active_thread_percentage 50", f"start_server -uid {bob}"]]
     servers = _daemon_settings(node)["servers"]
-    assert servers[str(alice)] == {"percent": 25.0, "pinned": {"0": "10G"}}
+    assert (servers[str(alice)]["percent"], servers[str(alice)]["pinned"]) == (25.0, {"0": "10G"})
     assert servers[str(bob)]["percent"] == 50.0
     assert "daemon-side limit 25% of the SMs" in node.log() and "pinned memory 10G" in node.log()
+    assert "names no limit for tiers [10, 50, 75, 100]" in node.log()
 
     assert node.run(EPILOG, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE="25").returncode == 0
     assert commands(node.calls())[3:] == [["set_default_active_thread_percentage 100"]]
