@@ -523,3 +523,21 @@ def test_profile_skew_cli_stores_for_known_job(tmp_path, capsys):
         assert store.load_jobs("tc")["55"].skew == pytest.approx(0.7)
     assert main(["profile-skew", str(tmp_path / "m.safetensors"), "--job", "56", "--database-url", url,
                  "--cluster", "tc"]) == 2
+
+
+def test_the_controller_collects_and_prunes_old_usage_records(node, tmp_path):
+    """A round collects the spool and deletes this cluster's records older than
+    usage_max_age_s (never another cluster's)."""
+    from controller.service.store import usage_records
+    from tests.test_controller import ScriptedBackend, controller
+
+    store = _store(tmp_path)
+    for record_id in ("default/1/gpu1/0", "elsewhere/1/gpu1/0"):
+        store.add_usage_record(record_id, {"record_id": record_id})
+    with store._tx() as conn:  # noqa: SLF001 - both stored a year ago
+        conn.execute(usage_records.update().values(added_s=0.0))
+    assert node.run(EPILOG, SLURM_CLUSTER_NAME="default").returncode == 0
+    c = controller(store, ScriptedBackend(), usage_spool_dir=str(node.spool_dir), usage_max_age_s=86400.0)
+    c.run_round()
+    assert [r["record_id"] for r in store.usage_records("default")] == ["default/101/gpu1/0"]
+    assert store.usage_record("elsewhere/1/gpu1/0") is not None
