@@ -4,6 +4,10 @@
 # CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25 and =100 and without MPS (exclusive), prints
 # throughput per tier, and checks that the output is bit-identical (sha256) in every
 # run: a quota caps SMs and must not change the kernels' results.
+# Then the daemon-side limit the prolog sets: set_default_active_thread_percentage and
+# set_default_device_pinned_mem_limit through the control client, read back with the
+# get_ commands, a run with no client-side percentage at all (the limit must still
+# hold: its throughput near the 25% run's), and the undo read back (100).
 # Workload: a small CUDA program when nvcc exists, else Python with torch or cupy.
 set -u -o pipefail
 
@@ -116,6 +120,29 @@ CUDA_VISIBLE_DEVICES=$GPU nvidia-cuda-mps-control -d || { echo "gpu_mps_check: c
 for tier in $TIERS; do
     CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$tier run "mps-$tier%" || status=1
 done
+# control LINE: one control command; prints its answer.
+control() { echo "$1" | CUDA_VISIBLE_DEVICES=$GPU nvidia-cuda-mps-control; }
+# expect WHAT GOT WANT: GOT must start with WANT.
+expect() {
+    case "$2" in "$3"*) echo "gpu_mps_check: $1 read back $2";;
+        *) echo "gpu_mps_check: FAIL: $1 read back '$2', wanted $3"; status=1;; esac
+}
+# The daemon-side limit (as the prolog sets it): servers started after it get 25%.
+echo quit | CUDA_VISIBLE_DEVICES=$GPU nvidia-cuda-mps-control >/dev/null 2>&1
+sleep 1
+CUDA_VISIBLE_DEVICES=$GPU nvidia-cuda-mps-control -d || { echo "gpu_mps_check: cannot restart MPS"; exit 1; }
+control "set_default_active_thread_percentage 25" >/dev/null
+expect "default active thread percentage" "$(control get_default_active_thread_percentage)" "25"
+control "set_default_device_pinned_mem_limit 0 2G" >/dev/null
+expect "default pinned memory limit" "$(control 'get_default_device_pinned_mem_limit 0')" "2"
+control "start_server -uid $(id -u)" >/dev/null
+env -u CUDA_MPS_ACTIVE_THREAD_PERCENTAGE bash -c "$(declare -f run); $(declare -p RUNNER RUNNER_TAIL GPU N REPS WORK); run daemon-25%" \
+    || status=1
+control "set_default_active_thread_percentage 100" >/dev/null  # the epilog's undo
+expect "default after the undo" "$(control get_default_active_thread_percentage)" "100"
+TIERS="$TIERS daemon-25"
+cp "$WORK/digest-daemon-25%" "$WORK/digest-mps-daemon-25%" 2>/dev/null
+
 reference=$(cat "$WORK/digest-exclusive" 2>/dev/null)
 for tier in $TIERS; do
     if [ "$(cat "$WORK/digest-mps-$tier%" 2>/dev/null)" != "$reference" ] || [ -z "$reference" ]; then

@@ -78,7 +78,10 @@ def release_mps(node, job, state: dict, config, log) -> dict:
     with node.GpuLock(config, gpu):
         clients = node.read_clients(config, gpu)
         clients["jobs"].pop(job.job_id, None)
+        undo = undo_limit_lines(node, job, clients)
         if clients["jobs"]:
+            if undo:
+                _send_undo(node, config, gpu, undo, log)
             node.write_clients(config, gpu, clients)
             log(f"gpu{gpu}: {len(clients['jobs'])} MPS client job(s) remain; daemon kept")
             result["daemon"] = "kept"
@@ -87,7 +90,7 @@ def release_mps(node, job, state: dict, config, log) -> dict:
         if pid is not None:
             try:
                 binary = node.find_mps_control(config)
-                node.mps_command(binary, config, gpu, [], "quit\n")
+                node.mps_command(binary, config, gpu, [], undo + "quit\n")
             except node.NodeError as exc:
                 node.write_clients(config, gpu, clients)
                 log(f"gpu{gpu}: stopping the MPS daemon (pid {pid}) failed: {exc}; directories kept")
@@ -99,6 +102,24 @@ def release_mps(node, job, state: dict, config, log) -> dict:
         shutil.rmtree(node.gpu_dir(config, gpu), ignore_errors=True)  # never follows symlinks
         result["daemon"] = "stopped" if pid is not None else "not running"
     return result
+
+
+def undo_limit_lines(node, job, clients: dict) -> str:
+    """The control commands that undo the daemon-side limit the prolog set for the job's
+    user, once that user's last job on the GPU is gone ("" while one remains)."""
+    limits = clients.get("limits") or {}
+    if str(job.uid) not in limits or any(e.get("uid") == job.uid for e in clients["jobs"].values()):
+        return ""
+    limits.pop(str(job.uid))
+    return node.RESET_THREAD_PERCENTAGE
+
+
+def _send_undo(node, config, gpu: int, undo: str, log) -> None:
+    try:
+        node.mps_command(node.find_mps_control(config), config, gpu, [], undo)
+        log(f"gpu{gpu}: daemon-side limit of this job's user undone")
+    except node.NodeError as exc:
+        log(f"gpu{gpu}: undoing the daemon-side limit failed: {exc}")
 
 
 def checkpoint_seen(node, job, state: dict, config) -> str:

@@ -45,6 +45,7 @@ logged and the built-in default is used. Keys and defaults: see ``DEFAULTS``.
 from __future__ import annotations
 
 import fcntl
+import grp
 import json
 import os
 import re
@@ -71,6 +72,8 @@ DEFAULTS = {
     "timeout_s": "8",                    # hard deadline of one prolog/epilog run
     "mps_command_timeout_s": "4",        # one nvidia-cuda-mps-control call
     "strict_mps": "0",                   # 1: exit 1 when MPS was asked for and failed (drains!)
+    "spool_group": "tiresias",           # the collector's group: reads and rotates the spool
+    "pinned_mem_limits": "",             # per tier pinned-memory limit at the daemon, e.g. "10:4G,25:10G"
 }
 
 JOB_ID_RE = re.compile(r"[0-9]{1,12}")
@@ -107,6 +110,28 @@ class NodeConfig:
         self.mps_command_timeout_s = _parse_int(
             values["mps_command_timeout_s"], "mps_command_timeout_s", problems, low=1, high=60) or 4
         self.strict_mps = values["strict_mps"].strip() in ("1", "yes", "true")
+        self.spool_group = values["spool_group"].strip()
+        self.pinned_mem_limits = _parse_pinned_limits(values["pinned_mem_limits"], self.tiers, problems)
+
+
+PINNED_LIMIT_RE = re.compile(r"([0-9]{1,3}):([0-9]{1,7}[MG])")
+
+
+def _parse_pinned_limits(text: str, tiers, problems: list) -> dict:
+    """``tier:limit`` pairs ("25:10G,50:20G"): the pinned device memory the MPS daemon
+    grants a server of that tier; a tier not named gets no daemon-side memory limit."""
+    limits = {}
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        match = PINNED_LIMIT_RE.fullmatch(part)
+        if not match or int(match.group(1)) not in tiers:
+            problems.append(f"pinned_mem_limits entry {part[:64]!r} is not TIER:<n>M|G with a known tier; ignored")
+            continue
+        limits[int(match.group(1))] = match.group(2)
+    unnamed = [t for t in sorted(tiers) if t not in limits]
+    if limits and unnamed:  # the daemon keeps a pinned default until it quits
+        problems.append(f"pinned_mem_limits names no limit for tiers {unnamed}: their servers inherit the "
+                        "pinned-memory default last set on that GPU")
+    return limits
 
 
 def load_config(path: str | None = None) -> NodeConfig:
@@ -504,7 +529,7 @@ def start_mps_for_job(job: JobEnv, config: NodeConfig, log: NodeLog) -> dict:
             log(f"gpu{gpu}: started MPS control daemon (pipe {pipe})")
         else:
             log(f"gpu{gpu}: reusing MPS control daemon pid {pid}")
-        mps_command(binary, config, gpu, [], f"start_server -uid {job.uid}\n")
+        start_user_server(binary, config, gpu, job, state, log)
         other_uids = sorted({entry.get("uid") for entry in state["jobs"].values()} - {job.uid})
         if other_uids:
             # MPS servers of different users on one GPU are time-sliced, not concurrent.
@@ -514,10 +539,100 @@ def start_mps_for_job(job: JobEnv, config: NodeConfig, log: NodeLog) -> dict:
     return {"gpu": gpu, "percent": job.percent, "pipe_dir": pipe, "log_dir": logdir, "status": "ok"}
 
 
+# The SM quota must hold against the job's user: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE in the
+# job's environment is a client-side setting the user can unset. So the daemon is told
+# the limit for the server it starts for the job's user (a default applies to the next
+# server started); a user's later job with a larger tier raises that server's limit.
+RESET_THREAD_PERCENTAGE = "set_default_active_thread_percentage 100\n"
+
+
+def daemon_limit_lines(config: NodeConfig, percent: int) -> str:
+    """The control commands that set the daemon-side limits for the next server. Device 0:
+    the daemon sees only the job's GPU (CUDA_VISIBLE_DEVICES)."""
+    lines = f"set_default_active_thread_percentage {percent}\n"
+    if percent in config.pinned_mem_limits:
+        lines += f"set_default_device_pinned_mem_limit 0 {config.pinned_mem_limits[percent]}\n"
+    return lines
+
+
+def server_pid_of(binary: str, config: NodeConfig, gpu: int, uid: int) -> int | None:
+    """The PID of the MPS server running for ``uid`` (get_server_list, owner from /proc)."""
+    for text in mps_command(binary, config, gpu, [], "get_server_list\n").split():
+        if not text.isdigit():
+            continue
+        try:
+            with open(f"/proc/{text}/status", encoding="ascii", errors="replace") as handle:
+                owner = next((line.split()[1] for line in handle if line.startswith("Uid:")), None)
+        except OSError:
+            continue
+        if owner == str(uid):
+            return int(text)
+    return None
+
+
+def start_user_server(binary: str, config: NodeConfig, gpu: int, job: "JobEnv", state: dict, log: NodeLog) -> None:
+    """Start the job's user's MPS server with the job's tier set at the daemon; record
+    the limit in clients.json (``limits``) so the epilog can undo it."""
+    limits = state.setdefault("limits", {})
+    current = limits.get(str(job.uid))
+    if current is None:
+        mps_command(binary, config, gpu, [], daemon_limit_lines(config, job.percent) + f"start_server -uid {job.uid}\n")
+        limits[str(job.uid)] = job.percent
+        log(f"gpu{gpu}: daemon-side limit {job.percent}% of the SMs for uid {job.uid}"
+            + (f", pinned memory {config.pinned_mem_limits[job.percent]}" if job.percent in config.pinned_mem_limits else ""))
+        return
+    if job.percent <= current:
+        return  # the server's limit already covers this job; its client setting lowers it further
+    pid = server_pid_of(binary, config, gpu, job.uid)
+    if pid is None:
+        log(f"gpu{gpu}: uid {job.uid}'s MPS server not found; its limit stays {current}% (job asked {job.percent}%)")
+        return
+    mps_command(binary, config, gpu, [], f"set_active_thread_percentage {pid} {job.percent}\n")
+    limits[str(job.uid)] = job.percent
+    log(f"gpu{gpu}: raised uid {job.uid}'s server {pid} to {job.percent}% of the SMs")
+
+
 # -- usage spool ------------------------------------------------------------------------------
 
 def spool_file(config: NodeConfig, node: str) -> str:
     return os.path.join(config.spool_dir, f"usage-{node}.jsonl")
+
+
+def ensure_spool_dir(config: NodeConfig, log: NodeLog) -> int:
+    """Make the spool root:<spool_group> 2770 (the setgid bit gives new files the group)
+    so the collector, running as the service user in that group, reads the records and
+    renames collected files into processed/. A real directory is kept whoever owns it:
+    it holds records not yet read (a package may have made it tiresias-owned); only a
+    symlink or a file there is moved aside. Returns the mode for new spool files."""
+    os.makedirs(os.path.dirname(config.spool_dir), mode=0o755, exist_ok=True)
+    try:
+        gid = grp.getgrnam(config.spool_group).gr_gid if config.spool_group else None
+    except KeyError:
+        log(f"spool_group {config.spool_group[:64]!r} does not exist; spool {config.spool_dir} is 0755, "
+            "which the collector can read but not rotate")
+        gid = None
+    mode = 0o2770 if gid is not None else 0o755
+    try:
+        info = os.lstat(config.spool_dir)
+    except FileNotFoundError:
+        info = None
+    if info is None or not stat.S_ISDIR(info.st_mode):
+        ensure_dir(config.spool_dir, mode, log)
+    try:
+        fd = os.open(config.spool_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise NodeError(f"cannot open {config.spool_dir}: {exc.strerror}") from None
+    try:
+        now = os.fstat(fd)
+        if (now.st_uid, now.st_gid) != (os.geteuid(), gid if gid is not None else now.st_gid):
+            os.fchown(fd, os.geteuid(), -1 if gid is None else gid)
+        if stat.S_IMODE(now.st_mode) != mode:
+            os.fchmod(fd, mode)
+    except OSError as exc:
+        log(f"cannot make {config.spool_dir} ours with group {config.spool_group!r}: {exc.strerror}")
+    finally:
+        os.close(fd)
+    return 0o640 if gid is not None else 0o644
 
 
 def append_record(config: NodeConfig, node: str, record: dict, log: NodeLog) -> str:
@@ -529,12 +644,11 @@ def append_record(config: NodeConfig, node: str, record: dict, log: NodeLog) -> 
     line instead of corrupting this record. When the collector renamed the file
     away between our open() and flock() (it rotates under the same lock), reopen.
     """
-    os.makedirs(os.path.dirname(config.spool_dir), mode=0o755, exist_ok=True)
-    ensure_dir(config.spool_dir, 0o755, log)
+    file_mode = ensure_spool_dir(config, log)
     path = spool_file(config, node)
     line = (json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n").encode()
     for _attempt in range(20):
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, file_mode)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             info = os.fstat(fd)

@@ -492,6 +492,22 @@ class SlurmBackend:
         job_id = _check_job_id(job_id)
         self._lever(["scontrol", "update", f"JobId={job_id}", "Requeue=1"], f"make job {job_id} requeueable")
 
+    def hold(self, job_id: str) -> None:
+        """``scontrol hold N``: an admin hold (Priority=0, Reason=JobHeldAdmin) on a
+        pending job, which a user cannot release; a job that started since the
+        observation is left alone (a hold on a running job changes nothing now)."""
+        job_id = _check_job_id(job_id)
+        what = f"hold job {job_id}"
+        states = self._states(job_id, what)
+        if states != {"PENDING"}:
+            raise LeverFailed(f"{what}: job is {','.join(sorted(states)) or 'not listed'}, not PENDING; nothing set")
+        self._lever(["scontrol", "hold", job_id], what)
+
+    def release_hold(self, job_id: str) -> None:
+        """``scontrol release N``: undo ``hold``."""
+        job_id = _check_job_id(job_id)
+        self._lever(["scontrol", "release", job_id], f"release job {job_id}")
+
     def release_begin_time(self, job_id: str) -> None:
         """StartTime=now: clears the cred_expire+1 s BeginTime hold after a requeue."""
         job_id = _check_job_id(job_id)

@@ -202,3 +202,42 @@ def test_packaged_config_lists_the_sharing_keys():
     assert config.gpu_sharing is False and config.mps_tiers == (10, 25, 50, 75, 100)
     assert (config.mps_default_tier, config.mps_latency_tier, config.mps_max_tenants) == (25, 75, 4)
     assert config.mps_allow_multi_user is False
+
+
+def _holds(backend):
+    return [call for call in backend.calls if call[0] in ("hold", "release_hold")]
+
+
+def test_a_refused_job_is_held_released_when_a_gpu_admits_it_and_restore_releases(store):  # noqa: F811
+    """mps_allow_multi_user false: a second user's job is held (main only logged it, and
+    Slurm started it on bob's GPU); released once the GPU is free; recorded for restore."""
+    from controller.service.restore import restore
+
+    backend = ScriptedBackend()
+    backend.nodes = [replace(backend.nodes[0], gpus_total=1, gpus_free=1)]
+    mps_job(backend, "1", 25, "RUNNING", user="bob", nodes=["gpu1"])
+    mps_job(backend, "2", 25, user="alice")
+    c = sharing(store, backend)
+    report = c.run_round()
+    assert _holds(backend) == [("hold", "2")]
+    held = next(e for e in report.applied if e["kind"] == "hold")
+    assert held["applied"] and held["job_id"] == "2" and "no GPU admits it" in held["reason"]
+    assert set(store.levers("default").get("hold", {})) == {"2"}
+    backend.jobs["2"] = replace(backend.jobs["2"], reason="JobHeldAdmin")
+    c.run_round()
+    assert _holds(backend) == [("hold", "2")], "held once"
+    del backend.jobs["1"]  # bob's job ended: the GPU admits alice's
+    c = sharing(store, backend)  # a restarted controller still knows the hold is its own
+    c.run_round()
+    assert _holds(backend) == [("hold", "2"), ("release_hold", "2")]
+    assert "hold" not in store.levers("default") or not store.levers("default")["hold"]
+
+    # a hold still in place when the admin restores is released
+    mps_job(backend, "3", 25, "RUNNING", user="bob", nodes=["gpu1"])
+    mps_job(backend, "4", 25, user="carol")
+    c.run_round()
+    assert _holds(backend)[-1] == ("hold", "4")
+    backend.jobs["4"] = replace(backend.jobs["4"], reason="JobHeldAdmin")
+    lines = restore(backend, store, "default").lines()
+    assert _holds(backend)[-1] == ("release_hold", "4") and "job 4: hold reset: released" in lines
+    assert not store.levers("default").get("hold")

@@ -23,6 +23,8 @@ EXAMPLES = [
     (A.ReleaseBeginTime("r1.1.release", "7", reason="settled", cause_id="r1.1"), ("release_begin_time", "7")),
     (A.MovePartition("r1.m1", "7", "a", "b", reason="a -> b"), ("move_partition", "7", "b")),
     (A.SetMpsShare("r1.s1", "7", 25, reason="tier"), ("set_mps_share", "7", 25)),
+    (A.HoldJob("r1.h1", "7", reason="no GPU admits it"), ("hold", "7")),
+    (A.ReleaseHold("r2.hr1", "7", reason="a GPU admits it"), ("release_hold", "7")),
     (A.Signal("r1.2.signal", "7", "USR1", True, reason="checkpoint", cause_id="r1.2"), ("signal", "7", "USR1", True)),
     (A.Requeue("r2.q1", "7", reason="grace over", cause_id="r1.2"), ("requeue", "7")),
     (A.SetAdminComment("r1.c1", "7", "[tiresias: queue 1/2]"), ("set_admin_comment", "7", "[tiresias: queue 1/2]")),

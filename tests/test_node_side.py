@@ -102,7 +102,7 @@ def test_mps_job_full_cycle(node):
     pipe, logdir = node.run_dir / "gpu0" / "pipe", node.run_dir / "gpu0" / "log"
     assert pipe.is_dir() and logdir.is_dir()
     calls = node.calls()
-    assert commands(calls) == [["-d"], [f"start_server -uid {os.getuid()}"]]
+    assert commands(calls) == [["-d"], ["set_default_active_thread_percentage 25", f"start_server -uid {os.getuid()}"]]
     assert calls[0]["env"] == {"CUDA_MPS_PIPE_DIRECTORY": str(pipe), "CUDA_MPS_LOG_DIRECTORY": str(logdir),
                                "CUDA_VISIBLE_DEVICES": "0"}
     clients = json.loads((node.run_dir / "gpu0" / "clients.json").read_text())
@@ -117,14 +117,17 @@ def test_mps_job_full_cycle(node):
 
     # a second job of the same user on the same GPU reuses the daemon
     assert node.run(PROLOG, SLURM_JOB_ID="102", CUDA_MPS_ACTIVE_THREAD_PERCENTAGE="50").returncode == 0
-    assert commands(node.calls())[2:] == [[f"start_server -uid {os.getuid()}"]]
-    assert "reusing MPS control daemon" in node.log()
+    # same user, larger tier: its server's limit is raised through the server's PID
+    server = json.loads((pipe / "settings.json").read_text())["servers"][str(os.getuid())]
+    assert commands(node.calls())[2:] == [["get_server_list"], [f"set_active_thread_percentage {server['pid']} 50"]]
+    assert server["percent"] == 50.0
+    assert "reusing MPS control daemon" in node.log() and f"raised uid {os.getuid()}'s server" in node.log()
 
     (node.run_dir / "jobs" / "101.d" / "checkpoint").write_text("{}")  # the helper's marker
     assert node.run(EPILOG, SLURM_JOB_EXIT_CODE2="3:0", **mps).returncode == 0
-    assert len(node.calls()) == 3, "first epilog must not stop the daemon: job 102 still runs"
+    assert len(node.calls()) == 4, "first epilog must not stop the daemon: job 102 still runs"
     assert node.run(EPILOG, SLURM_JOB_ID="102", SLURM_JOB_EXIT_CODE="0", **mps).returncode == 0
-    assert commands(node.calls())[3:] == [["quit"]]
+    assert commands(node.calls())[4:] == [["set_default_active_thread_percentage 100", "quit"]]
     assert not (node.run_dir / "gpu0").exists()
     assert not (node.run_dir / "jobs" / "101.json").exists() and not (node.run_dir / "jobs" / "101.d").exists()
 
@@ -134,6 +137,48 @@ def test_mps_job_full_cycle(node):
     assert first["mps_percent"] == 25 and first["mps_daemon"] == "kept" and second["mps_daemon"] == "stopped"
     assert second["checkpoint_seen"] is False and second["exit_code"] == 0
     assert first["start_s"] <= first["end_s"]
+
+
+def _daemon_settings(node):
+    path = node.run_dir / "gpu0" / "pipe" / "settings.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def test_prolog_sets_the_limit_at_the_daemon_and_the_epilog_undoes_it(node):
+    """The SM quota and the tier's pinned-memory limit are set at the control daemon
+    for the job's user's server (not only exported to the job, which can unset it);
+    the epilog resets the default once that user's last job on the GPU is gone."""
+    node.write_conf("pinned_mem_limits=25:10G\n")
+    alice, bob = os.getuid(), os.getuid() + 1
+    assert node.run(PROLOG, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE="25").returncode == 0
+    assert node.run(PROLOG, SLURM_JOB_ID="102", SLURM_JOB_UID=str(bob),
+                    CUDA_MPS_ACTIVE_THREAD_PERCENTAGE="50").returncode == 0
+    assert commands(node.calls())[1:] == [
+        ["set_default_active_thread_percentage 25", "set_default_device_pinned_mem_limit 0 10G",
+         f"start_server -uid {alice}"],
+        ["set_default_active_thread_percentage 50", f"start_server -uid {bob}"]]
+    servers = _daemon_settings(node)["servers"]
+    assert (servers[str(alice)]["percent"], servers[str(alice)]["pinned"]) == (25.0, {"0": "10G"})
+    assert servers[str(bob)]["percent"] == 50.0
+    assert "daemon-side limit 25% of the SMs" in node.log() and "pinned memory 10G" in node.log()
+    assert "names no limit for tiers [10, 50, 75, 100]" in node.log()
+
+    assert node.run(EPILOG, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE="25").returncode == 0
+    assert commands(node.calls())[3:] == [["set_default_active_thread_percentage 100"]]
+    assert _daemon_settings(node)["default_percent"] == 100.0
+    clients = json.loads((node.run_dir / "gpu0" / "clients.json").read_text())
+    assert clients["limits"] == {str(bob): 50}
+    assert node.run(EPILOG, SLURM_JOB_ID="102", SLURM_JOB_UID=str(bob),
+                    CUDA_MPS_ACTIVE_THREAD_PERCENTAGE="50").returncode == 0
+    assert commands(node.calls())[4:] == [["set_default_active_thread_percentage 100", "quit"]]
+    assert _daemon_settings(node) is None  # gone with the daemon
+
+
+def test_bad_pinned_mem_limit_is_named_and_ignored(node):
+    node.write_conf("pinned_mem_limits=25:lots,33:1G\n")
+    assert node.run(PROLOG, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE="25").returncode == 0
+    assert "pinned_mem_limits entry '25:lots'" in node.log() and "'33:1G'" in node.log()
+    assert commands(node.calls())[1] == ["set_default_active_thread_percentage 25", f"start_server -uid {os.getuid()}"]
 
 
 def test_non_mps_job_makes_no_mps_calls_and_is_fast(node):
@@ -478,3 +523,21 @@ def test_profile_skew_cli_stores_for_known_job(tmp_path, capsys):
         assert store.load_jobs("tc")["55"].skew == pytest.approx(0.7)
     assert main(["profile-skew", str(tmp_path / "m.safetensors"), "--job", "56", "--database-url", url,
                  "--cluster", "tc"]) == 2
+
+
+def test_the_controller_collects_and_prunes_old_usage_records(node, tmp_path):
+    """A round collects the spool and deletes this cluster's records older than
+    usage_max_age_s (never another cluster's)."""
+    from controller.service.store import usage_records
+    from tests.test_controller import ScriptedBackend, controller
+
+    store = _store(tmp_path)
+    for record_id in ("default/1/gpu1/0", "elsewhere/1/gpu1/0"):
+        store.add_usage_record(record_id, {"record_id": record_id})
+    with store._tx() as conn:  # noqa: SLF001 - both stored a year ago
+        conn.execute(usage_records.update().values(added_s=0.0))
+    assert node.run(EPILOG, SLURM_CLUSTER_NAME="default").returncode == 0
+    c = controller(store, ScriptedBackend(), usage_spool_dir=str(node.spool_dir), usage_max_age_s=86400.0)
+    c.run_round()
+    assert [r["record_id"] for r in store.usage_records("default")] == ["default/101/gpu1/0"]
+    assert store.usage_record("elsewhere/1/gpu1/0") is not None

@@ -105,7 +105,10 @@ def test_mps_job_starts_and_stops_the_daemon(fake_mps, submit_as):  # noqa: F811
     assert fields["PCT"] == "25" and fields["PIPE"] == pipe and fields["LOGD"] == logdir
     assert fields["MARK"] == f"{RUN_DIR}/jobs/{job}.d/checkpoint"
     ours = [c for c in calls(fake_mps)[before:] if c["env"]["CUDA_MPS_PIPE_DIRECTORY"] == pipe]
-    assert [c["argv"] or c["stdin"] for c in ours] == [["-d"], [f"start_server -uid {alice_uid}"], ["quit"]]
+    # the SM quota set at the daemon for alice's server, and undone by the epilog
+    assert [c["argv"] or c["stdin"] for c in ours] == [
+        ["-d"], ["set_default_active_thread_percentage 25", f"start_server -uid {alice_uid}"],
+        ["set_default_active_thread_percentage 100", "quit"]]
     assert all(c["env"] == {"CUDA_MPS_PIPE_DIRECTORY": pipe, "CUDA_MPS_LOG_DIRECTORY": logdir,
                             "CUDA_VISIBLE_DEVICES": str(gpu)} for c in ours)
     assert not os.path.exists(f"{RUN_DIR}/gpu{gpu}"), "the last client's epilog removes the GPU's dirs"

@@ -92,3 +92,63 @@ def test_set_mps_share_rejects_bad_values_and_unknown_jobs(submit_as):  # noqa: 
         backend.set_mps_share("1;rm", 50)
     with pytest.raises(LeverFailed):
         backend.set_mps_share("999999999", 50)  # no such job
+
+
+class OneGpuNode(OnlyTheseJobs):
+    """As OnlyTheseJobs, and the controller sees one node with one GPU: the second
+    user's job then has no GPU of its own to go to (mps_allow_multi_user false)."""
+
+    def __init__(self, job_ids, node, **kwargs):
+        super().__init__(job_ids, **kwargs)
+        self.node = node
+
+    def observe(self):
+        from dataclasses import replace
+
+        observation = super().observe()
+        observation.nodes = [replace(n, gpus_total=1, gpus_free=1) for n in observation.nodes if n.name == self.node]
+        return observation
+
+
+def _wait_for(job_id: str, state: str, timeout_s: float = 60.0) -> dict:
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        record = read_back({job_id})[job_id]
+        if record["job_state"] == state or time.monotonic() > deadline:
+            return record
+        time.sleep(1)
+
+
+def test_a_refused_colocation_is_held_off_the_gpu_and_restore_releases_it(submit_as, tmp_path):  # noqa: F811
+    """bob's MPS job runs on gpu1; alice's, pinned there, would fit beside it (mps:400
+    per node), but one user per GPU: the round holds it (scontrol hold), it stays
+    PENDING past its begin time while bob's still runs, and restore releases it."""
+    import time
+
+    from controller.service.restore import restore
+
+    jobs: list[str] = []
+    try:
+        bob = submit_as("bob", "--gres=mps:25 -w gpu1 -o /dev/null --wrap 'sleep 120'")
+        jobs.append(bob)
+        assert _wait_for(bob, "RUNNING")["job_state"] == "RUNNING"
+        alice = submit_as("alice", "--gres=mps:25 -w gpu1 --begin=now+15 -o /dev/null --wrap 'sleep 1'")
+        jobs.append(alice)
+        config = from_mapping({"mode": "enforce", "gpu_sharing": True, "preempt_max_per_job": 0,
+                               "admin_comment": False, "usage_spool_dir": str(tmp_path / "no-spool")})
+        with Store(f"sqlite:///{tmp_path}/tiresias.db") as store:
+            backend = OneGpuNode(jobs, "gpu1")
+            report = Controller(config, backend, store).run_round()
+            holds = [e for e in report.applied if e["kind"] == "hold"]
+            assert [(e["job_id"], e["applied"]) for e in holds] == [(alice, True)], report.applied
+            time.sleep(20)  # past alice's begin time: Slurm would start her now
+            record = read_back({alice})[alice]
+            assert record["job_state"] == "PENDING" and record["state_reason"] == "JobHeldAdmin", record
+            assert read_back({bob})[bob]["job_state"] == "RUNNING"
+            lines = restore(backend, store, "default").lines()
+            assert f"job {alice}: hold reset: released" in lines, lines
+        assert read_back({alice})[alice]["state_reason"] != "JobHeldAdmin"
+    finally:
+        scancel(jobs)

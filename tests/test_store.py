@@ -276,3 +276,21 @@ def test_postgres_unavailable_fails_under_ci_and_skips_otherwise(monkeypatch):
     monkeypatch.setenv("CI", "false")
     with pytest.raises(pytest.skip.Exception, match="no server"):
         pg_server._unavailable("no server")
+
+
+def test_usage_records_per_cluster_and_pruned(tmp_path):
+    """Usage records are found by cluster (the record_id's first part, a name with
+    LIKE's wildcards in it too) and retention deletes only the old ones of that cluster."""
+    from controller.service.store import Store, usage_records
+    store = Store(f"sqlite:///{tmp_path}/u.db")
+    for record_id in ("tc/1/gpu1/0", "tc/2/gpu1/0", "t_/3/gpu1/0", "other/1/gpu1/0"):
+        store.add_usage_record(record_id, {"record_id": record_id})
+    assert [r["record_id"] for r in store.usage_records("tc")] == ["tc/1/gpu1/0", "tc/2/gpu1/0"]
+    assert [r["record_id"] for r in store.usage_records("t_")] == ["t_/3/gpu1/0"]
+    with store._tx() as conn:  # noqa: SLF001 - age one record
+        conn.execute(usage_records.update().where(usage_records.c.record_id == "tc/1/gpu1/0").values(added_s=0.0))
+        conn.execute(usage_records.update().where(usage_records.c.record_id == "other/1/gpu1/0")
+                     .values(added_s=0.0))
+    assert store.prune_usage_records("tc", before_s=1000.0) == 1
+    assert [r["record_id"] for r in store.usage_records("tc")] == ["tc/2/gpu1/0"]
+    assert store.usage_record("other/1/gpu1/0") is not None

@@ -17,6 +17,7 @@ SUBCOMMANDS = {
                             "compare MCT/EVO job-to-partition allocators on multi-partition snapshots"),
     "profile-skew": ("controller.cli.profile_skew", "compute a checkpoint's tensor-size skew; --job stores it"),
     "acct": ("controller.cli.acct", "accounting of GPU jobs, like sacct (store or simulator output)"),
+    "usage": ("controller.cli.usage", "the node hooks' usage records collected into the store (per run, per node)"),
     "queue": ("controller.cli.queue", "pending and running GPU jobs in the controller's priority order, like squeue"),
     "explain": ("controller.cli.explain", "why a job waits: level, jobs ahead, GPUs, promotion, decisions"),
     "preflight": ("controller.cli.preflight", "check the slurm.conf settings the controller depends on"),

@@ -42,8 +42,9 @@ def run(args) -> int:
     from controller.service.store import StoreError
 
     config = load(args.config, overrides_from(args))
-    logging.basicConfig(level=config.log_level, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from controller.service import logs
+
+    logs.setup(config.log_format, config.log_level, sys.stderr)
     from controller.service.secrets import install_log_redaction
 
     install_log_redaction(config.secrets())  # no log line carries the store password, whatever logs it

@@ -78,6 +78,21 @@ class SetMpsShare(LeverActionBase):
 
 
 @dataclass(frozen=True)
+class HoldJob(LeverActionBase):
+    """Hold a pending job (Slurm: ``scontrol hold``) that the GPU-sharing policy admits
+    on no GPU now: without it Slurm starts the job on a GPU the policy refused."""
+
+    kind: ClassVar[str] = "hold"
+
+
+@dataclass(frozen=True)
+class ReleaseHold(LeverActionBase):
+    """Release the hold this controller set (a GPU admits the job now)."""
+
+    kind: ClassVar[str] = "release_hold"
+
+
+@dataclass(frozen=True)
 class Signal(LeverActionBase):
     """Send a running job its declared checkpoint signal (``batch_only``: to the batch shell)."""
 
@@ -104,4 +119,4 @@ class SetAdminComment(LeverActionBase):
 LeverAction = Union[SetBand, PinNodes, UnpinNodes, ReleaseBeginTime, MovePartition, SetMpsShare, Signal, Requeue,
                     SetAdminComment]
 LEVER_ACTIONS: tuple[type, ...] = (SetBand, PinNodes, UnpinNodes, ReleaseBeginTime, MovePartition, SetMpsShare,
-                                   Signal, Requeue, SetAdminComment)
+                                   HoldJob, ReleaseHold, Signal, Requeue, SetAdminComment)

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Optional
 
 from controller.core.actions import (
-    MovePartition, PinNodes, ReleaseBeginTime, Requeue, SetAdminComment, SetMpsShare, Signal, UnpinNodes,
+    HoldJob, MovePartition, PinNodes, ReleaseBeginTime, ReleaseHold, Requeue, SetAdminComment, SetMpsShare,
+    Signal, UnpinNodes,
 )
 from controller.core.placement import COUNT_NODE
 from controller.core.plan import Preempt, Start
@@ -38,6 +39,8 @@ LEVERS: dict[type, Lever] = {
     ReleaseBeginTime: Lever("release_begin_time", lambda b: b.release_begin_time, lambda a: ()),
     MovePartition: Lever("move_partition", lambda b: b.move_partition, lambda a: (a.to_partition,)),
     SetMpsShare: Lever("set_mps_share", lambda b: b.set_mps_share, lambda a: (a.percent,)),
+    HoldJob: Lever("hold", lambda b: b.hold, lambda a: ()),
+    ReleaseHold: Lever("release_hold", lambda b: b.release_hold, lambda a: ()),
     Signal: Lever("signal", lambda b: b.signal, lambda a: (a.signal_name, a.batch_only)),
     Requeue: Lever("requeue", lambda b: b.requeue, lambda a: ()),
     SetAdminComment: Lever("set_admin_comment", lambda b: b.set_admin_comment, lambda a: (a.text,)),

@@ -75,6 +75,7 @@ class SimSlurm:
         self.site_factor: dict[str, int] = {}
         self.pins: dict[str, tuple[str, ...]] = {}
         self.held: set[str] = set()
+        self.admin_held: set[str] = set()  # hold(): kept pending until release_hold()
         self.partition: dict[str, str] = {}
         self.mps_share: dict[str, int] = {}
         self.admin_comment: dict[str, str] = {}
@@ -111,6 +112,13 @@ class SimSlurm:
 
     def set_admin_comment(self, job_id: str, text: str) -> None:
         self.admin_comment[job_id] = text
+
+    def hold(self, job_id: str) -> None:
+        self._pending_job(job_id)
+        self.admin_held.add(job_id)
+
+    def release_hold(self, job_id: str) -> None:
+        self.admin_held.discard(job_id)
 
     def signal(self, job_id: str, signal_name: str, batch_only: bool) -> None:
         job = self.by_id[job_id]
@@ -159,7 +167,8 @@ class SimSlurm:
         one is tried."""
         free = self.cluster.free_by_node
         per_node = self.cluster.cfg.gpus_per_node
-        order = sorted((job for job_id, job in self.pending.items() if job_id not in self.held),
+        order = sorted((job for job_id, job in self.pending.items()
+                        if job_id not in self.held and job_id not in self.admin_held),
                        key=lambda job: (-self.site_factor.get(job.job_id, 0), job.spec.submit_time_s, job.index))
         started = []
         for job in order:

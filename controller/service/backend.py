@@ -91,6 +91,12 @@ class Backend(Protocol):
     def set_mps_share(self, job_id: str, shares: int) -> None:
         """A pending MPS job's share per node (--gres=mps:N; 100 shares = one GPU's SMs)."""
 
+    def hold(self, job_id: str) -> None:
+        """Keep a pending job from starting until ``release_hold`` (Slurm: scontrol hold)."""
+
+    def release_hold(self, job_id: str) -> None:
+        """Undo ``hold`` (Slurm: scontrol release)."""
+
     def slurm_config(self) -> str:
         """The running slurmctld's settings as `scontrol show config` prints them
         (controller.service.preflight reads them)."""

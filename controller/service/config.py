@@ -100,6 +100,8 @@ SCHEMA: tuple[Setting, ...] = (
     Setting("usage_spool_dir", "str", "/var/spool/tiresias/usage", "directory of the nodes' epilog usage "
             "records, collected into the store when the directory exists"),
     Setting("usage_collect_s", "float", 60.0, "seconds between collections of usage_spool_dir", minimum=1.0),
+    Setting("usage_max_age_s", "float", 90 * 86400.0, "usage records stored longer ago than this many seconds "
+            "are deleted (hourly; 0 = kept for ever)", minimum=0.0),
     Setting("standby", "bool", False, "share the store with a standby controller: only the holder of the "
             "lease row acts, the other takes over when the lease runs out (PostgreSQL database_url only; "
             "SQLite is single-controller)"),
@@ -123,6 +125,9 @@ SCHEMA: tuple[Setting, ...] = (
     Setting("metrics_address", "str", "127.0.0.1", "IP address the metrics port listens on (0.0.0.0 = every "
             "interface: the metrics name jobs and users, put a firewall in front)"),
     Setting("log_level", "choice", "INFO", "log level", ("DEBUG", "INFO", "WARNING", "ERROR")),
+    Setting("log_format", "choice", "auto", "log lines: text (no timestamp of its own under systemd, where the "
+            "journal stamps them), json (one object a line with job_id, decision_id, round), auto = text",
+            ("auto", "json", "text")),
     Setting("decision_log_max_age_s", "float", 30 * 86400.0, "decisions older than this many seconds are deleted "
             "from the store (checked hourly; 0 = kept forever)", minimum=0.0),
     Setting("decision_log_max_rows", "int", 1_000_000, "at most this many decisions of the cluster are kept, "
@@ -172,6 +177,7 @@ class Config:
     mps_allow_multi_user: bool = False
     usage_spool_dir: str = "/var/spool/tiresias/usage"
     usage_collect_s: float = 60.0
+    usage_max_age_s: float = 90 * 86400.0
     standby: bool = False
     lease_ttl_s: float = 0.0
     command_timeout_s: float = 15.0
@@ -182,6 +188,7 @@ class Config:
     metrics_port: int = 0
     metrics_address: str = "127.0.0.1"
     log_level: str = "INFO"
+    log_format: str = "auto"
     decision_log_max_age_s: float = 30 * 86400.0
     decision_log_max_rows: int = 1_000_000
 
@@ -249,7 +256,7 @@ MAXIMA: dict[str, float] = {
     "preempt_max_per_job": 10**6, "preempt_signal_attempts": 1000, "handoff_timeout_s": 86400.0, "requeue_settle_s": 86400.0,
     "service_refresh_s": 1e7, "partition_move_min_gain_s": 1e7, "partition_move_cooldown_s": 1e7,
     "partition_duration_estimate_s": 1e9, "mps_default_tier": 100, "mps_latency_tier": 100, "mps_max_tenants": 64,
-    "usage_collect_s": 86400.0, "lease_ttl_s": 86400.0, "command_timeout_s": 3600.0, "metrics_port": 65535,
+    "usage_collect_s": 86400.0, "usage_max_age_s": 100 * 365 * 86400.0, "lease_ttl_s": 86400.0, "command_timeout_s": 3600.0, "metrics_port": 65535,
     "decision_log_max_age_s": 100 * 365 * 86400.0, "decision_log_max_rows": 10**9,
 }
 DEFAULT_MAXIMUM = 1e9  # a setting not listed above

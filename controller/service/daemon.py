@@ -43,9 +43,10 @@ from controller.service.lease import Lease
 from controller.service.partition_moves import PartitionMover
 from controller.service.preemption import Preemptions
 from controller.service.report import LogOnce, RoundReport, entry
-from controller.service.restore import RecordingBackend, log_report, on_start, restore
+from controller.service.restore import HOLD, RecordingBackend, log_report, on_start, restore
 from controller.service.sharing import GpuSharing
 from controller.service.spool import collect_spool
+from controller.service import logs
 from controller.service.startable import add_waiting, slurm_wait
 from controller.service.starts import Starts
 from controller.service.store import Store, StoreError
@@ -73,6 +74,7 @@ class Controller:
         self._log_once = LogOnce(log)
         self._failures_seen: set[str] = set()
         self._decisions_pruned_at = -math.inf
+        self._usage_pruned_at = -math.inf
         self._stale = True
         if self.lease is None:
             self._load_state()
@@ -101,7 +103,9 @@ class Controller:
         self.contract = Contract(config, self.backend, self._log_once)
         self.preemptions = Preemptions(config, store, self.executor, self.accounts, self.contract, clock=self.clock)
         self.mover = PartitionMover(config, self.backend, store, self.executor, self.accounts, self._log_once)
-        self.sharing = GpuSharing(config, self.executor, self._log_once)
+        # the holds a previous run set (recorded by RecordingBackend) are still ours to release
+        self.sharing = GpuSharing(config, self.executor, self._log_once,
+                                  held=store.levers(config.cluster).get(HOLD, {}))
         self.admin_comments = AdminComments(config.admin_comment_refresh_s, config.admin_comment_max_per_round)
         self._stale = False
 
@@ -315,6 +319,7 @@ class Controller:
             self.store.log_decisions(self.config.cluster, round_id, now, self.executor.mode,
                                      self.executor.decisions_to_log(report.applied))
         report.levers = self.executor.end_round(round_id)
+        logs.log_decisions(log, report.applied, round_id)
         self._prune_decisions(now)
         for job_id in self.accounts.forget_finished():
             self.starts.forget(job_id)
@@ -496,6 +501,22 @@ class Controller:
         if added or bad:
             log.info("usage spool: %d records stored, %d already stored, %d unreadable lines", added, duplicates,
                      bad)
+        self._prune_usage()
+
+    def _prune_usage(self) -> None:
+        """Usage-record retention (usage_max_age_s), hourly; on the store's clock
+        (``added_s`` is the wall time the record was stored)."""
+        wall = time.time()
+        if not self.config.usage_max_age_s or wall - self._usage_pruned_at < PRUNE_EVERY_S:
+            return
+        self._usage_pruned_at = wall
+        try:
+            deleted = self.store.prune_usage_records(self.config.cluster, before_s=wall - self.config.usage_max_age_s)
+        except StoreError as err:  # retried in an hour
+            log.warning("usage records not pruned: %s", err)
+            return
+        if deleted:
+            log.info("usage records: %d older than %gs deleted", deleted, self.config.usage_max_age_s)
 
 
 def _one_line(err: Exception) -> str:

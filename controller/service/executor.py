@@ -103,6 +103,12 @@ class ReadOnlyBackend:
     def set_mps_share(self, job_id: str, shares: int) -> None:
         self._would("set_mps_share", job_id, shares)
 
+    def hold(self, job_id: str) -> None:
+        self._would("hold", job_id)
+
+    def release_hold(self, job_id: str) -> None:
+        self._would("release_hold", job_id)
+
 
 class LeverExecutor:
     """``guard`` is called before every lever that reaches the backend; it raises

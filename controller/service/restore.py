@@ -32,8 +32,9 @@ from controller.service.store import Store
 
 log = logging.getLogger("tiresias.restore")
 
-SITE_FACTOR, PIN, ADMIN_COMMENT = "site_factor", "pin", "admin_comment"
-LEVER_NAMES = {SITE_FACTOR: "SiteFactor", PIN: "ReqNodeList", ADMIN_COMMENT: "AdminComment"}
+SITE_FACTOR, PIN, ADMIN_COMMENT, HOLD = "site_factor", "pin", "admin_comment", "hold"
+LEVER_NAMES = {SITE_FACTOR: "SiteFactor", PIN: "ReqNodeList", ADMIN_COMMENT: "AdminComment", HOLD: "hold"}
+HELD_REASONS = ("JobHeldAdmin", "JobHeldUser")
 PRUNE_EVERY_S = 3600.0  # rows of ended jobs are dropped at most this often
 
 
@@ -70,6 +71,14 @@ class RecordingBackend:
         self.backend.pin_nodes(job_id, nodes)
         if not nodes:  # the controller cleared its own pin: nothing left to undo
             self.store.forget_levers(self.cluster, PIN, [job_id])
+
+    def hold(self, job_id: str) -> None:
+        self._record(HOLD, {job_id: "ours"})
+        self.backend.hold(job_id)
+
+    def release_hold(self, job_id: str) -> None:
+        self.backend.release_hold(job_id)
+        self.store.forget_levers(self.cluster, HOLD, [job_id])
 
     def set_admin_comment(self, job_id: str, text: str) -> None:
         if ours_in(text):
@@ -108,7 +117,9 @@ class RestoreReport:
 
     def totals(self) -> str:
         reset = Counter(c.lever for c in self.changes if c.outcome == "reset")
-        parts = ", ".join(f"{reset[lever]} {name}" for lever, name in LEVER_NAMES.items())
+        # holds are a GPU-sharing lever only: named when there were some
+        parts = ", ".join(f"{reset[lever]} {name}" for lever, name in LEVER_NAMES.items()
+                          if lever != HOLD or any(c.lever == HOLD for c in self.changes))
         return (f"restored: {parts}; {self.count('already')} already clear, {self.count('gone')} of jobs gone, "
                 f"{self.count('kept')} kept, {self.count('failed')} failed")
 
@@ -132,7 +143,30 @@ def restore(backend: Backend, store: Store, cluster: str) -> RestoreReport:
     comments = set(recorded.get(ADMIN_COMMENT, {}))
     comments |= {job.job_id for job in jobs.values() if ours_in(job.admin_comment)}
     _restore_admin_comments(backend, store, cluster, jobs, comments, report)
+    _restore_holds(backend, store, cluster, jobs, set(recorded.get(HOLD, {})), report)
     return report
+
+
+def _restore_holds(backend, store, cluster, jobs, job_ids: set[str], report) -> None:
+    """Release the holds the GPU-sharing policy set (recorded by RecordingBackend)."""
+    done = []
+    for job_id in sorted(job_ids):
+        job = jobs.get(job_id)
+        if not _alive(job):
+            report.add(job_id, HOLD, "gone", f"job {job.state if job else 'no longer listed'}")
+        elif job.state != "PENDING" or job.reason not in HELD_REASONS:
+            report.add(job_id, HOLD, "already", f"job is {job.state} ({job.reason or 'no reason'}), not held")
+        else:
+            try:
+                backend.release_hold(job_id)
+            except BackendUnavailable:
+                raise
+            except (RuntimeError, ValueError) as err:
+                report.add(job_id, HOLD, "failed", str(err))
+                continue
+            report.add(job_id, HOLD, "reset", "released")
+        done.append(job_id)
+    store.forget_levers(cluster, HOLD, done)
 
 
 def _restore_site_factors(backend, store, cluster, jobs, recorded: dict[str, str], report) -> None:

@@ -3,7 +3,9 @@
 
 Pending MPS jobs whose planned tier differs from their request get it through
 ``set_mps_share`` (pending only: an MPS quota is fixed for a client's life). A job no
-GPU admits now waits: logged once, no lever. Running jobs are never changed: a
+GPU admits now is held (``HoldJob``: Slurm would otherwise start it on a GPU
+the policy refused, e.g. a second user's job with mps_allow_multi_user false) and
+released (``ReleaseHold``) once a GPU admits it; restore releases what is left. Running jobs are never changed: a
 different wanted tier is logged as quota_change's advice, never requeued for. Each
 decision is logged once per (job, outcome), so shadow mode does not repeat a
 would-share every round.
@@ -18,9 +20,9 @@ than one GPU's worth is left alone.
 from __future__ import annotations
 
 import logging
-from typing import Callable, Optional
+from typing import Callable, Iterable, Optional
 
-from controller.core.actions import SetMpsShare
+from controller.core.actions import HoldJob, ReleaseHold, SetMpsShare
 from controller.service.accounting import numeric_id
 from controller.service.startable import slurm_wait
 from controller.service.backend import Observation, ObservedJob
@@ -36,11 +38,15 @@ log = logging.getLogger("tiresias.controller")
 class GpuSharing:
     """``logged``: job id -> signature of its last logged share decision (logged once)."""
 
-    def __init__(self, config: Config, executor: LeverExecutor, log_once: Callable[[str], None] = log.warning):
+    def __init__(self, config: Config, executor: LeverExecutor, log_once: Callable[[str], None] = log.warning,
+                 held: Iterable[str] = ()):
         self.config = config
         self.executor = executor
         self.log_once = log_once
         self.logged: dict[str, tuple] = {}
+        self.held: set[str] = set(held)  # jobs this controller holds (hold lever applied or would)
+        self.waiting: set[str] = set()  # the round's pending jobs no GPU admits
+        self.placed: set[str] = set()  # the round's pending jobs a GPU admits
 
     def apply(self, observation: Observation, report: RoundReport) -> None:
         if not self.config.gpu_sharing:
@@ -60,6 +66,21 @@ class GpuSharing:
                 report.applied.append({"decision_id": decision_id, "job_id": job_id, "kind": SetMpsShare.kind,
                                        "reason": reason, "applied": False, "detail": signature[0]})
             self.logged[job_id] = signature
+        self._holds(report)
+
+    def _holds(self, report: RoundReport) -> None:
+        """Hold the jobs no GPU admits; release those a GPU admits again."""
+        actions = [HoldJob(f"r{report.round_id}.h{n}", job_id, reason="no GPU admits it under the sharing "
+                           "policy now: held so that Slurm does not start it there")
+                   for n, job_id in enumerate(sorted(self.waiting - self.held, key=numeric_id), 1)]
+        actions += [ReleaseHold(f"r{report.round_id}.hr{n}", job_id, reason="a GPU admits it now")
+                    for n, job_id in enumerate(sorted(self.held & self.placed, key=numeric_id), 1)]
+        for action in actions:
+            outcome = self.executor.apply(action)
+            report.applied.append(entry(action, applied=outcome.applied, detail=outcome.detail))
+            if not outcome.failed:
+                (self.held.add if isinstance(action, HoldJob) else self.held.discard)(action.job_id)
+        self.held &= self.waiting | self.placed  # a job that left the queue holds nothing
 
     def plan(self, observation: Observation) -> list[tuple[str, tuple, str, Optional[int]]]:
         """(job id, signature, reason, tier to set or None) per decision to log now."""
@@ -86,14 +107,16 @@ class GpuSharing:
         requests = [ShareRequest(j.job_id, j.user, j.comment or "", j.mps) for j in pending]
         gpus = shared_gpus(observation.nodes, running, policy)
         decisions = []
+        self.waiting, self.placed = set(), set()
         for job, action in zip(pending, plan_colocation(requests, gpus, policy)):
+            (self.waiting if action.kind == "wait" else self.placed).add(job.job_id)
             if action.kind == "place" and action.tier != job.mps:
                 signature = ("set", action.tier, job.mps)
                 if self.logged.get(job.job_id) != signature:
                     decisions.append((job.job_id, signature, f"MPS share {job.mps}% -> {action.tier}%: "
                                       f"{action.reason}", action.tier))
             elif action.kind == "wait":
-                signature = ("waits: no GPU admits it now; share left unchanged", action.tier, job.mps)
+                signature = ("waits: no GPU admits it now; held, share left unchanged", action.tier, job.mps)
                 if self.logged.get(job.job_id, ("",))[0] != signature[0]:
                     decisions.append((job.job_id, signature, action.reason, None))
             else:

@@ -716,6 +716,25 @@ class Store:
             ).scalar_one_or_none()
         return None if found is None else json.loads(found)
 
+    # The epilog's record_id begins with the cluster's name ("tc/101/gpu1/0"), so the
+    # records of one cluster are found without a column of their own.
+    def usage_records(self, cluster: str, since_s: Optional[float] = None) -> list[dict]:
+        """The usage records of ``cluster`` stored at ``since_s`` or later, oldest first."""
+        query = select(usage_records.c.fields_json).where(
+            usage_records.c.record_id.startswith(f"{cluster}/", autoescape=True))
+        if since_s is not None:
+            query = query.where(usage_records.c.added_s >= since_s)
+        with self._tx() as conn:
+            rows = conn.execute(query.order_by(usage_records.c.added_s, usage_records.c.record_id)).scalars()
+            return [json.loads(text) for text in rows]
+
+    def prune_usage_records(self, cluster: str, *, before_s: float) -> int:
+        """Delete ``cluster``'s usage records stored before ``before_s``; returns how many."""
+        with self._tx() as conn:
+            return conn.execute(usage_records.delete().where(
+                usage_records.c.record_id.startswith(f"{cluster}/", autoescape=True),
+                usage_records.c.added_s < before_s)).rowcount or 0
+
     # -- rounds ---------------------------------------------------------------------------
 
     def next_round_id(self, cluster: str) -> int:
