@@ -19,13 +19,26 @@ from pathlib import Path
 import pytest
 
 from bench.slurm_harness import Instance
-from tests.slurm_fixtures import wait_for
-from tests.test_slurm_controller import Run, attained, cluster, iso  # noqa: F401  (pytest fixtures)
+from tests.slurm_fixtures import isolated_instance, wait_for
+from tests.test_slurm_controller import Run, attained
 from tests.test_slurm_preemption import sbatch
 
 pytestmark = pytest.mark.slurm
 
 ROOT = Path(__file__).resolve().parents[1]
+INSTANCE = os.environ.get("TIRESIAS_TEST_INSTANCE") or f"tr{os.getpid()}"
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    yield from isolated_instance(INSTANCE, keep=bool(os.environ.get("TIRESIAS_TEST_INSTANCE")))
+
+
+@pytest.fixture
+def iso(cluster):
+    cluster.cancel_all()
+    yield cluster
+    cluster.cancel_all()
 
 
 def site_factors(iso: Instance) -> dict[str, int]:
