@@ -140,3 +140,13 @@ def test_a_bad_record_without_an_id_still_withholds_everything():
     doc["jobs"][0]["job_id"] = "not a number"
     observation = _backend(json.dumps(doc)).observe()
     assert observation.withheld.everything
+
+
+def test_a_bad_node_record_withholds_no_job():
+    sinfo = json.loads((FIXTURES / "sinfo.json").read_text())
+    sinfo["nodes"][0]["state"] = 42  # unreadable
+    outputs = {"squeue": (FIXTURES / "squeue_array.json").read_text(), "sinfo": json.dumps(sinfo)}
+    backend = SlurmBackend(runner=lambda argv, timeout_s, env: CommandResult(0, outputs.get(argv[0], ""), ""))
+    observation = backend.observe()
+    assert any(line.startswith("sinfo node") for line in observation.skipped), observation.skipped
+    assert not observation.withholds("240_1") and not observation.withholds("99")
