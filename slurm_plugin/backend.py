@@ -32,6 +32,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Optional, Sequence
 
+from controller.service.arrays import Withheld, plan_view
 from controller.service.backend import BackendUnavailable, Observation, ObservedJob
 from controller.core.model import Node
 from slurm_plugin.parse import (
@@ -155,6 +156,9 @@ class SlurmBackend:
         self._sinfo_records: RecordCache[SlurmNode] = RecordCache("nodes", parse_sinfo_record, "name")
         # id(SlurmJob) -> (that job, its site factor, its ObservedJob), of the last observe()
         self._observed: dict[int, tuple[SlurmJob, Optional[int], ObservedJob]] = {}
+        # ArrayJobIds of the pending array records last observed: a lever on one would
+        # act on every task of the array (controller.service.arrays plans task ids).
+        self._arrays: set[str] = set()
 
     # ------------------------------------------------------------------ commands
 
@@ -223,8 +227,13 @@ class SlurmBackend:
                 nodes = parse_sinfo_json(self._load(sinfo_text, "sinfo --json"), errors=node_errors)
         except SlurmParseError as exc:  # not a document at all: act on nothing
             raise BackendUnavailable(f"unreadable Slurm output: {exc}") from None
+        withheld = Withheld()  # a bad job record withholds "gone" from its own job only
         for exc in job_errors:
             skipped.append(f"squeue job {exc.job_id or '?'} (record {exc.record_index}): {exc}")
+            if exc.job_id:
+                withheld.ids.add(exc.job_id)
+            else:
+                withheld.everything = True  # which job it was is unknown
         for exc in node_errors:
             skipped.append(f"sinfo node {exc.node or '?'} (record {exc.record_index}): {exc}")
 
@@ -255,6 +264,7 @@ class SlurmBackend:
                     observed = self._observed_job(job, site_factor)
                 except (SlurmParseError, TypeError, ValueError) as exc:
                     skipped.append(f"squeue job {job.job_id}: {_one_line(str(exc))}")
+                    withheld.ids.add(job.het_job_id or job.job_id)
                     continue
             self._observed[id(job)] = (job, site_factor, observed)
             observed_jobs.append(observed)
@@ -264,9 +274,11 @@ class SlurmBackend:
             for n in nodes if self._node_in_scope(n)
         ]
         self._site_factors = {j.job_id: j.site_factor for j in observed_jobs if j.site_factor is not None}
+        self._arrays = {j.job_id for j in jobs if j.array_tasks}
         self._partition_nodes = self._partition_map(nodes)
-        return Observation(observed_at_s=observed_at_s, jobs=observed_jobs, nodes=observed_nodes,
-                           skipped=skipped)
+        view = plan_view(observed_jobs, withheld)
+        return Observation(observed_at_s=observed_at_s, jobs=view.jobs, nodes=observed_nodes,
+                           skipped=skipped + view.problems, withheld=view.withheld)
 
     def poll(self) -> frozenset:
         """The cheap change check between rounds: (job id, compact state) of every job,
@@ -399,9 +411,21 @@ class SlurmBackend:
             min_nodes=job.node_count,
             max_nodes=job.max_nodes,
             mps=job.mps,
+            array_tasks=job.array_tasks,
+            array_max_tasks=job.array_max_tasks,
+            het_job_id=job.het_job_id,
+            het_offset=job.het_offset,
         )
 
     # ------------------------------------------------------------------ levers
+
+    def _task_id(self, job_id: object) -> str:
+        """A checked id to send a lever to: never a pending array's bare ArrayJobId,
+        which Slurm would apply to every task of the array."""
+        text = _check_job_id(job_id)
+        if text in self._arrays:
+            raise ValueError(f"job id {text} is a job array: a lever names one task (ARRAYID_TASKID)")
+        return text
 
     def set_site_factors(self, factors: dict[str, int]) -> None:
         """Set SiteFactor (added unweighted to the multifactor priority) per job id.
@@ -414,7 +438,7 @@ class SlurmBackend:
         """
         groups: dict[int, list[str]] = {}
         for raw_id, value in factors.items():
-            job_id = _check_job_id(raw_id)
+            job_id = self._task_id(raw_id)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ValueError(f"job {job_id}: SiteFactor must be an integer, got {value!r}")
             if not -SITE_FACTOR_LIMIT <= value <= SITE_FACTOR_LIMIT:
@@ -442,7 +466,7 @@ class SlurmBackend:
 
     def pin_nodes(self, job_id: str, nodes: list[str]) -> None:
         """ReqNodeList= for a pending job; an empty list clears it."""
-        job_id = _check_job_id(job_id)
+        job_id = self._task_id(job_id)
         names = [_check_name(n, "node name") for n in nodes]
         what = f"pin job {job_id} to [{','.join(names)}]"
         # On a job that started since the observation, the same update is a resize of
@@ -464,7 +488,7 @@ class SlurmBackend:
         every step but not the batch shell (plain ``scancel --signal``), so a batch
         script that traps nothing is not killed by a signal meant for its ``srun``
         tasks."""
-        job_id = _check_job_id(job_id)
+        job_id = self._task_id(job_id)
         if not isinstance(signal_name, str) or not _SIGNAL_RE.fullmatch(signal_name):
             raise ValueError(f"invalid signal name {signal_name!r}: expected e.g. USR1, SIGTERM or 10")
         # 22.05 `scancel --signal` on a job that is not running does not fail: it
@@ -480,16 +504,16 @@ class SlurmBackend:
     def batch_script(self, job_id: str) -> str:
         """The job's batch script (``scontrol write batch_script JOB -``): its #SBATCH
         lines are where Slurm 22.05 keeps a job's ``--signal`` visible."""
-        job_id = _check_job_id(job_id)
+        job_id = _check_job_id(job_id)  # a read, not a lever
         return self._query(["scontrol", "write", "batch_script", job_id, "-"], f"batch script of job {job_id}")
 
     def requeue(self, job_id: str) -> None:
         """Requeue a running batch job (needs Requeue=1); it comes back PENDING."""
-        job_id = _check_job_id(job_id)
+        job_id = self._task_id(job_id)
         self._lever(["scontrol", "requeue", job_id], f"requeue job {job_id}")
 
     def make_requeueable(self, job_id: str) -> None:
-        job_id = _check_job_id(job_id)
+        job_id = self._task_id(job_id)
         self._lever(["scontrol", "update", f"JobId={job_id}", "Requeue=1"], f"make job {job_id} requeueable")
 
     def hold(self, job_id: str) -> None:
@@ -510,13 +534,13 @@ class SlurmBackend:
 
     def release_begin_time(self, job_id: str) -> None:
         """StartTime=now: clears the cred_expire+1 s BeginTime hold after a requeue."""
-        job_id = _check_job_id(job_id)
+        job_id = self._task_id(job_id)
         self._lever(["scontrol", "update", f"JobId={job_id}", "StartTime=now"],
                     f"release begin time of job {job_id}")
 
     def move_partition(self, job_id: str, partition: str) -> None:
         """Move a pending job (``a,b`` lets Slurm pick the earliest start)."""
-        job_id = _check_job_id(job_id)
+        job_id = self._task_id(job_id)
         partition = _check_name(partition, "partition name")
         self._lever(["scontrol", "update", f"JobId={job_id}", f"Partition={partition}"],
                     f"move job {job_id} to partition {partition}")
@@ -525,7 +549,7 @@ class SlurmBackend:
         """``scontrol update JobId=N AdminComment=TEXT`` (one argument, no shell: spaces
         and '=' inside TEXT are kept). One line, printable, at most
         ADMIN_COMMENT_MAX_CHARS; the job's owner reads it with ``scontrol show job``."""
-        job_id = _check_job_id(job_id)
+        job_id = self._task_id(job_id)
         if not isinstance(text, str) or len(text) > ADMIN_COMMENT_MAX_CHARS or not text.isprintable():
             raise ValueError(f"job {job_id}: AdminComment must be one printable line of at most "
                              f"{ADMIN_COMMENT_MAX_CHARS} characters, got {text[:80]!r}")
@@ -548,7 +572,7 @@ class SlurmBackend:
         pending job, hence the 1..100 check here. A running job is refused ("Job is
         no longer pending execution") -> LeverFailed.
         """
-        job_id = _check_job_id(job_id)
+        job_id = self._task_id(job_id)
         if isinstance(shares, bool) or not isinstance(shares, int):
             raise ValueError(f"job {job_id}: MPS share must be an integer, got {shares!r}")
         if not 1 <= shares <= MPS_SHARES_PER_GPU:

@@ -123,6 +123,15 @@ class SlurmJob:
     # holds on each, aligned with them when Slurm says (else [])
     allocated_nodes: list[str] = field(default_factory=list)
     gres_detail: list[str] = field(default_factory=list)
+    # squeue only: an array task's job_id is "ARRAYID_TASKID" (Slurm's own levers match a
+    # bare ArrayJobId to every task); a pending array record keeps the ArrayJobId and
+    # carries its pending tasks (``array_tasks``, e.g. "5-50%4") and throttle. A het
+    # job component carries its leader's id and its offset (controller.service.arrays).
+    array_job_id: str = ""
+    array_tasks: str = ""
+    array_max_tasks: int = 0
+    het_job_id: str = ""
+    het_offset: int = 0
 
     @property
     def partitions(self) -> list[str]:
@@ -275,7 +284,7 @@ def _collect(records: list, parse_one: Callable[[dict], Any], errors: list | Non
                     if id_key == "name":
                         exc.node = shorten(str(record[id_key]), 40)
                     else:
-                        exc.job_id = shorten(str(record[id_key]), 40)
+                        exc.job_id = error_job_id(record)
                 errors.append(exc)
     return out
 
@@ -326,10 +335,38 @@ def parse_squeue_record(record: dict) -> SlurmJob:
     return _squeue_job(record)
 
 
-def _squeue_job(r: dict) -> SlurmJob:
+def squeue_planned_id(r: dict) -> str:
+    """The id a squeue record is planned under: "ARRAYID_TASKID" for an array task,
+    the ArrayJobId for a pending array record (all its tasks), the leader's id for a
+    het job component, else the job id. SlurmParseError when the fields do not say."""
     if r.get("job_id") is None:
         raise SlurmParseError("job_id: missing")
     job_id = str(_int(r["job_id"], "job_id"))
+    array_id = _int(r.get("array_job_id"), "array_job_id")
+    task = r.get("array_task_id")
+    task = None if task is None else slurm_number(task, "array_task_id")  # 23.02+: {"set": false}
+    if array_id and task is not None:
+        return f"{array_id}_{int(task)}"
+    het_id = _int(r.get("het_job_id"), "het_job_id")
+    return str(array_id or het_id or job_id)
+
+
+def error_job_id(record: dict) -> str | None:
+    """The planned id of a record that failed to parse, as far as its id fields say
+    (its job alone is then withheld from "gone"); None when they do not (every job
+    is then withheld: which one it was is unknown)."""
+    try:
+        return squeue_planned_id(record)
+    except SlurmParseError:
+        return None
+
+
+def _squeue_job(r: dict) -> SlurmJob:
+    job_id = squeue_planned_id(r)
+    array_id = _int(r.get("array_job_id"), "array_job_id")
+    het_id = _int(r.get("het_job_id"), "het_job_id")
+    if het_id:
+        job_id = str(_int(r["job_id"], "job_id"))  # a component keeps its own id; arrays.py gangs them
     state, flags = _split_state(r.get("job_state"), "job_state")
     node_count = _count(r.get("node_count"), "node_count")
     task_count = _count(r.get("tasks"), "tasks")
@@ -367,6 +404,11 @@ def _squeue_job(r: dict) -> SlurmJob:
         time_limit_s=_limit_s(limit_min),
         allocated_nodes=_allocated_nodes(r.get("job_resources")),
         gres_detail=_gres_detail(r.get("gres_detail")),
+        array_job_id=str(array_id) if array_id else "",
+        array_tasks=_str(r.get("array_task_string"), "array_task_string") if "_" not in job_id else "",
+        array_max_tasks=_count(r.get("array_max_tasks"), "array_max_tasks"),
+        het_job_id=str(het_id) if het_id else "",
+        het_offset=_count(r.get("het_job_offset"), "het_job_offset"),
     )
 
 

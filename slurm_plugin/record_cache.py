@@ -25,6 +25,7 @@ import re
 from typing import Callable, Generic, Optional, TypeVar
 
 from slurm_plugin.grammar import SlurmParseError
+from slurm_plugin.parse import error_job_id  # a bad record withholds only its own job
 
 __all__ = ["RecordCache", "split_records"]
 
@@ -143,7 +144,7 @@ class RecordCache(Generic[T]):
                 except SlurmParseError as exc:
                     exc.record_index = index
                     if record.get("job_id") is not None:
-                        exc.job_id = str(record["job_id"])[:40]
+                        exc.job_id = error_job_id(record)
                     elif record.get("name") is not None:
                         exc.node = str(record["name"])[:40]
                     errors.append(exc)

@@ -128,7 +128,6 @@ class Accounts:
         while the controller was down) at most ``gone_credit_s``, never the whole gap.
         Call it inside the round's transaction: closing a job and adding its sample
         commit together."""
-        trust_missing = not observation.skipped  # a job whose record failed to parse is not gone
         self._first_sight_of_ended(observed, now)
         for job_id, record in list(self.records.items()):
             if record.state == "DONE":
@@ -136,8 +135,8 @@ class Accounts:
             job = observed.get(job_id)
             if job is not None and (job.state in ACTIVE_STATES or job.state in TRANSIENT_STATES):
                 continue
-            if job is None and not trust_missing:
-                continue
+            if job is None and observation.withholds(job_id):
+                continue  # its record failed to parse, or an array task not listed: not gone
             end_state = job.state if job is not None else "GONE"
             last = record.last_observed_s
             if job is not None and job.end_time_s:

@@ -8,7 +8,7 @@ never branches inside policies.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Protocol
+from typing import Callable, Container, Optional, Protocol
 
 from controller.core.model import Node
 
@@ -47,6 +47,14 @@ class ObservedJob:
     max_nodes: int = 0
     mps: int = 0
     signal: str = ""  # the job's --signal spec when the cluster manager reports it ("B:USR1@90"); '' unknown
+    # A pending array record (job_id the ArrayJobId): its pending tasks ("5-50%4") and
+    # throttle; a het job component: its leader's id and offset. The backend plans
+    # both through controller.service.arrays.plan_view, which clears these fields, and
+    # ``het_job_id`` stays set on the one gang it makes of a het job (never pinned).
+    array_tasks: str = ""
+    array_max_tasks: int = 0
+    het_job_id: str = ""
+    het_offset: int = 0
 
 
 @dataclass
@@ -55,6 +63,15 @@ class Observation:
     jobs: list[ObservedJob]
     nodes: list[Node]
     skipped: list[str] = field(default_factory=list)  # one line per record that could not be read
+    # The job ids whose absence is not "gone" (a record that failed to parse, the array
+    # tasks not listed: controller.service.arrays.Withheld). None: any skipped line
+    # withholds every job (a backend that does not say which).
+    withheld: Optional[Container[str]] = None
+
+    def withholds(self, job_id: str) -> bool:
+        if self.withheld is None:
+            return bool(self.skipped)
+        return job_id in self.withheld
 
 
 class Backend(Protocol):

@@ -48,7 +48,8 @@ class Starts:
             details, levers = [], []
             skew = self.accounts.records[job.job_id].skew
             pin, why_not = pin_for_start(action, skew=skew, pack_limit=cfg.pack_limit,
-                                         consolidate=cfg.placement == "consolidate",
+                                         # a het job's components each have their own node list
+                                         consolidate=cfg.placement == "consolidate" and not job.het_job_id,
                                          required_nodes=job.required_nodes, excluded_nodes=job.excluded_nodes,
                                          pinned_here=job.job_id in self.pins, expires_s=now + cfg.pin_expiry_s)
             if why_not:

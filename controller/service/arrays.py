@@ -1,0 +1,156 @@
+"""Arrays and het jobs as the plan sees them: tasks and gangs, never a bare ArrayJobId.
+
+Slurm lists a pending job array as one record (``array_task_string`` "5-50%4": tasks
+5..50, at most 4 running at once) and each started task as its own. Planned as one
+job, the record would be one task's GPUs, and a lever sent to its id (the
+ArrayJobId) acts on every task: Slurm matches ``array_job_id`` in scontrol and
+scancel. So a pending record is planned as its tasks, each under "ARRAYID_TASKID"
+(a lever on that id acts on that task alone; Slurm splits it off), and only as many
+as the throttle lets start: %N minus the tasks already running. At most
+MAX_LISTED_TASKS are listed per record (a 9,588-task array is not 9,588 plan
+entries); the rest are withheld, never taken as gone.
+
+A het job's components (``het_job_id``, ``het_job_offset``) start together and are
+one gang: planned under the leader's id (a lever on it acts on every component),
+with their GPUs and nodes summed, so it is preempted whole or not at all. It keeps
+``het_job_id`` set so that nothing pins it (a pin names one node list; each
+component has its own).
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from controller.service.backend import ObservedJob
+
+__all__ = ["MAX_LISTED_TASKS", "PlanView", "Withheld", "plan_view", "task_ranges"]
+
+MAX_LISTED_TASKS = 1000
+MAX_TASK_ID = 4_000_000  # Slurm's MaxArraySize is at most 4,000,001
+_ITEM_RE = re.compile(r"([0-9]{1,7})(?:-([0-9]{1,7})(?::([0-9]{1,7}))?)?", re.ASCII)
+_HOLDS_GPUS = {"RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "SIGNALING", "RESIZING", "STAGE_OUT"}
+
+
+@dataclass
+class Withheld:
+    """Job ids whose absence from an observation is not "gone": ``ids`` exactly, the
+    tasks of ``tasks`` (ArrayJobId -> ranges of task ids), every task of ``arrays``,
+    or everything (a bad record whose id could not be read)."""
+
+    ids: set[str] = field(default_factory=set)
+    tasks: dict[str, list[range]] = field(default_factory=dict)
+    arrays: set[str] = field(default_factory=set)
+    everything: bool = False
+
+    def __contains__(self, job_id: object) -> bool:
+        if self.everything or job_id in self.ids:
+            return True
+        head, _, task = str(job_id).partition("_")
+        if not task:
+            return False
+        if head in self.arrays:
+            return True
+        return task.isdigit() and any(int(task) in r for r in self.tasks.get(head, ()))
+
+
+@dataclass
+class PlanView:
+    jobs: list[ObservedJob]
+    withheld: Withheld
+    problems: list[str]  # one line per record left out of the plan
+
+
+def task_ranges(text: str) -> tuple[list[range], int]:
+    """("5-50:5,7%4" ->) the task ranges and the %N throttle (0: none) of an
+    ``array_task_string``. ValueError naming the value when it is not one."""
+    body, percent, limit = text.strip().partition("%")
+    if percent and not (limit.isascii() and limit.isdigit() and len(limit) <= 7):
+        raise ValueError(f"array_task_string: {text!r} has no task limit after %")
+    ranges = []
+    for item in body.split(","):
+        match = _ITEM_RE.fullmatch(item.strip())
+        if match is None:
+            raise ValueError(f"array_task_string: {text!r} is not a task list (item {item!r})")
+        lo = int(match.group(1))
+        hi = int(match.group(2)) if match.group(2) else lo
+        step = int(match.group(3)) if match.group(3) else 1
+        if hi < lo or step < 1 or hi > MAX_TASK_ID:
+            raise ValueError(f"array_task_string: {text!r} has an empty or too large range {item!r}")
+        ranges.append(range(lo, hi + 1, step))
+    return ranges, int(limit) if percent else 0
+
+
+def _listed(ranges: list[range], count: int) -> tuple[list[int], list[range]]:
+    """The first ``count`` task ids of the ranges, and the ranges of the rest."""
+    listed: list[int] = []
+    rest: list[range] = []
+    for r in ranges:
+        take = r[:max(0, count - len(listed))]
+        listed.extend(take)
+        if len(take) < len(r):
+            rest.append(r[len(take):])
+    return listed, rest
+
+
+def _tasks(record: ObservedJob, running: int, withheld: Withheld) -> list[ObservedJob]:
+    ranges, throttle = task_ranges(record.array_tasks)
+    throttle = throttle or record.array_max_tasks
+    room = MAX_LISTED_TASKS if not throttle else min(MAX_LISTED_TASKS, max(0, throttle - running))
+    listed, rest = _listed(ranges, room)
+    if rest:
+        withheld.tasks.setdefault(record.job_id, []).extend(rest)
+    return [dataclasses.replace(record, job_id=f"{record.job_id}_{task}", array_tasks="", array_max_tasks=0)
+            for task in listed]
+
+
+def _gang(leader_id: str, parts: list[ObservedJob]) -> ObservedJob:
+    """One job of a het job's components (the leader first): their sums, the leader's rest."""
+    parts = sorted(parts, key=lambda j: j.het_offset)
+    leader = parts[0]
+    by_node: dict[str, int] = {}
+    for part in parts:
+        for node, gpus in part.gpus_by_node:
+            by_node[node] = by_node.get(node, 0) + gpus
+    nodes = tuple(dict.fromkeys(n for part in parts for n in part.nodes))
+    return dataclasses.replace(
+        leader, job_id=leader_id, het_offset=0, gpus=sum(p.gpus for p in parts), mps=sum(p.mps for p in parts),
+        nodes=nodes, gpus_by_node=tuple(by_node.items()), min_nodes=sum(p.min_nodes for p in parts),
+        max_nodes=0 if any(p.max_nodes == 0 for p in parts) else sum(p.max_nodes for p in parts))
+
+
+def plan_view(records: Iterable[ObservedJob], withheld: Withheld | None = None) -> PlanView:
+    """The jobs the plan sees for the records of one observation: pending array
+    records as their listed tasks, het components as one gang, the rest as they are.
+    ``withheld`` (the ids of records that failed to parse) is extended with the tasks
+    not listed and the het jobs left out. Pure: the same records give the same view."""
+    withheld = withheld if withheld is not None else Withheld()
+    records = list(records)
+    running: dict[str, int] = {}
+    for job in records:
+        head, _, task = job.job_id.partition("_")
+        if task and job.state in _HOLDS_GPUS:
+            running[head] = running.get(head, 0) + 1
+    jobs: list[ObservedJob] = []
+    problems: list[str] = []
+    hets: dict[str, list[ObservedJob]] = {}
+    for job in records:
+        if job.het_job_id:
+            hets.setdefault(job.het_job_id, []).append(job)
+        elif job.array_tasks and job.state == "PENDING":
+            try:
+                jobs.extend(_tasks(job, running.get(job.job_id, 0), withheld))
+            except ValueError as exc:
+                problems.append(f"squeue job {job.job_id}: {exc}")
+                withheld.arrays.add(job.job_id)
+        else:
+            jobs.append(job)
+    for leader_id, parts in hets.items():
+        if not any(p.het_offset == 0 for p in parts) or (withheld is not None and leader_id in withheld.ids):
+            # a component without its leader (its record did not parse): not planned in part
+            problems.append(f"squeue het job {leader_id}: leader record missing; not planned")
+            withheld.ids.add(leader_id)
+            continue
+        jobs.append(_gang(leader_id, parts))
+    return PlanView(jobs, withheld, problems)

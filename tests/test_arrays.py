@@ -1,0 +1,152 @@
+"""Arrays and het jobs in the plan (controller.service.arrays), the per-job
+withholding of "gone", and the recorded 22.05 array fixture through the real backend.
+
+tests/fixtures/slurm/22.05/squeue_array.json was recorded on the test cluster with
+``sbatch -p batch --gres=gpu:1 --array=1-50%4 --wrap "sleep 120"`` as alice (twice:
+the first array cancelled, the second with four tasks running), then ``squeue --json``.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from controller.service.accounting import Accounts
+from controller.service.arrays import MAX_LISTED_TASKS, Withheld, plan_view, task_ranges
+from controller.service.backend import Observation, ObservedJob
+from controller.service.store import Store
+from slurm_plugin.backend import CommandResult, SlurmBackend
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "slurm" / "22.05"
+
+
+def job(job_id, state="PENDING", gpus=1, **kw):
+    return ObservedJob(job_id=job_id, user="alice", partition="batch", state=state, reason="Priority",
+                       gpus=gpus, **kw)
+
+
+def test_a_throttled_array_is_planned_as_tasks_up_to_its_limit():
+    records = [job("7_1", "RUNNING"), job("7_2", "RUNNING"), job("7", array_tasks="3-50%4", array_max_tasks=4)]
+    view = plan_view(records)
+    assert [j.job_id for j in view.jobs] == ["7_1", "7_2", "7_3", "7_4"]
+    assert all(not j.array_tasks for j in view.jobs)  # no bare ArrayJobId left to send a lever to
+    assert "7_5" in view.withheld and "7_50" in view.withheld and "7_51" not in view.withheld
+    assert "7_3" not in view.withheld and "8" not in view.withheld
+
+
+def test_a_full_throttle_lists_no_pending_task():
+    records = [job(f"7_{t}", "RUNNING") for t in range(1, 5)] + [job("7", array_tasks="5-50%4")]
+    assert [j.job_id for j in plan_view(records).jobs] == ["7_1", "7_2", "7_3", "7_4"]
+
+
+def test_a_huge_array_lists_at_most_the_cap_and_withholds_the_rest():
+    view = plan_view([job("412", array_tasks="412-9999")])
+    assert len(view.jobs) == MAX_LISTED_TASKS and view.jobs[0].job_id == "412_412"
+    assert view.jobs[-1].job_id == f"412_{412 + MAX_LISTED_TASKS - 1}"
+    assert "412_9999" in view.withheld and f"412_{412 + MAX_LISTED_TASKS}" in view.withheld
+
+
+def test_task_strings_with_steps_and_lists():
+    ranges, limit = task_ranges("1,3,10-20:5%2")
+    assert [t for r in ranges for t in r] == [1, 3, 10, 15, 20] and limit == 2
+    for bad in ("1-", "a", "5-3", "1%x", "1-99999999"):
+        with pytest.raises(ValueError, match="array_task_string"):
+            task_ranges(bad)
+
+
+def test_a_bad_task_string_withholds_that_array_only():
+    view = plan_view([job("7", array_tasks="x-y"), job("9")])
+    assert [j.job_id for j in view.jobs] == ["9"] and "array_task_string" in view.problems[0]
+    assert "7_3" in view.withheld and "9" not in view.withheld
+
+
+def test_a_het_job_is_one_gang_under_its_leader():
+    records = [job("20", "RUNNING", gpus=1, het_job_id="20", het_offset=0, nodes=("gpu1",),
+                   gpus_by_node=(("gpu1", 1),), min_nodes=1, max_nodes=1),
+               job("21", "RUNNING", gpus=2, het_job_id="20", het_offset=1, nodes=("gpu2",),
+                   gpus_by_node=(("gpu2", 2),), min_nodes=1, max_nodes=1),
+               job("30")]
+    view = plan_view(records)
+    assert [j.job_id for j in view.jobs] == ["30", "20"]
+    gang = view.jobs[1]
+    assert gang.gpus == 3 and gang.nodes == ("gpu1", "gpu2") and dict(gang.gpus_by_node) == {"gpu1": 1, "gpu2": 2}
+    assert gang.het_job_id == "20"  # nothing pins it (controller.service.starts)
+
+
+def test_a_het_job_without_its_leader_is_not_planned_in_part():
+    view = plan_view([job("21", het_job_id="20", het_offset=1)], Withheld(ids={"20"}))
+    assert view.jobs == [] and "20" in view.withheld
+
+
+def _backend(squeue_text: str) -> SlurmBackend:
+    sinfo = (FIXTURES / "sinfo.json").read_text()
+    outputs = {"squeue": squeue_text, "sinfo": sinfo, "sprio": ""}
+    sent: list[list[str]] = []
+
+    def run(argv, timeout_s, env):
+        sent.append(list(argv))
+        return CommandResult(0, outputs.get(argv[0], ""), "")
+
+    backend = SlurmBackend(runner=run)
+    backend.sent = sent
+    return backend
+
+
+def test_the_recorded_array_is_observed_as_four_running_tasks_and_no_pending_one():
+    backend = _backend((FIXTURES / "squeue_array.json").read_text())
+    observation = backend.observe()
+    ids = {j.job_id: j.state for j in observation.jobs if j.job_id.startswith("240")}
+    assert ids == {"240_1": "RUNNING", "240_2": "RUNNING", "240_3": "RUNNING", "240_4": "RUNNING"}
+    assert "240_5" in observation.withheld and "240_1" not in observation.withheld
+    # the cancelled array's records are its tasks too, never the bare ArrayJobId
+    assert {j.job_id for j in observation.jobs if j.job_id.startswith("235")} >= {"235_1", "235_4"}
+
+
+def test_no_lever_goes_to_a_pending_arrays_bare_id():
+    backend = _backend((FIXTURES / "squeue_array.json").read_text())
+    backend.observe()
+    for lever in (lambda: backend.set_site_factors({"240": 5}), lambda: backend.requeue("240"),
+                  lambda: backend.signal("240", "USR1")):
+        with pytest.raises(ValueError, match="job array"):
+            lever()
+    assert not any(argv[0] in ("scontrol", "scancel") for argv in backend.sent)
+    backend.set_site_factors({"240_2": 5})
+    assert backend.sent[-1] == ["scontrol", "update", "JobId=240_2", "SiteFactor=5"]
+
+
+def test_a_bad_record_withholds_gone_only_for_its_own_job(tmp_path):
+    doc = json.loads((FIXTURES / "squeue_array.json").read_text())
+    bad = next(r for r in doc["jobs"] if r["job_id"] == 242)  # task 240_2
+    bad["job_state"] = 42
+    observation = _backend(json.dumps(doc)).observe()
+    assert "240_2" in observation.withheld and "240_3" not in observation.withheld
+    assert not observation.withheld.everything
+
+    store = Store(f"sqlite:///{tmp_path}/s.db")
+    accounts = Accounts(store, "default")
+    before = [job("240_2", "RUNNING", start_time_s=900.0), job("240_3", "RUNNING", start_time_s=900.0),
+              job("99", "RUNNING", start_time_s=900.0)]
+    accounts.advance({j.job_id: j for j in before}, 1000.0)
+    # 240_2's record is unreadable, 99 left Slurm: 99 is gone, 240_2 is not
+    now = Observation(1010.0, [before[1]], [], skipped=["squeue job 240_2: job_state"], withheld=Withheld({"240_2"}))
+    accounts.finish_gone({"240_3": before[1]}, now, 1010.0)
+    assert accounts.records["99"].end_state == "GONE"
+    assert accounts.records["240_2"].state != "DONE" and accounts.records["240_3"].state != "DONE"
+
+
+def test_a_bad_record_without_an_id_still_withholds_everything():
+    doc = json.loads((FIXTURES / "squeue_array.json").read_text())
+    doc["jobs"][0]["job_id"] = "not a number"
+    observation = _backend(json.dumps(doc)).observe()
+    assert observation.withheld.everything
+
+
+def test_a_bad_node_record_withholds_no_job():
+    sinfo = json.loads((FIXTURES / "sinfo.json").read_text())
+    sinfo["nodes"][0]["state"] = 42  # unreadable
+    outputs = {"squeue": (FIXTURES / "squeue_array.json").read_text(), "sinfo": json.dumps(sinfo)}
+    backend = SlurmBackend(runner=lambda argv, timeout_s, env: CommandResult(0, outputs.get(argv[0], ""), ""))
+    observation = backend.observe()
+    assert any(line.startswith("sinfo node") for line in observation.skipped), observation.skipped
+    assert not observation.withholds("240_1") and not observation.withholds("99")
