@@ -24,6 +24,7 @@ pending, ...) raises :class:`LeverFailed`.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import subprocess
@@ -39,12 +40,16 @@ from slurm_plugin.parse import (
     SlurmNode,
     SlurmParseError,
     gres_counts,
+    parse_reservations,
     parse_sinfo_json,
     parse_squeue_json,
     parse_sinfo_record,
     parse_squeue_record,
 )
 from slurm_plugin.record_cache import RecordCache
+
+log = logging.getLogger(__name__)
+RESERVATIONS_EVERY_S = 60.0  # how stale the reservations may be when no job names a new one
 
 __all__ = ["SlurmBackend", "LeverFailed", "CommandResult", "subprocess_runner"]
 
@@ -151,6 +156,10 @@ class SlurmBackend:
         self._sinfo_records: RecordCache[SlurmNode] = RecordCache("nodes", parse_sinfo_record, "name")
         # id(SlurmJob) -> (that job, its site factor, its ObservedJob), of the last observe()
         self._observed: dict[int, tuple[SlurmJob, Optional[int], ObservedJob]] = {}
+        # node -> its active reservation, from `scontrol show reservation -o`, read when
+        # the reservations jobs name change, else once every RESERVATIONS_EVERY_S
+        self._reserved: dict[str, str] = {}
+        self._reservations_read: Optional[tuple[float, frozenset]] = None
 
     # ------------------------------------------------------------------ commands
 
@@ -253,14 +262,38 @@ class SlurmBackend:
             self._observed[id(job)] = (job, site_factor, observed)
             observed_jobs.append(observed)
 
+        reserved = self._reservations(jobs, nodes, observed_at_s)
         observed_nodes = [
-            Node(name=n.name, gpus_total=n.gpus_total, gpus_free=n.gpus_free, available=n.available)
+            Node(name=n.name, gpus_total=n.gpus_total, gpus_free=n.gpus_free, available=n.available,
+                 partitions=tuple(n.partitions), gpu_type=n.gpu_type, reservation=reserved.get(n.name, ""))
             for n in nodes if self._node_in_scope(n)
         ]
         self._site_factors = {j.job_id: j.site_factor for j in observed_jobs if j.site_factor is not None}
         self._partition_nodes = self._partition_map(nodes)
         return Observation(observed_at_s=observed_at_s, jobs=observed_jobs, nodes=observed_nodes,
                            skipped=skipped)
+
+    def _reservations(self, jobs: list[SlurmJob], nodes: list[SlurmNode], now: float) -> dict[str, str]:
+        """Node -> active reservation. Slurm flags a node in an active reservation
+        RESERVED; with no such node and no job naming one there is nothing to read.
+        Else read again only when the reserved nodes or the reservations jobs name
+        change, or RESERVATIONS_EVERY_S passed: one command a minute at most while
+        nothing changes. Unreadable: the last answer stays (logged, not a
+        skipped record: no job's record is in doubt)."""
+        named = frozenset(j.reservation for j in jobs if j.reservation) | frozenset(
+            "node " + n.name for n in nodes if "RESERVED" in n.flags)
+        if not named:
+            self._reserved, self._reservations_read = {}, None
+            return self._reserved
+        last = self._reservations_read
+        if last is not None and last[1] == named and now - last[0] < RESERVATIONS_EVERY_S:
+            return self._reserved
+        self._reservations_read = (now, named)
+        try:
+            self._reserved = parse_reservations(self._read(["scontrol", "show", "reservation", "-o"]))
+        except (BackendUnavailable, SlurmParseError) as exc:
+            log.warning("scontrol show reservation unreadable, the last answer kept: %s", _one_line(str(exc)))
+        return self._reserved
 
     def poll(self) -> frozenset:
         """The cheap change check between rounds: (job id, compact state) of every job,
@@ -392,6 +425,8 @@ class SlurmBackend:
             min_nodes=job.node_count,
             max_nodes=job.max_nodes,
             mps=job.mps,
+            gpu_type=job.gpu_type,
+            reservation=job.reservation,
         )
 
     # ------------------------------------------------------------------ levers

@@ -45,6 +45,8 @@ class ObservedJob:
     min_nodes: int = 0
     max_nodes: int = 0
     mps: int = 0
+    gpu_type: str = ""  # the GPU type it asked for ('' any; controller.core.model.JobSpec.gpu_type)
+    reservation: str = ""  # the reservation it names ('' none)
     signal: str = ""  # the job's --signal spec when the cluster manager reports it ("B:USR1@90"); '' unknown
 
 

@@ -389,11 +389,15 @@ class Controller:
             specs[job.job_id] = kept
             return kept[2]
         spec = None
+        # where Slurm may run it: its partitions (a pending job may list several), its
+        # GPU type, its reservation (controller.core.placement.Eligibility)
+        kind = dict(partitions=tuple(p for p in job.partition.split(",") if p), gpu_type=job.gpu_type,
+                    reservation=job.reservation)
         if job.state == "PENDING" and (job.required_nodes or job.excluded_nodes or job.min_nodes > 1
                                        or job.max_nodes > 0):
             try:
                 spec = JobSpec(job.job_id, job.gpus, record.submit_time_s, None, skew=record.skew,
-                               partition=job.partition, user=job.user, preemptable=preemptable,
+                               partition=job.partition, user=job.user, preemptable=preemptable, **kind,
                                required_nodes=() if pinned else job.required_nodes,
                                excluded_nodes=job.excluded_nodes,
                                min_nodes=job.min_nodes if job.min_nodes > 1 else None,
@@ -402,7 +406,7 @@ class Controller:
                 self._log_once(f"job {job.job_id}: its node constraints are left out of the plan: {err}")
         if spec is None:
             spec = JobSpec(job.job_id, job.gpus, record.submit_time_s, None, skew=record.skew,
-                           partition=job.partition, user=job.user, preemptable=preemptable)
+                           partition=job.partition, user=job.user, preemptable=preemptable, **kind)
         specs[job.job_id] = (job, key, spec)
         return spec
 
