@@ -272,8 +272,9 @@ class NodeTotals:
                                  max_gpus_per_node=0, allowed=allowed) is not None
 
 
-def describe_constraints(spec: JobSpec) -> str:
-    """The job's node constraints as sbatch options, for wait reasons."""
+def describe_constraints(spec: JobSpec, kinds: bool = False) -> str:
+    """The job's node constraints as sbatch options, for wait reasons; ``kinds``: its
+    partitions, GPU type and reservation too (when they leave nodes out)."""
     parts = []
     if spec.required_nodes:
         parts.append("--nodelist=" + ",".join(spec.required_nodes))
@@ -282,11 +283,11 @@ def describe_constraints(spec: JobSpec) -> str:
     if spec.min_nodes is not None or spec.max_nodes is not None:
         low, high = spec.min_nodes or 1, spec.max_nodes
         parts.append(f"-N {low}" if low == high else f"-N {low}-{'' if high is None else high}")
-    if spec.partitions:
+    if kinds and spec.partitions:
         parts.append("--partition=" + ",".join(spec.partitions))
-    if spec.gpu_type:
+    if kinds and spec.gpu_type:
         parts.append(f"--gres=gpu:{spec.gpu_type}:{spec.num_gpus}")
-    if spec.reservation:
+    if kinds and spec.reservation:
         parts.append("--reservation=" + spec.reservation)
     return " ".join(parts)
 

@@ -165,7 +165,7 @@ def constraint_reason(job: JobState, nodes, allowed: Optional[frozenset] = None)
     """Why a job with its own node constraints (or partitions, GPU type, reservation:
     ``allowed`` nodes) waits: none of its allowed node sets is free now, or (on this
     cluster's available nodes, all GPUs free) none could ever be."""
-    text = describe_constraints(job.spec)
+    text = describe_constraints(job.spec, kinds=allowed is not None)
     totals = {n.name: n.gpus_total for n in nodes if n.available}
     if totals and place_constrained(job.num_gpus, totals, job.spec, consolidate=False,
                                     max_gpus_per_node=0, allowed=allowed) is None:
