@@ -292,7 +292,9 @@ class Controller:
             self.accounts.promote(action.job_id)
             report.applied.append(entry(action, applied=self.executor.logs_decisions, detail="store"))
         self.handoffs.check(observed, now, report)
-        self.starts.apply(plan, observed, now, report)
+        cpu_pending = {job.job_id: job for job in observation.jobs
+                       if job.gpus == 0 and job.mps == 0 and job.state == "PENDING"}
+        self.starts.apply(plan, observed, now, report, cpu_pending)
         blocked = self.handoffs.blocking(plan, now, leaving)
         if blocked:
             for action in plan.of_kind("preempt"):
