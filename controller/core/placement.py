@@ -297,3 +297,30 @@ def is_spread(placement: tuple[tuple[str, int], ...], num_gpus: int, max_gpus_pe
     if not placement or placement[0][0] == COUNT_NODE:
         return False
     return len(placement) > minimum_nodes(num_gpus, max_gpus_per_node)
+
+
+def beyond_reach(jobs, nodes, free_by_node: dict[str, int]) -> list:
+    """The pending jobs no preemption can start: on the nodes they may use (their
+    partitions, GPU type, reservation: Eligibility) fewer GPUs are free or held by
+    preemptable running jobs than they need.
+
+    The walk counts GPUs cluster-wide; such a job would take its share of the count
+    and be left unplaced, so the GPUs it was counted on went to nobody and a job
+    below it that could have used a victim's GPUs was skipped (seen on the
+    site-shaped test cluster: an a100 job whose a100 nodes ran jobs outside the
+    contract held back a plain job that a v100 job would have yielded to)."""
+    eligible = Eligibility(nodes)
+    freeable = dict(free_by_node)
+    for job in jobs:
+        if job.running and job.spec.preemptable:
+            for node, gpus in job.placement:
+                if node in freeable:
+                    freeable[node] += gpus
+    out = []
+    for job in jobs:
+        if job.running:
+            continue
+        allowed = eligible.allowed(job.spec)
+        if allowed is not None and sum(freeable.get(name, 0) for name in allowed) < job.num_gpus:
+            out.append(job)
+    return out

@@ -28,6 +28,7 @@ from controller.core.engine import Engine
 from controller.core.gittins import ServiceDistribution
 from controller.core.inputs import shorten
 from controller.core.model import InputError, JobSpec, JobState, Snapshot
+from controller.core.placement import beyond_reach
 from controller.core.plan import Plan
 from controller.core.policies import PolicyContext
 from controller.service.admin_comment import AdminComments
@@ -368,10 +369,19 @@ class Controller:
         Slurm (controller.service.startable) added after them: ordered and banded,
         never a reason to preempt."""
         snapshot, waiting, reasons = self._snapshot(observed, observation, now, round_id, leaving, explain=explain)
+        # jobs whose own nodes (partitions, GPU type, reservation) no preemption can free wait too
+        unreachable = {job.job_id for job in beyond_reach(snapshot.jobs, snapshot.nodes, snapshot.free_by_node or {})}
+        if unreachable:
+            waiting += [job for job in snapshot.jobs if job.job_id in unreachable]
+            snapshot.jobs = [job for job in snapshot.jobs if job.job_id not in unreachable]
+            reasons.update((job_id, "") for job_id in unreachable)
         plan = self.engine.step(snapshot)
         if waiting:
             ctx = PolicyContext(now_s=now, thresholds_gpu_s=self.engine.config.thresholds_gpu_s, service=self.service)
             add_waiting(plan, waiting, reasons, self.engine.policy, ctx)
+            for job_id in unreachable:
+                plan.wait_reasons[job_id] = ("its nodes (partitions, GPU type, reservation) have too few GPUs free"
+                                             " or held by preemptable jobs: no job is preempted for it")
         return plan
 
     def _job_spec(self, job: ObservedJob, record, preemptable: bool, specs: dict[str, tuple]) -> JobSpec:
