@@ -102,3 +102,10 @@ def test_backend_reads_reservations_only_when_a_node_is_reserved():
         "gpu1": "", "gpu2": "", "gpu3": "maint", "gpu4": "maint"}
     backend.observe()
     assert runner.calls.count("scontrol") == 1  # unchanged: read again only a minute later
+
+
+def test_shard_use_as_22_05_reports_it():
+    # recorded on the site-shaped instance: one job of --gres=shard:4 on g4
+    [n] = parse_sinfo_json({"nodes": [node("g4", "gpu:a100:4,shard:a100:16",
+                                           "gpu:a100:0(IDX:N/A),shard:a100:1(IDX:0)")]})
+    assert (n.gpu_type, n.gpus_free) == ("a100", 3)
