@@ -133,14 +133,16 @@ class Instance:
         return path
 
     def submit(self, user: str, gpus: int, work_s: int, name: str = "t", workdir: Optional[str] = None,
-               extra: str = "") -> tuple[str, str]:
-        """sbatch the checkpointing job as USER; returns (job id, its working directory)."""
+               extra: str = "", gpu_type: str = "") -> tuple[str, str]:
+        """sbatch the checkpointing job as USER (``gpu_type``: --gres=gpu:TYPE:N);
+        returns (job id, its working directory)."""
         workdir = workdir or self.workdir(user)
         nodes = max(1, -(-gpus // 4))
         per_node = gpus // nodes if gpus % nodes == 0 else None
         if per_node is None:
             raise ValueError(f"{gpus} GPUs do not split evenly over {nodes} nodes of 4")
-        args = (f"--parsable -J {shlex.quote(name)} -N {nodes} --gres=gpu:{per_node} -n {nodes} "
+        gres = f"gpu:{gpu_type}:{per_node}" if gpu_type else f"gpu:{per_node}"
+        args = (f"--parsable -J {shlex.quote(name)} -N {nodes} --gres={gres} -n {nodes} "
                 f"--output=%j.out --open-mode=append --requeue {extra} ./job.sh {int(work_s)}")
         command = f"cd {shlex.quote(workdir)} && SLURM_CONF={shlex.quote(self.conf)} sbatch {args}"
         proc = subprocess.run(["su", user, "-c", command], capture_output=True, text=True, timeout=30)

@@ -493,6 +493,10 @@ cmd_status() {
 #   TIRESIAS_INSTANCE_CLI_FILTER=1  install slurm_plugin/cli_filter.lua next to the
 #       instance's slurm.conf and set CliFilterPlugins=cli_filter/lua (sbatch then
 #       records a job's --signal in its comment).
+#   TIRESIAS_INSTANCE_SITE=1  shaped like a site's cluster: two GPU types (NAMEg[1-2]
+#       gpu:v100:4, NAMEg[3-4] gpu:a100:4, fake devices with Type=), overlapping
+#       partitions batch (NAMEg[1-4], default) and urgent (NAMEg[3-4]), and NAMEg4
+#       also shares its GPUs as gres/shard (16). Reservations are made by the tests.
 # Unset, empty or "default": the default cluster above, unchanged.
 # ======================================================================================
 
@@ -512,12 +516,19 @@ instance_setup() {
         || die "TIRESIAS_CLUSTER_PORT_BASE '$I_PORT' is not a port number"
     [ "$I_PORT" = 6817 ] && die "port 6817 belongs to the default instance; set TIRESIAS_CLUSTER_PORT_BASE"
     I_PARTITIONS=${TIRESIAS_INSTANCE_PARTITIONS:-}
+    I_SITE=${TIRESIAS_INSTANCE_SITE:-0}
+    [ "$I_SITE" = 0 ] || [ "$I_SITE" = 1 ] || die "TIRESIAS_INSTANCE_SITE '$I_SITE': use 0 or 1"
     [ -z "$I_PARTITIONS" ] || [[ "$I_PARTITIONS" =~ ^[a-z][a-z0-9_]*:[1-4](-[1-4])?(,[a-z][a-z0-9_]*:[1-4](-[1-4])?)*$ ]] \
         || die "TIRESIAS_INSTANCE_PARTITIONS '$I_PARTITIONS': use NAME:FIRST-LAST[,NAME:FIRST-LAST...] over nodes 1-4"
     export SLURM_CONF=$I_ETC/slurm.conf
 }
 
 instance_partition_lines() {
+    if [ "$I_SITE" = 1 ]; then
+        echo "PartitionName=batch Nodes=${INST}g[1-4] Default=YES MaxTime=INFINITE State=UP PriorityJobFactor=1"
+        echo "PartitionName=urgent Nodes=${INST}g[3-4] MaxTime=INFINITE State=UP PriorityJobFactor=1"
+        return
+    fi
     if [ -z "$I_PARTITIONS" ]; then
         echo "PartitionName=batch Nodes=${INST}g[1-4] Default=YES MaxTime=INFINITE State=UP PriorityJobFactor=1"
         echo "PartitionName=small Nodes=${INST}g[1-2] MaxTime=INFINITE State=UP"
@@ -572,10 +583,50 @@ JobCompLoc=$I_LOGDIR/jobcomp.txt
 EOF
         instance_hook_lines
         instance_cli_filter_lines
-        node_conf_lines $((I_PORT + 1)) "${I_NODES[@]}"
+        if [ "$I_SITE" = 1 ]; then
+            site_node_conf_lines $((I_PORT + 1))
+        else
+            node_conf_lines $((I_PORT + 1)) "${I_NODES[@]}"
+        fi
         instance_partition_lines
-    } | write_if_changed "$I_ETC/slurm.conf" 644 root:root && CONFIG_CHANGED=1
-    write_node_side_confs "$I_ETC" "${INST}g[1-4]"
+    } | site_gres_types | write_if_changed "$I_ETC/slurm.conf" 644 root:root && CONFIG_CHANGED=1
+    if [ "$I_SITE" = 1 ]; then
+        site_node_side_confs
+    else
+        write_node_side_confs "$I_ETC" "${INST}g[1-4]"
+    fi
+}
+
+# The site-shaped instance (TIRESIAS_INSTANCE_SITE=1): shards need their GresType.
+site_gres_types() {
+    if [ "$I_SITE" = 1 ]; then sed 's/^GresTypes=.*/GresTypes=gpu,shard/'; else cat; fi
+}
+
+site_node_conf_lines() {
+    local port=$1 n gres
+    for n in "${I_NODES[@]}"; do
+        case $n in
+            *g1|*g2) gres=gpu:v100:4 ;;
+            *g3) gres=gpu:a100:4 ;;
+            *) gres=gpu:a100:4,shard:16 ;;
+        esac
+        echo "NodeName=$n NodeHostname=localhost NodeAddr=127.0.0.1 Port=$port CPUs=8 RealMemory=16000 Gres=$gres State=UNKNOWN"
+        port=$((port + 1))
+    done
+}
+
+site_node_side_confs() {
+    write_if_changed "$I_ETC/gres.conf" 644 root:root <<EOF && CONFIG_CHANGED=1
+AutoDetect=off
+NodeName=${INST}g[1-2] Name=gpu Type=v100 File=$FAKEGPU_DIR/nvidia[0-3]
+NodeName=${INST}g[3-4] Name=gpu Type=a100 File=$FAKEGPU_DIR/nvidia[0-3]
+NodeName=${INST}g4 Name=shard Count=16
+EOF
+    if [ "$(slurm_version_num)" -ge 2311 ]; then
+        write_if_changed "$I_ETC/cgroup.conf" 644 root:root <<EOF && CONFIG_CHANGED=1
+CgroupPlugin=disabled
+EOF
+    fi
 }
 
 instance_idle_node_count() {

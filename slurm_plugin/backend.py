@@ -24,6 +24,7 @@ pending, ...) raises :class:`LeverFailed`.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import subprocess
@@ -40,12 +41,16 @@ from slurm_plugin.parse import (
     SlurmNode,
     SlurmParseError,
     gres_counts,
+    parse_reservations,
     parse_sinfo_json,
     parse_squeue_json,
     parse_sinfo_record,
     parse_squeue_record,
 )
 from slurm_plugin.record_cache import RecordCache
+
+log = logging.getLogger(__name__)
+RESERVATIONS_EVERY_S = 60.0  # how stale the reservations may be when no job names a new one
 
 __all__ = ["SlurmBackend", "LeverFailed", "CommandResult", "subprocess_runner"]
 
@@ -159,6 +164,10 @@ class SlurmBackend:
         # ArrayJobIds of the pending array records last observed: a lever on one would
         # act on every task of the array (controller.service.arrays plans task ids).
         self._arrays: set[str] = set()
+        # node -> its active reservation, from `scontrol show reservation -o`, read when
+        # the reservations jobs name change, else once every RESERVATIONS_EVERY_S
+        self._reserved: dict[str, str] = {}
+        self._reservations_read: Optional[tuple[float, frozenset]] = None
 
     # ------------------------------------------------------------------ commands
 
@@ -269,8 +278,10 @@ class SlurmBackend:
             self._observed[id(job)] = (job, site_factor, observed)
             observed_jobs.append(observed)
 
+        reserved = self._reservations(jobs, nodes, observed_at_s)
         observed_nodes = [
-            Node(name=n.name, gpus_total=n.gpus_total, gpus_free=n.gpus_free, available=n.available)
+            Node(name=n.name, gpus_total=n.gpus_total, gpus_free=n.gpus_free, available=n.available,
+                 partitions=tuple(n.partitions), gpu_type=n.gpu_type, reservation=reserved.get(n.name, ""))
             for n in nodes if self._node_in_scope(n)
         ]
         self._site_factors = {j.job_id: j.site_factor for j in observed_jobs if j.site_factor is not None}
@@ -279,6 +290,28 @@ class SlurmBackend:
         view = plan_view(observed_jobs, withheld)
         return Observation(observed_at_s=observed_at_s, jobs=view.jobs, nodes=observed_nodes,
                            skipped=skipped + view.problems, withheld=view.withheld)
+
+    def _reservations(self, jobs: list[SlurmJob], nodes: list[SlurmNode], now: float) -> dict[str, str]:
+        """Node -> active reservation. Slurm flags a node in an active reservation
+        RESERVED; with no such node and no job naming one there is nothing to read.
+        Else read again only when the reserved nodes or the reservations jobs name
+        change, or RESERVATIONS_EVERY_S passed: one command a minute at most while
+        nothing changes. Unreadable: the last answer stays (logged, not a
+        skipped record: no job's record is in doubt)."""
+        named = frozenset(j.reservation for j in jobs if j.reservation) | frozenset(
+            "node " + n.name for n in nodes if "RESERVED" in n.flags)
+        if not named:
+            self._reserved, self._reservations_read = {}, None
+            return self._reserved
+        last = self._reservations_read
+        if last is not None and last[1] == named and now - last[0] < RESERVATIONS_EVERY_S:
+            return self._reserved
+        self._reservations_read = (now, named)
+        try:
+            self._reserved = parse_reservations(self._read(["scontrol", "show", "reservation", "-o"]))
+        except (BackendUnavailable, SlurmParseError) as exc:
+            log.warning("scontrol show reservation unreadable, the last answer kept: %s", _one_line(str(exc)))
+        return self._reserved
 
     def poll(self) -> frozenset:
         """The cheap change check between rounds: (job id, compact state) of every job,
@@ -415,6 +448,8 @@ class SlurmBackend:
             array_max_tasks=job.array_max_tasks,
             het_job_id=job.het_job_id,
             het_offset=job.het_offset,
+            gpu_type=job.gpu_type,
+            reservation=job.reservation,
         )
 
     # ------------------------------------------------------------------ levers

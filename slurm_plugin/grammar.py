@@ -165,8 +165,9 @@ def _gres_counts_memo(spec: str | None, field_name: str) -> tuple[tuple[str, int
     return tuple(_gres_counts(spec, field_name).items())
 
 
-def _gres_counts(spec: str | None, field_name: str) -> dict[str, int]:
-    """Count GRES by name in any of Slurm's spellings; typed entries are summed.
+def gres_items(spec: str | None, field_name: str = "gres") -> list[tuple[str, str, int, str]]:
+    """The GRES entries of ``spec``, each (name, type or '', count, what its
+    parentheses said: ``IDX:0-1``, or per-GPU shard use ``2/4,0/4``).
 
     Accepts ``gres:gpu:2`` (22.05 tres_per_*), ``gres/gpu:2`` (23.02+),
     ``gpu:a100:2(IDX:0-1)`` (gres/gres_used), ``mps:(null):0(IDX:N/A)``,
@@ -175,10 +176,10 @@ def _gres_counts(spec: str | None, field_name: str) -> dict[str, int]:
     ``gres/gpu:a100`` the untyped total wins, so nothing is counted twice.
     """
     if not spec or spec.strip() in ("(null)", "N/A"):
-        return {}
-    untyped: dict[str, int] = {}
-    typed: dict[str, int] = {}
+        return []
+    items: list[tuple[str, str, int, str]] = []
     for raw in split_top_level(spec.strip(), field_name):
+        inside = re.search(r"\(([^)]*)\)", raw)
         item = re.sub(r"\([^)]*\)", "", raw).strip()  # drop (IDX:0-1), (S:0-1)
         if not item:
             continue
@@ -201,7 +202,17 @@ def _gres_counts(spec: str | None, field_name: str) -> dict[str, int]:
                 count_text = "1"
         name = parts[0]
         gtype = parts[1] if len(parts) > 1 and parts[1] not in ("", "(null)", "no_consume") else None
-        count = _gres_number(count_text, field_name, spec)
+        items.append((name, gtype or "", _gres_number(count_text, field_name, spec),
+                      inside.group(1) if inside else ""))
+    return items
+
+
+def _gres_counts(spec: str | None, field_name: str) -> dict[str, int]:
+    """Count GRES by name in any of Slurm's spellings; typed entries are summed
+    (see gres_items for the spellings)."""
+    untyped: dict[str, int] = {}
+    typed: dict[str, int] = {}
+    for name, gtype, count, _ in gres_items(spec, field_name):
         target = typed if gtype else untyped
         target[name] = target.get(name, 0) + count
     return untyped_first(untyped, typed)

@@ -38,8 +38,9 @@ from typing import Any, Callable, Iterable
 
 from controller.core.inputs import MAX_EPOCH_S, MAX_SECONDS, shorten
 # the grammars' names callers have always imported from here stay importable here
+from controller.core.model import MIXED_TYPES
 from slurm_plugin.grammar import (MAX_HOSTS, SlurmParseError, expand_hostlist, gres_counts,  # noqa: F401
-                                  parse_duration_s, quoted, scontrol_int, scontrol_time, split_scontrol_line,
+                                  gres_items, parse_duration_s, quoted, scontrol_int, scontrol_time, split_scontrol_line,
                                   untyped_first)
 
 __all__ = [
@@ -132,6 +133,8 @@ class SlurmJob:
     array_max_tasks: int = 0
     het_job_id: str = ""
     het_offset: int = 0
+    gpu_type: str = ""  # the GPU type asked for (--gres=gpu:a100:2, --gpus=a100:2); '' any
+    reservation: str = ""  # --reservation ('' none)
 
     @property
     def partitions(self) -> list[str]:
@@ -152,6 +155,7 @@ class SlurmNode:
     partitions: list[str] = field(default_factory=list)
     reason: str = ""
     available: bool = True
+    gpu_type: str = ""  # its GPUs' type ('' untyped, MIXED_TYPES several; a MIG profile is a type)
 
     @property
     def gpus_free(self) -> int:
@@ -289,23 +293,58 @@ def _collect(records: list, parse_one: Callable[[dict], Any], errors: list | Non
     return out
 
 
+REQUEST_FIELDS = ("tres_per_job", "tres_per_node", "tres_per_task", "tres_per_socket")
+
+
 def _gpus_and_mps_from_request(record: dict, node_count: int, task_count: int) -> tuple[int, int]:
-    """GPUs/MPS a squeue record asks for, from the most specific field present."""
-    per_job = gres_counts(_str(record.get("tres_per_job"), "tres_per_job"), field_name="tres_per_job")
-    per_node = gres_counts(_str(record.get("tres_per_node"), "tres_per_node"), field_name="tres_per_node")
-    per_task = gres_counts(_str(record.get("tres_per_task"), "tres_per_task"), field_name="tres_per_task")
+    """GPUs/MPS a squeue record asks for, from the most specific field present:
+    --gpus (per job), --gres / --gpus-per-node, --gpus-per-task, --gpus-per-socket
+    (``tres_per_socket: "gres/gpu:2"``, times --sockets-per-node, 1 when unset)."""
+    per = {name: gres_counts(_str(record.get(name), name), field_name=name) for name in REQUEST_FIELDS}
     req = gres_counts(_str(record.get("tres_req_str"), "tres_req_str"), field_name="tres_req_str")
+    sockets = _count(record.get("sockets_per_node"), "sockets_per_node") or 1
+    times = {"tres_per_job": 1, "tres_per_node": max(1, node_count), "tres_per_task": max(1, task_count),
+             "tres_per_socket": sockets * max(1, node_count)}
     result = []
     for name in ("gpu", "mps"):
-        if name in per_job:
-            result.append(per_job[name])
-        elif name in per_node:
-            result.append(per_node[name] * max(1, node_count))
-        elif name in per_task:
-            result.append(per_task[name] * max(1, task_count))
+        for source in REQUEST_FIELDS:
+            if name in per[source]:
+                result.append(per[source][name] * times[source])
+                break
         else:
             result.append(req.get(name, 0))
     return result[0], result[1]
+
+
+def _gpu_type_requested(record: dict) -> str:
+    """The GPU type a job names in any request field ('' = any type)."""
+    for name in REQUEST_FIELDS + ("tres_req_str",):
+        for gres, gtype, _, _ in gres_items(_str(record.get(name), name), name):
+            if gres == "gpu" and gtype:
+                return gtype
+    return ""
+
+
+def _gpu_type_of_node(gres: Any) -> str:
+    """A node's GPU type from its ``gres`` ('gpu:a100:4(S:0)'): one type, '' untyped,
+    MIXED_TYPES when it lists several."""
+    types = {gtype for name, gtype, count, _ in gres_items(_str(gres, "gres"), "gres") if name == "gpu" and count}
+    return MIXED_TYPES if len(types) > 1 else next(iter(types), "")
+
+
+def _gpus_held(gres: Any, gres_used: Any, total: int, used: int) -> int:
+    """GPUs in use, counting those used through gres/shard (``gres_used
+    gpu:0,shard:8``: the GPUs are not free). Per-GPU shard use (``shard:8(8/8,0/8)``)
+    gives the GPUs touched; without it every shard in use is taken as on its own GPU
+    (never more than the node has): a GPU counted busy that is not costs a delayed
+    start, one counted free that is not costs a preemption for nothing."""
+    touched = 0
+    for name, _, count, inside in gres_items(_str(gres_used, "gres_used"), "gres_used"):
+        if name != "shard" or not count:
+            continue
+        per_gpu = [part.split("/")[0] for part in inside.split(",")] if "/" in inside else []
+        touched += sum(1 for n in per_gpu if n.strip().isdigit() and int(n) > 0) if per_gpu else count
+    return min(total, max(used, touched))
 
 
 def _finish_times(state: str, start: float | None, end: float | None) -> tuple[float | None, float | None]:
@@ -409,6 +448,8 @@ def _squeue_job(r: dict) -> SlurmJob:
         array_max_tasks=_count(r.get("array_max_tasks"), "array_max_tasks"),
         het_job_id=str(het_id) if het_id else "",
         het_offset=_count(r.get("het_job_offset"), "het_job_offset"),
+        gpu_type=_gpu_type_requested(r),
+        reservation=_str(r.get("resv_name"), "resv_name"),
     )
 
 
@@ -499,15 +540,18 @@ def _node(r: dict) -> SlurmNode:
     partitions = r.get("partitions") or []
     if not isinstance(partitions, list):
         raise SlurmParseError(f"partitions: expected a list, got {quoted(partitions)}")
+    total = _gpu_count(r.get("gres"), r.get("tres"), "gres")
     return SlurmNode(
         name=name,
         state=state,
         flags=flags,
-        gpus_total=_gpu_count(r.get("gres"), r.get("tres"), "gres"),
-        gpus_used=_gpu_count(r.get("gres_used"), r.get("tres_used"), "gres_used"),
+        gpus_total=total,
+        gpus_used=_gpus_held(r.get("gres"), r.get("gres_used"), total,
+                             _gpu_count(r.get("gres_used"), r.get("tres_used"), "gres_used")),
         partitions=[str(p) for p in partitions],
         reason=_str(r.get("reason"), "reason"),
         available=state not in NODE_UNAVAILABLE_STATES and not (flags & NODE_UNAVAILABLE_FLAGS),
+        gpu_type=_gpu_type_of_node(r.get("gres")),
     )
 
 
@@ -530,10 +574,12 @@ def _sinfo_groups(records: list, errors: list | None) -> list[SlurmNode]:
                 for n in expand_hostlist(name):
                     prev = by_name.get(n)
                     parts = (prev.partitions if prev else []) + ([part] if part and (not prev or part not in prev.partitions) else [])
+                    total = _gpu_count(gres.get("total"), None, "gres.total")
                     by_name[n] = SlurmNode(
-                        name=n, state=state, flags=flags,
-                        gpus_total=_gpu_count(gres.get("total"), None, "gres.total"),
-                        gpus_used=_gpu_count(gres.get("used"), None, "gres.used"),
+                        name=n, state=state, flags=flags, gpu_type=_gpu_type_of_node(gres.get("total")),
+                        gpus_total=total,
+                        gpus_used=_gpus_held(gres.get("total"), gres.get("used"), total,
+                                             _gpu_count(gres.get("used"), None, "gres.used")),
                         partitions=parts,
                         reason=_str((g.get("reason") or {}).get("description")
                                     if isinstance(g.get("reason"), dict) else g.get("reason"), "reason"),
@@ -707,3 +753,28 @@ def _scontrol_job(r: dict) -> SlurmJob:
 
 def _nullish_to_empty(value: str | None) -> str:
     return "" if value is None or value == "(null)" else value
+
+
+# --------------------------------------------------------------------------
+# scontrol show reservation -o
+
+def parse_reservations(text: str) -> dict[str, str]:
+    """Node name -> the name of the ACTIVE reservation holding it, from ``scontrol show
+    reservation -o`` (one ``ReservationName=... Nodes=gpu[1-2] ... State=ACTIVE`` line
+    each; "No reservations in the system" when none). A future (INACTIVE)
+    reservation holds nothing yet. A node in several (OVERLAP) keeps the first."""
+    held: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.startswith("ReservationName="):
+            continue
+        # Key=Value words (split_scontrol_line's free-text rules are the job line's:
+        # a reservation's Features/Licenses would swallow the keys after them)
+        fields = dict(re.findall(r"(?:^|\s)([A-Za-z]+)=(\S*)", line))
+        if fields.get("State", "").upper() != "ACTIVE":
+            continue
+        name = fields.get("ReservationName", "")
+        if not name:
+            raise SlurmParseError(f"ReservationName: missing in {quoted(line[:80])}")
+        for node in expand_hostlist(_nullish_to_empty(fields.get("Nodes"))):
+            held.setdefault(node, name)
+    return held

@@ -19,6 +19,7 @@ from controller.partitions.priority_file import read_expression_text
 from controller.replay.traces import load_service_distribution
 from controller.core.model import InputError
 from controller.replay.results import bin_table, comparison_table, summarize, write_outputs
+from controller.replay.cluster import parse_node_kinds
 from controller.replay.simulator import SimConfig, Simulation
 
 DEFAULT_POLICIES = "fifo,dlas,dgittins,srsf"
@@ -41,6 +42,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     cl = p.add_argument_group("cluster")
     cl.add_argument("--nodes", type=argtypes.nodes, default=DEFAULT_NODES)
     cl.add_argument("--gpus-per-node", type=argtypes.gpus_per_node, default=DEFAULT_GPUS_PER_NODE)
+    cl.add_argument("--node-kinds", type=parse_node_kinds, default=(), metavar="N:PART[+PART][:TYPE],...",
+                    help="the nodes' partitions and GPU types, e.g. 2:batch:v100,2:batch+urgent:a100 (sets"
+                         " --nodes; a trace's partition and gpu_type columns then decide where a job may run)")
     sch = p.add_argument_group("scheduling")
     sch.add_argument("--policy", default=DEFAULT_POLICIES, help=f"comma-separated policies (default {DEFAULT_POLICIES})")
     sch.add_argument("--queues", type=argtypes.thresholds, default=(3600.0,), metavar="T1,T2,...",
@@ -150,6 +154,8 @@ def _costs(args) -> dict:
 
 
 def run(args) -> int:
+    if args.node_kinds:
+        args.nodes = sum(count for count, _, _ in args.node_kinds)
     if args.out:
         check_output_dir(args.out)  # before the replay: a bad --out must not cost the run
     costs = _costs(args)
@@ -182,6 +188,7 @@ def run(args) -> int:
     progress = progress_for(args, "simulate", "jobs", total=len(jobs) * len(engine_configs))
     for number, engine_config in enumerate(engine_configs):
         config = SimConfig(nodes=args.nodes, gpus_per_node=args.gpus_per_node, engine=engine_config,
+                           node_kinds=args.node_kinds,
                            round_interval_s=costs["round_interval_s"], preempt_pause_s=pause, preempt_resume_s=resume,
                            preempt_grace_s=costs["preempt_grace_s"], requeue_delay_s=costs["requeue_delay_s"],
                            spread_speed=args.spread_speed, service=service, drop_oversize=args.drop_oversize)

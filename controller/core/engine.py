@@ -14,10 +14,10 @@ from typing import Optional
 
 from controller.core.mlfq_round import mlfq_step, static_order_step
 from controller.core.model import InputError, JobState, Snapshot
-from controller.core.placement import FreeGpus, NodeTotals, check_mode
+from controller.core.placement import Eligibility, FreeGpus, NodeTotals, check_mode
 from controller.core.plan import Plan
 from controller.core.policies import Policy, PolicyContext, get_policy
-from controller.core.protection import mark_protected, may_preempt
+from controller.core.protection import mark_protected, may_preempt, needed_victims
 from controller.core.round_writer import RoundWriter, release_placements
 
 
@@ -97,6 +97,7 @@ class Engine:
             cfg = self.config
             mark_protected(snapshot.jobs, snapshot.now_s, cfg.preempt_min_runtime_s, cfg.preempt_max_per_job)
         writer = self.writer(plan)
+        writer.eligible = Eligibility(snapshot.nodes)
         if self.policy.discretized:
             return mlfq_step(writer, snapshot)
         if snapshot.queue_book is not None:
@@ -156,19 +157,30 @@ class Engine:
             return self.policy.level(job, ctx)
 
         victims = [job for job in ordered if job.running and job.job_id not in selected_ids]
-        writer.preempt(victims, newcomers, level_of)
+        base_free = dict(free_by_node)  # before any victim leaves
         if not count_mode:
             release_placements(victims, free_by_node)
         free_total = sum(free_by_node.values()) if not count_mode else self._capacity(snapshot) - sum(
             j.num_gpus for j in walk.selected if j.running)
         free_gpus = NodeTotals(snapshot.nodes) if count_mode else FreeGpus(free_by_node)
         unplaced: list[JobState] = []
+        starts = []
         for rank, job in enumerate(newcomers):
             slots = writer.place(job, free_gpus, max_per_node)
             if slots is None:
                 unplaced.append(job)
                 continue
             free_total -= job.num_gpus
+            starts.append((job, slots, rank))
+        if victims and not count_mode:
+            # only victims whose GPUs a placed newcomer uses (its partitions, its GPU type)
+            kept = sum(job.num_gpus for job in victims)
+            victims = needed_victims(victims, [slots for _, slots, _ in starts], base_free, free_gpus)
+            free_total -= kept - sum(job.num_gpus for job in victims)
+            leaving = {job.job_id for job in victims}
+            selected_ids.update(job.job_id for job in ordered if job.running and job.job_id not in leaving)
+        writer.preempt(victims, newcomers, level_of)
+        for job, slots, rank in starts:
             writer.start(job, slots, f"queue {level_of(job) + 1}: {job.num_gpus} GPUs free at"
                                      f" priority position {position.get(job.job_id, rank + 1)}")
         if not count_mode and walk.blocked_by is None:

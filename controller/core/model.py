@@ -38,6 +38,14 @@ class JobSpec:
     excluded_nodes: tuple[str, ...] = ()
     min_nodes: Optional[int] = None
     max_nodes: Optional[int] = None
+    # Where Slurm may run it at all (controller.core.placement.Eligibility): the
+    # partitions it allows (() = any; a pending job may list several), the GPU type
+    # it asked for ('' = any type: --gres=gpu:2; 'a100': --gres=gpu:a100:2; a MIG
+    # profile such as '1g.10gb' is a type of its own), the reservation it names ('' =
+    # none: it may not use reserved nodes; named: only that reservation's nodes).
+    partitions: tuple[str, ...] = ()
+    gpu_type: str = ""
+    reservation: str = ""
     # True when any of the four above is set (read in every placement: one attribute;
     # a class default, set on the instance only for a constrained job).
     constrained: ClassVar[bool] = False
@@ -120,12 +128,23 @@ class JobState:
 
 @dataclass(frozen=True)
 class Node:
-    """A node as seen in one round: its name, GPU count and GPUs not held by jobs."""
+    """A node as seen in one round: its name, GPU count and GPUs not held by jobs.
+
+    ``partitions``: the partitions it is in (() = unknown: any job's); ``gpu_type``:
+    the type of its GPUs ('' untyped, ``MIXED_TYPES`` when it has several: only jobs
+    of any type use it); ``reservation``: the active reservation holding it ('' none).
+    GPUs used through gres/shard count as held (the backend reports them so)."""
 
     name: str
     gpus_total: int
     gpus_free: int
     available: bool = True  # False when down or drained: nothing new goes there
+    partitions: tuple[str, ...] = ()
+    gpu_type: str = ""
+    reservation: str = ""
+
+
+MIXED_TYPES = "(mixed)"  # Node.gpu_type of a node with GPUs of several types
 
 
 @dataclass

@@ -14,7 +14,7 @@ import bisect
 import math
 from typing import Optional
 
-from controller.core.model import InputError, JobSpec
+from controller.core.model import InputError, JobSpec, Node
 
 PLACEMENT_MODES = ("consolidate", "spread", "count")
 COUNT_NODE = "*"  # the single pseudo-node of count mode
@@ -137,15 +137,53 @@ class FreeGpus:
             return None
         return tuple(sorted(slots))
 
-    def place_constrained(self, spec: JobSpec, *, consolidate: bool,
-                          max_gpus_per_node: int) -> Optional[tuple[tuple[str, int], ...]]:
+    def place_constrained(self, spec: JobSpec, *, consolidate: bool, max_gpus_per_node: int,
+                          allowed: Optional[frozenset] = None) -> Optional[tuple[tuple[str, int], ...]]:
         """:func:`place_constrained` on these free GPUs (O(nodes): constrained jobs are few)."""
         return place_constrained(spec.num_gpus, self.free, spec, consolidate=consolidate,
-                                 max_gpus_per_node=max_gpus_per_node)
+                                 max_gpus_per_node=max_gpus_per_node, allowed=allowed)
+
+
+def node_fits(node: Node, spec: JobSpec) -> bool:
+    """Slurm may run ``spec`` on ``node``: a partition in common (either side () =
+    unknown: yes), its GPU type (the job's '' = any), the same reservation (a reserved
+    node only for jobs naming it, a job naming one only on its nodes)."""
+    if spec.partitions and node.partitions and not set(spec.partitions).intersection(node.partitions):
+        return False
+    if spec.gpu_type and node.gpu_type != spec.gpu_type:
+        return False
+    return node.reservation == spec.reservation
+
+
+class Eligibility:
+    """The nodes each job may use, for one round (partitions, GPU types, reservations).
+
+    ``allowed(spec)`` is None when every available node fits (the usual case: the
+    placement then needs no filter), else the names of the nodes that do. Jobs share
+    a handful of (partitions, type, reservation) keys, so each key is computed once."""
+
+    def __init__(self, nodes):
+        self._all = nodes
+        self._nodes: Optional[list] = None  # read at the first question (most rounds ask none)
+        self._plain = True
+        self._memo: dict[tuple, Optional[frozenset]] = {}
+
+    def allowed(self, spec: JobSpec) -> Optional[frozenset]:
+        if self._nodes is None:
+            self._nodes = [n for n in self._all if n.available]
+            self._plain = not any(n.partitions or n.gpu_type or n.reservation for n in self._nodes)
+        if self._plain and not (spec.gpu_type or spec.reservation):
+            return None  # one partition, one type, no reservation: every node fits
+        key = (spec.partitions, spec.gpu_type, spec.reservation)
+        if key not in self._memo:
+            names = frozenset(n.name for n in self._nodes if node_fits(n, spec))
+            self._memo[key] = None if len(names) == len(self._nodes) else names
+        return self._memo[key]
 
 
 def place_constrained(num_gpus: int, free_by_node: dict[str, int], spec: JobSpec, *, consolidate: bool,
-                      max_gpus_per_node: int) -> Optional[tuple[tuple[str, int], ...]]:
+                      max_gpus_per_node: int, allowed: Optional[frozenset] = None
+                      ) -> Optional[tuple[tuple[str, int], ...]]:
     """Choose (node, gpus) slots for a gang with the job's own node constraints, or None.
 
     As Slurm allocates: every node of ``spec.required_nodes`` (--nodelist) is in the
@@ -160,6 +198,8 @@ def place_constrained(num_gpus: int, free_by_node: dict[str, int], spec: JobSpec
     """
     if num_gpus <= 0:
         return ()
+    if allowed is not None:  # only the nodes of its partitions, GPU type, reservation
+        free_by_node = {name: free for name, free in free_by_node.items() if name in allowed}
     required = sorted(set(spec.required_nodes))
     if any(free_by_node.get(name, 0) <= 0 for name in required):
         return None  # a required node is full, down or not in this cluster
@@ -225,15 +265,16 @@ class NodeTotals:
         self._nodes = nodes
         self._totals: Optional[dict[str, int]] = None
 
-    def fits(self, spec: JobSpec) -> bool:
+    def fits(self, spec: JobSpec, allowed: Optional[frozenset] = None) -> bool:
         if self._totals is None:
             self._totals = {n.name: n.gpus_total for n in self._nodes if n.available}
         return place_constrained(spec.num_gpus, self._totals, spec, consolidate=False,
-                                 max_gpus_per_node=0) is not None
+                                 max_gpus_per_node=0, allowed=allowed) is not None
 
 
-def describe_constraints(spec: JobSpec) -> str:
-    """The job's node constraints as sbatch options, for wait reasons."""
+def describe_constraints(spec: JobSpec, kinds: bool = False) -> str:
+    """The job's node constraints as sbatch options, for wait reasons; ``kinds``: its
+    partitions, GPU type and reservation too (when they leave nodes out)."""
     parts = []
     if spec.required_nodes:
         parts.append("--nodelist=" + ",".join(spec.required_nodes))
@@ -242,6 +283,12 @@ def describe_constraints(spec: JobSpec) -> str:
     if spec.min_nodes is not None or spec.max_nodes is not None:
         low, high = spec.min_nodes or 1, spec.max_nodes
         parts.append(f"-N {low}" if low == high else f"-N {low}-{'' if high is None else high}")
+    if kinds and spec.partitions:
+        parts.append("--partition=" + ",".join(spec.partitions))
+    if kinds and spec.gpu_type:
+        parts.append(f"--gres=gpu:{spec.gpu_type}:{spec.num_gpus}")
+    if kinds and spec.reservation:
+        parts.append("--reservation=" + spec.reservation)
     return " ".join(parts)
 
 
@@ -250,3 +297,30 @@ def is_spread(placement: tuple[tuple[str, int], ...], num_gpus: int, max_gpus_pe
     if not placement or placement[0][0] == COUNT_NODE:
         return False
     return len(placement) > minimum_nodes(num_gpus, max_gpus_per_node)
+
+
+def beyond_reach(jobs, nodes, free_by_node: dict[str, int]) -> list:
+    """The pending jobs no preemption can start: on the nodes they may use (their
+    partitions, GPU type, reservation: Eligibility) fewer GPUs are free or held by
+    preemptable running jobs than they need.
+
+    The walk counts GPUs cluster-wide; such a job would take its share of the count
+    and be left unplaced, so the GPUs it was counted on went to nobody and a job
+    below it that could have used a victim's GPUs was skipped (seen on the
+    site-shaped test cluster: an a100 job whose a100 nodes ran jobs outside the
+    contract held back a plain job that a v100 job would have yielded to)."""
+    eligible = Eligibility(nodes)
+    freeable = dict(free_by_node)
+    for job in jobs:
+        if job.running and job.spec.preemptable:
+            for node, gpus in job.placement:
+                if node in freeable:
+                    freeable[node] += gpus
+    out = []
+    for job in jobs:
+        if job.running:
+            continue
+        allowed = eligible.allowed(job.spec)
+        if allowed is not None and sum(freeable.get(name, 0) for name in allowed) < job.num_gpus:
+            out.append(job)
+    return out

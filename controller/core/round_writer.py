@@ -12,7 +12,7 @@ import math
 from typing import Callable, Iterable, Optional
 
 from controller.core.model import JobState, Snapshot
-from controller.core.placement import COUNT_NODE, describe_constraints, minimum_nodes, place_constrained
+from controller.core.placement import COUNT_NODE, Eligibility, describe_constraints, minimum_nodes, place_constrained
 from controller.core.plan import Plan, Preempt, Promote, Start
 from controller.core.policies import Policy, PolicyContext
 from controller.core.policies.base import STARVATION_TOLERANCE_S
@@ -33,6 +33,13 @@ class RoundWriter:
         self.pack_limit = pack_limit
         self.thresholds_gpu_s = thresholds_gpu_s
         self.promote_knob = promote_knob
+        # the round's nodes per job kind (partitions, GPU type, reservation); set by
+        # the engine from the snapshot, None = every node fits every job
+        self.eligible: Optional[Eligibility] = None
+
+    def allowed(self, job: JobState) -> Optional[frozenset]:
+        """The nodes ``job`` may use this round, None = all (controller.core.placement)."""
+        return None if self.eligible is None else self.eligible.allowed(job.spec)
 
     @property
     def count_mode(self) -> bool:
@@ -71,13 +78,15 @@ class RoundWriter:
         """Slots for ``job`` on ``free`` (a FreeGpus, taken here), or None: it waits.
         Count mode: ``free`` is the NodeTotals, read only for a constrained job."""
         spec = job.spec
+        allowed = self.allowed(job)
         if self.count_mode:
-            if spec.constrained and not free.fits(spec):
+            if (spec.constrained or allowed is not None) and not free.fits(spec, allowed):
                 return None
             return ((COUNT_NODE, job.num_gpus),)
         consolidate = self.consolidates(job)
-        if spec.constrained:  # the job's own --nodelist / --exclude / -N
-            slots = free.place_constrained(spec, consolidate=consolidate, max_gpus_per_node=max_per_node)
+        if spec.constrained or allowed is not None:  # its own --nodelist / -N, its partitions, type
+            slots = free.place_constrained(spec, consolidate=consolidate, max_gpus_per_node=max_per_node,
+                                           allowed=allowed)
         else:
             slots = free.place(job.num_gpus, consolidate=consolidate, max_gpus_per_node=max_per_node)
         if slots is not None:
@@ -127,8 +136,9 @@ class RoundWriter:
                 continue
             level = level_of(job) + 1
             if job.job_id in unplaced_ids:
-                if job.spec.constrained:
-                    plan.wait_reasons[job.job_id] = constraint_reason(job, nodes)
+                allowed = self.allowed(job)
+                if job.spec.constrained or allowed is not None:
+                    plan.wait_reasons[job.job_id] = constraint_reason(job, nodes, allowed)
                 elif self.consolidates(job):
                     need = minimum_nodes(job.num_gpus, max_per_node)
                     plan.wait_reasons[job.job_id] = (
@@ -151,13 +161,14 @@ def release_placements(victims: Iterable[JobState], free_by_node: dict[str, int]
                 free_by_node[node] += gpus
 
 
-def constraint_reason(job: JobState, nodes) -> str:
-    """Why a job with its own node constraints waits: none of its allowed node sets is
-    free now, or (on this cluster's available nodes, all GPUs free) none could ever be."""
-    text = describe_constraints(job.spec)
+def constraint_reason(job: JobState, nodes, allowed: Optional[frozenset] = None) -> str:
+    """Why a job with its own node constraints (or partitions, GPU type, reservation:
+    ``allowed`` nodes) waits: none of its allowed node sets is free now, or (on this
+    cluster's available nodes, all GPUs free) none could ever be."""
+    text = describe_constraints(job.spec, kinds=allowed is not None)
     totals = {n.name: n.gpus_total for n in nodes if n.available}
     if totals and place_constrained(job.num_gpus, totals, job.spec, consolidate=False,
-                                    max_gpus_per_node=0) is None:
+                                    max_gpus_per_node=0, allowed=allowed) is None:
         return (f"node constraints ({text}): {job.num_gpus} GPUs cannot fit on the available nodes"
                 " even when all are free")
     return f"node constraints ({text}): needs {job.num_gpus} GPUs, no allowed node set has them free now"

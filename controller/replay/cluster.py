@@ -53,8 +53,14 @@ class SimConfig:
     # costs above; False forces the generic loop (the engine rebuilds the queues every
     # round: same results, slower).
     incremental: bool = True
+    # The nodes' partitions and GPU types, as groups (count, partitions, GPU type) that
+    # add up to ``nodes`` (parse_node_kinds reads them from --node-kinds); () = one
+    # partition, one type: every node is every job's.
+    node_kinds: tuple[tuple[int, tuple[str, ...], str], ...] = ()
 
     def __post_init__(self):
+        if self.node_kinds and sum(count for count, _, _ in self.node_kinds) != self.nodes:
+            raise InputError(f"node-kinds value {self.node_kinds!r} must add up to nodes {self.nodes}")
         if self.nodes <= 0:
             raise InputError(f"nodes value {self.nodes!r} must be a positive integer")
         if self.gpus_per_node <= 0:
@@ -71,6 +77,30 @@ class SimConfig:
     @property
     def capacity_gpus(self) -> int:
         return self.nodes * self.gpus_per_node
+
+    def node_table(self) -> list[Node]:
+        """The simulated nodes, all GPUs free, with their partitions and GPU types."""
+        kinds = self.node_kinds or ((self.nodes, (), ""),)
+        nodes, number = [], 0
+        for count, partitions, gpu_type in kinds:
+            for _ in range(count):
+                nodes.append(Node(f"n{number:04d}", self.gpus_per_node, self.gpus_per_node,
+                                  partitions=partitions, gpu_type=gpu_type))
+                number += 1
+        return nodes
+
+
+def parse_node_kinds(text: str) -> tuple[tuple[int, tuple[str, ...], str], ...]:
+    """``COUNT:PARTITION+PARTITION:TYPE,...`` (e.g. ``2:batch:v100,2:batch+urgent:a100``;
+    the type may be left out: untyped) -> SimConfig.node_kinds."""
+    kinds = []
+    for group in text.split(","):
+        fields = group.strip().split(":")
+        if len(fields) not in (2, 3) or not fields[0].isdigit() or int(fields[0]) < 1 or not fields[1]:
+            raise InputError(f"node-kinds value {group.strip()!r} must be COUNT:PARTITION[+PARTITION...][:TYPE]")
+        partitions = tuple(p for p in fields[1].split("+") if p)
+        kinds.append((int(fields[0]), partitions, fields[2] if len(fields) == 3 else ""))
+    return tuple(kinds)
 
     @property
     def charges_handoff(self) -> bool:
@@ -182,7 +212,7 @@ class SimCluster:
         if self.count_mode:
             self.nodes = [Node(COUNT_NODE, cfg.capacity_gpus, cfg.capacity_gpus)]
         else:
-            self.nodes = [Node(f"n{i:04d}", cfg.gpus_per_node, cfg.gpus_per_node) for i in range(cfg.nodes)]
+            self.nodes = cfg.node_table()
         self.free_by_node = {n.name: n.gpus_total for n in self.nodes}
         self.max_per_node = max(n.gpus_total for n in self.nodes)
         self.handoff = cfg.preempt_grace_s > 0 or cfg.requeue_delay_s > 0  # preemption costs a grace/requeue

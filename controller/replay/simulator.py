@@ -16,12 +16,14 @@ replay fast. Everything is deterministic: no randomness, ties by arrival index.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import math
 from typing import Callable, Iterable, Optional
 
 from controller.core.engine import Engine
 from controller.core.gittins import LearnedDistribution
 from controller.core.model import InputError, JobSpec, JobState, Snapshot
+from controller.core.placement import Eligibility
 from controller.core.policies.base import LEVEL_TOLERANCE_GPU_S
 from controller.core.protection import run_time_over_s
 from controller.replay import mlfq_replay
@@ -41,7 +43,15 @@ class Simulation:
         capacity = cfg.capacity_gpus
         jobs: list[JobState] = []
         dropped: list[str] = []
+        eligible = Eligibility(cfg.node_table()) if cfg.node_kinds else None
         for spec in sorted(specs, key=lambda s: s.submit_time_s):
+            if eligible is None and (spec.gpu_type or spec.reservation):
+                spec = dataclasses.replace(spec, gpu_type="", reservation="")  # one type: every node's
+            if eligible is not None and not spec.partitions and spec.partition != "default":
+                spec = dataclasses.replace(spec, partitions=tuple(p for p in spec.partition.split(",") if p))
+            if eligible is not None and eligible.allowed(spec) == frozenset():
+                raise InputError(f"job {spec.job_id}: no node of partitions {','.join(spec.partitions) or 'any'}"
+                                 f" with GPU type {spec.gpu_type or 'any'} in --node-kinds")
             if spec.num_gpus > capacity:
                 if cfg.drop_oversize:
                     dropped.append(spec.job_id)

@@ -38,6 +38,7 @@ field and the offending value.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import gc
 import math
 import os
@@ -508,15 +509,36 @@ def _load_trace(path: str | os.PathLike[str], ts: float) -> list[JobSpec]:
     rows = [parsed[k] for k in order]
     ids = [ids[k] for k in order]
     if ts == 1.0:
-        return [
+        specs = [
             JobSpec(jid, g, t - base, d, skews[m] if sk is None else sk, pr, pa, u, m)
             for jid, (t, _, g, d, sk, pr, pa, u, m) in zip(ids, rows)
         ]
-    return [
-        JobSpec(jid, g, (t - base) * ts, None if d is None else d * ts,
-                skews[m] if sk is None else sk, pr, pa, u, m)
-        for jid, (t, _, g, d, sk, pr, pa, u, m) in zip(ids, rows)
-    ]
+    else:
+        specs = [
+            JobSpec(jid, g, (t - base) * ts, None if d is None else d * ts,
+                    skews[m] if sk is None else sk, pr, pa, u, m)
+            for jid, (t, _, g, d, sk, pr, pa, u, m) in zip(ids, rows)
+        ]
+    return _with_kinds(table, specs, order)
+
+
+def _with_kinds(table: _Table, specs: list[JobSpec], order: list[int]) -> list[JobSpec]:
+    """A project trace's jobs with its optional ``gpu_type`` column (empty: any type).
+    The ``partition`` column (several as ``a,b``) is JobSpec.partition already; the
+    simulator reads both when it has --node-kinds (else every node is every job's)."""
+    i_ty = table.index.get("gpu_type")
+    if table.format != "project" or i_ty is None:
+        return specs
+    out = []
+    for k, spec in zip(order, specs):
+        row = table.rows[k]
+        raw = row[i_ty].strip() if i_ty < len(row) else ""
+        try:
+            gpu_type = _text("gpu_type", raw) if raw else ""
+        except _FieldError as e:
+            raise table.fail(k, f"field '{e.field}' value '{shorten(e.value)}' {e.what}") from None
+        out.append(dataclasses.replace(spec, gpu_type=gpu_type) if gpu_type else spec)
+    return out
 
 
 def load_actuals(path: str | os.PathLike[str], *, time_scale: float = 1.0) -> dict[str, dict[str, Any]]:

@@ -28,6 +28,7 @@ from controller.core.engine import Engine
 from controller.core.gittins import ServiceDistribution
 from controller.core.inputs import shorten
 from controller.core.model import InputError, JobSpec, JobState, Snapshot
+from controller.core.placement import beyond_reach
 from controller.core.plan import Plan
 from controller.core.policies import PolicyContext
 from controller.service.admin_comment import AdminComments
@@ -297,7 +298,9 @@ class Controller:
             self.accounts.promote(action.job_id)
             report.applied.append(entry(action, applied=self.executor.logs_decisions, detail="store"))
         self.handoffs.check(observed, now, report, self.preemptions.grace_for)
-        self.starts.apply(plan, observed, now, report)
+        cpu_pending = {job.job_id: job for job in observation.jobs
+                       if job.gpus == 0 and job.mps == 0 and job.state == "PENDING"}
+        self.starts.apply(plan, observed, now, report, cpu_pending)
         blocked = self.handoffs.blocking(plan, now, leaving)
         if blocked:
             for action in plan.of_kind("preempt"):
@@ -372,10 +375,19 @@ class Controller:
         Slurm (controller.service.startable) added after them: ordered and banded,
         never a reason to preempt."""
         snapshot, waiting, reasons = self._snapshot(observed, observation, now, round_id, leaving, explain=explain)
+        # jobs whose own nodes (partitions, GPU type, reservation) no preemption can free wait too
+        unreachable = {job.job_id for job in beyond_reach(snapshot.jobs, snapshot.nodes, snapshot.free_by_node or {})}
+        if unreachable:
+            waiting += [job for job in snapshot.jobs if job.job_id in unreachable]
+            snapshot.jobs = [job for job in snapshot.jobs if job.job_id not in unreachable]
+            reasons.update((job_id, "") for job_id in unreachable)
         plan = self.engine.step(snapshot)
         if waiting:
             ctx = PolicyContext(now_s=now, thresholds_gpu_s=self.engine.config.thresholds_gpu_s, service=self.service)
             add_waiting(plan, waiting, reasons, self.engine.policy, ctx)
+            for job_id in unreachable:
+                plan.wait_reasons[job_id] = ("its nodes (partitions, GPU type, reservation) have too few GPUs free"
+                                             " or held by preemptable jobs: no job is preempted for it")
         return plan
 
     def _job_spec(self, job: ObservedJob, record, preemptable: bool, specs: dict[str, tuple]) -> JobSpec:
@@ -395,11 +407,15 @@ class Controller:
             specs[job.job_id] = kept
             return kept[2]
         spec = None
+        # where Slurm may run it: its partitions (a pending job may list several), its
+        # GPU type, its reservation (controller.core.placement.Eligibility)
+        kind = dict(partitions=tuple(p for p in job.partition.split(",") if p), gpu_type=job.gpu_type,
+                    reservation=job.reservation)
         if job.state == "PENDING" and (job.required_nodes or job.excluded_nodes or job.min_nodes > 1
                                        or job.max_nodes > 0):
             try:
                 spec = JobSpec(job.job_id, job.gpus, record.submit_time_s, None, skew=record.skew,
-                               partition=job.partition, user=job.user, preemptable=preemptable,
+                               partition=job.partition, user=job.user, preemptable=preemptable, **kind,
                                required_nodes=() if pinned else job.required_nodes,
                                excluded_nodes=job.excluded_nodes,
                                min_nodes=job.min_nodes if job.min_nodes > 1 else None,
@@ -408,7 +424,7 @@ class Controller:
                 self._log_once(f"job {job.job_id}: its node constraints are left out of the plan: {err}")
         if spec is None:
             spec = JobSpec(job.job_id, job.gpus, record.submit_time_s, None, skew=record.skew,
-                           partition=job.partition, user=job.user, preemptable=preemptable)
+                           partition=job.partition, user=job.user, preemptable=preemptable, **kind)
         specs[job.job_id] = (job, key, spec)
         return spec
 

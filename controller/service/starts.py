@@ -33,11 +33,18 @@ class Starts:
         self.pin_causes: dict[str, str] = self.store.pin_decisions(config.cluster)
         self.site_factors_set: dict[str, int] = {}
 
-    def apply(self, plan: Plan, observed: dict[str, ObservedJob], now: float, report: RoundReport) -> None:
+    def apply(self, plan: Plan, observed: dict[str, ObservedJob], now: float, report: RoundReport,
+              cpu_pending: dict[str, ObservedJob] | None = None) -> None:
         cfg = self.config
-        # 1. SiteFactor bands: queue level -> band, plan order within the band.
+        # 1. SiteFactor bands: queue level -> band, plan order within the band; the
+        # pending CPU-only jobs (never in the plan) queue 1's band (see cpu_bands).
+        cpu_pending = cpu_pending or {}
         factors = self.site_factors(plan, observed)
-        changed = changed_bands(factors, self.site_factors_set, lambda j: observed[j].site_factor)
+        factors.update(self.cpu_bands(cpu_pending))
+        for job_id in [j for j in self.site_factors_set if j not in observed and j not in cpu_pending]:
+            del self.site_factors_set[job_id]  # a CPU job started or gone (GPU jobs: forget)
+        changed = changed_bands(factors, self.site_factors_set,
+                                lambda j: (observed.get(j) or cpu_pending[j]).site_factor)
         result = self.executor.apply_bands(band_actions(plan.round_id, changed, plan.levels))
         if result.applied:
             self.site_factors_set.update(changed)
@@ -108,6 +115,18 @@ class Starts:
         started = {j for j in pending if j in records and records[j].first_start_s is not None}
         return site_factors(plan.order, plan.levels, pending, started, len(self.config.queues_gpu_s) + 1,
                             self.config.site_factor_band, self.by_level)
+
+    def cpu_bands(self, cpu_pending: dict[str, ObservedJob]) -> dict[str, int]:
+        """SiteFactor of the pending jobs that ask for no GPU: queue 1's band.
+
+        Left at 0 they would sit below every GPU job (whose bands start at one band,
+        100,000 by default) and starve in a partition they share with GPU jobs. A job
+        with no GPU service is where least-attained-service puts any new job: queue 1;
+        inside that band Slurm's own factors (age, fairshare, QOS) order it against
+        the GPU jobs there, as without the controller, and it never waits behind a
+        lower queue. It takes no GPU, so no GPU job yields for it (it is not in the plan)."""
+        top = (len(self.config.queues_gpu_s) + 1) * self.config.site_factor_band
+        return {job_id: top for job_id in cpu_pending}
 
     def forget(self, job_id: str) -> None:
         self.site_factors_set.pop(job_id, None)
