@@ -37,9 +37,15 @@ TAIL_SHARE = 0.1
 
 
 class ServiceDistribution:
-    """Service distribution (GPU-seconds) from samples, some possibly censored."""
+    """Service distribution (GPU-seconds) from samples, some possibly censored.
 
-    def __init__(self, samples_gpu_s: Iterable[float], censored: Optional[Iterable[bool]] = None):
+    ``learned``: built from the jobs that ended so far (the controller's store, a
+    replay's past), not given whole up front; dgittins orders by a learned one only
+    once it holds enough samples."""
+
+    def __init__(self, samples_gpu_s: Iterable[float], censored: Optional[Iterable[bool]] = None,
+                 learned: bool = False):
+        self.learned = learned
         values = np.asarray(list(samples_gpu_s), dtype=float)
         if values.size and (not np.all(np.isfinite(values)) or values.min() < 0):
             raise InputError("service samples: values must be finite and >= 0")
@@ -150,7 +156,7 @@ class LearnedDistribution:
         self.min_new = min_new
         self._all: list[float] = list(initial)
         self._censored: list[bool] = [False] * len(self._all)
-        self._current = ServiceDistribution(self._all) if self._all else None
+        self._current = ServiceDistribution(self._all, learned=True) if self._all else None
 
     def add(self, service_gpu_s: float, censored: bool = False) -> None:
         """One job ended with this attained service; ``censored``: it was cut short."""
@@ -158,7 +164,7 @@ class LearnedDistribution:
         self._censored.append(censored)
         built = len(self._current) if self._current is not None else 0
         if len(self._all) - built >= max(self.min_new, int(built * self.refresh_fraction)):
-            self._current = ServiceDistribution(self._all, self._censored)
+            self._current = ServiceDistribution(self._all, self._censored, learned=True)
 
     @property
     def current(self) -> ServiceDistribution | None:

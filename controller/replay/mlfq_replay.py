@@ -42,6 +42,7 @@ from controller.core.engine import Engine
 from controller.core.gittins import LearnedDistribution
 from controller.core.model import InputError, JobState, Snapshot
 from controller.core.policies.base import LEVEL_TOLERANCE_GPU_S
+from controller.core.policies.dgittins import known, quantum_ends
 from controller.core.protection import run_time_over_s, why_protected
 from controller.core.queue_book import QueueBook
 from controller.core.queues import ENTERED, SETTLED_WAITING
@@ -180,12 +181,12 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
     def rekey_waiting() -> None:
         """The distribution changed: every waiting order value of Q_1..Q_{K-1} too."""
         def values(level: int, items) -> list[float]:
-            if not items or service is None or len(service) == 0:
+            if not items or not known(service):
                 return [0.0] * len(items)
             served = [thresholds[level - 1] if group == ENTERED and job.running else job.queue_service_gpu_s
                       for (_, group, _), _, job in items]
-            ends = [thresholds[level]] * len(items)
-            return (-service.indices(np.asarray(served), np.asarray(ends))).tolist()
+            ends = quantum_ends(thresholds, [level] * len(items), served)
+            return (-service.indices(np.asarray(served), ends)).tolist()
         book.rekey(values, levels=range(len(thresholds)))
 
     snapshot = Snapshot(now_s=now, jobs=[], nodes=cluster.nodes, service=service, round_id=0, detailed=False,

@@ -412,7 +412,7 @@ class Controller:
         if now - self.service_loaded_at < self.config.service_refresh_s:
             return
         samples, censored = self.store.service_samples_censored(self.config.cluster)
-        self.service = ServiceDistribution(samples, censored=censored) if samples else None
+        self.service = ServiceDistribution(samples, censored=censored, learned=True) if samples else None
         self.service_loaded_at = now
 
     def _snapshot(self, observed: dict[str, ObservedJob], observation: Observation, now: float, round_id: int,
