@@ -23,6 +23,7 @@ def build_book(policy: Policy, jobs: list[JobState], ctx: PolicyContext) -> Queu
     """The book of a snapshot's jobs (levels after this round's promotions)."""
     levels = ctx.precompute_levels(jobs).tolist()
     groups, entries = groups_and_entries(jobs, levels, ctx.thresholds_gpu_s, ctx.now_s, ctx.queue_service)
+    policy.regroup(jobs, levels, groups, ctx)
     within = policy.waiting_order(jobs, levels, groups, ctx)
     return QueueBook.build(jobs, levels, groups, entries, within, len(ctx.thresholds_gpu_s) + 1)
 

@@ -41,7 +41,7 @@ import numpy as np
 from controller.core.engine import Engine
 from controller.core.gittins import LearnedDistribution
 from controller.core.model import InputError, JobState, Snapshot
-from controller.core.policies.base import LEVEL_TOLERANCE_GPU_S
+from controller.core.policies.base import LEVEL_TOLERANCE_GPU_S, judged_at, rung
 from controller.core.policies.dgittins import known, quantum_ends
 from controller.core.protection import run_time_over_s, why_protected
 from controller.core.queue_book import QueueBook
@@ -117,6 +117,7 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
     book.within_function = lambda job, level: waiting_value(job, level, job.queue_service_gpu_s)
 
     demotions: list[tuple[float, int, int]] = []  # (crossing time, index, version)
+    rung_crossings: list[tuple[float, int, int, int]] = []  # (crossing time, index, version, level)
     timeline: list[tuple[float, int, int]] = []
     waiting_jobs = 0  # jobs without GPUs (the book also lists entered jobs that still run)
     rounds = events = 0
@@ -129,6 +130,19 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
         if level < len(thresholds):
             p = private[job.index]
             heapq.heappush(demotions, (t + (thresholds[level] - served_gpu_s) / job.num_gpus, job.index, p.version))
+            mark = rung(thresholds, level)
+            if policy.rejudges_at_rung and served_gpu_s < mark - LEVEL_TOLERANCE_GPU_S:
+                heapq.heappush(rung_crossings, (t + (mark - served_gpu_s) / job.num_gpus, job.index, p.version, level))
+
+    def rejudge(job: JobState, level: int) -> None:
+        """Crossed its queue's rung while running: walked with the waiting jobs at its
+        place (the engine's ``regroup``), judged at the rung; a distribution too thin
+        to order anything leaves it where it is."""
+        where = book.where.get(job.index)
+        if where is None or where[0] != level or where[1] is not None or not known(service):
+            return
+        book.remove(job)
+        book.add_waiting(job, level, ENTERED, job.queue_entry, waiting_value(job, level, rung(thresholds, level)))
 
     def start(job: JobState, placement) -> None:
         nonlocal waiting_jobs
@@ -183,8 +197,8 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
         def values(level: int, items) -> list[float]:
             if not items or not known(service):
                 return [0.0] * len(items)
-            served = [thresholds[level - 1] if group == ENTERED and job.running else job.queue_service_gpu_s
-                      for (_, group, _), _, job in items]
+            served = [judged_at(thresholds, level, group == ENTERED and job.running, job.queue_level,
+                                job.queue_service_gpu_s) for (_, group, _), _, job in items]
             ends = quantum_ends(thresholds, [level] * len(items), served)
             return (-service.indices(np.asarray(served), ends)).tolist()
         book.rekey(values, levels=range(len(thresholds)))
@@ -229,6 +243,11 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
                 service = learned.current
                 if ordered_waiting:
                     rekey_waiting()
+            # rung crossings after the distribution the round uses is known
+            while current(rung_crossings) and rung_crossings[0][0] <= now + EPS:
+                _, index, _, level = heapq.heappop(rung_crossings)
+                rejudge(jobs[index], level)
+                events += 1
             rounds += 1
             if protects:
                 end_protection()
@@ -277,6 +296,8 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
             t_next = min(t_next, jobs[next_arrival].spec.submit_time_s)
         if current(demotions):
             t_next = min(t_next, demotions[0][0])
+        if waiting_jobs and current(rung_crossings):
+            t_next = min(t_next, rung_crossings[0][0])
         if waiting_jobs and protects and min_runtime > 0:  # a running job's protection ends
             t_next = min(t_next, next_run_end())
         if t_next == math.inf:

@@ -78,6 +78,7 @@ class Controller:
         self.service: Optional[ServiceDistribution] = None
         self.service_loaded_at = -math.inf
         self.last_plan: Optional[Plan] = None
+        self.planned_at: Optional[float] = None  # when the last round planned (Snapshot.previous_round_s)
         self.last_observation: Optional[Observation] = None
         self._outage_since: Optional[float] = None
         self.usage_collected_at = -math.inf
@@ -280,6 +281,7 @@ class Controller:
         # plan
         leaving = self.preemptions.leaving()
         plan = self._plan(observed, observation, now, round_id, leaving)
+        self.planned_at = now  # dgittins: the rung crossings of the next round are those since now
         for job_id, level in plan.levels.items():
             self.records[job_id].level = level
         for job_id, (queue_level, queue_entry) in plan.positions.items():
@@ -471,7 +473,8 @@ class Controller:
         nodes = observation.nodes
         capacity = sum(n.gpus_total for n in nodes if n.available) - held_gpus
         return Snapshot(now_s=now, jobs=jobs, nodes=nodes, service=self.service, round_id=round_id,
-                        capacity_gpus=max(capacity, 0), explain=explain, free_by_node=free_by_node), waiting, reasons
+                        capacity_gpus=max(capacity, 0), explain=explain, free_by_node=free_by_node,
+                        previous_round_s=self.planned_at), waiting, reasons
 
     # -- usage records --------------------------------------------------------------------------
     def _collect_usage(self, now: float) -> None:

@@ -12,8 +12,9 @@ noise that costs preemptions): as dlas.
 """
 import numpy as np
 
-from controller.core.policies.base import Policy, mlfq_key, mlfq_order, service_at_entry
-from controller.core.queues import ENTERED, SETTLED_WAITING
+from controller.core.policies.base import (LEVEL_TOLERANCE_GPU_S, Policy, judged_at, mlfq_key, mlfq_order, rung,
+                                           service_at_entry)
+from controller.core.queues import ENTERED, SETTLED_RUNNING, SETTLED_WAITING
 
 MIN_LEARNED_SAMPLES = 300
 
@@ -35,6 +36,25 @@ class DiscretizedGittins(Policy):
     name = "dgittins"
     discretized = True
     uses_service_distribution = True
+    rejudges_at_rung = True
+
+    def regroup(self, jobs, levels, groups, ctx):
+        """A settled running job whose service crossed its queue's rung since the
+        previous round is walked with the waiting jobs this round (ENTERED, at its
+        place): it keeps its GPUs if its index still earns them, else it is preempted.
+        Once per queue: the next round finds it past the rung already."""
+        previous, thresholds = ctx.previous_round_s, ctx.thresholds_gpu_s
+        if previous is None or not known(ctx.service):
+            return
+        last, now = len(thresholds), ctx.now_s
+        for i, job in enumerate(jobs):
+            if groups[i] != SETTLED_RUNNING or levels[i] >= last:
+                continue
+            mark = rung(thresholds, levels[i]) - LEVEL_TOLERANCE_GPU_S
+            served = ctx.queue_service(job)
+            since = previous if job.run_start_s is None else max(previous, job.run_start_s)
+            if served >= mark > served - job.num_gpus * (now - since):
+                groups[i] = ENTERED
 
     def waiting_order(self, jobs, levels, groups, ctx):
         """-G(a, hi_level) per job (0 in the last queue or without history), vectorized."""
@@ -46,11 +66,11 @@ class DiscretizedGittins(Policy):
         scored = [i for i, level in enumerate(levels) if level < last]
         if scored:
             queue_service = ctx.queue_service
-            # service_at_entry, inlined: a job demoted while running is judged at the
-            # threshold it crossed, any other job at its service now
-            served = np.array([thresholds[levels[i] - 1]
-                               if groups[i] == ENTERED and jobs[i].running and jobs[i].queue_level is not None
-                               and levels[i] > jobs[i].queue_level else queue_service(jobs[i]) for i in scored])
+            # service_at_entry: a job demoted while running is judged at the threshold
+            # it crossed, one re-judged at its rung at the rung, any other job at its
+            # service now
+            served = np.array([judged_at(thresholds, levels[i], groups[i] == ENTERED and jobs[i].running,
+                                         jobs[i].queue_level, queue_service(jobs[i])) for i in scored])
             negated[scored] = -ctx.service.indices(served, quantum_ends(thresholds, [levels[i] for i in scored], served))
         return negated
 
