@@ -127,3 +127,44 @@ def test_tail_index_is_not_zero_and_below_young_jobs():
 def test_censoring_flags_must_match_samples():
     with pytest.raises(InputError, match="2 censoring flags for 3 samples"):
         ServiceDistribution([1, 2, 3], censored=[True, False])
+
+
+def _spec(i, user, name, gpus=1, limit=None):
+    from controller.core.model import JobSpec
+    return JobSpec(f"j{i}", gpus, 0.0, None, user=user, job_name=name, time_limit_s=limit)
+
+
+def test_conditioned_backs_off_to_coarser_keys_until_a_key_has_enough_samples():
+    from controller.core.conditioned import ConditionedDistributions
+
+    learned = ConditionedDistributions(min_samples=30, window=None)
+    for i in range(40):
+        learned.add_job(_spec(i, "alice", "debug"), 10.0)
+    for i in range(20):
+        learned.add_job(_spec(100 + i, "bob", "train"), 5000.0)
+    assert learned.describe(_spec(1, "alice", "debug")) == ("user+name=alice,debug", 40)
+    assert learned.describe(_spec(2, "bob", "train")) == ("gpus=1", 60)  # bob: 20 < 30 samples
+    # alice's new job is judged on her own history: likely done within a short quantum
+    alice = learned.index_for(_spec(3, "alice", "debug"), 0.0, 100.0)
+    bob = learned.index_for(_spec(4, "bob", "train"), 0.0, 100.0)
+    assert alice > 5 * bob  # bob (backed off to the mix): 1/60
+
+
+def test_conditioned_window_keeps_the_newest_samples():
+    from controller.core.conditioned import ConditionedDistributions
+
+    learned = ConditionedDistributions(min_samples=30, window=50, min_new=1)
+    for i in range(50):
+        learned.add_job(_spec(i, "u", "n"), 10000.0)
+    for i in range(50):
+        learned.add_job(_spec(50 + i, "u", "n"), 10.0)
+    distribution, _ = learned.choose(_spec(0, "u", "n"))
+    assert float(distribution.samples.max()) == 10.0
+
+
+def test_time_limit_bounds_the_index():
+    """Every sample is far past a 1 GPU x 100 s limit: capped, the job surely ends by
+    100 GPU-s, so its index is 1 / 100 (uncapped: 0, no sample within the quantum)."""
+    service = ServiceDistribution([5000.0] * 10)
+    assert service.index_for(_spec(0, "", "", limit=None), 0.0, 200.0) == 0.0
+    assert service.index_for(_spec(0, "", "", limit=100.0), 0.0, 200.0) == pytest.approx(1 / 100)

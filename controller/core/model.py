@@ -30,6 +30,10 @@ class JobSpec:
     partition: str = "default"
     user: str = ""
     model_name: str = ""
+    # what Slurm knows at submit and dgittins conditions on (controller.core.conditioned)
+    account: str = ""
+    job_name: str = ""
+    time_limit_s: Optional[float] = None  # wall-clock limit (None: unlimited)
     preemptable: bool = True  # False: once running, keeps its GPUs (no checkpoint contract)
     # The job's own node constraints, as Slurm holds them (controller.core.placement
     # honours them): every node of --nodelist is used, no node of --exclude is, and

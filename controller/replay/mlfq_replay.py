@@ -39,14 +39,13 @@ from typing import Callable, Optional
 import numpy as np
 
 from controller.core.engine import Engine
-from controller.core.gittins import LearnedDistribution
 from controller.core.model import InputError, JobState, Snapshot
 from controller.core.policies.base import LEVEL_TOLERANCE_GPU_S, judged_at, rung
 from controller.core.policies.dgittins import known, quantum_ends
 from controller.core.protection import run_time_over_s, why_protected
 from controller.core.queue_book import QueueBook
 from controller.core.queues import ENTERED, SETTLED_WAITING
-from controller.replay.cluster import EPS, RunState, SimCluster, SimConfig, SimResult
+from controller.replay.cluster import EPS, learner_for, RunState, SimCluster, SimConfig, SimResult
 
 
 class _Places:
@@ -97,7 +96,8 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
     thresholds = engine_cfg.thresholds_gpu_s if policy.discretized else ()  # fifo: one queue
     num_levels = len(thresholds) + 1
     capacity = cfg.capacity_gpus
-    learned = LearnedDistribution() if cfg.service is None and policy.uses_service_distribution else None
+    learned = learner_for(cfg, policy) if cfg.service is None and policy.uses_service_distribution else None
+    seen_version = learned.version if learned is not None else 0
     cluster = SimCluster(cfg, jobs, private, learned)
     service = cfg.service
     index_of = {job.job_id: job.index for job in jobs}
@@ -112,7 +112,7 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
     places = _Places() if handoff else None
 
     def waiting_value(job: JobState, level: int, served_gpu_s: float) -> float:
-        return policy.waiting_value(service, thresholds, level, served_gpu_s) if ordered_waiting else 0.0
+        return policy.waiting_value(service, thresholds, level, served_gpu_s, job.spec) if ordered_waiting else 0.0
 
     book.within_function = lambda job, level: waiting_value(job, level, job.queue_service_gpu_s)
 
@@ -200,7 +200,7 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
             served = [judged_at(thresholds, level, group == ENTERED and job.running, job.queue_level,
                                 job.queue_service_gpu_s) for (_, group, _), _, job in items]
             ends = quantum_ends(thresholds, [level] * len(items), served)
-            return (-service.indices(np.asarray(served), ends)).tolist()
+            return (-np.asarray(service.indices_for([job.spec for _, _, job in items], served, ends))).tolist()
         book.rekey(values, levels=range(len(thresholds)))
 
     snapshot = Snapshot(now_s=now, jobs=[], nodes=cluster.nodes, service=service, round_id=0, detailed=False,
@@ -239,8 +239,8 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
             events += 1
         # 2. a round, if any job waits for GPUs (and, without preemption, some are free)
         if round_now:
-            if learned is not None and learned.current is not service:
-                service = learned.current
+            if learned is not None and (learned.current is not service or learned.version != seen_version):
+                service, seen_version = learned.current, learned.version
                 if ordered_waiting:
                     rekey_waiting()
             # rung crossings after the distribution the round uses is known

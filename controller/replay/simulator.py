@@ -20,12 +20,11 @@ import math
 from typing import Callable, Iterable, Optional
 
 from controller.core.engine import Engine
-from controller.core.gittins import LearnedDistribution
 from controller.core.model import InputError, JobSpec, JobState, Snapshot
 from controller.core.policies.base import LEVEL_TOLERANCE_GPU_S, rung
 from controller.core.protection import run_time_over_s
 from controller.replay import mlfq_replay
-from controller.replay.cluster import (EPS, JobOutcome, RunState, SimCluster, SimConfig,  # noqa: F401
+from controller.replay.cluster import (EPS, JobOutcome, learner_for, RunState, SimCluster, SimConfig,  # noqa: F401
                                        SimResult)
 
 
@@ -66,7 +65,7 @@ class Simulation:
         cfg = self.config
         engine_cfg = cfg.engine
         policy = self.engine.policy
-        learned = LearnedDistribution() if cfg.service is None else None
+        learned = learner_for(cfg, policy) if cfg.service is None else None
         cluster = SimCluster(cfg, jobs, self.run_state, learned)
         active: dict[int, JobState] = {}
         waiting: dict[int, JobState] = {}

@@ -144,6 +144,7 @@ class Policy:
     static_order = False  # non-preemptive, ordered by arrival: a replay may keep a queue book
     drifts_while_running = False  # priority changes continuously: needs a quantum
     uses_service_distribution = False
+    conditions_service = False  # reads a distribution per job (controller.core.conditioned)
     rejudges_at_rung = False  # dgittins: a running job's crossing of its queue's rung is an event
 
     def waiting_order(self, jobs: list[JobState], levels: list[int], groups: list[int], ctx: PolicyContext):
@@ -151,7 +152,7 @@ class Policy:
         their FIFO places (smaller first), or None for pure FIFO queues."""
         return None
 
-    def waiting_value(self, service, thresholds, level: int, service_gpu_s: float) -> float:
+    def waiting_value(self, service, thresholds, level: int, service_gpu_s: float, spec=None) -> float:
         """One job's ``waiting_order`` value, given the service it is judged at (0: FIFO)."""
         return 0.0
 

@@ -37,6 +37,7 @@ class DiscretizedGittins(Policy):
     discretized = True
     uses_service_distribution = True
     rejudges_at_rung = True
+    conditions_service = True
 
     def regroup(self, jobs, levels, groups, ctx):
         """A settled running job whose service crossed its queue's rung since the
@@ -71,14 +72,15 @@ class DiscretizedGittins(Policy):
             # service now
             served = np.array([judged_at(thresholds, levels[i], groups[i] == ENTERED and jobs[i].running,
                                          jobs[i].queue_level, queue_service(jobs[i])) for i in scored])
-            negated[scored] = -ctx.service.indices(served, quantum_ends(thresholds, [levels[i] for i in scored], served))
+            ends = quantum_ends(thresholds, [levels[i] for i in scored], served)
+            negated[scored] = -np.asarray(ctx.service.indices_for([jobs[i].spec for i in scored], served, ends))
         return negated
 
-    def waiting_value(self, service, thresholds, level: int, service_gpu_s: float) -> float:
+    def waiting_value(self, service, thresholds, level: int, service_gpu_s: float, spec=None) -> float:
         """One job's ``waiting_order`` value, given the service it is judged at."""
         if level >= len(thresholds) or not known(service):
             return 0.0
-        return -service.index(service_gpu_s, service_gpu_s + thresholds[level])
+        return -service.index_for(spec, service_gpu_s, service_gpu_s + thresholds[level])
 
     def ordered(self, jobs, ctx):
         return mlfq_order(jobs, ctx, self)
@@ -89,7 +91,7 @@ class DiscretizedGittins(Policy):
             return 0.0
         entered = job.queue_entry is None or job.queue_level != level
         served = service_at_entry(job, level, ENTERED if entered else SETTLED_WAITING, ctx)
-        return ctx.service.index(served, served + ctx.thresholds_gpu_s[level])
+        return ctx.service.index_for(job.spec, served, served + ctx.thresholds_gpu_s[level])
 
     def sort_key(self, job, ctx):
         return mlfq_key(job, ctx, -self._index(job, ctx))
