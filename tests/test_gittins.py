@@ -156,7 +156,7 @@ def test_conditioned_window_keeps_the_newest_samples():
     learned = ConditionedDistributions(min_samples=30, window=50, min_new=1)
     for i in range(50):
         learned.add_job(_spec(i, "u", "n"), 10000.0)
-    for i in range(50):
+    for i in range(60):  # rebuilt every 2 new samples (5% of the window)
         learned.add_job(_spec(50 + i, "u", "n"), 10.0)
     distribution, _ = learned.choose(_spec(0, "u", "n"))
     assert float(distribution.samples.max()) == 10.0
