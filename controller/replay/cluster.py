@@ -51,6 +51,7 @@ class SimConfig:
     # learned distributions per key of what Slurm knows at submit (controller.core.
     # conditioned); False: one global distribution
     conditioned: bool = True
+    service_window: Optional[int] = 5000  # newest samples kept per key (None: all)
     drop_oversize: bool = False
     # MLFQ policies replay with one queue book kept across rounds (controller.replay.
     # mlfq_replay) when promotion is off and rounds are event-driven, with or without the
@@ -171,7 +172,7 @@ def plannable_free(free_by_node: dict[str, int], victims: Iterable[JobState]) ->
 def learner_for(cfg: SimConfig, policy):
     """What a replay learns its service distribution(s) into from the jobs that end:
     per key for a policy that reads them per job (dgittins), unless turned off."""
-    return ConditionedDistributions() if cfg.conditioned and policy.conditions_service else LearnedDistribution()
+    return ConditionedDistributions(window=cfg.service_window) if cfg.conditioned and policy.conditions_service else LearnedDistribution()
 
 
 class SimCluster:
