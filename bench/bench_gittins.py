@@ -50,14 +50,10 @@ CASES = {
 def oracles(jobs, window):
     """The whole trace's distributions, global and per key, given up front."""
     gpu_s = [job.num_gpus * job.duration_s for job in jobs]
-    conditioned = ConditionedDistributions(window=window, min_new=1 << 30)  # built once, below
+    conditioned = ConditionedDistributions(window=window)
     for job, value in zip(jobs, gpu_s):
-        conditioned.add_job(job, value)
-    for entry in conditioned.keys.values():
-        if len(entry.samples) >= conditioned.min_samples:
-            values, cut = zip(*entry.samples)
-            entry.built = ServiceDistribution(values, cut)
-    conditioned.version += 1
+        conditioned.add_job(job, value, build=False)
+    conditioned.build_all(learned=False)
     return ServiceDistribution(gpu_s), conditioned
 
 

@@ -392,6 +392,9 @@ class SlurmBackend:
             min_nodes=job.node_count,
             max_nodes=job.max_nodes,
             mps=job.mps,
+            account=job.account,
+            name=job.name,
+            time_limit_s=job.time_limit_s,
         )
 
     # ------------------------------------------------------------------ levers

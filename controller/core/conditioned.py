@@ -72,6 +72,7 @@ class ConditionedDistributions:
         self.min_new = min_new
         self.keys: dict[tuple, _Key] = {}
         self.count = 0
+        self.censored_count = 0
         self.version = 0
         self._chosen: dict[str, tuple] = {}  # job id -> (version, distribution, key)
 
@@ -83,21 +84,33 @@ class ConditionedDistributions:
         """As LearnedDistribution.current: what a round reads (None before any sample)."""
         return self if self.count else None
 
-    def add_job(self, spec: JobSpec, service_gpu_s: float, censored: bool = False) -> None:
-        """One job ended with this service (``censored``: it was cut short)."""
+    def add_job(self, spec: JobSpec, service_gpu_s: float, censored: bool = False, build: bool = True) -> None:
+        """One job ended with this service (``censored``: it was cut short); ``build``
+        False: only record it (``build_all`` builds every key once, after a bulk load)."""
         self.count += 1
+        self.censored_count += bool(censored)
         for key in keys_of(spec):
             entry = self.keys.get(key)
             if entry is None:
                 entry = self.keys[key] = _Key(self.window)
             entry.samples.append((service_gpu_s, censored))
             entry.added += 1
-            if entry.added >= self.min_samples and (entry.built is None or entry.added - entry.built_at >= max(
+            if build and entry.added >= self.min_samples and (entry.built is None or entry.added - entry.built_at >= max(
                     self.min_new, int(len(entry.samples) * self.refresh_fraction))):
                 values, cut = zip(*entry.samples)
                 entry.built = ServiceDistribution(values, cut, learned=True)
                 entry.built_at = entry.added
                 self.version += 1
+
+    def build_all(self, learned: bool = True) -> None:
+        """Build every key with enough samples from what it holds now (``learned``
+        False: a distribution given up front, as an oracle)."""
+        for entry in self.keys.values():
+            if len(entry.samples) >= self.min_samples:
+                values, cut = zip(*entry.samples)
+                entry.built = ServiceDistribution(values, cut, learned=learned)
+                entry.built_at = entry.added
+        self.version += 1
 
     def choose(self, spec: JobSpec) -> tuple[Optional[ServiceDistribution], tuple]:
         """The distribution of the finest key with enough samples, and that key."""
@@ -127,3 +140,15 @@ class ConditionedDistributions:
         distribution, key = self.choose(spec)
         label = key[0] if len(key) == 1 else f"{key[0]}={','.join(str(part) for part in key[1:])}"
         return label, len(distribution) if distribution is not None else 0
+
+
+def learn_conditioned(rows, window: Optional[int]) -> ConditionedDistributions:
+    """The controller's distributions from its store's samples, oldest first:
+    (GPU-s, censored, user, account or partition, job name, GPUs) per ended job."""
+    learned = ConditionedDistributions(window=window)
+    for index, (gpu_s, censored, user, group, job_name, gpus) in enumerate(rows):
+        spec = JobSpec(f"sample{index}", max(int(gpus or 1), 1), 0.0, None, user=user or "", account=group or "",
+                       job_name=job_name or "")
+        learned.add_job(spec, gpu_s, censored, build=False)
+    learned.build_all()
+    return learned

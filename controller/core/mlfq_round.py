@@ -150,6 +150,8 @@ def _describe(writer: RoundWriter, book: QueueBook, ctx, selected, unplaced, sna
         level, key = where[job.index]
         levels[job.job_id] = level
         keys[job.job_id] = display((level,) if key is None else (level, key[0]), job, ctx)
+    if snapshot.explain and hasattr(ctx.service, "describe"):
+        plan.index_sources = {job.job_id: ctx.service.describe(job.spec) for job in ordered}
     if snapshot.explain:
         selected_ids = {job.job_id for job in selected} | {a.job_id for a in plan.of_kind("start")}
         stopped = {a.job_id for a in plan.of_kind("preempt")}

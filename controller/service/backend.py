@@ -45,6 +45,10 @@ class ObservedJob:
     min_nodes: int = 0
     max_nodes: int = 0
     mps: int = 0
+    # what dgittins conditions on (controller.core.conditioned); '' / None: not reported
+    account: str = ""
+    name: str = ""
+    time_limit_s: Optional[float] = None
     signal: str = ""  # the job's --signal spec when the cluster manager reports it ("B:USR1@90"); '' unknown
 
 

@@ -25,6 +25,7 @@ import time
 from typing import Callable, Mapping, Optional
 
 from controller.core.engine import Engine
+from controller.core.conditioned import learn_conditioned
 from controller.core.gittins import ServiceDistribution
 from controller.core.inputs import shorten
 from controller.core.model import InputError, JobSpec, JobState, Snapshot
@@ -396,6 +397,7 @@ class Controller:
             try:
                 spec = JobSpec(job.job_id, job.gpus, record.submit_time_s, None, skew=record.skew,
                                partition=job.partition, user=job.user, preemptable=preemptable,
+                               account=job.account, job_name=job.name, time_limit_s=job.time_limit_s,
                                required_nodes=() if pinned else job.required_nodes,
                                excluded_nodes=job.excluded_nodes,
                                min_nodes=job.min_nodes if job.min_nodes > 1 else None,
@@ -404,7 +406,8 @@ class Controller:
                 self._log_once(f"job {job.job_id}: its node constraints are left out of the plan: {err}")
         if spec is None:
             spec = JobSpec(job.job_id, job.gpus, record.submit_time_s, None, skew=record.skew,
-                           partition=job.partition, user=job.user, preemptable=preemptable)
+                           partition=job.partition, user=job.user, preemptable=preemptable,
+                           account=job.account, job_name=job.name, time_limit_s=job.time_limit_s)
         specs[job.job_id] = (job, key, spec)
         return spec
 
@@ -413,8 +416,12 @@ class Controller:
             return
         if now - self.service_loaded_at < self.config.service_refresh_s:
             return
-        samples, censored = self.store.service_samples_censored(self.config.cluster)
-        self.service = ServiceDistribution(samples, censored=censored, learned=True) if samples else None
+        if self.engine.policy.conditions_service and self.config.service_conditioned:
+            self.service = learn_conditioned(self.store.service_samples_featured(self.config.cluster),
+                                             self.config.service_window or None).current
+        else:
+            samples, censored = self.store.service_samples_censored(self.config.cluster)
+            self.service = ServiceDistribution(samples, censored=censored, learned=True) if samples else None
         self.service_loaded_at = now
 
     def _snapshot(self, observed: dict[str, ObservedJob], observation: Observation, now: float, round_id: int,
