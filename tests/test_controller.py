@@ -421,3 +421,13 @@ def test_dgittins_orders_users_by_their_own_histories(store, policy, first):
     assert users[pending[0]] == first
     if policy == "dgittins":
         assert plan.index_sources["12"] == ("user+name=alice,quick", 200)
+
+
+def test_dgittins_bands_put_the_higher_index_first_inside_a_level():
+    from controller.core.bands import site_factors
+
+    order, levels = ["a", "b", "c"], {"a": 0, "b": 0, "c": 1}
+    factors = site_factors(order, levels, {"a", "b", "c"}, set(), 2, 1000, True, {"a": 1 / 60, "b": 1e-5, "c": 0.3})
+    assert factors["a"] > factors["b"] > 1000 * 2 - 1  # both in queue 1's band, by index
+    assert factors["c"] == 1000  # the last queue is FIFO: its band alone
+    assert site_factors(order, levels, {"a", "b", "c"}, set(), 2, 1000, True) == {"a": 2000, "b": 2000, "c": 1000}

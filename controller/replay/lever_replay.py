@@ -220,7 +220,8 @@ class LeverRound:
         pending = slurm.pending
         started = {j for j, job in pending.items() if job.first_start_s is not None}
         factors = site_factors(plan.order, plan.levels, pending, started, len(engine_cfg.thresholds_gpu_s) + 1,
-                               cfg.site_factor_band, self.engine.policy.discretized)
+                               cfg.site_factor_band, self.engine.policy.discretized,
+                               plan.keys if self.engine.policy.bands_by_index else None)
         changed = changed_bands(factors, self.sent, slurm.site_factor.get)
         self.apply_bands(band_actions(plan.round_id, changed, plan.levels))
         self.sent.update(changed)

@@ -97,7 +97,8 @@ class Controller:
         config, store = self.config, self.store
         self.accounts = Accounts(store, config.cluster, self.metrics, self._log_once, gone_credit_s=config.poll_s)
         self.records = self.accounts.records  # job id -> JobRecord (the same dict)
-        self.starts = Starts(config, self.executor, self.accounts, by_level=self.engine.policy.discretized)
+        self.starts = Starts(config, self.executor, self.accounts, by_level=self.engine.policy.discretized,
+                             by_index=self.engine.policy.bands_by_index)
         self.handoffs = Handoffs(config, store)
         self.contract = Contract(config, self.backend, self._log_once)
         self.preemptions = Preemptions(config, store, self.executor, self.accounts, self.contract, clock=self.clock)

@@ -37,6 +37,7 @@ class DiscretizedGittins(Policy):
     discretized = True
     uses_service_distribution = True
     rejudges_at_rung = True
+    bands_by_index = True
     conditions_service = True
 
     def regroup(self, jobs, levels, groups, ctx):
