@@ -168,3 +168,18 @@ def test_time_limit_bounds_the_index():
     service = ServiceDistribution([5000.0] * 10)
     assert service.index_for(_spec(0, "", "", limit=None), 0.0, 200.0) == 0.0
     assert service.index_for(_spec(0, "", "", limit=100.0), 0.0, 200.0) == pytest.approx(1 / 100)
+
+
+def test_project_traces_keep_account_job_name_and_time_limit(tmp_path):
+    from controller.core.model import JobSpec
+    from controller.replay.traces import load_trace, write_trace
+
+    jobs = [JobSpec("1", 2, 0.0, 50.0, user="alice", account="vision", job_name="train", time_limit_s=3600.0),
+            JobSpec("2", 1, 5.0, 10.0)]
+    path = tmp_path / "t.csv"
+    write_trace(path, jobs)
+    back = load_trace(path)
+    assert [(j.account, j.job_name, j.time_limit_s) for j in back] == [("vision", "train", 3600.0), ("", "", None)]
+    path.write_text(path.read_text().replace("3600", "soon"))
+    with pytest.raises(InputError, match="t.csv:2: field 'time_limit_s' value 'soon'"):
+        load_trace(path)
