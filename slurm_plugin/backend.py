@@ -450,6 +450,9 @@ class SlurmBackend:
             het_offset=job.het_offset,
             gpu_type=job.gpu_type,
             reservation=job.reservation,
+            account=job.account,
+            name=job.name,
+            time_limit_s=job.time_limit_s,
         )
 
     # ------------------------------------------------------------------ levers

@@ -354,7 +354,7 @@ def test_version_1_database_is_upgraded(tmp_path):
     with pytest.raises(StoreError, match="run `tiresias migrate`"):  # the controller refuses an older schema
         Store(f"sqlite:///{path}")
     with Store(f"sqlite:///{path}", access="migrate") as s:
-        assert s.schema_version == SCHEMA_VERSION == 4
+        assert s.schema_version == SCHEMA_VERSION == 5
         s.save_jobs("c", [JobRecord("7", 2, 0.0, queue_level=1, queue_entry=3.0)])
         assert (s.load_jobs("c")["7"].queue_level, s.load_jobs("c")["7"].queue_entry) == (1, 3.0)
         assert s.service_samples_censored("c") == ([40.0], [False])  # old samples: completed jobs
@@ -385,3 +385,52 @@ def test_every_ended_job_is_a_sample_cut_short_ones_censored(store):
     backend.now = 1103.0
     c.run_round()
     assert c.service is not None and c.service.count == 4 and c.service.censored_count == 2
+
+
+def test_ended_jobs_keep_what_slurm_knew_of_them(store):
+    backend = ScriptedBackend()
+    backend.add("1", 2, "RUNNING", start=1000.0, nodes=[("gpu1", 2)])
+    backend.jobs["1"] = dataclasses.replace(backend.jobs["1"], account="vision", name="train.sh")
+    c = controller(store, backend, policy="dgittins")
+    c.run_round()
+    backend.now = 1100.0
+    backend.jobs["1"] = dataclasses.replace(backend.jobs["1"], state="COMPLETED", end_time_s=1100.0)
+    c.run_round()
+    assert store.service_samples_featured("default") == [(pytest.approx(200.0), False, "alice", "vision",
+                                                          "train.sh", 2)]
+
+
+@pytest.mark.parametrize("policy, first", [("dgittins", "alice"), ("dlas", "bob")])
+def test_dgittins_orders_users_by_their_own_histories(store, policy, first):
+    """alice's 'quick' jobs ended after 60 GPU-s, bob's 'sweep' after 20,000: alice's
+    new job goes first although bob's was submitted first (dlas: FIFO, bob)."""
+    for i in range(200):
+        store.add_service_sample("default", f"a{i}", 60.0, finished_s=float(i), features=("alice", "batch", "quick", 1))
+        store.add_service_sample("default", f"b{i}", 20000.0, finished_s=float(i),
+                                 features=("bob", "batch", "sweep", 1))
+    backend = ScriptedBackend()
+    backend.nodes = [Node("gpu1", 1, 0)]
+    backend.add("10", 1, "RUNNING", start=0.0, nodes=[("gpu1", 1)])
+    backend.now = 5.0
+    backend.add("11", 1)
+    backend.jobs["11"] = dataclasses.replace(backend.jobs["11"], user="bob", name="sweep")
+    backend.now = 6.0
+    backend.add("12", 1)
+    backend.jobs["12"] = dataclasses.replace(backend.jobs["12"], name="quick")
+    c = controller(store, backend, policy=policy, service_refresh_s=1)
+    plan, _ = c.preview()
+    users = {"11": "bob", "12": "alice"}
+    pending = [job_id for job_id in plan.order if job_id in users]
+    assert users[pending[0]] == first
+    if policy == "dgittins":
+        assert plan.index_sources["12"] == ("user+name=alice,quick", 200)
+
+
+def test_dgittins_bands_put_the_higher_index_first_inside_a_level():
+    from controller.core.bands import site_factors
+
+    order, levels = ["a", "b", "c"], {"a": 0, "b": 0, "c": 1}
+    factors = site_factors(order, levels, {"a", "b", "c"}, set(), 2, 1000, True, {"a": 1 / 60, "b": 1e-5, "c": 0.3})
+    assert factors["a"] > factors["b"] > 1000 * 2 - 1  # both in queue 1's band, by index
+    assert factors["c"] == 1000  # the last queue is FIFO: its band alone
+    assert site_factors(order, levels, {"a", "b", "c"}, set(), 2, 1000, True) == {"a": 2000, "b": 2000, "c": 1000}

@@ -217,3 +217,42 @@ def test_bulk_order_equals_per_job_sort_keys(name):
     policy.prepare(jobs, ctx)
     one_by_one = [j.job_id for j in sorted(jobs, key=lambda j: policy.sort_key(j, ctx))]
     assert bulk == one_by_one
+
+
+def test_dgittins_quantum_is_hi_past_the_jobs_own_service():
+    """Delta = hi_1: a job at 90 of hi_1 = 100 is judged on (90, 190], where all its
+    likely ends lie; a quantum ending at hi_1 (the old rule) held no sample: index 0."""
+    service = ServiceDistribution([50] * 5 + [150] * 5)
+    almost = job(0, 1, served=90, first_start=0, submit=0)
+    fresh = job(1, 1, served=0, submit=0)
+    plan = Engine(EngineConfig(policy="dgittins", thresholds_gpu_s=(100,))).step(
+        Snapshot(5, [fresh, almost], nodes(1), service=service))
+    assert plan.order == ["j0", "j1"]
+    assert plan.keys["j0"] == pytest.approx(1 / 60)
+
+
+@pytest.mark.parametrize("ended, expected", [(299, ["j0", "j1"]), (300, ["j1", "j0"])])
+def test_dgittins_is_dlas_until_300_jobs_ended(ended, expected):
+    """A learned distribution orders nothing before 300 samples (its index is noise)."""
+    service = ServiceDistribution([10] * (ended - 1) + [1000], learned=True)
+    early = job(0, 1, served=50, first_start=0, submit=0)  # its index: 0 (no sample in (50, 150])
+    late = job(1, 1, served=0, submit=1)
+    plan = Engine(EngineConfig(policy="dgittins", thresholds_gpu_s=(100,))).step(
+        Snapshot(5, [late, early], nodes(1), service=service))
+    assert plan.order == expected
+
+
+@pytest.mark.parametrize("previous_round, expected", [(45.0, [("preempt", "j0"), ("start", "j1")]), (52.0, []),
+                                                       (None, [])])
+def test_dgittins_rejudges_a_running_job_once_at_its_rung(previous_round, expected):
+    """hi_1 = 100, rung 50: the running job crossed it at t=50. In the first round
+    after (previous round at 45) it is walked with the waiting job by index and loses
+    (no sample in (50, 150]); a round later (previous at 52) it keeps its GPUs."""
+    service = ServiceDistribution([10] * 5 + [1000] * 5)
+    runner = job(0, 1, served=55, running=True, first_start=0, placement=(("n0", 1),))
+    runner.run_start_s, runner.queue_level, runner.queue_entry = 0.0, 0, 0.0
+    waiter = job(1, 1, submit=1)
+    waiter.queue_level, waiter.queue_entry = 0, 1.0
+    plan = Engine(EngineConfig(policy="dgittins", thresholds_gpu_s=(100,))).step(
+        Snapshot(55, [runner, waiter], [Node("n0", 1, 0)], service=service, previous_round_s=previous_round))
+    assert kinds(plan) == expected

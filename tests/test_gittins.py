@@ -127,3 +127,59 @@ def test_tail_index_is_not_zero_and_below_young_jobs():
 def test_censoring_flags_must_match_samples():
     with pytest.raises(InputError, match="2 censoring flags for 3 samples"):
         ServiceDistribution([1, 2, 3], censored=[True, False])
+
+
+def _spec(i, user, name, gpus=1, limit=None):
+    from controller.core.model import JobSpec
+    return JobSpec(f"j{i}", gpus, 0.0, None, user=user, job_name=name, time_limit_s=limit)
+
+
+def test_conditioned_backs_off_to_coarser_keys_until_a_key_has_enough_samples():
+    from controller.core.conditioned import ConditionedDistributions
+
+    learned = ConditionedDistributions(min_samples=30, window=None)
+    for i in range(40):
+        learned.add_job(_spec(i, "alice", "debug"), 10.0)
+    for i in range(20):
+        learned.add_job(_spec(100 + i, "bob", "train"), 5000.0)
+    assert learned.describe(_spec(1, "alice", "debug")) == ("user+name=alice,debug", 40)
+    assert learned.describe(_spec(2, "bob", "train")) == ("gpus=1", 60)  # bob: 20 < 30 samples
+    # alice's new job is judged on her own history: likely done within a short quantum
+    alice = learned.index_for(_spec(3, "alice", "debug"), 0.0, 100.0)
+    bob = learned.index_for(_spec(4, "bob", "train"), 0.0, 100.0)
+    assert alice > 5 * bob  # bob (backed off to the mix): 1/60
+
+
+def test_conditioned_window_keeps_the_newest_samples():
+    from controller.core.conditioned import ConditionedDistributions
+
+    learned = ConditionedDistributions(min_samples=30, window=50, min_new=1)
+    for i in range(50):
+        learned.add_job(_spec(i, "u", "n"), 10000.0)
+    for i in range(60):  # rebuilt every 2 new samples (5% of the window)
+        learned.add_job(_spec(50 + i, "u", "n"), 10.0)
+    distribution, _ = learned.choose(_spec(0, "u", "n"))
+    assert float(distribution.samples.max()) == 10.0
+
+
+def test_time_limit_bounds_the_index():
+    """Every sample is far past a 1 GPU x 100 s limit: capped, the job surely ends by
+    100 GPU-s, so its index is 1 / 100 (uncapped: 0, no sample within the quantum)."""
+    service = ServiceDistribution([5000.0] * 10)
+    assert service.index_for(_spec(0, "", "", limit=None), 0.0, 200.0) == 0.0
+    assert service.index_for(_spec(0, "", "", limit=100.0), 0.0, 200.0) == pytest.approx(1 / 100)
+
+
+def test_project_traces_keep_account_job_name_and_time_limit(tmp_path):
+    from controller.core.model import JobSpec
+    from controller.replay.traces import load_trace, write_trace
+
+    jobs = [JobSpec("1", 2, 0.0, 50.0, user="alice", account="vision", job_name="train", time_limit_s=3600.0),
+            JobSpec("2", 1, 5.0, 10.0)]
+    path = tmp_path / "t.csv"
+    write_trace(path, jobs)
+    back = load_trace(path)
+    assert [(j.account, j.job_name, j.time_limit_s) for j in back] == [("vision", "train", 3600.0), ("", "", None)]
+    path.write_text(path.read_text().replace("3600", "soon"))
+    with pytest.raises(InputError, match="t.csv:2: field 'time_limit_s' value 'soon'"):
+        load_trace(path)

@@ -171,3 +171,17 @@ def test_queue_against_real_slurm(submit_as, tmp_path, capsys):
         assert "Slurm reason JobHeld" in line and fields[7] == "wait"  # a held job only waits
     finally:
         subprocess.run(["scancel", job_id], capture_output=True, timeout=15)
+
+
+def test_explain_shows_the_index_its_key_and_sample_count(cluster, tmp_path, capsys):
+    config_file, backend = cluster
+    text = open(config_file).read()
+    url = text.split("database_url: ")[1].split("\n")[0]
+    with Store(url) as store:
+        for i in range(300):
+            store.add_service_sample("default", f"s{i}", 50.0, finished_s=float(i), features=("alice", "batch", "", 4))
+    with open(config_file, "a") as f:
+        f.write("policy: dgittins\n")
+    assert main(["explain", "2", "--config", config_file]) == 0
+    out = capsys.readouterr().out
+    assert "index: 0.02 (Gittins, from the distribution of key account+gpus=batch,4: 300 samples)" in out

@@ -219,6 +219,10 @@ def _planned_lines(job_id, observed, record, plan, observation, config) -> list[
     lines.append(f"  priority: position {index + 1} of {len(plan.order)}; {len(ahead)} job(s) ahead "
                  f"({len(ahead_running)} running, {len(ahead) - len(ahead_running)} pending)"
                  + (f": {shown}" if ahead else ""))
+    source = plan.index_sources.get(job_id)
+    if source is not None:
+        lines.append(f"  index: {plan.keys.get(job_id, 0.0):.3g} (Gittins, from the distribution of key {source[0]}:"
+                     f" {source[1]} samples)")
     nodes = [n for n in observation.nodes if n.available]
     free = sum(n.gpus_free for n in nodes)
     total = sum(n.gpus_total for n in nodes)

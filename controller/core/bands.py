@@ -5,20 +5,26 @@ the simulator can start jobs in the same order.
 """
 from __future__ import annotations
 
-from typing import Container, Mapping
+import math
+from typing import Container, Mapping, Optional
 
 from controller.core.actions import SetBand
 
 
 def site_factors(order: list[str], levels: Mapping[str, int], pending: Container[str], started: Container[str],
-                 queue_count: int, band: int, by_level: bool = True) -> dict[str, int]:
+                 queue_count: int, band: int, by_level: bool = True,
+                 indices: Optional[Mapping[str, float]] = None) -> dict[str, int]:
     """Job id -> SiteFactor for the ``pending`` jobs of ``order`` (highest priority first).
 
     MLFQ policies (``by_level``): band (K - level) x width, plus half a band for jobs
     that ran before (``started``: a level is FIFO by first start, never started jobs
     after); inside that Slurm's own age order decides. So a value changes only when a
     job changes level or starts for the first time: Slurm traffic grows with changes,
-    not with the queue. Continuous policies: the band minus the rank in the plan
+    not with the queue. ``indices`` (dgittins: the plan's Gittins index per job): in
+    queues 1..K-1 a job with an index > 0 gets its band plus ``index_offset`` instead
+    of the half band, so Slurm starts a level's jobs by index; the value is the job's
+    own (not its rank), so it changes only when its index does (a distribution
+    refresh, or the job's service). Continuous policies: the band minus the rank in the plan
     order (every job its own value). ``queue_count`` is K; levels are 0-based."""
     rank_in_level: dict[int, int] = {}
     factors: dict[str, int] = {}
@@ -27,12 +33,25 @@ def site_factors(order: list[str], levels: Mapping[str, int], pending: Container
             continue
         level = levels.get(job_id, 0)
         if by_level:
-            factors[job_id] = (queue_count - level) * band + (band // 2 if job_id in started else 0)
+            index = indices.get(job_id, 0.0) if indices is not None and level < queue_count - 1 else 0.0
+            if index > 0:
+                factors[job_id] = (queue_count - level) * band + index_offset(index, band)
+            else:
+                factors[job_id] = (queue_count - level) * band + (band // 2 if job_id in started else 0)
             continue
         rank = rank_in_level.get(level, 0)
         rank_in_level[level] = rank + 1
         factors[job_id] = (queue_count - level) * band + max(band - 1 - rank, 0)
     return factors
+
+
+INDEX_DECADES = 9.0  # indices from 1e-9 (a job of ~30 GPU-years) to 1 per GPU-s fill the band
+
+
+def index_offset(index: float, band: int) -> int:
+    """1..band-1, increasing with the index, on a log scale (a larger index: sooner)."""
+    share = min(max((math.log10(index) + INDEX_DECADES) / INDEX_DECADES, 0.0), 1.0) if index > 0 else 0.0
+    return 1 + int(share * (band - 2))
 
 
 def band_actions(round_id: int, factors: Mapping[str, int], levels: Mapping[str, int]) -> list[SetBand]:

@@ -36,10 +36,22 @@ from controller.core.model import InputError
 TAIL_SHARE = 0.1
 
 
-class ServiceDistribution:
-    """Service distribution (GPU-seconds) from samples, some possibly censored."""
+def service_cap(spec) -> float:
+    """The most service a job can get: its time limit x its GPUs (inf: no limit)."""
+    limit = spec.time_limit_s
+    return limit * spec.num_gpus if limit is not None and limit > 0 else math.inf
 
-    def __init__(self, samples_gpu_s: Iterable[float], censored: Optional[Iterable[bool]] = None):
+
+class ServiceDistribution:
+    """Service distribution (GPU-seconds) from samples, some possibly censored.
+
+    ``learned``: built from the jobs that ended so far (the controller's store, a
+    replay's past), not given whole up front; dgittins orders by a learned one only
+    once it holds enough samples."""
+
+    def __init__(self, samples_gpu_s: Iterable[float], censored: Optional[Iterable[bool]] = None,
+                 learned: bool = False):
+        self.learned = learned
         values = np.asarray(list(samples_gpu_s), dtype=float)
         if values.size and (not np.all(np.isfinite(values)) or values.min() < 0):
             raise InputError("service samples: values must be finite and >= 0")
@@ -79,6 +91,39 @@ class ServiceDistribution:
         b_finite = b if math.isfinite(b) else 0.0
         denominator = (prefix[m] - prefix[k]) + b_finite * (total - weight[m]) - a * (total - weight[k])
         return (weight[m] - weight[k]) / denominator if denominator > 0 else 0.0
+
+    def index_for(self, spec, attained_gpu_s: float, quantum_end_gpu_s: float) -> float:
+        """``index`` for this job: its time limit caps its service (``service_cap``), so
+        a quantum reaching the cap ends the job surely (the mass above moves to it)."""
+        cap = service_cap(spec)
+        if quantum_end_gpu_s < cap:
+            return self.index(attained_gpu_s, quantum_end_gpu_s)
+        return self.capped_index(attained_gpu_s, cap)
+
+    def indices_for(self, specs, attained, quantum_end) -> np.ndarray:
+        """``index_for`` of many jobs (vectorized when none reaches its cap)."""
+        caps = np.array([service_cap(spec) for spec in specs], dtype=float)
+        ends = np.asarray(quantum_end, dtype=float)
+        values = self.indices(np.asarray(attained, dtype=float), ends)
+        for i in np.flatnonzero(ends >= caps).tolist():
+            values[i] = self.capped_index(float(attained[i]), float(caps[i]))
+        return values
+
+    def capped_index(self, attained_gpu_s: float, cap_gpu_s: float) -> float:
+        """G(a, cap) of S' = min(S, cap): every job still running ends by the cap."""
+        if self._lists is None:
+            self._lists = (self.samples.tolist(), self.prefix.tolist(), self.prefix_weight.tolist())
+        x, prefix, weight = self._lists
+        a = attained_gpu_s
+        if a >= cap_gpu_s:
+            return math.inf  # at its limit: it ends now
+        k = bisect.bisect_right(x, a)
+        if k >= len(x):
+            return max(self.tail_index, 1.0 / (cap_gpu_s - a))
+        m = bisect.bisect_right(x, cap_gpu_s)
+        total = weight[-1]
+        denominator = (prefix[m] - prefix[k]) + cap_gpu_s * (total - weight[m]) - a * (total - weight[k])
+        return (total - weight[k]) / denominator if denominator > 0 else 0.0
 
     def indices(self, attained: np.ndarray, quantum_end: np.ndarray) -> np.ndarray:
         """Vectorized G(a, b); a job past every sample gets ``tail_index``."""
@@ -150,7 +195,13 @@ class LearnedDistribution:
         self.min_new = min_new
         self._all: list[float] = list(initial)
         self._censored: list[bool] = [False] * len(self._all)
-        self._current = ServiceDistribution(self._all) if self._all else None
+        self._current = ServiceDistribution(self._all, learned=True) if self._all else None
+
+    version = 0  # grows with every rebuild (as ConditionedDistributions.version)
+
+    def add_job(self, spec, service_gpu_s: float, censored: bool = False) -> None:
+        """``add`` (``spec`` unused: one distribution for every job)."""
+        self.add(service_gpu_s, censored)
 
     def add(self, service_gpu_s: float, censored: bool = False) -> None:
         """One job ended with this attained service; ``censored``: it was cut short."""
@@ -158,7 +209,8 @@ class LearnedDistribution:
         self._censored.append(censored)
         built = len(self._current) if self._current is not None else 0
         if len(self._all) - built >= max(self.min_new, int(built * self.refresh_fraction)):
-            self._current = ServiceDistribution(self._all, self._censored)
+            self._current = ServiceDistribution(self._all, self._censored, learned=True)
+            self.version += 1
 
     @property
     def current(self) -> ServiceDistribution | None:

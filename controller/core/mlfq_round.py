@@ -23,6 +23,7 @@ def build_book(policy: Policy, jobs: list[JobState], ctx: PolicyContext) -> Queu
     """The book of a snapshot's jobs (levels after this round's promotions)."""
     levels = ctx.precompute_levels(jobs).tolist()
     groups, entries = groups_and_entries(jobs, levels, ctx.thresholds_gpu_s, ctx.now_s, ctx.queue_service)
+    policy.regroup(jobs, levels, groups, ctx)
     within = policy.waiting_order(jobs, levels, groups, ctx)
     return QueueBook.build(jobs, levels, groups, entries, within, len(ctx.thresholds_gpu_s) + 1)
 
@@ -149,6 +150,8 @@ def _describe(writer: RoundWriter, book: QueueBook, ctx, selected, unplaced, sna
         level, key = where[job.index]
         levels[job.job_id] = level
         keys[job.job_id] = display((level,) if key is None else (level, key[0]), job, ctx)
+    if snapshot.explain and hasattr(ctx.service, "describe"):
+        plan.index_sources = {job.job_id: ctx.service.describe(job.spec) for job in ordered}
     if snapshot.explain:
         selected_ids = {job.job_id for job in selected} | {a.job_id for a in plan.of_kind("start")}
         stopped = {a.job_id for a in plan.of_kind("preempt")}

@@ -30,6 +30,10 @@ class JobSpec:
     partition: str = "default"
     user: str = ""
     model_name: str = ""
+    # what Slurm knows at submit and dgittins conditions on (controller.core.conditioned)
+    account: str = ""
+    job_name: str = ""
+    time_limit_s: Optional[float] = None  # wall-clock limit (None: unlimited)
     preemptable: bool = True  # False: once running, keeps its GPUs (no checkpoint contract)
     # The job's own node constraints, as Slurm holds them (controller.core.placement
     # honours them): every node of --nodelist is used, no node of --exclude is, and
@@ -177,6 +181,9 @@ class Snapshot:
     # MLFQ policies: the executor's own QueueBook (controller.core.queue_book), kept
     # across rounds; None = the engine builds one from ``jobs``.
     queue_book: Optional["object"] = None
+    # when the previous round ran (None: none, or unknown): dgittins re-judges a running
+    # job in the first round after its service crossed its queue's rung
+    previous_round_s: Optional[float] = None
 
     def __post_init__(self):
         if self.capacity_gpus is None or self.max_gpus_per_node is None:

@@ -61,6 +61,9 @@ class Plan:
     levels: dict[str, int] = field(default_factory=dict)
     actions: list[Action] = field(default_factory=list)
     wait_reasons: dict[str, str] = field(default_factory=dict)
+    # dgittins with conditioned distributions, explain rounds: job id -> (the key its
+    # index came from, that key's sample count)
+    index_sources: dict[str, tuple[str, int]] = field(default_factory=dict)
     keys: dict[str, float] = field(default_factory=dict)  # the priority value shown to users
     positions: dict[str, tuple[int, float]] = field(default_factory=dict)
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Optional
 
 from controller.core.engine import EngineConfig
+from controller.core.conditioned import ConditionedDistributions
 from controller.core.gittins import LearnedDistribution, ServiceDistribution
 from controller.core.model import InputError, JobState, Node
 from controller.core.placement import COUNT_NODE, is_spread
@@ -47,6 +48,10 @@ class SimConfig:
     grace_work_kept: bool = False
     spread_speed: float = 0.6  # speed of a consolidation-sensitive gang spread over extra nodes
     service: Optional[ServiceDistribution] = None  # given distribution; None = learn from finished jobs
+    # learned distributions per key of what Slurm knows at submit (controller.core.
+    # conditioned); False: one global distribution
+    conditioned: bool = True
+    service_window: Optional[int] = 5000  # newest samples kept per key (None: all)
     drop_oversize: bool = False
     # MLFQ policies replay with one queue book kept across rounds (controller.replay.
     # mlfq_replay) when promotion is off and rounds are event-driven, with or without the
@@ -192,6 +197,12 @@ def plannable_free(free_by_node: dict[str, int], victims: Iterable[JobState]) ->
         for node, gpus in job.placement:
             free[node] += gpus
     return free
+
+
+def learner_for(cfg: SimConfig, policy):
+    """What a replay learns its service distribution(s) into from the jobs that end:
+    per key for a policy that reads them per job (dgittins), unless turned off."""
+    return ConditionedDistributions(window=cfg.service_window) if cfg.conditioned and policy.conditions_service else LearnedDistribution()
 
 
 class SimCluster:
@@ -363,7 +374,7 @@ class SimCluster:
     def _record(self, job: JobState, end_s: float) -> None:
         self.outcomes.append(outcome_of(job, end_s))
         if self.learned is not None:
-            self.learned.add(job.attained_gpu_s)
+            self.learned.add_job(job.spec, job.attained_gpu_s)
 
     # -- the events up to a moment ------------------------------------------------
     def finish_due(self, t: float):

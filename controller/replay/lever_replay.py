@@ -229,7 +229,8 @@ class LeverRound:
         pending = slurm.pending
         started = {j for j, job in pending.items() if job.first_start_s is not None}
         factors = site_factors(plan.order, plan.levels, pending, started, len(engine_cfg.thresholds_gpu_s) + 1,
-                               cfg.site_factor_band, self.engine.policy.discretized)
+                               cfg.site_factor_band, self.engine.policy.discretized,
+                               plan.keys if self.engine.policy.bands_by_index else None)
         changed = changed_bands(factors, self.sent, slurm.site_factor.get)
         self.apply_bands(band_actions(plan.round_id, changed, plan.levels))
         self.sent.update(changed)
@@ -339,7 +340,8 @@ def replay_levers(cfg: SimConfig, specs: Iterable[JobSpec], settings: LeverSetti
         plan = engine.step(Snapshot(now_s=now, jobs=active, nodes=cluster.nodes, round_id=round_id, explain=False,
                                     free_by_node=plannable_free(cluster.free_by_node,
                                                                 (slurm.by_id[j] for j in slurm.leaving)),
-                                    capacity_gpus=cfg.capacity_gpus))
+                                    capacity_gpus=cfg.capacity_gpus,
+                                    previous_round_s=out.round_times_s[-1] if out.round_times_s else None))
         for action in plan.of_kind("promote"):  # as the controller's accounts.promote
             job = slurm.by_id[action.job_id]
             job.queue_service_gpu_s = job.executed_since_promotion_s = job.waited_since_promotion_s = 0.0

@@ -39,13 +39,13 @@ from typing import Callable, Optional
 import numpy as np
 
 from controller.core.engine import Engine
-from controller.core.gittins import LearnedDistribution
 from controller.core.model import InputError, JobState, Snapshot
-from controller.core.policies.base import LEVEL_TOLERANCE_GPU_S
+from controller.core.policies.base import LEVEL_TOLERANCE_GPU_S, judged_at, rung
+from controller.core.policies.dgittins import known, quantum_ends
 from controller.core.protection import run_time_over_s, why_protected
 from controller.core.queue_book import QueueBook
 from controller.core.queues import ENTERED, SETTLED_WAITING
-from controller.replay.cluster import EPS, RunState, SimCluster, SimConfig, SimResult
+from controller.replay.cluster import EPS, learner_for, RunState, SimCluster, SimConfig, SimResult
 
 
 class _Places:
@@ -96,7 +96,8 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
     thresholds = engine_cfg.thresholds_gpu_s if policy.discretized else ()  # fifo: one queue
     num_levels = len(thresholds) + 1
     capacity = cfg.capacity_gpus
-    learned = LearnedDistribution() if cfg.service is None and policy.uses_service_distribution else None
+    learned = learner_for(cfg, policy) if cfg.service is None and policy.uses_service_distribution else None
+    seen_version = learned.version if learned is not None else 0
     cluster = SimCluster(cfg, jobs, private, learned)
     service = cfg.service
     index_of = {job.job_id: job.index for job in jobs}
@@ -111,11 +112,12 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
     places = _Places() if handoff else None
 
     def waiting_value(job: JobState, level: int, served_gpu_s: float) -> float:
-        return policy.waiting_value(service, thresholds, level, served_gpu_s) if ordered_waiting else 0.0
+        return policy.waiting_value(service, thresholds, level, served_gpu_s, job.spec) if ordered_waiting else 0.0
 
     book.within_function = lambda job, level: waiting_value(job, level, job.queue_service_gpu_s)
 
     demotions: list[tuple[float, int, int]] = []  # (crossing time, index, version)
+    rung_crossings: list[tuple[float, int, int, int]] = []  # (crossing time, index, version, level)
     timeline: list[tuple[float, int, int]] = []
     waiting_jobs = 0  # jobs without GPUs (the book also lists entered jobs that still run)
     rounds = events = 0
@@ -128,6 +130,19 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
         if level < len(thresholds):
             p = private[job.index]
             heapq.heappush(demotions, (t + (thresholds[level] - served_gpu_s) / job.num_gpus, job.index, p.version))
+            mark = rung(thresholds, level)
+            if policy.rejudges_at_rung and served_gpu_s < mark - LEVEL_TOLERANCE_GPU_S:
+                heapq.heappush(rung_crossings, (t + (mark - served_gpu_s) / job.num_gpus, job.index, p.version, level))
+
+    def rejudge(job: JobState, level: int) -> None:
+        """Crossed its queue's rung while running: walked with the waiting jobs at its
+        place (the engine's ``regroup``), judged at the rung; a distribution too thin
+        to order anything leaves it where it is."""
+        where = book.where.get(job.index)
+        if where is None or where[0] != level or where[1] is not None or not known(service):
+            return
+        book.remove(job)
+        book.add_waiting(job, level, ENTERED, job.queue_entry, waiting_value(job, level, rung(thresholds, level)))
 
     def start(job: JobState, placement) -> None:
         nonlocal waiting_jobs
@@ -180,12 +195,12 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
     def rekey_waiting() -> None:
         """The distribution changed: every waiting order value of Q_1..Q_{K-1} too."""
         def values(level: int, items) -> list[float]:
-            if not items or service is None or len(service) == 0:
+            if not items or not known(service):
                 return [0.0] * len(items)
-            served = [thresholds[level - 1] if group == ENTERED and job.running else job.queue_service_gpu_s
-                      for (_, group, _), _, job in items]
-            ends = [thresholds[level]] * len(items)
-            return (-service.indices(np.asarray(served), np.asarray(ends))).tolist()
+            served = [judged_at(thresholds, level, group == ENTERED and job.running, job.queue_level,
+                                job.queue_service_gpu_s) for (_, group, _), _, job in items]
+            ends = quantum_ends(thresholds, [level] * len(items), served)
+            return (-np.asarray(service.indices_for([job.spec for _, _, job in items], served, ends))).tolist()
         book.rekey(values, levels=range(len(thresholds)))
 
     snapshot = Snapshot(now_s=now, jobs=[], nodes=cluster.nodes, service=service, round_id=0, detailed=False,
@@ -224,10 +239,15 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
             events += 1
         # 2. a round, if any job waits for GPUs (and, without preemption, some are free)
         if round_now:
-            if learned is not None and learned.current is not service:
-                service = learned.current
+            if learned is not None and (learned.current is not service or learned.version != seen_version):
+                service, seen_version = learned.current, learned.version
                 if ordered_waiting:
                     rekey_waiting()
+            # rung crossings after the distribution the round uses is known
+            while current(rung_crossings) and rung_crossings[0][0] <= now + EPS:
+                _, index, _, level = heapq.heappop(rung_crossings)
+                rejudge(jobs[index], level)
+                events += 1
             rounds += 1
             if protects:
                 end_protection()
@@ -276,6 +296,8 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
             t_next = min(t_next, jobs[next_arrival].spec.submit_time_s)
         if current(demotions):
             t_next = min(t_next, demotions[0][0])
+        if waiting_jobs and current(rung_crossings):
+            t_next = min(t_next, rung_crossings[0][0])
         if waiting_jobs and protects and min_runtime > 0:  # a running job's protection ends
             t_next = min(t_next, next_run_end())
         if t_next == math.inf:

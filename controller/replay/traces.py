@@ -66,6 +66,9 @@ PROJECT_COLUMNS = (
     "user_priority", "partition", "user", "model_name",
 )
 ACTUAL_COLUMNS = ("actual_start_s", "actual_end_s", "requeues", "state")
+# what Slurm knows at submit besides the above (dgittins conditions on it): optional
+# project columns, written only when some job has one
+FEATURE_COLUMNS = ("account", "job_name", "time_limit_s")
 
 # name -> (required columns, signature columns that must also be present).
 # Checked in this order: the Muri raw header is a superset of the Tiresias one.
@@ -266,8 +269,12 @@ def _convert(table: _Table, convert: Callable[[list[str]], tuple]) -> list[tuple
         try:
             out.append(convert(row))
         except _FieldError as e:
-            raise table.fail(k, f"field '{e.field}' value '{shorten(e.value)}' {e.what}") from None
+            raise _field_failure(table, k, e) from None
     return out
+
+
+def _field_failure(table: _Table, k: int, e: _FieldError) -> InputError:
+    return table.fail(k, f"field '{e.field}' value '{shorten(e.value)}' {e.what}")
 
 
 _INF = math.inf
@@ -505,9 +512,14 @@ def _load_trace(path: str | os.PathLike[str], ts: float) -> list[JobSpec]:
             seen[jid] = k
 
     order = sorted(range(len(parsed)), key=lambda k: (parsed[k][0], k))
+    features = _features(table, order, ts)
     skews = {m: skew_for_model(m) if m else 0.0 for m in {p[8] for p in parsed}}
     rows = [parsed[k] for k in order]
     ids = [ids[k] for k in order]
+    if features is not None:
+        return [JobSpec(jid, g, (t - base) * ts, None if d is None else d * ts, skews[m] if sk is None else sk, pr,
+                        pa, u, m, account=account, job_name=name, time_limit_s=limit)
+                for jid, (t, _, g, d, sk, pr, pa, u, m), (account, name, limit) in zip(ids, rows, features)]
     if ts == 1.0:
         specs = [
             JobSpec(jid, g, t - base, d, skews[m] if sk is None else sk, pr, pa, u, m)
@@ -539,6 +551,28 @@ def _with_kinds(table: _Table, specs: list[JobSpec], order: list[int]) -> list[J
             raise table.fail(k, f"field '{e.field}' value '{shorten(e.value)}' {e.what}") from None
         out.append(dataclasses.replace(spec, gpu_type=gpu_type) if gpu_type else spec)
     return out
+
+
+def _features(table: _Table, order: list[int], ts: float) -> Optional[list[tuple]]:
+    """(account, job name, time limit s) per job in ``order``, from the project format's
+    optional FEATURE_COLUMNS; None when the trace has none of them."""
+    ix = table.index
+    if table.format != "project" or not any(c in ix for c in FEATURE_COLUMNS):
+        return None
+    i_a, i_n, i_l = (ix.get(c) for c in FEATURE_COLUMNS)
+
+    def field(row: list[str], i: Optional[int]) -> str:
+        return row[i].strip() if i is not None and i < len(row) else ""
+
+    def one(k: int) -> tuple:
+        row = table.rows[k]
+        try:
+            account, name, limit = field(row, i_a), field(row, i_n), field(row, i_l)
+            return (_text("account", account) if account else "", _text("job_name", name) if name else "",
+                    _nonneg_float("time_limit_s", limit) * ts if limit else None)
+        except _FieldError as e:
+            raise _field_failure(table, k, e) from None
+    return [one(k) for k in order]
 
 
 def load_actuals(path: str | os.PathLike[str], *, time_scale: float = 1.0) -> dict[str, dict[str, Any]]:
@@ -640,7 +674,10 @@ def write_trace(
     ``actual_start_s``/``actual_end_s``/``requeues``/``state``) the four accounting
     columns are appended.
     """
-    header = list(PROJECT_COLUMNS) + (list(ACTUAL_COLUMNS) if actuals is not None else [])
+    jobs = list(jobs)
+    featured = any(j.account or j.job_name or j.time_limit_s is not None for j in jobs)
+    header = (list(PROJECT_COLUMNS) + (list(ACTUAL_COLUMNS) if actuals is not None else [])
+              + (list(FEATURE_COLUMNS) if featured else []))
     p = os.fspath(path)
     with open(p, "w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh, lineterminator="\n")
@@ -657,6 +694,8 @@ def write_trace(
                     _fmt_num(a.get("actual_start_s")), _fmt_num(a.get("actual_end_s")),
                     "" if req is None else str(int(req)), a.get("state", "") or "",
                 ]
+            if featured:
+                row += [j.account, j.job_name, _fmt_num(j.time_limit_s)]
             w.writerow(row)
 
 

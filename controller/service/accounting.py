@@ -163,8 +163,10 @@ class Accounts:
             self.store.mark_finished(self.cluster, job_id, end, end_state, record.attained_gpu_s)
             sampled = end_state in COMPLETE_SAMPLE_STATES or end_state in CENSORED_SAMPLE_STATES
             if sampled and record.attained_gpu_s > 0:
+                features = ((job.user, job.account or job.partition, job.name, record.num_gpus) if job is not None
+                            else ("", "", "", record.num_gpus))
                 self.store.add_service_sample(self.cluster, job_id, record.attained_gpu_s, finished_s=end,
-                                              censored=end_state in CENSORED_SAMPLE_STATES)
+                                              censored=end_state in CENSORED_SAMPLE_STATES, features=features)
 
     def _first_sight_of_ended(self, observed: dict[str, ObservedJob], now: float) -> None:
         """A job that ran and ended entirely while the store could not be written (or

@@ -75,6 +75,10 @@ SCHEMA: tuple[Setting, ...] = (
     Setting("preempt_undeclared", "bool", False, "also preempt requeueable jobs that declared no checkpoint "
             "signal: they are requeued without one and lose the work since their own last checkpoint "
             "(widens the preemption contract; logged at start)"),
+    Setting("service_conditioned", "bool", True, "dgittins: learn a distribution per key of what Slurm knows at "
+            "submit (user+job name, account+GPUs, GPUs), backing off to coarser keys under 30 samples"),
+    Setting("service_window", "int", 5000, "dgittins: newest service samples kept per key (0: all)",
+            minimum=0),
     Setting("service_refresh_s", "float", 300.0, "seconds between reloads of the learned service distribution",
             minimum=1.0),
     Setting("partition_moves", "bool", False, "move pending GPU jobs to another partition the user allowed "
@@ -164,6 +168,8 @@ class Config:
     preempt_signal_attempts: int = 3
     preempt_undeclared: bool = False
     service_refresh_s: float = 300.0
+    service_conditioned: bool = True
+    service_window: int = 5000
     partition_moves: bool = False
     partition_allocator: str = "mct"
     partition_move_min_gain_s: float = 30.0

@@ -25,6 +25,7 @@ import time
 from typing import Callable, Mapping, Optional
 
 from controller.core.engine import Engine
+from controller.core.conditioned import learn_conditioned
 from controller.core.gittins import ServiceDistribution
 from controller.core.inputs import shorten
 from controller.core.model import InputError, JobSpec, JobState, Snapshot
@@ -82,6 +83,7 @@ class Controller:
         self.service: Optional[ServiceDistribution] = None
         self.service_loaded_at = -math.inf
         self.last_plan: Optional[Plan] = None
+        self.planned_at: Optional[float] = None  # when the last round planned (Snapshot.previous_round_s)
         self.last_observation: Optional[Observation] = None
         self._outage_since: Optional[float] = None
         self.usage_collected_at = -math.inf
@@ -99,7 +101,8 @@ class Controller:
         config, store = self.config, self.store
         self.accounts = Accounts(store, config.cluster, self.metrics, self._log_once, gone_credit_s=config.poll_s)
         self.records = self.accounts.records  # job id -> JobRecord (the same dict)
-        self.starts = Starts(config, self.executor, self.accounts, by_level=self.engine.policy.discretized)
+        self.starts = Starts(config, self.executor, self.accounts, by_level=self.engine.policy.discretized,
+                             by_index=self.engine.policy.bands_by_index)
         self.handoffs = Handoffs(config, store)
         self.contract = Contract(config, self.backend, self._log_once)
         self.preemptions = Preemptions(config, store, self.executor, self.accounts, self.contract, clock=self.clock)
@@ -286,6 +289,7 @@ class Controller:
         # plan
         leaving = self.preemptions.leaving()
         plan = self._plan(observed, observation, now, round_id, leaving)
+        self.planned_at = now  # dgittins: the rung crossings of the next round are those since now
         for job_id, level in plan.levels.items():
             self.records[job_id].level = level
         for job_id, (queue_level, queue_entry) in plan.positions.items():
@@ -415,7 +419,8 @@ class Controller:
                                        or job.max_nodes > 0):
             try:
                 spec = JobSpec(job.job_id, job.gpus, record.submit_time_s, None, skew=record.skew,
-                               partition=job.partition, user=job.user, preemptable=preemptable, **kind,
+                               partition=job.partition, user=job.user, preemptable=preemptable,
+                               account=job.account, job_name=job.name, time_limit_s=job.time_limit_s, **kind,
                                required_nodes=() if pinned else job.required_nodes,
                                excluded_nodes=job.excluded_nodes,
                                min_nodes=job.min_nodes if job.min_nodes > 1 else None,
@@ -424,7 +429,8 @@ class Controller:
                 self._log_once(f"job {job.job_id}: its node constraints are left out of the plan: {err}")
         if spec is None:
             spec = JobSpec(job.job_id, job.gpus, record.submit_time_s, None, skew=record.skew,
-                           partition=job.partition, user=job.user, preemptable=preemptable, **kind)
+                           partition=job.partition, user=job.user, preemptable=preemptable,
+                           account=job.account, job_name=job.name, time_limit_s=job.time_limit_s, **kind)
         specs[job.job_id] = (job, key, spec)
         return spec
 
@@ -433,8 +439,12 @@ class Controller:
             return
         if now - self.service_loaded_at < self.config.service_refresh_s:
             return
-        samples, censored = self.store.service_samples_censored(self.config.cluster)
-        self.service = ServiceDistribution(samples, censored=censored) if samples else None
+        if self.engine.policy.conditions_service and self.config.service_conditioned:
+            self.service = learn_conditioned(self.store.service_samples_featured(self.config.cluster),
+                                             self.config.service_window or None).current
+        else:
+            samples, censored = self.store.service_samples_censored(self.config.cluster)
+            self.service = ServiceDistribution(samples, censored=censored, learned=True) if samples else None
         self.service_loaded_at = now
 
     def _snapshot(self, observed: dict[str, ObservedJob], observation: Observation, now: float, round_id: int,
@@ -493,7 +503,8 @@ class Controller:
         nodes = observation.nodes
         capacity = sum(n.gpus_total for n in nodes if n.available) - held_gpus
         return Snapshot(now_s=now, jobs=jobs, nodes=nodes, service=self.service, round_id=round_id,
-                        capacity_gpus=max(capacity, 0), explain=explain, free_by_node=free_by_node), waiting, reasons
+                        capacity_gpus=max(capacity, 0), explain=explain, free_by_node=free_by_node,
+                        previous_round_s=self.planned_at), waiting, reasons
 
     # -- usage records --------------------------------------------------------------------------
     def _collect_usage(self, now: float) -> None:

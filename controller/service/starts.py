@@ -23,11 +23,13 @@ class Starts:
     pinned it (its expiry cites it); ``site_factors_set``: job id -> the SiteFactor
     last set (sent again only on change)."""
 
-    def __init__(self, config: Config, executor: LeverExecutor, accounts: Accounts, by_level: bool = True):
+    def __init__(self, config: Config, executor: LeverExecutor, accounts: Accounts, by_level: bool = True,
+                 by_index: bool = False):
         self.config = config
         self.executor = executor
         self.accounts = accounts
         self.by_level = by_level
+        self.by_index = by_index  # dgittins: inside a level by the plan's index (core.bands)
         self.store = accounts.store
         self.pins: dict[str, float] = self.store.load_pins(config.cluster)
         self.pin_causes: dict[str, str] = self.store.pin_decisions(config.cluster)
@@ -114,7 +116,7 @@ class Starts:
         pending = {j for j, job in observed.items() if job.state == "PENDING"}
         started = {j for j in pending if j in records and records[j].first_start_s is not None}
         return site_factors(plan.order, plan.levels, pending, started, len(self.config.queues_gpu_s) + 1,
-                            self.config.site_factor_band, self.by_level)
+                            self.config.site_factor_band, self.by_level, plan.keys if self.by_index else None)
 
     def cpu_bands(self, cpu_pending: dict[str, ObservedJob]) -> dict[str, int]:
         """SiteFactor of the pending jobs that ask for no GPU: queue 1's band.

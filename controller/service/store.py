@@ -39,8 +39,9 @@ from sqlalchemy.exc import (
 from controller.core.model import InputError
 from controller.service.secrets import redact_url
 
-SCHEMA_VERSION = 4  # 2: job_service.queue_level/queue_entry (the MLFQ place); 3: service_samples.censored;
-# 4: the decision that caused a decision (decision_log.cause_id), an open preemption's and a pin's decision
+SCHEMA_VERSION = 5  # 2: job_service.queue_level/queue_entry (the MLFQ place); 3: service_samples.censored;
+# 4: the decision that caused a decision (decision_log.cause_id), an open preemption's and a pin's decision;
+# 5: service_samples.user/account/job_name/num_gpus (dgittins' keys)
 DEFAULT_URL = "sqlite:////var/lib/tiresias/tiresias.db"
 # How a process opens the store: "read" (acct, queue, explain, report...: the current
 # schema only, nothing written, never migrated), "write" (the controller and the
@@ -117,6 +118,11 @@ service_samples = Table(
     # True: the job was cut short (cancelled, timed out, node failure): its service is
     # a lower bound of what it needed, a right-censored sample (Kaplan-Meier).
     Column("censored", Boolean, nullable=False, default=False),
+    # what Slurm knew of the job at submit (dgittins conditions on it; '' unknown)
+    Column("user", String(128)),
+    Column("account", String(128)),  # the account, else the partition
+    Column("job_name", String(256)),
+    Column("num_gpus", Integer),
     Index("ix_service_samples_finished", "cluster", "finished_s"),
 )
 
@@ -401,6 +407,10 @@ class Store:
         (4, "decision_log", "cause_id", "VARCHAR(512)"),
         (4, "preemptions", "decision_id", "VARCHAR(128)"),
         (4, "pins", "decision_id", "VARCHAR(128)"),
+        (5, "service_samples", "user", "VARCHAR(128)"),
+        (5, "service_samples", "account", "VARCHAR(128)"),
+        (5, "service_samples", "job_name", "VARCHAR(256)"),
+        (5, "service_samples", "num_gpus", "INTEGER"),
     )
 
     def _upgrade(self, found: int) -> None:
@@ -564,12 +574,16 @@ class Store:
     # -- service samples ------------------------------------------------------------
 
     def add_service_sample(
-        self, cluster: str, job_id: str, gpu_s: float, finished_s: Optional[float] = None, censored: bool = False
+        self, cluster: str, job_id: str, gpu_s: float, finished_s: Optional[float] = None, censored: bool = False,
+        features: tuple = ("", "", "", None),
     ) -> bool:
         """Record an ended job's total service (GPU-s) once; False if already there.
-        ``censored``: the job was cut short, so it needed at least this much."""
+        ``censored``: the job was cut short, so it needed at least this much;
+        ``features``: (user, account or partition, job name, GPUs) as Slurm knew them."""
+        user, account, job_name, num_gpus = features
         row = {"cluster": cluster, "job_id": str(job_id), "gpu_s": float(gpu_s),
-               "finished_s": time.time() if finished_s is None else float(finished_s), "censored": bool(censored)}
+               "finished_s": time.time() if finished_s is None else float(finished_s), "censored": bool(censored),
+               "user": user, "account": account, "job_name": job_name, "num_gpus": num_gpus}
         with self._tx() as conn:
             return _insert_ignore(conn, service_samples, [row], ["cluster", "job_id"]) > 0
 
@@ -588,6 +602,15 @@ class Store:
         with self._tx() as conn:
             rows = conn.execute(query).all()
         return [float(r[0]) for r in rows], [bool(r[1]) for r in rows]
+
+    def service_samples_featured(self, cluster: str) -> list[tuple]:
+        """Every sample of ``cluster``, oldest first: (GPU-s, censored, user, account or
+        partition, job name, GPUs), as ``learn_conditioned`` reads them."""
+        c = service_samples.c
+        query = (select(c.gpu_s, c.censored, c.user, c.account, c.job_name, c.num_gpus)
+                 .where(c.cluster == cluster).order_by(c.finished_s))
+        with self._tx() as conn:
+            return [(float(r[0]), bool(r[1]), r[2], r[3], r[4], r[5]) for r in conn.execute(query).all()]
 
     # -- decision log -----------------------------------------------------------------
 

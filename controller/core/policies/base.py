@@ -6,6 +6,7 @@ key; the engine does the all-or-nothing walk, placement and preemption.
 from __future__ import annotations
 
 import bisect
+import math
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -33,6 +34,7 @@ class PolicyContext:
     thresholds_gpu_s: tuple[float, ...] = (3600.0,)
     service: Optional[ServiceDistribution] = None
     queue_service_override: dict = field(default_factory=dict)
+    previous_round_s: Optional[float] = None  # Snapshot.previous_round_s
     cache: dict = field(default_factory=dict)  # per-round values a policy computes in bulk
     # level per job object, memoized for the round: a job's level is read by the sort
     # key, the plan's levels, its display value and its wait reason (by id(): the
@@ -85,6 +87,7 @@ def mlfq_order(jobs: list[JobState], ctx: PolicyContext, policy: "Policy") -> li
         return []
     levels = ctx.precompute_levels(jobs).tolist()
     groups, entries = groups_and_entries(jobs, levels, ctx.thresholds_gpu_s, ctx.now_s, ctx.queue_service)
+    policy.regroup(jobs, levels, groups, ctx)
     within = policy.waiting_order(jobs, levels, groups, ctx)
     book = QueueBook.build(jobs, levels, groups, entries, within, len(ctx.thresholds_gpu_s) + 1)
     keyed = []
@@ -105,11 +108,29 @@ def mlfq_key(job: JobState, ctx: PolicyContext, within_waiting: float = 0.0) -> 
 
 def service_at_entry(job: JobState, level: int, group: int, ctx: PolicyContext) -> float:
     """The queue service a job's waiting order is judged at: a job demoted while
-    running is judged at the threshold it crossed (where it entered its queue),
-    any other job at its service now (constant while it waits)."""
-    if group == ENTERED and job.running and job.queue_level is not None and level > job.queue_level:
-        return ctx.thresholds_gpu_s[level - 1]
-    return ctx.queue_service(job)
+    running is judged at the threshold it crossed (where it entered its queue), a
+    running job re-judged at its queue's rung at that rung, any other job at its
+    service now (constant while it waits). The crossing points, not the service at
+    the round, so that a replay that wakes at the crossing judges it the same."""
+    return judged_at(ctx.thresholds_gpu_s, level, group == ENTERED and job.running, job.queue_level,
+                     ctx.queue_service(job))
+
+
+def rung(thresholds_gpu_s, level: int) -> float:
+    """The one rung of Q_1..Q_{K-1} (dgittins): hi_1 / 2 in Q_1, sqrt(lo_i * hi_i) below."""
+    if level == 0:
+        return thresholds_gpu_s[0] / 2.0
+    return math.sqrt(thresholds_gpu_s[level - 1] * thresholds_gpu_s[level])
+
+
+def judged_at(thresholds_gpu_s, level: int, entered_running: bool, queue_level, served_gpu_s: float) -> float:
+    """``service_at_entry`` on plain values (the replay's book keys use it too)."""
+    if entered_running and queue_level is not None:
+        if level > queue_level:
+            return thresholds_gpu_s[level - 1]
+        if level == queue_level:
+            return rung(thresholds_gpu_s, level)
+    return served_gpu_s
 
 
 class Policy:
@@ -123,15 +144,22 @@ class Policy:
     static_order = False  # non-preemptive, ordered by arrival: a replay may keep a queue book
     drifts_while_running = False  # priority changes continuously: needs a quantum
     uses_service_distribution = False
+    conditions_service = False  # reads a distribution per job (controller.core.conditioned)
+    rejudges_at_rung = False
+    bands_by_index = False  # SiteFactor inside a level from the plan's index (controller.core.bands)  # dgittins: a running job's crossing of its queue's rung is an event
 
     def waiting_order(self, jobs: list[JobState], levels: list[int], groups: list[int], ctx: PolicyContext):
         """MLFQ policies: a value per job that orders the waiting jobs of a queue before
         their FIFO places (smaller first), or None for pure FIFO queues."""
         return None
 
-    def waiting_value(self, service, thresholds, level: int, service_gpu_s: float) -> float:
+    def waiting_value(self, service, thresholds, level: int, service_gpu_s: float, spec=None) -> float:
         """One job's ``waiting_order`` value, given the service it is judged at (0: FIFO)."""
         return 0.0
+
+    def regroup(self, jobs: list[JobState], levels: list[int], groups: list[int], ctx: PolicyContext) -> None:
+        """MLFQ policies: move settled running jobs the policy re-judges this round into
+        the ENTERED group (in place; their entries stay their places)."""
 
     def prepare(self, jobs: list[JobState], ctx: PolicyContext) -> None:
         """Compute per-round values for all jobs at once (into ctx.cache), if useful."""

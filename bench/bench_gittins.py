@@ -1,0 +1,98 @@
+"""What 2D-Gittins earns over 2D-LAS, and the bound of what it could (issue 19).
+
+Per trace, in one run: dlas; dgittins with one global distribution learned from the
+jobs that ended (``SimConfig.conditioned=False``); dgittins conditioned on what the
+trace knows at submit (controller.core.conditioned: on Philly the virtual cluster
+and the GPU count, on ITP the GPU count); the two given the whole trace's
+distribution(s) up front (the oracle bound: not allowed in production); and SRTF
+(clairvoyant). Average JCT and preemptions each, the ratio to dlas.
+
+Traces (../shared/traces): Philly (Pollux compact) on 64 x 8 GPUs; ITP clusters 01,
+04, 05 on their own sizes; count placement, K=3 at 3,250 / 7,200 GPU-s, and K=2 at
+3,250 for ITP. ``--jobs N`` keeps each trace's first N jobs (a subset that finishes
+in minutes on a shared 2-core machine); ``--window`` compares the conditioned
+learner's sliding window with no window.
+
+Usage: python bench/bench_gittins.py [--jobs N] [--traces philly,itp01,itp04,itp05] [--window]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from controller.core.conditioned import ConditionedDistributions  # noqa: E402
+from controller.core.engine import EngineConfig  # noqa: E402
+from controller.core.gittins import ServiceDistribution  # noqa: E402
+from controller.replay.results import summarize  # noqa: E402
+from controller.replay.simulator import SimConfig, Simulation  # noqa: E402
+from controller.replay.traces import load_trace  # noqa: E402
+
+TRACES = ROOT.parent / "shared" / "traces"
+K3 = (3250.0, 7200.0)
+K2 = (3250.0,)
+# (label, trace file, nodes, GPUs per node, thresholds)
+CASES = {
+    "philly": [("philly 64x8 K=3", TRACES / "philly_pollux.csv", 64, 8, K3)],
+    "itp01": [(f"itp01 8x8 K={len(t) + 1}", TRACES / "tiresias-format" / "itp_cluster01_tiresias.csv", 8, 8, t)
+              for t in (K2, K3)],
+    "itp04": [(f"itp04 64x8 K={len(t) + 1}", TRACES / "tiresias-format" / "itp_cluster04_tiresias.csv", 64, 8, t)
+              for t in (K2, K3)],
+    "itp05": [(f"itp05 2x8 K={len(t) + 1}", TRACES / "tiresias-format" / "itp_cluster05_tiresias.csv", 2, 8, t)
+              for t in (K2, K3)],
+}
+
+
+def oracles(jobs, window):
+    """The whole trace's distributions, global and per key, given up front."""
+    gpu_s = [job.num_gpus * job.duration_s for job in jobs]
+    conditioned = ConditionedDistributions(window=window)
+    for job, value in zip(jobs, gpu_s):
+        conditioned.add_job(job, value, build=False)
+    conditioned.build_all(learned=False)
+    return ServiceDistribution(gpu_s), conditioned
+
+
+def run(jobs, nodes, per_node, thresholds, policy, service=None, conditioned=True, window=5000):
+    cfg = SimConfig(nodes=nodes, gpus_per_node=per_node, service=service, conditioned=conditioned,
+                    service_window=window,
+                    engine=EngineConfig(policy=policy, thresholds_gpu_s=thresholds, placement="count"))
+    started = time.process_time()
+    result = Simulation(cfg).run(jobs)
+    return summarize(result)["avg_jct_s"], result.preemptions, time.process_time() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=None, help="the first N jobs of each trace")
+    parser.add_argument("--traces", default="philly,itp01,itp04,itp05")
+    parser.add_argument("--window", action="store_true", help="also: conditioned with no sliding window")
+    args = parser.parse_args()
+    for name in args.traces.split(","):
+        for label, path, nodes, per_node, thresholds in CASES[name]:
+            if not path.exists():
+                print(f"{label}: {path} not found, skipped")
+                continue
+            jobs = load_trace(path)[:args.jobs]
+            global_oracle, conditioned_oracle = oracles(jobs, None)
+            rows = [("dlas", run(jobs, nodes, per_node, thresholds, "dlas")),
+                    ("dgittins global", run(jobs, nodes, per_node, thresholds, "dgittins", conditioned=False)),
+                    ("dgittins conditioned", run(jobs, nodes, per_node, thresholds, "dgittins")),
+                    ("oracle global", run(jobs, nodes, per_node, thresholds, "dgittins", global_oracle)),
+                    ("oracle conditioned", run(jobs, nodes, per_node, thresholds, "dgittins", conditioned_oracle)),
+                    ("srtf", run(jobs, nodes, per_node, thresholds, "srtf"))]
+            if args.window:
+                rows.append(("conditioned, no window", run(jobs, nodes, per_node, thresholds, "dgittins", window=None)))
+            base_pre = max(rows[0][1][1], 1)
+            print(f"{label} ({len(jobs)} jobs)")
+            for what, (jct, pre, cpu) in rows:
+                print(f"  {what:24s} avg JCT {jct / 3600:7.3f} h ({jct / rows[0][1][0]:.3f}x dlas)"
+                      f"  preemptions {pre:6d} ({pre / base_pre:.2f}x)  [{cpu:.1f} CPU s]")
+
+
+if __name__ == "__main__":
+    main()
