@@ -452,7 +452,6 @@ class SlurmBackend:
             reservation=job.reservation,
             account=job.account,
             name=job.name,
-            time_limit_s=job.time_limit_s,
         )
 
     # ------------------------------------------------------------------ levers

@@ -56,7 +56,7 @@ def test_read_only_command_leaves_the_schema_as_it_was(old_db):
 
 
 def test_controller_refuses_an_older_schema(old_db):
-    with pytest.raises(StoreError, match=r"schema version 3 is older than this version's 4: run `tiresias migrate`"):
+    with pytest.raises(StoreError, match=rf"schema version 3 is older than this version's {SCHEMA_VERSION}: run `tiresias migrate`"):
         Store(f"sqlite:///{old_db}")  # the controller's (write) access
     assert _stored_version(old_db)[0] == "3"
 
@@ -83,9 +83,9 @@ def test_migrate_check_then_upgrade_with_a_backup(old_db, capsys):
     assert main(["migrate", "--database-url", url]) == 0
     out = capsys.readouterr().out
     backups = sorted(old_db.parent.glob("t.db.v3.*.bak"))
-    assert len(backups) == 1 and f"backup: {backups[0]}" in out and "schema version 3 -> 4" in out
+    assert len(backups) == 1 and f"backup: {backups[0]}" in out and f"schema version 3 -> {SCHEMA_VERSION}" in out
     assert stat.S_IMODE(os.stat(backups[0]).st_mode) == 0o600
-    assert _stored_version(old_db)[0] == "4" and "cause_id" in _stored_version(old_db)[1]
+    assert _stored_version(old_db)[0] == str(SCHEMA_VERSION) and "cause_id" in _stored_version(old_db)[1]
     assert _stored_version(backups[0])[0] == "3"  # the way back: the copy taken before
     with Store(url) as s:
         assert s.load_jobs("default")["7"].user == "alice"

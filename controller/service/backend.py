@@ -48,10 +48,9 @@ class ObservedJob:
     mps: int = 0
     gpu_type: str = ""  # the GPU type it asked for ('' any; controller.core.model.JobSpec.gpu_type)
     reservation: str = ""  # the reservation it names ('' none)
-    # what dgittins conditions on (controller.core.conditioned); '' / None: not reported
+    # what dgittins conditions on (controller.core.conditioned), with time_limit_s; empty: not reported
     account: str = ""
     name: str = ""
-    time_limit_s: Optional[float] = None
     signal: str = ""  # the job's --signal spec when the cluster manager reports it ("B:USR1@90"); '' unknown
     # A pending array record (job_id the ArrayJobId): its pending tasks ("5-50%4") and
     # throttle; a het job component: its leader's id and offset. The backend plans
