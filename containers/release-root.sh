@@ -91,12 +91,14 @@ build_venv() {
     local t0=$SECONDS
     mkdir -p "$ROOT/tmp/tiresias"
     cp "$REPO_DIR/pyproject.toml" "$ROOT/tmp/tiresias/pyproject.toml"
+    # pip in the root trusts what the host trusts (a site's TLS-inspecting proxy included).
+    cp /etc/ssl/certs/ca-certificates.crt "$ROOT/tmp/tiresias/host-ca.crt"
     log "venv $VENV in the root (log $CACHE/venv-$SUITE.log)"
     in_chroot bash -c "python3 -m venv $VENV && $VENV/bin/python -c '
 import tomllib
 p = tomllib.load(open(\"/tmp/tiresias/pyproject.toml\", \"rb\"))[\"project\"]
 print(\"\\n\".join(p[\"dependencies\"] + p[\"optional-dependencies\"][\"test\"]))' >/tmp/tiresias/req.txt \
-        && $VENV/bin/pip install -q -r /tmp/tiresias/req.txt" >"$CACHE/venv-$SUITE.log" 2>&1 \
+        && PIP_CERT=/tmp/tiresias/host-ca.crt $VENV/bin/pip install -q -r /tmp/tiresias/req.txt" >"$CACHE/venv-$SUITE.log" 2>&1 \
         || { tail -20 "$CACHE/venv-$SUITE.log" >&2; die "venv in $ROOT failed"; }
     echo "$want" >"$ROOT$VENV/.pyproject"
     log "venv ready in $((SECONDS - t0)) s"
