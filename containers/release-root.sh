@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# The other Debian release's Slurm, on the same machine: a debootstrap root of the
+# release this host does not run (Debian 12 host -> trixie root with Slurm 24.11;
+# Debian 13 host -> bookworm root with Slurm 22.05), in which the same test cluster
+# (containers/slurm-cluster.sh) runs and the real-Slurm tests run against it.
+#
+#   containers/release-root.sh build            build the root and its venv (cached)
+#   containers/release-root.sh test [ARGS...]   run `pytest ARGS` (default: -m slurm) inside it
+#   containers/release-root.sh shell [CMD...]   a shell (or CMD) inside it, cluster not started
+#
+# The root lives in /var/cache/tiresias/rootfs-SUITE and is built only when missing
+# (debootstrap is installed with apt when absent); its venv /opt/tiresias-venv holds the
+# project's dependencies from PyPI. Each `test` runs in new mount, PID and network
+# namespaces (unshare): the root's munge, mariadb, slurmdbd, slurmctld and slurmd use the
+# usual ports on their own loopback, so they never meet the host's test cluster, and
+# they all die with the namespace when the command ends. The checkout is bind-mounted
+# at the same path inside, so the tests run this checkout's code and hooks.
+#
+# Environment: TIRESIAS_OTHER_SUITE (default: the other of bookworm/trixie),
+#   TIRESIAS_ROOTFS_DIR (default /var/cache/tiresias), DEBIAN_MIRROR. Needs root.
+set -euo pipefail
+
+REPO_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+CACHE=${TIRESIAS_ROOTFS_DIR:-/var/cache/tiresias}
+MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
+VENV=/opt/tiresias-venv
+
+log() { echo "[release-root] $*"; }
+die() { echo "[release-root] ERROR: $*" >&2; exit 1; }
+
+# The suite this host does not run: the two releases the project supports.
+other_suite() {
+    local here
+    here=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
+    case "$here" in
+        bookworm) echo trixie ;;
+        trixie) echo bookworm ;;
+        *) die "host release '$here' is neither bookworm nor trixie; set TIRESIAS_OTHER_SUITE" ;;
+    esac
+}
+
+SUITE=${TIRESIAS_OTHER_SUITE:-$(other_suite)}
+case "$SUITE" in bookworm|trixie) ;; *) die "TIRESIAS_OTHER_SUITE '$SUITE': use bookworm or trixie" ;; esac
+ROOT=$CACHE/rootfs-$SUITE
+DONE=$ROOT/.tiresias-root-complete
+
+# in_chroot CMD...: run CMD in the root (for building; host network, no namespaces).
+in_chroot() {
+    mount -t proc proc "$ROOT/proc"
+    local rc=0
+    chroot "$ROOT" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
+        DEBIAN_FRONTEND=noninteractive "$@" || rc=$?
+    umount "$ROOT/proc"
+    return $rc
+}
+
+build_root() {
+    [ "$(id -u)" = 0 ] || die "need root to build $ROOT"
+    if [ ! -f "$DONE" ]; then
+        command -v debootstrap >/dev/null || {
+            log "installing debootstrap"
+            apt-get update -q >/dev/null && apt-get install -y -q debootstrap >/dev/null \
+                || die "apt-get install debootstrap failed"
+        }
+        local t0=$SECONDS
+        rm -rf "$ROOT.tmp" && mkdir -p "$CACHE"
+        log "debootstrap $SUITE into $ROOT (log $CACHE/debootstrap-$SUITE.log)"
+        debootstrap --variant=minbase --include=slurmctld,slurmd,slurm-client,munge,python3,python3-venv \
+            "$SUITE" "$ROOT.tmp" "$MIRROR" >"$CACHE/debootstrap-$SUITE.log" 2>&1 \
+            || { tail -20 "$CACHE/debootstrap-$SUITE.log" >&2; die "debootstrap $SUITE failed"; }
+        rm -rf "$ROOT" && mv "$ROOT.tmp" "$ROOT"
+        cp /etc/resolv.conf "$ROOT/etc/resolv.conf"
+        # The rest of the test cluster's packages (slurmdbd, mariadb, ...), by the same script.
+        mkdir -p "$ROOT/tmp/tiresias"
+        cp "$REPO_DIR/containers/install-system-deps.sh" "$ROOT/tmp/tiresias/"
+        in_chroot bash /tmp/tiresias/install-system-deps.sh || die "installing the test cluster's packages in $ROOT failed"
+        touch "$DONE"
+        log "root built in $((SECONDS - t0)) s ($(du -sh "$ROOT" | cut -f1))"
+    fi
+    # slurmctld resolves this host's name (the UTS namespace is the host's).
+    grep -qw "$(hostname)" "$ROOT/etc/hosts" || echo "127.0.0.1 $(hostname)" >>"$ROOT/etc/hosts"
+    build_venv
+}
+
+# The project's runtime and test dependencies, read from pyproject.toml by the root's Python.
+build_venv() {
+    local want have
+    want=$(sha256sum "$REPO_DIR/pyproject.toml" | cut -c1-16)
+    have=$(cat "$ROOT$VENV/.pyproject" 2>/dev/null || true)
+    [ "$want" = "$have" ] && return 0
+    local t0=$SECONDS
+    mkdir -p "$ROOT/tmp/tiresias"
+    cp "$REPO_DIR/pyproject.toml" "$ROOT/tmp/tiresias/pyproject.toml"
+    # pip in the root trusts what the host trusts (a site's TLS-inspecting proxy included).
+    cp /etc/ssl/certs/ca-certificates.crt "$ROOT/tmp/tiresias/host-ca.crt"
+    log "venv $VENV in the root (log $CACHE/venv-$SUITE.log)"
+    in_chroot bash -c "python3 -m venv $VENV && $VENV/bin/python -c '
+import tomllib
+p = tomllib.load(open(\"/tmp/tiresias/pyproject.toml\", \"rb\"))[\"project\"]
+print(\"\\n\".join(p[\"dependencies\"] + p[\"optional-dependencies\"][\"test\"]))' >/tmp/tiresias/req.txt \
+        && PIP_CERT=/tmp/tiresias/host-ca.crt $VENV/bin/pip install -q -r /tmp/tiresias/req.txt" >"$CACHE/venv-$SUITE.log" 2>&1 \
+        || { tail -20 "$CACHE/venv-$SUITE.log" >&2; die "venv in $ROOT failed"; }
+    echo "$want" >"$ROOT$VENV/.pyproject"
+    log "venv ready in $((SECONDS - t0)) s"
+}
+
+# enter SCRIPT: run the bash SCRIPT inside the root in fresh mount/PID/network namespaces.
+enter() {
+    [ -f "$DONE" ] || die "$ROOT is not built; run '$0 build'"
+    mkdir -p "$ROOT$REPO_DIR"
+    # The outer bash runs on the host's binaries (ip) before it chroots.
+    unshare --mount --pid --fork --net --propagation private bash -euc '
+        root=$1 repo=$2 script=$3
+        ip link set lo up
+        mount -t proc proc "$root/proc"
+        mount --rbind /dev "$root/dev"
+        mount --rbind /sys "$root/sys"
+        mount -t tmpfs tmpfs "$root/run"
+        mount -t tmpfs tmpfs "$root/tmp"
+        mount --bind "$repo" "$root$repo"
+        exec chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
+            LANG=C.UTF-8 CI="${CI:-}" TZ=UTC bash -euc "$script"
+    ' enter "$ROOT" "$REPO_DIR" "$1"
+}
+
+cmd_test() {
+    build_root
+    local args=("$@")
+    [ ${#args[@]} -gt 0 ] || args=(-m slurm)
+    log "$(chroot "$ROOT" slurmctld -V) in $SUITE: pytest ${args[*]}"
+    enter "cd $(printf %q "$REPO_DIR") && bash containers/slurm-cluster.sh up \
+        && PYTHONPATH=\$PWD $VENV/bin/python -m pytest -q -p no:cacheprovider $(printf '%q ' "${args[@]}")"
+}
+
+case "${1:-}" in
+    build) build_root ;;
+    test) shift; cmd_test "$@" ;;
+    shell) shift; build_root; enter "cd $(printf %q "$REPO_DIR") && ${*:-bash}" ;;
+    *) echo "usage: $0 build | test [PYTEST_ARGS...] | shell [CMD...]" >&2; exit 2 ;;
+esac
