@@ -384,7 +384,9 @@ def parse_time_bound(text: str, field_name: str, now_s: Optional[float] = None) 
 
 
 def _sacct_window_args(start: str, end: str, users: Sequence[str], partitions: Sequence[str],
-                       all_users: bool = True) -> list[str]:
+                       all_users: bool = True, job_ids: Sequence[str] = ()) -> list[str]:
+    if job_ids:  # these jobs whenever they were eligible: a window hides jobs never yet eligible
+        return ["-X", "-D", "-j", ",".join(job_ids)]
     args = (["-a"] if all_users else []) + ["-X", "-D", "-S", start, "-E", end]
     if users:
         args += ["-u", ",".join(users)]
@@ -403,17 +405,19 @@ def _first_line(text: str) -> str:
 def run_sacct(start: str, end: str, users: Sequence[str] = (), partitions: Sequence[str] = (),
               *, sacct: str = "sacct", timeout_s: float = SACCT_TIMEOUT_S,
               notes: Optional[list[str]] = None,
-              progress: Optional[Callable[..., None]] = None, all_users: bool = True) -> tuple[list[SacctRun], str]:
+              progress: Optional[Callable[..., None]] = None, all_users: bool = True,
+              job_ids: Sequence[str] = ()) -> tuple[list[SacctRun], str]:
     """Query sacct: ``--json`` first (needs slurmdbd), else ``-P`` text. Returns (runs, source).
 
     ``notes`` collects why the JSON path was not used (for the stderr summary).
     ``progress(bytes_read, None)``, when given, is called about twice a second while
     sacct runs (a month of a busy cluster is minutes and hundreds of MB). ``all_users``
     False: no ``-a`` and ``-P`` text only (22.05's ``--json`` ignores ``-u`` and answers
-    with every job the caller may see): Slurm answers for this process's user."""
+    with every job the caller may see): Slurm answers for this process's user.
+    ``job_ids``: these jobs instead of the window (``-j``)."""
     if shutil.which(sacct) is None:
         raise InputError(f"{sacct}: command not found (use --from-file with a saved sacct output)")
-    window = _sacct_window_args(start, end, users, partitions, all_users)
+    window = _sacct_window_args(start, end, users, partitions, all_users, job_ids)
     notes = notes if notes is not None else []
 
     def call(args: list[str]) -> subprocess.CompletedProcess:
@@ -455,6 +459,22 @@ def run_sacct(start: str, end: str, users: Sequence[str] = (), partitions: Seque
         raise InputError(f"sacct -P failed (exit {proc.returncode}): "
                          f"{_first_line(proc.stderr) or 'no message'} (job accounting needs slurmdbd)")
     return runs_from_sacct_text(proc.stdout, "sacct -P"), "sacct -P"
+
+
+def own_recent_job_ids(squeue: str = "squeue", timeout_s: float = 30.0) -> list[str]:
+    """The caller's jobs slurmctld still holds (pending, running, and ended within
+    MinJobAge), raw ids. sacct's answer lags: slurmdbd lists a job in a time window
+    only once slurmctld has sent it its eligible time (seconds after submission,
+    never for a held job), and a user asking for their jobs expects the one just
+    submitted first. Empty when squeue fails (the windowed answer stands alone)."""
+    try:
+        proc = subprocess.run([squeue, "--me", "-h", "-t", "all", "-o", "%A"],
+                              capture_output=True, text=True, timeout=timeout_s)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    if proc.returncode != 0:
+        return []
+    return [word for word in proc.stdout.split() if word.isdigit()]
 
 
 # --------------------------------------------------------------------------- actual figures

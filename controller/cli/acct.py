@@ -153,7 +153,7 @@ def run(args) -> int:
 
 def _own_rows(args, start: float | None, end: float | None):
     """(rows, source): the caller's own jobs, asked of Slurm by the caller (no store)."""
-    from slurm_plugin.accounting import merge_runs, run_sacct
+    from slurm_plugin.accounting import merge_runs, own_recent_job_ids, run_sacct
 
     me = reports.user_name(_getuid())
     if set(_split(args.user)) - {me}:
@@ -163,6 +163,9 @@ def _own_rows(args, start: float | None, end: float | None):
               for t, default in ((start, SACCT_EPOCH), (end, "now"))]
     config = load(args.config, {"database_url": args.database_url, "cluster": args.cluster})
     runs, how = run_sacct(*window, users=[me], all_users=False)
+    unseen = sorted(set(own_recent_job_ids()) - {run.job_id for run in runs}, key=int)
+    if unseen:  # the window test on the rows below applies to these too
+        runs += run_sacct(*window, all_users=False, job_ids=unseen)[0]
     rows = reports.rows_from_sacct(merge_runs(runs))
     return rows, {"source": how, "cluster": config.cluster, "restricted_to_user": me}
 
