@@ -13,6 +13,8 @@ import argparse
 import json
 import math
 import os
+import shlex
+import time
 
 from controller.cli import argtypes
 from controller.core.model import InputError
@@ -45,6 +47,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=argtypes.int_in(1, 1024), default=None,
                    help=f"parallel replay processes (default: CPUs, at most {ROUND_SIZE}); "
                         "does not change the result")
+    p.add_argument("--slurm-array", action="store_true",
+                   help="replay each round's candidates as one Slurm job array on this cluster (sbatch --wait) "
+                        "instead of local processes; same search, same ranking")
+    p.add_argument("--array-dir", metavar="DIR", default=None,
+                   help="with --slurm-array: directory the nodes can read and write, for round files, results "
+                        "and task output (default ./tiresias-tune-TIMESTAMP)")
+    p.add_argument("--sbatch-args", metavar="ARGS", default="",
+                   help="with --slurm-array: extra sbatch options, e.g. \"-p batch -t 30\"")
     p.add_argument("--top", type=argtypes.int_in(1, 100_000), default=5, help="settings to list (default 5)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     p.add_argument("--quiet", action="store_true",
@@ -64,13 +74,26 @@ def run(args) -> int:
     if not jobs:
         raise InputError(f"trace {args.trace}: no jobs")
     workers = args.workers or max(1, min(ROUND_SIZE, os.cpu_count() or 1))
+    evaluate = None
+    if args.slurm_array:
+        from slurm_plugin.tune_array import ArrayEvaluator
+
+        try:
+            sbatch_args = shlex.split(args.sbatch_args)
+        except ValueError as err:
+            raise InputError(f"--sbatch-args value {args.sbatch_args!r}: {err}") from None
+        array_dir = args.array_dir or f"tiresias-tune-{time.strftime('%Y%m%dT%H%M%S')}"
+        evaluate = ArrayEvaluator(args.trace, args.time_scale, array_dir, sbatch_args)
+        workers = ROUND_SIZE  # a round's tasks run at once (as far as the cluster has room)
+    elif args.array_dir or args.sbatch_args:
+        raise InputError("--array-dir and --sbatch-args need --slurm-array")
     from controller.cli.progress import progress_for
 
     with progress_for(args, "tune", "replays", total=args.evaluations) as progress:
         result = tune(jobs, nodes=args.nodes, gpus_per_node=args.gpus_per_node, policy=args.policy,
                       evaluations=args.evaluations, max_k=args.max_k, seed=args.seed, budget_s=args.budget_s,
                       objective=args.objective, workers=workers, preempt_cost_s=args.preempt_cost_s,
-                      drop_oversize=args.drop_oversize, progress=progress)
+                      drop_oversize=args.drop_oversize, progress=progress, evaluate=evaluate)
     best, default = result.best, result.default
     comment = (f"tiresias tune: avg JCT {format_duration(best.avg_jct_s)} (default {format_duration(default.avg_jct_s)}), "
                f"p95 {format_duration(best.p95_jct_s)} (default {format_duration(default.p95_jct_s)}) "
@@ -81,7 +104,9 @@ def run(args) -> int:
             return {"k": e.setting.k, "queues_gpu_s": list(e.setting.thresholds_gpu_s),
                     "promote_knob": None if math.isinf(e.setting.promote_knob) else e.setting.promote_knob,
                     "avg_jct_s": e.avg_jct_s, "p95_jct_s": e.p95_jct_s, "preemptions": e.preemptions}
-        print(json.dumps({"trace": args.trace, "nodes": args.nodes, "gpus_per_node": args.gpus_per_node,
+        where = ({"slurm_arrays": evaluate.array_ids, "array_dir": str(evaluate.workdir)} if evaluate
+                 else {"workers": workers})
+        print(json.dumps({**where, "wall_s": result.elapsed_s, "trace": args.trace, "nodes": args.nodes, "gpus_per_node": args.gpus_per_node,
                           "policy": args.policy, "objective": args.objective, "seed": args.seed,
                           "evaluations": result.evaluations, "requested": result.requested,
                           "stopped_by_budget": result.stopped_by_budget, "best": row(best),
@@ -89,7 +114,10 @@ def run(args) -> int:
                           "yaml": block}, sort_keys=True))
         return 0
     print(f"tune: {args.trace} ({len(jobs)} jobs) on {args.nodes}x{args.gpus_per_node} GPUs, policy {args.policy}, "
-          f"objective {args.objective}, seed {args.seed}: {result.evaluations} evaluations in {result.elapsed_s:.1f} s")
+          f"objective {args.objective}, seed {args.seed}: {result.evaluations} evaluations in {result.elapsed_s:.1f} s "
+          f"wall" + (f" (on Slurm: {len(evaluate.array_ids)} job arrays {','.join(evaluate.array_ids)}, "
+                     f"{evaluate.wall_s:.1f} s waiting for them; files in {evaluate.workdir})" if evaluate else
+                     f" ({workers} local processes)"))
     print(f"searched: K 2..{result.max_k}; thresholds from {len(result.grid_gpu_s)} values "
           f"{format_number(result.grid_gpu_s[0])}..{format_number(result.grid_gpu_s[-1])} GPU-s "
           f"(service quantiles 5%..99%, and 3600); PROMOTEKNOB {','.join(format_number(k) for k in result.knobs)}")

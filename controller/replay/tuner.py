@@ -21,7 +21,7 @@ import random
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Sequence
+from typing import Callable, Iterable, Optional, Sequence
 
 import numpy as np
 
@@ -132,6 +132,21 @@ def _init_worker(jobs: list[JobSpec], base: dict) -> None:
     _WORKER["base"] = base
 
 
+def replay_setting(jobs: list[JobSpec], base: dict, setting: Setting) -> tuple[float, float, float, int, int]:
+    """One replay of ``jobs`` under ``setting``: (avg JCT, p95 JCT, seconds, preemptions,
+    promotions). ``base``: the search's fixed settings (``tune_base``). Deterministic,
+    so any process that runs it (a worker, a Slurm array task) gives the same figures."""
+    _init_worker(jobs, base)
+    return _replay(setting)
+
+
+def tune_base(policy: str, nodes: int, gpus_per_node: int, preempt_cost_s: float, drop_oversize: bool,
+              placement: str) -> dict:
+    """The fixed part of every replay of one search (plain data: it travels to workers)."""
+    return {"policy": policy, "nodes": nodes, "gpus_per_node": gpus_per_node, "preempt_cost_s": preempt_cost_s,
+            "drop_oversize": drop_oversize, "placement": placement}
+
+
 def _replay(setting: Setting) -> tuple[float, float, float, int, int]:
     base = _WORKER["base"]
     started = time.perf_counter()
@@ -198,13 +213,18 @@ def tune(jobs: Sequence[JobSpec], *, nodes: int, gpus_per_node: int, policy: str
          objective: str = "avg", workers: int = 1, preempt_cost_s: float = 0.0,
          drop_oversize: bool = False, placement: str = "consolidate",
          knobs: Sequence[float] = KNOB_CANDIDATES, clock=time.monotonic,
-         progress: Optional[Callable[..., None]] = None) -> TuneResult:
+         progress: Optional[Callable[..., None]] = None,
+         evaluate: Optional[Callable[[list[Setting], dict], Iterable[tuple]]] = None) -> TuneResult:
     """Replay ``jobs`` under up to ``evaluations`` settings and rank them (see module doc).
 
     ``budget_s`` stops the search between rounds when the next round would not
     fit; ``workers`` > 1 replays a round's candidates in parallel processes.
     ``progress(done, total, note)``, when given, is called after each replay
-    (``total`` = ``evaluations``; ``note`` the best average JCT so far)."""
+    (``total`` = ``evaluations``; ``note`` the best average JCT so far).
+    ``evaluate(batch, base)``, when given, replays a round's candidates elsewhere (a
+    Slurm job array: ``slurm_plugin.tune_array``) and returns ``replay_setting``'s
+    tuples in the batch's order; the search itself stays here, so the ranking is the
+    local run's."""
     if objective not in OBJECTIVES:
         raise InputError(f"objective value {objective!r} is not one of {', '.join(OBJECTIVES)}")
     if evaluations < 1:
@@ -218,16 +238,15 @@ def tune(jobs: Sequence[JobSpec], *, nodes: int, gpus_per_node: int, policy: str
     grid = threshold_grid(jobs)
     rng = random.Random(seed)
     space = _Space(grid, knobs, max_k, rng)
-    base = {"policy": policy, "nodes": nodes, "gpus_per_node": gpus_per_node, "preempt_cost_s": preempt_cost_s,
-            "drop_oversize": drop_oversize, "placement": placement}
+    base = tune_base(policy, nodes, gpus_per_node, preempt_cost_s, drop_oversize, placement)
     started = clock()
     done: list[Evaluation] = []
     seen: set[Setting] = {DEFAULT_SETTING}
     stopped_by_budget = exhausted = False
     pool = None
-    if workers > 1:
+    if evaluate is None and workers > 1:
         pool = ProcessPoolExecutor(max_workers=workers, initializer=_init_worker, initargs=(list(jobs), base))
-    else:
+    elif evaluate is None:
         _init_worker(list(jobs), base)
     try:
         round_no = 0
@@ -256,7 +275,10 @@ def tune(jobs: Sequence[JobSpec], *, nodes: int, gpus_per_node: int, policy: str
                 if clock() - started + per_eval * waves > budget_s:
                     stopped_by_budget = True
                     break
-            outputs = pool.map(_replay, batch) if pool else (_replay(s) for s in batch)
+            if evaluate is not None:
+                outputs = evaluate(batch, base)
+            else:
+                outputs = pool.map(_replay, batch) if pool else (_replay(s) for s in batch)
             for setting, (avg, p95, secs, pre, pro) in zip(batch, outputs):
                 done.append(Evaluation(setting, avg, p95, order=len(done), seconds=secs,
                                        preemptions=pre, promotions=pro))
