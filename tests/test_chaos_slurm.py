@@ -65,11 +65,14 @@ def jobcomp_runs(instance: Instance) -> dict[str, list[tuple[str, float, float]]
             end = datetime.strptime(fields["EndTime"], "%Y-%m-%dT%H:%M:%S").timestamp()
         except (KeyError, ValueError):
             continue
-        if fields.get("JobState") in ("RESIZING", "PENDING"):
-            # a record of a size change, or of the requeue of a job that had ended (it
-            # repeats that run's times): not a run
+        if fields.get("JobState") == "RESIZING":
+            continue  # a record of a size change, not a run
+        job_runs = runs.setdefault(fields["JobId"], [])
+        if fields.get("JobState") == "PENDING" and job_runs and job_runs[-1][1] == start:
+            # A requeued run is logged PENDING; but a job requeued after it had ended was
+            # logged at its end already, and its requeue repeats that run's start: not a run.
             continue
-        runs.setdefault(fields["JobId"], []).append((fields.get("JobState", ""), start, end))
+        job_runs.append((fields.get("JobState", ""), start, end))
     return runs
 
 
@@ -357,8 +360,14 @@ def test_chaos_kills_slurmctld_restart_and_store_outage(cluster, tmp_path):
     closest = max(errors, key=lambda j: abs(errors[j][0]) / bound[j])
     print(f"service error closest to its bound: job {closest}, {abs(errors[closest][0]):.1f} of "
           f"{bound[closest]:.1f} GPU-s ({restarts[closest]} requeues)")
-    assert all(abs(errors[j][0]) <= bound[j] for j in errors), {j: errors[j] for j in errors
-                                                               if abs(errors[j][0]) > bound[j]}
+    beyond = [j for j in errors if abs(errors[j][0]) > bound[j]]
+    for job_id in beyond[:3]:  # the whole story in CI's log
+        record = records.get(job_id)
+        print(f"--- service error of job {job_id}: {errors[job_id][0]:+.1f} GPU-s; runs {runs.get(job_id)}; store: "
+              f"attained {getattr(record, 'attained_gpu_s', None)}, executed {getattr(record, 'executed_s', None)} s, "
+              f"first start {getattr(record, 'first_start_s', None)}, finished {getattr(record, 'finished_s', None)}")
+        print_job_story(cluster, chaos, job_id)
+    assert not beyond, {j: errors[j] for j in beyond}
     assert not chaos.problems, chaos.problems[:10]
     assert not pins_left, pins_left
     assert not during, during  # nothing requeued while the store could not be written

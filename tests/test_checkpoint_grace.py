@@ -137,3 +137,35 @@ def test_cli_filter_records_the_signal_in_the_comment(lua, tmp_path):
         "nil",  # no --signal: no comment made up
         "x",
     ]
+
+
+def test_a_job_requeued_after_ending_in_its_grace_keeps_its_record_and_gives_no_sample(store):
+    """Its run that ended in grace is no finished job: the record (attained service, so
+    its queue) goes on, and a cut-short run is no service sample. (The chaos test found
+    such a job back in queue 1 with 0 GPU-s after its requeue.)"""
+    from tests.test_controller import controller as make_controller
+
+    backend = ScriptedBackend()
+    backend.add("1", 16, "RUNNING", start=0.0, nodes=FULL, signal="B:USR1@60")
+    c = make_controller(store, backend)
+    c.run_round()
+    backend.now += 100.0
+    backend.add("2", 4)
+    c.run_round()
+    assert ("signal", "1", "USR1", True) in backend.calls
+    served = c.records["1"].attained_gpu_s
+    assert served == 16 * backend.now  # running since 0
+    backend.now += 20.0
+    ended(backend, "COMPLETED")  # its handler checkpointed and exited 0, 20 s after the signal
+    c.run_round()
+    assert ("requeue", "1") in backend.calls
+    record = c.records["1"]
+    assert record.state != "DONE" and record.attained_gpu_s == served + 16 * 20.0  # credited up to its end
+    assert store.service_samples(c.config.cluster) == []
+    job = backend.jobs["1"]  # what Slurm shows after the requeue
+    backend.jobs["1"] = dataclasses.replace(job, state="PENDING", restart_count=1, reason="BeginTime",
+                                            start_time_s=None, end_time_s=None, nodes=())
+    backend.now += 5.0
+    c.run_round()
+    assert c.records["1"].attained_gpu_s == served + 16 * 20.0 and c.records["1"].restart_count == 1
+    assert store.load_jobs(c.config.cluster)["1"].attained_gpu_s == served + 16 * 20.0

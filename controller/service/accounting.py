@@ -121,13 +121,16 @@ class Accounts:
         self.records[job.job_id] = record
         return record
 
-    def finish_gone(self, observed: dict[str, ObservedJob], observation: Observation, now: float) -> None:
+    def finish_gone(self, observed: dict[str, ObservedJob], observation: Observation, now: float,
+                    requeueing: frozenset[str] | set[str] = frozenset()) -> None:
         """Jobs that ended (or left Slurm's memory) are closed in the store; completed
         jobs become service samples (censored when cut short). A job seen running last is credited up to its end
         as Slurm reports it; one that left Slurm's memory (its end unknown, e.g. it ended
         while the controller was down) at most ``gone_credit_s``, never the whole gap.
         Call it inside the round's transaction: closing a job and adding its sample
-        commit together."""
+        commit together. ``requeueing``: ended jobs the preemption machine requeues this
+        round (they ended inside a grace period): their run is credited, the record stays
+        open."""
         self._first_sight_of_ended(observed, now)
         for job_id, record in list(self.records.items()):
             if record.state == "DONE":
@@ -138,25 +141,21 @@ class Accounts:
             if job is None and observation.withholds(job_id):
                 continue  # its record failed to parse, or an array task not listed: not gone
             end_state = job.state if job is not None else "GONE"
-            last = record.last_observed_s
             if job is not None and job.end_time_s:
-                # Slurm's times of the last run: credit what of it the accounts have not
-                # seen (all of it when it started after the last saved observation, e.g.
-                # while the store could not be written).
-                end = job.end_time_s
-                if job.start_time_s is not None:
-                    since = job.start_time_s if last is None else max(job.start_time_s, last)
-                elif record.last_running and last is not None:
-                    since = last
-                else:
-                    since = end
-                ran = max(0.0, end - since)
+                end, ran = job.end_time_s, self._unseen_run(record, job)
             else:
+                last = record.last_observed_s
                 end = now
                 ran = min(now - last, self.gone_credit_s) if record.last_running and last is not None else 0.0
             if ran > 0:
                 record.attained_gpu_s += record.num_gpus * ran
                 record.executed_s += ran
+            if job_id in requeueing:
+                record.queue_service_gpu_s += record.num_gpus * max(ran, 0.0)
+                record.executed_since_promotion_s += max(ran, 0.0)
+                record.last_running = False
+                record.last_observed_s = max(record.last_observed_s or end, end)  # credited up to its end
+                continue
             record.state, record.finished_s, record.end_state = "DONE", end, end_state
             if self.metrics is not None and end_state == "COMPLETED":
                 self.metrics.observe_finished(record.submit_time_s, end)
@@ -183,6 +182,20 @@ class Accounts:
         for job_id in sorted(unknown - known):
             self._first_sight(observed[job_id], now)
             self.closed.add(job_id)
+
+    @staticmethod
+    def _unseen_run(record: JobRecord, job: ObservedJob) -> float:
+        """Seconds of an ended job's last run (Slurm's times) the accounts have not
+        credited: all of it when it started after the last saved observation (e.g.
+        while the store could not be written)."""
+        last, end = record.last_observed_s, job.end_time_s
+        if job.start_time_s is not None:
+            since = job.start_time_s if last is None else max(job.start_time_s, last)
+        elif record.last_running and last is not None:
+            since = last
+        else:
+            since = end
+        return max(0.0, end - since)
 
     def credit_until(self, job: ObservedJob, until: float) -> None:
         """A running job this controller just stopped (requeue): its run's service up

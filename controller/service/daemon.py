@@ -282,7 +282,7 @@ class Controller:
         self.contract.begin_round()
         self.accounts.advance(observed, now)
         with self.store.transaction():
-            self.accounts.finish_gone(observed, observation, now)
+            self.accounts.finish_gone(observed, observation, now, self.preemptions.to_requeue_ended(observed))
             self.accounts.save()
             round_id = self.store.next_round_id(self.config.cluster)
         self._refresh_service(now)

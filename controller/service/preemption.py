@@ -55,6 +55,14 @@ class Preemptions:
         """Job ids signalled and not yet requeued: their GPUs are neither free nor plannable."""
         return {p.job_id for p in self.store.pending_preemptions(self.config.cluster)}
 
+    def to_requeue_ended(self, observed: dict[str, ObservedJob]) -> set[str]:
+        """Signalled jobs that ended inside their grace period: ``advance`` requeues
+        them this round, so the accounts must not close them (their record, its
+        attained service and no service sample of a cut-short run, goes on)."""
+        pending = self.executor.when_acting(lambda: self.store.pending_preemptions(self.config.cluster)) or []
+        return {p.job_id for p in pending
+                if p.job_id in observed and self._ended_in_grace(observed[p.job_id], p.signalled_at_s)}
+
     def grace_for(self, job: ObservedJob, signalled_at_s: float) -> float:
         """The job's grace period (core.checkpoint_signal.grace_s with its declared signal)."""
         ends_by = (job.start_time_s + job.time_limit_s
