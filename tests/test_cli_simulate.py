@@ -61,6 +61,12 @@ def test_demo_dgittins_is_not_dlas():
     assert (dgittins["avg_jct_s"], dgittins["preemptions"]) != (dlas["avg_jct_s"], dlas["preemptions"])
     assert dgittins["avg_jct_s"] <= 1.02 * dlas["avg_jct_s"]
     assert dgittins["preemptions"] <= 1.5 * dlas["preemptions"]
+    # the job-type table alone: queue 1 is never congested by more than a whole-cluster
+    # gang, which skip-ahead passes in any order, so the rows are the same
+    proc = tiresias("simulate", "--users", 0, "--policy", "dlas,dgittins", "--json")
+    plain = json.loads(proc.stdout)["summaries"]
+    assert plain[0]["avg_jct_s"] == plain[1]["avg_jct_s"] and plain[0]["preemptions"] == plain[1]["preemptions"]
+    assert plain[0]["avg_jct_s"] != dlas["avg_jct_s"]
 
 
 def test_oversize_error_and_drop():
