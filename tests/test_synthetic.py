@@ -106,7 +106,7 @@ def test_bad_arguments():
     with pytest.raises(InputError, match="num_jobs"):
         generate(-1, seed=1, total_gpus=8)
     with pytest.raises(InputError, match="users value '-1'"):
-        generate(10, seed=1, total_gpus=8, users=-1)
+        generate(0, seed=1, total_gpus=8, users=-1)
     with pytest.raises(InputError, match="mean_sweep value '0.5'"):
         generate(10, seed=1, total_gpus=8, mean_sweep=0.5)
     with pytest.raises(InputError, match="scale_sigma"):

@@ -66,6 +66,7 @@ def generate(
     require_positive("total_gpus", total_gpus, integer=True)
     require_positive("gpus_per_node", gpus_per_node, integer=True)
     require_positive("time_scale", time_scale)
+    _check_site(users, names_per_user, scale_sigma, mean_sweep)
     nodes, rest = divmod(int(total_gpus), int(gpus_per_node))
     types = feasible_types(nodes, int(gpus_per_node), rest)
     if not types:
@@ -97,19 +98,23 @@ def generate(
     return jobs
 
 
-def _sweeps(rng: np.random.Generator, n: int, users: int, names_per_user: int, scale_sigma: float,
-            mean_sweep: float):
-    """Per job: the first job of its sweep, its user, job name and duration scale
-    (``users`` 0: every job its own sweep, no user, scale 1)."""
+def _check_site(users, names_per_user, scale_sigma, mean_sweep) -> None:
+    """One-line errors for the site's settings (before anything is drawn)."""
     if isinstance(users, bool) or not isinstance(users, (int, np.integer)) or users < 0:
         raise InputError(f"users value '{users}' is not a non-negative integer")
-    if users == 0:
-        return np.arange(n), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64), np.ones(n)
     require_positive("names_per_user", names_per_user, integer=True)
     if isinstance(scale_sigma, bool) or not isinstance(scale_sigma, (int, float)) or not 0 <= scale_sigma < np.inf:
         raise InputError(f"scale_sigma value '{scale_sigma}' is not a non-negative number")
     if isinstance(mean_sweep, bool) or not isinstance(mean_sweep, (int, float)) or not 1 <= mean_sweep < np.inf:
         raise InputError(f"mean_sweep value '{mean_sweep}' is not a number >= 1")
+
+
+def _sweeps(rng: np.random.Generator, n: int, users: int, names_per_user: int, scale_sigma: float,
+            mean_sweep: float):
+    """Per job: the first job of its sweep, its user, job name and duration scale
+    (``users`` 0: every job its own sweep, no user, scale 1)."""
+    if users == 0:
+        return np.arange(n), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64), np.ones(n)
     scales = np.exp(rng.normal(0.0, scale_sigma, size=(users, names_per_user)))
     scales /= scales.mean()
     sizes = rng.geometric(1.0 / mean_sweep, size=n)  # at most n sweeps
