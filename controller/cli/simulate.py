@@ -35,6 +35,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     src.add_argument("--seed", type=argtypes.seed, default=1, help="synthetic workload seed (default 1)")
     src.add_argument("--load", type=argtypes.positive_float, default=1.2,
                      help="synthetic offered load as a fraction of the cluster (default 1.2)")
+    src.add_argument("--users", type=argtypes.non_negative_int, default=8,
+                     help="synthetic users, each with 3 job names of their own typical time, submitting sweeps "
+                          "(default 8; 0: the job-type table alone, one job at a time, no users)")
     src.add_argument("--time-scale", type=argtypes.positive_float, default=1.0,
                      help="multiply every duration and submit time (compress a trace)")
     src.add_argument("--drop-oversize", action="store_true",
@@ -109,8 +112,8 @@ def _workload(args):
     from controller.replay.synthetic import generate
 
     jobs = generate(args.jobs, seed=args.seed, total_gpus=args.nodes * args.gpus_per_node,
-                    gpus_per_node=args.gpus_per_node, load=args.load, time_scale=args.time_scale)
-    return jobs, f"synthetic ({args.jobs} jobs, seed {args.seed}, load {args.load:g})"
+                    gpus_per_node=args.gpus_per_node, load=args.load, time_scale=args.time_scale, users=args.users)
+    return jobs, f"synthetic ({args.jobs} jobs, seed {args.seed}, load {args.load:g}, {args.users} users)"
 
 
 def _load_actuals(args):
