@@ -84,4 +84,5 @@ def test_a_submitit_checkpointable_job_is_preempted_resumes_from_its_checkpoint_
     starts = [int(line.split("=")[1]) for line in lines if line.startswith("start ")]
     assert starts[0] == 0 and len(starts) >= 2 and starts[1] > 0, lines  # resumed from its checkpoint
     assert lines[-1] == f"finished done={STEPS}", lines
-    print(f"submitit job {job}: starts at steps {starts}; preempt: {preempts[0]['detail']}")
+    after = [(d["kind"], d["applied"], d["reason"], d["detail"]) for d in run.decisions(job) if d["kind"] != "band"]
+    print(f"submitit job {job}: starts at steps {starts}; decisions: {after}")
