@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import importlib.util
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.slurm_fixtures import wait_for
+from tests.slurm_fixtures import unavailable, wait_for
 from tests.test_slurm_controller import all_finished, attained, cluster, iso, run  # noqa: F401  (pytest fixtures)
 from tests.test_slurm_startable import reasons
 
@@ -36,20 +37,24 @@ def user_python(user: str) -> str:
                                capture_output=True, text=True, timeout=30)
         if probe.returncode == 0 and probe.stdout.strip().startswith(want):
             return candidate
-    pytest.skip(f"no Python {want} that {user} may run")
+    unavailable(f"no Python {want} that {user} may run")
 
 
 def client_path(workdir: Path) -> str:
-    """A PYTHONPATH folder with only submitit and what it imports (links into this venv)."""
+    """A PYTHONPATH folder with only submitit and what it imports, copied from this venv
+    (which the job's user may not be able to read, e.g. a checkout under /root)."""
     lib = workdir / "lib"
     lib.mkdir()
     for name in ("submitit", "cloudpickle", "typing_extensions"):
         spec = importlib.util.find_spec(name)
         if spec is None:
-            pytest.skip(f"{name} is not installed (pip install -e '.[test]')")
+            unavailable(f"{name} is not installed (pip install -e '.[test]')")
         origin = Path(spec.origin)
         source = origin.parent if origin.name == "__init__.py" else origin
-        (lib / source.name).symlink_to(source)
+        if source.is_dir():
+            shutil.copytree(source, lib / source.name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(source, lib / source.name)
     return str(lib)
 
 
