@@ -111,3 +111,9 @@ def isolated_instance(name: str, keep: bool, extra_env: dict | None = None):
         for path in (f"/etc/slurm-{name}", f"/var/spool/slurmctld-{name}", f"/var/spool/slurmd-{name}",
                      f"/var/log/slurm-{name}"):
             shutil.rmtree(path, ignore_errors=True)
+
+
+def unavailable(reason: str) -> None:
+    """A test's own missing prerequisite (a client library, an interpreter its job's
+    user may run): a skip, a failure under CI=true (as for the cluster itself)."""
+    _unavailable(reason)
