@@ -30,7 +30,7 @@ import re
 import subprocess
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Mapping, Optional, Sequence
 
 from controller.service.arrays import Withheld, plan_view
@@ -168,6 +168,14 @@ class SlurmBackend:
         # the reservations jobs name change, else once every RESERVATIONS_EVERY_S
         self._reserved: dict[str, str] = {}
         self._reservations_read: Optional[tuple[float, frozenset]] = None
+        # For repeat_observation(): the last observe()'s answer, the ids of its plain
+        # records (no array, no het job: planned as they are), what the levers since
+        # then set that squeue --json would show (job id -> field -> value), and
+        # whether some other lever (or a failed one) changed a record in an unknown way.
+        self._last_observation: Optional[Observation] = None
+        self._plain_ids: frozenset[str] = frozenset()
+        self._set_since: dict[str, dict[str, object]] = {}
+        self._records_changed = False
 
     # ------------------------------------------------------------------ commands
 
@@ -206,10 +214,21 @@ class SlurmBackend:
             raise BackendUnavailable(f"{what}: slurmctld unreachable: {message}")
         raise LeverFailed(f"{what}: {' '.join(argv)} failed ({result.returncode}): {message}")
 
-    def _lever(self, argv: list[str], what: str) -> None:
+    def _lever(self, argv: list[str], what: str, shows: Optional[Mapping[str, Mapping[str, object]]] = None) -> None:
+        """Run a lever. ``shows``: job id -> the fields of its squeue --json record the
+        lever sets, as observe() would read them (repeat_observation lays them over the
+        last observation); None, or a lever that failed: records changed unknowably."""
         if self.fence is not None:
             self.fence()
-        self._query(argv, what)
+        if shows is None or not self._plain_ids.issuperset(shows):
+            self._records_changed = True
+        try:
+            self._query(argv, what)
+        except Exception:
+            self._records_changed = True  # Slurm may have applied part of it
+            raise
+        for job_id, values in (shows or {}).items():
+            self._set_since.setdefault(job_id, {}).update(values)
 
     # ------------------------------------------------------------------ observe
 
@@ -288,8 +307,30 @@ class SlurmBackend:
         self._arrays = {j.job_id for j in jobs if j.array_tasks}
         self._partition_nodes = self._partition_map(nodes)
         view = plan_view(observed_jobs, withheld)
-        return Observation(observed_at_s=observed_at_s, jobs=view.jobs, nodes=observed_nodes,
-                           skipped=skipped + view.problems, withheld=view.withheld)
+        observation = Observation(observed_at_s=observed_at_s, jobs=view.jobs, nodes=observed_nodes,
+                                  skipped=skipped + view.problems, withheld=view.withheld)
+        self._last_observation, self._set_since, self._records_changed = observation, {}, False
+        self._plain_ids = frozenset(j.job_id for j in observed_jobs if not (j.array_tasks or j.het_job_id))
+        return observation
+
+    def repeat_observation(self) -> Optional[Observation]:
+        """The last observe()'s records again, read at the current time, with what the
+        levers since then set (SiteFactor, AdminComment) laid over them: what observe()
+        would return now were nothing else changed in Slurm, without reading squeue
+        --json or sinfo --json. Its caller knows that nothing else changed (the light
+        poll's answer is the one of before that observe(), controller.service.daemon).
+        None: no observe() yet, or a lever since then changed a record in a way not
+        known here (a pin, a move, a requeue, a hold, a failed lever)."""
+        last = self._last_observation
+        if last is None or self._records_changed:
+            return None
+        if self._set_since:  # folded in once: a job unchanged since stays the same object
+            changes = self._set_since
+            last.jobs = [replace(job, **changes[job.job_id]) if job.job_id in changes and any(
+                getattr(job, name) != value for name, value in changes[job.job_id].items()) else job
+                for job in last.jobs]
+            self._set_since = {}
+        return replace(last, observed_at_s=time.time(), jobs=list(last.jobs))
 
     def _reservations(self, jobs: list[SlurmJob], nodes: list[SlurmNode], now: float) -> dict[str, str]:
         """Node -> active reservation. Slurm flags a node in an active reservation
@@ -490,7 +531,8 @@ class SlurmBackend:
                 chunk = ids[start:start + MAX_IDS_PER_UPDATE]
                 try:
                     self._lever(["scontrol", "update", f"JobId={','.join(chunk)}", f"SiteFactor={value}"],
-                                f"SiteFactor={value} for job(s) {','.join(chunk)}")
+                                f"SiteFactor={value} for job(s) {','.join(chunk)}",
+                                shows={job_id: {"site_factor": value} for job_id in chunk})
                 except LeverFailed as exc:
                     failures.append(str(exc))
                     for job_id in chunk:  # some may have changed: forget what we knew
@@ -591,7 +633,7 @@ class SlurmBackend:
             raise ValueError(f"job {job_id}: AdminComment must be one printable line of at most "
                              f"{ADMIN_COMMENT_MAX_CHARS} characters, got {text[:80]!r}")
         self._lever(["scontrol", "update", f"JobId={job_id}", f"AdminComment={text}"],
-                    f"AdminComment of job {job_id}")
+                    f"AdminComment of job {job_id}", shows={job_id: {"admin_comment": text}})
 
     def slurm_config(self) -> str:
         """`scontrol show config` as printed (the preflight's input); any failure is

@@ -91,6 +91,10 @@ class Controller:
         self._calls_mark: dict[str, int] = {}  # backend.commands_run when the current round began
         self.heap = Heap()  # one full garbage collection an hour (controller.service.heap)
         self._specs: dict[str, tuple] = {}  # job id -> (ObservedJob, account key, JobSpec) of the last snapshot
+        # The light poll's answer taken just before the last full observation, and when
+        # that observation was made (controller clock): see observe().
+        self._full_signature: Optional[frozenset] = None
+        self._full_at = -math.inf
         if config.preempt_undeclared and config.mode != "observe":
             log.warning("preempt_undeclared is on: requeueable jobs that declared no checkpoint signal are "
                         "preempted too (requeued without a signal; they lose the work since their last checkpoint)")
@@ -145,7 +149,7 @@ class Controller:
                 if signature is not None and not due(signature):
                     stop.wait(max(0.0, self.config.poll_s - (self.clock() - started)))
                     continue
-                observation = self._observe()
+                observation = self.observe(signature)
             except BackendUnavailable:
                 stop.wait(self.config.poll_s)
                 continue
@@ -210,10 +214,36 @@ class Controller:
         self._calls_mark = dict(counts)
         return {name: n for name, n in since.items() if n}
 
-    def _observe(self) -> Observation:
+    def observe(self, signature=None) -> Observation:
+        """The round's observation. ``signature``: the light poll's answer just taken
+        (backend.poll()). When it is the answer taken just before the last full
+        observation, no more than full_observe_s ago, nothing the poll shows changed
+        since: the backend's repeat_observation() (that observation at the current
+        time, with the levers this controller applied since laid over it) stands in
+        for reading squeue --json and sinfo --json again, the round's largest cost
+        when nothing changed. What the poll does not show (a comment, a pending
+        reason, a node's state) is read by the next full observation, within
+        full_observe_s. A change between that poll and the full observation makes
+        the next poll differ: one more full observation, never a change missed."""
+        repeat = getattr(self.backend, "repeat_observation", None)
+        now = self.clock()
+        if (signature is not None and signature == self._full_signature and callable(repeat) and not self._stale
+                and now - self._full_at < self.config.full_observe_s):
+            observation = repeat()
+            if observation is not None:
+                self._mark_polls()
+                return observation
+        observation = self._observe()
+        self._full_signature, self._full_at = signature, now
+        return observation
+
+    def _mark_polls(self) -> None:
         calls = self._slurm_calls_since_mark()  # polls that found nothing to do: not a round's cost
         if calls and self.metrics is not None:
             self.metrics.observe_slurm_calls(calls, in_round=False)
+
+    def _observe(self) -> Observation:
+        self._mark_polls()
         observation = self._from_backend(self.backend.observe)
         for line in observation.skipped:
             self._log_once(f"skipped record: {line}")
