@@ -173,7 +173,8 @@ class SlurmBackend:
         # then set that squeue --json would show (job id -> field -> value), and
         # whether some other lever (or a failed one) changed a record in an unknown way.
         self._last_observation: Optional[Observation] = None
-        self._plain_ids: frozenset[str] = frozenset()
+        self._plain_ids: Optional[frozenset[str]] = None  # built at the first lever after observe()
+        self._plain_of: list[ObservedJob] = []
         self._set_since: dict[str, dict[str, object]] = {}
         self._records_changed = False
 
@@ -220,6 +221,8 @@ class SlurmBackend:
         last observation); None, or a lever that failed: records changed unknowably."""
         if self.fence is not None:
             self.fence()
+        if self._plain_ids is None:
+            self._plain_ids = frozenset(j.job_id for j in self._plain_of if not (j.array_tasks or j.het_job_id))
         if shows is None or not self._plain_ids.issuperset(shows):
             self._records_changed = True
         try:
@@ -310,7 +313,7 @@ class SlurmBackend:
         observation = Observation(observed_at_s=observed_at_s, jobs=view.jobs, nodes=observed_nodes,
                                   skipped=skipped + view.problems, withheld=view.withheld)
         self._last_observation, self._set_since, self._records_changed = observation, {}, False
-        self._plain_ids = frozenset(j.job_id for j in observed_jobs if not (j.array_tasks or j.het_job_id))
+        self._plain_ids, self._plain_of = None, observed_jobs
         return observation
 
     def repeat_observation(self) -> Optional[Observation]:

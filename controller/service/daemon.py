@@ -347,7 +347,7 @@ class Controller:
         self.sharing.apply(observation, report)
         # Information, not a decision: a read-only executor (observe, shadow) skips it.
         if self.config.admin_comment and self.executor.acting:
-            self.admin_comments.apply(plan, observed, {j: r.attained_gpu_s for j, r in self.records.items()},
+            self.admin_comments.apply(plan, observed, lambda job_id: self.records[job_id].attained_gpu_s,
                                       self._queue_count(), lambda job: not self.preemptions.protected(job, now),
                                       self.executor, now)
         # record: the accounts (promotions, preemption counts) and the decisions together
