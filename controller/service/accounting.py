@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from functools import lru_cache
-from typing import Callable
+from typing import Callable, Optional
 
 from controller.core.hints import parse_skew_hint  # the one hint grammar (controller.core.hints)
 from controller.partitions.moves import allowed_after_observation
@@ -66,6 +66,9 @@ class Accounts:
         self.closed: set[str] = set()  # ended jobs Slurm still lists that the store already holds
         self.stopped_at: dict[str, float] = {}
         self.rounds = 0  # advance() calls: which eighth of the clocks is written (see CLOCKS_EVERY_ROUNDS)
+        # Records changed through the methods below since the last save(): what
+        # save_touched() writes (the next save() compares every record anyway).
+        self.touched: set[str] = set()
 
     def advance(self, observed: dict[str, ObservedJob], now: float) -> None:
         """Advance attained service and the starvation clocks to ``now`` (epoch s)."""
@@ -199,17 +202,39 @@ class Accounts:
         record.executed_s += ran
         record.executed_since_promotion_s += ran
         record.last_observed_s = max(record.last_observed_s, until)
+        self.touched.add(job.job_id)
+
+    def place(self, levels: dict[str, int], positions: dict[str, tuple[int, Optional[float]]]) -> None:
+        """The plan's level and MLFQ place (queue, entry) of each job."""
+        records, touched = self.records, self.touched
+        for job_id, level in levels.items():
+            record = records[job_id]
+            if record.level != level:
+                record.level = level
+                touched.add(job_id)
+        for job_id, place in positions.items():
+            record = records[job_id]
+            if (record.queue_level, record.queue_entry) != place:
+                record.queue_level, record.queue_entry = place
+                touched.add(job_id)
 
     def promote(self, job_id: str) -> None:
         """A starvation promotion: the job's queue clocks start again from zero."""
         record = self.records[job_id]
         record.queue_service_gpu_s = record.executed_since_promotion_s = record.waited_since_promotion_s = 0.0
         record.promotions += 1
+        self.touched.add(job_id)
 
     def count_preemption(self, job_id: str) -> None:
         record = self.records.get(job_id)
         if record is not None:
             record.preemptions += 1
+            self.touched.add(job_id)
+
+    def count_move(self, job_id: str) -> None:
+        """A partition move this controller made."""
+        self.records[job_id].moves += 1
+        self.touched.add(job_id)
 
     def save(self) -> None:
         phase = self.rounds % CLOCKS_EVERY_ROUNDS
@@ -219,6 +244,14 @@ class Accounts:
         waiting = {job_id for job_id, record in self.records.items()
                    if not record.last_running and hash(job_id) % CLOCKS_EVERY_ROUNDS != phase}
         self.store.save_jobs(self.cluster, self.records.values(), clocks_may_wait=waiting)
+        self.touched = set()
+
+    def save_touched(self) -> None:
+        """Write the records changed through this class's methods since save(): after
+        the plan, comparing all 12,000 records again found a few hundred changed."""
+        records = self.records
+        self.store.save_jobs(self.cluster, [records[j] for j in self.touched if j in records])
+        self.touched = set()
 
     def forget_finished(self) -> list[str]:
         """Drop finished jobs from memory (the store keeps them); their ids."""

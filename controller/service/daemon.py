@@ -320,11 +320,7 @@ class Controller:
         leaving = self.preemptions.leaving()
         plan = self._plan(observed, observation, now, round_id, leaving)
         self.planned_at = now  # dgittins: the rung crossings of the next round are those since now
-        for job_id, level in plan.levels.items():
-            self.records[job_id].level = level
-        for job_id, (queue_level, queue_entry) in plan.positions.items():
-            record = self.records[job_id]
-            record.queue_level, record.queue_entry = queue_level, queue_entry
+        self.accounts.place(plan.levels, plan.positions)
         # apply: every lever through the executor, which alone knows the mode
         self.executor.begin_round()
         report = RoundReport(round_id, now, plan)
@@ -352,7 +348,7 @@ class Controller:
                                       self.executor, now)
         # record: the accounts (promotions, preemption counts) and the decisions together
         with self.store.transaction():
-            self.accounts.save()
+            self.accounts.save_touched()
             self.store.log_decisions(self.config.cluster, round_id, now, self.executor.mode,
                                      self.executor.decisions_to_log(report.applied))
         report.levers = self.executor.end_round(round_id)
