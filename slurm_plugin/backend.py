@@ -358,13 +358,14 @@ class SlurmBackend:
         return self._reserved
 
     def poll(self) -> frozenset:
-        """The cheap change check between rounds: (job id, compact state) of every job,
-        from one ``squeue -h -o "%i %t"`` (no JSON, no nodes, no sprio)."""
+        """The cheap change check between rounds: the lines ``JOBID STATE`` (compact
+        state) of every job, from one ``squeue -h -o "%i %t"`` (no JSON, no nodes, no
+        sprio), as a set (split in C: a tuple per line was 80% of it at 55,000 jobs)."""
         argv = ["squeue", "-h", "-o", "%i %t"]
         if self.partitions is not None:
             argv += ["-p", ",".join(sorted(self.partitions))]
         out = self._read(argv)
-        return frozenset(tuple(line.split(None, 1)) for line in out.splitlines() if line.strip())
+        return frozenset(map(str.strip, out.splitlines())) - {""}
 
     def partition_nodes(self) -> dict[str, list[str]]:
         """Partition name -> its node names (in ``sinfo`` order), for the partitions in

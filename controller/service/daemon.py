@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import math
+import operator
 import os
 import threading
 import time
@@ -420,22 +421,18 @@ class Controller:
                                              " or held by preemptable jobs: no job is preempted for it")
         return plan
 
-    def _job_spec(self, job: ObservedJob, record, preemptable: bool, specs: dict[str, tuple]) -> JobSpec:
-        """The engine's JobSpec of ``job``; the one of the last round while the same
-        ObservedJob (the backend keeps it while Slurm's record is unchanged) has the
-        same account fields and pin (building 12,000 specs was a third of a round).
+    def _job_spec(self, job: ObservedJob, record, key: tuple, specs: dict[str, tuple]) -> JobSpec:
+        """The engine's JobSpec of ``job``, kept in ``specs`` with ``key`` (submit time,
+        skew, preemptable, pinned): _snapshot takes the one of the last round while the
+        same ObservedJob (the backend keeps it while Slurm's record is unchanged) has
+        the same key (building 12,000 specs was a third of a round).
 
         A pending job carries its own --nodelist / --exclude / -N, which the plan's
         placement honours. A node list this controller wrote (a pin, kept in
         Starts.pins) is not the job's own. Constraints Slurm would not hold together
         are left out (logged once): the job is then planned as any other, never the
         round lost."""
-        pinned = job.job_id in self.starts.pins
-        key = (record.submit_time_s, record.skew, preemptable, pinned)
-        kept = self._specs.get(job.job_id)
-        if kept is not None and kept[0] is job and kept[1] == key:
-            specs[job.job_id] = kept
-            return kept[2]
+        preemptable, pinned = key[2], key[3]
         spec = None
         # where Slurm may run it: its partitions (a pending job may list several), its
         # GPU type, its reservation (controller.core.placement.Eligibility)
@@ -497,33 +494,45 @@ class Controller:
         unavailable = {n.name for n in observation.nodes if not n.available}
         free_by_node = {n.name: n.gpus_free for n in observation.nodes if n.available}
         specs: dict[str, tuple] = {}  # this round's JobSpecs (see _job_spec)
-        candidates = [j for j in observed.values() if j.state in ACTIVE_STATES]
-        candidates.sort(key=lambda j: (j.submit_time_s or 0.0, numeric_id(j.job_id)))
+        candidates = _submit_order([j for j in observed.values() if j.state in ACTIVE_STATES])
+        # (the loop runs once per active job: its lookups are bound to locals)
+        records, why_not, pins, last_specs = self.records, self.contract.why_not, self.starts.pins, self._specs
         for index, job in enumerate(candidates):
-            if job.state == "RUNNING" and job.job_id in leaving:
-                for node, gpus in job.gpus_by_node:  # being preempted: its GPUs are the beneficiary's
-                    if node in free_by_node:
-                        free_by_node[node] += gpus
-                continue
-            if job.state == "RUNNING" and unavailable and any(node in unavailable for node, _ in job.gpus_by_node):
-                # Its GPUs on available nodes (if it spans some) are busy too.
-                held_gpus += sum(gpus for node, gpus in job.gpus_by_node if node not in unavailable)
-                continue
-            reason = slurm_wait(job) if job.state == "PENDING" else ""
-            record = self.records[job.job_id]
-            preemptable = job.state != "RUNNING" or not self.contract.why_not(job)
-            spec = self._job_spec(job, record, preemptable, specs)
+            job_id = job.job_id
+            running = job.state == "RUNNING"
+            if running:
+                if job_id in leaving:
+                    for node, gpus in job.gpus_by_node:  # being preempted: its GPUs are the beneficiary's
+                        if node in free_by_node:
+                            free_by_node[node] += gpus
+                    continue
+                if unavailable and any(node in unavailable for node, _ in job.gpus_by_node):
+                    # Its GPUs on available nodes (if it spans some) are busy too.
+                    held_gpus += sum(gpus for node, gpus in job.gpus_by_node if node not in unavailable)
+                    continue
+                reason, preemptable = "", not why_not(job)
+            else:
+                reason, preemptable = slurm_wait(job), True
+            record = records[job_id]
+            # the JobSpec of the last round while the same ObservedJob has the same account
+            # fields and pin (see _job_spec, which builds it otherwise)
+            key = (record.submit_time_s, record.skew, preemptable, job_id in pins)
+            kept = last_specs.get(job_id)
+            if kept is not None and kept[0] is job and kept[1] == key:
+                specs[job_id] = kept
+                spec = kept[2]
+            else:
+                spec = self._job_spec(job, record, key, specs)
             if reason:
-                reasons[job.job_id] = reason
+                reasons[job_id] = reason
             (waiting if reason else jobs).append(JobState(
                 spec=spec, index=index, attained_gpu_s=record.attained_gpu_s,
                 queue_service_gpu_s=record.queue_service_gpu_s, executed_s=record.executed_s,
                 executed_since_promotion_s=record.executed_since_promotion_s,
                 waited_since_promotion_s=record.waited_since_promotion_s,
-                first_start_s=record.first_start_s, running=job.state == "RUNNING",
-                run_start_s=(job.start_time_s if job.start_time_s is not None else now)
-                if job.state == "RUNNING" else None,
-                placement=job.gpus_by_node if job.state == "RUNNING" else (), preemptions=record.preemptions,
+                first_start_s=record.first_start_s, running=running,
+                run_start_s=(job.start_time_s if job.start_time_s is not None else now) if running else None,
+                placement=job.gpus_by_node if running else (), preemptions=record.preemptions,
                 queue_level=record.queue_level, queue_entry=record.queue_entry))
         self._specs = specs
         nodes = observation.nodes
@@ -570,6 +579,21 @@ class Controller:
             return
         if deleted:
             log.info("usage records: %d older than %gs deleted", deleted, self.config.usage_max_age_s)
+
+
+def _submit_order(jobs: list[ObservedJob]) -> list[ObservedJob]:
+    """``jobs`` by (submit time, numeric job id), the keys built by C calls only (a
+    lambda per job was a tenth of the snapshot). The numeric id ends with the id
+    itself: the keys are unique and the jobs are never compared."""
+    if any(job.submit_time_s is None for job in jobs):
+        return sorted(jobs, key=lambda j: (j.submit_time_s or 0.0, numeric_id(j.job_id)))
+    decorated = list(zip(map(_submit_of, jobs), map(numeric_id, map(_id_of, jobs)), jobs))
+    decorated.sort()
+    return [job for _, _, job in decorated]
+
+
+_submit_of = operator.attrgetter("submit_time_s")
+_id_of = operator.attrgetter("job_id")
 
 
 def _one_line(err: Exception) -> str:
