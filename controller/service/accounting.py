@@ -69,6 +69,7 @@ class Accounts:
         # Records changed through the methods below since the last save(): what
         # save_touched() writes (the next save() compares every record anyway).
         self.touched: set[str] = set()
+        self.done: list[str] = []  # closed by finish_gone, not yet forgotten (forget_finished)
 
     def advance(self, observed: dict[str, ObservedJob], now: float) -> None:
         """Advance attained service and the starvation clocks to ``now`` (epoch s)."""
@@ -164,6 +165,7 @@ class Accounts:
                 record.attained_gpu_s += record.num_gpus * ran
                 record.executed_s += ran
             record.state, record.finished_s, record.end_state = "DONE", end, end_state
+            self.done.append(job_id)
             if self.metrics is not None and end_state == "COMPLETED":
                 self.metrics.observe_finished(record.submit_time_s, end)
             self.store.mark_finished(self.cluster, job_id, end, end_state, record.attained_gpu_s)
@@ -255,9 +257,9 @@ class Accounts:
 
     def forget_finished(self) -> list[str]:
         """Drop finished jobs from memory (the store keeps them); their ids."""
-        done = [job_id for job_id, record in self.records.items() if record.state == "DONE"]
+        done, self.done = self.done, []
         for job_id in done:
-            del self.records[job_id]
+            self.records.pop(job_id, None)
             self.stopped_at.pop(job_id, None)
         return done
 

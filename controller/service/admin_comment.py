@@ -14,6 +14,7 @@ scheduling decision).
 """
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -114,15 +115,18 @@ class AdminComments:
         actions, ids ``r<round>.c<n>``). ``queues``: K, or 0 for a policy without queues;
         ``attained_gpu_s(job_id)``: its service; ``preemptable(job) -> bool`` for running jobs. Returns the
         writes applied."""
-        position = {job_id: i + 1 for i, job_id in enumerate(plan.order)}
-        wanted, written = {}, self._written
+        position = dict(zip(plan.order, itertools.count(1)))
+        wanted, written, refresh_s = {}, self._written, self.refresh_s
         for job_id, level in plan.levels.items():
             job = observed.get(job_id)
-            if job is None or job.state not in ("PENDING", "RUNNING"):
+            if job is None:
                 continue
-            running = job.state == "RUNNING"
+            state = job.state
+            if state != "RUNNING" and state != "PENDING":
+                continue
+            running = state == "RUNNING"
             last = written.get(job_id)
-            if (last is not None and last.urgent_key == (level, running) and now - last.at_s < self.refresh_s
+            if (last is not None and now - last.at_s < refresh_s and last.urgent_key == (level, running)
                     and ours_in(job.admin_comment)):
                 continue  # neither urgent nor due (as updates() rules): its line is not even built
             line = our_line(level, queues, attained_gpu_s(job_id), position.get(job_id), running,
