@@ -23,6 +23,7 @@ import operator
 import os
 import threading
 import time
+from dataclasses import fields
 from typing import Callable, Mapping, Optional
 
 from controller.core.engine import Engine
@@ -92,6 +93,7 @@ class Controller:
         self._calls_mark: dict[str, int] = {}  # backend.commands_run when the current round began
         self.heap = Heap()  # one full garbage collection an hour (controller.service.heap)
         self._specs: dict[str, tuple] = {}  # job id -> (ObservedJob, account key, JobSpec) of the last snapshot
+        self._order: tuple[list, list] = ([], [])  # the last snapshot's active jobs, and in submit order
         # The light poll's answer taken just before the last full observation, and when
         # that observation was made (controller clock): see observe().
         self._full_signature: Optional[frozenset] = None
@@ -494,7 +496,7 @@ class Controller:
         unavailable = {n.name for n in observation.nodes if not n.available}
         free_by_node = {n.name: n.gpus_free for n in observation.nodes if n.available}
         specs: dict[str, tuple] = {}  # this round's JobSpecs (see _job_spec)
-        candidates = _submit_order([j for j in observed.values() if j.state in ACTIVE_STATES])
+        candidates = self._submit_order([j for j in observed.values() if j.state in ACTIVE_STATES])
         # (the loop runs once per active job: its lookups are bound to locals)
         records, why_not, pins, last_specs = self.records, self.contract.why_not, self.starts.pins, self._specs
         for index, job in enumerate(candidates):
@@ -525,21 +527,37 @@ class Controller:
                 spec = self._job_spec(job, record, key, specs)
             if reason:
                 reasons[job_id] = reason
+            # by position, in _JOB_STATE_FIELDS order (a keyword call cost twice as much)
             (waiting if reason else jobs).append(JobState(
-                spec=spec, index=index, attained_gpu_s=record.attained_gpu_s,
-                queue_service_gpu_s=record.queue_service_gpu_s, executed_s=record.executed_s,
-                executed_since_promotion_s=record.executed_since_promotion_s,
-                waited_since_promotion_s=record.waited_since_promotion_s,
-                first_start_s=record.first_start_s, running=running,
-                run_start_s=(job.start_time_s if job.start_time_s is not None else now) if running else None,
-                placement=job.gpus_by_node if running else (), preemptions=record.preemptions,
-                queue_level=record.queue_level, queue_entry=record.queue_entry))
+                spec, index, record.attained_gpu_s, record.queue_service_gpu_s, record.executed_s,
+                record.executed_since_promotion_s, record.waited_since_promotion_s, 0.0, record.first_start_s,
+                (job.start_time_s if job.start_time_s is not None else now) if running else None, running,
+                job.gpus_by_node if running else (), record.preemptions, 0, None, record.queue_level,
+                record.queue_entry))
         self._specs = specs
         nodes = observation.nodes
         capacity = sum(n.gpus_total for n in nodes if n.available) - held_gpus
         return Snapshot(now_s=now, jobs=jobs, nodes=nodes, service=self.service, round_id=round_id,
                         capacity_gpus=max(capacity, 0), explain=explain, free_by_node=free_by_node,
                         previous_round_s=self.planned_at), waiting, reasons
+
+    def _submit_order(self, jobs: list[ObservedJob]) -> list[ObservedJob]:
+        """``jobs`` by (submit time, numeric job id). The last round's order while the
+        jobs are the same objects (a repeated observation: controller.service.backend
+        keeps each ObservedJob while its record is unchanged); else sorted on keys
+        built by C calls only (a lambda per job was a tenth of the snapshot). The
+        numeric id ends with the id itself: the keys are unique, jobs never compared."""
+        last_in, last_out = self._order
+        if len(jobs) == len(last_in) and all(map(operator.is_, jobs, last_in)):
+            return list(last_out)
+        if any(job.submit_time_s is None for job in jobs):
+            out = sorted(jobs, key=lambda j: (j.submit_time_s or 0.0, numeric_id(j.job_id)))
+        else:
+            decorated = list(zip(map(_submit_of, jobs), map(numeric_id, map(_id_of, jobs)), jobs))
+            decorated.sort()
+            out = [job for _, _, job in decorated]
+        self._order = (jobs, out)
+        return list(out)
 
     # -- usage records --------------------------------------------------------------------------
     def _collect_usage(self, now: float) -> None:
@@ -581,19 +599,17 @@ class Controller:
             log.info("usage records: %d older than %gs deleted", deleted, self.config.usage_max_age_s)
 
 
-def _submit_order(jobs: list[ObservedJob]) -> list[ObservedJob]:
-    """``jobs`` by (submit time, numeric job id), the keys built by C calls only (a
-    lambda per job was a tenth of the snapshot). The numeric id ends with the id
-    itself: the keys are unique and the jobs are never compared."""
-    if any(job.submit_time_s is None for job in jobs):
-        return sorted(jobs, key=lambda j: (j.submit_time_s or 0.0, numeric_id(j.job_id)))
-    decorated = list(zip(map(_submit_of, jobs), map(numeric_id, map(_id_of, jobs)), jobs))
-    decorated.sort()
-    return [job for _, _, job in decorated]
-
-
 _submit_of = operator.attrgetter("submit_time_s")
 _id_of = operator.attrgetter("job_id")
+# JobState's leading fields as _snapshot passes them, by position: checked here, so a
+# model that reorders them fails at import, not in a plan.
+_JOB_STATE_FIELDS = ("spec", "index", "attained_gpu_s", "queue_service_gpu_s", "executed_s",
+                     "executed_since_promotion_s", "waited_since_promotion_s", "progress_s", "first_start_s",
+                     "run_start_s", "running", "placement", "preemptions", "promotions", "finish_time_s",
+                     "queue_level", "queue_entry")
+if tuple(f.name for f in fields(JobState))[:len(_JOB_STATE_FIELDS)] != _JOB_STATE_FIELDS:
+    raise ImportError(f"controller.core.model.JobState's fields are no longer {_JOB_STATE_FIELDS}: "
+                      "update _snapshot's positional JobState call")
 
 
 def _one_line(err: Exception) -> str:
