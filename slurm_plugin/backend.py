@@ -173,8 +173,7 @@ class SlurmBackend:
         # then set that squeue --json would show (job id -> field -> value), and
         # whether some other lever (or a failed one) changed a record in an unknown way.
         self._last_observation: Optional[Observation] = None
-        self._plain_ids: Optional[frozenset[str]] = None  # built at the first lever after observe()
-        self._plain_of: list[ObservedJob] = []
+        self._plain_ids: set[str] = set()
         self._set_since: dict[str, dict[str, object]] = {}
         self._records_changed = False
 
@@ -221,8 +220,6 @@ class SlurmBackend:
         last observation); None, or a lever that failed: records changed unknowably."""
         if self.fence is not None:
             self.fence()
-        if self._plain_ids is None:
-            self._plain_ids = frozenset(j.job_id for j in self._plain_of if not (j.array_tasks or j.het_job_id))
         if shows is None or not self._plain_ids.issuperset(shows):
             self._records_changed = True
         try:
@@ -277,6 +274,7 @@ class SlurmBackend:
         pending: set[str] = set()
         arrays: set[str] = set()
         named: set[str] = set()  # the reservations jobs name
+        plain: set[str] = set()  # records planned as they are (no array, no het job)
         for j in jobs:
             if j.site_factor is not None:
                 site_factors[j.job_id] = j.site_factor
@@ -284,6 +282,8 @@ class SlurmBackend:
                 pending.add(j.job_id)
             if j.array_tasks:
                 arrays.add(j.job_id)
+            elif not j.het_job_id:
+                plain.add(j.job_id)
             if j.reservation:
                 named.add(j.reservation)
         unknown = pending - site_factors.keys() - self._site_factor_known
@@ -328,7 +328,7 @@ class SlurmBackend:
         observation = Observation(observed_at_s=observed_at_s, jobs=view.jobs, nodes=observed_nodes,
                                   skipped=skipped + view.problems, withheld=view.withheld)
         self._last_observation, self._set_since, self._records_changed = observation, {}, False
-        self._plain_ids, self._plain_of = None, observed_jobs
+        self._plain_ids = plain
         return observation
 
     def repeat_observation(self) -> Optional[Observation]:

@@ -310,7 +310,14 @@ class Controller:
         # observe
         observation = observation or self._observe()
         now = observation.observed_at_s
-        observed = {job.job_id: job for job in observation.jobs if job.gpus > 0}
+        # the GPU jobs, and the pending CPU-only jobs (their SiteFactor band: Starts.cpu_bands), in one pass
+        observed: dict[str, ObservedJob] = {}
+        cpu_pending: dict[str, ObservedJob] = {}
+        for job in observation.jobs:
+            if job.gpus > 0:
+                observed[job.job_id] = job
+            elif job.mps == 0 and job.state == "PENDING":
+                cpu_pending[job.job_id] = job
         # account: one transaction, committed before anything is done in Slurm
         self.contract.begin_round()
         self.accounts.advance(observed, now)
@@ -331,8 +338,6 @@ class Controller:
             self.accounts.promote(action.job_id)
             report.applied.append(entry(action, applied=self.executor.logs_decisions, detail="store"))
         self.handoffs.check(observed, now, report, self.preemptions.grace_for)
-        cpu_pending = {job.job_id: job for job in observation.jobs
-                       if job.gpus == 0 and job.mps == 0 and job.state == "PENDING"}
         self.starts.apply(plan, observed, now, report, cpu_pending)
         blocked = self.handoffs.blocking(plan, now, leaving)
         if blocked:
