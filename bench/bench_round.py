@@ -8,10 +8,13 @@ enforce mode, the default settings otherwise (preempt_max_per_job 0: the scripte
 cluster does not requeue). After three warm-up rounds (the first sees every job for
 the first time; in them every job gets its AdminComment line, which a started
 controller writes 50 a round for its first minutes) each size runs ``--repeat``
-rounds of two kinds:
+rounds of two kinds, each as Controller.run_forever runs a round that is due: the
+light poll (squeue -h -o), the observation it allows (Controller.observe), the round:
 - a changing round: before it one job starts and one job ends (what a poll that
-  saw a change triggers);
-- an unchanged round: nothing changed since the last one (the interval_s round).
+  saw a change triggers): observed in full;
+- an unchanged round: nothing changed since the last one (the interval_s round):
+  the poll shows the jobs and states of the last full observation, which is reused
+  (full_observe_s bounds how long).
 Printed per phase, CPU time (time.process_time) and wall (perf_counter), median
 over the rounds, and the spread (min-max) of the whole round. Phases are
 exclusive (a store call inside accounting counts as store). The scripted
@@ -45,7 +48,8 @@ SLURMCTLD = "scripted slurmctld (left out)"
 # Phase -> (object path from the controller, method names). A name that a later
 # version no longer has is skipped: its time then shows as "rest of the round".
 PHASES = {
-    "observe + parse": [("backend", ("observe",))],
+    "light poll": [("backend", ("poll",))],
+    "observe + parse": [("backend", ("observe", "repeat_observation"))],
     "account": [("accounts", ("advance", "finish_gone", "promote", "forget_finished"))],
     "plan: snapshot": [("", ("_snapshot",))],
     "plan: Engine.step": [("engine", ("step",))],
@@ -128,6 +132,12 @@ def change(slurm: ScriptedSlurm) -> None:
     slurm.finish_one()
 
 
+def one_round(controller: Controller) -> None:
+    """What Controller.run_forever does when a round is due: the light poll, the
+    observation it allows (full, or the last one again: Controller.observe), the round."""
+    controller.run_round(controller.observe(controller.backend.poll()))
+
+
 def warm_up(slurm: ScriptedSlurm, controller: Controller) -> None:
     """Every job new, then the first bands and batch scripts; meanwhile every job gets
     its AdminComment line at once (a started controller writes them 50 a round,
@@ -137,7 +147,7 @@ def warm_up(slurm: ScriptedSlurm, controller: Controller) -> None:
     for _ in range(3):
         change(slurm)
         slurm._text("squeue")  # the scripted slurmctld renders its answer outside the timing
-        controller.run_round()
+        one_round(controller)
     controller.admin_comments.max_per_round = budget
 
 
@@ -148,19 +158,13 @@ def measure(pending: int, running: int, nodes: int, repeat: int, kinds: tuple[st
     phases = Phases()
     phases.instrument(controller, slurm)
     results: dict[str, list[dict]] = {kind: [] for kind in kinds}
-    results["poll"] = []
     for _ in range(repeat):
-        phases.clear()
-        started_cpu, started_wall = time.process_time(), time.perf_counter()
-        controller.backend.poll()
-        results["poll"].append((time.process_time() - started_cpu - phases.cpu_s[SLURMCTLD],
-                                time.perf_counter() - started_wall - phases.wall_s[SLURMCTLD]))
         for kind in kinds:
             if kind == "changing":
                 change(slurm)
             phases.clear()
             started_cpu, started_wall = time.process_time(), time.perf_counter()
-            controller.run_round()
+            one_round(controller)
             cpu = time.process_time() - started_cpu - phases.cpu_s[SLURMCTLD]
             wall = time.perf_counter() - started_wall - phases.wall_s[SLURMCTLD]
             row = {phase: (phases.cpu_s[phase], phases.wall_s[phase]) for phase in PHASES}
@@ -196,7 +200,7 @@ def profile(pending: int, running: int, nodes: int, tmp: str) -> None:
     change(slurm)
     slurm._text("squeue")
     profiler = cProfile.Profile()
-    profiler.runcall(controller.run_round)
+    profiler.runcall(one_round, controller)
     pstats.Stats(profiler).sort_stats("cumulative").print_stats(35)
     store.close()
 
@@ -222,10 +226,6 @@ def main() -> int:
                 verdicts.append(report(f"whole round, {label}, one job started and one ended",
                                        results["changing"], TARGETS_S["changing"]))
                 verdicts.append(report(f"unchanged round, {label}", results["unchanged"], TARGETS_S["unchanged"]))
-                polls = results["poll"]
-                print(f"between rounds, the loop's light poll (squeue -h -o \"%i %t\", not a round; no target): CPU "
-                      f"median {statistics.median(c for c, _ in polls) * 1000:.1f} ms, wall "
-                      f"{statistics.median(w for _, w in polls) * 1000:.1f} ms")
             else:
                 verdicts.append(report(f"whole round, {label}, one job started and one ended",
                                        results["changing"], TARGET_LARGE_S))

@@ -27,7 +27,7 @@ from typing import Callable, Generic, Optional, TypeVar
 from slurm_plugin.grammar import SlurmParseError
 from slurm_plugin.parse import error_job_id  # a bad record withholds only its own job
 
-__all__ = ["RecordCache", "split_records"]
+__all__ = ["RecordCache", "record_spans", "split_records"]
 
 T = TypeVar("T")
 _FIRST_KEY = re.compile(r"\{\n( +)\"")
@@ -38,6 +38,33 @@ def split_records(text: str, key: str) -> Optional[tuple[str, list[str]]]:
     """(the document without its ``key`` records, one text per record) of a
     pretty-printed document, or None when it is not laid out as expected. A record's
     text lacks its closing brace (the separator took it): add ``}`` to decode it."""
+    cut = record_spans(text, key)
+    if cut is None:
+        return None
+    rest, spans = cut
+    return rest, [text[a:b] for a, b in spans]
+
+
+def record_spans(text: str, key: str) -> Optional[tuple[str, list[tuple[int, int]]]]:
+    """As split_records, with each record's (start, stop) offsets in ``text``."""
+    layout = _layout(text, key)
+    if layout is None:
+        return None
+    rest, body_at, separator, end = layout
+    spans, start, find, step = [], body_at, text.find, len(separator)
+    while True:
+        cut = find(separator, start, end)
+        if cut < 0:
+            break
+        spans.append((start, cut))
+        start = cut + step
+    spans.append((start, end))
+    return rest, spans
+
+
+def _layout(text: str, key: str) -> Optional[tuple[str, int, str, int]]:
+    """(the document without its records, where the first record starts, the
+    separator between records, where the last one ends) or None (not laid out so)."""
     first = _FIRST_KEY.match(text)
     if first is None:
         return None
@@ -51,17 +78,6 @@ def split_records(text: str, key: str) -> Optional[tuple[str, list[str]]]:
     if record is None or len(record.group(1)) <= len(outer):
         return None  # an empty list, or not one record per indented block
     inner = record.group(1)
-    separator = f"\n{inner}}},\n"
-    # Split the whole text (copying it from body_at first cost a third more): the pieces
-    # that lie before the list (the separator may occur in the short head) are dropped.
-    pieces = text.split(separator)
-    skipped = index = 0
-    while skipped + len(pieces[index]) < body_at:
-        skipped += len(pieces[index]) + len(separator)
-        index += 1
-    if index:
-        pieces = pieces[index:]
-    pieces[0] = pieces[0][body_at - skipped:]
     # The list's end: the last line that closes a record and is followed by a line
     # closing a top-level list, found from the end (the keys after the list are short:
     # none in 22.05, meta and warnings in 24.11). Should a later top-level list of
@@ -69,18 +85,8 @@ def split_records(text: str, key: str) -> Optional[tuple[str, list[str]]]:
     end = text.rfind(f"\n{inner}}}\n{outer}]")
     if end < body_at:
         return None
-    start = len(text) - len(pieces[-1])  # where the last piece starts; walk back to the one holding `end`
-    index = len(pieces) - 1
-    while start > end:
-        index -= 1
-        start -= len(separator) + len(pieces[index])
-    if index < 0:
-        return None
-    tail = pieces[index]
-    pieces[index] = tail[:end - start]
-    del pieces[index + 1:]
     rest = text[:body_at] + text[end + len(inner) + 2:]  # ...'"jobs": [\n' + '\n  ]...'
-    return rest, pieces
+    return rest, body_at, f"\n{inner}}},\n", end
 
 
 class RecordCache(Generic[T]):
@@ -97,6 +103,10 @@ class RecordCache(Generic[T]):
         # cost more than comparing it) and kept only when its whole text is the same.
         self._id_marker = f'"{id_field}": '
         self._last: dict[str, tuple[str, T]] = {}  # id text -> (record text, parsed value), of the last read
+        # The last read's kept records in document order (id text, record text, value),
+        # and each id text's place in it: the walk predicts the next record from them.
+        self._order: list[tuple[str, str, T]] = []
+        self._place: dict[str, int] = {}
         # The last document cut, and what it gave: the same text again (nothing changed
         # in Slurm) is one comparison, not a cut.
         self._last_text: Optional[str] = None
@@ -113,24 +123,55 @@ class RecordCache(Generic[T]):
             errors.extend(bad)
             self.parsed = 0
             return list(values)
-        split = split_records(text, self.key)
-        if split is None:
+        layout = _layout(text, self.key)
+        if layout is None:
             return None
         errors_before = len(errors)
-        rest, pieces = split
+        rest, at, separator, end = layout
         try:
             if json.loads(rest).get(self.key) != []:
                 return None
         except (ValueError, AttributeError):
             return None  # the list's end was not where the cut put it
         load(rest)  # the caller's checks of the document (an errors entry: an outage)
-        last, current, out, parsed = self._last, {}, [], 0
-        marker, skip = self._id_marker, len(self._id_marker)
-        for index, piece in enumerate(pieces):
-            at = piece.find(marker)
-            ident = piece[at + skip:piece.find(",", at)] if at >= 0 else piece
+        last, order, place = self._last, self._order, self._place
+        current, out, kept_order, parsed = {}, [], [], 0
+        marker, skip, find, same, step = self._id_marker, len(self._id_marker), text.find, text.startswith, \
+            len(separator)
+        following = 0  # where in the last read's order the record after the previous one was
+        index = -1
+        while True:
+            index += 1
+            # Most records are the one that followed the previous record last time, with
+            # the same text: compared in place, its end known, the text neither scanned
+            # nor copied (cutting 39 MB at 12,000 jobs was half a read). Equal bytes
+            # followed by the separator cut where str.split would.
+            if following < len(order):
+                ident, piece, value = order[following]
+                stop = at + len(piece)
+                if same(piece, at) and (stop == end or stop + step <= end and same(separator, stop)):
+                    following += 1
+                    current[ident] = (piece, value)
+                    kept_order.append((ident, piece, value))
+                    out.append(value)
+                    if stop == end:
+                        break
+                    at = stop + step
+                    continue
+            cut = find(separator, at, end)
+            stop = end if cut < 0 else cut
+            mark = find(marker, at, stop)
+            if mark >= 0:
+                comma = find(",", mark, stop)
+                ident = text[mark + skip:comma if comma >= 0 else stop]
+            else:
+                ident = text[at:stop]
             kept = last.get(ident)
-            value = kept[1] if kept is not None and kept[0] == piece else None
+            if kept is not None and len(kept[0]) == stop - at and same(kept[0], at):
+                piece, value = kept
+            else:
+                piece, value = text[at:stop], None
+            following = place.get(ident, following - 1) + 1
             if value is None:
                 try:
                     record = json.loads(piece + "}")
@@ -148,13 +189,20 @@ class RecordCache(Generic[T]):
                     elif record.get("name") is not None:
                         exc.node = str(record["name"])[:40]
                     errors.append(exc)
-                    continue  # not kept: a bad record is parsed (and reported) every read
-            current[ident] = (piece, value)
-            out.append(value)
+                    value = None  # not kept: a bad record is parsed (and reported) every read
+            if value is not None:
+                current[ident] = (piece, value)
+                kept_order.append((ident, piece, value))
+                out.append(value)
+            if cut < 0:
+                break
+            at = cut + step
+        self._order, self._place = kept_order, {ident: i for i, (ident, _, _) in enumerate(kept_order)}
         self._last, self.parsed = current, parsed
         self._last_text, self._last_read = text, (out, errors[errors_before:])
         return list(out)
 
     def forget(self) -> None:
         self._last, self._last_text, self._last_read = {}, None, ([], [])
+        self._order, self._place = [], {}
 

@@ -127,3 +127,34 @@ def test_backend_keeps_observed_jobs_of_unchanged_records_and_follows_site_facto
     # The same answer as a backend that reads every record whole gives.
     fresh = {j.job_id: j for j in SlurmBackend(runner=runner).observe().jobs}
     assert {k: v for k, v in fresh.items() if k != "4"} == {k: v for k, v in third.items() if k != "4"}
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_records_removed_added_moved_or_changed_read_as_the_whole_document(version):
+    """The read predicts each record from the last read's order and compares it in
+    place: whatever moved, went or came, it gives what a whole read gives and parses
+    only the records whose text is new."""
+    doc = json.loads(_text(version, "squeue.json"))
+    jobs = doc["jobs"]
+    assert len(jobs) >= 4
+
+    def text_of(records: list) -> str:
+        return json.dumps({**doc, "jobs": records}, indent=2)
+
+    changed = dict(jobs[1], state_reason="Dependency")
+    added = dict(jobs[0], job_id=987654)
+    for records, new_texts in (
+            (jobs[1:], 0),  # the first gone
+            (jobs[:2] + jobs[3:], 0),  # one in the middle gone
+            (jobs[:-1], 0),  # the last gone
+            ([jobs[0], added] + jobs[1:], 1),  # one new in the middle
+            (jobs + [added], 1),  # one new at the end
+            (list(reversed(jobs)), 0),  # all moved
+            ([jobs[0], changed] + jobs[2:], 1),  # one changed
+    ):
+        cache = _jobs_cache()
+        cache.read(text_of(jobs), _load, [])  # the last read: every record
+        text = text_of(records)
+        errors: list = []
+        assert cache.read(text, _load, errors) == parse_squeue_json(text) and errors == []
+        assert cache.parsed == new_texts

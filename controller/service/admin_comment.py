@@ -14,10 +14,11 @@ scheduling decision).
 """
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Optional
+from typing import Callable, Optional
 
 from controller.core.actions import SetAdminComment
 from controller.service.backend import ObservedJob
@@ -108,23 +109,27 @@ class AdminComments:
         return {job_id: combined(observed[job_id].admin_comment, wanted[job_id][0])
                 for job_id in chosen[:self.max_per_round]}
 
-    def apply(self, plan, observed: dict[str, ObservedJob], attained_gpu_s: dict[str, float], queues: int,
+    def apply(self, plan, observed: dict[str, ObservedJob], attained_gpu_s: Callable[[str], float], queues: int,
               preemptable, executor, now: float) -> int:
         """Write this round's AdminComment changes through ``executor`` (SetAdminComment
         actions, ids ``r<round>.c<n>``). ``queues``: K, or 0 for a policy without queues;
-        ``preemptable(job) -> bool`` for running jobs. Returns the writes applied."""
-        position = {job_id: i + 1 for i, job_id in enumerate(plan.order)}
-        wanted, written = {}, self._written
+        ``attained_gpu_s(job_id)``: its service; ``preemptable(job) -> bool`` for running jobs. Returns the
+        writes applied."""
+        position = dict(zip(plan.order, itertools.count(1)))
+        wanted, written, refresh_s = {}, self._written, self.refresh_s
         for job_id, level in plan.levels.items():
             job = observed.get(job_id)
-            if job is None or job.state not in ("PENDING", "RUNNING"):
+            if job is None:
                 continue
-            running = job.state == "RUNNING"
+            state = job.state
+            if state != "RUNNING" and state != "PENDING":
+                continue
+            running = state == "RUNNING"
             last = written.get(job_id)
-            if (last is not None and last.urgent_key == (level, running) and now - last.at_s < self.refresh_s
+            if (last is not None and now - last.at_s < refresh_s and last.urgent_key == (level, running)
                     and ours_in(job.admin_comment)):
                 continue  # neither urgent nor due (as updates() rules): its line is not even built
-            line = our_line(level, queues, attained_gpu_s.get(job_id, 0.0), position.get(job_id), running,
+            line = our_line(level, queues, attained_gpu_s(job_id), position.get(job_id), running,
                             running and preemptable(job))
             if ours_in(job.admin_comment) != line:  # what updates() skips, left out before it (most jobs)
                 wanted[job_id] = (line, (level, running))

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import logging
 import math
+import operator
 import os
 import threading
 import time
+from dataclasses import fields
 from typing import Callable, Mapping, Optional
 
 from controller.core.engine import Engine
@@ -91,6 +93,11 @@ class Controller:
         self._calls_mark: dict[str, int] = {}  # backend.commands_run when the current round began
         self.heap = Heap()  # one full garbage collection an hour (controller.service.heap)
         self._specs: dict[str, tuple] = {}  # job id -> (ObservedJob, account key, JobSpec) of the last snapshot
+        self._order: tuple[list, list] = ([], [])  # the last snapshot's active jobs, and in submit order
+        # The light poll's answer taken just before the last full observation, and when
+        # that observation was made (controller clock): see observe().
+        self._full_signature: Optional[frozenset] = None
+        self._full_at = -math.inf
         if config.preempt_undeclared and config.mode != "observe":
             log.warning("preempt_undeclared is on: requeueable jobs that declared no checkpoint signal are "
                         "preempted too (requeued without a signal; they lose the work since their last checkpoint)")
@@ -145,7 +152,7 @@ class Controller:
                 if signature is not None and not due(signature):
                     stop.wait(max(0.0, self.config.poll_s - (self.clock() - started)))
                     continue
-                observation = self._observe()
+                observation = self.observe(signature)
             except BackendUnavailable:
                 stop.wait(self.config.poll_s)
                 continue
@@ -210,10 +217,36 @@ class Controller:
         self._calls_mark = dict(counts)
         return {name: n for name, n in since.items() if n}
 
-    def _observe(self) -> Observation:
+    def observe(self, signature=None) -> Observation:
+        """The round's observation. ``signature``: the light poll's answer just taken
+        (backend.poll()). When it is the answer taken just before the last full
+        observation, no more than full_observe_s ago, nothing the poll shows changed
+        since: the backend's repeat_observation() (that observation at the current
+        time, with the levers this controller applied since laid over it) stands in
+        for reading squeue --json and sinfo --json again, the round's largest cost
+        when nothing changed. What the poll does not show (a comment, a pending
+        reason, a node's state) is read by the next full observation, within
+        full_observe_s. A change between that poll and the full observation makes
+        the next poll differ: one more full observation, never a change missed."""
+        repeat = getattr(self.backend, "repeat_observation", None)
+        now = self.clock()
+        if (signature is not None and signature == self._full_signature and callable(repeat) and not self._stale
+                and now - self._full_at < self.config.full_observe_s):
+            observation = repeat()
+            if observation is not None:
+                self._mark_polls()
+                return observation
+        observation = self._observe()
+        self._full_signature, self._full_at = signature, now
+        return observation
+
+    def _mark_polls(self) -> None:
         calls = self._slurm_calls_since_mark()  # polls that found nothing to do: not a round's cost
         if calls and self.metrics is not None:
             self.metrics.observe_slurm_calls(calls, in_round=False)
+
+    def _observe(self) -> Observation:
+        self._mark_polls()
         observation = self._from_backend(self.backend.observe)
         for line in observation.skipped:
             self._log_once(f"skipped record: {line}")
@@ -277,7 +310,14 @@ class Controller:
         # observe
         observation = observation or self._observe()
         now = observation.observed_at_s
-        observed = {job.job_id: job for job in observation.jobs if job.gpus > 0}
+        # the GPU jobs, and the pending CPU-only jobs (their SiteFactor band: Starts.cpu_bands), in one pass
+        observed: dict[str, ObservedJob] = {}
+        cpu_pending: dict[str, ObservedJob] = {}
+        for job in observation.jobs:
+            if job.gpus > 0:
+                observed[job.job_id] = job
+            elif job.mps == 0 and job.state == "PENDING":
+                cpu_pending[job.job_id] = job
         # account: one transaction, committed before anything is done in Slurm
         self.contract.begin_round()
         self.accounts.advance(observed, now)
@@ -290,11 +330,7 @@ class Controller:
         leaving = self.preemptions.leaving()
         plan = self._plan(observed, observation, now, round_id, leaving)
         self.planned_at = now  # dgittins: the rung crossings of the next round are those since now
-        for job_id, level in plan.levels.items():
-            self.records[job_id].level = level
-        for job_id, (queue_level, queue_entry) in plan.positions.items():
-            record = self.records[job_id]
-            record.queue_level, record.queue_entry = queue_level, queue_entry
+        self.accounts.place(plan.levels, plan.positions)
         # apply: every lever through the executor, which alone knows the mode
         self.executor.begin_round()
         report = RoundReport(round_id, now, plan)
@@ -302,8 +338,6 @@ class Controller:
             self.accounts.promote(action.job_id)
             report.applied.append(entry(action, applied=self.executor.logs_decisions, detail="store"))
         self.handoffs.check(observed, now, report, self.preemptions.grace_for)
-        cpu_pending = {job.job_id: job for job in observation.jobs
-                       if job.gpus == 0 and job.mps == 0 and job.state == "PENDING"}
         self.starts.apply(plan, observed, now, report, cpu_pending)
         blocked = self.handoffs.blocking(plan, now, leaving)
         if blocked:
@@ -317,12 +351,12 @@ class Controller:
         self.sharing.apply(observation, report)
         # Information, not a decision: a read-only executor (observe, shadow) skips it.
         if self.config.admin_comment and self.executor.acting:
-            self.admin_comments.apply(plan, observed, {j: r.attained_gpu_s for j, r in self.records.items()},
+            self.admin_comments.apply(plan, observed, lambda job_id: self.records[job_id].attained_gpu_s,
                                       self._queue_count(), lambda job: not self.preemptions.protected(job, now),
                                       self.executor, now)
         # record: the accounts (promotions, preemption counts) and the decisions together
         with self.store.transaction():
-            self.accounts.save()
+            self.accounts.save_touched()
             self.store.log_decisions(self.config.cluster, round_id, now, self.executor.mode,
                                      self.executor.decisions_to_log(report.applied))
         report.levers = self.executor.end_round(round_id)
@@ -394,22 +428,18 @@ class Controller:
                                              " or held by preemptable jobs: no job is preempted for it")
         return plan
 
-    def _job_spec(self, job: ObservedJob, record, preemptable: bool, specs: dict[str, tuple]) -> JobSpec:
-        """The engine's JobSpec of ``job``; the one of the last round while the same
-        ObservedJob (the backend keeps it while Slurm's record is unchanged) has the
-        same account fields and pin (building 12,000 specs was a third of a round).
+    def _job_spec(self, job: ObservedJob, record, key: tuple, specs: dict[str, tuple]) -> JobSpec:
+        """The engine's JobSpec of ``job``, kept in ``specs`` with ``key`` (submit time,
+        skew, preemptable, pinned): _snapshot takes the one of the last round while the
+        same ObservedJob (the backend keeps it while Slurm's record is unchanged) has
+        the same key (building 12,000 specs was a third of a round).
 
         A pending job carries its own --nodelist / --exclude / -N, which the plan's
         placement honours. A node list this controller wrote (a pin, kept in
         Starts.pins) is not the job's own. Constraints Slurm would not hold together
         are left out (logged once): the job is then planned as any other, never the
         round lost."""
-        pinned = job.job_id in self.starts.pins
-        key = (record.submit_time_s, record.skew, preemptable, pinned)
-        kept = self._specs.get(job.job_id)
-        if kept is not None and kept[0] is job and kept[1] == key:
-            specs[job.job_id] = kept
-            return kept[2]
+        preemptable, pinned = key[2], key[3]
         spec = None
         # where Slurm may run it: its partitions (a pending job may list several), its
         # GPU type, its reservation (controller.core.placement.Eligibility)
@@ -471,40 +501,68 @@ class Controller:
         unavailable = {n.name for n in observation.nodes if not n.available}
         free_by_node = {n.name: n.gpus_free for n in observation.nodes if n.available}
         specs: dict[str, tuple] = {}  # this round's JobSpecs (see _job_spec)
-        candidates = [j for j in observed.values() if j.state in ACTIVE_STATES]
-        candidates.sort(key=lambda j: (j.submit_time_s or 0.0, numeric_id(j.job_id)))
+        candidates = self._submit_order([j for j in observed.values() if j.state in ACTIVE_STATES])
+        # (the loop runs once per active job: its lookups are bound to locals)
+        records, why_not, pins, last_specs = self.records, self.contract.why_not, self.starts.pins, self._specs
         for index, job in enumerate(candidates):
-            if job.state == "RUNNING" and job.job_id in leaving:
-                for node, gpus in job.gpus_by_node:  # being preempted: its GPUs are the beneficiary's
-                    if node in free_by_node:
-                        free_by_node[node] += gpus
-                continue
-            if job.state == "RUNNING" and unavailable and any(node in unavailable for node, _ in job.gpus_by_node):
-                # Its GPUs on available nodes (if it spans some) are busy too.
-                held_gpus += sum(gpus for node, gpus in job.gpus_by_node if node not in unavailable)
-                continue
-            reason = slurm_wait(job) if job.state == "PENDING" else ""
-            record = self.records[job.job_id]
-            preemptable = job.state != "RUNNING" or not self.contract.why_not(job)
-            spec = self._job_spec(job, record, preemptable, specs)
+            job_id = job.job_id
+            running = job.state == "RUNNING"
+            if running:
+                if job_id in leaving:
+                    for node, gpus in job.gpus_by_node:  # being preempted: its GPUs are the beneficiary's
+                        if node in free_by_node:
+                            free_by_node[node] += gpus
+                    continue
+                if unavailable and any(node in unavailable for node, _ in job.gpus_by_node):
+                    # Its GPUs on available nodes (if it spans some) are busy too.
+                    held_gpus += sum(gpus for node, gpus in job.gpus_by_node if node not in unavailable)
+                    continue
+                reason, preemptable = "", not why_not(job)
+            else:
+                reason, preemptable = slurm_wait(job), True
+            record = records[job_id]
+            # the JobSpec of the last round while the same ObservedJob has the same account
+            # fields and pin (see _job_spec, which builds it otherwise)
+            key = (record.submit_time_s, record.skew, preemptable, job_id in pins)
+            kept = last_specs.get(job_id)
+            if kept is not None and kept[0] is job and kept[1] == key:
+                specs[job_id] = kept
+                spec = kept[2]
+            else:
+                spec = self._job_spec(job, record, key, specs)
             if reason:
-                reasons[job.job_id] = reason
+                reasons[job_id] = reason
+            # by position, in _JOB_STATE_FIELDS order (a keyword call cost twice as much)
             (waiting if reason else jobs).append(JobState(
-                spec=spec, index=index, attained_gpu_s=record.attained_gpu_s,
-                queue_service_gpu_s=record.queue_service_gpu_s, executed_s=record.executed_s,
-                executed_since_promotion_s=record.executed_since_promotion_s,
-                waited_since_promotion_s=record.waited_since_promotion_s,
-                first_start_s=record.first_start_s, running=job.state == "RUNNING",
-                run_start_s=(job.start_time_s if job.start_time_s is not None else now)
-                if job.state == "RUNNING" else None,
-                placement=job.gpus_by_node if job.state == "RUNNING" else (), preemptions=record.preemptions,
-                queue_level=record.queue_level, queue_entry=record.queue_entry))
+                spec, index, record.attained_gpu_s, record.queue_service_gpu_s, record.executed_s,
+                record.executed_since_promotion_s, record.waited_since_promotion_s, 0.0, record.first_start_s,
+                (job.start_time_s if job.start_time_s is not None else now) if running else None, running,
+                job.gpus_by_node if running else (), record.preemptions, 0, None, record.queue_level,
+                record.queue_entry))
         self._specs = specs
         nodes = observation.nodes
         capacity = sum(n.gpus_total for n in nodes if n.available) - held_gpus
         return Snapshot(now_s=now, jobs=jobs, nodes=nodes, service=self.service, round_id=round_id,
                         capacity_gpus=max(capacity, 0), explain=explain, free_by_node=free_by_node,
                         previous_round_s=self.planned_at), waiting, reasons
+
+    def _submit_order(self, jobs: list[ObservedJob]) -> list[ObservedJob]:
+        """``jobs`` by (submit time, numeric job id). The last round's order while the
+        jobs are the same objects (a repeated observation: controller.service.backend
+        keeps each ObservedJob while its record is unchanged); else sorted on keys
+        built by C calls only (a lambda per job was a tenth of the snapshot). The
+        numeric id ends with the id itself: the keys are unique, jobs never compared."""
+        last_in, last_out = self._order
+        if len(jobs) == len(last_in) and all(map(operator.is_, jobs, last_in)):
+            return list(last_out)
+        if any(job.submit_time_s is None for job in jobs):
+            out = sorted(jobs, key=lambda j: (j.submit_time_s or 0.0, numeric_id(j.job_id)))
+        else:
+            decorated = list(zip(map(_submit_of, jobs), map(numeric_id, map(_id_of, jobs)), jobs))
+            decorated.sort()
+            out = [job for _, _, job in decorated]
+        self._order = (jobs, out)
+        return list(out)
 
     # -- usage records --------------------------------------------------------------------------
     def _collect_usage(self, now: float) -> None:
@@ -544,6 +602,19 @@ class Controller:
             return
         if deleted:
             log.info("usage records: %d older than %gs deleted", deleted, self.config.usage_max_age_s)
+
+
+_submit_of = operator.attrgetter("submit_time_s")
+_id_of = operator.attrgetter("job_id")
+# JobState's leading fields as _snapshot passes them, by position: checked here, so a
+# model that reorders them fails at import, not in a plan.
+_JOB_STATE_FIELDS = ("spec", "index", "attained_gpu_s", "queue_service_gpu_s", "executed_s",
+                     "executed_since_promotion_s", "waited_since_promotion_s", "progress_s", "first_start_s",
+                     "run_start_s", "running", "placement", "preemptions", "promotions", "finish_time_s",
+                     "queue_level", "queue_entry")
+if tuple(f.name for f in fields(JobState))[:len(_JOB_STATE_FIELDS)] != _JOB_STATE_FIELDS:
+    raise ImportError(f"controller.core.model.JobState's fields are no longer {_JOB_STATE_FIELDS}: "
+                      "update _snapshot's positional JobState call")
 
 
 def _one_line(err: Exception) -> str:

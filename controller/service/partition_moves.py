@@ -91,7 +91,7 @@ class PartitionMover:
             outcome = self.executor.apply(action)
             self.last_move_s[move.job_id] = now
             if outcome.applied:
-                records[move.job_id].moves += 1
+                self.accounts.count_move(move.job_id)
             report.applied.append(entry(action, applied=outcome.applied, detail=outcome.detail))
 
     def _load_last_move(self, job_id: str) -> None:

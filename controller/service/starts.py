@@ -43,7 +43,7 @@ class Starts:
         cpu_pending = cpu_pending or {}
         factors = self.site_factors(plan, observed)
         factors.update(self.cpu_bands(cpu_pending))
-        for job_id in [j for j in self.site_factors_set if j not in observed and j not in cpu_pending]:
+        for job_id in self.site_factors_set.keys() - observed.keys() - cpu_pending.keys():
             del self.site_factors_set[job_id]  # a CPU job started or gone (GPU jobs: forget)
         changed = changed_bands(factors, self.site_factors_set,
                                 lambda j: (observed.get(j) or cpu_pending[j]).site_factor)

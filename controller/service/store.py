@@ -276,6 +276,7 @@ _record_values = operator.attrgetter(*JOB_FIELDS)  # a JobRecord's fields as one
 CLOCK_FIELDS = frozenset({"attained_gpu_s", "queue_service_gpu_s", "executed_s", "executed_since_promotion_s",
                           "waited_since_promotion_s", "last_observed_s"})
 _facts = operator.itemgetter(*(i for i, name in enumerate(JOB_FIELDS) if name not in CLOCK_FIELDS))
+_record_facts = operator.attrgetter(*(name for name in JOB_FIELDS if name not in CLOCK_FIELDS))  # same order
 # executemany: SET takes the columns each parameter row names besides the key.
 _UPDATE_JOB_BY_KEY = update(job_service).where(job_service.c.cluster == bindparam("key_cluster"),
                                                job_service.c.job_id == bindparam("key_job_id"))
@@ -508,11 +509,14 @@ class Store:
         updates: dict[tuple[bool, ...], list[tuple]] = {}  # which fields changed -> the records' values
         committed_row = self._committed_rows.get
         for record in records:
-            values = _record_values(record)
-            job_id = values[0] if type(values[0]) is str else str(values[0])
+            job_id = record.job_id if type(record.job_id) is str else str(record.job_id)
             key = (cluster, job_id)
             old = committed_row(key)
-            if old == values or old is not None and job_id in clocks_may_wait and _facts(old) == _facts(values):
+            # a pending job's clocks-only change (most rows) is told from its facts alone
+            if old is not None and job_id in clocks_may_wait and _facts(old) == _record_facts(record):
+                continue
+            values = _record_values(record)
+            if old == values:
                 continue
             changed[key] = values
             if old is None:
