@@ -144,6 +144,7 @@ def instance_fixture(prefix: str = "", *, name: str | None = None, env: str = "T
 
     @pytest.fixture(scope="module", name="cluster")
     def cluster():
+        """The isolated instance, up for the module."""
         yield from isolated_instance(instance_name, keep=keep_it, extra_env=extra_env)
 
     return cluster
