@@ -314,17 +314,17 @@ class _Parser:
         return node
 
     def expr(self) -> Node:
-        node = self.term()
-        while self.peek().kind == "op" and self.peek().text in "+-":
-            op = self.take().text
-            node = BinOp(op, node, self.term())
-        return node
+        return self._left_assoc("+-", self.term)
 
     def term(self) -> Node:
-        node = self.unary()
-        while self.peek().kind == "op" and self.peek().text in "*/":
+        return self._left_assoc("*/", self.unary)
+
+    def _left_assoc(self, ops: str, operand) -> Node:
+        """``operand (op operand)*`` with an op of ``ops``, grouped to the left."""
+        node = operand()
+        while self.peek().kind == "op" and self.peek().text in ops:
             op = self.take().text
-            node = BinOp(op, node, self.unary())
+            node = BinOp(op, node, operand())
         return node
 
     def _enter(self, tok: _Token) -> None:
