@@ -234,24 +234,40 @@ EOF
     scheduling_conf_lines
 }
 
-# NodeName lines: the first slurmd port, then the node names (4 GPUs, 400 MPS shares each).
-node_conf_lines() {
-    local port=$1 n
-    shift
+# NodeName lines: a command that prints a node's Gres, the first slurmd port, then the
+# node names.
+node_lines() {
+    local gres_of=$1 port=$2 n
+    shift 2
     for n in "$@"; do
-        echo "NodeName=$n NodeHostname=localhost NodeAddr=127.0.0.1 Port=$port CPUs=8 RealMemory=16000 Gres=gpu:4,mps:400 State=UNKNOWN"
+        echo "NodeName=$n NodeHostname=localhost NodeAddr=127.0.0.1 Port=$port CPUs=8 RealMemory=16000 Gres=$("$gres_of" "$n") State=UNKNOWN"
         port=$((port + 1))
     done
 }
 
-# gres.conf (fake GPU device files) and, from 23.11, cgroup.conf into folder $1 for the
-# nodes $2 (a hostlist); sets CONFIG_CHANGED=1 when a file changed.
-write_node_side_confs() {
-    write_if_changed "$1/gres.conf" 644 root:root <<EOF && CONFIG_CHANGED=1
-AutoDetect=off
-NodeName=$2 Name=gpu File=$FAKEGPU_DIR/nvidia[0-3]
-NodeName=$2 Name=mps Count=400 File=$FAKEGPU_DIR/nvidia[0-3]
+# NodeName lines: the first slurmd port, then the node names (4 GPUs, 400 MPS shares each).
+node_conf_lines() {
+    node_lines plain_node_gres "$@"
+}
+
+plain_node_gres() {
+    echo "gpu:4,mps:400"
+}
+
+# gres.conf lines of the nodes $1 (a hostlist): 4 fake GPUs and 400 MPS shares each.
+plain_gres_conf_lines() {
+    cat <<EOF
+NodeName=$1 Name=gpu File=$FAKEGPU_DIR/nvidia[0-3]
+NodeName=$1 Name=mps Count=400 File=$FAKEGPU_DIR/nvidia[0-3]
 EOF
+}
+
+# gres.conf (fake GPU device files) and, from 23.11, cgroup.conf into folder $1 for the
+# nodes $2 (a hostlist); gres.conf's lines come from the command $3 given $2
+# (plain_gres_conf_lines unless named). Sets CONFIG_CHANGED=1 when a file changed.
+write_node_side_confs() {
+    { echo "AutoDetect=off"; "${3:-plain_gres_conf_lines}" "$2"; } \
+        | write_if_changed "$1/gres.conf" 644 root:root && CONFIG_CHANGED=1
     # From 23.11 slurmd always loads a cgroup plugin; there is no usable cgroup
     # tree for four slurmd sharing one host, so switch it off.
     if [ "$(slurm_version_num)" -ge 2311 ]; then
@@ -639,7 +655,7 @@ EOF
         instance_partition_lines
     } | site_gres_types | write_if_changed "$I_ETC/slurm.conf" 644 root:root && CONFIG_CHANGED=1
     if [ "$I_SITE" = 1 ]; then
-        site_node_side_confs
+        write_node_side_confs "$I_ETC" "${INST}g[1-4]" site_gres_conf_lines
     else
         write_node_side_confs "$I_ETC" "${INST}g[1-4]"
     fi
@@ -651,30 +667,24 @@ site_gres_types() {
 }
 
 site_node_conf_lines() {
-    local port=$1 n gres
-    for n in "${I_NODES[@]}"; do
-        case $n in
-            *g1|*g2) gres=gpu:v100:4 ;;
-            *g3) gres=gpu:a100:4 ;;
-            *) gres=gpu:a100:4,shard:16 ;;
-        esac
-        echo "NodeName=$n NodeHostname=localhost NodeAddr=127.0.0.1 Port=$port CPUs=8 RealMemory=16000 Gres=$gres State=UNKNOWN"
-        port=$((port + 1))
-    done
+    node_lines site_node_gres "$1" "${I_NODES[@]}"
 }
 
-site_node_side_confs() {
-    write_if_changed "$I_ETC/gres.conf" 644 root:root <<EOF && CONFIG_CHANGED=1
-AutoDetect=off
+site_node_gres() {
+    case $1 in
+        *g1|*g2) echo gpu:v100:4 ;;
+        *g3) echo gpu:a100:4 ;;
+        *) echo gpu:a100:4,shard:16 ;;
+    esac
+}
+
+# The site-shaped instance's gres.conf lines (its nodes are ${INST}g1..g4).
+site_gres_conf_lines() {
+    cat <<EOF
 NodeName=${INST}g[1-2] Name=gpu Type=v100 File=$FAKEGPU_DIR/nvidia[0-3]
 NodeName=${INST}g[3-4] Name=gpu Type=a100 File=$FAKEGPU_DIR/nvidia[0-3]
 NodeName=${INST}g4 Name=shard Count=16
 EOF
-    if [ "$(slurm_version_num)" -ge 2311 ]; then
-        write_if_changed "$I_ETC/cgroup.conf" 644 root:root <<EOF && CONFIG_CHANGED=1
-CgroupPlugin=disabled
-EOF
-    fi
 }
 
 instance_idle_node_count() {

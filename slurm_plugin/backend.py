@@ -75,6 +75,11 @@ _UNREACHABLE_MARKERS = (
 # Stop one comma list from growing without bound (argv and RPC size); far above
 # any realistic number of jobs that share one SiteFactor value in a round.
 MAX_IDS_PER_UPDATE = 1000
+# The fields an ObservedJob takes from the SlurmJob as they are (same name, same
+# value); _observed_job names the ones it renames or converts.
+_AS_REPORTED = ("job_id", "user", "partition", "state", "reason", "gpus", "time_limit_s", "restart_count", "batch",
+                "comment", "admin_comment", "max_nodes", "mps", "array_tasks", "array_max_tasks", "het_job_id",
+                "het_offset", "gpu_type", "reservation", "account", "name")
 
 
 class LeverFailed(RuntimeError):
@@ -481,37 +486,17 @@ class SlurmBackend:
 
     def _observed_job(self, job: SlurmJob, site_factor: int | None) -> ObservedJob:
         return ObservedJob(
-            job_id=job.job_id,
-            user=job.user,
-            partition=job.partition,
-            state=job.state,
-            reason=job.reason,
-            gpus=job.gpus,
+            **{name: getattr(job, name) for name in _AS_REPORTED},
             nodes=tuple(job.nodes),
             gpus_by_node=self._gpus_by_node(job),
             submit_time_s=job.submit_time,
             start_time_s=job.start_time,
             end_time_s=job.end_time,
-            time_limit_s=job.time_limit_s,
-            restart_count=job.restart_count,
             requeueable=bool(job.requeue),
-            batch=job.batch,
-            comment=job.comment,
-            admin_comment=job.admin_comment,
             site_factor=site_factor,
             required_nodes=tuple(job.required_nodes),
             excluded_nodes=tuple(job.excluded_nodes),
             min_nodes=job.node_count,
-            max_nodes=job.max_nodes,
-            mps=job.mps,
-            array_tasks=job.array_tasks,
-            array_max_tasks=job.array_max_tasks,
-            het_job_id=job.het_job_id,
-            het_offset=job.het_offset,
-            gpu_type=job.gpu_type,
-            reservation=job.reservation,
-            account=job.account,
-            name=job.name,
         )
 
     # ------------------------------------------------------------------ levers

@@ -31,11 +31,10 @@ import pytest
 
 from bench.slurm_harness import ControllerProcess, Instance, write_config
 from controller.service.store import Store, preemptions, round_counters
-from tests.slurm_fixtures import isolated_instance, wait_for
+from tests.slurm_fixtures import ACTIVE, instance_fixture, wait_for
 
 pytestmark = pytest.mark.slurm
 
-INSTANCE = os.environ.get("TIRESIAS_TEST_INSTANCE") or f"tc{os.getpid()}"
 POLL_S, INTERVAL_S = 0.5, 1.0
 KILLS = 20
 # The random jobs stop here: the drain below must fit, and a 60-job seed once needed
@@ -46,12 +45,8 @@ OUTAGE_S = 60
 SETTINGS = dict(queues_gpu_s=[40.0], preempt_grace_s=3.0, preempt_min_runtime_s=2.0, requeue_settle_s=2.0,
                 pin_expiry_s=20.0, preempt_max_per_job=3)
 PREEMPTABLE = "--signal=B:USR1@5"  # the contract: a declared checkpoint signal (no --time: never sent by Slurm)
-ACTIVE = {"PENDING", "RUNNING", "COMPLETING", "CONFIGURING", "REQUEUED", "SUSPENDED"}
 
-
-@pytest.fixture(scope="module")
-def cluster():
-    yield from isolated_instance(INSTANCE, keep=bool(os.environ.get("TIRESIAS_TEST_INSTANCE")))
+cluster = instance_fixture("tc")
 
 
 def jobcomp_runs(instance: Instance) -> dict[str, list[tuple[str, float, float]]]:

@@ -6,7 +6,6 @@ controller touches no other test's jobs.
 """
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import subprocess
@@ -19,16 +18,12 @@ from controller.service.daemon import Controller
 from controller.service.metrics import Metrics
 from controller.service.store import Store
 from slurm_plugin.backend import SlurmBackend, subprocess_runner
-from tests.slurm_fixtures import isolated_instance, wait_for
+from tests.slurm_fixtures import instance_fixture, wait_for
 
 pytestmark = pytest.mark.slurm
 
-INSTANCE = os.environ.get("TIRESIAS_TEST_INSTANCE") or f"ac{os.getpid()}"
 
-
-@pytest.fixture(scope="module")
-def cluster():
-    yield from isolated_instance(INSTANCE, keep=bool(os.environ.get("TIRESIAS_TEST_INSTANCE")))
+cluster = instance_fixture("ac")
 
 
 def admin_comment_as(user: str, conf: str, job_id: str) -> str:

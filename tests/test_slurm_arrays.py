@@ -10,28 +10,15 @@ tests/test_slurm_arrays.py``.
 """
 from __future__ import annotations
 
-import os
 import time
 
 import pytest
 
-from tests.slurm_fixtures import isolated_instance, wait_for
+from tests.slurm_fixtures import instance_fixture, iso, wait_for  # noqa: F401  (iso: a pytest fixture)
 
 pytestmark = pytest.mark.slurm
 
-INSTANCE = os.environ.get("TIRESIAS_TEST_INSTANCE") or f"ta{os.getpid()}"
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    yield from isolated_instance(INSTANCE, keep=bool(os.environ.get("TIRESIAS_TEST_INSTANCE")))
-
-
-@pytest.fixture
-def iso(cluster):
-    cluster.cancel_all()
-    yield cluster
-    cluster.cancel_all()
+cluster = instance_fixture("ta")
 
 
 @pytest.fixture

@@ -18,94 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from bench.slurm_harness import ControllerProcess, Instance, write_config
-from controller.service.store import Store
-
-from tests.slurm_fixtures import isolated_instance, wait_for
+from bench.slurm_harness import Instance
+from tests.slurm_fixtures import (  # noqa: F401  (iso, run: pytest fixtures)
+    all_finished, attained, instance_fixture, iso, output_of, run, wait_for)
 
 pytestmark = pytest.mark.slurm
 
-# One instance per test session: the suite may run in several checkouts' sessions at
-# once, and a shared instance would let one session's cleanup cancel another's jobs.
-INSTANCE = os.environ.get("TIRESIAS_TEST_INSTANCE") or f"tt{os.getpid()}"
-ACTIVE = {"PENDING", "RUNNING", "COMPLETING", "CONFIGURING", "REQUEUED", "SUSPENDED"}
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    """The isolated instance, up; stopped and removed afterwards unless named by the env."""
-    yield from isolated_instance(INSTANCE, keep=bool(os.environ.get("TIRESIAS_TEST_INSTANCE")))
-
-
-@pytest.fixture
-def iso(cluster):
-    """The instance with no job before and after the test."""
-    cluster.cancel_all()
-    yield cluster
-    cluster.cancel_all()
-
-
-class Run:
-    """One controller process with its own store, and helpers to look at both."""
-
-    def __init__(self, instance: Instance, tmp: Path):
-        self.instance = instance
-        self.tmp = tmp
-        self.url = f"sqlite:///{tmp}/tiresias.db"
-        self.procs: list[ControllerProcess] = []
-
-    def start(self, mode: str = "enforce", **settings) -> ControllerProcess:
-        config = write_config(self.tmp / "tiresias.yaml", self.url, self.instance.name, mode=mode, **settings)
-        proc = ControllerProcess(self.instance, config, self.tmp / "controller.log", mode=mode).start()
-        self.procs.append(proc)
-        return proc
-
-    def log_text(self) -> str:
-        return (self.tmp / "controller.log").read_text() if (self.tmp / "controller.log").exists() else ""
-
-    def record(self, job_id: str):
-        with Store(self.url) as store:
-            return store.load_jobs(self.instance.name, include_finished=True).get(job_id)
-
-    def decisions(self, job_id: str | None = None) -> list[dict]:
-        with Store(self.url) as store:
-            return store.decisions(self.instance.name, job_id=job_id, limit=100000)
-
-    def preemption_rows(self) -> list[dict]:
-        from sqlalchemy import select
-
-        from controller.service.store import preemptions
-
-        with Store(self.url) as store, store._tx() as conn:
-            return [dict(r) for r in conn.execute(select(preemptions)).mappings()]
-
-    def stop_all(self) -> None:
-        for proc in self.procs:
-            proc.stop()
-
-
-@pytest.fixture
-def run(iso, tmp_path):
-    r = Run(iso, tmp_path)
-    yield r
-    r.stop_all()
-    if any(p.proc is not None and p.proc.returncode not in (0, None, -signal.SIGKILL) for p in r.procs):
-        print(r.log_text()[-3000:])
-
-
-def all_finished(instance: Instance, ids) -> bool:
-    jobs = instance.squeue()
-    return all(jobs[j]["job_state"] not in ACTIVE for j in ids)
-
-
-def output_of(workdir: str, job_id: str) -> str:
-    path = Path(workdir) / f"{job_id}.out"
-    return path.read_text() if path.exists() else ""
-
-
-def attained(run: Run, job_id: str) -> float:
-    record = run.record(job_id)
-    return record.attained_gpu_s if record is not None else 0.0
+cluster = instance_fixture("tt")
 
 
 # ------------------------------------------------------------------ (a) short jobs overtake a long one

@@ -9,7 +9,6 @@ other test's jobs.
 """
 from __future__ import annotations
 
-import os
 
 import pytest
 
@@ -17,17 +16,13 @@ from controller.service.config import from_mapping
 from controller.service.daemon import Controller
 from controller.service.store import Store
 from slurm_plugin.backend import SlurmBackend
-from tests.slurm_fixtures import isolated_instance, wait_for
+from tests.slurm_fixtures import instance_fixture, wait_for
 
 pytestmark = pytest.mark.slurm
 
-INSTANCE = os.environ.get("TIRESIAS_TEST_INSTANCE") or f"gt{os.getpid()}"
 HISTORY = 200  # per user: over 300 in all, so dgittins orders by index
 
-
-@pytest.fixture(scope="module")
-def cluster():
-    yield from isolated_instance(INSTANCE, keep=bool(os.environ.get("TIRESIAS_TEST_INSTANCE")))
+cluster = instance_fixture("gt")
 
 
 @pytest.mark.parametrize("policy, first", [("dgittins", "alice"), ("dlas", "bob")])

@@ -12,7 +12,6 @@ once with the controller, and the start delays are compared.
 """
 from __future__ import annotations
 
-import os
 import time
 
 import pytest
@@ -20,27 +19,15 @@ import pytest
 from bench.slurm_harness import ControllerProcess, Instance, write_config
 from controller.service.store import Store
 
-from tests.slurm_fixtures import isolated_instance, wait_for
+from tests.slurm_fixtures import ACTIVE, instance_fixture, iso, wait_for  # noqa: F401  (iso: a pytest fixture)
 
 pytestmark = pytest.mark.slurm
 
-INSTANCE = os.environ.get("TIRESIAS_TEST_MOVES_INSTANCE") or f"tp{os.getpid()}"
 PARTITIONS = "left:1-2,right:3-4"
 BLOCKER_WORK_S = 30
-ACTIVE = {"PENDING", "RUNNING", "COMPLETING", "CONFIGURING", "REQUEUED", "SUSPENDED"}
 
-
-@pytest.fixture(scope="module")
-def cluster():
-    yield from isolated_instance(INSTANCE, keep=bool(os.environ.get("TIRESIAS_TEST_MOVES_INSTANCE")),
-                                 extra_env={"TIRESIAS_INSTANCE_PARTITIONS": PARTITIONS})
-
-
-@pytest.fixture
-def iso(cluster):
-    cluster.cancel_all()
-    yield cluster
-    cluster.cancel_all()
+cluster = instance_fixture("tp", env="TIRESIAS_TEST_MOVES_INSTANCE",
+                           extra_env={"TIRESIAS_INSTANCE_PARTITIONS": PARTITIONS})
 
 
 def _scenario(iso: Instance, seen_by_controller=None) -> dict:

@@ -10,8 +10,6 @@
 """
 from __future__ import annotations
 
-import os
-import shlex
 import shutil
 import subprocess
 import time
@@ -19,37 +17,19 @@ from pathlib import Path
 
 import pytest
 
-from tests.slurm_fixtures import isolated_instance, wait_for
-from tests.test_slurm_controller import Run, all_finished, attained
+from tests.slurm_fixtures import (  # noqa: F401  (iso, run: pytest fixtures)
+    all_finished, attained, file_text, instance_fixture, iso, run, sbatch_in, wait_for)
 
 pytestmark = pytest.mark.slurm
 
 ROOT = Path(__file__).resolve().parents[1]
-INSTANCE = os.environ.get("TIRESIAS_TEST_INSTANCE") or f"tp{os.getpid()}"
 # What the examples need in the submit directory (they run as alice/bob, who cannot
 # read the checkout): the scripts, the checkpoint helpers.
 EXAMPLE_FILES = ("examples/checkpoint_job.sbatch", "examples/srun_train.sbatch", "examples/lightning_style.sbatch",
                  "examples/train_loop.py", "examples/lightning_style.py", "prolog/checkpoint.sh",
                  "controller/__init__.py", "controller/checkpoint.py")
 
-
-@pytest.fixture(scope="module")
-def cluster():
-    yield from isolated_instance(INSTANCE, keep=bool(os.environ.get("TIRESIAS_TEST_INSTANCE")))
-
-
-@pytest.fixture
-def iso(cluster):
-    cluster.cancel_all()
-    yield cluster
-    cluster.cancel_all()
-
-
-@pytest.fixture
-def run(iso, tmp_path):
-    r = Run(iso, tmp_path)
-    yield r
-    r.stop_all()
+cluster = instance_fixture("tp")
 
 
 def example_dir(instance, user: str) -> str:
@@ -62,30 +42,19 @@ def example_dir(instance, user: str) -> str:
     return workdir
 
 
-def sbatch(instance, user: str, workdir: str, args: str) -> str:
-    command = f"cd {shlex.quote(workdir)} && SLURM_CONF={shlex.quote(instance.conf)} sbatch --parsable {args}"
-    proc = subprocess.run(["su", user, "-c", command], capture_output=True, text=True, timeout=30)
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout.strip().split(";", 1)[0]
-
-
-def text(path: Path) -> str:
-    return path.read_text() if path.exists() else ""
-
-
 def test_example_jobs_checkpoint_resume_and_finish_and_an_undeclared_job_is_never_touched(iso, run):
     run.start(preempt_grace_s=5.0)
     alice, bob = example_dir(iso, "alice"), example_dir(iso, "bob")
     common = "-N 1 -n 1 --gres=gpu:4 --open-mode=append"
-    bash_job = sbatch(iso, "alice", alice, f"{common} -o bash-%j.out --export=ALL,STEPS=30 "
-                                           "examples/checkpoint_job.sbatch")
-    srun_job = sbatch(iso, "bob", bob, f"{common} -o srun-%j.out --export=ALL,STEPS=300,STEP_S=0.1 "
-                                       "examples/srun_train.sbatch")
-    self_job = sbatch(iso, "alice", alice, f"{common} -o self-%j.out --export=ALL,STEPS=300,STEP_S=0.1 "
-                                           "examples/lightning_style.sbatch")
+    bash_job = sbatch_in(iso, "alice", alice, f"{common} -o bash-%j.out --export=ALL,STEPS=30 "
+                                              "examples/checkpoint_job.sbatch")
+    srun_job = sbatch_in(iso, "bob", bob, f"{common} -o srun-%j.out --export=ALL,STEPS=300,STEP_S=0.1 "
+                                          "examples/srun_train.sbatch")
+    self_job = sbatch_in(iso, "alice", alice, f"{common} -o self-%j.out --export=ALL,STEPS=300,STEP_S=0.1 "
+                                              "examples/lightning_style.sbatch")
     # requeueable (JobRequeue=1), no --signal, no trap: USR1 would kill its shell
-    plain_job = sbatch(iso, "bob", bob, f"{common} -o plain-%j.out --requeue --wrap "
-                                        "'for i in $(seq 30); do sleep 1; done; echo finished'")
+    plain_job = sbatch_in(iso, "bob", bob, f"{common} -o plain-%j.out --requeue --wrap "
+                                           "'for i in $(seq 30); do sleep 1; done; echo finished'")
     examples = [bash_job, srun_job, self_job]
     everyone = [*examples, plain_job]
     wait_for(lambda: all(attained(run, j) > 40 for j in everyone), 60, "all four to pass the 40 GPU-s threshold")
@@ -98,21 +67,21 @@ def test_example_jobs_checkpoint_resume_and_finish_and_an_undeclared_job_is_neve
     for job_id in examples:
         assert jobs[job_id]["restart_cnt"] >= 1, states  # preempted for the short job
     assert jobs[plain_job]["restart_cnt"] == 0, states  # never requeued ...
-    assert "finished" in text(Path(bob) / f"plain-{plain_job}.out")  # ... nor killed
+    assert "finished" in file_text(Path(bob) / f"plain-{plain_job}.out")  # ... nor killed
     decisions = run.decisions()
     assert not [d for d in decisions if d["job_id"] == plain_job and d["kind"] in ("preempt", "requeue")]
     # the short job ran on the GPUs the three examples gave up
     assert jobs[short_id]["start_time"] < min(jobs[j]["end_time"] for j in examples)
 
-    bash_out = text(Path(alice) / f"bash-{bash_job}.out")
+    bash_out = file_text(Path(alice) / f"bash-{bash_job}.out")
     assert "tiresias checkpoint: signal received" in bash_out, bash_out
     resumed = [line for line in bash_out.splitlines() if "restart 1: starting at step" in line]
     assert resumed and not resumed[0].endswith("step 0"), bash_out
     assert "done at step 30" in bash_out, bash_out
-    srun_out = text(Path(bob) / f"srun-{srun_job}.out")
+    srun_out = file_text(Path(bob) / f"srun-{srun_job}.out")
     assert "checkpointed at step" in srun_out and "resumed at step" in srun_out, srun_out
     assert "done at step 300" in srun_out, srun_out
-    self_out = text(Path(alice) / f"self-{self_job}.out")
+    self_out = file_text(Path(alice) / f"self-{self_job}.out")
     assert "requeueing job" in self_out and "resumed at step" in self_out, self_out
     assert "done at step 300" in self_out, self_out
     preempts = {d["job_id"]: d for d in decisions if d["kind"] == "preempt" and d["applied"]}
@@ -184,4 +153,4 @@ def test_a_failed_signal_causes_no_requeue(iso, tmp_path):
         assert len(failed) == 2 and "gave up" in failed[0], failed
         assert "checkpoint signal failed 2 times" in c.contract.why_not(
             next(j for j in backend.observe().jobs if j.job_id == long_id))
-        assert "got USR1" not in text(Path(long_dir) / f"{long_id}.out")
+        assert "got USR1" not in file_text(Path(long_dir) / f"{long_id}.out")

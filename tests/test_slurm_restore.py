@@ -11,7 +11,6 @@ wrote (none of these jobs asked for one).
 """
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,26 +18,12 @@ from pathlib import Path
 import pytest
 
 from bench.slurm_harness import Instance
-from tests.slurm_fixtures import isolated_instance, wait_for
-from tests.test_slurm_controller import Run, attained
-from tests.test_slurm_preemption import sbatch
+from tests.slurm_fixtures import Run, attained, instance_fixture, iso, sbatch_in, wait_for  # noqa: F401  (iso)
 
 pytestmark = pytest.mark.slurm
 
 ROOT = Path(__file__).resolve().parents[1]
-INSTANCE = os.environ.get("TIRESIAS_TEST_INSTANCE") or f"tr{os.getpid()}"
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    yield from isolated_instance(INSTANCE, keep=bool(os.environ.get("TIRESIAS_TEST_INSTANCE")))
-
-
-@pytest.fixture
-def iso(cluster):
-    cluster.cancel_all()
-    yield cluster
-    cluster.cancel_all()
+cluster = instance_fixture("tr")
 
 
 def site_factors(iso: Instance) -> dict[str, int]:
@@ -64,7 +49,7 @@ def set_levers(iso: Instance, run: Run) -> list[str]:
     """Enforce until SiteFactor bands and AdminComment lines are on alice's pending
     jobs; the controller is then stopped. The pending jobs' ids."""
     run.start()
-    holder = sbatch(iso, "bob", iso.workdir("bob"), "-N 4 -n 4 --gres=gpu:4 --requeue --wrap 'sleep 300'")
+    holder = sbatch_in(iso, "bob", iso.workdir("bob"), "-N 4 -n 4 --gres=gpu:4 --requeue --wrap 'sleep 300'")
     wait_for(lambda: attained(run, holder) > 40, 40, "bob's job to pass the threshold")
     pending = [iso.submit("alice", gpus, 5, f"p{gpus}")[0] for gpus in (4, 8)]
     wait_for(lambda: set(controller_levers(iso, pending)) == set(pending), 40,

@@ -10,39 +10,23 @@ slurm_plugin/cli_filter.lua; `tiresias run --mode enforce` as a real process):
 """
 from __future__ import annotations
 
-import os
-import shlex
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.slurm_fixtures import isolated_instance, wait_for
-from tests.test_slurm_controller import Run, all_finished, attained
+from tests.slurm_fixtures import (  # noqa: F401  (iso, run: pytest fixtures)
+    all_finished, attained, instance_fixture, iso, output_of, run, sbatch_in, wait_for)
 
 pytestmark = pytest.mark.slurm
 
-INSTANCE = os.environ.get("TIRESIAS_TEST_INSTANCE_SIGNALS") or f"ts{os.getpid()}"
 # The harness's job without its #SBATCH --signal line; EXIT_ON_USR1=1 makes it save and
 # exit 0 on the signal instead of running on until the requeue.
 USR1_TRAP = """trap 'checkpoint; echo "got USR1 $(date +%s.%N) done=$done_s"' USR1"""
 EXIT_TRAP = ("""trap 'checkpoint; echo "got USR1 $(date +%s.%N) done=$done_s"; """
              """[ -n "$EXIT_ON_USR1" ] && exit 0' USR1""")
 
-
-@pytest.fixture(scope="module")
-def iso():
-    for instance in isolated_instance(INSTANCE, keep=False, extra_env={"TIRESIAS_INSTANCE_CLI_FILTER": "1"}):
-        instance.cancel_all()
-        yield instance
-        instance.cancel_all()
-
-
-@pytest.fixture
-def run(iso, tmp_path):
-    r = Run(iso, tmp_path)
-    yield r
-    r.stop_all()
+cluster = instance_fixture("ts", env="TIRESIAS_TEST_INSTANCE_SIGNALS", keep=False,
+                           extra_env={"TIRESIAS_INSTANCE_CLI_FILTER": "1"})
 
 
 def workdir_without_declared_signal(iso, user: str) -> str:
@@ -58,16 +42,8 @@ def workdir_without_declared_signal(iso, user: str) -> str:
 
 def sbatch(iso, user: str, workdir: str, env: str, args: str) -> str:
     """8 GPUs on 2 nodes, the job's 60 s of work; ``env``: sbatch's own environment."""
-    command = (f"cd {shlex.quote(workdir)} && {env} SLURM_CONF={shlex.quote(iso.conf)} sbatch --parsable "
-               f"-N 2 -n 2 --gres=gpu:4 --output=%j.out --open-mode=append --requeue {args} ./job.sh 60")
-    proc = subprocess.run(["su", user, "-c", command], capture_output=True, text=True, timeout=30)
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout.strip().split(";", 1)[0]
-
-
-def output(workdir: str, job_id: str) -> str:
-    path = Path(workdir) / f"{job_id}.out"
-    return path.read_text() if path.exists() else ""
+    return sbatch_in(iso, user, workdir, f"-N 2 -n 2 --gres=gpu:4 --output=%j.out --open-mode=append --requeue "
+                                         f"{args} ./job.sh 60", env=env)
 
 
 def test_command_line_and_environment_signals_are_preempted_with_their_grace_and_resume(iso, run):
@@ -97,7 +73,7 @@ def test_command_line_and_environment_signals_are_preempted_with_their_grace_and
     assert requeues[cli_job]["reason"] == "grace period of 20s over", requeues[cli_job]
     assert requeues[env_job]["reason"] == "ended during its grace period", requeues[env_job]
     for workdir, job_id in ((cli_dir, cli_job), (env_dir, env_job)):
-        text = output(workdir, job_id)
+        text = output_of(workdir, job_id)
         assert "got USR1" in text, text
         starts = [line for line in text.splitlines() if line.startswith("start ")]
         assert len(starts) >= 2 and not starts[1].endswith("resume=0"), text  # resumed from its checkpoint

@@ -11,22 +11,16 @@ cost bob a preemption now; alice's plain job (any type, batch) still does (contr
 """
 from __future__ import annotations
 
-import os
 import time
 
 import pytest
 
-from tests.slurm_fixtures import isolated_instance, wait_for
-from tests.test_slurm_controller import attained, iso, run  # noqa: F401  (pytest fixtures)
+from tests.slurm_fixtures import attained, instance_fixture, iso, run, wait_for  # noqa: F401  (pytest fixtures)
 
 pytestmark = pytest.mark.slurm
 
-
-@pytest.fixture(scope="module")
-def cluster():
-    """The site-shaped isolated instance, up; stopped and removed afterwards unless kept."""
-    yield from isolated_instance("site", keep=bool(os.environ.get("TIRESIAS_TEST_INSTANCE")),
-                                 extra_env={"TIRESIAS_INSTANCE_SITE": "1"})
+# The site-shaped isolated instance.
+cluster = instance_fixture(name="site", extra_env={"TIRESIAS_INSTANCE_SITE": "1"})
 
 
 def preempted(run) -> list[str]:

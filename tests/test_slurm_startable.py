@@ -14,8 +14,8 @@ import time
 import pytest
 
 from controller.cli.main import main
-from tests.slurm_fixtures import wait_for
-from tests.test_slurm_controller import attained, cluster, run  # noqa: F401  (pytest fixtures)
+from tests.slurm_fixtures import attained, run, wait_for  # noqa: F401  (pytest fixtures)
+from tests.test_slurm_controller import cluster  # noqa: F401  (pytest fixture)
 
 pytestmark = pytest.mark.slurm
 

@@ -7,7 +7,6 @@ one requeue per decision), also after the stopped leader wakes up again.
 """
 from __future__ import annotations
 
-import os
 import signal
 import time
 from pathlib import Path
@@ -17,18 +16,13 @@ import pytest
 from bench.slurm_harness import ControllerProcess, Instance, write_config
 from controller.service.store import Store, preemptions
 from tests.pg_server import postgres_url  # noqa: F401  (fixture)
-from tests.slurm_fixtures import isolated_instance, wait_for
+from tests.slurm_fixtures import ACTIVE, instance_fixture, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.postgres]
 
-INSTANCE = os.environ.get("TIRESIAS_TEST_INSTANCE") or f"ts{os.getpid()}"
 INTERVAL_S, POLL_S = 2.0, 0.5
-ACTIVE = {"PENDING", "RUNNING", "COMPLETING", "CONFIGURING", "REQUEUED", "SUSPENDED"}
 
-
-@pytest.fixture(scope="module")
-def cluster():
-    yield from isolated_instance(INSTANCE, keep=bool(os.environ.get("TIRESIAS_TEST_INSTANCE")))
+cluster = instance_fixture("ts")
 
 
 class Pair:

@@ -80,11 +80,11 @@ class Node:
 
     def depth(self) -> int:
         """Nodes on the longest root-to-leaf path (a single terminal has depth 1)."""
-        raise NotImplementedError
+        return 1 + max((child.depth() for child in self.children()), default=0)
 
     def size(self) -> int:
         """Number of nodes."""
-        raise NotImplementedError
+        return 1 + sum(child.size() for child in self.children())
 
     def children(self) -> tuple["Node", ...]:
         return ()
@@ -124,12 +124,6 @@ class Var(Node):
     def _text(self):
         return self.name
 
-    def depth(self):
-        return 1
-
-    def size(self):
-        return 1
-
 
 @dataclass(frozen=True, slots=True)
 class Num(Node):
@@ -150,12 +144,6 @@ class Num(Node):
             text = repr(v)
         return f"(-{text[1:]})" if v < 0 else text
 
-    def depth(self):
-        return 1
-
-    def size(self):
-        return 1
-
 
 @dataclass(frozen=True, slots=True)
 class Neg(Node):
@@ -166,12 +154,6 @@ class Neg(Node):
 
     def _text(self):
         return "-" + _wrap(self.operand, _prec(self.operand) < _NEG_PREC)
-
-    def depth(self):
-        return 1 + self.operand.depth()
-
-    def size(self):
-        return 1 + self.operand.size()
 
     def children(self):
         return (self.operand,)
@@ -205,12 +187,6 @@ class BinOp(Node):
         right = _wrap(self.right, _prec(self.right) <= p)
         return f"{left} {self.op} {right}"
 
-    def depth(self):
-        return 1 + max(self.left.depth(), self.right.depth())
-
-    def size(self):
-        return 1 + self.left.size() + self.right.size()
-
     def children(self):
         return (self.left, self.right)
 
@@ -234,12 +210,6 @@ class Pow(Node):
 
     def _text(self):
         return _wrap(self.base, _prec(self.base) < _ATOM_PREC) + f"^{self.exponent}"
-
-    def depth(self):
-        return 1 + self.base.depth()
-
-    def size(self):
-        return 1 + self.base.size()
 
     def children(self):
         return (self.base,)
@@ -344,17 +314,17 @@ class _Parser:
         return node
 
     def expr(self) -> Node:
-        node = self.term()
-        while self.peek().kind == "op" and self.peek().text in "+-":
-            op = self.take().text
-            node = BinOp(op, node, self.term())
-        return node
+        return self._left_assoc("+-", self.term)
 
     def term(self) -> Node:
-        node = self.unary()
-        while self.peek().kind == "op" and self.peek().text in "*/":
+        return self._left_assoc("*/", self.unary)
+
+    def _left_assoc(self, ops: str, operand) -> Node:
+        """``operand (op operand)*`` with an op of ``ops``, grouped to the left."""
+        node = operand()
+        while self.peek().kind == "op" and self.peek().text in ops:
             op = self.take().text
-            node = BinOp(op, node, self.unary())
+            node = BinOp(op, node, operand())
         return node
 
     def _enter(self, tok: _Token) -> None:
