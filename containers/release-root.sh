@@ -112,6 +112,10 @@ enter() {
     unshare --mount --pid --fork --net --propagation private bash -euc '
         root=$1 repo=$2 script=$3
         ip link set lo up
+        # Slurm 24.11 daemons bind their ports through getaddrinfo(NULL, port) and fail
+        # with "getaddrinfo((null):6819)" when the namespace holds loopback addresses
+        # only; one more address on lo (reachable from nowhere else) satisfies it.
+        ip addr add 10.254.0.1/32 dev lo
         mount -t proc proc "$root/proc"
         mount --rbind /dev "$root/dev"
         mount --rbind /sys "$root/sys"
