@@ -122,8 +122,13 @@ enter() {
         mount -t tmpfs tmpfs "$root/run"
         mount -t tmpfs tmpfs "$root/tmp"
         mount --bind "$repo" "$root$repo"
+        # Every entry starts from an empty cluster: no saved jobs, no accounting rows
+        # (job ids from 1, as tests/fixtures/slurm/record.sh needs; nothing a run left).
+        for state in var/spool/slurmctld var/spool/slurmd var/lib/mysql; do
+            mkdir -p "$root/$state" && mount -t tmpfs tmpfs "$root/$state"
+        done
         exec chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
-            LANG=C.UTF-8 CI="${CI:-}" TZ=UTC bash -euc "$script"
+            LANG=C.UTF-8 CI="${CI:-}" TZ=UTC bash -euc "chown mysql:mysql /var/lib/mysql; $script"
     ' enter "$ROOT" "$REPO_DIR" "$1"
 }
 
