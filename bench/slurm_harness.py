@@ -88,7 +88,7 @@ class Instance:
 
     def squeue(self) -> dict[str, dict]:
         """Every job slurmctld knows (finished ones for MinJobAge), by id: raw 22.05 JSON."""
-        out = self.run(["squeue", "--json"], timeout_s=30).stdout
+        out = self.run(["squeue", "--json", "--states=all"], timeout_s=30).stdout
         return {str(j["job_id"]): j for j in json.loads(out).get("jobs", [])}
 
     def show_jobs(self) -> dict[str, dict[str, str]]:

@@ -37,7 +37,7 @@ class OnlyTheseJobs(SlurmBackend):
 
 
 def read_back(job_ids) -> dict[str, dict]:
-    proc = subprocess.run(["squeue", "--json"], capture_output=True, text=True, timeout=30)
+    proc = subprocess.run(["squeue", "--json", "--states=all"], capture_output=True, text=True, timeout=30)
     assert proc.returncode == 0, proc.stderr
     return {str(j["job_id"]): j for j in json.loads(proc.stdout)["jobs"] if str(j["job_id"]) in job_ids}
 
