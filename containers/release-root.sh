@@ -127,8 +127,13 @@ enter() {
         for state in var/spool/slurmctld var/spool/slurmd var/lib/mysql; do
             mkdir -p "$root/$state" && mount -t tmpfs tmpfs "$root/$state"
         done
-        exec chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
-            LANG=C.UTF-8 CI="${CI:-}" TZ=UTC bash -euc "chown mysql:mysql /var/lib/mysql; $script"
+        # This bash stays PID 1 of the namespace, so that it reaps what the daemons leave
+        # (a process that exec-ed into PID 1, pytest, would not: a stopped slurmctld
+        # would stay a zombie and its /proc entry would never go).
+        rc=0
+        chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
+            LANG=C.UTF-8 CI="${CI:-}" TZ=UTC bash -euc "chown mysql:mysql /var/lib/mysql; $script" || rc=$?
+        exit $rc
     ' enter "$ROOT" "$REPO_DIR" "$1"
 }
 
