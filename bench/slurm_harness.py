@@ -20,9 +20,39 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from slurm_plugin.parse import parse_squeue_record
+
 ROOT = Path(__file__).resolve().parents[1]
 CLUSTER_SCRIPT = ROOT / "containers" / "slurm-cluster.sh"
 DEFAULT_INSTANCE = "tiresiastest"
+
+def _plain(value):
+    """23.02+ numbers ({set, infinite, number}) as 22.05 writes them: the number, or
+    None when unset or infinite (22.05's null = UNLIMITED)."""
+    if isinstance(value, dict):
+        if set(value) == {"set", "infinite", "number"}:
+            return value["number"] if value["set"] and not value["infinite"] else None
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    return value
+
+
+def plain_squeue_records(text: str) -> dict[str, dict]:
+    """``squeue --json`` records by job id, in 22.05's spelling on every release, for
+    the tests and benches that read raw fields: numbers unwrapped, ``job_state`` the
+    base state ("PENDING", where 24.11 lists ["PENDING", "REQUEUED"]) as the
+    controller's parser reads it, TRES ``gres/gpu:2`` as ``gres:gpu:2``."""
+    records = {}
+    for raw in json.loads(text).get("jobs", []):
+        record = _plain(raw)
+        record["job_state"] = parse_squeue_record(raw).state
+        for key in ("tres_per_node", "tres_per_job", "tres_per_socket", "tres_per_task"):
+            if isinstance(record.get(key), str):
+                record[key] = record[key].replace("gres/", "gres:")
+        records[str(record["job_id"])] = record
+    return records
+
 
 # A job that does WORK seconds of "work" (one sleep per second), checkpoints the
 # count after every second (temp file + rename, so a kill never leaves half a
@@ -87,9 +117,9 @@ class Instance:
         return subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, env=self.env, check=check)
 
     def squeue(self) -> dict[str, dict]:
-        """Every job slurmctld knows (finished ones for MinJobAge), by id: raw 22.05 JSON."""
-        out = self.run(["squeue", "--json"], timeout_s=30).stdout
-        return {str(j["job_id"]): j for j in json.loads(out).get("jobs", [])}
+        """Every job slurmctld knows (finished ones for MinJobAge), by id: squeue's
+        records in 22.05's spelling (plain_squeue_records)."""
+        return plain_squeue_records(self.run(["squeue", "--json", "--states=all"], timeout_s=30).stdout)
 
     def show_jobs(self) -> dict[str, dict[str, str]]:
         """``scontrol show job -o`` as {job id: {Key: value}}."""

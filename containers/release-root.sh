@@ -112,14 +112,28 @@ enter() {
     unshare --mount --pid --fork --net --propagation private bash -euc '
         root=$1 repo=$2 script=$3
         ip link set lo up
+        # Slurm 24.11 daemons bind their ports through getaddrinfo(NULL, port) and fail
+        # with "getaddrinfo((null):6819)" when the namespace holds loopback addresses
+        # only; one more address on lo (reachable from nowhere else) satisfies it.
+        ip addr add 10.254.0.1/32 dev lo
         mount -t proc proc "$root/proc"
         mount --rbind /dev "$root/dev"
         mount --rbind /sys "$root/sys"
         mount -t tmpfs tmpfs "$root/run"
         mount -t tmpfs tmpfs "$root/tmp"
         mount --bind "$repo" "$root$repo"
-        exec chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
-            LANG=C.UTF-8 CI="${CI:-}" TZ=UTC bash -euc "$script"
+        # Every entry starts from an empty cluster: no saved jobs, no accounting rows
+        # (job ids from 1, as tests/fixtures/slurm/record.sh needs; nothing a run left).
+        for state in var/spool/slurmctld var/spool/slurmd var/lib/mysql; do
+            mkdir -p "$root/$state" && mount -t tmpfs tmpfs "$root/$state"
+        done
+        # This bash stays PID 1 of the namespace, so that it reaps what the daemons leave
+        # (a process that exec-ed into PID 1, pytest, would not: a stopped slurmctld
+        # would stay a zombie and its /proc entry would never go).
+        rc=0
+        chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
+            LANG=C.UTF-8 CI="${CI:-}" TZ=UTC bash -euc "chown mysql:mysql /var/lib/mysql; $script" || rc=$?
+        exit $rc
     ' enter "$ROOT" "$REPO_DIR" "$1"
 }
 

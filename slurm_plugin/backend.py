@@ -8,8 +8,9 @@ SiteFactor, ReqNodeList or requeue; pyslurm does not build against 22.05), so
 every read and every lever is one ``squeue``/``sinfo``/``sprio``/``scontrol``/
 ``scancel`` call with an argument list (never a shell string) and a time-out.
 
-Reading: ``squeue --json`` and ``sinfo --json`` always return every job/node
-(22.05 ignores their filters), so partitions are filtered here. 22.05's squeue
+Reading: ``squeue --json --states=all`` and ``sinfo --json`` return every job/node
+(22.05 ignores their filters; 24.11 honours them and without ``--states=all`` leaves
+out the jobs that ended within MinJobAge), so partitions are filtered here. 22.05's squeue
 JSON has no ``site_factor`` and ``scontrol show job`` does not print
 ``SiteFactor=`` either; ``sprio -h -o "%i %S"`` does (pending, unheld jobs
 only), so it is read when some pending job lacks a site factor.
@@ -244,7 +245,7 @@ class SlurmBackend:
         are listed in ``Observation.skipped`` (one line each).
         """
         observed_at_s = time.time()
-        squeue_text = self._read(["squeue", "--json"])
+        squeue_text = self._read(["squeue", "--json", "--states=all"])
         sinfo_text = self._read(["sinfo", "--json"])
         skipped: list[str] = []
         job_errors: list[SlurmParseError] = []
@@ -561,8 +562,9 @@ class SlurmBackend:
         self._lever(["scontrol", "update", f"JobId={job_id}", f"ReqNodeList={','.join(names)}"], what)
 
     def _states(self, job_id: str, what: str) -> set[str]:
-        """The job's state(s) from ``squeue -j`` (one per array task)."""
-        states = self._query(["squeue", "-h", "-j", job_id, "-o", "%T"], what)
+        """The job's state(s) from ``squeue -j`` (one per array task; ``-t all``: 24.11
+        lists an ended job under -j only so)."""
+        states = self._query(["squeue", "-h", "-t", "all", "-j", job_id, "-o", "%T"], what)
         return {s.strip().upper() for s in states.split()}
 
     def signal(self, job_id: str, signal_name: str, batch_only: bool = True) -> None:

@@ -635,6 +635,10 @@ def _sacct_job(r: dict) -> SlurmJob:
     if not isinstance(st, dict):
         raise SlurmParseError(f"state: expected an object, got {quoted(st)}")
     state, flags = _split_state(st.get("current"), "state.current")
+    if "REQUEUED" in flags:
+        # 24.11 writes a run that a requeue ended as ["PENDING", "REQUEUED"] (the job's
+        # state after it); 22.05 and `sacct -P` say REQUEUED: the run is over either way.
+        state, flags = "REQUEUED", flags - {"REQUEUED"}
     t = r.get("time") or {}
     if not isinstance(t, dict):
         raise SlurmParseError(f"time: expected an object, got {quoted(t)}")

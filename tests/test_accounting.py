@@ -1,7 +1,7 @@
 """`tiresias trace export` from saved sacct outputs, and `simulate --actual`.
 
-The fixtures are the recorded 22.05 `sacct --json`/`-P` outputs and the derived
-24.11 JSON (tests/fixtures/slurm/). They hold: 1 and 2 COMPLETED (2 and 1 GPUs),
+The fixtures are the recorded 22.05 `sacct --json`/`-P` outputs and the 24.11 JSON
+recorded from the same workload (tests/fixtures/slurm/record.sh). They hold: 1 and 2 COMPLETED (2 and 1 GPUs),
 3 FAILED without GPUs, 4 requeued (a REQUEUED run, then RUNNING), 5/7/8 RUNNING
 (GPU), 6 RUNNING with MPS only, 10 PENDING (16 GPUs). Cases the fixtures lack
 (a requeued job that finished, a job cancelled while pending) are derived here
@@ -45,20 +45,36 @@ JobIDRaw|JobID|User|Partition|State|Submit|Start|End|Elapsed|AllocTRES|ReqTRES|N
 """
 
 
+# The times of each recording: job 1 (submitted, started, ended), job 2 (submitted), job 4
+# (submitted, first run started, both runs' elapsed seconds at the recording).
+TIMES = {
+    JSON_2205: dict(j1=(1796060510.0, 1796060510.0, 1796060515.0), j2=1796060528.0,
+                    j4=(1796060528.0, 1796060529.0, 8.0)),
+    JSON_2411: dict(j1=(1796290760.0, 1796290762.0, 1796290767.0), j2=1796290767.0,
+                    j4=(1796290767.0, 1796290768.0, 3.0)),
+}
+TIMES[TEXT_2205] = TIMES[JSON_2205]
+
 pytestmark = pytest.mark.usefixtures("utc")  # sacct text times are local time (conftest.utc)
 
 
+def _number(value):
+    return value["number"] if isinstance(value, dict) else value  # 24.11 {set, infinite, number}
+
+
 def _finished_json(path: Path) -> str:
-    """The fixture with job 4's second run COMPLETED after 7 s and job 10 cancelled while pending."""
+    """The fixture with job 4's second run COMPLETED after the time it had run when
+    recorded, and job 10 cancelled 31 s after its submission while pending."""
     doc = json.loads(path.read_text())
     listy = isinstance(doc["jobs"][0]["state"]["current"], list)
+    rerun = [job for job in doc["jobs"] if job["job_id"] == 4][-1]  # sacct -D: runs in order
+    t = rerun["time"]
+    rerun["state"]["current"] = ["COMPLETED"] if listy else "COMPLETED"
+    t["end"] = _number(t["start"]) + _number(t["elapsed"])
     for job in doc["jobs"]:
-        if job["job_id"] == 4 and job["time"]["submission"] == 1796060530:
-            job["state"]["current"] = ["COMPLETED"] if listy else "COMPLETED"
-            job["time"]["end"] = 1796060541
         if job["job_id"] == 10:
             job["state"]["current"] = ["CANCELLED"] if listy else "CANCELLED"
-            job["time"]["end"] = 1796060560
+            job["time"]["end"] = _number(job["time"]["submission"]) + 31
     return json.dumps(doc)
 
 
@@ -69,11 +85,12 @@ def test_fixture_export_rows_and_counts(path):
     assert len(runs) == 10
     result = build_export(runs, source=str(path))
     assert result.jobs_seen == 9
+    (submit1, start1, end1), submit2 = TIMES[path]["j1"], TIMES[path]["j2"]
     assert [(j.job_id, j.num_gpus, j.submit_time_s, j.duration_s, j.user, j.partition) for j in result.jobs] == [
-        ("1", 2, 1796060510.0, 5.0, "alice", "batch"),
-        ("2", 1, 1796060528.0, 1.0, "alice", "batch"),
+        ("1", 2, submit1, 5.0, "alice", "batch"),
+        ("2", 1, submit2, 1.0, "alice", "batch"),
     ]
-    assert result.actuals["1"] == {"actual_start_s": 1796060510.0, "actual_end_s": 1796060515.0,
+    assert result.actuals["1"] == {"actual_start_s": start1, "actual_end_s": end1,
                                    "requeues": 0, "state": "COMPLETED"}
     assert result.excluded == {"no_gpu": ["3", "6"], "cancelled_pending": [], "never_started": ["10"],
                                "unfinished": ["4", "5", "7", "8"], "bad_times": []}
@@ -84,7 +101,7 @@ def test_requeued_runs_merge(path):
     merged = {j.job_id: j for j in merge_runs(runs_from_output(path.read_bytes(), str(path)))}
     job = merged["4"]
     assert (job.requeues, job.submit_s, job.first_start_s, job.elapsed_s, job.gpus, job.state) == \
-        (1, 1796060528.0, 1796060529.0, 8.0, 1, "RUNNING")
+        (1, *TIMES[path]["j4"], 1, "RUNNING")
     assert job.last_end_s is None  # still running: excluded as unfinished
     assert merged["10"].gpus == 16 and not merged["10"].allocated
 
@@ -94,8 +111,10 @@ def test_finished_requeued_job_and_cancelled_pending_json(path):
     result = build_export(runs_from_sacct_json(_finished_json(path)))
     by_id = {j.job_id: j for j in result.jobs}
     assert sorted(by_id) == ["1", "2", "4"]
-    assert (by_id["4"].num_gpus, by_id["4"].duration_s, by_id["4"].submit_time_s) == (1, 8.0, 1796060528.0)
-    assert result.actuals["4"] == {"actual_start_s": 1796060529.0, "actual_end_s": 1796060541.0,
+    submit4, start4, elapsed4 = TIMES[path]["j4"]
+    last_end = max(r.end_s for r in runs_from_sacct_json(_finished_json(path)) if r.job_id == "4")
+    assert (by_id["4"].num_gpus, by_id["4"].duration_s, by_id["4"].submit_time_s) == (1, elapsed4, submit4)
+    assert result.actuals["4"] == {"actual_start_s": start4, "actual_end_s": last_end,
                                    "requeues": 1, "state": "COMPLETED"}
     assert result.requeued_jobs == 1
     assert result.excluded["cancelled_pending"] == ["10"]
@@ -160,7 +179,7 @@ def test_cli_export_writes_trace_with_actuals(tmp_path, capsys):
 
 def test_simulate_actual(tmp_path, capsys):
     src = tmp_path / "sacct.json"
-    src.write_text(_finished_json(JSON_2411))
+    src.write_text(_finished_json(JSON_2205))  # the figures below are that recording's
     trace = tmp_path / "trace.csv"
     assert cli.main(["trace", "export", "--from-file", str(src), "--out", str(trace)]) == 0
     capsys.readouterr()

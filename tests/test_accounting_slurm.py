@@ -31,7 +31,7 @@ def _run(*args: str, timeout: float = 30) -> str:
 
 
 def _squeue_state(job_id: str) -> str:
-    out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True,
+    out = subprocess.run(["squeue", "-h", "-t", "all", "-j", job_id, "-o", "%T"], capture_output=True, text=True,
                          timeout=30).stdout.strip()
     return out or "GONE"
 

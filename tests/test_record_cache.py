@@ -39,7 +39,10 @@ def test_cut_records_read_as_the_whole_document(version):
     errors: list = []
     assert _jobs_cache().read(text, _load, errors) == parse_squeue_json(text) and errors == []
     nodes = RecordCache("nodes", parse_sinfo_record, "name").read(_text(version, "sinfo.json"), _load, errors)
-    assert nodes == parse_sinfo_json(_text(version, "sinfo.json")) and errors == []
+    if version == "22.05":
+        assert nodes == parse_sinfo_json(_text(version, "sinfo.json")) and errors == []
+    else:  # 24.11's `sinfo --json` groups nodes by partition and state ("sinfo"): read whole
+        assert nodes is None and errors == []
 
 
 @pytest.mark.parametrize("version", VERSIONS)

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.slurm
 
 
 def _squeue_json() -> str:
-    return subprocess.run(["squeue", "--json"], capture_output=True, text=True, check=True, timeout=15).stdout
+    return subprocess.run(["squeue", "--json", "--states=all"], capture_output=True, text=True, check=True, timeout=15).stdout
 
 
 def _squeue_job(job_id: str):

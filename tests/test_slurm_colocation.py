@@ -17,6 +17,7 @@ from controller.service.config import from_mapping
 from controller.service.daemon import Controller
 from controller.service.store import Store
 from slurm_plugin.backend import LeverFailed, SlurmBackend
+from bench.slurm_harness import plain_squeue_records
 from slurm_plugin.parse import gres_counts
 from tests.slurm_fixtures import slurm_cluster, submit_as  # noqa: F401  (fixtures)
 
@@ -37,9 +38,9 @@ class OnlyTheseJobs(SlurmBackend):
 
 
 def read_back(job_ids) -> dict[str, dict]:
-    proc = subprocess.run(["squeue", "--json"], capture_output=True, text=True, timeout=30)
+    proc = subprocess.run(["squeue", "--json", "--states=all"], capture_output=True, text=True, timeout=30)
     assert proc.returncode == 0, proc.stderr
-    return {str(j["job_id"]): j for j in json.loads(proc.stdout)["jobs"] if str(j["job_id"]) in job_ids}
+    return {job_id: j for job_id, j in plain_squeue_records(proc.stdout).items() if job_id in job_ids}
 
 
 def scancel(job_ids) -> None:

@@ -1,4 +1,5 @@
-"""Parser tests on recorded Slurm 22.05 output and derived 24.11-shaped output."""
+"""Parser tests on output recorded from real Slurm 22.05 and 24.11 daemons: the same
+workload on the test cluster, job ids 1-11 (tests/fixtures/slurm/record.sh; 24.11/RECORDED)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,18 @@ from slurm_plugin.parse import (
 
 FIXTURES = Path(__file__).parent / "fixtures" / "slurm"
 GENERATIONS = ["22.05", "24.11"]
+# What depends on the moment and the release each recording was made on: times, the GPU
+# indices Slurm picked, sacct's record order, where the requeued job ran again, gpu3
+# drained (24.11 only), and the held job's max_nodes (24.11 reports its one task's node).
+RECORDED = {
+    "22.05": dict(submit5=1796060528.0, start5=1796060529.0, end1=1796060515.0, idx7="gpu:3(IDX:0-2)",
+                  sacct_order=["4", "1", "2", "3", "4", "5", "6", "7", "8", "10"],
+                  requeued_run=(1796060529.0, 1796060530.0), rerun_node="gpu2", drained=(), held_max_nodes=0),
+    "24.11": dict(submit5=1796290767.0, start5=1796290768.0, end1=1796290767.0, idx7="gpu:3(IDX:1-3)",
+                  sacct_order=["1", "2", "3", "4", "5", "6", "7", "8", "10", "4"],
+                  requeued_run=(1796290768.0, 1796290769.0), rerun_node="gpu1", drained=("gpu3",),
+                  held_max_nodes=1),
+}
 
 
 def read(version: str, name: str) -> str:
@@ -51,8 +64,8 @@ def test_squeue_running_gpu_job_with_comment(version):
     assert job.gpus == 2 and job.mps == 0
     assert job.nodes == ["gpu1"] and job.node_count == 1
     assert job.comment == "tiresias: ckpt every 10m, lr=0.1"
-    assert job.submit_time == 1796060528.0
-    assert job.start_time == 1796060529.0
+    assert job.submit_time == RECORDED[version]["submit5"]
+    assert job.start_time == RECORDED[version]["start5"]
     assert job.end_time is None  # running: Slurm's end_time is only the limit
     assert job.time_limit_s == 120 * 60
     assert job.requeue is True and job.batch is True
@@ -79,7 +92,8 @@ def test_squeue_node_constraints(version):
     and --exclude: what placement must honour."""
     jobs = by_id(parse_squeue_json(read(version, "squeue.json")))
     assert (jobs["10"].node_count, jobs["10"].max_nodes) == (4, 4)  # sbatch -N 4 --gres=gpu:4
-    assert (jobs["11"].node_count, jobs["11"].max_nodes) == (1, 0)  # no -N: any number of nodes
+    assert (jobs["11"].node_count, jobs["11"].max_nodes) == (1, RECORDED[version]["held_max_nodes"])
+    assert (jobs["4"].node_count, jobs["4"].max_nodes) == (1, 0)  # no -N: any number of nodes
     assert jobs["8"].required_nodes == ["gpu4"] and jobs["8"].excluded_nodes == ["gpu3"]
 
 
@@ -108,8 +122,7 @@ def test_squeue_requeued_job_is_pending_begin_time(version):
     assert job.reason == "BeginTime"
     assert job.restart_count == 1
     assert job.gpus == 1
-    if version == "24.11":
-        assert job.state_flags == {"REQUEUED"}
+    assert job.state_flags == frozenset()  # squeue: just PENDING (sacct's old run carries REQUEUED)
 
 
 @pytest.mark.parametrize("version", GENERATIONS)
@@ -122,7 +135,7 @@ def test_squeue_gpu_sources_mps_per_job_pinned_held(version):
     assert jobs["11"].time_limit_s == 600
     assert jobs["3"].state == "FAILED" and jobs["3"].gpus == 0
     assert jobs["9"].state == "CANCELLED"
-    assert jobs["1"].state == "COMPLETED" and jobs["1"].end_time == 1796060515.0
+    assert jobs["1"].state == "COMPLETED" and jobs["1"].end_time == RECORDED[version]["end1"]
 
 
 def test_squeue_single_bad_record_is_skipped_not_fatal():
@@ -158,6 +171,7 @@ def test_parse_error_is_value_error():
 @pytest.mark.parametrize("version", GENERATIONS)
 def test_sinfo_nodes(version):
     nodes = {n.name: n for n in parse_sinfo_json(read(version, "sinfo.json"))}
+    assert sorted(nodes) == ["gpu1", "gpu2", "gpu3", "gpu4"]
     assert nodes["gpu1"].state == "mixed" and nodes["gpu1"].flags == frozenset()
     assert (nodes["gpu1"].gpus_total, nodes["gpu1"].gpus_used) == (4, 2)
     assert (nodes["gpu2"].gpus_used, nodes["gpu2"].gpus_free) == (3, 1)  # 3 GPUs + an MPS share
@@ -165,14 +179,17 @@ def test_sinfo_nodes(version):
     assert nodes["gpu4"].gpus_used == 1
     assert nodes["gpu1"].partitions == ["batch", "urgent", "small"]
     assert nodes["gpu3"].partitions == ["batch", "urgent"]
-    assert all(nodes[f"gpu{i}"].available for i in range(1, 5))
+    drained = RECORDED[version]["drained"]
+    assert all(nodes[f"gpu{i}"].available is (f"gpu{i}" not in drained) for i in range(1, 5))
 
 
 def test_sinfo_2411_drained_node_unavailable():
+    """24.11's own `sinfo --json` (grouped by partition and state) of a drained idle node."""
     nodes = {n.name: n for n in parse_sinfo_json(read("24.11", "sinfo.json"))}
-    gpu5 = nodes["gpu5"]
-    assert gpu5.state == "idle" and gpu5.flags == {"DRAIN"}
-    assert gpu5.available is False and gpu5.reason == "maintenance"
+    gpu3 = nodes["gpu3"]
+    assert gpu3.state == "idle" and gpu3.flags == {"DRAIN"}
+    assert gpu3.available is False and gpu3.reason == "maintenance"
+    assert (gpu3.gpus_total, gpu3.gpus_used) == (4, 0)  # used "gpu:(null):0(IDX:N/A),..."
 
 
 @pytest.mark.parametrize("state, flags, available", [
@@ -219,15 +236,15 @@ def test_sacct_records(version):
     errors: list = []
     records = parse_sacct_json(read(version, "sacct.json"), errors)
     assert errors == []
-    assert [r.job_id for r in records] == ["4", "1", "2", "3", "4", "5", "6", "7", "8", "10"]
+    assert [r.job_id for r in records] == RECORDED[version]["sacct_order"]
     requeued, rerun = [r for r in records if r.job_id == "4"]
-    assert requeued.state == "REQUEUED" and requeued.nodes == ["gpu1"]
-    assert requeued.start_time == 1796060529.0 and requeued.end_time == 1796060530.0
-    assert rerun.state == "RUNNING" and rerun.nodes == ["gpu2"] and rerun.end_time is None
+    assert requeued.state == "REQUEUED" and requeued.nodes == ["gpu1"]  # 24.11: ["PENDING", "REQUEUED"]
+    assert (requeued.start_time, requeued.end_time) == RECORDED[version]["requeued_run"]
+    assert rerun.state == "RUNNING" and rerun.nodes == [RECORDED[version]["rerun_node"]] and rerun.end_time is None
     assert requeued.gpus == rerun.gpus == 1
     # 22.05 sacct has no restart_cnt; 23.02+ does.
     assert rerun.restart_count == (1 if version == "24.11" else 0)
-    jobs = by_id(records[1:])
+    jobs = by_id(r for r in records if r is not requeued)
     assert jobs["1"].user == "alice" and jobs["1"].gpus == 2 and jobs["1"].state == "COMPLETED"
     assert jobs["3"].state == "FAILED" and jobs["3"].user == "bob" and jobs["3"].gpus == 0
     assert (jobs["6"].gpus, jobs["6"].mps) == (0, 50)
@@ -390,7 +407,7 @@ def test_squeue_allocated_nodes_and_gres_detail(version):
     nodes.allocation[].name) give the same allocation list; the backend reads only it."""
     jobs = by_id(parse_squeue_json(read(version, "squeue.json")))
     assert jobs["5"].allocated_nodes == ["gpu1"] and jobs["5"].gres_detail == ["gpu:2(IDX:2-3)"]
-    assert jobs["7"].allocated_nodes == ["gpu2"] and jobs["7"].gres_detail == ["gpu:3(IDX:0-2)"]
+    assert jobs["7"].allocated_nodes == ["gpu2"] and jobs["7"].gres_detail == [RECORDED[version]["idx7"]]
     assert jobs["4"].allocated_nodes == [] and jobs["4"].gres_detail == []  # pending: no job_resources
 
 
