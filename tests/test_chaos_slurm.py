@@ -12,7 +12,7 @@ included) and the store:
   stamps) of GPUs x the seconds its runs really lasted;
 - no stale pin (a pending job's ReqNodeList the store does not know of, or expired)
   and no hold; nothing acted while the store was locked; the controller caught up.
-The figures are printed (README "Reliability"). Isolated Slurm instance, SQLite store.
+The figures are printed (docs/admin.md, "Reliability"). Isolated Slurm instance, SQLite store.
 """
 from __future__ import annotations
 

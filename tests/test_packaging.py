@@ -1,7 +1,7 @@
 """Packaging that starts (issue 12, item 6): the systemd unit's paths match the
-install the README documents, the usage spool is writable under ProtectSystem=strict,
+install the admin guide (docs/admin.md) documents, the usage spool is writable under ProtectSystem=strict,
 ``systemd-analyze verify`` accepts the unit, and the package installed into a fresh
-venv exactly as the README says runs the unit's ExecStart command line (``--once``)
+venv exactly as the admin guide says runs the unit's ExecStart command line (``--once``)
 against the local Slurm test cluster."""
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ from tests.conftest import ROOT
 from tests.slurm_fixtures import slurm_cluster  # noqa: F401 - fixture
 
 UNIT = ROOT / "packaging" / "tiresias.service"
-README = (ROOT / "README.md").read_text()
-INSTALL = re.search(r"1\. Install: `python3 -m venv (\S+) && (\S+)/bin/pip install \.`", README)
+ADMIN_GUIDE = (ROOT / "docs" / "admin.md").read_text()
+INSTALL = re.search(r"1\. Install: `python3 -m venv (\S+) && (\S+)/bin/pip install \.`", ADMIN_GUIDE)
 DEFAULTS = {s.name: s.default for s in SCHEMA}
 
 
@@ -38,14 +38,14 @@ def _exec_start() -> list[str]:
 
 
 def test_unit_paths_match_the_documented_install():
-    assert INSTALL, "README's install line changed: update this test and the unit together"
+    assert INSTALL, "docs/admin.md's install line changed: update this test and the unit together"
     prefix = INSTALL.group(1)
     assert INSTALL.group(2) == prefix
     argv = _exec_start()
-    assert argv[0] == f"{prefix}/bin/tiresias", f"ExecStart runs {argv[0]}, README installs into {prefix}"
+    assert argv[0] == f"{prefix}/bin/tiresias", f"ExecStart runs {argv[0]}, docs/admin.md installs into {prefix}"
     assert argv[1:3] == ["run", "--config"]
     assert argv[3] == "/etc/tiresias/tiresias.yaml"
-    assert "Copy `packaging/tiresias.yaml` to `/etc/tiresias/`" in README
+    assert "Copy `packaging/tiresias.yaml` to `/etc/tiresias/`" in ADMIN_GUIDE
 
 
 def test_store_and_spool_are_writable_under_protect_system_strict():
@@ -84,7 +84,7 @@ def test_systemd_analyze_verify(tmp_path):
 
 @pytest.mark.slurm
 def test_documented_install_starts_against_the_test_cluster(tmp_path, slurm_cluster):  # noqa: F811
-    """README's install into a fresh venv (a copy of the tree, as a user's checkout),
+    """The admin guide's install into a fresh venv (a copy of the tree, as a user's checkout),
     then the unit's ExecStart line with --once: one shadow round on the real cluster."""
     source = tmp_path / "src"
     shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".venv", ".git", "build", "*.egg-info",
