@@ -15,7 +15,7 @@ def test_steady_round_sends_no_scontrol_and_one_start_at_most_five():
     # a minute of Controller.run_forever: the light poll every poll_s, a full observation every interval_s
     full_rounds, calls = result["minute steady"]
     assert full_rounds == 6
-    assert calls == {'squeue -h -o "%i %t" (poll)': 30, "squeue --json": 1, "sinfo --json": 1}
+    assert calls == {'squeue -h -o "%i %t" (poll)': 30, "squeue --json": 6, "sinfo --json": 6}
 
 
 def test_the_rank_ordering_of_continuous_policies_is_what_costs():
