@@ -19,11 +19,11 @@ def starter(store, backend, **settings):
     return Starts(config, LeverExecutor(backend, config.mode), accounts), accounts
 
 
-def round_(starts, accounts, backend, plan):
+def round_(starts, accounts, backend, plan, requeueing=()):
     observed = {j.job_id: j for j in backend.observe().jobs}
     accounts.advance(observed, backend.now)
     report = RoundReport(plan.round_id, backend.now, plan)
-    starts.apply(plan, observed, backend.now, report)
+    starts.apply(plan, observed, backend.now, report, requeueing=requeueing)
     return report
 
 
@@ -67,6 +67,22 @@ def test_sensitive_job_is_pinned_and_the_pin_expires(store):
     backend.now += 61
     round_(starts, accounts, backend, Plan(2, backend.now, order=["1"]))
     assert backend.calls[-1] == ("pin_nodes", "1", []) and starts.pins == {}
+
+
+def test_a_job_that_ended_in_its_grace_keeps_its_pin_for_the_requeue(store):
+    """Slurm keeps a requeued job's ReqNodeList: a pin forgotten when the job ended
+    inside its grace period (requeued this round) would stay on it, unknown to the
+    store, until the job ran again (the chaos test's "stale pin")."""
+    backend = ScriptedBackend()
+    backend.add("1", 8, comment="tiresias:skew=0.9")
+    starts, accounts = starter(store, backend, placement="consolidate", pin_expiry_s=60)
+    start = Start("r1.s1", "1", (("gpu3", 4), ("gpu4", 4)), "fits")
+    round_(starts, accounts, backend, Plan(1, backend.now, order=["1"], actions=[start]))
+    backend.jobs["1"] = dataclasses.replace(backend.jobs["1"], state="COMPLETED")
+    round_(starts, accounts, backend, Plan(2, backend.now), requeueing={"1"})
+    assert "1" in starts.pins and "1" in store.load_pins(starts.config.cluster)
+    round_(starts, accounts, backend, Plan(3, backend.now))  # ended for good: forgotten
+    assert starts.pins == {} and store.load_pins(starts.config.cluster) == {}
 
 
 def test_requeued_job_waits_for_the_settle_time_before_begin_time_is_released(store):

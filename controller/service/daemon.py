@@ -322,7 +322,10 @@ class Controller:
         self.contract.begin_round()
         self.accounts.advance(observed, now)
         with self.store.transaction():
-            self.accounts.finish_gone(observed, observation, now, self.preemptions.to_requeue_ended(observed))
+            # ended inside their grace period: requeued this round (Preemptions.advance),
+            # so neither closed by the accounts nor unpinned by the starts
+            requeueing = self.preemptions.to_requeue_ended(observed)
+            self.accounts.finish_gone(observed, observation, now, requeueing)
             self.accounts.save()
             round_id = self.store.next_round_id(self.config.cluster)
         self._refresh_service(now)
@@ -338,7 +341,7 @@ class Controller:
             self.accounts.promote(action.job_id)
             report.applied.append(entry(action, applied=self.executor.logs_decisions, detail="store"))
         self.handoffs.check(observed, now, report, self.preemptions.grace_for)
-        self.starts.apply(plan, observed, now, report, cpu_pending)
+        self.starts.apply(plan, observed, now, report, cpu_pending, requeueing)
         blocked = self.handoffs.blocking(plan, now, leaving)
         if blocked:
             for action in plan.of_kind("preempt"):

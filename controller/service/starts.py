@@ -6,6 +6,8 @@ plan's order, a pin makes it place a skew-sensitive job where the plan placed it
 """
 from __future__ import annotations
 
+from typing import Container
+
 from controller.core.bands import band_actions, site_factors
 from controller.core.levers import changed_bands, pin_for_start, release_for_start, unpin_expired
 from controller.core.plan import Plan
@@ -36,7 +38,9 @@ class Starts:
         self.site_factors_set: dict[str, int] = {}
 
     def apply(self, plan: Plan, observed: dict[str, ObservedJob], now: float, report: RoundReport,
-              cpu_pending: dict[str, ObservedJob] | None = None) -> None:
+              cpu_pending: dict[str, ObservedJob] | None = None, requeueing: Container[str] = ()) -> None:
+        """``requeueing``: jobs that ended inside their grace period and are requeued
+        this round; they keep their pin (Slurm keeps the ReqNodeList on requeue)."""
         cfg = self.config
         # 1. SiteFactor bands: queue level -> band, plan order within the band; the
         # pending CPU-only jobs (never in the plan) queue 1's band (see cpu_bands).
@@ -96,7 +100,8 @@ class Starts:
         expired = 0
         for job_id, expiry in list(self.pins.items()):
             job = observed.get(job_id)
-            if job is None or job.state not in ("PENDING", "RUNNING", "REQUEUED", "COMPLETING", "CONFIGURING"):
+            if job is None or (job.state not in ("PENDING", "RUNNING", "REQUEUED", "COMPLETING", "CONFIGURING")
+                               and job_id not in requeueing):
                 self._drop_pin(job_id)
             elif job.state == "PENDING" and now >= expiry:
                 expired += 1
