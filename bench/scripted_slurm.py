@@ -43,6 +43,7 @@ class ScriptedSlurm:
         self.sinfo_meta = {k: v for k, v in sinfo.items() if k != "nodes"}
         self.gpus_per_node = gpus_per_node
         self.nodes = {f"n{i:04d}": 0 for i in range(nodes)}  # node -> GPUs used
+        self.node_flags: dict[str, list[str]] = {}  # node -> state flags set by a test (["DRAIN"])
         self.jobs: dict[int, dict] = {}
         self.site_factors: dict[int, int] = {}
         self.work_left_s: dict[int, float] = {}  # job id -> seconds of work left (submit(work_s=...))
@@ -222,9 +223,18 @@ class ScriptedSlurm:
             record = self.jobs.get(int(argv[argv.index("-j") + 1]))
             return CommandResult(0, f"{record['job_state']}\n" if record else "", "")
         if argv[0] == "squeue":
-            self.calls['squeue -h -o "%i %t" (poll)'] += 1
-            return CommandResult(0, "".join(f"{j} {'R' if r['job_state'] == 'RUNNING' else 'PD'}\n"
+            form = argv[argv.index("-o") + 1]
+            self.calls[f'squeue -h -o "{form}" (poll)'] += 1
+            fields = {"%i": lambda j, r: str(j), "%t": lambda j, r: "R" if r["job_state"] == "RUNNING" else "PD",
+                      "%r": lambda j, r: r["state_reason"]}
+            return CommandResult(0, "".join(" ".join(fields[f](j, r) for f in form.split()) + "\n"
                                             for j, r in self.jobs.items()), "")
+        if argv[0] == "sinfo":  # the light node poll: nodes grouped by state
+            self.calls['sinfo -h -o "%T %N" (poll)'] += 1
+            by_state: dict[str, list[str]] = {}
+            for name in self.nodes:
+                by_state.setdefault(self._light_node_state(name), []).append(name)
+            return CommandResult(0, "".join(f"{state} {','.join(names)}\n" for state, names in by_state.items()), "")
         if argv[:3] == ["scontrol", "write", "batch_script"]:
             self.calls["scontrol write batch_script"] += 1
             return CommandResult(0, SCRIPT, "")
@@ -273,6 +283,15 @@ class ScriptedSlurm:
         self._texts.clear()
         return CommandResult(0, "", "")
 
+    def _node_state(self, name: str) -> str:
+        return "mixed" if self.nodes[name] else "idle"
+
+    def _light_node_state(self, name: str) -> str:
+        """As sinfo's %T prints it: "drained", "draining" for a node with DRAIN set."""
+        if "DRAIN" in self.node_flags.get(name, ()):
+            return "draining" if self.nodes[name] else "drained"
+        return self._node_state(name)
+
     def _text(self, which: str) -> str:
         if which not in self._texts:
             if which == "squeue":
@@ -280,7 +299,8 @@ class ScriptedSlurm:
             else:
                 doc = {**self.sinfo_meta, "nodes": [
                     dict(self.node_template, name=name, gres=f"gpu:{self.gpus_per_node}", gres_used=f"gpu:{used}",
-                         state="mixed" if used else "idle", state_flags=[], partitions=["batch"])
+                         state=self._node_state(name), state_flags=self.node_flags.get(name, []),
+                         partitions=["batch"])
                     for name, used in self.nodes.items()]}
             self._texts[which] = json.dumps(doc, indent=2)  # laid out as slurmctld prints it
         return self._texts[which]

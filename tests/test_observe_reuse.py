@@ -69,6 +69,35 @@ def test_a_change_the_poll_shows_is_read_in_full(loop, change):
     assert jobs.get(str(job_id)) == {"start": "RUNNING", "finish": None, "submit": "PENDING"}[change]
 
 
+def test_a_pending_reason_that_changes_is_read_in_full(loop):
+    """A fresh job's None becomes Resources with no change of state; a reused
+    observation that kept None would never let it cause a preemption (the real
+    preemption tests caught that)."""
+    slurm, clock, make = loop
+    controller = make()
+    run_for(controller, clock, 12.0)
+    before = full_reads(slurm)
+    pending = next(j for j, r in slurm.jobs.items() if r["job_state"] == "PENDING")
+    slurm.jobs[pending]["state_reason"] = "Resources"
+    slurm._texts.clear()
+    rounds = run_for(controller, clock, 3.0)
+    assert len(rounds) == 1 and full_reads(slurm) == before + 1
+    assert next(j.reason for j in rounds[0].jobs if j.job_id == str(pending)) == "Resources"
+
+
+def test_a_drained_node_is_read_in_full_at_the_next_round(loop):
+    slurm, clock, make = loop
+    controller = make()
+    run_for(controller, clock, 12.0)
+    before = full_reads(slurm)
+    slurm.node_flags["n0003"] = ["DRAIN"]
+    slurm._texts.clear()
+    rounds = run_for(controller, clock, 10.0)  # no job changed: the interval_s round
+    assert len(rounds) == 1 and full_reads(slurm) == before + 1
+    drained = next(n for n in rounds[0].nodes if n.name == "n0003")
+    assert not drained.available, drained
+
+
 def test_what_the_poll_cannot_see_is_read_within_full_observe_s(loop):
     slurm, clock, make = loop
     controller = make(full_observe_s=30.0)

@@ -12,10 +12,12 @@ def test_steady_round_sends_no_scontrol_and_one_start_at_most_five():
     assert result["steady"][0] == 0 and "sprio" not in result["steady"][1]
     assert result["after one start"][0] <= 5
     assert result["after one start"][1].get("scontrol write batch_script") == 1  # the new running job's --signal
-    # a minute of Controller.run_forever: the light poll every poll_s, a full observation every interval_s
+    # a minute of Controller.run_forever: the light poll every poll_s, a round every
+    # interval_s with the node poll; nothing changed, so one full observation (the first)
     full_rounds, calls = result["minute steady"]
     assert full_rounds == 6
-    assert calls == {'squeue -h -o "%i %t" (poll)': 30, "squeue --json": 6, "sinfo --json": 6}
+    assert calls == {'squeue -h -o "%i %t %r" (poll)': 30, 'sinfo -h -o "%T %N" (poll)': 6, "squeue --json": 1,
+                     "sinfo --json": 1}
 
 
 def test_the_rank_ordering_of_continuous_policies_is_what_costs():

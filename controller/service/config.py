@@ -42,10 +42,11 @@ SCHEMA: tuple[Setting, ...] = (
     Setting("interval_s", "float", 10.0, "seconds between full planning rounds", minimum=0.1),
     Setting("poll_s", "float", 2.0, "seconds between cheap observations that trigger a round on change",
             minimum=0.1),
-    Setting("full_observe_s", "float", 0.0, "most seconds between two full observations (squeue --json, "
-            "sinfo --json): a round whose light poll shows the jobs and states of the last full observation "
-            "reuses it, its clocks moved on (0, the default: off; with 60 s a real preemption test did not preempt, not yet understood); what the poll does not show (a comment, a reason, a node) is read "
-            "again within this bound; 0 = observe fully every round", minimum=0.0),
+    Setting("full_observe_s", "float", 60.0, "most seconds between two full observations (squeue --json, "
+            "sinfo --json): a round whose light polls show the jobs, states, pending reasons and node states "
+            "of the last full observation reuses it, its clocks moved on; what the polls do not show (a "
+            "comment, a time limit) is read again within this bound; 0 = observe fully every round",
+            minimum=0.0),
     Setting("policy", "choice", "dlas", "priority policy: dlas (no duration knowledge) or dgittins "
             "(learned service distribution); las, gittins, fifo-skip for comparison",
             ("dlas", "dgittins", "las", "gittins", "fifo-skip", "fifo", "timeshare", "learned")),
@@ -154,7 +155,7 @@ class Config:
     partitions: tuple[str, ...] = ()
     interval_s: float = 10.0
     poll_s: float = 2.0
-    full_observe_s: float = 0.0
+    full_observe_s: float = 60.0
     policy: str = "dlas"
     priority_file: str = ""
     queues_gpu_s: tuple[float, ...] = (3600.0,)

@@ -97,6 +97,7 @@ class Controller:
         # The light poll's answer taken just before the last full observation, and when
         # that observation was made (controller clock): see observe().
         self._full_signature: Optional[frozenset] = None
+        self._full_nodes: Optional[frozenset] = None  # backend.poll_nodes() taken just before it
         self._full_at = -math.inf
         if config.preempt_undeclared and config.mode != "observe":
             log.warning("preempt_undeclared is on: requeueable jobs that declared no checkpoint signal are "
@@ -224,20 +225,25 @@ class Controller:
         since: the backend's repeat_observation() (that observation at the current
         time, with the levers this controller applied since laid over it) stands in
         for reading squeue --json and sinfo --json again, the round's largest cost
-        when nothing changed. What the poll does not show (a comment, a pending
-        reason, a node's state) is read by the next full observation, within
-        full_observe_s. A change between that poll and the full observation makes
-        the next poll differ: one more full observation, never a change missed."""
+        when nothing changed. The jobs' pending reasons are in the poll, the nodes'
+        states in backend.poll_nodes() (taken with it, before the full observation
+        and before each reuse); what neither shows (a comment, a time limit) is read
+        by the next full observation, within full_observe_s. A change between that
+        poll and the full observation makes the next poll differ: one more full
+        observation, never a change missed."""
         repeat = getattr(self.backend, "repeat_observation", None)
+        poll_nodes = getattr(self.backend, "poll_nodes", None)
         now = self.clock()
-        if (signature is not None and signature == self._full_signature and callable(repeat) and not self._stale
+        reusing = self.config.full_observe_s > 0 and callable(repeat) and signature is not None
+        nodes = self._from_backend(poll_nodes) if reusing and callable(poll_nodes) else None
+        if (reusing and signature == self._full_signature and nodes == self._full_nodes and not self._stale
                 and now - self._full_at < self.config.full_observe_s):
             observation = repeat()
             if observation is not None:
                 self._mark_polls()
                 return observation
         observation = self._observe()
-        self._full_signature, self._full_at = signature, now
+        self._full_signature, self._full_nodes, self._full_at = signature, nodes, now
         return observation
 
     def _mark_polls(self) -> None:
