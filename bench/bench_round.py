@@ -22,7 +22,7 @@ slurmctld's own time answering (rendering the JSON, which a real slurmctld does 
 its own process) is left out. Targets (CPU, median): changing round at 10k+2k
 <= 300 ms; unchanged round <= 100 ms; changing round at 50k+5k <= 1.5 s.
 Usage: python bench/bench_round.py [--repeat 5] [--sizes 10000:2000:1000,50000:5000:2500]
-       [--profile]  (cProfile one changing round of the first size instead)
+       [--profile changing|unchanged]  (cProfile one round of that kind, first size, instead)
 """
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ SLURMCTLD = "scripted slurmctld (left out)"
 # Phase -> (object path from the controller, method names). A name that a later
 # version no longer has is skipped: its time then shows as "rest of the round".
 PHASES = {
-    "light poll": [("backend", ("poll",))],
+    "light poll": [("backend", ("poll", "poll_nodes"))],
     "observe + parse": [("backend", ("observe", "repeat_observation"))],
     "account": [("accounts", ("advance", "finish_gone", "promote", "forget_finished"))],
     "plan: snapshot": [("", ("_snapshot",))],
@@ -191,13 +191,16 @@ def report(title: str, rounds: list[dict], target_s: float) -> bool:
     return met
 
 
-def profile(pending: int, running: int, nodes: int, tmp: str) -> None:
+def profile(pending: int, running: int, nodes: int, tmp: str, kind: str) -> None:
     import cProfile
     import pstats
 
     slurm, store, controller = build(pending, running, nodes, tmp)
     warm_up(slurm, controller)
-    change(slurm)
+    if kind == "changing":
+        change(slurm)
+    else:
+        one_round(controller)  # the round after it sees nothing new
     slurm._text("squeue")
     profiler = cProfile.Profile()
     profiler.runcall(one_round, controller)
@@ -210,12 +213,13 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--sizes", default="10000:2000:1000,50000:5000:2500",
                         help="PENDING:RUNNING:NODES,... (8 GPUs per node); the first gets both kinds of round")
-    parser.add_argument("--profile", action="store_true", help="cProfile one changing round of the first size")
+    parser.add_argument("--profile", choices=["changing", "unchanged"],
+                        help="cProfile one round of that kind at the first size instead")
     args = parser.parse_args()
     sizes = [tuple(int(x) for x in size.split(":")) for size in args.sizes.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
         if args.profile:
-            profile(*sizes[0], tmp)
+            profile(*sizes[0], tmp, args.profile)
             return 0
         verdicts = []
         for index, (pending, running, nodes) in enumerate(sizes):

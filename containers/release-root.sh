@@ -24,6 +24,10 @@ REPO_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 CACHE=${TIRESIAS_ROOTFS_DIR:-/var/cache/tiresias}
 MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 VENV=/opt/tiresias-venv
+# The same packages as files: the namespaces of `test` have no network, so a test that
+# runs the documented `pip install .` installs from here (PIP_NO_INDEX, PIP_FIND_LINKS),
+# as a site with an offline mirror would.
+WHEELS=/opt/tiresias-wheels
 
 log() { echo "[release-root] $*"; }
 die() { echo "[release-root] ERROR: $*" >&2; exit 1; }
@@ -85,7 +89,7 @@ build_root() {
 # The project's runtime and test dependencies, read from pyproject.toml by the root's Python.
 build_venv() {
     local want have
-    want=$(sha256sum "$REPO_DIR/pyproject.toml" | cut -c1-16)
+    want=$(sha256sum "$REPO_DIR/pyproject.toml" | cut -c1-16)-wheels
     have=$(cat "$ROOT$VENV/.pyproject" 2>/dev/null || true)
     [ "$want" = "$have" ] && return 0
     local t0=$SECONDS
@@ -98,7 +102,9 @@ build_venv() {
 import tomllib
 p = tomllib.load(open(\"/tmp/tiresias/pyproject.toml\", \"rb\"))[\"project\"]
 print(\"\\n\".join(p[\"dependencies\"] + p[\"optional-dependencies\"][\"test\"]))' >/tmp/tiresias/req.txt \
-        && PIP_CERT=/tmp/tiresias/host-ca.crt $VENV/bin/pip install -q -r /tmp/tiresias/req.txt" >"$CACHE/venv-$SUITE.log" 2>&1 \
+        && PIP_CERT=/tmp/tiresias/host-ca.crt $VENV/bin/pip install -q -r /tmp/tiresias/req.txt \
+        && rm -rf $WHEELS && PIP_CERT=/tmp/tiresias/host-ca.crt $VENV/bin/pip download -q -d $WHEELS \
+            -r /tmp/tiresias/req.txt 'setuptools>=61' wheel" >"$CACHE/venv-$SUITE.log" 2>&1 \
         || { tail -20 "$CACHE/venv-$SUITE.log" >&2; die "venv in $ROOT failed"; }
     echo "$want" >"$ROOT$VENV/.pyproject"
     log "venv ready in $((SECONDS - t0)) s"
@@ -132,7 +138,7 @@ enter() {
         # would stay a zombie and its /proc entry would never go).
         rc=0
         chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
-            LANG=C.UTF-8 CI="${CI:-}" TZ=UTC bash -euc "chown mysql:mysql /var/lib/mysql; $script" || rc=$?
+            LANG=C.UTF-8 CI="${CI:-}" TZ=UTC PIP_NO_INDEX=1 PIP_FIND_LINKS='"$WHEELS"' bash -euc "chown mysql:mysql /var/lib/mysql; $script" || rc=$?
         exit $rc
     ' enter "$ROOT" "$REPO_DIR" "$1"
 }

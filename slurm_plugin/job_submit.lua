@@ -8,7 +8,7 @@ Two things happen at submission, nothing at modification:
      default). An explicit "sbatch --no-requeue" is always kept: the controller
      never preempts such a job. Being requeueable is not enough to be preempted:
      the job must also declare its checkpoint signal (#SBATCH --signal=...) or
-     opt in with --comment=tiresias:preemptable (see README, "Preemption contract").
+     opt in with --comment=tiresias:preemptable (see docs/user.md, "Preemption contract").
   2. Hints in the job comment, "tiresias:skew=0.73" (share of the model in
      its largest tensor, 0..1, used for consolidated placement),
      "tiresias:class=latency|batch" (MPS tier) and "tiresias:preemptable" or
