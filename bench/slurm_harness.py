@@ -114,7 +114,12 @@ class Instance:
         return cluster_script(self.name, "up")
 
     def run(self, argv: list[str], timeout_s: float = 30, check: bool = True) -> subprocess.CompletedProcess:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, env=self.env, check=check)
+        """``argv`` against this instance; with ``check``, a non-zero exit raises
+        with what the command printed (a CalledProcessError shows no stderr)."""
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, env=self.env)
+        if check and proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(argv)} exited {proc.returncode}: {(proc.stderr or proc.stdout).strip()}")
+        return proc
 
     def squeue(self) -> dict[str, dict]:
         """Every job slurmctld knows (finished ones for MinJobAge), by id: squeue's

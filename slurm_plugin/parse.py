@@ -249,6 +249,12 @@ def _split_state(value: Any, field_name: str) -> tuple[str, frozenset[str]]:
     base = next((v for v in items if v in _BASE_STATES_BUT_REQUEUED), None)
     if base is None:
         base = next((v for v in items if v in JOB_BASE_STATES), items[0])
+    if "COMPLETING" in items:
+        # 22.05 names a job that is being torn down COMPLETING whatever its base (a
+        # requeued one too, until its nodes are clean); 24.11 writes ["PENDING",
+        # "COMPLETING"]: the same state, so that neither release shows a requeued job
+        # PENDING (reason None) before it really waits.
+        base = "COMPLETING"
     return base, frozenset(v for v in items if v != base)
 
 

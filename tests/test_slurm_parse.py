@@ -239,6 +239,7 @@ def test_sacct_records(version):
     assert [r.job_id for r in records] == RECORDED[version]["sacct_order"]
     requeued, rerun = [r for r in records if r.job_id == "4"]
     assert requeued.state == "REQUEUED" and requeued.nodes == ["gpu1"]  # 24.11: ["PENDING", "REQUEUED"]
+
     assert (requeued.start_time, requeued.end_time) == RECORDED[version]["requeued_run"]
     assert rerun.state == "RUNNING" and rerun.nodes == [RECORDED[version]["rerun_node"]] and rerun.end_time is None
     assert requeued.gpus == rerun.gpus == 1
@@ -425,3 +426,11 @@ def test_squeue_allocation_order_is_slurms_not_the_hostlists():
                    gres_detail=[1, 2])
     (job,) = parse_squeue_json({"jobs": [unnamed]})
     assert job.allocated_nodes == [] and job.gres_detail == []
+
+
+def test_a_job_being_torn_down_is_completing_on_both_releases():
+    from slurm_plugin.parse import _split_state
+
+    assert _split_state("COMPLETING", "job_state") == ("COMPLETING", frozenset())  # 22.05
+    assert _split_state(["PENDING", "COMPLETING"], "job_state") == ("COMPLETING", frozenset({"PENDING"}))
+    assert _split_state(["RUNNING", "CONFIGURING"], "job_state") == ("RUNNING", frozenset({"CONFIGURING"}))

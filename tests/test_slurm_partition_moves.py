@@ -70,10 +70,12 @@ def test_controller_moves_a_pending_job_to_the_idle_allowed_partition(iso, tmp_p
         assert proc.alive(), proc.log_text()[-3000:]
     finally:
         proc.stop()
+    log_tail = proc.log_text()[-3000:]
     print(f"start delay after release: stock {stock['delay_s']:.0f} s in {stock['partition']}, "
           f"controller {moved['delay_s']:.0f} s in {moved['partition']}")
     assert stock["partition"] == "left" and stock["delay_s"] >= BLOCKER_WORK_S - 10
-    assert moved["partition"] == "right"
+    assert moved["partition"] == "right", ([(d["kind"], d["applied"], d["reason"], d["detail"]) for d in decisions],
+                                           log_tail)
     assert moved["delay_s"] <= 10 and moved["delay_s"] < stock["delay_s"] - 15
     assert moved["blocker"]["job_state"] == "RUNNING" and moved["blocker"]["restart_cnt"] == 0  # not preempted
     [move] = [d for d in decisions if d["kind"] == "move"]
