@@ -4,8 +4,7 @@
 the rest of the cluster; bob's short job makes `tiresias run --mode enforce` preempt
 alice's job: submitit checkpoints on the signal, requeues it itself, the job resumes
 from its checkpoint (its count continues) and finishes. submitit comes from the test
-extra (pyproject.toml). PyTorch Lightning's SLURMEnvironment(auto_requeue=True) is not
-tested here: it needs torch, too heavy for this machine's test venv.
+extra (pyproject.toml). PyTorch Lightning: tests/test_slurm_lightning.py.
 """
 from __future__ import annotations
 
