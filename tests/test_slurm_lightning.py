@@ -34,9 +34,10 @@ def readable_site_packages(user: str) -> str:
     or (a checkout USER cannot enter) a copy kept in /var/tmp for the next run."""
     if importlib.util.find_spec("lightning") is None or importlib.util.find_spec("torch") is None:
         if sys.version_info[:2] != (3, 11):
-            # The CPU build of torch this machine keeps is for Python 3.11 only; PyPI's
-            # Linux torch pulls the CUDA libraries (GBs): the other release's root (3.13)
-            # has no torch. Said in the closing note; never counted as a pass.
+            # The CPU build of torch this machine keeps is for Python 3.11 only, and
+            # PyPI's torch 2.13.0 for 3.13 needs nvidia-cudnn-cu13==9.20.0.48, which the
+            # PyPI reachable here offers only as 0.0.0a0: the other release's root
+            # (Python 3.13) has no torch. Said in the closing note; never counted as a pass.
             pytest.skip(f"no torch for Python {sys.version_info.major}.{sys.version_info.minor} here")
         unavailable("torch and lightning are not installed (pip install -e '.[test,clients]')")
     import torch
