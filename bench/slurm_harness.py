@@ -95,6 +95,15 @@ def cluster_script(instance: str, action: str, timeout_s: float = 600,
                           timeout=timeout_s, env=env)
 
 
+class CommandFailed(subprocess.CalledProcessError):
+    """A command of an instance that exited non-zero, said with what it printed (a
+    CalledProcessError's message has no stderr); still a SubprocessError, which the
+    callers that wait out a restarting slurmctld catch."""
+
+    def __str__(self) -> str:
+        return f"{' '.join(self.cmd)} exited {self.returncode}: {(self.stderr or self.output or '').strip()}"
+
+
 @dataclass
 class Instance:
     """One isolated cluster instance; every command gets its SLURM_CONF."""
@@ -115,10 +124,10 @@ class Instance:
 
     def run(self, argv: list[str], timeout_s: float = 30, check: bool = True) -> subprocess.CompletedProcess:
         """``argv`` against this instance; with ``check``, a non-zero exit raises
-        with what the command printed (a CalledProcessError shows no stderr)."""
+        CommandFailed."""
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, env=self.env)
         if check and proc.returncode != 0:
-            raise RuntimeError(f"{' '.join(argv)} exited {proc.returncode}: {(proc.stderr or proc.stdout).strip()}")
+            raise CommandFailed(proc.returncode, argv, proc.stdout, proc.stderr)
         return proc
 
     def squeue(self) -> dict[str, dict]:
