@@ -287,6 +287,7 @@ def test_chaos_kills_slurmctld_restart_and_store_outage(cluster, tmp_path):
                  "the store to close every job", seen=lambda: {j: r.state for j, r in chaos.records(ids).items()})
         time.sleep(3 * INTERVAL_S)  # pins of finished jobs dropped
         assert chaos.proc.alive()
+        assert watcher.is_alive(), "the stale-pin watcher died (its exception is printed above)"
     finally:
         chaos.stop.set()
         if chaos.proc is not None:
