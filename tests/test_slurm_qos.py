@@ -65,8 +65,11 @@ def test_qos_limited_and_reservation_bound_jobs_preempt_nobody_and_a_plain_job_s
     preempts = [(d["job_id"], d["reason"], d["detail"]) for d in run.decisions() if d["kind"] in ("preempt", "requeue")]
     assert preempts == [], "\n".join(map(str, preempts))
     assert {j: s["restart_cnt"] for j, s in iso.squeue().items() if j in bobs} == {j: 0 for j in bobs}
-    assert reasons(iso, [limited, reserved]) == {limited: "PENDING/QOSMaxGRESPerUser",
-                                                 reserved: reasons(iso, [reserved])[reserved]}
+    # Slurm (22.05 and 24.11, tried) shows a pending job's reason as None from an update
+    # of it (its SiteFactor band, its AdminComment line) until its next scheduling pass
+    wait_for(lambda: reasons(iso, [limited])[limited] == "PENDING/QOSMaxGRESPerUser", 30,
+             "Slurm to name the QOS limit again", seen=lambda: (reasons(iso, [limited, reserved]), [
+                 (d["round_id"], d["kind"], d["detail"]) for d in run.decisions(limited) if d["kind"] != "wait"][:8]))
     assert iso.squeue()[reserved]["job_state"] == "PENDING"
     monkeypatch.setenv("SLURM_CONF", iso.conf)
     capsys.readouterr()
