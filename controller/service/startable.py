@@ -10,7 +10,10 @@ of those below (seen on 22.05: dependent, begin-later and reservation-bound jobs
 submitted to a full cluster were ``None`` for one round, and a controller taking
 ``None`` for startable preempted three jobs for them; tests/test_slurm_startable.py).
 So ``None`` waits too; the job's band still lifts it, and the pass that follows
-(``sched_interval``, or at once on submission) names what it waits on. Every other
+(``sched_interval``, or at once on submission) names what it waits on. Slurm
+also shows ``None`` from any ``scontrol update`` of a pending job (this controller's
+SiteFactor band or AdminComment line included; tried on 22.05 and 24.11) until that
+job's next scheduling pass, a few seconds: such a job waits one round more. Every other
 reason says
 something no preemption can lift: a hold (``JobHeldUser``, ``JobHeldAdmin``), a
 ``Dependency``, a future ``BeginTime``, a QOS or association limit (``QOSMax*``,
