@@ -6,8 +6,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-# Tests never read the full public traces (a fresh clone has none);
-# bench/check_shared_traces.py checks those.
+# Tests never read the full public traces (a fresh clone has none); a
+# benchmark in bench/ checks those.
 # Small excerpts of the same traces that ship with the repository (see its README).
 FIXTURE_TRACES = ROOT / "tests" / "fixtures" / "traces"
 TRACE60 = FIXTURE_TRACES / "tiresias_60_job.csv"

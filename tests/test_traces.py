@@ -301,10 +301,10 @@ def test_round_trip_property(rows):
             (b.num_gpus, b.duration_s, b.skew, b.user_priority, b.partition, b.user, b.model_name)
 
 
-def test_no_other_test_reads_the_shared_traces():
+def test_no_other_test_reads_the_full_traces():
     """A fresh clone has no public trace directory beside it: every test uses tests/fixtures/traces
-    (conftest.FIXTURE_TRACES, TRACE60); the full traces are checked by
-    bench/check_shared_traces.py."""
+    (conftest.FIXTURE_TRACES, TRACE60); the full traces are checked by a benchmark
+    in bench/."""
     import re
 
     here = Path(__file__).resolve().parent
@@ -312,7 +312,7 @@ def test_no_other_test_reads_the_shared_traces():
     for path in sorted(here.glob("test_*.py")):
         text = path.read_text()
         if path.name == "test_traces.py":  # this guard itself names what it looks for
-            text = text.split("def test_no_other_test_reads_the_shared_traces", 1)[0]
+            text = text.split("def test_no_other_test_reads_the_full_traces", 1)[0]
         if re.search(r"(?<![A-Z_])TRACES\b", text) or re.search(r"[\"']shared[\"']\s*/\s*[\"']traces", text) \
                 or "shared" + "/traces" in text:
             offenders.append(path.name)
