@@ -119,7 +119,8 @@ class Phases:
 
 
 def build(pending: int, running: int, nodes: int, tmp: str):
-    slurm = ScriptedSlurm(pending, running, nodes=nodes)
+    # the controller's clock (time.time) and Slurm's agree: the jobs' service spreads over the queues
+    slurm = ScriptedSlurm(pending, running, nodes=nodes, now=int(time.time()))
     store = Store(f"sqlite:///{tmp}/round-{pending}.db")
     config = from_mapping({"mode": "enforce", "policy": "dlas", "queues_gpu_s": [3600.0, 36000.0],
                            "preempt_max_per_job": 0, "usage_spool_dir": f"{tmp}/none"})
@@ -128,8 +129,10 @@ def build(pending: int, running: int, nodes: int, tmp: str):
 
 
 def change(slurm: ScriptedSlurm) -> None:
-    slurm.start_one()
+    """One job ends, and Slurm's scheduler starts what fits in the GPUs it left (by
+    the SiteFactor bands the controller set)."""
     slurm.finish_one()
+    slurm.schedule()
 
 
 def one_round(controller: Controller) -> None:
@@ -140,15 +143,28 @@ def one_round(controller: Controller) -> None:
 
 def warm_up(slurm: ScriptedSlurm, controller: Controller) -> None:
     """Every job new, then the first bands and batch scripts; meanwhile every job gets
-    its AdminComment line at once (a started controller writes them 50 a round,
-    admin_comment_max_per_round, for its first minutes): the rounds measured are the
-    steady state, where a line is rewritten only when it changes."""
-    budget, controller.admin_comments.max_per_round = controller.admin_comments.max_per_round, 10 ** 9
+    its AdminComment line and every running job's batch script is read at once (a
+    started controller writes the lines 50 a round, admin_comment_max_per_round, and
+    reads 50 scripts a round, for its first minutes): the rounds measured are the
+    steady state, where a line is rewritten only when it changes and a script is read
+    when its job starts. Then Slurm's scheduler takes the GPUs left free."""
+    comments, controller.admin_comments.max_per_round = controller.admin_comments.max_per_round, 10 ** 9
+    scripts, controller.contract.reads_per_round = controller.contract.reads_per_round, 10 ** 9
     for _ in range(3):
         change(slurm)
         slurm._text("squeue")  # the scripted slurmctld renders its answer outside the timing
         one_round(controller)
-    controller.admin_comments.max_per_round = budget
+    controller.admin_comments.max_per_round, controller.contract.reads_per_round = comments, scripts
+    for _ in range(2):  # the GPUs its first bands left free are taken, as Slurm takes them
+        change(slurm)
+        slurm._text("squeue")
+        one_round(controller)
+
+
+def counts(slurm: ScriptedSlurm) -> tuple[int, int]:
+    """(pending, running) jobs in the scripted slurmctld now."""
+    states = [record["job_state"] for record in slurm.jobs.values()]
+    return states.count("PENDING"), states.count("RUNNING")
 
 
 def measure(pending: int, running: int, nodes: int, repeat: int, kinds: tuple[str, ...], tmp: str) -> dict:

@@ -15,6 +15,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -69,7 +70,13 @@ def simulated(workload=WORKLOAD, settings=SETTINGS) -> list[list[tuple]]:
             for levers, starts in zip(out.levers, out.starts)]
 
 
-def controlled(rounds: int, tmp_path, workload=WORKLOAD, settings=SETTINGS) -> list[list[tuple]]:
+def controlled(rounds: int, tmp_path, workload=WORKLOAD, settings=SETTINGS, through_poll: bool = False,
+               quiet_rounds: Optional[list] = None) -> list[list[tuple]]:
+    """The controller's levers and Slurm's starts per round. ``through_poll``: each
+    round observes as run_forever does (the light poll, then Controller.observe: the
+    last full observation again while nothing changed), so the rounds that observe
+    nothing new and whose plan stands are quiet (not planned again); their numbers
+    are appended to ``quiet_rounds``."""
     slurm = ScriptedSlurm(pending=0, running=0, nodes=NODES, gpus_per_node=GPUS_PER_NODE)
     clock = VirtualTime(float(T0))
     config = from_mapping(dict(settings, usage_spool_dir=str(tmp_path / "none")))
@@ -85,8 +92,14 @@ def controlled(rounds: int, tmp_path, workload=WORKLOAD, settings=SETTINGS) -> l
                 if at == k:
                     slurm.submit(job_id, gpus, work_s=work * INTERVAL, requeue=ckpt,
                                  comment=f"tiresias:skew={skew}" if skew else "")
-            observation = dataclasses.replace(backend.observe(), observed_at_s=float(now))
+            if through_poll:
+                observation = controller.observe(backend.poll())
+                observation.observed_at_s = float(now)  # the same object: observe() knows it repeated
+            else:
+                observation = dataclasses.replace(backend.observe(), observed_at_s=float(now))
             report = controller.run_round(observation)
+            if report.skipped_reason and quiet_rounds is not None:
+                quiet_rounds.append(k + 1)
             starts = slurm.schedule()
             out.append([action_row(a) for a in report.levers]
                        + [("", "start", str(j), nodes, "") for j, nodes in starts])

@@ -33,7 +33,8 @@ class ScriptedSlurm:
     """``pending`` + ``running`` GPU jobs on ``nodes`` x ``gpus_per_node`` GPUs; call it
     as the backend's runner (argv, timeout_s, env) -> CommandResult."""
 
-    def __init__(self, pending: int, running: int, nodes: int = 1000, gpus_per_node: int = 8, seed: int = 1):
+    def __init__(self, pending: int, running: int, nodes: int = 1000, gpus_per_node: int = 8, seed: int = 1,
+                 now: int = 1_000_000):
         squeue = json.loads((FIXTURES / "squeue.json").read_text())
         sinfo = json.loads((FIXTURES / "sinfo.json").read_text())
         self.meta = {k: v for k, v in squeue.items() if k != "jobs"}
@@ -49,7 +50,7 @@ class ScriptedSlurm:
         self.work_left_s: dict[int, float] = {}  # job id -> seconds of work left (submit(work_s=...))
         self.signalled_at: dict[int, int] = {}  # running job id -> when its checkpoint signal came
         self.calls: Counter = Counter()
-        self.now = 1_000_000
+        self.now = now  # its clock (epoch s): the jobs' submit and start times count back from it
         self.answer_cpu_s = self.answer_wall_s = 0.0
         self._texts: dict[str, str] = {}  # "squeue"/"sinfo" -> the JSON text of the current state
         rng = random.Random(seed)

@@ -131,3 +131,24 @@ def test_simulated_slurmctld_starts_by_site_factor_and_keeps_pins():
     # n0001 is free; 0 (band 0) gets n0001; 3 is held
     assert slurm.schedule() == [("1", ("n0000",)), ("0", ("n0001",))]
     assert set(slurm.pending) == {"2", "3"}
+
+
+QUIET = dict(SETTINGS, full_observe_s=600.0)  # a full observation at most every 10 rounds
+QUIET_K3 = dict(QUIET, policy="dgittins", queues_gpu_s=[1800.0, 7200.0], promote_knob=1.0)
+
+
+@pytest.mark.parametrize("workload,settings", [(WORKLOAD, QUIET), (WORKLOAD, QUIET_K3),
+                                               (seeded(2, 14, SIZES), QUIET), (seeded(2, 14, SIZES), QUIET_K3)])
+def test_rounds_that_observe_nothing_new_and_are_not_planned_pull_the_same_levers(workload, settings, tmp_path):
+    """Observed as run_forever observes (the light poll, then the last full observation
+    again while nothing changed), a round whose plan stands (controller.core.plan_stands)
+    is not planned again: the levers, round by round, are still the simulator's. (With
+    the threshold crossings left out of how long a plan stands, WORKLOAD differs from
+    round 16 on.)"""
+    sim = simulated(workload=workload, settings=settings)
+    quiet: list[int] = []
+    real = controlled(len(sim), tmp_path, workload=workload, settings=settings, through_poll=True,
+                      quiet_rounds=quiet)
+    assert len(quiet) >= 10, f"only {len(quiet)} quiet rounds of {len(sim)}"
+    for round_id, (predicted, done) in enumerate(zip(sim, real), 1):
+        assert predicted == done, f"round {round_id} (quiet rounds {quiet})"

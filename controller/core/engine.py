@@ -16,7 +16,9 @@ from controller.core.mlfq_round import mlfq_step, static_order_step
 from controller.core.model import InputError, JobState, Snapshot
 from controller.core.placement import Eligibility, FreeGpus, NodeTotals, check_mode
 from controller.core.plan import Plan
+from controller.core.plan_stands import stands_until
 from controller.core.policies import Policy, PolicyContext, get_policy
+from controller.core.policies.dgittins import known
 from controller.core.protection import mark_protected, may_preempt, needed_victims
 from controller.core.round_writer import RoundWriter, release_placements
 
@@ -99,7 +101,13 @@ class Engine:
         writer = self.writer(plan)
         writer.eligible = Eligibility(snapshot.nodes)
         if self.policy.discretized:
-            return mlfq_step(writer, snapshot)
+            plan = mlfq_step(writer, snapshot)
+            if snapshot.queue_book is None:  # the controller's round (a replay loop keeps its own clock)
+                cfg = self.config
+                plan.stands_until_s = stands_until(
+                    plan, snapshot.jobs, self.policy, cfg.thresholds_gpu_s, cfg.promote_knob,
+                    cfg.preempt_min_runtime_s, self.policy.rejudges_at_rung and known(snapshot.service))
+            return plan
         if snapshot.queue_book is not None:
             return static_order_step(writer, snapshot)
         if snapshot.allow_fast_path and self._fast_path(snapshot, writer):

@@ -6,6 +6,8 @@ read the same decision ids.
 """
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 from typing import Union
 
@@ -66,6 +68,9 @@ class Plan:
     index_sources: dict[str, tuple[str, int]] = field(default_factory=dict)
     keys: dict[str, float] = field(default_factory=dict)  # the priority value shown to users
     positions: dict[str, tuple[int, float]] = field(default_factory=dict)
+    # Until when planning the same jobs again gives this plan (controller.core.plan_stands);
+    # -inf: plan again every round.
+    stands_until_s: float = -math.inf
 
     def of_kind(self, kind: str) -> list[Action]:
         return [a for a in self.actions if a.kind == kind]

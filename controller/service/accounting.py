@@ -70,16 +70,31 @@ class Accounts:
         # save_touched() writes (the next save() compares every record anyway).
         self.touched: set[str] = set()
         self.done: list[str] = []  # closed by finish_gone, not yet forgotten (forget_finished)
+        # the records of the jobs the last full advance() found running (with their
+        # GPUs), and pending
+        self._running: list[tuple[JobRecord, int]] = []
+        self._pending: list[JobRecord] = []
 
-    def advance(self, observed: dict[str, ObservedJob], now: float) -> None:
-        """Advance attained service and the starvation clocks to ``now`` (epoch s)."""
+    def advance(self, observed: dict[str, ObservedJob], now: float, quiet: bool = False) -> None:
+        """Advance attained service and the starvation clocks to ``now`` (epoch s).
+        ``quiet``: ``observed`` shows the jobs in the states of the last call (a repeated
+        observation: controller.service.daemon's quiet round), so only the clocks move,
+        for the jobs that call found running or pending (a loop over 12,000 jobs less)."""
         self.rounds += 1
+        if quiet:
+            self._advance_clocks(now)
+            return
+        running, pending = self._running, self._pending = [], []
         for job in observed.values():
             if job.state not in ACTIVE_STATES:
                 continue
             record = self.records.get(job.job_id)
             if record is None:
                 record = self._first_sight(job, now)
+            if job.state == "RUNNING":
+                running.append((record, job.gpus))
+            else:
+                pending.append(record)
             last = record.last_observed_s
             if job.state == "RUNNING":
                 run_start = job.start_time_s if job.start_time_s is not None else now
@@ -116,6 +131,21 @@ class Accounts:
                     log.info("job %s: partition changed to %s outside its allowed set %s: allowing %s",
                              job.job_id, job.partition, record.partition, reset)
                 record.partition = reset
+
+    def _advance_clocks(self, now: float) -> None:
+        """``advance`` when no job changed state: the running ones' service, the
+        pending ones' wait (the same sums as there)."""
+        for record, gpus in self._running:
+            ran = max(0.0, now - record.last_observed_s)
+            gpu_s = gpus * ran
+            record.attained_gpu_s += gpu_s
+            record.queue_service_gpu_s += gpu_s
+            record.executed_s += ran
+            record.executed_since_promotion_s += ran
+            record.last_observed_s = now
+        for record in self._pending:
+            record.waited_since_promotion_s += max(0.0, now - record.last_observed_s)
+            record.last_observed_s = now
 
     def _first_sight(self, job: ObservedJob, now: float) -> JobRecord:
         skew, problem = parse_skew_hint(job.comment)
@@ -252,8 +282,16 @@ class Accounts:
         self.records[job_id].moves += 1
         self.touched.add(job_id)
 
-    def save(self) -> None:
+    def save(self, quiet: bool = False) -> None:
+        """Write the records that changed (see CLOCKS_EVERY_ROUNDS). ``quiet``: after a
+        quiet advance, only clocks moved: the running jobs and this round's eighth of
+        the pending ones are the rows to write, the others are not even compared."""
         phase = self.rounds % CLOCKS_EVERY_ROUNDS
+        if quiet:
+            rows = [r for r, _ in self._running] + [r for r in self._pending if hash(r.job_id) % CLOCKS_EVERY_ROUNDS == phase]
+            self.store.save_jobs(self.cluster, rows)
+            self.touched = set()
+            return
         # The job ids whose clock-only changes wait: pending jobs, all but this round's
         # eighth of them (by the job id's hash). One set, built in a comprehension: a
         # membership test per job in Python was a tenth of the store's time.

@@ -15,6 +15,7 @@ scheduling decision).
 from __future__ import annotations
 
 import itertools
+import math
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -90,6 +91,7 @@ class AdminComments:
         self.refresh_s = refresh_s
         self.max_per_round = max_per_round
         self._written: dict[str, _Written] = {}
+        self.backlog = False  # the last round left lines to write (more than max_per_round)
 
     def updates(self, wanted: dict[str, tuple[str, tuple]], observed: dict[str, ObservedJob],
                 now: float) -> dict[str, str]:
@@ -106,6 +108,7 @@ class AdminComments:
             elif now - last.at_s >= self.refresh_s:
                 routine.append((last.at_s, job_id))
         chosen = urgent + [job_id for _, job_id in sorted(routine)]
+        self.backlog = len(chosen) > self.max_per_round
         return {job_id: combined(observed[job_id].admin_comment, wanted[job_id][0])
                 for job_id in chosen[:self.max_per_round]}
 
@@ -140,6 +143,10 @@ class AdminComments:
                 self.written(job_id, wanted[job_id][1], now)
                 applied += 1
         return applied
+
+    def next_refresh_s(self) -> float:
+        """When the oldest line written is next due for its routine refresh (inf: none)."""
+        return min((w.at_s for w in self._written.values()), default=math.inf) + self.refresh_s
 
     def written(self, job_id: str, key: tuple, now: float) -> None:
         self._written[job_id] = _Written(now, key)

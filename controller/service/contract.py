@@ -86,10 +86,11 @@ class Contract:
         self.declared_signals: dict[str, Optional[CheckpointSignal]] = {}
         self.given_up: dict[str, str] = {}
         self.signal_failures: dict[str, int] = {}
+        self.reads_per_round = SCRIPT_READS_PER_ROUND
         self.reads_left = SCRIPT_READS_PER_ROUND
 
     def begin_round(self) -> None:
-        self.reads_left = SCRIPT_READS_PER_ROUND
+        self.reads_left = self.reads_per_round
 
     def unread(self, job: ObservedJob) -> bool:
         """A running job whose batch script is still to be read (read budget spent)."""

@@ -99,6 +99,11 @@ class Controller:
         self._full_signature: Optional[frozenset] = None
         self._full_nodes: Optional[frozenset] = None  # backend.poll_nodes() taken just before it
         self._full_at = -math.inf
+        # Quiet rounds (see _quiet_round): the observation observe() last repeated, and
+        # until when the last planned round stands (-inf: plan the next round).
+        self._repeated: Optional[Observation] = None
+        self._stands_until = -math.inf
+        self.replans_every_round = False  # a test's switch: plan every round, as before quiet rounds
         if config.preempt_undeclared and config.mode != "observe":
             log.warning("preempt_undeclared is on: requeueable jobs that declared no checkpoint signal are "
                         "preempted too (requeued without a signal; they lose the work since their last checkpoint)")
@@ -241,6 +246,7 @@ class Controller:
             observation = repeat()
             if observation is not None:
                 self._mark_polls()
+                self._repeated = observation
                 return observation
         observation = self._observe()
         self._full_signature, self._full_nodes, self._full_at = signature, nodes, now
@@ -289,6 +295,7 @@ class Controller:
         try:
             if self._stale:
                 self._load_state()
+                self._stands_until = -math.inf  # the last plan was made from the state just dropped
             with self.heap.round(self.clock()):  # no garbage collection inside a round
                 return self._round(observation)
         except StoreError:
@@ -316,6 +323,9 @@ class Controller:
         # observe
         observation = observation or self._observe()
         now = observation.observed_at_s
+        if observation is self._repeated and now < self._stands_until and not self.replans_every_round:
+            return self._quiet_round(observation, started)
+        self._stands_until = -math.inf  # until this round has planned and applied
         # the GPU jobs, and the pending CPU-only jobs (their SiteFactor band: Starts.cpu_bands), in one pass
         observed: dict[str, ObservedJob] = {}
         cpu_pending: dict[str, ObservedJob] = {}
@@ -358,11 +368,7 @@ class Controller:
         self.preemptions.advance(observed, now, report)
         self.mover.apply(plan, observed, observation.nodes, now, report, pinned=set(self.starts.pins))
         self.sharing.apply(observation, report)
-        # Information, not a decision: a read-only executor (observe, shadow) skips it.
-        if self.config.admin_comment and self.executor.acting:
-            self.admin_comments.apply(plan, observed, lambda job_id: self.records[job_id].attained_gpu_s,
-                                      self._queue_count(), lambda job: not self.preemptions.protected(job, now),
-                                      self.executor, now)
+        self._write_admin_comments(plan, observed, now)
         # record: the accounts (promotions, preemption counts) and the decisions together
         with self.store.transaction():
             self.accounts.save_touched()
@@ -379,10 +385,64 @@ class Controller:
         self._collect_usage(now)
         self.last_plan = plan
         self.last_observation = observation
+        self._stands_until = self._round_stands_until(plan, report, now, leaving)
         if self.metrics is not None:
             self.metrics.observe_round(self, plan, report, time.perf_counter() - started,
                                        slurm_calls=self._slurm_calls_since_mark())
         return report
+
+    def _round_stands_until(self, plan: Plan, report: RoundReport, now: float, leaving: set[str]) -> float:
+        """Until when a round that observes nothing new would repeat this one: the
+        plan's own time (controller.core.plan_stands: the next threshold, rung,
+        promotion, protection end), and the service's clocks: a pin's expiry, the
+        next service-distribution reload. A round that acted, or left work for the
+        next (a preemption or handoff under way, batch scripts still to read), and
+        the layers planned from the clock (partition moves, GPU sharing) do not
+        stand. (A failed lever makes the backend observe in full: no repeat.) The
+        AdminComment lines are written in quiet rounds too, when due."""
+        cfg = self.config
+        if (report.applied or leaving or self.handoffs.watching or self.handoffs.blocked_until
+                or self.contract.reads_left <= 0 or cfg.partition_moves or cfg.gpu_sharing):
+            return -math.inf
+        until = plan.stands_until_s
+        pins = self.starts.pins
+        if pins:
+            until = min(until, min(pins.values()))
+        if self.engine.policy.uses_service_distribution:
+            until = min(until, self.service_loaded_at + cfg.service_refresh_s)
+        return until
+
+    def _quiet_round(self, observation: Observation, started: float) -> RoundReport:
+        """A round that observes nothing new before the last planned one's time is up
+        (_round_stands_until): the accounts advance and are stored, as in every round;
+        planning would give the last plan again and applying it would change nothing,
+        so neither is done. The report carries the last plan, and no decision."""
+        now = observation.observed_at_s
+        observed = {job.job_id: job for job in observation.jobs if job.gpus > 0}
+        self.accounts.advance(observed, now, quiet=True)
+        with self.store.transaction():
+            self.accounts.save(quiet=True)
+            round_id = self.store.next_round_id(self.config.cluster)
+        report = RoundReport(round_id, now, self.last_plan, skipped_reason="nothing new: the last plan stands")
+        comments = self.admin_comments
+        if comments.backlog or now >= comments.next_refresh_s():  # lines due: as a planned round writes them
+            self.executor.begin_round()
+            self._write_admin_comments(self.last_plan, observed, now)
+            report.levers = self.executor.end_round(round_id)
+        self._prune_decisions(now)
+        self._collect_usage(now)
+        self.last_observation = observation
+        if self.metrics is not None:
+            self.metrics.observe_round(self, self.last_plan, report, time.perf_counter() - started,
+                                       slurm_calls=self._slurm_calls_since_mark())
+        return report
+
+    def _write_admin_comments(self, plan: Plan, observed: dict[str, ObservedJob], now: float) -> None:
+        """Information, not a decision: a read-only executor (observe, shadow) skips it."""
+        if self.config.admin_comment and self.executor.acting:
+            self.admin_comments.apply(plan, observed, lambda job_id: self.records[job_id].attained_gpu_s,
+                                      self._queue_count(), lambda job: not self.preemptions.protected(job, now),
+                                      self.executor, now)
 
     def _prune_decisions(self, now: float) -> None:
         """Decision-log retention (decision_log_max_age_s / _max_rows), hourly."""

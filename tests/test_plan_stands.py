@@ -1,0 +1,95 @@
+"""How long a plan stands (controller.core.plan_stands): each time-driven change the
+engine's plan reports (a threshold crossed, a starvation promotion, a protection
+that ends) is the first instant at which planning the same jobs again differs."""
+import math
+
+from controller.core.engine import Engine, EngineConfig
+from controller.core.model import JobSpec, JobState, Node, Snapshot
+from controller.core.plan_stands import next_judgement_gpu_s
+from controller.core.policies.base import LEVEL_TOLERANCE_GPU_S
+
+NOW = 10_000.0
+
+
+def job(name, gpus, *, served, running, level, waited=0.0, executed=0.0, run_start=None, node="n0"):
+    """A settled job: its queue place is the one of the last round (no new position)."""
+    return JobState(spec=JobSpec(name, gpus, 0.0, None), index=int(name[1:]), attained_gpu_s=served,
+                    queue_service_gpu_s=served, running=running, placement=((node, gpus),) if running else (),
+                    waited_since_promotion_s=waited, executed_since_promotion_s=executed,
+                    run_start_s=run_start if running else None, first_start_s=run_start if running else None,
+                    queue_level=level, queue_entry=float(int(name[1:])))
+
+
+def step(config: EngineConfig, jobs, at: float, gpus_free: int = 0):
+    return Engine(config).step(Snapshot(at, jobs, [Node("n0", 2, gpus_free)]))
+
+
+def later(jobs, seconds: float):
+    """The same jobs ``seconds`` on, only their clocks moved."""
+    out = []
+    for j in jobs:
+        grow = j.spec.num_gpus * seconds if j.running else 0.0
+        out.append(job(j.spec.job_id, j.spec.num_gpus, served=j.queue_service_gpu_s + grow, running=j.running,
+                       level=j.queue_level, waited=j.waited_since_promotion_s + (0.0 if j.running else seconds),
+                       executed=j.executed_since_promotion_s + (seconds if j.running else 0.0),
+                       run_start=j.run_start_s))
+    return out
+
+
+def kinds(plan):
+    return [(a.kind, a.job_id) for a in plan.actions]
+
+
+def test_a_running_job_crossing_its_threshold_ends_the_plan():
+    config = EngineConfig(policy="dlas", thresholds_gpu_s=(3600.0,))
+    jobs = [job("j1", 2, served=1000.0, running=True, level=0, run_start=0.0),
+            job("j2", 2, served=0.0, running=False, level=0)]
+    plan = step(config, jobs, NOW)
+    assert not plan.actions
+    assert math.isclose(plan.stands_until_s, NOW + (3600.0 - LEVEL_TOLERANCE_GPU_S - 1000.0) / 2)
+    assert not step(config, later(jobs, 1299.0), NOW + 1299.0).actions  # still in queue 1: keeps its GPUs
+    assert kinds(step(config, later(jobs, 1301.0), NOW + 1301.0)) == [("preempt", "j1"), ("start", "j2")]
+
+
+def test_a_starvation_promotion_ends_the_plan():
+    config = EngineConfig(policy="dlas", thresholds_gpu_s=(3600.0,), promote_knob=2.0)
+    jobs = [job("j1", 2, served=50_000.0, running=True, level=1, run_start=0.0),
+            job("j2", 2, served=5000.0, running=False, level=1, waited=50.0, executed=100.0)]
+    plan = step(config, jobs, NOW)
+    assert not plan.actions
+    assert math.isclose(plan.stands_until_s, NOW + 150.0, abs_tol=1e-5)  # waited 200 = 2 x executed 100
+    assert not step(config, later(jobs, 149.0), NOW + 149.0).actions
+    assert ("promote", "j2") in kinds(step(config, later(jobs, 151.0), NOW + 151.0))
+
+
+def test_the_end_of_a_protected_run_ends_the_plan():
+    config = EngineConfig(policy="dlas", thresholds_gpu_s=(3600.0,), preempt_min_runtime_s=60.0)
+    jobs = [job("j1", 2, served=50_000.0, running=True, level=1, run_start=NOW - 10.0),
+            job("j2", 2, served=0.0, running=False, level=0)]
+    plan = step(config, jobs, NOW)
+    assert not plan.actions
+    assert plan.stands_until_s == NOW + 50.0
+    assert not step(config, later(jobs, 49.0), NOW + 49.0).actions
+    assert kinds(step(config, later(jobs, 50.0), NOW + 50.0)) == [("preempt", "j1"), ("start", "j2")]
+
+
+def test_a_plan_that_acts_or_drifts_does_not_stand():
+    config = EngineConfig(policy="dlas", thresholds_gpu_s=(3600.0,))
+    starts = step(config, [job("j2", 2, served=0.0, running=False, level=0)], NOW, gpus_free=2)
+    assert kinds(starts) == [("start", "j2")] and starts.stands_until_s == NOW
+    las = EngineConfig(policy="las", thresholds_gpu_s=(3600.0,))
+    drifting = step(las, [job("j1", 2, served=10.0, running=True, level=0, run_start=0.0)], NOW)
+    assert drifting.stands_until_s == -math.inf
+    # every running job in the last queue, nothing waits to be promoted: it stands for good
+    last = step(config, [job("j1", 2, served=50_000.0, running=True, level=1, run_start=0.0)], NOW)
+    assert last.stands_until_s == math.inf
+
+
+def test_dgittins_judges_a_running_job_again_at_its_rung():
+    thresholds = (3600.0, 36000.0)
+    tol = LEVEL_TOLERANCE_GPU_S
+    assert next_judgement_gpu_s(thresholds, 1000.0, rejudging=True) == 1800.0 - tol  # hi_1 / 2
+    assert next_judgement_gpu_s(thresholds, 1000.0, rejudging=False) == 3600.0 - tol
+    assert next_judgement_gpu_s(thresholds, 2000.0, rejudging=True) == 3600.0 - tol
+    assert next_judgement_gpu_s(thresholds, 5000.0, rejudging=True) == math.sqrt(3600.0 * 36000.0) - tol
+    assert next_judgement_gpu_s(thresholds, 40_000.0, rejudging=True) is None
