@@ -2,19 +2,27 @@
 
 The real controller (controller.service.daemon), Slurm backend and parser
 (slurm_plugin), and a SQLite store run against the scripted slurmctld of
-bench/scripted_slurm.py (22.05 JSON shapes): 10,000 pending + 2,000 running GPU
-jobs on 1,000 nodes x 8 GPUs, then 50,000 + 5,000 on 2,500 nodes. Policy dlas,
-enforce mode, the default settings otherwise (preempt_max_per_job 0: the scripted
-cluster does not requeue). After three warm-up rounds (the first sees every job for
-the first time; in them every job gets its AdminComment line, which a started
-controller writes 50 a round for its first minutes) each size runs ``--repeat``
-rounds of two kinds, each as Controller.run_forever runs a round that is due: the
-light poll (squeue -h -o), the observation it allows (Controller.observe), the round:
-- a changing round: before it one job starts and one job ends (what a poll that
-  saw a change triggers): observed in full;
+bench/scripted_slurm.py (22.05 JSON shapes), on the controller's clock: 10,000
+pending + 2,000 running GPU jobs on 1,000 nodes x 8 GPUs (started 100 s to 25 h
+ago: their service spreads over the queues), then 50,000 + 5,000 on 2,500 nodes.
+Policy dlas (K=3), enforce mode, the default settings otherwise
+(preempt_max_per_job 0: the scripted cluster does not requeue). Warm-up: three
+rounds in which every job is new, gets its AdminComment line and has its batch
+script read (a started controller does both 50 a round for its first minutes),
+then two in which the scripted scheduler starts, by the bands set, what fits in the
+GPUs left free, as slurmctld would (so the measured state has fewer pending and
+more running jobs than built: printed). Then each size runs ``--repeat`` rounds of
+two kinds, each as Controller.run_forever runs a round that is due: the light poll
+(squeue -h -o), the observation it allows (Controller.observe), the round:
+- a changing round: before it one job ends and Slurm starts what fits in its GPUs
+  (what a poll that saw a change triggers): observed in full, planned;
 - an unchanged round: nothing changed since the last one (the interval_s round):
   the poll shows the jobs and states of the last full observation, which is reused
-  (full_observe_s bounds how long).
+  (full_observe_s bounds how long); while the last plan stands (no threshold, rung,
+  promotion, protection end, pin expiry or reload due: controller.core.plan_stands)
+  the round is quiet: accounts advanced and stored, no plan. How long each changing
+  round's plan stood is printed: at a site of this size a round every poll_s within
+  it is quiet, the first after it is planned.
 Printed per phase, CPU time (time.process_time) and wall (perf_counter), median
 over the rounds, and the spread (min-max) of the whole round. Phases are
 exclusive (a store call inside accounting counts as store). The scripted
@@ -135,10 +143,11 @@ def change(slurm: ScriptedSlurm) -> None:
     slurm.schedule()
 
 
-def one_round(controller: Controller) -> None:
+def one_round(controller: Controller):
     """What Controller.run_forever does when a round is due: the light poll, the
-    observation it allows (full, or the last one again: Controller.observe), the round."""
-    controller.run_round(controller.observe(controller.backend.poll()))
+    observation it allows (full, or the last one again: Controller.observe), the round
+    (a quiet one when its plan stands: Controller._quiet_round). Returns its report."""
+    return controller.run_round(controller.observe(controller.backend.poll()))
 
 
 def warm_up(slurm: ScriptedSlurm, controller: Controller) -> None:
@@ -174,13 +183,19 @@ def measure(pending: int, running: int, nodes: int, repeat: int, kinds: tuple[st
     phases = Phases()
     phases.instrument(controller, slurm)
     results: dict[str, list[dict]] = {kind: [] for kind in kinds}
+    results["jobs"] = counts(slurm)
+    results["stands_s"], results["quiet"] = [], []
     for _ in range(repeat):
         for kind in kinds:
             if kind == "changing":
                 change(slurm)
             phases.clear()
             started_cpu, started_wall = time.process_time(), time.perf_counter()
-            one_round(controller)
+            report = one_round(controller)
+            if kind == "changing":  # how long its plan stands: how long the next rounds may be quiet
+                results["stands_s"].append(controller.last_plan.stands_until_s - report.observed_at_s)
+            else:
+                results["quiet"].append(bool(report.skipped_reason))
             cpu = time.process_time() - started_cpu - phases.cpu_s[SLURMCTLD]
             wall = time.perf_counter() - started_wall - phases.wall_s[SLURMCTLD]
             row = {phase: (phases.cpu_s[phase], phases.wall_s[phase]) for phase in PHASES}
@@ -241,14 +256,19 @@ def main() -> int:
         for index, (pending, running, nodes) in enumerate(sizes):
             kinds = ("changing", "unchanged") if index == 0 else ("changing",)
             results = measure(pending, running, nodes, args.repeat, kinds, tmp)
-            label = f"{pending:,} pending + {running:,} running on {nodes:,} nodes"
+            now_pending, now_running = results["jobs"]
+            label = (f"{pending:,} pending + {running:,} running on {nodes:,} nodes ({now_pending:,} + "
+                     f"{now_running:,} once Slurm started what fits)")
+            changing = "one job ended, Slurm started what fits in its GPUs"
+            verdicts.append(report(f"whole round, {label}, {changing}", results["changing"],
+                                   TARGETS_S["changing"] if index == 0 else TARGET_LARGE_S))
+            stands = sorted(results["stands_s"])
+            print(f"  its plan stood (the next time-driven change) for median {statistics.median(stands):.1f} s"
+                  f" (min {stands[0]:.1f}, max {stands[-1]:.1f}): rounds within it that observe nothing new are quiet")
             if index == 0:
-                verdicts.append(report(f"whole round, {label}, one job started and one ended",
-                                       results["changing"], TARGETS_S["changing"]))
                 verdicts.append(report(f"unchanged round, {label}", results["unchanged"], TARGETS_S["unchanged"]))
-            else:
-                verdicts.append(report(f"whole round, {label}, one job started and one ended",
-                                       results["changing"], TARGET_LARGE_S))
+                print(f"  quiet (not planned again: its plan stood): {sum(results['quiet'])} of "
+                      f"{len(results['quiet'])} rounds")
     print(f"targets met: {sum(verdicts)} of {len(verdicts)}")
     return 0
 
