@@ -131,3 +131,28 @@ def test_settle_time_after_a_restart_counts_from_first_sight(store):
     backend.now += 5
     round_(starts, accounts, backend, Plan(2, backend.now, actions=[start]))
     assert ("release_begin_time", "1") in backend.calls
+
+
+def test_a_pin_or_its_clearing_that_failed_stays_known_and_is_cleared_later(store):
+    """A lever that answered an error may still have been applied (slurmctld restarting):
+    a failed pin keeps its store row, a failed clearing is tried again next round, so no
+    ReqNodeList of the controller is left without a row (the chaos test's "stale pin")."""
+    backend = ScriptedBackend()
+    backend.add("1", 8, comment="tiresias:skew=0.9")
+    starts, accounts = starter(store, backend, placement="consolidate", pin_expiry_s=60)
+
+    def refused(job_id, nodes):
+        backend.calls.append(("pin_nodes", job_id, nodes))
+        raise RuntimeError("slurm_update error: Interrupted system call")
+    backend.pin_nodes = refused
+    start = Start("r1.s1", "1", (("gpu3", 4), ("gpu4", 4)), "fits")
+    round_(starts, accounts, backend, Plan(1, backend.now, order=["1"], actions=[start]))
+    assert "1" in starts.pins and "1" in store.load_pins(starts.config.cluster)
+    backend.now += 61
+    round_(starts, accounts, backend, Plan(2, backend.now, order=["1"]))  # expired, its clearing refused
+    assert backend.calls[-1] == ("pin_nodes", "1", []) and "1" in store.load_pins(starts.config.cluster)
+    del backend.pin_nodes
+    backend.now += 1
+    round_(starts, accounts, backend, Plan(3, backend.now, order=["1"]))
+    assert backend.calls[-1] == ("pin_nodes", "1", []) and starts.pins == {}
+    assert store.load_pins(starts.config.cluster) == {}

@@ -74,11 +74,13 @@ class Starts:
                 outcome = self.executor.apply(pin)
                 details.append(outcome.detail)
                 levers.append(outcome.applied)
-                if outcome.applied:
+                if outcome.applied or outcome.failed:
+                    # A failed pin keeps its row and counts as set: Slurm may have applied
+                    # it all the same (an update that answered an error while slurmctld
+                    # restarted), and a row cleared then left a pin no one clears (the
+                    # chaos test's "stale pin"); clearing a pin that is not there is harmless.
                     self.pins[job.job_id] = pin.expires_s
                     self.pin_causes[job.job_id] = pin.cause_id
-                elif outcome.failed and job.job_id not in self.pins:
-                    self.store.clear_pin(cfg.cluster, job.job_id)
             if job.reason == "BeginTime" and job.restart_count > 0:
                 # Unknown when it stopped (this process started after the requeue):
                 # count the settle time from now rather than risk the relaunch.
@@ -108,7 +110,8 @@ class Starts:
                 unpin = unpin_expired(plan.round_id, expired, job_id, expiry, now, self.pin_causes.get(job_id, ""))
                 outcome = self.executor.apply(unpin)
                 report.applied.append(entry(unpin, applied=outcome.applied, detail=outcome.detail))
-                self._drop_pin(job_id)
+                if not outcome.failed:  # a failed clearing keeps the pin known: tried again next round
+                    self._drop_pin(job_id)
 
     def _drop_pin(self, job_id: str) -> None:
         self.pins.pop(job_id, None)
