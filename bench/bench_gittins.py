@@ -9,9 +9,9 @@ distribution(s) up front (the oracle bound: not allowed in production); and SRTF
 
 Traces (../shared/traces): Philly (Pollux compact) on 64 x 8 GPUs; ITP clusters 01,
 04, 05 on their own sizes; count placement, K=3 at 3,250 / 7,200 GPU-s, and K=2 at
-3,250 for ITP. ``--jobs N`` keeps each trace's first N jobs (a subset that finishes
-in minutes on a shared 2-core machine); ``--window`` compares the conditioned
-learner's sliding window with no window.
+3,250 for ITP, and K=2 at dlas's best threshold of a grid (tuned). ``--jobs N`` keeps each trace's first N jobs (a subset that finishes
+in minutes on a shared 2-core machine); ``--window`` also runs the conditioned
+learner with a 5,000-sample sliding window per key (the default keeps every sample).
 
 Usage: python bench/bench_gittins.py [--jobs N] [--traces philly,itp01,itp04,itp05] [--window]
 """
@@ -57,7 +57,7 @@ def oracles(jobs, window):
     return ServiceDistribution(gpu_s), conditioned
 
 
-def run(jobs, nodes, per_node, thresholds, policy, service=None, conditioned=True, window=5000):
+def run(jobs, nodes, per_node, thresholds, policy, service=None, conditioned=True, window=None):
     cfg = SimConfig(nodes=nodes, gpus_per_node=per_node, service=service, conditioned=conditioned,
                     service_window=window,
                     engine=EngineConfig(policy=policy, thresholds_gpu_s=thresholds, placement="count"))
@@ -70,10 +70,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=None, help="the first N jobs of each trace")
     parser.add_argument("--traces", default="philly,itp01,itp04,itp05")
-    parser.add_argument("--window", action="store_true", help="also: conditioned with no sliding window")
+    parser.add_argument("--window", action="store_true", help="also: conditioned with a 5,000-sample window")
     args = parser.parse_args()
+    verdicts: list[bool] = []
     for name in args.traces.split(","):
-        for label, path, nodes, per_node, thresholds in CASES[name]:
+        cases = list(CASES[name])
+        if name != "philly":  # the ITP traces also at K=2 with dlas's best threshold
+            cases.append((TUNED, None, None, None, None))
+        for label, path, nodes, per_node, thresholds in cases:
+            if label is TUNED:
+                label, path, nodes, per_node, _ = cases[0]
+                jobs = load_trace(path)[:args.jobs] if path.exists() else []
+                thresholds = tuned(jobs, nodes, per_node)
+                label = f"{name} {nodes}x{per_node} K=2 tuned ({thresholds[0]:g} GPU-s: dlas's best of {TUNE_GRID})"
             if not path.exists():
                 print(f"{label}: {path} not found, skipped")
                 continue
@@ -86,12 +95,43 @@ def main() -> None:
                     ("oracle conditioned", run(jobs, nodes, per_node, thresholds, "dgittins", conditioned_oracle)),
                     ("srtf", run(jobs, nodes, per_node, thresholds, "srtf"))]
             if args.window:
-                rows.append(("conditioned, no window", run(jobs, nodes, per_node, thresholds, "dgittins", window=None)))
+                rows.append(("conditioned, window 5000", run(jobs, nodes, per_node, thresholds, "dgittins", window=5000)))
             base_pre = max(rows[0][1][1], 1)
             print(f"{label} ({len(jobs)} jobs)")
             for what, (jct, pre, cpu) in rows:
                 print(f"  {what:24s} avg JCT {jct / 3600:7.3f} h ({jct / rows[0][1][0]:.3f}x dlas)"
                       f"  preemptions {pre:6d} ({pre / base_pre:.2f}x)  [{cpu:.1f} CPU s]")
+            verdicts += verdict(name, dict(rows))
+    print(f"issue 19's bars met: {sum(verdicts)} of {len(verdicts)}")
+
+
+TUNED = "tuned"
+TUNE_GRID = (1000.0, 3250.0, 10000.0, 30000.0, 100000.0, 300000.0)  # GPU-s
+
+
+def tuned(jobs, nodes, per_node) -> tuple[float]:
+    """The K=2 threshold of TUNE_GRID with dlas's best average JCT on these jobs (what
+    `tiresias tune` would choose for dlas from that grid)."""
+    return min(((t,) for t in TUNE_GRID), key=lambda t: run(jobs, nodes, per_node, t, "dlas")[0])
+
+
+def verdict(trace: str, rows: dict) -> list[bool]:
+    """Issue 19's bars for conditioned dgittins, printed MET / NOT MET: on Philly it
+    closes a third of the dlas -> SRTF gap, with at most 1.5x dlas's preemptions,
+    within 5% of its own oracle bound; on ITP within 2% of dlas, at most 1.5x its
+    preemptions."""
+    (dlas, dlas_pre, _), (ours, pre, _) = rows["dlas"], rows["dgittins conditioned"]
+    bars = [(f"preemptions {pre / max(dlas_pre, 1):.2f}x dlas <= 1.5x", pre <= 1.5 * dlas_pre)]
+    if trace == "philly":
+        srtf, oracle = rows["srtf"][0], rows["oracle conditioned"][0]
+        bound = dlas - (dlas - srtf) / 3
+        bars += [(f"avg JCT {ours / 3600:.3f} h <= {bound / 3600:.3f} h (a third of dlas -> SRTF)", ours <= bound),
+                 (f"within {ours / oracle - 1:.1%} of its oracle <= 5%", ours <= 1.05 * oracle)]
+    else:
+        bars.append((f"avg JCT {ours / dlas:.3f}x dlas <= 1.02x", ours <= 1.02 * dlas))
+    for text, met in bars:
+        print(f"  {'MET' if met else 'NOT MET'}: {text}")
+    return [met for _, met in bars]
 
 
 if __name__ == "__main__":

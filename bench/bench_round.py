@@ -18,7 +18,7 @@ two kinds, each as Controller.run_forever runs a round that is due: the light po
   (what a poll that saw a change triggers): observed in full, planned;
 - an unchanged round: nothing changed since the last one (the interval_s round):
   the poll shows the jobs and states of the last full observation, which is reused
-  (full_observe_s bounds how long); while the last plan stands (no threshold, rung,
+  (full_observe_s bounds how long); while the last plan stands (no threshold crossing,
   promotion, protection end, pin expiry or reload due: controller.core.plan_stands)
   the round is quiet: accounts advanced and stored, no plan. How long each changing
   round's plan stood is printed: at a site of this size a round every poll_s within

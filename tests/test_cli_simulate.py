@@ -61,12 +61,13 @@ def test_demo_dgittins_is_not_dlas():
     assert (dgittins["avg_jct_s"], dgittins["preemptions"]) != (dlas["avg_jct_s"], dlas["preemptions"])
     assert dgittins["avg_jct_s"] <= 1.02 * dlas["avg_jct_s"]
     assert dgittins["preemptions"] <= 1.5 * dlas["preemptions"]
-    # the job-type table alone: queue 1 is never congested by more than a whole-cluster
-    # gang, which skip-ahead passes in any order, so the rows are the same
+    # the job-type table alone (no users: one distribution per GPU count): the last
+    # queue's order by index is what differs, within the same bar
     proc = tiresias("simulate", "--users", 0, "--policy", "dlas,dgittins", "--json")
-    plain = json.loads(proc.stdout)["summaries"]
-    assert plain[0]["avg_jct_s"] == plain[1]["avg_jct_s"] and plain[0]["preemptions"] == plain[1]["preemptions"]
-    assert plain[0]["avg_jct_s"] != dlas["avg_jct_s"]
+    plain = {s["policy"]: s for s in json.loads(proc.stdout)["summaries"]}
+    assert plain["dgittins"]["avg_jct_s"] <= 1.02 * plain["dlas"]["avg_jct_s"]
+    assert plain["dgittins"]["preemptions"] <= 1.5 * plain["dlas"]["preemptions"]
+    assert plain["dlas"]["avg_jct_s"] != dlas["avg_jct_s"]
 
 
 def test_oversize_error_and_drop():
@@ -104,3 +105,13 @@ def test_bad_trace_row_names_file_line_and_field(tmp_path):
     proc = tiresias("simulate", "--trace", bad, "--policy", "dlas")
     assert proc.returncode == 2
     assert "bad.csv:3" in proc.stderr and "duration" in proc.stderr
+
+
+def test_the_readme_shows_what_make_demo_prints():
+    """A figure in the README comes from the code that runs: its `make demo` block is
+    `tiresias simulate`'s output now, line for line."""
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("$ make demo\n", 1)[1].split("```", 1)[0]
+    proc = tiresias("simulate")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines() == block.strip().splitlines()

@@ -432,5 +432,7 @@ def test_dgittins_bands_put_the_higher_index_first_inside_a_level():
     order, levels = ["a", "b", "c"], {"a": 0, "b": 0, "c": 1}
     factors = site_factors(order, levels, {"a", "b", "c"}, set(), 2, 1000, True, {"a": 1 / 60, "b": 1e-5, "c": 0.3})
     assert factors["a"] > factors["b"] > 1000 * 2 - 1  # both in queue 1's band, by index
-    assert factors["c"] == 1000  # the last queue is FIFO: its band alone
+    assert 1000 < factors["c"] < 2000  # the last queue by index too, inside its own band
+    factors = site_factors(order, levels, {"a", "b", "c"}, set(), 2, 1000, True, {"a": 1 / 60, "b": 0.0, "c": 0.0})
+    assert factors["b"] == 2000 and factors["c"] == 1000  # no index (no history yet): the band alone
     assert site_factors(order, levels, {"a", "b", "c"}, set(), 2, 1000, True) == {"a": 2000, "b": 2000, "c": 1000}

@@ -5,7 +5,7 @@ import math
 
 from controller.core.engine import Engine, EngineConfig
 from controller.core.model import JobSpec, JobState, Node, Snapshot
-from controller.core.plan_stands import next_judgement_gpu_s
+from controller.core.plan_stands import next_threshold_gpu_s
 from controller.core.policies.base import LEVEL_TOLERANCE_GPU_S
 
 NOW = 10_000.0
@@ -85,11 +85,9 @@ def test_a_plan_that_acts_or_drifts_does_not_stand():
     assert last.stands_until_s == math.inf
 
 
-def test_dgittins_judges_a_running_job_again_at_its_rung():
+def test_a_running_job_is_next_judged_at_its_queue_threshold():
     thresholds = (3600.0, 36000.0)
     tol = LEVEL_TOLERANCE_GPU_S
-    assert next_judgement_gpu_s(thresholds, 1000.0, rejudging=True) == 1800.0 - tol  # hi_1 / 2
-    assert next_judgement_gpu_s(thresholds, 1000.0, rejudging=False) == 3600.0 - tol
-    assert next_judgement_gpu_s(thresholds, 2000.0, rejudging=True) == 3600.0 - tol
-    assert next_judgement_gpu_s(thresholds, 5000.0, rejudging=True) == math.sqrt(3600.0 * 36000.0) - tol
-    assert next_judgement_gpu_s(thresholds, 40_000.0, rejudging=True) is None
+    assert next_threshold_gpu_s(thresholds, 1000.0) == 3600.0 - tol
+    assert next_threshold_gpu_s(thresholds, 3600.0) == 36000.0 - tol
+    assert next_threshold_gpu_s(thresholds, 40_000.0) is None

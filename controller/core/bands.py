@@ -20,8 +20,8 @@ def site_factors(order: list[str], levels: Mapping[str, int], pending: Container
     that ran before (``started``: a level is FIFO by first start, never started jobs
     after); inside that Slurm's own age order decides. So a value changes only when a
     job changes level or starts for the first time: Slurm traffic grows with changes,
-    not with the queue. ``indices`` (dgittins: the plan's Gittins index per job): in
-    queues 1..K-1 a job with an index > 0 gets its band plus ``index_offset`` instead
+    not with the queue. ``indices`` (dgittins: the plan's Gittins index per job): a
+    job with an index > 0 gets its band plus ``index_offset`` instead
     of the half band, so Slurm starts a level's jobs by index; the value is the job's
     own (not its rank), so it changes only when its index does (a distribution
     refresh, or the job's service). Continuous policies: the band minus the rank in the plan
@@ -33,7 +33,7 @@ def site_factors(order: list[str], levels: Mapping[str, int], pending: Container
             continue
         level = levels.get(job_id, 0)
         if by_level:
-            index = indices.get(job_id, 0.0) if indices is not None and level < queue_count - 1 else 0.0
+            index = indices.get(job_id, 0.0) if indices is not None else 0.0
             if index > 0:
                 factors[job_id] = (queue_count - level) * band + index_offset(index, band)
             else:

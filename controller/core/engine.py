@@ -18,7 +18,6 @@ from controller.core.placement import Eligibility, FreeGpus, NodeTotals, check_m
 from controller.core.plan import Plan
 from controller.core.plan_stands import stands_until
 from controller.core.policies import Policy, PolicyContext, get_policy
-from controller.core.policies.dgittins import known
 from controller.core.protection import mark_protected, may_preempt, needed_victims
 from controller.core.round_writer import RoundWriter, release_placements
 
@@ -104,9 +103,8 @@ class Engine:
             plan = mlfq_step(writer, snapshot)
             if snapshot.queue_book is None:  # the controller's round (a replay loop keeps its own clock)
                 cfg = self.config
-                plan.stands_until_s = stands_until(
-                    plan, snapshot.jobs, self.policy, cfg.thresholds_gpu_s, cfg.promote_knob,
-                    cfg.preempt_min_runtime_s, self.policy.rejudges_at_rung and known(snapshot.service))
+                plan.stands_until_s = stands_until(plan, snapshot.jobs, self.policy, cfg.thresholds_gpu_s,
+                                                   cfg.promote_knob, cfg.preempt_min_runtime_s)
             return plan
         if snapshot.queue_book is not None:
             return static_order_step(writer, snapshot)

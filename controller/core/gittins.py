@@ -96,7 +96,7 @@ class ServiceDistribution:
         """``index`` for this job: its time limit caps its service (``service_cap``), so
         a quantum reaching the cap ends the job surely (the mass above moves to it)."""
         cap = service_cap(spec)
-        if quantum_end_gpu_s < cap:
+        if quantum_end_gpu_s < cap or math.isinf(cap):  # (no limit: the quantum's own end, inf included)
             return self.index(attained_gpu_s, quantum_end_gpu_s)
         return self.capped_index(attained_gpu_s, cap)
 
@@ -105,7 +105,7 @@ class ServiceDistribution:
         caps = np.array([service_cap(spec) for spec in specs], dtype=float)
         ends = np.asarray(quantum_end, dtype=float)
         values = self.indices(np.asarray(attained, dtype=float), ends)
-        for i in np.flatnonzero(ends >= caps).tolist():
+        for i in np.flatnonzero((ends >= caps) & np.isfinite(caps)).tolist():
             values[i] = self.capped_index(float(attained[i]), float(caps[i]))
         return values
 

@@ -181,9 +181,6 @@ class Snapshot:
     # MLFQ policies: the executor's own QueueBook (controller.core.queue_book), kept
     # across rounds; None = the engine builds one from ``jobs``.
     queue_book: Optional["object"] = None
-    # when the previous round ran (None: none, or unknown): dgittins re-judges a running
-    # job in the first round after its service crossed its queue's rung
-    previous_round_s: Optional[float] = None
 
     def __post_init__(self):
         if self.capacity_gpus is None or self.max_gpus_per_node is None:

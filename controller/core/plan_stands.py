@@ -3,7 +3,7 @@
 Between two rounds in which Slurm shows nothing new, a running job's service and a
 waiting job's wait grow, and nothing else. Under an MLFQ policy (dlas, dgittins)
 that changes a plan only at a few instants: a running job's service crosses its
-queue's threshold (or, dgittins, its queue's rung: it is re-judged), a waiting
+queue's threshold (it enters the next queue and is judged there), a waiting
 job's wait reaches its starvation promotion, a running job outgrows
 preempt_min_runtime_s. Until the first of them, planning again yields the plan
 already made, so the controller (controller.service.daemon) does not plan again
@@ -19,16 +19,14 @@ from typing import Iterable, Optional
 
 from controller.core.model import JobState
 from controller.core.plan import Plan
-from controller.core.policies.base import LEVEL_TOLERANCE_GPU_S, STARVATION_TOLERANCE_S, Policy, rung
+from controller.core.policies.base import LEVEL_TOLERANCE_GPU_S, STARVATION_TOLERANCE_S, Policy
 from controller.core.protection import run_time_over_s
 
 
 def stands_until(plan: Plan, jobs: Iterable[JobState], policy: Policy, thresholds_gpu_s: tuple[float, ...],
-                 promote_knob: float, min_runtime_s: float, rejudging: bool) -> float:
+                 promote_knob: float, min_runtime_s: float) -> float:
     """The earliest time (epoch s) at which planning ``jobs`` again could give another
-    plan than ``plan``; ``plan.now_s`` when it must be planned again at once.
-    ``rejudging``: dgittins orders by index this round (a distribution is known), so
-    its running jobs are re-judged at their queue's rung."""
+    plan than ``plan``; ``plan.now_s`` when it must be planned again at once."""
     now = plan.now_s
     if not policy.discretized or plan.actions or plan.positions:
         return now
@@ -36,7 +34,7 @@ def stands_until(plan: Plan, jobs: Iterable[JobState], policy: Policy, threshold
     promotes = math.isfinite(promote_knob)
     for job in jobs:
         if job.running:
-            crossing = next_judgement_gpu_s(thresholds_gpu_s, job.queue_service_gpu_s, rejudging)
+            crossing = next_threshold_gpu_s(thresholds_gpu_s, job.queue_service_gpu_s)
             if crossing is not None:
                 until = min(until, now + (crossing - job.queue_service_gpu_s) / job.num_gpus)
             if min_runtime_s > 0 and job.run_start_s is not None and now - job.run_start_s < min_runtime_s:
@@ -50,17 +48,11 @@ def stands_until(plan: Plan, jobs: Iterable[JobState], policy: Policy, threshold
     return until
 
 
-def next_judgement_gpu_s(thresholds_gpu_s, served_gpu_s: float, rejudging: bool) -> Optional[float]:
-    """The queue service at which a running job that has served ``served_gpu_s`` is
-    next judged anew: its queue's threshold (it enters the next queue), before it its
-    queue's rung when ``rejudging`` (dgittins), or None in the last queue. The
-    simulator wakes there too (controller.replay.simulator)."""
+def next_threshold_gpu_s(thresholds_gpu_s, served_gpu_s: float) -> Optional[float]:
+    """The queue service at which a running job that has served ``served_gpu_s``
+    enters the next queue (its level counts the thresholds at or below its service
+    plus LEVEL_TOLERANCE_GPU_S), or None in the last queue."""
     level = bisect.bisect_right(thresholds_gpu_s, served_gpu_s + LEVEL_TOLERANCE_GPU_S)
     if level >= len(thresholds_gpu_s):
         return None
-    mark = thresholds_gpu_s[level] - LEVEL_TOLERANCE_GPU_S
-    if rejudging:
-        rung_mark = rung(thresholds_gpu_s, level) - LEVEL_TOLERANCE_GPU_S
-        if served_gpu_s < rung_mark:
-            mark = rung_mark
-    return mark
+    return thresholds_gpu_s[level] - LEVEL_TOLERANCE_GPU_S

@@ -71,8 +71,7 @@ class RoundWriter:
                         f"starvation: waited {job.waited_since_promotion_s:.0f}s >= PROMOTEKNOB {knob:g}"
                         f" x executed {job.executed_since_promotion_s:.0f}s; back to queue 1"))
         return PolicyContext(now_s=snapshot.now_s, thresholds_gpu_s=self.thresholds_gpu_s,
-                             service=snapshot.service, queue_service_override=override,
-                             previous_round_s=snapshot.previous_round_s)
+                             service=snapshot.service, queue_service_override=override)
 
     # -- placement and the actions --------------------------------------------
     def place(self, job: JobState, free, max_per_node: int) -> Optional[Slots]:

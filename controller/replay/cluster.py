@@ -51,7 +51,7 @@ class SimConfig:
     # learned distributions per key of what Slurm knows at submit (controller.core.
     # conditioned); False: one global distribution
     conditioned: bool = True
-    service_window: Optional[int] = 5000  # newest samples kept per key (None: all)
+    service_window: Optional[int] = None  # newest samples kept per key (None: all)
     drop_oversize: bool = False
     # MLFQ policies replay with one queue book kept across rounds (controller.replay.
     # mlfq_replay) when promotion is off and rounds are event-driven, with or without the

@@ -340,8 +340,7 @@ def replay_levers(cfg: SimConfig, specs: Iterable[JobSpec], settings: LeverSetti
         plan = engine.step(Snapshot(now_s=now, jobs=active, nodes=cluster.nodes, round_id=round_id, explain=False,
                                     free_by_node=plannable_free(cluster.free_by_node,
                                                                 (slurm.by_id[j] for j in slurm.leaving)),
-                                    capacity_gpus=cfg.capacity_gpus,
-                                    previous_round_s=out.round_times_s[-1] if out.round_times_s else None))
+                                    capacity_gpus=cfg.capacity_gpus))
         for action in plan.of_kind("promote"):  # as the controller's accounts.promote
             job = slurm.by_id[action.job_id]
             job.queue_service_gpu_s = job.executed_since_promotion_s = job.waited_since_promotion_s = 0.0

@@ -40,7 +40,7 @@ import numpy as np
 
 from controller.core.engine import Engine
 from controller.core.model import InputError, JobState, Snapshot
-from controller.core.policies.base import LEVEL_TOLERANCE_GPU_S, judged_at, rung
+from controller.core.policies.base import LEVEL_TOLERANCE_GPU_S, judged_at
 from controller.core.policies.dgittins import known, quantum_ends
 from controller.core.protection import run_time_over_s, why_protected
 from controller.core.queue_book import QueueBook
@@ -117,7 +117,6 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
     book.within_function = lambda job, level: waiting_value(job, level, job.queue_service_gpu_s)
 
     demotions: list[tuple[float, int, int]] = []  # (crossing time, index, version)
-    rung_crossings: list[tuple[float, int, int, int]] = []  # (crossing time, index, version, level)
     timeline: list[tuple[float, int, int]] = []
     waiting_jobs = 0  # jobs without GPUs (the book also lists entered jobs that still run)
     rounds = events = 0
@@ -130,19 +129,6 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
         if level < len(thresholds):
             p = private[job.index]
             heapq.heappush(demotions, (t + (thresholds[level] - served_gpu_s) / job.num_gpus, job.index, p.version))
-            mark = rung(thresholds, level)
-            if policy.rejudges_at_rung and served_gpu_s < mark - LEVEL_TOLERANCE_GPU_S:
-                heapq.heappush(rung_crossings, (t + (mark - served_gpu_s) / job.num_gpus, job.index, p.version, level))
-
-    def rejudge(job: JobState, level: int) -> None:
-        """Crossed its queue's rung while running: walked with the waiting jobs at its
-        place (the engine's ``regroup``), judged at the rung; a distribution too thin
-        to order anything leaves it where it is."""
-        where = book.where.get(job.index)
-        if where is None or where[0] != level or where[1] is not None or not known(service):
-            return
-        book.remove(job)
-        book.add_waiting(job, level, ENTERED, job.queue_entry, waiting_value(job, level, rung(thresholds, level)))
 
     def start(job: JobState, placement) -> None:
         nonlocal waiting_jobs
@@ -193,7 +179,7 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
         return bool(heap)
 
     def rekey_waiting() -> None:
-        """The distribution changed: every waiting order value of Q_1..Q_{K-1} too."""
+        """The distribution changed: every waiting order value too."""
         def values(level: int, items) -> list[float]:
             if not items or not known(service):
                 return [0.0] * len(items)
@@ -201,7 +187,7 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
                                 job.queue_service_gpu_s) for (_, group, _), _, job in items]
             ends = quantum_ends(thresholds, [level] * len(items), served)
             return (-np.asarray(service.indices_for([job.spec for _, _, job in items], served, ends))).tolist()
-        book.rekey(values, levels=range(len(thresholds)))
+        book.rekey(values, levels=range(len(thresholds) + 1))
 
     snapshot = Snapshot(now_s=now, jobs=[], nodes=cluster.nodes, service=service, round_id=0, detailed=False,
                         explain=False, free_by_node=cluster.free_by_node, capacity_gpus=capacity,
@@ -243,11 +229,6 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
                 service, seen_version = learned.current, learned.version
                 if ordered_waiting:
                     rekey_waiting()
-            # rung crossings after the distribution the round uses is known
-            while current(rung_crossings) and rung_crossings[0][0] <= now + EPS:
-                _, index, _, level = heapq.heappop(rung_crossings)
-                rejudge(jobs[index], level)
-                events += 1
             rounds += 1
             if protects:
                 end_protection()
@@ -296,8 +277,6 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
             t_next = min(t_next, jobs[next_arrival].spec.submit_time_s)
         if current(demotions):
             t_next = min(t_next, demotions[0][0])
-        if waiting_jobs and current(rung_crossings):
-            t_next = min(t_next, rung_crossings[0][0])
         if waiting_jobs and protects and min_runtime > 0:  # a running job's protection ends
             t_next = min(t_next, next_run_end())
         if t_next == math.inf:

@@ -23,7 +23,7 @@ from typing import Callable, Iterable, Optional
 from controller.core.engine import Engine
 from controller.core.model import InputError, JobSpec, JobState, Snapshot
 from controller.core.placement import Eligibility
-from controller.core.policies.base import LEVEL_TOLERANCE_GPU_S, rung
+from controller.core.policies.base import LEVEL_TOLERANCE_GPU_S
 from controller.core.protection import run_time_over_s
 from controller.replay import mlfq_replay
 from controller.replay.cluster import (EPS, JobOutcome, learner_for, RunState, SimCluster, SimConfig,  # noqa: F401
@@ -138,8 +138,7 @@ class Simulation:
                     service=cfg.service if learned is None else learned.current,
                     round_id=rounds, sync=sync_all, allow_fast_path=True, detailed=False,
                     free_by_node=cluster.plannable_free(), waiting=list(waiting.values()),
-                    demand_gpus=demand, capacity_gpus=cfg.capacity_gpus, max_gpus_per_node=cluster.max_per_node,
-                    previous_round_s=last_round_s if math.isfinite(last_round_s) else None)
+                    demand_gpus=demand, capacity_gpus=cfg.capacity_gpus, max_gpus_per_node=cluster.max_per_node)
                 plan = self.engine.step(snapshot)
                 for action in plan.actions:
                     job = active[index_of[action.job_id]]
@@ -226,8 +225,6 @@ class Simulation:
                 level = bisect.bisect_right(thresholds, served + LEVEL_TOLERANCE_GPU_S)
                 if level < len(thresholds):
                     times.append(now + (thresholds[level] - served) / job.spec.num_gpus)
-                    if policy.rejudges_at_rung and served < rung(thresholds, level) - LEVEL_TOLERANCE_GPU_S:
-                        times.append(now + (rung(thresholds, level) - served) / job.spec.num_gpus)
             knob = engine_cfg.promote_knob
             if math.isfinite(knob):
                 for job in waiting:

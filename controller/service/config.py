@@ -82,8 +82,8 @@ SCHEMA: tuple[Setting, ...] = (
             "(widens the preemption contract; logged at start)"),
     Setting("service_conditioned", "bool", True, "dgittins: learn a distribution per key of what Slurm knows at "
             "submit (user+job name, account+GPUs, GPUs), backing off to coarser keys under 30 samples"),
-    Setting("service_window", "int", 5000, "dgittins: newest service samples kept per key (0: all)",
-            minimum=0),
+    Setting("service_window", "int", 0, "dgittins: newest service samples kept per key (0: all; on the "
+            "Philly trace all did better than 5,000: bench/bench_gittins.py --window)", minimum=0),
     Setting("service_refresh_s", "float", 300.0, "seconds between reloads of the learned service distribution",
             minimum=1.0),
     Setting("partition_moves", "bool", False, "move pending GPU jobs to another partition the user allowed "
@@ -175,7 +175,7 @@ class Config:
     preempt_undeclared: bool = False
     service_refresh_s: float = 300.0
     service_conditioned: bool = True
-    service_window: int = 5000
+    service_window: int = 0
     partition_moves: bool = False
     partition_allocator: str = "mct"
     partition_move_min_gain_s: float = 30.0

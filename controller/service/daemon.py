@@ -86,7 +86,6 @@ class Controller:
         self.service: Optional[ServiceDistribution] = None
         self.service_loaded_at = -math.inf
         self.last_plan: Optional[Plan] = None
-        self.planned_at: Optional[float] = None  # when the last round planned (Snapshot.previous_round_s)
         self.last_observation: Optional[Observation] = None
         self._outage_since: Optional[float] = None
         self.usage_collected_at = -math.inf
@@ -349,7 +348,6 @@ class Controller:
         # plan
         leaving = self.preemptions.leaving()
         plan = self._plan(observed, observation, now, round_id, leaving)
-        self.planned_at = now  # dgittins: the rung crossings of the next round are those since now
         self.accounts.place(plan.levels, plan.positions)
         # apply: every lever through the executor, which alone knows the mode
         self.executor.begin_round()
@@ -394,7 +392,7 @@ class Controller:
 
     def _round_stands_until(self, plan: Plan, report: RoundReport, now: float, leaving: set[str]) -> float:
         """Until when a round that observes nothing new would repeat this one: the
-        plan's own time (controller.core.plan_stands: the next threshold, rung,
+        plan's own time (controller.core.plan_stands: the next threshold crossing,
         promotion, protection end), and the service's clocks: a pin's expiry, the
         next service-distribution reload. A round that acted, or left work for the
         next (a preemption or handoff under way, batch scripts still to read), and
@@ -613,8 +611,7 @@ class Controller:
         nodes = observation.nodes
         capacity = sum(n.gpus_total for n in nodes if n.available) - held_gpus
         return Snapshot(now_s=now, jobs=jobs, nodes=nodes, service=self.service, round_id=round_id,
-                        capacity_gpus=max(capacity, 0), explain=explain, free_by_node=free_by_node,
-                        previous_round_s=self.planned_at), waiting, reasons
+                        capacity_gpus=max(capacity, 0), explain=explain, free_by_node=free_by_node), waiting, reasons
 
     def _submit_order(self, jobs: list[ObservedJob]) -> list[ObservedJob]:
         """``jobs`` by (submit time, numeric job id). The last round's order while the

@@ -34,7 +34,6 @@ class PolicyContext:
     thresholds_gpu_s: tuple[float, ...] = (3600.0,)
     service: Optional[ServiceDistribution] = None
     queue_service_override: dict = field(default_factory=dict)
-    previous_round_s: Optional[float] = None  # Snapshot.previous_round_s
     cache: dict = field(default_factory=dict)  # per-round values a policy computes in bulk
     # level per job object, memoized for the round: a job's level is read by the sort
     # key, the plan's levels, its display value and its wait reason (by id(): the
@@ -108,28 +107,18 @@ def mlfq_key(job: JobState, ctx: PolicyContext, within_waiting: float = 0.0) -> 
 
 def service_at_entry(job: JobState, level: int, group: int, ctx: PolicyContext) -> float:
     """The queue service a job's waiting order is judged at: a job demoted while
-    running is judged at the threshold it crossed (where it entered its queue), a
-    running job re-judged at its queue's rung at that rung, any other job at its
-    service now (constant while it waits). The crossing points, not the service at
-    the round, so that a replay that wakes at the crossing judges it the same."""
+    running is judged at the threshold it crossed (where it entered its queue), any
+    other job at its service now (constant while it waits). The crossing point, not
+    the service at the round, so that a replay that wakes at the crossing judges it
+    the same."""
     return judged_at(ctx.thresholds_gpu_s, level, group == ENTERED and job.running, job.queue_level,
                      ctx.queue_service(job))
 
 
-def rung(thresholds_gpu_s, level: int) -> float:
-    """The one rung of Q_1..Q_{K-1} (dgittins): hi_1 / 2 in Q_1, sqrt(lo_i * hi_i) below."""
-    if level == 0:
-        return thresholds_gpu_s[0] / 2.0
-    return math.sqrt(thresholds_gpu_s[level - 1] * thresholds_gpu_s[level])
-
-
 def judged_at(thresholds_gpu_s, level: int, entered_running: bool, queue_level, served_gpu_s: float) -> float:
     """``service_at_entry`` on plain values (the replay's book keys use it too)."""
-    if entered_running and queue_level is not None:
-        if level > queue_level:
-            return thresholds_gpu_s[level - 1]
-        if level == queue_level:
-            return rung(thresholds_gpu_s, level)
+    if entered_running and queue_level is not None and level > queue_level:
+        return thresholds_gpu_s[level - 1]
     return served_gpu_s
 
 
@@ -145,8 +134,7 @@ class Policy:
     drifts_while_running = False  # priority changes continuously: needs a quantum
     uses_service_distribution = False
     conditions_service = False  # reads a distribution per job (controller.core.conditioned)
-    rejudges_at_rung = False
-    bands_by_index = False  # SiteFactor inside a level from the plan's index (controller.core.bands)  # dgittins: a running job's crossing of its queue's rung is an event
+    bands_by_index = False  # SiteFactor inside a level from the plan's index (controller.core.bands)
 
     def waiting_order(self, jobs: list[JobState], levels: list[int], groups: list[int], ctx: PolicyContext):
         """MLFQ policies: a value per job that orders the waiting jobs of a queue before
