@@ -103,7 +103,6 @@ class Controller:
         # until when the last planned round stands (-inf: plan the next round).
         self._repeated: Optional[Observation] = None
         self._stands_until = -math.inf
-        self.replans_every_round = False  # a test's switch: plan every round, as before quiet rounds
         if config.preempt_undeclared and config.mode != "observe":
             log.warning("preempt_undeclared is on: requeueable jobs that declared no checkpoint signal are "
                         "preempted too (requeued without a signal; they lose the work since their last checkpoint)")
@@ -323,7 +322,7 @@ class Controller:
         # observe
         observation = observation or self._observe()
         now = observation.observed_at_s
-        if observation is self._repeated and now < self._stands_until and not self.replans_every_round:
+        if observation is self._repeated and now < self._stands_until:
             return self._quiet_round(observation, started)
         self._stands_until = -math.inf  # until this round has planned and applied
         # the GPU jobs, and the pending CPU-only jobs (their SiteFactor band: Starts.cpu_bands), in one pass
