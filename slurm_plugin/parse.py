@@ -80,7 +80,7 @@ NODE_UNAVAILABLE_FLAGS = frozenset({
 })
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SlurmJob:
     """One job as Slurm reports it, in one shape for every Slurm version.
 
@@ -142,7 +142,7 @@ class SlurmJob:
         return [p for p in self.partition.split(",") if p]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SlurmNode:
     """One node: base ``state`` lower-case (idle/mixed/allocated/down/...),
     ``flags`` upper-case (DRAIN, NOT_RESPONDING, ...), GPU counts in whole GPUs."""

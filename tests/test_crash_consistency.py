@@ -18,8 +18,7 @@ def test_a_crash_between_closing_a_job_and_adding_its_sample_loses_neither(store
     c = controller(store, backend)
     c.run_round()
     backend.now = 1030.0
-    backend.jobs["1"] = backend.jobs["1"].__class__(**{**backend.jobs["1"].__dict__, "state": "COMPLETED",
-                                                         "end_time_s": 1030.0})
+    backend.jobs["1"] = dataclasses.replace(backend.jobs["1"], state="COMPLETED", end_time_s=1030.0)
 
     def crash(*_args, **_kw):
         raise StoreError("database t.db: disk I/O error")

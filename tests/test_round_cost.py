@@ -2,6 +2,7 @@
 rows written an eighth a round (controller.service.accounting), a restart catching the
 lag up; the heap frozen between rounds (controller.service.heap); JobSpecs kept across
 rounds only while nothing they hold changed (controller.service.daemon)."""
+import dataclasses
 import gc
 
 import pytest
@@ -52,8 +53,7 @@ def test_a_pending_job_whose_facts_change_is_written_in_that_round(store):
     c = controller(store, backend)
     c.run_round()
     backend.now = 1010.0
-    backend.jobs["0"] = backend.jobs["0"].__class__(**{**backend.jobs["0"].__dict__, "state": "COMPLETED",
-                                                         "end_time_s": 1010.0})
+    backend.jobs["0"] = dataclasses.replace(backend.jobs["0"], state="COMPLETED", end_time_s=1010.0)
     c.run_round()  # the plan starts pending jobs: their state and level are facts
     stored = store.load_jobs("default", include_finished=False)
     for job_id, record in c.records.items():

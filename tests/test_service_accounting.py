@@ -92,3 +92,40 @@ def test_promotion_resets_the_queue_clocks_not_the_attained_service(store):
 
 def test_numeric_id_orders_by_number_then_array_task():
     assert sorted(["10", "9", "9_2", "9_10"], key=numeric_id) == ["9", "9_10", "9_2", "10"]
+
+
+def test_what_save_writes_is_what_memory_holds_though_unchanged_jobs_are_not_read_again(store):
+    """advance reads whole only the jobs whose ObservedJob changed, and save writes only
+    those, the running ones and an eighth of the pending ones: after each round the
+    store holds every record's facts and every running job's clocks as memory does,
+    and a pending job's clocks at most CLOCKS_EVERY_ROUNDS rounds behind."""
+    from controller.service.accounting import CLOCKS_EVERY_ROUNDS
+    from controller.service.store import JOB_FIELDS
+    clocks = {"attained_gpu_s", "queue_service_gpu_s", "executed_s", "executed_since_promotion_s",
+              "waited_since_promotion_s", "last_observed_s"}
+    backend = ScriptedBackend()
+    for n in range(1, 41):
+        if n % 4 == 0:
+            backend.add(str(n), 1, "RUNNING", start=990.0, nodes=[(f"gpu{n}", 1)])
+        else:
+            backend.add(str(n), 2)
+    accounts = Accounts(store, "default")
+    for round_number in range(1, 21):
+        backend.now = 1000.0 + 10 * round_number
+        changed = str(round_number)  # one job a round starts (or, running, is requeued)
+        if backend.jobs[changed].state == "PENDING":
+            backend.add(changed, 2, "RUNNING", start=backend.now - 5, nodes=[("gpu0", 2)])
+        else:
+            backend.add(changed, 1, "PENDING", restarts=1)
+        accounts.advance(observe(backend)[0], backend.now)
+        accounts.save()
+        stored = store.load_jobs("default", include_finished=False)
+        assert stored.keys() == accounts.records.keys()
+        for job_id, record in accounts.records.items():
+            row = stored[job_id]
+            for name in JOB_FIELDS:
+                if name not in clocks or record.last_running:
+                    assert getattr(row, name) == getattr(record, name), (round_number, job_id, name)
+            assert backend.now - row.last_observed_s <= 10 * CLOCKS_EVERY_ROUNDS
+    assert accounts.records["1"].state == "RUNNING" and accounts.records["1"].attained_gpu_s == pytest.approx(
+        2 * (5 + 190))  # started at 1005, observed running from 1010 to 1200

@@ -2,6 +2,7 @@
 and a handoff pending or failed is never followed by a second preemption, across restarts too.
 Scripted backend (tests.test_controller), real SQLite store, virtual clock; the same on real
 Slurm is tests/test_slurm_startable.py."""
+import dataclasses
 import pytest
 
 from controller.service.backend import ObservedJob
@@ -49,7 +50,7 @@ def test_control_a_job_slurm_would_start_still_preempts(store, reason):
 def test_a_requeued_jobs_begin_time_is_the_controllers_to_lift(store):
     job = ObservedJob(job_id="7", user="a", partition="batch", state="PENDING", reason="BeginTime", gpus=1)
     assert slurm_wait(job) == "BeginTime"  # a --begin in the future
-    job_requeued = ObservedJob(**{**job.__dict__, "restart_count": 1})
+    job_requeued = dataclasses.replace(job, restart_count=1)
     assert slurm_wait(job_requeued) == ""
     assert STARTABLE_REASONS == {"", "Priority", "Resources"}  # "None": not looked at by Slurm yet
 

@@ -6,14 +6,14 @@ Units: times are seconds (float), service is GPU-seconds. A job is a gang of
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, ClassVar, Optional
+from typing import Callable, Optional
 
 
 class InputError(ValueError):
     """Bad user input: the message is one line naming the field and the value."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class JobSpec:
     """What is known about a job when it is submitted.
 
@@ -50,9 +50,9 @@ class JobSpec:
     partitions: tuple[str, ...] = ()
     gpu_type: str = ""
     reservation: str = ""
-    # True when any of the four above is set (read in every placement: one attribute;
-    # a class default, set on the instance only for a constrained job).
-    constrained: ClassVar[bool] = False
+    # True when any of the four above is set (read in every placement: one attribute,
+    # set by __post_init__).
+    constrained: bool = field(default=False, init=False, repr=False, compare=False)
 
     def __post_init__(self):
         if not (self.required_nodes or self.excluded_nodes or self.min_nodes is not None
@@ -79,7 +79,7 @@ class JobSpec:
         object.__setattr__(self, "constrained", True)
 
 
-@dataclass
+@dataclass(slots=True)
 class JobState:
     """A job as the policy sees it in one round (the simulator keeps these live).
 
@@ -130,7 +130,7 @@ class JobState:
         return max(self.spec.duration_s - self.progress_s, 0.0)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Node:
     """A node as seen in one round: its name, GPU count and GPUs not held by jobs.
 

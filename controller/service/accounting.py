@@ -26,8 +26,8 @@ ACTIVE_STATES = {"PENDING", "RUNNING"}
 COMPLETE_SAMPLE_STATES = {"COMPLETED", "FAILED"}
 CENSORED_SAMPLE_STATES = {"CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "DEADLINE", "OUT_OF_MEMORY",
                           "BOOT_FAIL", "GONE"}
-# A pending job whose record only moved its clocks (controller.service.store.CLOCK_FIELDS:
-# its wait since the last promotion, last_observed_s) is written every
+# A pending job whose record only moved its clocks (its wait since the last promotion,
+# last_observed_s: Accounts._advance_clocks) is written every
 # CLOCKS_EVERY_ROUNDS rounds, an eighth of the pending jobs each round: writing all
 # 10,000 pending rows every round was a third of a round. The row then lags at most
 # that many rounds, which a reload catches up (advance counts a job still pending as
@@ -71,72 +71,52 @@ class Accounts:
         self.touched: set[str] = set()
         self.done: list[str] = []  # closed by finish_gone, not yet forgotten (forget_finished)
         # the records of the jobs the last full advance() found running (with their
-        # GPUs), and pending
-        self._running: list[tuple[JobRecord, int]] = []
+        # GPUs and run start), and pending; the ObservedJob it read of each
+        self._running: list[tuple[JobRecord, int, float]] = []
         self._pending: list[JobRecord] = []
+        self._seen: dict[str, ObservedJob] = {}
+        self._changed: list[JobRecord] = []  # read whole by advance() since the last save()
 
     def advance(self, observed: dict[str, ObservedJob], now: float, quiet: bool = False) -> None:
         """Advance attained service and the starvation clocks to ``now`` (epoch s).
         ``quiet``: ``observed`` shows the jobs in the states of the last call (a repeated
         observation: controller.service.daemon's quiet round), so only the clocks move,
-        for the jobs that call found running or pending (a loop over 12,000 jobs less)."""
+        for the jobs that call found running or pending (a loop over 12,000 jobs less).
+        Otherwise a job whose ObservedJob is the very object of the last call (the
+        backend keeps it while Slurm's record is unchanged: most jobs) moves its clocks
+        only; the others are read whole and remembered as changed (save writes them)."""
         self.rounds += 1
         if quiet:
             self._advance_clocks(now)
             return
-        running, pending = self._running, self._pending = [], []
-        for job in observed.values():
-            if job.state not in ACTIVE_STATES:
+        last_seen, seen = self._seen, {}
+        running, pending, changed = [], [], self._changed
+        records, full = self.records, self._advance_job
+        for job_id, job in observed.items():
+            state = job.state
+            if state != "RUNNING" and state != "PENDING":
                 continue
-            record = self.records.get(job.job_id)
-            if record is None:
-                record = self._first_sight(job, now)
-            if job.state == "RUNNING":
-                running.append((record, job.gpus))
+            seen[job_id] = job
+            record = records.get(job_id) if last_seen.get(job_id) is job else None
+            if record is None:  # new, or its record changed: read whole
+                record = full(job, now)
+                changed.append(record)
+            if state == "RUNNING":
+                running.append((record, job.gpus,
+                                job.start_time_s if job.start_time_s is not None else record.last_observed_s))
             else:
                 pending.append(record)
-            last = record.last_observed_s
-            if job.state == "RUNNING":
-                run_start = job.start_time_s if job.start_time_s is not None else now
-                same_run = record.last_running and record.restart_count == job.restart_count and last is not None
-                since = max(last, run_start) if same_run else run_start
-                ran = max(0.0, now - since)
-                record.attained_gpu_s += job.gpus * ran
-                record.queue_service_gpu_s += job.gpus * ran
-                record.executed_s += ran
-                record.executed_since_promotion_s += ran
-                if record.first_start_s is None:
-                    record.first_start_s = run_start
-            else:
-                since = last if last is not None else record.submit_time_s
-                record.waited_since_promotion_s += max(0.0, now - since)
-            if record.last_running and job.state != "RUNNING":
-                self.stopped_at.setdefault(job.job_id, now)
-            elif job.state == "PENDING" and job.restart_count > 0 and job.reason == "BeginTime":
-                # Requeued before this process saw it stop (e.g. across a restart): the
-                # settle time counts from now, never from an unknown past.
-                self.stopped_at.setdefault(job.job_id, now)
-            elif job.state == "RUNNING":
-                self.stopped_at.pop(job.job_id, None)
-            record.last_running = job.state == "RUNNING"
-            record.restart_count = job.restart_count
-            record.last_observed_s = now
-            record.state = job.state
-            # record.partition is the allowed set, kept from first sight: a move narrows
-            # the job's partition field and must never widen what the user allowed.
-            reset = None if job.partition == record.partition else allowed_after_observation(
-                record.partition, job.partition)  # the same field: nothing to reset (the usual round)
-            if reset is not None:
-                if record.partition:
-                    log.info("job %s: partition changed to %s outside its allowed set %s: allowing %s",
-                             job.job_id, job.partition, record.partition, reset)
-                record.partition = reset
+        self._seen, self._running, self._pending = seen, running, pending
+        self._advance_clocks(now)
 
     def _advance_clocks(self, now: float) -> None:
-        """``advance`` when no job changed state: the running ones' service, the
-        pending ones' wait (the same sums as there)."""
-        for record, gpus in self._running:
-            ran = max(0.0, now - record.last_observed_s)
+        """The clocks of the jobs the last advance found running (service: GPUs x the
+        time since the last observation or the run's start, the later) and pending
+        (the wait since the last observation). A job read whole this round has its
+        last observation at ``now`` already: nothing added twice."""
+        for record, gpus, run_start in self._running:
+            last = record.last_observed_s
+            ran = max(0.0, now - (last if last >= run_start else run_start))
             gpu_s = gpus * ran
             record.attained_gpu_s += gpu_s
             record.queue_service_gpu_s += gpu_s
@@ -146,6 +126,44 @@ class Accounts:
         for record in self._pending:
             record.waited_since_promotion_s += max(0.0, now - record.last_observed_s)
             record.last_observed_s = now
+
+    def _advance_job(self, job: ObservedJob, now: float) -> JobRecord:
+        """One job read whole: its state, restart count, partition and first start as
+        observed now; its clocks up to the last observation (or its run's start, when
+        this is another run), from where _advance_clocks moves them to ``now``."""
+        record = self.records.get(job.job_id)
+        if record is None:
+            record = self._first_sight(job, now)
+        last = record.last_observed_s
+        if job.state == "RUNNING":
+            run_start = job.start_time_s if job.start_time_s is not None else now
+            same_run = record.last_running and record.restart_count == job.restart_count and last is not None
+            record.last_observed_s = max(last, run_start) if same_run else run_start
+            if record.first_start_s is None:
+                record.first_start_s = run_start
+        else:
+            record.last_observed_s = last if last is not None else record.submit_time_s
+        if record.last_running and job.state != "RUNNING":
+            self.stopped_at.setdefault(job.job_id, now)
+        elif job.state == "PENDING" and job.restart_count > 0 and job.reason == "BeginTime":
+            # Requeued before this process saw it stop (e.g. across a restart): the
+            # settle time counts from now, never from an unknown past.
+            self.stopped_at.setdefault(job.job_id, now)
+        elif job.state == "RUNNING":
+            self.stopped_at.pop(job.job_id, None)
+        record.last_running = job.state == "RUNNING"
+        record.restart_count = job.restart_count
+        record.state = job.state
+        # record.partition is the allowed set, kept from first sight: a move narrows
+        # the job's partition field and must never widen what the user allowed.
+        reset = None if job.partition == record.partition else allowed_after_observation(
+            record.partition, job.partition)  # the same field: nothing to reset (the usual round)
+        if reset is not None:
+            if record.partition:
+                log.info("job %s: partition changed to %s outside its allowed set %s: allowing %s",
+                         job.job_id, job.partition, record.partition, reset)
+            record.partition = reset
+        return record
 
     def _first_sight(self, job: ObservedJob, now: float) -> JobRecord:
         skew, problem = parse_skew_hint(job.comment)
@@ -283,22 +301,20 @@ class Accounts:
         self.touched.add(job_id)
 
     def save(self, quiet: bool = False) -> None:
-        """Write the records that changed (see CLOCKS_EVERY_ROUNDS). ``quiet``: after a
-        quiet advance, only clocks moved: the running jobs and this round's eighth of
-        the pending ones are the rows to write, the others are not even compared."""
+        """Write the records that changed since the last save: the running jobs' (their
+        service moved), this round's eighth of the pending ones (see
+        CLOCKS_EVERY_ROUNDS), and those advance() read whole, finish_gone() closed or
+        the methods below touched; the other records are not even compared. ``quiet``:
+        after a quiet advance, which reads none whole."""
         phase = self.rounds % CLOCKS_EVERY_ROUNDS
-        if quiet:
-            rows = [r for r, _ in self._running] + [r for r in self._pending if hash(r.job_id) % CLOCKS_EVERY_ROUNDS == phase]
-            self.store.save_jobs(self.cluster, rows)
-            self.touched = set()
-            return
-        # The job ids whose clock-only changes wait: pending jobs, all but this round's
-        # eighth of them (by the job id's hash). One set, built in a comprehension: a
-        # membership test per job in Python was a tenth of the store's time.
-        waiting = {job_id for job_id, record in self.records.items()
-                   if not record.last_running and hash(job_id) % CLOCKS_EVERY_ROUNDS != phase}
-        self.store.save_jobs(self.cluster, self.records.values(), clocks_may_wait=waiting)
-        self.touched = set()
+        records = self.records
+        rows = [record for record, _, _ in self._running]
+        rows += [record for record in self._pending if hash(record.job_id) % CLOCKS_EVERY_ROUNDS == phase]
+        rows += self._changed
+        rows += [records[job_id] for job_id in self.done if job_id in records]
+        rows += [records[job_id] for job_id in self.touched if job_id in records]
+        self.store.save_jobs(self.cluster, rows)
+        self._changed, self.touched = [], set()
 
     def save_touched(self) -> None:
         """Write the records changed through this class's methods since save(): after

@@ -81,6 +81,9 @@ def combined(current: str, line: str) -> str:
 class _Written:
     at_s: float
     urgent_key: tuple  # (level, running): a change here is written at once
+    # the ObservedJob last found to show this line (its comment and state as then):
+    # while the job is that object, at that level and not due, it is not looked at again
+    checked: Optional[ObservedJob] = None
 
 
 class AdminComments:
@@ -118,20 +121,25 @@ class AdminComments:
         actions, ids ``r<round>.c<n>``). ``queues``: K, or 0 for a policy without queues;
         ``attained_gpu_s(job_id)``: its service; ``preemptable(job) -> bool`` for running jobs. Returns the
         writes applied."""
-        position = dict(zip(plan.order, itertools.count(1)))
+        position = None
         wanted, written, refresh_s = {}, self._written, self.refresh_s
         for job_id, level in plan.levels.items():
             job = observed.get(job_id)
             if job is None:
                 continue
+            last = written.get(job_id)
+            if last is not None and last.checked is job and last.urgent_key[0] == level and now - last.at_s < refresh_s:
+                continue  # found up to date before, and neither the job nor its level changed since
             state = job.state
             if state != "RUNNING" and state != "PENDING":
                 continue
             running = state == "RUNNING"
-            last = written.get(job_id)
             if (last is not None and now - last.at_s < refresh_s and last.urgent_key == (level, running)
                     and ours_in(job.admin_comment)):
+                last.checked = job
                 continue  # neither urgent nor due (as updates() rules): its line is not even built
+            if position is None:
+                position = dict(zip(plan.order, itertools.count(1)))
             line = our_line(level, queues, attained_gpu_s(job_id), position.get(job_id), running,
                             running and preemptable(job))
             if ours_in(job.admin_comment) != line:  # what updates() skips, left out before it (most jobs)

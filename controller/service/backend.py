@@ -17,7 +17,7 @@ class BackendUnavailable(RuntimeError):
     """The cluster manager did not answer (slurmctld down, time-out): act on nothing."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ObservedJob:
     """A job as the cluster manager reports it. Times are epoch seconds."""
 

@@ -639,20 +639,23 @@ class Controller:
         """The last order brought up to date when few jobs came or went (a changing
         round: sorting 55,000 jobs again was a tenth of it): the jobs still there in
         their last order (their current objects), the new ones put in by binary search.
-        None: too many new jobs, a submit time unknown or changed (sort instead)."""
+        None: too many new jobs, a submit time unknown or changed (sort instead).
+        Written as C-level passes (map, filter, set operations): a Python loop over
+        the jobs cost as much as the sort it saves."""
         if not last_out:
             return None
         current = dict(zip(map(_id_of, jobs), jobs))
-        pop, out = current.pop, []
-        for old in last_out:
-            job = pop(old.job_id, None)
-            if job is not None:
-                if job.submit_time_s != old.submit_time_s or job.submit_time_s is None:
-                    return None
-                out.append(job)
-        if len(current) > NEW_JOBS_INSERTED or any(job.submit_time_s is None for job in current.values()):
+        last_submit = dict(zip(map(_id_of, last_out), map(_submit_of, last_out)))
+        out = list(filter(None, map(current.get, last_submit)))  # dicts keep the last order
+        submits = list(map(_submit_of, out))
+        if None in submits or submits != list(map(last_submit.__getitem__, map(_id_of, out))):
             return None
-        for job in current.values():
+        new = current.keys() - last_submit.keys()
+        if len(new) > NEW_JOBS_INSERTED:
+            return None
+        for job in map(current.__getitem__, new):
+            if job.submit_time_s is None:
+                return None
             key = (job.submit_time_s, numeric_id(job.job_id))
             out.insert(bisect.bisect(out, key, key=lambda j: (j.submit_time_s, numeric_id(j.job_id))), job)
         return out

@@ -25,7 +25,7 @@ import time
 import urllib.parse
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Callable, Container, Iterable, Iterator, Optional
+from typing import Any, Callable, Iterable, Iterator, Optional
 
 from sqlalchemy import (
     Boolean, Column, Float, Index, Integer, MetaData, String, Table, Text,
@@ -233,7 +233,7 @@ controller_modes = Table(
 )
 
 
-@dataclass
+@dataclass(slots=True)
 class JobRecord:
     """One job's persisted service. Times in epoch seconds, service in GPU-seconds.
 
@@ -270,13 +270,6 @@ class JobRecord:
 
 JOB_FIELDS = tuple(f.name for f in fields(JobRecord))
 _record_values = operator.attrgetter(*JOB_FIELDS)  # a JobRecord's fields as one tuple, in JOB_FIELDS order
-# The fields a round moves for every active job (controller.service.accounting.advance):
-# linear in time while the job stays in one state, so a stored row that lags behind
-# them is caught up by the next advance after a reload (save_jobs' clocks_may_wait).
-CLOCK_FIELDS = frozenset({"attained_gpu_s", "queue_service_gpu_s", "executed_s", "executed_since_promotion_s",
-                          "waited_since_promotion_s", "last_observed_s"})
-_facts = operator.itemgetter(*(i for i, name in enumerate(JOB_FIELDS) if name not in CLOCK_FIELDS))
-_record_facts = operator.attrgetter(*(name for name in JOB_FIELDS if name not in CLOCK_FIELDS))  # same order
 # executemany: SET takes the columns each parameter row names besides the key.
 _UPDATE_JOB_BY_KEY = update(job_service).where(job_service.c.cluster == bindparam("key_cluster"),
                                                job_service.c.job_id == bindparam("key_job_id"))
@@ -499,11 +492,9 @@ class Store:
                                         for job_id, record in records.items())
         return records
 
-    def save_jobs(self, cluster: str, records: Iterable[JobRecord], clocks_may_wait: Container[str] = ()) -> int:
+    def save_jobs(self, cluster: str, records: Iterable[JobRecord]) -> int:
         """Upsert those of these records that differ from what this process last
-        committed or loaded, in one transaction; returns how many were written.
-        A record whose job id is in ``clocks_may_wait`` and that differs from its
-        committed row in CLOCK_FIELDS only is not written this time."""
+        committed or loaded, in one transaction; returns how many were written."""
         changed: dict[tuple[str, str], tuple] = {}
         new_rows = []  # not committed by this process yet: upserted whole
         updates: dict[tuple[bool, ...], list[tuple]] = {}  # which fields changed -> the records' values
@@ -511,10 +502,9 @@ class Store:
         for record in records:
             job_id = record.job_id if type(record.job_id) is str else str(record.job_id)
             key = (cluster, job_id)
+            if key in changed:
+                continue  # listed twice (running, and read whole): written once
             old = committed_row(key)
-            # a pending job's clocks-only change (most rows) is told from its facts alone
-            if old is not None and job_id in clocks_may_wait and _facts(old) == _record_facts(record):
-                continue
             values = _record_values(record)
             if old == values:
                 continue
