@@ -17,10 +17,8 @@ holder runs rounds, and it reloads from the store whenever it gains the lease.
 """
 from __future__ import annotations
 
-import bisect
 import logging
 import math
-import operator
 import os
 import threading
 import time
@@ -36,7 +34,7 @@ from controller.core.placement import beyond_reach
 from controller.core.plan import Plan
 from controller.core.policies import PolicyContext
 from controller.service.admin_comment import AdminComments
-from controller.service.accounting import ACTIVE_STATES, Accounts, numeric_id
+from controller.service.accounting import ACTIVE_STATES, Accounts
 from controller.service.backend import Backend, BackendUnavailable, Observation, ObservedJob
 from controller.service.config import Config
 from controller.service.contract import Contract
@@ -55,6 +53,7 @@ from controller.service import logs
 from controller.service.startable import add_waiting, slurm_wait
 from controller.service.starts import Starts
 from controller.service.store import Store, StoreError
+from controller.service.submit_order import SubmitOrder
 
 log = logging.getLogger("tiresias.controller")
 
@@ -93,7 +92,6 @@ class Controller:
         self._calls_mark: dict[str, int] = {}  # backend.commands_run when the current round began
         self.heap = Heap()  # one full garbage collection an hour (controller.service.heap)
         self._specs: dict[str, tuple] = {}  # job id -> (ObservedJob, account key, JobSpec) of the last snapshot
-        self._order: tuple[list, list] = ([], [])  # the last snapshot's active jobs, and in submit order
         # The light poll's answer taken just before the last full observation, and when
         # that observation was made (controller clock): see observe().
         self._full_signature: Optional[frozenset] = None
@@ -113,6 +111,7 @@ class Controller:
         config, store = self.config, self.store
         self.accounts = Accounts(store, config.cluster, self.metrics, self._log_once, gone_credit_s=config.poll_s)
         self.records = self.accounts.records  # job id -> JobRecord (the same dict)
+        self.submit_order = SubmitOrder()  # the snapshot's arrival order of the records' jobs
         self.starts = Starts(config, self.executor, self.accounts, by_level=self.engine.policy.discretized,
                              by_index=self.engine.policy.bands_by_index)
         self.handoffs = Handoffs(config, store)
@@ -375,7 +374,9 @@ class Controller:
         report.levers = self.executor.end_round(round_id)
         logs.log_decisions(log, report.applied, round_id)
         self._prune_decisions(now)
-        for job_id in self.accounts.forget_finished():
+        forgotten = self.accounts.forget_finished()
+        self.submit_order.forget(forgotten)
+        for job_id in forgotten:
             self.starts.forget(job_id)
             self.mover.forget(job_id)
             self.contract.forget(job_id)
@@ -568,12 +569,20 @@ class Controller:
         unavailable = {n.name for n in observation.nodes if not n.available}
         free_by_node = {n.name: n.gpus_free for n in observation.nodes if n.available}
         specs: dict[str, tuple] = {}  # this round's JobSpecs (see _job_spec)
-        candidates = self._submit_order([j for j in observed.values() if j.state in ACTIVE_STATES])
         # (the loop runs once per active job: its lookups are bound to locals)
         records, why_not, pins, last_specs = self.records, self.contract.why_not, self.starts.pins, self._specs
-        for index, job in enumerate(candidates):
-            job_id = job.job_id
-            running = job.state == "RUNNING"
+        arrival = self.submit_order.ids(observed, lambda job_id: records[job_id].submit_time_s,
+                                        lambda job_id: observed[job_id].state in ACTIVE_STATES)
+        index = -1
+        for job_id in arrival:
+            job = observed.get(job_id)
+            if job is None:
+                continue
+            state = job.state
+            running = state == "RUNNING"
+            if not running and state != "PENDING":
+                continue
+            index += 1
             if running:
                 if job_id in leaving:
                     for node, gpus in job.gpus_by_node:  # being preempted: its GPUs are the beneficiary's
@@ -611,54 +620,6 @@ class Controller:
         capacity = sum(n.gpus_total for n in nodes if n.available) - held_gpus
         return Snapshot(now_s=now, jobs=jobs, nodes=nodes, service=self.service, round_id=round_id,
                         capacity_gpus=max(capacity, 0), explain=explain, free_by_node=free_by_node), waiting, reasons
-
-    def _submit_order(self, jobs: list[ObservedJob]) -> list[ObservedJob]:
-        """``jobs`` by (submit time, numeric job id). The last round's order while the
-        jobs are the same objects (a repeated observation: controller.service.backend
-        keeps each ObservedJob while its record is unchanged); else sorted on keys
-        built by C calls only (a lambda per job was a tenth of the snapshot). The
-        numeric id ends with the id itself: the keys are unique, jobs never compared."""
-        last_in, last_out = self._order
-        if len(jobs) == len(last_in) and all(map(operator.is_, jobs, last_in)):
-            return list(last_out)
-        out = self._submit_order_updated(jobs, last_out)
-        if out is not None:
-            self._order = (jobs, out)
-            return list(out)
-        if any(job.submit_time_s is None for job in jobs):
-            out = sorted(jobs, key=lambda j: (j.submit_time_s or 0.0, numeric_id(j.job_id)))
-        else:
-            decorated = list(zip(map(_submit_of, jobs), map(numeric_id, map(_id_of, jobs)), jobs))
-            decorated.sort()
-            out = [job for _, _, job in decorated]
-        self._order = (jobs, out)
-        return list(out)
-
-    @staticmethod
-    def _submit_order_updated(jobs: list[ObservedJob], last_out: list[ObservedJob]) -> Optional[list[ObservedJob]]:
-        """The last order brought up to date when few jobs came or went (a changing
-        round: sorting 55,000 jobs again was a tenth of it): the jobs still there in
-        their last order (their current objects), the new ones put in by binary search.
-        None: too many new jobs, a submit time unknown or changed (sort instead).
-        Written as C-level passes (map, filter, set operations): a Python loop over
-        the jobs cost as much as the sort it saves."""
-        if not last_out:
-            return None
-        current = dict(zip(map(_id_of, jobs), jobs))
-        last_submit = dict(zip(map(_id_of, last_out), map(_submit_of, last_out)))
-        out = list(filter(None, map(current.get, last_submit)))  # dicts keep the last order
-        submits = list(map(_submit_of, out))
-        if None in submits or submits != list(map(last_submit.__getitem__, map(_id_of, out))):
-            return None
-        new = current.keys() - last_submit.keys()
-        if len(new) > NEW_JOBS_INSERTED:
-            return None
-        for job in map(current.__getitem__, new):
-            if job.submit_time_s is None:
-                return None
-            key = (job.submit_time_s, numeric_id(job.job_id))
-            out.insert(bisect.bisect(out, key, key=lambda j: (j.submit_time_s, numeric_id(j.job_id))), job)
-        return out
 
     # -- usage records --------------------------------------------------------------------------
     def _collect_usage(self, now: float) -> None:
@@ -700,9 +661,6 @@ class Controller:
             log.info("usage records: %d older than %gs deleted", deleted, self.config.usage_max_age_s)
 
 
-_submit_of = operator.attrgetter("submit_time_s")
-NEW_JOBS_INSERTED = 256  # more new jobs in a round than this: the submit order is sorted again
-_id_of = operator.attrgetter("job_id")
 # JobState's leading fields as _snapshot passes them, by position: checked here, so a
 # model that reorders them fails at import, not in a plan.
 _JOB_STATE_FIELDS = ("spec", "index", "attained_gpu_s", "queue_service_gpu_s", "executed_s",
