@@ -252,15 +252,27 @@ class SlurmBackend:
         node_errors: list[SlurmParseError] = []
         try:
             jobs = self._squeue_records.read(squeue_text, lambda rest: self._load(rest, "squeue --json"), job_errors)
+            fresh = self._squeue_records.fresh
             if jobs is None:  # not cut into records: read whole
                 job_errors.clear()
-                jobs = parse_squeue_json(self._load(squeue_text, "squeue --json"), errors=job_errors)
+                jobs = fresh = parse_squeue_json(self._load(squeue_text, "squeue --json"), errors=job_errors)
             nodes = self._sinfo_records.read(sinfo_text, lambda rest: self._load(rest, "sinfo --json"), node_errors)
             if nodes is None:  # e.g. 23.11+'s grouped sinfo entries
                 node_errors.clear()
                 nodes = parse_sinfo_json(self._load(sinfo_text, "sinfo --json"), errors=node_errors)
         except SlurmParseError as exc:  # not a document at all: act on nothing
             raise BackendUnavailable(f"unreadable Slurm output: {exc}") from None
+        try:
+            return self._observation(jobs, fresh, nodes, job_errors, node_errors, skipped, observed_at_s)
+        except BaseException:
+            self._squeue_records.forget()  # its records were not all taken in: read them all again next time
+            raise
+
+    def _observation(self, jobs: list[SlurmJob], fresh: list[SlurmJob], nodes: list[SlurmNode],
+                     job_errors: list[SlurmParseError], node_errors: list[SlurmParseError], skipped: list[str],
+                     observed_at_s: float) -> Observation:
+        """observe()'s records as an Observation; ``fresh``: those of ``jobs`` parsed by
+        this read (the others are the very records of the last observe())."""
         withheld = Withheld()  # a bad job record withholds "gone" from its own job only
         for exc in job_errors:
             skipped.append(f"squeue job {exc.job_id or '?'} (record {exc.record_index}): {exc}")
@@ -274,39 +286,42 @@ class SlurmBackend:
         if self.partitions is not None:
             jobs = [j for j in jobs if self._in_scope(j.partitions)]
 
-        # One pass for what the records say in common (each pass over 55,000 records
-        # costs its cache misses: one pass each was a third of observe()).
-        site_factors: dict[str, int] = {}
+        # A pending job's SiteFactor: its record's (24.11 JSON), else sprio's, else as
+        # last observed or set here (22.05 JSON has none). sprio is read when a pending
+        # job shows up whose factor is none of these: only a record parsed by this read
+        # can be one (a record the last observe() saw pending was asked then), so the
+        # others are not even looked at for it.
+        known, known_ids = self._site_factors, self._site_factor_known
+        asked = any(j.state == "PENDING" and j.site_factor is None and j.job_id not in known_ids
+                    and (self.partitions is None or self._in_scope(j.partitions)) for j in fresh)
+        sprio = self._read_sprio_site_factors(skipped) if asked else {}
+
+        # One pass over the records for all they say (each pass over 55,000 records costs
+        # its cache misses: one pass each was a third of observe()). A record that is the
+        # same object as at the last observe() with the same SiteFactor keeps its ObservedJob.
         pending: set[str] = set()
         arrays: set[str] = set()
         named: set[str] = set()  # the reservations jobs name
         plain: set[str] = set()  # records planned as they are (no array, no het job)
-        for j in jobs:
-            if j.site_factor is not None:
-                site_factors[j.job_id] = j.site_factor
-            if j.state == "PENDING":
-                pending.add(j.job_id)
-            if j.array_tasks:
-                arrays.add(j.job_id)
-            elif not j.het_job_id:
-                plain.add(j.job_id)
-            if j.reservation:
-                named.add(j.reservation)
-        unknown = pending - site_factors.keys() - self._site_factor_known
-        if unknown:
-            site_factors.update(self._read_sprio_site_factors(skipped))
-            self._site_factor_known |= pending  # held jobs are not in sprio: not asked again
-        known = self._site_factors
-        for job_id in pending - site_factors.keys():
-            if job_id in known:
-                site_factors[job_id] = known[job_id]  # as read or set before (22.05 JSON has none)
-        self._site_factor_known &= pending | unknown
-
         observed_jobs: list[ObservedJob] = []
         last, self._observed = self._observed, {}
+        kept_now = self._observed
         self._site_factors = observed_factors = {}
         for job in jobs:
-            site_factor = site_factors.get(job.job_id)
+            job_id = job.job_id
+            site_factor = job.site_factor
+            if job.state == "PENDING":
+                pending.add(job_id)
+                if sprio:
+                    site_factor = sprio.get(job_id, site_factor)
+                if site_factor is None:
+                    site_factor = known.get(job_id)
+            if job.array_tasks:
+                arrays.add(job_id)
+            elif not job.het_job_id:
+                plain.add(job_id)
+            if job.reservation:
+                named.add(job.reservation)
             kept = last.get(id(job))
             if kept is not None and kept[0] is job and kept[1] == site_factor:
                 observed = kept[2]  # the same record as last time: the same ObservedJob
@@ -314,13 +329,14 @@ class SlurmBackend:
                 try:
                     observed = self._observed_job(job, site_factor)
                 except (SlurmParseError, TypeError, ValueError) as exc:
-                    skipped.append(f"squeue job {job.job_id}: {_one_line(str(exc))}")
-                    withheld.ids.add(job.het_job_id or job.job_id)
+                    skipped.append(f"squeue job {job_id}: {_one_line(str(exc))}")
+                    withheld.ids.add(job.het_job_id or job_id)
                     continue
-            self._observed[id(job)] = (job, site_factor, observed)
+            kept_now[id(job)] = (job, site_factor, observed)
             observed_jobs.append(observed)
             if site_factor is not None:
-                observed_factors[job.job_id] = site_factor
+                observed_factors[job_id] = site_factor
+        self._site_factor_known = pending if asked else known_ids & pending
 
         reserved = self._reservations(named, nodes, observed_at_s)
         observed_nodes = [

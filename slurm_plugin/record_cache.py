@@ -111,7 +111,9 @@ class RecordCache(Generic[T]):
         # in Slurm) is one comparison, not a cut.
         self._last_text: Optional[str] = None
         self._last_read: tuple[list[T], list] = ([], [])
-        self.parsed = 0  # records decoded and parsed by the last read (the rest were reused)
+        # the values the last read decoded and parsed (new or changed records; the rest
+        # are the very values of the read before)
+        self.fresh: list[T] = []
 
     def read(self, text: str, load: Callable[[str], dict], errors: list) -> Optional[list[T]]:
         """The records of ``text`` in document order, each parsed once per distinct
@@ -121,7 +123,7 @@ class RecordCache(Generic[T]):
         if text == self._last_text:
             values, bad = self._last_read
             errors.extend(bad)
-            self.parsed = 0
+            self.fresh = []
             return list(values)
         layout = _layout(text, self.key)
         if layout is None:
@@ -135,7 +137,7 @@ class RecordCache(Generic[T]):
             return None  # the list's end was not where the cut put it
         load(rest)  # the caller's checks of the document (an errors entry: an outage)
         last, order, place = self._last, self._order, self._place
-        current, out, kept_order, parsed = {}, [], [], 0
+        current, out, kept_order, fresh = {}, [], [], []
         marker, skip, find, same, step = self._id_marker, len(self._id_marker), text.find, text.startswith, \
             len(separator)
         following = 0  # where in the last read's order the record after the previous one was
@@ -179,9 +181,9 @@ class RecordCache(Generic[T]):
                     return None  # a cut in the wrong place: braces do not balance
                 if not isinstance(record, dict):
                     return None
-                parsed += 1
                 try:
                     value = self.parse_one(record)
+                    fresh.append(value)
                 except SlurmParseError as exc:
                     exc.record_index = index
                     if record.get("job_id") is not None:
@@ -198,11 +200,11 @@ class RecordCache(Generic[T]):
                 break
             at = cut + step
         self._order, self._place = kept_order, {ident: i for i, (ident, _, _) in enumerate(kept_order)}
-        self._last, self.parsed = current, parsed
+        self._last, self.fresh = current, fresh
         self._last_text, self._last_read = text, (out, errors[errors_before:])
         return list(out)
 
     def forget(self) -> None:
-        self._last, self._last_text, self._last_read = {}, None, ([], [])
+        self._last, self._last_text, self._last_read, self.fresh = {}, None, ([], []), []
         self._order, self._place = [], {}
 

@@ -50,7 +50,7 @@ def test_only_a_changed_record_is_parsed_again(version):
     text = _text(version, "squeue.json")
     cache = _jobs_cache()
     first = cache.read(text, _load, [])
-    assert cache.parsed == len(first)
+    assert cache.fresh == first
     # One record's reason changes (the text stays laid out as Slurm prints it).
     doc = json.loads(text)
     target = next(j for j in doc["jobs"] if j["state_reason"] == "BeginTime")
@@ -60,13 +60,13 @@ def test_only_a_changed_record_is_parsed_again(version):
     assert record.count('"state_reason": "BeginTime"') == 1
     changed = text[:start] + record.replace('"state_reason": "BeginTime"', '"state_reason": "Priority"') + text[end:]
     second = cache.read(changed, _load, [])
-    assert cache.parsed == 1
+    assert [job.reason for job in cache.fresh] == ["Priority"]  # only the changed record parsed
     assert second == parse_squeue_json(changed)
     unchanged_ids = {j.job_id for j in first} - {str(target["job_id"]) if isinstance(target["job_id"], int)
                                                  else str(target["job_id"]["number"])}
     kept = {j.job_id: j for j in first}
     assert all(job is kept[job.job_id] for job in second if job.job_id in unchanged_ids)  # the same objects
-    assert cache.read(changed, _load, []) == second and cache.parsed == 0  # the same answer: one comparison
+    assert cache.read(changed, _load, []) == second and cache.fresh == []  # the same answer: one comparison
 
 
 def test_compact_or_mis_cut_text_is_read_whole():
@@ -160,4 +160,4 @@ def test_records_removed_added_moved_or_changed_read_as_the_whole_document(versi
         text = text_of(records)
         errors: list = []
         assert cache.read(text, _load, errors) == parse_squeue_json(text) and errors == []
-        assert cache.parsed == new_texts
+        assert len(cache.fresh) == new_texts

@@ -129,3 +129,23 @@ def test_what_save_writes_is_what_memory_holds_though_unchanged_jobs_are_not_rea
             assert backend.now - row.last_observed_s <= 10 * CLOCKS_EVERY_ROUNDS
     assert accounts.records["1"].state == "RUNNING" and accounts.records["1"].attained_gpu_s == pytest.approx(
         2 * (5 + 190))  # started at 1005, observed running from 1010 to 1200
+
+
+def test_the_jobs_that_ever_ran_are_known_across_a_requeue_a_reload_and_their_end(store):
+    backend = ScriptedBackend()
+    backend.add("1", 1, "RUNNING", start=990.0, nodes=[("gpu1", 1)])
+    backend.add("2", 1)
+    accounts = Accounts(store, "default")
+    accounts.advance(observe(backend)[0], backend.now)
+    assert accounts.started_once == {"1"}
+    backend.now += 10
+    backend.add("1", 1, "PENDING", restarts=1)  # requeued: pending, and ran before
+    accounts.advance(observe(backend)[0], backend.now)
+    accounts.save()
+    assert Accounts(store, "default").started_once == {"1"}  # from the stored first start
+    backend.now += 10
+    del backend.jobs["1"]
+    observed, observation = observe(backend)
+    accounts.finish_gone(observed, observation, backend.now)
+    accounts.forget_finished()
+    assert accounts.started_once == set()

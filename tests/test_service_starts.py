@@ -34,7 +34,8 @@ def test_bands_by_level_and_started_class_and_sent_only_when_they_change(store):
     starts, accounts = starter(store, backend)
     plan = Plan(1, backend.now, order=["2", "1", "3"], levels={"1": 0, "2": 0, "3": 1})
     round_(starts, accounts, backend, plan)
-    accounts.records["3"].first_start_s = 900.0  # job 3 ran before (requeued)
+    accounts.records["3"].first_start_s = 900.0  # job 3 ran before (requeued), as advance() marks it
+    accounts.started_once.add("3")
     [(lever, factors)] = backend.calls
     band = starts.config.site_factor_band
     assert factors == {"2": 2 * band, "1": 2 * band, "3": band}

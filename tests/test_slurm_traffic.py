@@ -34,3 +34,32 @@ def test_sprio_is_read_again_only_for_new_pending_jobs():
     slurm.submit(999, 1)
     backend.observe()
     assert slurm.calls["sprio"] == 2
+
+
+def test_a_new_pending_job_is_asked_of_sprio_again_after_an_observation_that_failed_there():
+    """observe() asks sprio only for records it parsed anew; one that failed on sprio
+    (slurmctld gone meanwhile) must not leave the new job's record parsed but never asked."""
+    from controller.service.backend import BackendUnavailable
+    from slurm_plugin.backend import CommandResult
+    slurm = ScriptedSlurm(pending=20, running=4, nodes=10)
+    down = {"sprio": False}
+
+    def runner(argv, timeout_s, env):
+        if down["sprio"] and argv[0] == "sprio":
+            return CommandResult(1, "", "sprio: error: Unable to contact slurm controller (connect failure)")
+        return slurm(argv, timeout_s, env)
+
+    backend = SlurmBackend(runner=runner)
+    backend.observe()
+    slurm.submit(999, 1)
+    down["sprio"] = True
+    try:
+        backend.observe()
+        raise AssertionError("observe() went on without sprio")
+    except BackendUnavailable:
+        pass
+    down["sprio"] = False
+    asked = slurm.calls["sprio"]
+    observation = backend.observe()
+    assert slurm.calls["sprio"] == asked + 1  # asked again, though job 999's record is unchanged since
+    assert any(job.job_id == "999" for job in observation.jobs)

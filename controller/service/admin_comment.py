@@ -77,7 +77,7 @@ def combined(current: str, line: str) -> str:
     return f"{site} [{line}]" if site else f"[{line}]"
 
 
-@dataclass
+@dataclass(slots=True)
 class _Written:
     at_s: float
     urgent_key: tuple  # (level, running): a change here is written at once

@@ -120,10 +120,9 @@ class Starts:
 
     def site_factors(self, plan: Plan, observed: dict[str, ObservedJob]) -> dict[str, int]:
         """The pending jobs' SiteFactors (controller.core.bands.site_factors)."""
-        records = self.accounts.records
         pending = {j for j, job in observed.items() if job.state == "PENDING"}
-        started = {j for j in pending if j in records and records[j].first_start_s is not None}
-        return site_factors(plan.order, plan.levels, pending, started, len(self.config.queues_gpu_s) + 1,
+        return site_factors(plan.order, plan.levels, pending, self.accounts.started_once,
+                            len(self.config.queues_gpu_s) + 1,
                             self.config.site_factor_band, self.by_level, plan.keys if self.by_index else None)
 
     def cpu_bands(self, cpu_pending: dict[str, ObservedJob]) -> dict[str, int]:
