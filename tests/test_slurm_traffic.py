@@ -63,3 +63,11 @@ def test_a_new_pending_job_is_asked_of_sprio_again_after_an_observation_that_fai
     observation = backend.observe()
     assert slurm.calls["sprio"] == asked + 1  # asked again, though job 999's record is unchanged since
     assert any(job.job_id == "999" for job in observation.jobs)
+
+
+def test_the_readme_quotes_the_commands_a_steady_minute_sends():
+    """README's figure is what the real loop sends (the count does not grow with the queue)."""
+    from pathlib import Path
+    steady = sum(rounds("dlas", pending=300, running=60, minutes=True)["minute steady"][1].values())
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert f"{steady} Slurm commands a minute when nothing changes" in " ".join(readme.split())

@@ -52,7 +52,12 @@ def next_threshold_gpu_s(thresholds_gpu_s, served_gpu_s: float) -> Optional[floa
     """The queue service at which a running job that has served ``served_gpu_s``
     enters the next queue (its level counts the thresholds at or below its service
     plus LEVEL_TOLERANCE_GPU_S), or None in the last queue."""
+    threshold = threshold_above(thresholds_gpu_s, served_gpu_s)
+    return None if threshold is None else threshold - LEVEL_TOLERANCE_GPU_S
+
+
+def threshold_above(thresholds_gpu_s, served_gpu_s: float) -> Optional[float]:
+    """The threshold of the queue after the one ``served_gpu_s`` puts a job in (None:
+    the last queue). The simulator times a demotion at it (controller.replay.simulator)."""
     level = bisect.bisect_right(thresholds_gpu_s, served_gpu_s + LEVEL_TOLERANCE_GPU_S)
-    if level >= len(thresholds_gpu_s):
-        return None
-    return thresholds_gpu_s[level] - LEVEL_TOLERANCE_GPU_S
+    return thresholds_gpu_s[level] if level < len(thresholds_gpu_s) else None

@@ -15,7 +15,6 @@ replay fast. Everything is deterministic: no randomness, ties by arrival index.
 """
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import math
 from typing import Callable, Iterable, Optional
@@ -23,7 +22,7 @@ from typing import Callable, Iterable, Optional
 from controller.core.engine import Engine
 from controller.core.model import InputError, JobSpec, JobState, Snapshot
 from controller.core.placement import Eligibility
-from controller.core.policies.base import LEVEL_TOLERANCE_GPU_S
+from controller.core.plan_stands import threshold_above
 from controller.core.protection import run_time_over_s
 from controller.replay import mlfq_replay
 from controller.replay.cluster import (EPS, JobOutcome, learner_for, RunState, SimCluster, SimConfig,  # noqa: F401
@@ -222,9 +221,9 @@ class Simulation:
                     continue
                 p = self.run_state[job.index]
                 served = job.queue_service_gpu_s + job.spec.num_gpus * (now - p.last_sync_s)
-                level = bisect.bisect_right(thresholds, served + LEVEL_TOLERANCE_GPU_S)
-                if level < len(thresholds):
-                    times.append(now + (thresholds[level] - served) / job.spec.num_gpus)
+                threshold = threshold_above(thresholds, served)
+                if threshold is not None:
+                    times.append(now + (threshold - served) / job.spec.num_gpus)
             knob = engine_cfg.promote_knob
             if math.isfinite(knob):
                 for job in waiting:
