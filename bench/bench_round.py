@@ -30,7 +30,8 @@ slurmctld's own time answering (rendering the JSON, which a real slurmctld does 
 its own process) is left out. Targets (CPU, median): changing round at 10k+2k
 <= 300 ms; unchanged round <= 100 ms; changing round at 50k+5k <= 1.5 s.
 Usage: python bench/bench_round.py [--repeat 5] [--sizes 10000:2000:1000,50000:5000:2500]
-       [--profile changing|unchanged]  (cProfile one round of that kind, first size, instead)
+       [--profile changing|unchanged [--sort cumulative|tottime]]  (cProfile one round of that
+       kind at the first size instead; tottime shows the passes over every job)
 """
 from __future__ import annotations
 
@@ -222,7 +223,7 @@ def report(title: str, rounds: list[dict], target_s: float) -> bool:
     return met
 
 
-def profile(pending: int, running: int, nodes: int, tmp: str, kind: str) -> None:
+def profile(pending: int, running: int, nodes: int, tmp: str, kind: str, sort: str) -> None:
     import cProfile
     import pstats
 
@@ -235,7 +236,7 @@ def profile(pending: int, running: int, nodes: int, tmp: str, kind: str) -> None
     slurm._text("squeue")
     profiler = cProfile.Profile()
     profiler.runcall(one_round, controller)
-    pstats.Stats(profiler).sort_stats("cumulative").print_stats(35)
+    pstats.Stats(profiler).sort_stats(sort).print_stats(35)
     store.close()
 
 
@@ -246,11 +247,13 @@ def main() -> int:
                         help="PENDING:RUNNING:NODES,... (8 GPUs per node); the first gets both kinds of round")
     parser.add_argument("--profile", choices=["changing", "unchanged"],
                         help="cProfile one round of that kind at the first size instead")
+    parser.add_argument("--sort", choices=["cumulative", "tottime"], default="cumulative",
+                        help="--profile's order: time with callees, or in the function itself")
     args = parser.parse_args()
     sizes = [tuple(int(x) for x in size.split(":")) for size in args.sizes.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
         if args.profile:
-            profile(*sizes[0], tmp, args.profile)
+            profile(*sizes[0], tmp, args.profile, args.sort)
             return 0
         verdicts = []
         for index, (pending, running, nodes) in enumerate(sizes):

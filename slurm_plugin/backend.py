@@ -293,7 +293,7 @@ class SlurmBackend:
         # others are not even looked at for it.
         known, known_ids = self._site_factors, self._site_factor_known
         asked = any(j.state == "PENDING" and j.site_factor is None and j.job_id not in known_ids
-                    and (self.partitions is None or self._in_scope(j.partitions)) for j in fresh)
+                    and self._in_scope(j.partitions) for j in fresh)
         sprio = self._read_sprio_site_factors(skipped) if asked else {}
 
         # One pass over the records for all they say (each pass over 55,000 records costs

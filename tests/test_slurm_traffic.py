@@ -1,9 +1,14 @@
 """Slurm traffic grows with changes, not with the queue: the real controller and the
 real Slurm backend against the scripted slurmctld of bench/scripted_slurm.py
 (22.05 JSON shapes), counting the commands each round sends."""
+from pathlib import Path
+
+import pytest
+
 from bench.bench_slurm_traffic import rounds
 from bench.scripted_slurm import ScriptedSlurm
-from slurm_plugin.backend import SlurmBackend
+from controller.service.backend import BackendUnavailable
+from slurm_plugin.backend import CommandResult, SlurmBackend
 
 
 def test_steady_round_sends_no_scontrol_and_one_start_at_most_five():
@@ -39,8 +44,6 @@ def test_sprio_is_read_again_only_for_new_pending_jobs():
 def test_a_new_pending_job_is_asked_of_sprio_again_after_an_observation_that_failed_there():
     """observe() asks sprio only for records it parsed anew; one that failed on sprio
     (slurmctld gone meanwhile) must not leave the new job's record parsed but never asked."""
-    from controller.service.backend import BackendUnavailable
-    from slurm_plugin.backend import CommandResult
     slurm = ScriptedSlurm(pending=20, running=4, nodes=10)
     down = {"sprio": False}
 
@@ -53,11 +56,8 @@ def test_a_new_pending_job_is_asked_of_sprio_again_after_an_observation_that_fai
     backend.observe()
     slurm.submit(999, 1)
     down["sprio"] = True
-    try:
+    with pytest.raises(BackendUnavailable):
         backend.observe()
-        raise AssertionError("observe() went on without sprio")
-    except BackendUnavailable:
-        pass
     down["sprio"] = False
     asked = slurm.calls["sprio"]
     observation = backend.observe()
@@ -67,7 +67,6 @@ def test_a_new_pending_job_is_asked_of_sprio_again_after_an_observation_that_fai
 
 def test_the_readme_quotes_the_commands_a_steady_minute_sends():
     """README's figure is what the real loop sends (the count does not grow with the queue)."""
-    from pathlib import Path
     steady = sum(rounds("dlas", pending=300, running=60, minutes=True)["minute steady"][1].values())
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     assert f"{steady} Slurm commands a minute when nothing changes" in " ".join(readme.split())

@@ -71,10 +71,10 @@ class Accounts:
         self.touched: set[str] = set()
         self.done: list[str] = []  # closed by finish_gone, not yet forgotten (forget_finished)
         # the records of the jobs the last full advance() found running (with their
-        # GPUs and run start), and pending; the ObservedJob it read of each
+        # GPUs and run start), and pending: what a quiet advance moves the clocks of
         self._running: list[tuple[JobRecord, int, float]] = []
         self._pending: list[JobRecord] = []
-        self._seen: dict[str, ObservedJob] = {}
+        self._seen: dict[str, ObservedJob] = {}  # job id -> the ObservedJob the last advance() read
         self._changed: list[JobRecord] = []  # read whole by advance() since the last save()
         self._placed_levels: dict[str, int] = {}  # the levels the last place() was given
         # the jobs that ever ran (first_start_s set): a pending one is a requeued one,
