@@ -70,3 +70,51 @@ def test_no_partition_map_no_moves_and_cooldown_read_from_the_store(store):
     moves._load_last_move("9")
     moves._load_last_move("10")
     assert moves.last_move_s == {"9": 900.0, "10": -math.inf}
+
+
+class RefusingBackend(PartitionBackend):
+    """Refuses the first ``refusals`` moves as slurmctld 24.11 does a job its scheduler
+    holds at that moment ("Resource temporarily unavailable")."""
+
+    def __init__(self, refusals):
+        super().__init__()
+        self.refusals = refusals
+
+    def move_partition(self, job_id, partition):
+        if self.refusals:
+            self.refusals -= 1
+            self.calls.append(("refused", job_id, partition))
+            raise RuntimeError(f"scontrol update JobId={job_id} Partition={partition} failed (1): "
+                               f"Resource temporarily unavailable for job {job_id}")
+        super().move_partition(job_id, partition)
+
+
+def test_a_refused_move_starts_no_cooldown_and_is_tried_again_after_a_doubling_backoff(store):
+    backend = busy_left_and_a_waiting_job(RefusingBackend(refusals=2))
+    moves, accounts = mover(store, backend, interval_s=5.0)
+    round_(moves, accounts, backend)
+    backend.add_in("2", 8, "left")
+    report = round_(moves, accounts, backend)  # refused: not tried again for one interval
+    assert report.applied[0]["kind"] == "move" and not report.applied[0]["applied"]
+    assert "2" not in moves.last_move_s or moves.last_move_s["2"] == -math.inf
+    backend.now += 4.0
+    round_(moves, accounts, backend)
+    assert [c[0] for c in backend.calls if c[1] == "2"] == ["refused"]
+    backend.now += 1.0
+    round_(moves, accounts, backend)  # refused again: the next try waits two intervals
+    backend.now += 9.0
+    round_(moves, accounts, backend)
+    assert [c[0] for c in backend.calls if c[1] == "2"] == ["refused", "refused"]
+    backend.now += 1.0
+    round_(moves, accounts, backend)
+    assert [c[0] for c in backend.calls if c[1] == "2"] == ["refused", "refused", "move_partition"]
+    assert accounts.records["2"].moves == 1 and moves.last_move_s["2"] == backend.now and "2" not in moves.refused
+
+
+def test_a_refused_move_in_the_log_starts_no_cooldown_after_a_restart(store):
+    backend = PartitionBackend()
+    moves, _ = mover(store, backend)
+    store.log_decisions("default", 1, 900.0, "enforce", [
+        {"decision_id": "r1.m1", "job_id": "9", "kind": "move", "reason": "x", "applied": False, "detail": "failed"}])
+    moves._load_last_move("9")
+    assert moves.last_move_s == {"9": -math.inf}

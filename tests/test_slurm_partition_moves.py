@@ -81,6 +81,10 @@ def test_controller_moves_a_pending_job_to_the_idle_allowed_partition(iso, tmp_p
                                            log_tail)
     assert moved["delay_s"] <= 10 and moved["delay_s"] < stock["delay_s"] - 15
     assert moved["blocker"]["job_state"] == "RUNNING" and moved["blocker"]["restart_cnt"] == 0  # not preempted
-    [move] = [d for d in decisions if d["kind"] == "move"]
-    assert move["applied"] and move["reason"].startswith("left -> right: predicted start in left now+")
+    # 24.11 at times refuses the move ("Resource temporarily unavailable"): tried again
+    # a round later, so refused tries may come before the one that was applied
+    logged = [d for d in decisions if d["kind"] == "move"]
+    [move] = [d for d in logged if d["applied"]]
+    assert all(d["detail"].startswith("failed:") for d in logged if not d["applied"]), logged
+    assert move["reason"].startswith("left -> right: predicted start in left now+")
     assert record.moves == 1 and record.partition == "left,right"

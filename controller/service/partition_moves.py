@@ -3,6 +3,10 @@ allowed, as controller.partitions.moves plans them (that module is pure; this on
 the partition map from the backend, keeps the per-job cooldown and pulls the levers).
 
 The cooldown survives a restart: a job's last move is read from the decision log once.
+A move Slurm refused (24.11 answers "Resource temporarily unavailable" for a job its
+scheduler is looking at) starts no cooldown: it is tried again after a backoff that
+doubles with each refusal (one round, two, four, ... at most the cooldown), so a
+transient refusal costs a round and a lasting one costs slurmctld little.
 """
 from __future__ import annotations
 
@@ -26,7 +30,8 @@ log = logging.getLogger("tiresias.controller")
 
 class PartitionMover:
     """``last_move_s``: job id -> epoch s of its last move (or would-move in shadow);
-    -inf: the decision log was read and holds none."""
+    -inf: the decision log was read and holds none. ``refused``: job id -> (refusals in a
+    row, epoch s before which it is not tried again)."""
 
     def __init__(self, config: Config, backend: Backend, store: Store, executor: LeverExecutor, accounts: Accounts,
                  log_once: Callable[[str], None] = log.warning):
@@ -37,6 +42,7 @@ class PartitionMover:
         self.accounts = accounts
         self.log_once = log_once
         self.last_move_s: dict[str, float] = {}
+        self.refused: dict[str, tuple[int, float]] = {}
 
     def partition_nodes(self) -> Optional[dict[str, list[str]]]:
         """Partition name -> node names from the backend (``sinfo``), limited to the
@@ -61,7 +67,7 @@ class PartitionMover:
             job = observed.get(job_id)
             if job is None or job.state != "PENDING" or job_id not in records:
                 continue
-            frozen = "pinned to nodes" if job_id in pinned or job.required_nodes else ""
+            frozen = "pinned to nodes" if job_id in pinned or job.required_nodes else self._refused_text(job_id, now)
             pending.append(PendingGpuJob(
                 job_id, job.gpus, split_partitions(records[job_id].partition), split_partitions(job.partition),
                 rank=len(pending), queued_s=now - (job.submit_time_s or now), frozen=frozen))
@@ -89,7 +95,11 @@ class PartitionMover:
             action = MovePartition(f"r{report.round_id}.m{number}", move.job_id, move.from_partition,
                                    move.to_partition, reason=f"{move.from_partition} -> {move.to_partition}: {move.reason}")
             outcome = self.executor.apply(action)
-            self.last_move_s[move.job_id] = now
+            if outcome.failed:
+                self._refuse(move.job_id, now)
+            else:
+                self.last_move_s[move.job_id] = now
+                self.refused.pop(move.job_id, None)
             if outcome.applied:
                 self.accounts.count_move(move.job_id)
             report.applied.append(entry(action, applied=outcome.applied, detail=outcome.detail))
@@ -99,10 +109,25 @@ class PartitionMover:
             return
         last = -math.inf
         for logged in self.store.decisions(self.config.cluster, job_id=job_id, limit=200):
-            if logged["kind"] == "move" and logged["mode"] == self.executor.mode:  # a would-move is no move
+            # a would-move counts in shadow only; a refused move counts nowhere
+            if logged["kind"] == "move" and logged["mode"] == self.executor.mode and \
+                    (logged["applied"] or not self.executor.acting):
                 last = float(logged["now_s"])
                 break
         self.last_move_s[job_id] = last
 
+    def _refuse(self, job_id: str, now: float) -> None:
+        count = self.refused.get(job_id, (0, now))[0] + 1
+        backoff = min(self.config.interval_s * 2 ** (count - 1), self.config.partition_move_cooldown_s)
+        self.refused[job_id] = (count, now + backoff)
+
+    def _refused_text(self, job_id: str, now: float) -> str:
+        """Why a job whose last move was refused is not tried this round ("" if it may be)."""
+        count, retry_s = self.refused.get(job_id, (0, now))
+        if now >= retry_s:
+            return ""
+        return f"Slurm refused its last move ({count} in a row): tried again in {retry_s - now:.0f}s"
+
     def forget(self, job_id: str) -> None:
         self.last_move_s.pop(job_id, None)
+        self.refused.pop(job_id, None)
