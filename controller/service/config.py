@@ -92,7 +92,8 @@ SCHEMA: tuple[Setting, ...] = (
             "evo (evolutionary search seeded with MCT; seconds per round with hundreds of pending jobs)", ("mct", "evo")),
     Setting("partition_move_min_gain_s", "float", 30.0, "move only when the predicted start is at least this "
             "many seconds earlier", minimum=0.0),
-    Setting("partition_move_cooldown_s", "float", 600.0, "at most one move per job within this many seconds",
+    Setting("partition_move_cooldown_s", "float", 600.0, "at most one move per job within this many seconds "
+            "(a move Slurm refused is tried again after interval_s, then twice as long each time, up to this)",
             minimum=0.0),
     Setting("partition_duration_estimate_s", "float", 3600.0, "run time assumed for a job when predicting "
             "starts (durations are unknown to the controller)", minimum=1.0),
