@@ -84,6 +84,7 @@ def test_controller_moves_a_pending_job_to_the_idle_allowed_partition(iso, tmp_p
     # 24.11 at times refuses the move ("Resource temporarily unavailable"): tried again
     # a round later, so refused tries may come before the one that was applied
     logged = [d for d in decisions if d["kind"] == "move"]
+    print("move decisions:", [(d["applied"], d["detail"][:100]) for d in logged])
     [move] = [d for d in logged if d["applied"]]
     assert all(d["detail"].startswith("failed:") for d in logged if not d["applied"]), logged
     assert move["reason"].startswith("left -> right: predicted start in left now+")
