@@ -118,3 +118,10 @@ def test_a_refused_move_in_the_log_starts_no_cooldown_after_a_restart(store):
         {"decision_id": "r1.m1", "job_id": "9", "kind": "move", "reason": "x", "applied": False, "detail": "failed"}])
     moves._load_last_move("9")
     assert moves.last_move_s == {"9": -math.inf}
+
+
+def test_a_move_refused_for_days_waits_the_cooldown_between_tries(store):
+    moves, _ = mover(store, PartitionBackend(), interval_s=5.0, partition_move_cooldown_s=600.0)
+    moves.refused["2"] = (5000, 0.0)  # refused at every try for about a month
+    moves._refuse("2", 1000.0)
+    assert moves.refused["2"] == (5001, 1600.0)

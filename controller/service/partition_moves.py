@@ -118,7 +118,8 @@ class PartitionMover:
 
     def _refuse(self, job_id: str, now: float) -> None:
         count = self.refused.get(job_id, (0, now))[0] + 1
-        backoff = min(self.config.interval_s * 2 ** (count - 1), self.config.partition_move_cooldown_s)
+        # the exponent capped: a job refused for days must not overflow the float
+        backoff = min(self.config.interval_s * 2.0 ** min(count - 1, 40), self.config.partition_move_cooldown_s)
         self.refused[job_id] = (count, now + backoff)
 
     def _refused_text(self, job_id: str, now: float) -> str:
