@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-other-release test-fast cluster-up cluster-down bench clean
+.PHONY: demo test test-repeat test-other-release test-fast cluster-up cluster-down bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -20,25 +20,30 @@ $(VENV)/.installed-test: $(VENV)/.installed
 demo: $(VENV)/.installed
 	$(BIN)/tiresias simulate
 
-# The whole suite: brings up the local Slurm test cluster (installs Debian's Slurm
-# packages when missing; needs root), then runs every test; then the real-Slurm suite
-# again on the other Debian release's Slurm (test-other-release). Either failing fails
-# the target; both always run. OTHER_RELEASE=0 leaves the second out (a quicker local run).
+# The whole suite on three Slurm releases at the same time (containers/test-releases.sh):
+# every test on this host's Slurm (brings up the local test cluster; installs Debian's
+# Slurm packages when missing; needs root) and the real-Slurm tests in a debootstrap root
+# of each other release (Debian 12 host: 24.11 and 26.05; Debian 13 host: 22.05 and 26.05;
+# containers/release-root.sh; the roots are built the first time, from the Debian mirror
+# and PyPI). One summary line per release; any failure fails the target.
+# OTHER_RELEASE=0: this host's release only (a quicker local run).
 OTHER_RELEASE ?= 1
 test: $(VENV)/.installed-test
 	bash containers/install-system-deps.sh
-	bash containers/slurm-cluster.sh up
-	status=0; \
-	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS) || status=$$?; \
-	if [ "$(OTHER_RELEASE)" = 1 ]; then $(MAKE) --no-print-directory test-other-release || status=$$?; fi; \
-	exit $$status
+	$(if $(filter 0,$(OTHER_RELEASE)),RELEASES=host) PYTEST_ARGS="$(PYTEST_ARGS)" bash containers/test-releases.sh
 
-# The real-Slurm tests on the release this host does not run (Debian 12 host: Slurm
-# 24.11 in a debootstrap trixie root; Debian 13 host: 22.05 in a bookworm root), in
-# their own namespaces (containers/release-root.sh; needs root and, the first time,
-# the Debian mirror and PyPI). OTHER_RELEASE_ARGS: pytest arguments instead of its default.
-test-other-release:
-	bash containers/release-root.sh test $(OTHER_RELEASE_ARGS)
+# The real-Slurm tests N times on every release, at the same time; lists every test that
+# failed in any run (the bar is none).
+N ?= 3
+test-repeat: $(VENV)/.installed-test
+	bash containers/install-system-deps.sh
+	bash containers/test-releases.sh --repeat $(N)
+
+# The real-Slurm tests on the releases this host does not run, each in its root
+# (OTHER_RELEASE_ARGS: pytest arguments instead of -m slurm).
+test-other-release: $(VENV)/.installed-test
+	RELEASES="$$(bash containers/release-root.sh suites)" ROOT_PYTEST_ARGS="$(OTHER_RELEASE_ARGS)" \
+		bash containers/test-releases.sh
 
 # Everything that needs no Slurm daemons.
 test-fast: $(VENV)/.installed-test

@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
-# The other Debian release's Slurm, on the same machine: a debootstrap root of the
-# release this host does not run (Debian 12 host -> trixie root with Slurm 24.11;
-# Debian 13 host -> bookworm root with Slurm 22.05), in which the same test cluster
+# Other Debian releases' Slurm, on the same machine: a debootstrap root of each release
+# this host does not run (Debian 12 host -> trixie with Slurm 24.11 and sid with 26.05;
+# Debian 13 host -> bookworm with 22.05 and sid), in which the same test cluster
 # (containers/slurm-cluster.sh) runs and the real-Slurm tests run against it.
 #
+#   containers/release-root.sh suites           the suites this host tests in roots
 #   containers/release-root.sh build            build the root and its venv (cached)
 #   containers/release-root.sh test [ARGS...]   run `pytest ARGS` (default: -m slurm) inside it
 #   containers/release-root.sh shell [CMD...]   a shell (or CMD) inside it, cluster not started
+#
+# Each command works on TIRESIAS_OTHER_SUITE (default: the first of `suites`). Roots of
+# different suites are independent (own files, own namespaces), so `test` of two suites
+# can run at the same time (the Makefile's `test` does).
 #
 # The root lives in /var/cache/tiresias/rootfs-SUITE and is built only when missing
 # (debootstrap is installed with apt when absent); its venv /opt/tiresias-venv holds the
@@ -16,7 +21,7 @@
 # they all die with the namespace when the command ends. The checkout is bind-mounted
 # at the same path inside, so the tests run this checkout's code and hooks.
 #
-# Environment: TIRESIAS_OTHER_SUITE (default: the other of bookworm/trixie),
+# Environment: TIRESIAS_OTHER_SUITE (bookworm, trixie or sid; default: the first of `suites`),
 #   TIRESIAS_ROOTFS_DIR (default /var/cache/tiresias), DEBIAN_MIRROR. Needs root.
 set -euo pipefail
 
@@ -29,22 +34,24 @@ VENV=/opt/tiresias-venv
 # as a site with an offline mirror would.
 WHEELS=/opt/tiresias-wheels
 
-log() { echo "[release-root] $*"; }
-die() { echo "[release-root] ERROR: $*" >&2; exit 1; }
+log() { echo "[release-root${SUITE:+ $SUITE}] $*"; }
+die() { echo "[release-root${SUITE:+ $SUITE}] ERROR: $*" >&2; exit 1; }
 
-# The suite this host does not run: the two releases the project supports.
-other_suite() {
+# The suites this host does not run, of the three releases the project is tested on:
+# bookworm (Slurm 22.05), trixie (24.11) and sid (unstable, 26.05 today).
+other_suites() {
     local here
     here=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
     case "$here" in
-        bookworm) echo trixie ;;
-        trixie) echo bookworm ;;
+        bookworm) echo trixie sid ;;
+        trixie) echo bookworm sid ;;
         *) die "host release '$here' is neither bookworm nor trixie; set TIRESIAS_OTHER_SUITE" ;;
     esac
 }
 
-SUITE=${TIRESIAS_OTHER_SUITE:-$(other_suite)}
-case "$SUITE" in bookworm|trixie) ;; *) die "TIRESIAS_OTHER_SUITE '$SUITE': use bookworm or trixie" ;; esac
+if [ "${1:-}" = suites ]; then other_suites; exit 0; fi
+SUITE=${TIRESIAS_OTHER_SUITE:-$(other_suites | cut -d' ' -f1)}
+case "$SUITE" in bookworm|trixie|sid) ;; *) die "TIRESIAS_OTHER_SUITE '$SUITE': use bookworm, trixie or sid" ;; esac
 ROOT=$CACHE/rootfs-$SUITE
 DONE=$ROOT/.tiresias-root-complete
 
@@ -74,6 +81,10 @@ build_root() {
             || { tail -20 "$CACHE/debootstrap-$SUITE.log" >&2; die "debootstrap $SUITE failed"; }
         rm -rf "$ROOT" && mv "$ROOT.tmp" "$ROOT"
         cp /etc/resolv.conf "$ROOT/etc/resolv.conf"
+        # sid's Release file is valid for a week only; a mirror that serves a snapshot of it
+        # (as a site's offline mirror may) is "expired" to apt-get update. The root is a test
+        # bed built from that same mirror, so it takes the mirror as it is.
+        echo 'Acquire::Check-Valid-Until "false";' >"$ROOT/etc/apt/apt.conf.d/99tiresias-mirror-snapshot"
         # The rest of the test cluster's packages (slurmdbd, mariadb, ...), by the same script.
         mkdir -p "$ROOT/tmp/tiresias"
         cp "$REPO_DIR/containers/install-system-deps.sh" "$ROOT/tmp/tiresias/"
@@ -131,7 +142,7 @@ enter() {
         # Every entry starts from an empty cluster: no saved jobs, no accounting rows
         # (job ids from 1, as tests/fixtures/slurm/record.sh needs; nothing a run left).
         for state in var/spool/slurmctld var/spool/slurmd var/lib/mysql; do
-            mkdir -p "$root/$state" && mount -t tmpfs tmpfs "$root/$state"
+            mkdir -p "$root/$state" && mount -t tmpfs -o mode=755 tmpfs "$root/$state"
         done
         # This bash stays PID 1 of the namespace, so that it reaps what the daemons leave
         # (a process that exec-ed into PID 1, pytest, would not: a stopped slurmctld

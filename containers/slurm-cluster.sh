@@ -129,11 +129,15 @@ prepare_host() {
         id "$u" >/dev/null 2>&1 || useradd --create-home --shell /bin/bash "$u" \
             || die "useradd $u failed"
     done
-    mkdir -p "$LOGDIR" "$CTLD_SPOOL" /run/munge /run/mysqld
+    # The client's socket directory: /run/mysqld up to MariaDB 10.11 (Debian 12, 13),
+    # /run/mariadbd from 11.8 (Debian sid); my_print_defaults names it.
+    MARIADB_SOCKET_DIR=$(dirname "$(my_print_defaults --mysqld 2>/dev/null | sed -n 's/^--socket=//p' | tail -1)")
+    [ "$MARIADB_SOCKET_DIR" = . ] && MARIADB_SOCKET_DIR=/run/mysqld
+    mkdir -p "$LOGDIR" "$CTLD_SPOOL" /run/munge /run/mysqld "$MARIADB_SOCKET_DIR"
     for n in "${NODES[@]}"; do mkdir -p "$SLURMD_SPOOL/$n"; done
     chown slurm:slurm "$LOGDIR" "$CTLD_SPOOL"
     chown munge:munge /run/munge
-    chown mysql:mysql /run/mysqld
+    chown mysql:mysql /run/mysqld "$MARIADB_SOCKET_DIR"
 }
 
 # write_if_changed PATH MODE OWNER: stdin -> PATH; returns 0 when the content changed.
@@ -343,7 +347,8 @@ start_mariadb() {
             mariadb-install-db --user=mysql --datadir=/var/lib/mysql >"$LOGDIR/mariadb-install.log" 2>&1 \
                 || die "mariadb-install-db failed" "$LOGDIR/mariadb-install.log"
         fi
-        setsid mariadbd --user=mysql --bind-address=127.0.0.1 --pid-file="$MARIADB_PID" \
+        # --datadir: the one mariadb-install-db filled (11.8's built-in default is /var/lib/mariadb).
+        setsid mariadbd --user=mysql --datadir=/var/lib/mysql --bind-address=127.0.0.1 --pid-file="$MARIADB_PID" \
             --log-error="$LOGDIR/mariadb.log" </dev/null >/dev/null 2>&1 &
         wait_until "$WAIT_S" mariadb-admin --connect-timeout=2 ping \
             || die "mariadb does not answer" "$LOGDIR/mariadb.log"
