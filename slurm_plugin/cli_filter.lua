@@ -10,23 +10,44 @@ was given: `sbatch --signal=B:USR1@30`, `#SBATCH --signal=...` or SBATCH_SIGNAL 
 the environment. This filter records it in the job's comment as
 "tiresias:preemptable=[B:]SIG[@T]" (the hint grammar of controller/core/hints.py),
 which the controller reads from squeue: the job is preemptable with its own signal
-and lead time. A comment that already has a tiresias:preemptable hint is kept as it
-is; a job without --signal, and every other option, passes through unchanged.
+and lead time. This is sbatch's final value (the command line over SBATCH_SIGNAL over
+#SBATCH lines), so the controller prefers it to the #SBATCH line it can read from the
+batch script. sbatch reports its default lead time, 60 s, without "@60": "B:USR1"
+here means 60 s, as it does to the controller. A bare "tiresias:preemptable" in the
+comment names no signal (it opts in with the job's own --signal, else the
+controller's preempt_signal): it becomes "tiresias:preemptable=SPEC". A comment whose
+tiresias:preemptable hint names a signal (or is malformed, which job_submit.lua
+refuses) is kept as it is; a job without --signal, and every other option, passes
+through unchanged.
 --]]
 
 local PREEMPTABLE_PREFIX = "tiresias:preemptable"
 
--- sbatch's --signal as it reports it ("B:USR1@600", "USR2"; "0@0" when none was given):
--- the same spec the hint takes
+-- The signals the hint grammar takes (controller/core/checkpoint_signal.py: those a job
+-- can trap for a checkpoint, and the numbers it knows): a hint with another one, e.g.
+-- from --signal=KILL@30, would make job_submit.lua refuse the job, so none is written
+-- and the job is just not preemptable by its --signal.
+local CHECKPOINT_SIGNALS = { HUP = true, INT = true, QUIT = true, ABRT = true, USR1 = true, USR2 = true,
+	TERM = true, ALRM = true, CONT = true, TSTP = true, URG = true, XCPU = true, XFSZ = true, VTALRM = true,
+	PROF = true, WINCH = true, IO = true, PWR = true, SYS = true, TRAP = true, BUS = true, PIPE = true,
+	["1"] = true, ["2"] = true, ["3"] = true, ["10"] = true, ["12"] = true, ["14"] = true, ["15"] = true }
+
+-- sbatch's --signal as it reports it ("B:USR1@600", "USR2" for a 60 s lead; "0@0" when
+-- none was given): the same spec the hint takes, or nil
 function tiresias_signal_hint(signal)
-	if type(signal) ~= "string" or not string.match(signal, "^[RB:]*[A-Z0-9]+@?[0-9]*$")
-		or string.match(signal, "^[RB:]*0@") or string.match(signal, "^[RB:]*0$") then
+	if type(signal) ~= "string" then
+		return nil
+	end
+	local name = string.match(signal, "^[RB][RB]?:([A-Z0-9]+)@?[0-9]*$")
+		or string.match(signal, "^([A-Z0-9]+)@?[0-9]*$")
+	if name == nil or not CHECKPOINT_SIGNALS[name] then
 		return nil
 	end
 	return PREEMPTABLE_PREFIX .. "=" .. signal
 end
 
--- The comment with the hint added, or nil when nothing changes
+-- The comment with the hint added, or nil when nothing changes. Tokens are split as
+-- the hint grammar splits them (space, \t, \n, \v, \f, \r, "," and ";").
 function tiresias_comment_with_signal(comment, signal)
 	local hint = tiresias_signal_hint(signal)
 	if hint == nil then
@@ -35,10 +56,22 @@ function tiresias_comment_with_signal(comment, signal)
 	if type(comment) ~= "string" or comment == "" then
 		return hint
 	end
-	if string.find(comment, PREEMPTABLE_PREFIX, 1, true) then
+	local hints, bare_at = 0, nil
+	for first, token in string.gmatch(comment, "()([^ \t\n\v\f\r,;]+)") do
+		if string.sub(token, 1, #PREEMPTABLE_PREFIX) == PREEMPTABLE_PREFIX then
+			hints = hints + 1
+			if token == PREEMPTABLE_PREFIX then
+				bare_at = first
+			end
+		end
+	end
+	if hints == 0 then
+		return comment .. " " .. hint
+	end
+	if hints > 1 or bare_at == nil then
 		return nil
 	end
-	return comment .. " " .. hint
+	return string.sub(comment, 1, bare_at - 1) .. hint .. string.sub(comment, bare_at + #PREEMPTABLE_PREFIX)
 end
 
 function slurm_cli_setup_defaults(options, early_pass)

@@ -16,13 +16,34 @@ CLI_FILTER = REPO_ROOT / "slurm_plugin" / "cli_filter.lua"
 def test_the_lead_time_is_kept_and_the_grace_is_the_larger_within_the_time_limit():
     signal, why = parse_signal_spec("B:USR1@600", "--signal")
     assert why == "" and signal.lead_s == 600 and signal.describe() == "B:USR1@600 (--signal)"
-    assert parse_signal_spec("USR2", "--signal")[0].lead_s is None
+    assert parse_signal_spec("USR2@60", "--signal")[0].lead_s == 60
     assert grace_s(30.0, signal) == 600.0
     assert grace_s(900.0, signal) == 900.0  # the configured one when it is longer
     assert grace_s(30.0, parse_signal_spec("USR1@5", "x")[0]) == 30.0
     assert grace_s(30.0, None) == 30.0
     # signalled at 1000 s, the time limit ends the job at 1200 s: 200 s, not 600
     assert grace_s(30.0, signal, signalled_at_s=1000.0, ends_by_s=1200.0) == 200.0
+
+
+def test_a_signal_without_at_t_has_slurms_default_lead_of_60_s():
+    """sbatch gives --signal=USR1 a 60 s lead (and reports it back without @60, as
+    cli_filter.lua sees it); an explicit @0 is 0 s, as sbatch takes it."""
+    for spec in ("USR1", "B:USR1", "R:USR1", "SIGUSR1", "10", "b:usr1"):
+        signal, why = parse_signal_spec(spec, "--signal")
+        assert why == "" and signal.lead_s == 60, spec
+    assert parse_signal_spec("B:USR1", "--signal")[0].describe() == "B:USR1@60 (--signal)"
+    assert grace_s(30.0, parse_signal_spec("USR1", "x")[0]) == 60.0
+    assert grace_s(90.0, parse_signal_spec("USR1", "x")[0]) == 90.0  # the configured one when longer
+    assert parse_signal_spec("USR1@0", "x")[0].lead_s == 0
+    assert grace_s(30.0, parse_signal_spec("USR1@0", "x")[0]) == 30.0
+
+
+def test_a_comment_hint_without_at_t_gets_60_s_and_the_bare_opt_in_none():
+    from controller.core.hints import parse_hints
+
+    assert parse_hints("tiresias:preemptable=B:USR1").preempt_signal.lead_s == 60
+    assert parse_hints("tiresias:preemptable=B:USR1@0").preempt_signal.lead_s == 0
+    assert parse_hints("tiresias:preemptable").preempt_signal is None  # preempt_signal, preempt_grace_s
 
 
 def preempted(store, signal, **settings):
@@ -122,6 +143,16 @@ print(run("USR1@90", "tiresias:skew=0.5"))
 print(run("USR2", "tiresias:preemptable=B:TERM"))
 print(run("0@0", nil))
 print(run("0@0", "x"))
+print(run("USR2", "tiresias:preemptable"))
+print(run("B:USR1@90", "x,tiresias:preemptable;tiresias:skew=0.5"))
+print(run("USR2", "xtiresias:preemptable"))
+print(run("USR2", "tiresias:preemptable tiresias:preemptable"))
+print(run("USR2", "tiresias:preemptablex"))
+print(run("RB:USR1@5", nil))
+print(run("15", nil))
+print(run("KILL@30", nil))
+print(run("B:TTIN", "x"))
+print(run("34@10", "tiresias:preemptable"))
 """
 
 
@@ -136,6 +167,18 @@ def test_cli_filter_records_the_signal_in_the_comment(lua, tmp_path):
         "tiresias:preemptable=B:TERM",  # the user's own hint is kept
         "nil",  # no --signal: no comment made up
         "x",
+        # the bare opt-in names no signal: it gets sbatch's, which beats any #SBATCH line
+        "tiresias:preemptable=USR2",
+        "x,tiresias:preemptable=B:USR1@90;tiresias:skew=0.5",
+        "xtiresias:preemptable tiresias:preemptable=USR2",  # no hint (the grammar's tokens)
+        "tiresias:preemptable tiresias:preemptable",  # bad hints, kept: job_submit.lua refuses them
+        "tiresias:preemptablex",
+        "tiresias:preemptable=RB:USR1@5",
+        "tiresias:preemptable=15",
+        # a signal the hint grammar refuses is not written: job_submit.lua would refuse the job
+        "nil",
+        "x",
+        "tiresias:preemptable",
     ]
 
 

@@ -39,9 +39,9 @@ class ScriptedBackend:
         return record
 
     def add(self, job_id, gpus, state="PENDING", start=None, nodes=(), restarts=0, comment="", reason="Priority",
-            signal="B:USR1", requeueable=True):
-        """A job as sbatch --requeue --signal=B:USR1 would give it (preemptable; no lead time of its own, so
-        preempt_grace_s is its grace) unless told otherwise."""
+            signal="B:USR1@0", requeueable=True):
+        """A job as sbatch --requeue --signal=B:USR1@0 would give it (preemptable; a lead time of 0 s, so
+        preempt_grace_s is its grace; without @0 Slurm's 60 s would be) unless told otherwise."""
         self.jobs[job_id] = ObservedJob(job_id=job_id, user="alice", partition="batch", state=state, reason=reason,
                                         gpus=gpus, gpus_by_node=tuple(nodes), submit_time_s=self.now,
                                         start_time_s=start, restart_count=restarts, requeueable=requeueable,

@@ -101,7 +101,7 @@ def test_explain_running_job_shows_decisions_and_promotion(cluster, capsys):
     assert "this round: preempt" in out
     assert "in the last queue" in out
     assert "last decisions (newest first):" in out and "r2.1" in out and "would signal B:USR1" in out
-    assert "preemption: preemptable: signal B:USR1 (--signal), requeue after 30s" in out
+    assert "preemption: preemptable: signal B:USR1@0 (--signal), requeue after 30s" in out
 
 
 def test_explain_promotion_timing(cluster, capsys, monkeypatch):

@@ -79,7 +79,7 @@ def test_shadow_mode_opens_nothing_and_calls_nothing(store):
     preemptions, accounts = machine(store, backend, mode="shadow")
     report = round_(preemptions, accounts, backend, victims=["1"])
     assert backend.calls == [] and preemptions.leaving() == set()
-    assert "would signal B:USR1 (--signal)" in report.applied[0]["detail"]
+    assert "would signal B:USR1@0 (--signal)" in report.applied[0]["detail"]
 
 
 class FailingSignal(ScriptedBackend):
@@ -167,6 +167,77 @@ def test_batch_script_is_read_once_per_running_job(store):
             contract.why_not(job)
     assert backend.calls == [("batch_script", "1")]
     assert contract.declared(backend.jobs["1"]).describe() == "B:USR2@60 (#SBATCH --signal)"
+
+
+class ScriptBackend(ScriptedBackend):
+    """Every job's batch script is ``script`` (its #SBATCH lines); reads are recorded."""
+
+    script = "#!/bin/bash\n#SBATCH --signal=B:USR1@30\nsleep 100\n"
+
+    def batch_script(self, job_id):
+        self.calls.append(("batch_script", job_id))
+        return self.script
+
+
+# (what Slurm reports as the job's --signal, its comment, its script's #SBATCH --signal)
+# -> (signal, to the batch shell only, lead time in s, source, script read)
+@pytest.mark.parametrize("signal, comment, script_signal, expected", [
+    # sbatch --signal=USR2@60 over the script's #SBATCH --signal=B:USR1@30: cli_filter.lua
+    # records sbatch's final value in the comment; the overridden #SBATCH line loses
+    ("", "tiresias:preemptable=USR2@60", "B:USR1@30", ("USR2", False, 60, "--comment=tiresias:preemptable=", False)),
+    # (sbatch reports a 60 s lead without @60, so that is what the filter writes)
+    ("", "run tiresias:preemptable=USR2", "B:USR1@30", ("USR2", False, 60, "--comment=tiresias:preemptable=", False)),
+    # SBATCH_SIGNAL=B:TERM@5 over the script's line, recorded the same way
+    ("", "tiresias:preemptable=B:TERM@5", "USR1@90", ("TERM", True, 5, "--comment=tiresias:preemptable=", False)),
+    # a release that reports the job's --signal: that is sbatch's final value too
+    ("USR2", "", "B:USR1@30", ("USR2", False, 60, "--signal", False)),
+    # nothing recorded outside the script: its #SBATCH line is the declaration
+    ("", "", "B:USR1", ("USR1", True, 60, "#SBATCH --signal", True)),
+    ("", "tiresias:skew=0.5", "B:USR1", ("USR1", True, 60, "#SBATCH --signal", True)),
+    # the bare opt-in names no signal: the script's, before preempt_signal
+    ("", "tiresias:preemptable", "USR2", ("USR2", False, 60, "#SBATCH --signal", True)),
+])
+def test_a_recorded_signal_beats_the_scripts_and_the_script_is_the_fallback(store, signal, comment, script_signal,
+                                                                               expected):
+    backend = ScriptBackend()
+    backend.script = f"#!/bin/bash\n#SBATCH --signal={script_signal}\nsleep 100\n"
+    backend.add("1", 16, "RUNNING", start=0.0, nodes=FULL, signal=signal, comment=comment)
+    declared = Contract(from_mapping({"mode": "enforce"}), backend).declared(backend.jobs["1"])
+    name, batch_only, lead_s, source, read = expected
+    assert (declared.name, declared.batch_only, declared.lead_s, declared.source) == (name, batch_only, lead_s, source)
+    assert (("batch_script", "1") in backend.calls) is read
+
+
+def test_the_command_line_signal_is_sent_and_its_lead_time_is_the_grace(store):
+    """sbatch --signal=USR2@60 for a script with #SBATCH --signal=B:USR1@30: the preemption
+    sends USR2 to the steps and waits 60 s, as Slurm would before the time limit."""
+    backend = ScriptBackend()
+    backend.add("1", 16, "RUNNING", start=0.0, nodes=FULL, signal="", comment="tiresias:preemptable=USR2")
+    preemptions, accounts = machine(store, backend)  # preempt_grace_s=10
+    report = round_(preemptions, accounts, backend, victims=["1"])
+    assert [c for c in backend.calls if c[0] == "signal"] == [("signal", "1", "USR2", False)]
+    assert "signal USR2@60 (--comment=tiresias:preemptable=), requeue after 60s" in report.applied[0]["detail"]
+    assert ("batch_script", "1") not in backend.calls
+
+
+def test_with_the_read_budget_spent_only_a_recorded_signal_counts(store):
+    """A job whose signal the comment records needs no script read; a bare opt-in waits
+    for its script (which may declare another signal) instead of taking preempt_signal."""
+    backend = ScriptBackend()
+    backend.add("recorded", 4, "RUNNING", start=0.0, nodes=[("gpu1", 4)], signal="",
+                comment="tiresias:preemptable=USR2@60")
+    backend.add("bare", 4, "RUNNING", start=0.0, nodes=[("gpu2", 4)], signal="", comment="tiresias:preemptable")
+    contract = Contract(from_mapping({"mode": "enforce"}), backend)
+    contract.reads_per_round = 0
+    contract.begin_round()
+    recorded, bare = backend.jobs["recorded"], backend.jobs["bare"]
+    assert contract.why_not(recorded) == "" and contract.declared_signals["recorded"].describe() == (
+        "USR2@60 (--comment=tiresias:preemptable=)")
+    assert contract.declared(bare) is None and "not read yet" in contract.why_not(bare)
+    contract.reads_per_round = 1
+    contract.begin_round()
+    assert contract.declared(bare).describe() == "B:USR1@30 (#SBATCH --signal)"
+    assert [c for c in backend.calls if c[0] == "batch_script"] == [("batch_script", "bare")]
 
 
 def test_handoff_landed_is_logged_with_its_delay_and_a_failed_one_blocks_further_preemptions(store):

@@ -16,10 +16,12 @@ Grammar (bytes and characters agree: every separator is ASCII):
 - A token that starts with ``tiresias:class`` is a class hint and must be exactly
   ``tiresias:class=latency`` or ``tiresias:class=batch``.
 - A token that starts with ``tiresias:preemptable`` is the preemption opt-in and must
-  be exactly ``tiresias:preemptable`` (the configured checkpoint signal, to the batch
-  shell) or ``tiresias:preemptable=SPEC`` with SPEC a checkpoint signal spec
+  be exactly ``tiresias:preemptable`` (no signal named: the job's own ``--signal`` if
+  the contract finds one, else the configured checkpoint signal, to the batch shell)
+  or ``tiresias:preemptable=SPEC`` with SPEC a checkpoint signal spec
   ``[B:][SIG]NAME[@SECONDS]`` (grammar: controller/core/checkpoint_signal.py; KILL,
-  STOP and unknown names are bad).
+  STOP and unknown names are bad; no ``@SECONDS`` is Slurm's 60 s lead). The
+  cli_filter plugin writes sbatch's final ``--signal`` here.
 - Each hint may appear at most once; a second one is an error.
 - Anything else is ordinary comment text (``xtiresias:skew=5`` is not a hint).
 - When any hint token is bad, the whole comment carries no hints: the result is
@@ -52,7 +54,7 @@ class Hints:
     skew: Optional[float] = None
     job_class: Optional[str] = None
     # the job opted in to preemption; its signal is ``preempt_signal`` when it named
-    # one (tiresias:preemptable=SPEC), None for the configured one (to the batch shell)
+    # one (tiresias:preemptable=SPEC), None when it did not (the bare opt-in)
     preemptable: bool = False
     preempt_signal: Optional[CheckpointSignal] = None
     bad: Optional[str] = None  # the first bad hint token, when any

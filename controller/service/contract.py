@@ -8,18 +8,26 @@ ML users already have:
   time limit): sent the way Slurm sends it, ``B:`` to the batch shell only, otherwise
   to the job's steps (``srun`` tasks) and not to the batch shell, so a batch script
   that traps nothing is not killed by a signal meant for its training process;
-- or ``--comment=tiresias:preemptable`` (``preempt_signal``, default USR1, to the
-  batch shell, as prolog/checkpoint.sh expects), or ``tiresias:preemptable=SPEC``
-  (one hint grammar for every ``tiresias:`` comment hint: controller.core.hints, which
-  job_submit.lua also enforces at sbatch time).
+- or ``--comment=tiresias:preemptable`` (the job's own ``--signal`` when one is known,
+  else ``preempt_signal``, default USR1, to the batch shell, as prolog/checkpoint.sh
+  expects), or ``tiresias:preemptable=SPEC`` (one hint grammar for every ``tiresias:``
+  comment hint: controller.core.hints, which job_submit.lua also enforces at sbatch
+  time).
 
-Slurm 22.05 shows a job's ``--signal`` in neither ``squeue --json`` nor ``scontrol
-show job``, so the backend reads it from the batch script's ``#SBATCH`` lines
-(``scontrol write batch_script``), once per job when it is first seen running; a
-``--signal`` given only on the sbatch command line or in SBATCH_SIGNAL is invisible
-there, and reaches the controller through slurm_plugin/cli_filter.lua, which writes
-it into the comment as ``tiresias:preemptable=SPEC``. The spec's ``@T`` is the job's
-own lead time (CheckpointSignal.lead_s; the grace: controller.core.checkpoint_signal.grace_s). An admin may widen the contract
+Which ``--signal`` counts is the one sbatch gives the job: the command line beats
+SBATCH_SIGNAL, which beats the script's ``#SBATCH --signal`` lines. Slurm 22.05 shows
+the result in neither ``squeue --json`` nor ``scontrol show job``;
+slurm_plugin/cli_filter.lua, which runs inside sbatch after it has read every source,
+records it in the comment as ``tiresias:preemptable=SPEC``. So ``declared`` takes, in
+this order: the ``--signal`` the cluster manager reports (``ObservedJob.signal``, where
+a release shows it); the signal a ``tiresias:preemptable=SPEC`` comment names (the
+filter's record of sbatch's final value, or the user's own); the last ``#SBATCH
+--signal`` line of the batch script (``scontrol write batch_script``, read once per
+job when it is first seen running), which is only a fallback: it may have been
+overridden on the command line or in the environment, which only the filter sees; and
+last the bare ``tiresias:preemptable`` opt-in's ``preempt_signal``. A spec's ``@T`` is
+the job's own lead time, 60 s without ``@T`` as in sbatch (CheckpointSignal.lead_s;
+the grace: controller.core.checkpoint_signal.grace_s). An admin may widen the contract
 (``preempt_undeclared``): undeclared requeueable jobs are then requeued without a
 signal. Jobs outside the contract are never signalled and the plan keeps them
 running (JobSpec.preemptable).
@@ -33,7 +41,7 @@ from typing import Callable, Optional
 # CheckpointSignal and parse_signal_spec are the contract's vocabulary; defined in the
 # core so that the comment-hint grammar (controller.core.hints) shares the spec grammar
 from controller.core.checkpoint_signal import CheckpointSignal, parse_signal_spec  # noqa: F401 - re-exported
-from controller.core.hints import PREEMPTABLE_PREFIX, PREEMPTABLE_SOURCE, parse_hints
+from controller.core.hints import PREEMPTABLE_PREFIX, PREEMPTABLE_SOURCE, Hints, parse_hints
 from controller.service.backend import Backend, BackendUnavailable, ObservedJob
 from controller.service.config import Config
 
@@ -93,40 +101,49 @@ class Contract:
         self.reads_left = self.reads_per_round
 
     def unread(self, job: ObservedJob) -> bool:
-        """A running job whose batch script is still to be read (read budget spent)."""
+        """A running job whose batch script is still to be read (read budget spent): it
+        has no signal recorded elsewhere (reported by the cluster manager, or in its
+        comment as tiresias:preemptable=SPEC)."""
         return (job.job_id not in self.declared_signals and job.state == "RUNNING" and not job.signal
-                and self.reads_left <= 0 and callable(getattr(self.backend, "batch_script", None)))
+                and self.reads_left <= 0 and callable(getattr(self.backend, "batch_script", None))
+                and parse_hints(job.comment).preempt_signal is None)
 
     def declared(self, job: ObservedJob) -> Optional[CheckpointSignal]:
-        """The job's checkpoint signal, or None when it declared none. Reads the batch
-        script (one backend call) the first time a running job is asked about."""
+        """The job's checkpoint signal, or None when it declared none (the order of the
+        sources: the module docstring). Reads the batch script (one backend call) the
+        first time a running job with no signal recorded elsewhere is asked about."""
         if job.job_id in self.declared_signals:
             return self.declared_signals[job.job_id]
         if self.unread(job):
-            return self._opt_in(job)  # not cached: the script is read in a later round
-        spec, source = job.signal, "--signal"
-        if not spec and job.state == "RUNNING":
-            spec, source = self._read_script_signal(job.job_id), "#SBATCH --signal"
-        signal = None
-        if spec:
-            signal, problem = parse_signal_spec(spec, source)
-            if problem:
-                self.log_once(f"job {job.job_id}: {problem}; not preemptable by its --signal")
-        if signal is None:
-            signal = self._opt_in(job)
+            return None  # not cached: the script is read in a later round
+        hints = self._comment_hints(job)
+        signal = self._parsed(job, job.signal, "--signal") or hints.preempt_signal
+        if signal is None and not job.signal and job.state == "RUNNING":
+            # (a reported --signal, even an unusable one, is sbatch's final value: the
+            # script's line was overridden)
+            signal = self._parsed(job, self._read_script_signal(job.job_id), "#SBATCH --signal")
+        if signal is None and hints.preemptable:  # the bare opt-in
+            signal = CheckpointSignal(self.config.preempt_signal, True, PREEMPTABLE_SOURCE)
         if job.state == "RUNNING":  # pending jobs are asked again once they run
             self.declared_signals[job.job_id] = signal
         return signal
 
-    def _opt_in(self, job: ObservedJob) -> Optional[CheckpointSignal]:
-        """The signal of the job's ``tiresias:preemptable[=SPEC]`` comment hint (grammar:
-        controller.core.hints; a comment with any bad hint opts nothing in)."""
+    def _parsed(self, job: ObservedJob, spec: str, source: str) -> Optional[CheckpointSignal]:
+        """The signal of a ``--signal`` spec from ``source``; None (logged) for a bad one."""
+        if not spec:
+            return None
+        signal, problem = parse_signal_spec(spec, source)
+        if problem:
+            self.log_once(f"job {job.job_id}: {problem}; not preemptable by its --signal")
+        return signal
+
+    def _comment_hints(self, job: ObservedJob) -> Hints:
+        """The job's comment hints (grammar: controller.core.hints; a comment with any bad
+        hint carries none, logged)."""
         hints = parse_hints(job.comment)
         if hints.problem is not None and PREEMPTABLE_PREFIX in (job.comment or ""):
             self.log_once(f"job {job.job_id}: comment {hints.problem}; not preemptable by its comment")
-        if not hints.preemptable:
-            return None
-        return hints.preempt_signal or CheckpointSignal(self.config.preempt_signal, True, PREEMPTABLE_SOURCE)
+        return hints
 
     def _read_script_signal(self, job_id: str) -> str:
         reader = getattr(self.backend, "batch_script", None)
