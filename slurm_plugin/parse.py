@@ -13,6 +13,9 @@ Two JSON generations are accepted and turned into the same dataclasses:
 * Slurm 23.02+ / 24.11 (data_parser v0.0.39..v0.0.42): numbers wrapped as
   ``{"set": bool, "infinite": bool, "number": N}``, ``job_state`` and node
   ``state`` as lists of upper-case flags, ``--gres`` stored as ``gres/gpu:2``.
+  26.05 (data_parser v0.0.45) writes the same documents; the fields read here keep
+  their names and places. What changed in them is noted where it is read (sinfo's
+  ``gres.used``, sacct's ``association``).
 
 Plus the text form ``scontrol show job -o`` (one job per line).
 
@@ -343,7 +346,10 @@ def _gpus_held(gres: Any, gres_used: Any, total: int, used: int) -> int:
     gpu:0,shard:8``: the GPUs are not free). Per-GPU shard use (``shard:8(8/8,0/8)``)
     gives the GPUs touched; without it every shard in use is taken as on its own GPU
     (never more than the node has): a GPU counted busy that is not costs a delayed
-    start, one counted free that is not costs a preemption for nothing."""
+    start, one counted free that is not costs a preemption for nothing.
+    26.05 writes ``-`` for a GPU a job holds whole (``mps:0(0/100,-/100)``; 24.11
+    wrote ``0/100``) and drops 24.11's ``(null)`` type (``gpu:2(IDX:2-3)``, not
+    ``gpu:(null):2(IDX:2-3)``): a ``-`` is no shard use, that GPU is in ``used``."""
     touched = 0
     for name, _, count, inside in gres_items(_str(gres_used, "gres_used"), "gres_used"):
         if name != "shard" or not count:
@@ -587,6 +593,7 @@ def _sinfo_groups(records: list, errors: list | None) -> list[SlurmNode]:
                         gpus_used=_gpus_held(gres.get("total"), gres.get("used"), total,
                                              _gpu_count(gres.get("used"), None, "gres.used")),
                         partitions=parts,
+                        # 26.05 moved reason.user to reason_set_by_user; the description stays
                         reason=_str((g.get("reason") or {}).get("description")
                                     if isinstance(g.get("reason"), dict) else g.get("reason"), "reason"),
                         available=state not in NODE_UNAVAILABLE_STATES and not (flags & NODE_UNAVAILABLE_FLAGS),
@@ -660,6 +667,8 @@ def _sacct_job(r: dict) -> SlurmJob:
     steps = r.get("steps") or []
     batch = any(isinstance(s, dict) and (s.get("step") or {}).get("name") == "batch" for s in steps)
     names = expand_hostlist(_str(r.get("nodes"), "nodes"))
+    # user and account are the record's own (association.user only when user is
+    # missing): 26.05 leaves association.user and .account "", 24.11 repeated them there.
     return SlurmJob(
         job_id=job_id,
         name=_str(r.get("name"), "name"),

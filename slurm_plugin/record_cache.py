@@ -3,10 +3,10 @@
 A round reads every job (``squeue --json``: on 22.05 the JSON ignores ``--jobs``, and
 ``scontrol`` has no ``--json``), and between two rounds few records change: decoding
 and parsing all of them again was most of a round (json.loads alone ~285 ms at 12,000
-jobs). Slurm pretty-prints its documents (22.05's json-c and 24.11's serializer both
-put every record of the top-level list on lines of its own, indented one level deeper
-than the list's key), so the list can be cut into one text per record with
-``str.split``; a record whose text is exactly the one of the last read is the same
+jobs). Slurm pretty-prints its documents (22.05's json-c and the serializer of 24.11
+and 26.05 all put every record of the top-level list on lines of its own, indented one
+level deeper than the list's key), so the list can be cut into one text per record
+with ``str.split``; a record whose text is exactly the one of the last read is the same
 record, and its parsed value from then is reused. Only new or changed texts are
 decoded and parsed, by the same per-record parser as a full read.
 

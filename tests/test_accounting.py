@@ -1,7 +1,7 @@
 """`tiresias trace export` from saved sacct outputs, and `simulate --actual`.
 
-The fixtures are the recorded 22.05 `sacct --json`/`-P` outputs and the 24.11 JSON
-recorded from the same workload (tests/fixtures/slurm/record.sh). They hold: 1 and 2 COMPLETED (2 and 1 GPUs),
+The fixtures are the recorded 22.05 `sacct --json`/`-P` outputs and the 24.11 and 26.05
+JSON recorded from the same workload (tests/fixtures/slurm/record.sh). They hold: 1 and 2 COMPLETED (2 and 1 GPUs),
 3 FAILED without GPUs, 4 requeued (a REQUEUED run, then RUNNING), 5/7/8 RUNNING
 (GPU), 6 RUNNING with MPS only, 10 PENDING (16 GPUs). Cases the fixtures lack
 (a requeued job that finished, a job cancelled while pending) are derived here
@@ -29,6 +29,7 @@ from controller.replay.traces import load_actuals, load_trace
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "slurm"
 JSON_2205 = FIXTURES / "22.05" / "sacct.json"
 JSON_2411 = FIXTURES / "24.11" / "sacct.json"
+JSON_2605 = FIXTURES / "26.05" / "sacct.json"
 TEXT_2205 = FIXTURES / "22.05" / "sacct.txt"
 
 # Recorded on the 22.05 test cluster (`sacct -P -a -X -D -o ...`): job 34 requeued
@@ -52,6 +53,8 @@ TIMES = {
                     j4=(1796060528.0, 1796060529.0, 8.0)),
     JSON_2411: dict(j1=(1796290760.0, 1796290762.0, 1796290767.0), j2=1796290767.0,
                     j4=(1796290767.0, 1796290768.0, 3.0)),
+    JSON_2605: dict(j1=(1796486440.0, 1796486442.0, 1796486447.0), j2=1796486447.0,
+                    j4=(1796486447.0, 1796486448.0, 3.0)),
 }
 TIMES[TEXT_2205] = TIMES[JSON_2205]
 
@@ -79,7 +82,8 @@ def _finished_json(path: Path) -> str:
 
 
 # --------------------------------------------------------------------------- the fixtures as recorded
-@pytest.mark.parametrize("path", [JSON_2205, JSON_2411, TEXT_2205], ids=["22.05-json", "24.11-json", "22.05-text"])
+@pytest.mark.parametrize("path", [JSON_2205, JSON_2411, JSON_2605, TEXT_2205],
+                         ids=["22.05-json", "24.11-json", "26.05-json", "22.05-text"])
 def test_fixture_export_rows_and_counts(path):
     runs = runs_from_output(path.read_bytes(), str(path))
     assert len(runs) == 10
@@ -96,7 +100,8 @@ def test_fixture_export_rows_and_counts(path):
                                "unfinished": ["4", "5", "7", "8"], "bad_times": []}
 
 
-@pytest.mark.parametrize("path", [JSON_2205, JSON_2411, TEXT_2205], ids=["22.05-json", "24.11-json", "22.05-text"])
+@pytest.mark.parametrize("path", [JSON_2205, JSON_2411, JSON_2605, TEXT_2205],
+                         ids=["22.05-json", "24.11-json", "26.05-json", "22.05-text"])
 def test_requeued_runs_merge(path):
     merged = {j.job_id: j for j in merge_runs(runs_from_output(path.read_bytes(), str(path)))}
     job = merged["4"]
@@ -106,7 +111,7 @@ def test_requeued_runs_merge(path):
     assert merged["10"].gpus == 16 and not merged["10"].allocated
 
 
-@pytest.mark.parametrize("path", [JSON_2205, JSON_2411], ids=["22.05", "24.11"])
+@pytest.mark.parametrize("path", [JSON_2205, JSON_2411, JSON_2605], ids=["22.05", "24.11", "26.05"])
 def test_finished_requeued_job_and_cancelled_pending_json(path):
     result = build_export(runs_from_sacct_json(_finished_json(path)))
     by_id = {j.job_id: j for j in result.jobs}

@@ -1,5 +1,6 @@
 """Arrays and het jobs in the plan (controller.service.arrays), the per-job
-withholding of "gone", and the recorded 22.05 array fixture through the real backend.
+withholding of "gone", and the recorded 22.05 array fixture through the real backend
+(and the 24.11 and 26.05 ones, recorded by tests/fixtures/slurm/record.sh).
 
 tests/fixtures/slurm/22.05/squeue_array.json was recorded on the test cluster with
 ``sbatch -p batch --gres=gpu:1 --array=1-50%4 --wrap "sleep 120"`` as alice (twice:
@@ -101,6 +102,21 @@ def test_the_recorded_array_is_observed_as_four_running_tasks_and_no_pending_one
     assert "240_5" in observation.withheld and "240_1" not in observation.withheld
     # the cancelled array's records are its tasks too, never the bare ArrayJobId
     assert {j.job_id for j in observation.jobs if j.job_id.startswith("235")} >= {"235_1", "235_4"}
+
+
+@pytest.mark.parametrize("version", ["24.11", "26.05"])
+def test_the_24_11_and_26_05_recorded_arrays_are_observed_alike(version):
+    """squeue_array.json of 24.11 and 26.05 (record.sh: array 12, --array=1-50%4
+    --gres=gpu:1, tasks 1-4 running) with the sinfo.json of the same release."""
+    here = FIXTURES.parent / version
+    outputs = {"squeue": (here / "squeue_array.json").read_text(), "sinfo": (here / "sinfo.json").read_text(),
+               "sprio": ""}
+    backend = SlurmBackend(runner=lambda argv, timeout_s, env: CommandResult(0, outputs.get(argv[0], ""), ""))
+    observation = backend.observe()
+    assert observation.skipped == []
+    tasks = {j.job_id: (j.state, j.nodes, j.gpus) for j in observation.jobs if j.job_id.startswith("12")}
+    assert tasks == {f"12_{t}": ("RUNNING", ("gpu4",), 1) for t in range(1, 5)}
+    assert "12_5" in observation.withheld and "12_50" in observation.withheld and "12_1" not in observation.withheld
 
 
 def test_no_lever_goes_to_a_pending_arrays_bare_id():

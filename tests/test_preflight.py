@@ -6,6 +6,8 @@ test cluster (containers/slurm-cluster.sh up, Slurm 22.05.8), recorded with
 scontrol_show_config_broken.txt is that file with six values changed by sed
 (PriorityWeightFairShare 100000, JobRequeue 0, RequeueExit (null), SchedulerType
 sched/builtin, PreemptType preempt/qos, PreemptMode REQUEUE).
+tests/fixtures/slurm/26.05/scontrol_show_config.txt is the same cluster's on Slurm
+26.05.5, recorded by tests/fixtures/slurm/record.sh (26.05/RECORDED).
 """
 import logging
 import subprocess
@@ -16,12 +18,13 @@ import pytest
 
 from controller.cli.main import main
 from controller.service.backend import BackendUnavailable
-from controller.service.preflight import at_start, check, exit_codes, parse_show_config
+from controller.service.preflight import PRIORITY_WEIGHTS, at_start, check, exit_codes, parse_show_config
 from tests.slurm_fixtures import slurm_cluster  # noqa: F401  (pytest fixture)
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "slurm" / "22.05"
 GOOD = FIXTURES / "scontrol_show_config.txt"
 BROKEN = FIXTURES / "scontrol_show_config_broken.txt"
+GOOD_2605 = FIXTURES.parent / "26.05" / "scontrol_show_config.txt"
 BAND = 100000
 
 
@@ -39,6 +42,36 @@ def test_the_recorded_test_cluster_passes():
     assert settings["SchedulerParameters"] == "sched_interval=2,bf_interval=2,sched_min_interval=100000"
     assert "Slurmctld(primary) at vm is UP" not in settings and "Configuration data as of" not in " ".join(settings)
     assert check(settings, BAND, 85) == []
+
+
+def test_the_recorded_26_05_test_cluster_passes():
+    """26.05 prints indexed keys (Prolog[0], Epilog[0]), keys 22.05 lacks (TLSType,
+    MetricsType, ...), an empty PriorityFlags, and PreemptType (null) where 22.05 printed
+    preempt/none; the settings preflight judges read as on 22.05."""
+    settings = settings_of(GOOD_2605)
+    assert settings["SLURM_VERSION"] == "26.05.5" and settings["TLSType"] == "tls/none"
+    assert (settings["PriorityType"], settings["SchedulerType"], settings["SelectType"]) == \
+        ("priority/multifactor", "sched/backfill", "select/cons_tres")
+    assert (settings["JobRequeue"], settings["RequeueExit"]) == ("1", "85")
+    assert (settings["PreemptType"], settings["PreemptMode"]) == ("(null)", "OFF")
+    assert (settings["PriorityWeightAge"], settings["PriorityWeightPartition"], settings["PriorityWeightTRES"]) == \
+        ("1", "1000", "(null)")
+    assert settings["Prolog[0]"] == "/etc/slurm/tiresias/prolog" and settings["PriorityFlags"] == ""
+    assert not any(key.startswith(("Configuration", "Slurmctld(")) for key in settings)
+    old = settings_of(GOOD)
+    for key in ("PriorityType", *PRIORITY_WEIGHTS, "PriorityWeightTRES", "JobRequeue", "RequeueExit",
+                "SchedulerType", "SchedulerParameters", "PreemptMode", "SelectType"):
+        assert settings[key] == old[key], key
+    assert check(settings, BAND, 85) == []
+
+
+def test_an_unset_preempt_type_is_no_preemption():
+    """26.05 prints a PreemptType that slurm.conf leaves out as (null): no preemption
+    plugin, whatever PreemptMode says, as preempt/none."""
+    assert lines(settings_of(GOOD_2605, PreemptMode="GANG")) == []
+    assert lines(settings_of(GOOD, PreemptMode="GANG")) == []
+    [line] = lines(settings_of(GOOD_2605, PreemptType="preempt/qos", PreemptMode="REQUEUE"))
+    assert line.startswith("PreemptType=preempt/qos (PreemptMode=REQUEUE): needs preempt/none")
 
 
 def test_the_broken_variant_names_each_wrong_setting_its_value_and_what_it_needs():
@@ -141,6 +174,8 @@ def test_tiresias_run_in_enforce_mode_refuses_a_broken_slurm_conf(tmp_path, monk
 
 def test_preflight_command_on_saved_output(capsys):
     assert main(["preflight", "--from-file", str(GOOD)]) == 0
+    assert capsys.readouterr().out.startswith("preflight passed")
+    assert main(["preflight", "--from-file", str(GOOD_2605)]) == 0
     assert capsys.readouterr().out.startswith("preflight passed")
     assert main(["preflight", "--from-file", str(BROKEN)]) == 1
     captured = capsys.readouterr()

@@ -1,6 +1,6 @@
 """slurm_plugin.record_cache: squeue/sinfo --json read round after round parse only the
-records whose text changed, and give exactly what a whole parse gives (recorded 22.05
-output and the 24.11 shapes)."""
+records whose text changed, and give exactly what a whole parse gives (recorded 22.05,
+24.11 and 26.05 output)."""
 from __future__ import annotations
 
 import json
@@ -15,7 +15,7 @@ from slurm_plugin.parse import (SlurmParseError, parse_sinfo_json, parse_sinfo_r
 from slurm_plugin.record_cache import RecordCache, split_records
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "slurm"
-VERSIONS = ("22.05", "24.11")
+VERSIONS = ("22.05", "24.11", "26.05")
 
 
 def _text(version: str, name: str) -> str:
@@ -41,7 +41,7 @@ def test_cut_records_read_as_the_whole_document(version):
     nodes = RecordCache("nodes", parse_sinfo_record, "name").read(_text(version, "sinfo.json"), _load, errors)
     if version == "22.05":
         assert nodes == parse_sinfo_json(_text(version, "sinfo.json")) and errors == []
-    else:  # 24.11's `sinfo --json` groups nodes by partition and state ("sinfo"): read whole
+    else:  # 24.11's and 26.05's `sinfo --json` group nodes by partition and state ("sinfo"): read whole
         assert nodes is None and errors == []
 
 

@@ -1,5 +1,8 @@
-"""Parser tests on output recorded from real Slurm 22.05 and 24.11 daemons: the same
-workload on the test cluster, job ids 1-11 (tests/fixtures/slurm/record.sh; 24.11/RECORDED)."""
+"""Parser tests on output recorded from real Slurm 22.05, 24.11 and 26.05 daemons: the
+same workload on the test cluster, job ids 1-11, then array 12 (tests/fixtures/slurm/record.sh;
+24.11/RECORDED, 26.05/RECORDED). 26.05 (data_parser v0.0.45) prints the documents 24.11
+printed, with new keys the parser does not read and the value changes that the
+*26_05* tests pin down."""
 
 from __future__ import annotations
 
@@ -20,10 +23,11 @@ from slurm_plugin.parse import (
 )
 
 FIXTURES = Path(__file__).parent / "fixtures" / "slurm"
-GENERATIONS = ["22.05", "24.11"]
+GENERATIONS = ["22.05", "24.11", "26.05"]
 # What depends on the moment and the release each recording was made on: times, the GPU
 # indices Slurm picked, sacct's record order, where the requeued job ran again, gpu3
-# drained (24.11 only), and the held job's max_nodes (24.11 reports its one task's node).
+# drained (recorded so from 24.11 on), and the held job's max_nodes (24.11 and 26.05
+# report its one task's node).
 RECORDED = {
     "22.05": dict(submit5=1796060528.0, start5=1796060529.0, end1=1796060515.0, idx7="gpu:3(IDX:0-2)",
                   sacct_order=["4", "1", "2", "3", "4", "5", "6", "7", "8", "10"],
@@ -31,6 +35,10 @@ RECORDED = {
     "24.11": dict(submit5=1796290767.0, start5=1796290768.0, end1=1796290767.0, idx7="gpu:3(IDX:1-3)",
                   sacct_order=["1", "2", "3", "4", "5", "6", "7", "8", "10", "4"],
                   requeued_run=(1796290768.0, 1796290769.0), rerun_node="gpu1", drained=("gpu3",),
+                  held_max_nodes=1),
+    "26.05": dict(submit5=1796486447.0, start5=1796486448.0, end1=1796486447.0, idx7="gpu:3(IDX:1-3)",
+                  sacct_order=["1", "2", "3", "4", "5", "6", "7", "8", "10", "4"],
+                  requeued_run=(1796486448.0, 1796486449.0), rerun_node="gpu1", drained=("gpu3",),
                   held_max_nodes=1),
 }
 
@@ -183,13 +191,36 @@ def test_sinfo_nodes(version):
     assert all(nodes[f"gpu{i}"].available is (f"gpu{i}" not in drained) for i in range(1, 5))
 
 
-def test_sinfo_2411_drained_node_unavailable():
-    """24.11's own `sinfo --json` (grouped by partition and state) of a drained idle node."""
-    nodes = {n.name: n for n in parse_sinfo_json(read("24.11", "sinfo.json"))}
+@pytest.mark.parametrize("version", ["24.11", "26.05"])
+def test_sinfo_grouped_drained_node_unavailable(version):
+    """24.11's and 26.05's own `sinfo --json` (grouped by partition and state) of a
+    drained idle node."""
+    nodes = {n.name: n for n in parse_sinfo_json(read(version, "sinfo.json"))}
     gpu3 = nodes["gpu3"]
     assert gpu3.state == "idle" and gpu3.flags == {"DRAIN"}
     assert gpu3.available is False and gpu3.reason == "maintenance"
-    assert (gpu3.gpus_total, gpu3.gpus_used) == (4, 0)  # used "gpu:(null):0(IDX:N/A),..."
+    assert (gpu3.gpus_total, gpu3.gpus_used) == (4, 0)  # used "gpu:(null):0(IDX:N/A),..." / "gpu:0(IDX:N/A),..."
+
+
+def test_sinfo_26_05_gres_used_and_drain_user():
+    """26.05's gres.used drops 24.11's "(null)" type and writes "-" in the MPS per-GPU
+    list for a GPU a job holds whole; the drain's user moved from reason.user to
+    reason_set_by_user. GPU counts and the reason read as on 24.11."""
+    def grouped(version):
+        return {(g["partition"]["name"], g["nodes"]["nodes"][0]): g
+                for g in json.loads(read(version, "sinfo.json"))["sinfo"]}
+
+    groups, old = grouped("26.05"), grouped("24.11")
+    assert old[("batch", "gpu2")]["gres"]["used"] == "gpu:(null):3(IDX:1-3),mps:(null):50(50/100,0/100,0/100,0/100)"
+    assert groups[("batch", "gpu2")]["gres"]["used"] == "gpu:3(IDX:1-3),mps:50(50/100,-/100,-/100,-/100)"
+    assert groups[("batch", "gpu3")]["reason"] == {"description": "maintenance", "time": 1796486449}
+    assert groups[("batch", "gpu3")]["reason_set_by_user"] == "root"
+    nodes = {n.name: n for n in parse_sinfo_json(read("26.05", "sinfo.json"))}
+    before = {n.name: n for n in parse_sinfo_json(read("24.11", "sinfo.json"))}
+    for name in ("gpu1", "gpu2", "gpu3", "gpu4"):
+        a, b = before[name], nodes[name]
+        assert (a.state, a.flags, a.gpus_total, a.gpus_used, a.gpu_type, a.partitions, a.reason, a.available) == \
+            (b.state, b.flags, b.gpus_total, b.gpus_used, b.gpu_type, b.partitions, b.reason, b.available), name
 
 
 @pytest.mark.parametrize("state, flags, available", [
@@ -244,7 +275,7 @@ def test_sacct_records(version):
     assert rerun.state == "RUNNING" and rerun.nodes == [RECORDED[version]["rerun_node"]] and rerun.end_time is None
     assert requeued.gpus == rerun.gpus == 1
     # 22.05 sacct has no restart_cnt; 23.02+ does.
-    assert rerun.restart_count == (1 if version == "24.11" else 0)
+    assert rerun.restart_count == (0 if version == "22.05" else 1)
     jobs = by_id(r for r in records if r is not requeued)
     assert jobs["1"].user == "alice" and jobs["1"].gpus == 2 and jobs["1"].state == "COMPLETED"
     assert jobs["3"].state == "FAILED" and jobs["3"].user == "bob" and jobs["3"].gpus == 0
@@ -254,6 +285,16 @@ def test_sacct_records(version):
     assert jobs["10"].state == "PENDING" and jobs["10"].gpus == 16  # from tres.requested
     assert jobs["10"].nodes == [] and jobs["10"].partition == "batch,urgent"
     assert jobs["1"].requeue is None
+
+
+def test_sacct_26_05_user_and_account_only_at_the_top():
+    """26.05 leaves association.user and association.account empty; the record's own
+    user and account still name them."""
+    doc = json.loads(read("26.05", "sacct.json"))
+    assert {(r["association"]["user"], r["association"]["account"]) for r in doc["jobs"]} == {("", "")}
+    jobs = by_id(parse_sacct_json(read("26.05", "sacct.json")))
+    assert (jobs["1"].user, jobs["1"].account) == ("alice", "research")
+    assert (jobs["3"].user, jobs["3"].account) == ("bob", "research")
 
 
 def test_sacct_bad_record_skipped():
@@ -400,6 +441,41 @@ def test_24_11_numbers_unset_and_infinite():
     job = parse_squeue_json(json.dumps(doc))[0]
     assert job.time_limit_s is None and job.submit_time == 100.0 and job.start_time is None
     assert job.gpus == 1 and job.state == "PENDING"
+
+
+def test_26_05_numbers_unset_and_infinite():
+    """26.05 keeps 24.11's {"set", "infinite", "number"} numbers, recorded here. A job
+    the main scheduler started without -t (STARTED_ON_SCHEDULE) has an infinite
+    time_limit; one backfill started (job 1, job 4's second run) has 525600 minutes, as
+    every started job of the 24.11 recording (all backfill started) has."""
+    raw = {r["job_id"]: r for r in json.loads(read("26.05", "squeue.json"))["jobs"]}
+    assert raw[2]["time_limit"] == {"set": False, "infinite": True, "number": 0}
+    assert raw[1]["time_limit"] == {"set": True, "infinite": False, "number": 525600}
+    assert raw[10]["start_time"] == {"set": True, "infinite": False, "number": 0}
+    assert raw[5]["array_task_id"] == {"set": False, "infinite": False, "number": 0}
+    jobs = by_id(parse_squeue_json(read("26.05", "squeue.json")))
+    assert jobs["2"].time_limit_s is None and jobs["1"].time_limit_s == 525600 * 60
+    assert jobs["10"].start_time is None and jobs["10"].submit_time == 1796486448.0
+    assert jobs["5"].job_id == "5" and jobs["5"].array_job_id == "" and jobs["5"].het_job_id == ""
+    requeued, rerun = [r for r in parse_sacct_json(read("26.05", "sacct.json")) if r.job_id == "4"]
+    assert requeued.time_limit_s is None and rerun.time_limit_s == 525600 * 60
+
+
+@pytest.mark.parametrize("version", ["24.11", "26.05"])
+def test_squeue_array_tasks_and_pending_record(version):
+    """squeue_array.json: array 12 (--array=1-50%4 --gres=gpu:1) with tasks 1-4 running
+    on gpu4 as jobs 13-16, and its pending record; jobs 1-11 beside it."""
+    errors: list = []
+    jobs = parse_squeue_json(read(version, "squeue_array.json"), errors)
+    assert errors == []
+    assert sorted(int(j.job_id) for j in jobs if not j.array_job_id) == list(range(1, 12))
+    array = sorted((j for j in jobs if j.array_job_id == "12"), key=lambda j: j.job_id)
+    assert [(j.job_id, j.state, j.nodes, j.gres_detail, j.gpus) for j in array[1:]] == [
+        (f"12_{t}", "RUNNING", ["gpu4"], [f"gpu:1(IDX:{t - 1})"], 1) for t in range(1, 5)]
+    pending = array[0]
+    assert (pending.job_id, pending.state, pending.array_tasks, pending.array_max_tasks, pending.gpus) == \
+        ("12", "PENDING", "5-50%4", 4, 1)
+    assert all(j.array_max_tasks == 4 and j.array_tasks == "" for j in array[1:])
 
 
 @pytest.mark.parametrize("version", GENERATIONS)

@@ -18,9 +18,11 @@ why. The rules (slurm_plugin/slurm.conf.fragment explains each line):
   complete service sample).
 - ``SchedulerType=sched/backfill``: the plan starts lower-priority jobs on GPUs a
   waiting gang cannot use (backfill); sched/builtin starts strictly in priority order.
-- Slurm's own preemption off (``PreemptType=preempt/none`` or ``PreemptMode=OFF``):
-  otherwise slurmctld picks victims by QOS or partition, not by attained service,
-  and preempts jobs outside the checkpoint contract.
+- Slurm's own preemption off (``PreemptType=preempt/none`` or unset, or
+  ``PreemptMode=OFF``): otherwise slurmctld picks victims by QOS or partition, not by
+  attained service, and preempts jobs outside the checkpoint contract. (The same
+  slurm.conf without a PreemptType line shows ``PreemptType = preempt/none`` on 22.05
+  and ``PreemptType = (null)`` on 26.05.)
 
 Enforce refuses to start with any finding; shadow and observe log them as warnings
 and start (controller.cli.run). ``tiresias preflight`` prints them for an admin.
@@ -142,7 +144,7 @@ def check(settings: dict[str, str], site_factor_band: int, requeue_exit_code: in
         found.append(Finding("SchedulerType", scheduler, "sched/backfill",
                              "the plan backfills GPUs a waiting gang cannot use"))
     preempt_type, preempt_mode = get("PreemptType"), get("PreemptMode")
-    if preempt_type not in ("", "preempt/none") and preempt_mode.upper() != "OFF":
+    if preempt_type not in ("", UNSET, "preempt/none") and preempt_mode.upper() != "OFF":
         found.append(Finding("PreemptType", f"{preempt_type} (PreemptMode={preempt_mode or UNSET})",
                              "preempt/none (or PreemptMode=OFF)",
                              "Slurm's own preemption picks victims by QOS or partition, not by attained "
