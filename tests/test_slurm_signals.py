@@ -6,7 +6,10 @@ slurm_plugin/cli_filter.lua; `tiresias run --mode enforce` as a real process):
   (preempt_grace_s is 3), checkpoints, resumes from its checkpoint and finishes;
 - a job that declares its signal through SBATCH_SIGNAL and exits 0 on it (a common
   SIGTERM habit) ends COMPLETED during its grace period, is requeued all the same,
-  resumes from its checkpoint and finishes.
+  resumes from its checkpoint and finishes;
+- the contract reads the signal sbatch uses: the command line's over the script's
+  ``#SBATCH --signal`` (sbatch keeps the script's ``B:`` though), and 60 s for a spec
+  without ``@T``.
 """
 from __future__ import annotations
 
@@ -14,6 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from controller.service.config import Config
+from controller.service.contract import Contract
+from slurm_plugin.backend import SlurmBackend
 from tests.slurm_fixtures import (  # noqa: F401  (iso, run: pytest fixtures)
     all_finished, attained, instance_fixture, iso, output_of, run, sbatch_in, wait_for)
 
@@ -79,3 +85,26 @@ def test_command_line_and_environment_signals_are_preempted_with_their_grace_and
         assert len(starts) >= 2 and not starts[1].endswith("resume=0"), text  # resumed from its checkpoint
         assert "work=60" in text, text
     print({j: (preempts[j]["detail"], requeues[j]["reason"]) for j in (cli_job, env_job)})
+
+
+def test_the_contract_reads_the_signal_sbatch_uses(iso):
+    """sbatch's order: its command line beats the script's ``#SBATCH --signal`` (the
+    harness script declares ``B:USR1@3``), and a spec without ``@T`` means Slurm's
+    60 s. The real backend and the contract read what Slurm will send."""
+    overridden = sbatch(iso, "alice", iso.workdir("alice"), "", "--signal=USR2@60")
+    default_lead = sbatch(iso, "bob", workdir_without_declared_signal(iso, "bob"), "", "--signal=USR1")
+    wait_for(lambda: all(iso.squeue()[j]["job_state"] == "RUNNING" for j in (overridden, default_lead)), 60,
+             "both jobs to run", seen=lambda: {j: iso.squeue()[j]["job_state"] for j in (overridden, default_lead)})
+    backend = SlurmBackend(env=iso.env)
+    contract = Contract(Config(), backend)
+    observed = {job.job_id: job for job in backend.observe().jobs}
+    declared = {j: contract.declared(observed[j]) for j in (overridden, default_lead)}
+    seen = {j: (s.name, s.batch_only, s.lead_s, s.source) if s else None for j, s in declared.items()}
+    recorded = {j: observed[j].comment for j in declared}  # sbatch's final --signal (cli_filter.lua)
+    print(recorded, seen)
+    assert seen[overridden][::2] == ("USR2", 60), (seen, recorded)
+    assert seen[default_lead][::2] == ("USR1", 60) and not seen[default_lead][1], (seen, recorded)
+    # Where the signal goes is sbatch's too: it ORs the script's B: into the command
+    # line's signal (22.05 records B:USR2 here), and the contract follows the record.
+    assert seen[overridden][1] == ("B:USR2" in recorded[overridden]), (seen, recorded)
+    assert all(contract.why_not(observed[j]) == "" for j in declared), seen
