@@ -45,7 +45,7 @@ def controller_for(slurm: ScriptedSlurm, store: Store, tmp: str, policy: str, ad
     config = from_mapping({"mode": "enforce", "policy": policy, "queues_gpu_s": [3600.0, 36000.0],
                            "preempt_max_per_job": 0, "usage_spool_dir": f"{tmp}/none",
                            "admin_comment": admin_comment})
-    return Controller(config, SlurmBackend(runner=slurm), store, clock=clock)
+    return Controller(config, SlurmBackend(runner=slurm, clock=clock), store, clock=clock)
 
 
 def rounds(policy: str, pending: int, running: int, admin_comment: bool = False, minutes: bool = False) -> dict:

@@ -82,7 +82,7 @@ def controlled(rounds: int, tmp_path, workload=WORKLOAD, settings=SETTINGS, thro
     config = from_mapping(dict(settings, usage_spool_dir=str(tmp_path / "none")))
     out = []
     with Store(f"sqlite:///{tmp_path}/parity.db") as store:
-        controller = Controller(config, SlurmBackend(runner=slurm), store, clock=clock)
+        controller = Controller(config, SlurmBackend(runner=slurm, clock=clock), store, clock=clock)
         backend = controller.backend
         for k in range(rounds):
             now = T0 + k * INTERVAL

@@ -48,6 +48,7 @@ class ScriptedSlurm:
         self.jobs: dict[int, dict] = {}
         self.site_factors: dict[int, int] = {}
         self.work_left_s: dict[int, float] = {}  # job id -> seconds of work left (submit(work_s=...))
+        self.first_submit: dict[int, float] = {}  # job id -> its first submit time (the age order)
         self.signalled_at: dict[int, int] = {}  # running job id -> when its checkpoint signal came
         self.calls: Counter = Counter()
         self.now = now  # its clock (epoch s): the jobs' submit and start times count back from it
@@ -71,7 +72,8 @@ class ScriptedSlurm:
     def _running(self, job_id, node, gpus, start):
         record = copy.deepcopy(self.running_template)
         record.update(job_id=job_id, nodes=node, tres_per_node=f"gres:gpu:{gpus}", node_count=1, tasks=1,
-                      gres_detail=[f"gpu:{gpus}(IDX:0-{gpus - 1})"], submit_time=start - 10, start_time=start,
+                      gres_detail=[f"gpu:{gpus}(IDX:0-{gpus - 1})"], submit_time=start - 10,
+                      eligible_time=start - 10, start_time=start,
                       end_time=start + 86400, partition="batch", user_name="alice", comment="", restart_cnt=0,
                       job_state="RUNNING", state_reason="None", requeue=True, batch_flag=True, required_nodes="",
                       excluded_nodes="")
@@ -80,10 +82,11 @@ class ScriptedSlurm:
 
     def _pending(self, job_id, gpus, submit):
         record = copy.deepcopy(self.pending_template)
+        self.first_submit.setdefault(job_id, submit)  # a requeue moves submit_time, not the age order here
         # An ordinary one-node job (max_nodes 0, as fixture jobs 4 and 11); one in 20 keeps
         # the template's (job 10) max_nodes 4, a -N 1-4 job the placement must bound.
         record.update(job_id=job_id, tres_per_node=f"gres:gpu:{gpus}", node_count=1, tasks=1, submit_time=submit,
-                      max_nodes=record["max_nodes"] if job_id % 20 == 0 else 0,
+                      eligible_time=submit, max_nodes=record["max_nodes"] if job_id % 20 == 0 else 0,
                       partition="batch", user_name="bob", comment="", restart_cnt=0, job_state="PENDING",
                       state_reason="Priority", requeue=True, batch_flag=True, required_nodes="", excluded_nodes="")
         return record
@@ -126,7 +129,7 @@ class ScriptedSlurm:
         name), within its ReqNodeList if set; one that fits nowhere waits and the next
         is tried. Returns (job id, nodes) per start."""
         pending = [j for j, r in self.jobs.items() if r["job_state"] == "PENDING" and r["state_reason"] != "BeginTime"]
-        pending.sort(key=lambda j: (-self.site_factors.get(j, 0), self.jobs[j]["submit_time"], j))
+        pending.sort(key=lambda j: (-self.site_factors.get(j, 0), self.first_submit.get(j, self.jobs[j]["submit_time"]), j))
         started = []
         for job_id in pending:
             record = self.jobs[job_id]
@@ -175,7 +178,10 @@ class ScriptedSlurm:
         pending = self._pending(job_id, self._gpus(record), record["submit_time"])
         for key in ("comment", "requeue", "user_name", "required_nodes", "node_count", "max_nodes"):
             pending[key] = record[key]
-        pending.update(restart_cnt=record["restart_cnt"] + 1, state_reason="BeginTime")
+        # Slurm's requeue sets the submit time to its own and the BeginTime cred_expire + 1 s
+        # later (121 s by default)
+        pending.update(restart_cnt=record["restart_cnt"] + 1, state_reason="BeginTime",
+                       submit_time=int(self.now), eligible_time=int(self.now) + 121)
         self.jobs[job_id] = pending
 
     def start_one(self) -> int:

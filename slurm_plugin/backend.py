@@ -47,6 +47,7 @@ from slurm_plugin.parse import (
     parse_squeue_json,
     parse_sinfo_record,
     parse_squeue_record,
+    squeue_clock,
 )
 from slurm_plugin.record_cache import RecordCache
 
@@ -137,7 +138,8 @@ class SlurmBackend:
     """
 
     def __init__(self, partitions: list[str] | None = None, command_timeout_s: float = 15,
-                 runner: Runner | None = None, env: Mapping[str, str] | None = None):
+                 runner: Runner | None = None, env: Mapping[str, str] | None = None,
+                 clock: Callable[[], float] = time.time):
         if partitions is not None:
             partitions = [_check_name(p, "partition name") for p in partitions]
         if command_timeout_s <= 0:
@@ -145,6 +147,9 @@ class SlurmBackend:
         self.partitions = None if partitions is None else set(partitions)
         self.command_timeout_s = float(command_timeout_s)
         self.runner: Runner = runner or subprocess_runner
+        # The controller's clock (epoch s): when an observation was taken and answered
+        # (a scripted slurmctld on a virtual clock passes that clock).
+        self.clock = clock
         # The controller's lease check (controller.service.lease.Lease.guard), run just
         # before every lever command: a lease lost between two scontrol chunks of one
         # call stops the next chunk.
@@ -182,6 +187,7 @@ class SlurmBackend:
         self._plain_ids: set[str] = set()
         self._set_since: dict[str, dict[str, object]] = {}
         self._records_changed = False
+        self._slurm_now: Optional[float] = None  # slurmctld's clock in the last squeue --json read (24.11+)
 
     # ------------------------------------------------------------------ commands
 
@@ -244,18 +250,24 @@ class SlurmBackend:
         Raises BackendUnavailable when any read fails; records that do not parse
         are listed in ``Observation.skipped`` (one line each).
         """
-        observed_at_s = time.time()
+        observed_at_s = self.clock()
         squeue_text = self._read(["squeue", "--json", "--states=all"])
+        answered_at_s = self.clock()
         sinfo_text = self._read(["sinfo", "--json"])
         skipped: list[str] = []
         job_errors: list[SlurmParseError] = []
         node_errors: list[SlurmParseError] = []
+
+        def load_squeue(text: str) -> dict:  # (the document a text identical to the last one's is not loaded again)
+            doc = self._load(text, "squeue --json")
+            self._slurm_now = squeue_clock(doc)
+            return doc
         try:
-            jobs = self._squeue_records.read(squeue_text, lambda rest: self._load(rest, "squeue --json"), job_errors)
+            jobs = self._squeue_records.read(squeue_text, load_squeue, job_errors)
             fresh = self._squeue_records.fresh
             if jobs is None:  # not cut into records: read whole
                 job_errors.clear()
-                jobs = fresh = parse_squeue_json(self._load(squeue_text, "squeue --json"), errors=job_errors)
+                jobs = fresh = parse_squeue_json(load_squeue(squeue_text), errors=job_errors)
             nodes = self._sinfo_records.read(sinfo_text, lambda rest: self._load(rest, "sinfo --json"), node_errors)
             if nodes is None:  # e.g. 23.11+'s grouped sinfo entries
                 node_errors.clear()
@@ -263,10 +275,13 @@ class SlurmBackend:
         except SlurmParseError as exc:  # not a document at all: act on nothing
             raise BackendUnavailable(f"unreadable Slurm output: {exc}") from None
         try:
-            return self._observation(jobs, fresh, nodes, job_errors, node_errors, skipped, observed_at_s)
+            observation = self._observation(jobs, fresh, nodes, job_errors, node_errors, skipped, observed_at_s)
         except BaseException:
             self._squeue_records.forget()  # its records were not all taken in: read them all again next time
             raise
+        # the clock evidence (controller.service.slurm_clock): slurmctld's time inside the answer
+        observation.answered_at_s, observation.slurm_now_s = answered_at_s, self._slurm_now
+        return observation
 
     def _observation(self, jobs: list[SlurmJob], fresh: list[SlurmJob], nodes: list[SlurmNode],
                      job_errors: list[SlurmParseError], node_errors: list[SlurmParseError], skipped: list[str],
@@ -353,6 +368,30 @@ class SlurmBackend:
         self._plain_ids = plain
         return observation
 
+    def observe_jobs(self, job_ids: Iterable[str]) -> list[ObservedJob]:
+        """The jobs ``job_ids`` (planned ids: "ARRAYID_TASKID" for an array task) as
+        observe() lists them, whatever partition they are in now: `tiresias restore`
+        undoes the levers it set on jobs that left the configured partitions (moved, or
+        the partitions changed). One ``squeue --json --states=all`` of its own: what
+        observe() keeps between rounds is left as it is. A job Slurm no longer lists,
+        or whose record does not parse, is absent. 22.05's JSON has no SiteFactor: a
+        job's is None there (unknown)."""
+        wanted = {str(job_id) for job_id in job_ids}
+        if not wanted:
+            return []
+        text = self._read(["squeue", "--json", "--states=all"])
+        try:
+            records = parse_squeue_json(self._load(text, "squeue --json"), errors=[])
+        except SlurmParseError as exc:  # not a document at all
+            raise BackendUnavailable(f"unreadable Slurm output: {exc}") from None
+        jobs = []
+        for job in records:
+            try:
+                jobs.append(self._observed_job(job, job.site_factor))
+            except (SlurmParseError, TypeError, ValueError):
+                continue
+        return [job for job in plan_view(jobs, Withheld()).jobs if job.job_id in wanted]
+
     def repeat_observation(self) -> Optional[Observation]:
         """The last observe()'s records again, read at the current time, with what the
         levers since then set (SiteFactor, AdminComment) laid over them: what observe()
@@ -370,7 +409,7 @@ class SlurmBackend:
                 getattr(job, name) != value for name, value in changes[job.job_id].items()) else job
                 for job in last.jobs]
             self._set_since = {}
-        return replace(last, observed_at_s=time.time(), jobs=list(last.jobs))
+        return replace(last, observed_at_s=self.clock(), jobs=list(last.jobs), answered_at_s=None, slurm_now_s=None)
 
     def _reservations(self, by_jobs: set[str], nodes: list[SlurmNode], now: float) -> dict[str, str]:
         """Node -> active reservation. Slurm flags a node in an active reservation
@@ -523,6 +562,7 @@ class SlurmBackend:
             submit_time_s=job.submit_time,
             start_time_s=job.start_time,
             end_time_s=job.end_time,
+            eligible_time_s=job.eligible_time,
             requeueable=bool(job.requeue),
             site_factor=site_factor,
             required_nodes=tuple(job.required_nodes),
@@ -675,6 +715,11 @@ class SlurmBackend:
         """`scontrol show config` as printed (the preflight's input); any failure is
         BackendUnavailable (the settings cannot be read)."""
         return self._read(["scontrol", "show", "config"])
+
+    def partition_config(self) -> str:
+        """`scontrol show partition -o` as printed, one line per partition (the
+        preflight reads each one's own PreemptMode); any failure is BackendUnavailable."""
+        return self._read(["scontrol", "show", "partition", "-o"])
 
     def set_mps_share(self, job_id: str, shares: int) -> None:
         """Set a pending job's MPS share per node (= its percent of one GPU's SMs).

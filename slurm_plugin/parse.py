@@ -113,6 +113,9 @@ class SlurmJob:
     submit_time: float | None = None
     start_time: float | None = None
     end_time: float | None = None
+    # when Slurm lets the job start (BeginTime: --begin, StartTime=, or the delay a
+    # requeue adds; a requeue also sets submit_time to the requeue's time)
+    eligible_time: float | None = None
     restart_count: int = 0
     requeue: bool | None = None
     batch: bool = False
@@ -380,6 +383,18 @@ def parse_squeue_json(text: str | bytes | dict, errors: list | None = None) -> l
     return _collect(records, _squeue_job, errors, "job_id", "jobs")
 
 
+def squeue_clock(doc: dict) -> float | None:
+    """slurmctld's clock when it answered: the document's top-level ``last_update``
+    (the 24.11 and 26.05 recordings; slurmctld stamps the job list it packs with its
+    current time: the newest record time of tests/fixtures/slurm/*/squeue_array.json
+    is a second older); None on 22.05, which has none, or when it is unreadable (the
+    clock is then not measured from it)."""
+    try:
+        return _epoch(doc.get("last_update"), "last_update")
+    except SlurmParseError:
+        return None
+
+
 def parse_squeue_record(record: dict) -> SlurmJob:
     """One record of ``squeue --json``'s ``jobs`` list, as parse_squeue_json reads each
     (slurm_plugin.record_cache parses only the records that changed with it)."""
@@ -443,6 +458,7 @@ def _squeue_job(r: dict) -> SlurmJob:
         submit_time=_epoch(r.get("submit_time"), "submit_time"),
         start_time=start,
         end_time=end,
+        eligible_time=_epoch(r.get("eligible_time"), "eligible_time"),
         restart_count=_count(r.get("restart_cnt"), "restart_cnt"),
         requeue=bool(r["requeue"]) if r.get("requeue") is not None else None,
         batch=bool(r.get("batch_flag")),
@@ -757,6 +773,7 @@ def _scontrol_job(r: dict) -> SlurmJob:
         submit_time=scontrol_time(r.get("SubmitTime"), "SubmitTime"),
         start_time=start,
         end_time=end,
+        eligible_time=scontrol_time(r.get("EligibleTime"), "EligibleTime"),
         restart_count=_count(scontrol_int(r.get("Restarts"), "Restarts"), "Restarts"),
         requeue=(r["Requeue"] == "1") if "Requeue" in r else None,
         batch=r.get("BatchFlag") == "1",

@@ -141,7 +141,8 @@ def test_shadow_mode_logs_once_and_changes_nothing(store):
     c.run_round()
     c.run_round()
     assert backend.calls == []
-    assert c.executor.would == ["set_mps_share(1, 75)"]
+    # (the pending MPS job's SiteFactor band is a would-call of every shadow round)
+    assert [call for call in c.executor.would if not call.startswith("set_site_factors")] == ["set_mps_share(1, 75)"]
     logged = shares(store, "1")
     assert len(logged) == 1 and not logged[0]["applied"] and "would set_mps_share" in logged[0]["detail"]
 
@@ -241,3 +242,65 @@ def test_a_refused_job_is_held_released_when_a_gpu_admits_it_and_restore_release
     lines = restore(backend, store, "default").lines()
     assert _holds(backend)[-1] == ("release_hold", "4") and "job 4: hold reset: released" in lines
     assert not store.levers("default").get("hold")
+
+
+def _bands(backend, job_id):
+    return [call[1][job_id] for call in backend.calls if call[0] == "set_site_factors" and job_id in call[1]]
+
+
+def test_a_pending_mps_job_gets_the_band_of_its_service_in_gpu_equivalents(store):  # noqa: F811
+    """Left at SiteFactor 0 a pending MPS job waited below every CPU job. It gets the band
+    a GPU job with its service would: a new one queue 1's (the CPU jobs' band too); one
+    that ran mps:50 for 300 s attained 150 GPU-s (half a GPU), past the 100 GPU-s
+    threshold: once requeued, queue 2's band and half a band for having run."""
+    backend = ScriptedBackend()
+    backend.add("9", 0)  # a CPU-only job
+    mps_job(backend, "1", 50)
+    mps_job(backend, "2", 50, "RUNNING", nodes=["gpu1"])
+    c = controller(store, backend)  # gpu_sharing off: the bands do not depend on it
+    c.run_round()
+    band = c.config.site_factor_band
+    assert _bands(backend, "1") == [2 * band] and _bands(backend, "9") == [2 * band]
+    backend.now += 300
+    c.run_round()
+    assert c.records["2"].attained_gpu_s == pytest.approx(0.5 * 301)  # from its start, a second before
+    backend.jobs["2"] = replace(backend.jobs["2"], state="PENDING", nodes=(), gpus_by_node=(), restart_count=1)
+    c = controller(store, backend)  # a restarted controller: the service is in the store
+    c.run_round()
+    assert _bands(backend, "2") == [band + band // 2]
+    backend.jobs["2"] = replace(backend.jobs["2"], state="COMPLETED", end_time_s=backend.now)
+    c.run_round()
+    assert "2" not in c.records  # closed as any job
+    assert store.service_samples_censored("default")[0] == []  # but no sample of the GPU jobs' service
+
+
+def test_a_users_own_hold_is_never_taken_over_nor_released(store):  # noqa: F811
+    """sbatch -H (JobHeldUser): the controller's hold (an operator's) would turn it into
+    JobHeldAdmin, its release then started the job the user held."""
+    from controller.service.restore import restore
+
+    backend = ScriptedBackend()
+    backend.nodes = [replace(backend.nodes[0], gpus_total=1, gpus_free=1)]
+    mps_job(backend, "1", 25, "RUNNING", user="bob", nodes=["gpu1"])
+    mps_job(backend, "2", 25, user="alice", reason="JobHeldUser")  # no GPU admits it: bob's
+    c = sharing(store, backend)
+    c.run_round()
+    del backend.jobs["1"]  # bob's job ended: the GPU would admit alice's
+    c.run_round()
+    assert _holds(backend) == [] and not store.levers("default").get("hold")
+
+    # a hold of the controller's that shows the user's hold now (ours released by an
+    # admin, the user held the job since) is not released, after a restart neither
+    mps_job(backend, "3", 25, "RUNNING", user="bob", nodes=["gpu1"])
+    mps_job(backend, "4", 25, user="carol")
+    c.run_round()
+    assert _holds(backend) == [("hold", "4")]
+    backend.jobs["4"] = replace(backend.jobs["4"], reason="JobHeldUser")
+    del backend.jobs["3"]
+    sharing(store, backend).run_round()
+    c.run_round()
+    assert _holds(backend) == [("hold", "4")]
+    lines = restore(backend, store, "default").lines()
+    assert _holds(backend) == [("hold", "4")]
+    assert "job 4: hold kept: held by its user (JobHeldUser), not by the controller" in lines
+

@@ -101,3 +101,57 @@ def test_handoff_delays_stay_bounded(tmp_path):
         handoffs.check({str(n): job}, float(n) + 10.0, RoundReport(round_id=n, observed_at_s=float(n) + 10.0, plan=None))
     assert handoffs.landed == MAX_DELAYS_KEPT + 50
     assert len(handoffs.delays_s) == MAX_DELAYS_KEPT and handoffs.delays_s[-1] == 5.0
+
+
+def test_rounds_that_fail_on_a_locked_store_are_counted_and_the_heartbeat_stops(tmp_path):
+    """Issue 28, item 6: a round the store cuts short (SQLite locked by another process
+    past the busy timeout) is a failed round like any other; the heartbeat an alert
+    reads (packaging/prometheus/tiresias-alerts.yml) stays at the last completed round."""
+    import sqlite3
+
+    from bench.scripted_slurm import VirtualTime
+    from controller.service.store import Store
+
+    path = tmp_path / "t.db"
+    with Store(f"sqlite:///{path}", busy_timeout_s=0.05) as store:  # noqa: F811
+        backend = ScriptedBackend()
+        backend.add("1", 2, "RUNNING", start=1000.0, nodes=[("gpu1", 2)])
+        c, metrics = with_metrics(store, backend)
+        clock = c.clock = VirtualTime(backend.now)
+        outcomes = []
+        real_round = c.run_round
+
+        def counted_round(observation=None):
+            try:
+                report = real_round(observation)
+            except Exception:
+                outcomes.append("failed")
+                raise
+            outcomes.append("ran")
+            return report
+        c.run_round = counted_round
+
+        def run_for(seconds):
+            def tick():
+                backend.now = clock.now_s
+            c.run_forever(clock.stop_after(seconds, 1.0, tick))
+
+        heartbeat = lambda: value(metrics, "tiresias_last_round_timestamp_seconds")  # noqa: E731
+        run_for(10.0)
+        assert outcomes and set(outcomes) == {"ran"} and value(metrics, "tiresias_failed_rounds_total") == 0
+        beat = heartbeat()
+        other = sqlite3.connect(path)
+        other.execute("BEGIN EXCLUSIVE")  # another process holds the write lock
+        try:
+            del outcomes[:]
+            run_for(20.0)
+        finally:
+            other.rollback()
+            other.close()
+        assert outcomes.count("failed") >= 5 and "ran" not in outcomes
+        assert value(metrics, "tiresias_failed_rounds_total") == outcomes.count("failed")
+        assert heartbeat() == beat  # no round completed: the heartbeat stands still
+        failed = outcomes.count("failed")
+        run_for(4.0)  # the lock released: rounds complete again
+        assert outcomes[-1] == "ran" and heartbeat() > beat
+        assert value(metrics, "tiresias_failed_rounds_total") == failed

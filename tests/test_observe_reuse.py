@@ -22,7 +22,7 @@ def loop(tmp_path):
         config = from_mapping({"mode": "enforce", "policy": "dlas", "preempt_max_per_job": 0, "full_observe_s": 60.0,
                                "usage_spool_dir": f"{tmp_path}/none", "interval_s": 10.0, "poll_s": 2.0,
                                **settings})
-        return Controller(config, SlurmBackend(runner=slurm), store, clock=clock)
+        return Controller(config, SlurmBackend(runner=slurm, clock=clock), store, clock=clock)
 
     yield slurm, clock, make
     store.close()

@@ -172,6 +172,68 @@ def test_the_controller_clears_its_own_expired_pin_from_the_record(store):
     assert backend.levers("11")[1] == () and PIN not in store.levers("default")
 
 
+class ScopedBackend(LeverBackend):
+    """Observes only the jobs of ``partitions``, as the Slurm backend of a config that
+    names partitions does; ``observe_jobs`` finds any job, as SlurmBackend's does."""
+
+    def __init__(self, partitions):
+        super().__init__()
+        self.partitions = set(partitions)
+
+    def observe(self):
+        observation = super().observe()
+        observation.jobs = [job for job in observation.jobs if job.partition in self.partitions]
+        return observation
+
+    def observe_jobs(self, job_ids):
+        self.calls.append(("observe_jobs", list(job_ids)))
+        return [self.jobs[job_id] for job_id in job_ids if job_id in self.jobs]
+
+
+def test_restore_undoes_the_levers_of_jobs_outside_the_configured_partitions(store):
+    """Job 12 was moved out of the partitions the controller observes (or the config's
+    partitions changed) after it got its band: restore still undoes it, from the store's
+    rows, and touches no job the controller set nothing on."""
+    backend, _ = enforced_cluster(store)
+    scoped = ScopedBackend(["batch"])
+    scoped.jobs = backend.jobs
+    scoped._update("12", partition="elsewhere")
+    scoped.add("14", 4)
+    scoped._update("14", partition="elsewhere", site_factor=7, admin_comment="site: other")  # never ours
+    report = restore(scoped, store, "default")
+    assert scoped.levers("12") == (0, (), "") and "job 12: SiteFactor reset: 200000 -> 0" in report.lines()
+    assert scoped.levers("14") == (7, (), "site: other")
+    assert [call for call in scoped.calls if call[0] == "observe_jobs"] == [("observe_jobs", ["12"])]
+    assert store.levers("default") == {}
+
+
+def test_slurm_backend_restore_reaches_a_job_outside_its_partitions(store):
+    """The same through SlurmBackend on the recorded 22.05 output: observing partition
+    small only, restore still resets the band it recorded on job 4 (partition batch)."""
+    from pathlib import Path
+
+    from slurm_plugin.backend import CommandResult, SlurmBackend
+
+    fixtures = Path(__file__).resolve().parent / "fixtures" / "slurm" / "22.05"
+    outputs = {"squeue": (fixtures / "squeue.json").read_text(), "sinfo": (fixtures / "sinfo.json").read_text(),
+               "sprio": ""}
+    levers = []
+
+    def runner(argv, timeout_s, env):
+        if argv[0] == "scontrol":
+            levers.append(argv)
+            return CommandResult(0, "", "")
+        return CommandResult(0, outputs[argv[0]], "")
+
+    backend = SlurmBackend(partitions=["small"], runner=runner)
+    assert "4" not in {job.job_id for job in backend.observe().jobs}
+    assert [job.partition for job in backend.observe_jobs(["4", "99"])] == ["batch"]  # 99: not listed
+    store.record_levers("default", SITE_FACTOR, {"4": "200000", "99": "100000"}, 1000.0)
+    report = restore(backend, store, "default")
+    assert levers == [["scontrol", "update", "JobId=4", "SiteFactor=0"]]
+    assert report.count("reset", SITE_FACTOR) == 1 and "job 99: SiteFactor gone: job no longer listed" in report.lines()
+
+
 def run_for(controller, backend, observations):
     stop = threading.Event()
     backend.stop_after_observations = (backend.observations + observations, stop)

@@ -100,6 +100,21 @@ def test_requeued_job_waits_for_the_settle_time_before_begin_time_is_released(st
     assert ("release_begin_time", "1") in backend.calls
 
 
+def test_a_begin_time_set_on_purpose_after_the_requeue_is_never_released(store):
+    """`scontrol update StartTime=` after a requeue (an admin's, or the user's): the
+    BeginTime is an hour after the requeue, not the requeue's delay of seconds."""
+    backend = ScriptedBackend()
+    backend.add("1", 4, reason="BeginTime", restarts=1)
+    backend.jobs["1"] = dataclasses.replace(backend.jobs["1"], eligible_time_s=backend.now + 3600)
+    starts, accounts = starter(store, backend, requeue_settle_s=0)
+    start = Start("r1.s1", "1", (("gpu1", 4),), "fits")
+    round_(starts, accounts, backend, Plan(1, backend.now, actions=[start]))
+    assert not [c for c in backend.calls if c[0] == "release_begin_time"]
+    backend.jobs["1"] = dataclasses.replace(backend.jobs["1"], eligible_time_s=backend.now + 11)  # the requeue's
+    round_(starts, accounts, backend, Plan(2, backend.now, actions=[start]))
+    assert ("release_begin_time", "1") in backend.calls
+
+
 def test_a_start_is_a_decision_not_an_applied_lever(store):
     backend = ScriptedBackend()
     backend.add("1", 4)

@@ -134,6 +134,25 @@ def test_squeue_requeued_job_is_pending_begin_time(version):
 
 
 @pytest.mark.parametrize("version", GENERATIONS)
+def test_squeue_begin_time_tells_the_requeues_delay_from_a_begin_the_user_set(version):
+    """A requeue sets submit_time to the requeue's time and eligible_time (the BeginTime)
+    cred_expire + 1 s later (AuthInfo=cred_expire=10 on the test cluster); job 9's
+    --begin=now+3600 is an hour after its submission."""
+    from controller.service.backend import ObservedJob
+    from controller.service.startable import requeue_delay
+
+    jobs = by_id(parse_squeue_json(read(version, "squeue.json")))
+    requeued, begin = jobs["4"], jobs["9"]
+    assert requeued.eligible_time - requeued.submit_time == 11
+    assert begin.eligible_time - begin.submit_time == 3600
+    for job, delay in ((requeued, True), (begin, False)):
+        seen = ObservedJob(job_id=job.job_id, user=job.user, partition=job.partition, state="PENDING",
+                           reason="BeginTime", gpus=job.gpus, restart_count=1, submit_time_s=job.submit_time,
+                           eligible_time_s=job.eligible_time)  # job 9 as if it had been requeued: its own begin
+        assert requeue_delay(seen) is delay, job.job_id
+
+
+@pytest.mark.parametrize("version", GENERATIONS)
 def test_squeue_gpu_sources_mps_per_job_pinned_held(version):
     jobs = by_id(parse_squeue_json(read(version, "squeue.json")))
     assert (jobs["6"].gpus, jobs["6"].mps) == (0, 50)          # --gres=mps:50
@@ -317,7 +336,7 @@ def test_scontrol_show_job_matches_squeue(utc):
     for job_id, job in jobs.items():
         other = squeue[job_id]
         for attr in ("name", "user", "partition", "state", "gpus", "mps", "nodes", "node_count",
-                     "submit_time", "start_time", "end_time", "restart_count", "requeue", "batch",
+                     "submit_time", "start_time", "end_time", "eligible_time", "restart_count", "requeue", "batch",
                      "comment", "required_nodes", "excluded_nodes", "time_limit_s", "priority", "max_nodes"):
             assert getattr(job, attr) == getattr(other, attr), (job_id, attr)
 

@@ -55,6 +55,32 @@ def test_a_requeued_jobs_begin_time_is_the_controllers_to_lift(store):
     assert STARTABLE_REASONS == {"", "Priority", "Resources"}  # "None": not looked at by Slurm yet
 
 
+def test_a_begin_time_someone_set_after_the_requeue_is_not_the_requeues_delay(store):
+    """A requeue sets the job's submit time to its own time and its BeginTime cred_expire
+    + 1 s later (the recorded fixtures: 11 s); a BeginTime further out was set on
+    purpose (`scontrol update StartTime=`) and the job cannot start before it."""
+    job = ObservedJob(job_id="7", user="a", partition="batch", state="PENDING", reason="BeginTime", gpus=1,
+                      restart_count=1, submit_time_s=5000.0)
+    assert slurm_wait(dataclasses.replace(job, eligible_time_s=5011.0)) == ""  # the requeue's delay
+    assert slurm_wait(dataclasses.replace(job, eligible_time_s=5000.0 + 121)) == ""  # Slurm's default delay
+    assert slurm_wait(dataclasses.replace(job, eligible_time_s=5000.0 + 3600)) == "BeginTime"  # deliberate
+    assert slurm_wait(job) == ""  # a backend that does not report it: the restart count decides
+
+
+def test_a_requeued_job_held_by_a_deliberate_begin_time_preempts_nobody_and_keeps_it(store):
+    backend, c = _bob_running_alice_waiting(store, "BeginTime", restarts=1)
+    backend.jobs["2"] = dataclasses.replace(backend.jobs["2"], eligible_time_s=backend.now + 7200)
+    report = c.run_round()
+    assert not report.plan.of_kind("preempt") and not report.plan.of_kind("start")
+    assert [call for call in backend.calls if call[0] in ("signal", "requeue", "release_begin_time")] == []
+    assert report.plan.wait_reasons["2"].startswith("Slurm reason BeginTime:")
+    # control: the requeue's own delay is the controller's to lift, and the job is startable
+    backend.jobs["2"] = dataclasses.replace(backend.jobs["2"], eligible_time_s=backend.now + 11)
+    backend.now += 1
+    report = c.run_round()
+    assert [a.job_id for a in report.plan.of_kind("preempt")] == ["1"]
+
+
 def test_one_qos_limited_job_costs_no_preemption_in_three_hours(store):
     # The issue's reproduction: a QOS-limited job caused 18 signal + requeue cycles of
     # another user's job in 3 simulated hours. Now: none.

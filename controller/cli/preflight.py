@@ -1,9 +1,11 @@
 """Check the slurm.conf settings the controller depends on (controller.service.preflight).
 
-Reads the running slurmctld's settings (`scontrol show config`), or a saved copy of
-that output with --from-file, and prints one line per wrong setting: its name, its
-value and the value it needs. Exit 0 when every setting is right, 1 when one is
-wrong or Slurm did not answer, 2 for a bad flag or config.
+Reads the running slurmctld's settings (`scontrol show config` and `scontrol show
+partition -o`), or saved copies of that output with --from-file (and
+--partitions-from-file), and prints one line per wrong setting: its name, its value
+and the value it needs; a setting enforce mode starts with anyway is a line marked
+"warning:". Exit 0 when no setting refuses enforce (warnings printed after the
+verdict), 1 when one does or Slurm did not answer, 2 for a bad flag or config.
 """
 from __future__ import annotations
 
@@ -19,25 +21,38 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", metavar="FILE", help=f"YAML settings (default {DEFAULT_PATH} if present): "
                                                      "site_factor_band sets the weight limit")
     p.add_argument("--from-file", metavar="FILE", help="check this saved `scontrol show config` output instead")
+    p.add_argument("--partitions-from-file", metavar="FILE",
+                   help="with --from-file: a saved `scontrol show partition` output (each partition's PreemptMode)")
+
+
+def _read_file(path: str, flag: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+    except OSError as err:
+        raise InputError(f"{flag} {path!r}: {err.strerror or err}") from None
 
 
 def run(args) -> int:
     from controller.service.backend import BackendUnavailable
-    from controller.service.preflight import check, parse_show_config
+    from controller.service.preflight import check, parse_show_config, parse_show_partitions
 
     config = load(args.config, {})
+    partitions_text = None
+    if args.partitions_from_file and not args.from_file:
+        raise InputError("--partitions-from-file goes with --from-file (without it both are read from Slurm)")
     if args.from_file:
-        try:
-            with open(args.from_file, encoding="utf-8", errors="replace") as f:
-                text = f.read()
-        except OSError as err:
-            raise InputError(f"--from-file {args.from_file!r}: {err.strerror or err}") from None
+        text = _read_file(args.from_file, "--from-file")
+        if args.partitions_from_file:
+            partitions_text = _read_file(args.partitions_from_file, "--partitions-from-file")
         source = args.from_file
     else:
         from slurm_plugin.backend import SlurmBackend
 
+        backend = SlurmBackend()
         try:
-            text = SlurmBackend().slurm_config()
+            text = backend.slurm_config()
+            partitions_text = backend.partition_config()
         except BackendUnavailable as err:
             print(f"tiresias preflight: Slurm did not answer: {err}", file=sys.stderr)
             return 1
@@ -45,12 +60,18 @@ def run(args) -> int:
     settings = parse_show_config(text)
     if not settings:
         raise InputError(f"{source}: no 'Key = Value' lines (is it `scontrol show config` output?)")
-    findings = check(settings, config.site_factor_band, REQUEUE_EXIT_CODE)
-    for finding in findings:
-        print(finding.line())
-    if findings:
-        print(f"tiresias preflight: {len(findings)} setting(s) wrong ({source}); enforce mode refuses to start",
-              file=sys.stderr)
+    partitions = parse_show_partitions(partitions_text) if partitions_text is not None else None
+    findings = check(settings, config.site_factor_band, REQUEUE_EXIT_CODE, partitions)
+    refusing = sum(f.refuses for f in findings)
+    warnings = len(findings) - refusing
+    if refusing:
+        for finding in findings:
+            print(finding.report())
+        print(f"tiresias preflight: {refusing} setting(s) wrong ({source}); enforce mode refuses to start"
+              f"{f' ({warnings} more warning(s))' if warnings else ''}", file=sys.stderr)
         return 1
-    print(f"preflight passed: every slurm.conf setting the controller depends on is right ({source})")
+    print(f"preflight passed: every slurm.conf setting the controller depends on is right ({source})"
+          f"{f', with {warnings} warning(s):' if warnings else ''}")
+    for finding in findings:
+        print(finding.report())
     return 0

@@ -38,7 +38,9 @@ def overrides_from(args) -> dict:
 def run(args) -> int:
     """Exit 0; 2 for a bad config or flag (one line, from main); 1 with one logged line
     when the store is unusable, or, with --once, when the round could not run; 1 in
-    enforce mode when the preflight finds a wrong slurm.conf setting (one line each)."""
+    enforce mode when the preflight finds a wrong slurm.conf setting (one line each),
+    at start or, when slurmctld did not answer then, once it does (until then enforce
+    acts on nothing)."""
     from controller.service.store import StoreError
 
     config = load(args.config, overrides_from(args))
@@ -60,7 +62,7 @@ def _run(args, config) -> int:
     from controller.service.backend import BackendUnavailable
     from controller.checkpoint import REQUEUE_EXIT_CODE
     from controller.service import preflight
-    from controller.service.daemon import Controller
+    from controller.service.daemon import Controller, PreflightRefused
     from controller.service.lease import single_controller
     from controller.service.store import Store, StoreError
     from slurm_plugin.backend import SlurmBackend
@@ -68,9 +70,12 @@ def _run(args, config) -> int:
     store = Store(config.store_url())
     held = single_controller(store, config)  # noqa: F841 - SQLite: the flock, held until this process ends; PostgreSQL: the lease
     backend = SlurmBackend(partitions=list(config.partitions) or None, command_timeout_s=config.command_timeout_s)
-    if not preflight.at_start(config.mode, backend, config.site_factor_band, REQUEUE_EXIT_CODE,
-                              logging.getLogger("tiresias")):
+    checked = preflight.at_start(config.mode, backend, config.site_factor_band, REQUEUE_EXIT_CODE,
+                                 logging.getLogger("tiresias"))
+    if checked is False:
         return 1
+    pending = None if checked else preflight.Pending(config.mode, backend, config.site_factor_band,
+                                                     REQUEUE_EXIT_CODE, logging.getLogger("tiresias"))
     metrics = None
     if config.metrics_port:
         from controller.service.metrics import Metrics
@@ -81,7 +86,7 @@ def _run(args, config) -> int:
         except OSError as err:
             raise InputError(f"metrics_port {config.metrics_port}: cannot listen on {config.metrics_address} "
                              f"({err.strerror or err})") from None
-    controller = Controller(config, backend, store, metrics=metrics)
+    controller = Controller(config, backend, store, metrics=metrics, preflight=pending)
     logging.getLogger("tiresias").info("controller starting: mode %s, policy %s, cluster %s", config.mode,
                                        config.policy, config.cluster)
     if args.once:
@@ -91,6 +96,9 @@ def _run(args, config) -> int:
             report = controller.run_round()
         except BackendUnavailable as err:
             logging.getLogger("tiresias").error("round not run: the cluster manager is unavailable: %s", err)
+            return 1
+        except PreflightRefused as err:
+            logging.getLogger("tiresias").error("round not run: %s", err)
             return 1
         except StoreError as err:
             logging.getLogger("tiresias").error("round not run: %s", err)
@@ -103,4 +111,4 @@ def _run(args, config) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     controller.run_forever(stop)
-    return 0
+    return 1 if controller.preflight_refused else 0

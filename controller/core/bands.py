@@ -5,10 +5,12 @@ the simulator can start jobs in the same order.
 """
 from __future__ import annotations
 
+import bisect
 import math
-from typing import Container, Mapping, Optional
+from typing import Container, Mapping, Optional, Sequence
 
 from controller.core.actions import SetBand
+from controller.core.policies.base import LEVEL_TOLERANCE_GPU_S
 
 
 def site_factors(order: list[str], levels: Mapping[str, int], pending: Container[str], started: Container[str],
@@ -43,6 +45,30 @@ def site_factors(order: list[str], levels: Mapping[str, int], pending: Container
         rank_in_level[level] = rank + 1
         factors[job_id] = (queue_count - level) * band + max(band - 1 - rank, 0)
     return factors
+
+
+def shared_levels(service_gpu_s: Mapping[str, float], thresholds_gpu_s: Sequence[float],
+                  by_level: bool = True) -> dict[str, int]:
+    """Job id -> 0-based MLFQ level of the pending jobs that use a share of a GPU (MPS)
+    and so are never in the plan, by their attained service ``service_gpu_s`` in
+    GPU-seconds of GPU-equivalents (an mps:50 job that ran 100 s attained 50), as the
+    MLFQ places a GPU job by its service (controller.core.policies.base); 0 for every
+    job when the policy has no levels (``by_level`` False)."""
+    if not by_level:
+        return {job_id: 0 for job_id in service_gpu_s}
+    return {job_id: bisect.bisect_right(thresholds_gpu_s, service + LEVEL_TOLERANCE_GPU_S)
+            for job_id, service in service_gpu_s.items()}
+
+
+def shared_site_factors(levels: Mapping[str, int], started: Container[str], queue_count: int, band: int,
+                        by_level: bool = True) -> dict[str, int]:
+    """Job id -> SiteFactor of the pending jobs of ``levels`` (shared_levels): their
+    level's band, plus half a band for those that ran before (``started``) when the
+    policy has levels, as site_factors gives a planned job of that level. Left at 0
+    they would wait below every GPU job and every CPU job; no GPU job yields for them
+    (they are not in the plan)."""
+    return {job_id: (queue_count - level) * band + (band // 2 if by_level and job_id in started else 0)
+            for job_id, level in levels.items()}
 
 
 INDEX_DECADES = 9.0  # indices from 1e-9 (a job of ~30 GPU-years) to 1 per GPU-s fill the band

@@ -105,9 +105,11 @@ class Accounts:
             if record is None:  # new, or its record changed: read whole
                 record = full(job, now)
                 changed.append(record)
-            if state == "RUNNING":
-                running.append((record, job.gpus,
-                                job.start_time_s if job.start_time_s is not None else record.last_observed_s))
+            if state == "RUNNING":  # an MPS job's service in GPU-equivalents (mps:50: half a GPU)
+                running.append((record, job.gpus or job.gpu_equivalents,
+                                # (a start after now, from a clock ahead of ours: from the last observation)
+                                job.start_time_s if job.start_time_s is not None and job.start_time_s <= now
+                                else record.last_observed_s))
             else:
                 pending.append(record)
         self._seen, self._running, self._pending = seen, running, pending
@@ -142,6 +144,12 @@ class Accounts:
         if job.state == "RUNNING":
             run_start = job.start_time_s if job.start_time_s is not None else now
             same_run = record.last_running and record.restart_count == job.restart_count and last is not None
+            if not same_run:
+                # Another run: it began after the last observation of the job (pending, or
+                # in its last run) and not after now, whatever a start time from another
+                # clock says (controller.service.slurm_clock moves Slurm's onto ours; this
+                # bounds what a clock it could not measure yet would charge).
+                run_start = min(run_start if last is None else max(run_start, last), now)
             record.last_observed_s = max(last, run_start) if same_run else run_start
             if record.first_start_s is None:
                 record.first_start_s = run_start
@@ -223,7 +231,7 @@ class Accounts:
                 self.metrics.observe_finished(record.submit_time_s, end)
             self.store.mark_finished(self.cluster, job_id, end, end_state, record.attained_gpu_s)
             sampled = end_state in COMPLETE_SAMPLE_STATES or end_state in CENSORED_SAMPLE_STATES
-            if sampled and record.attained_gpu_s > 0:
+            if sampled and record.attained_gpu_s > 0 and record.num_gpus > 0:  # not an MPS job: never planned
                 features = ((job.user, job.account or job.partition, job.name, record.num_gpus) if job is not None
                             else ("", "", "", record.num_gpus))
                 self.store.add_service_sample(self.cluster, job_id, record.attained_gpu_s, finished_s=end,

@@ -13,6 +13,9 @@ from typing import Callable, Container, Optional, Protocol
 from controller.core.model import Node
 
 
+MPS_SHARES_PER_GPU = 100  # --gres=mps:N counts shares of a GPU's SMs: 100 are one GPU's worth
+
+
 class BackendUnavailable(RuntimeError):
     """The cluster manager did not answer (slurmctld down, time-out): act on nothing."""
 
@@ -32,6 +35,9 @@ class ObservedJob:
     submit_time_s: Optional[float] = None
     start_time_s: Optional[float] = None
     end_time_s: Optional[float] = None
+    # When Slurm lets a pending job start (its BeginTime: --begin, an admin's
+    # StartTime=, or the delay Slurm adds after a requeue); None: not reported
+    eligible_time_s: Optional[float] = None
     time_limit_s: Optional[float] = None  # None: no limit (or unknown)
     restart_count: int = 0
     requeueable: bool = False
@@ -61,6 +67,13 @@ class ObservedJob:
     het_job_id: str = ""
     het_offset: int = 0
 
+    @property
+    def gpu_equivalents(self) -> float:
+        """The GPUs the job uses, in whole GPUs: its GPU count, or for a job that asks
+        for MPS shares only, its shares over ``MPS_SHARES_PER_GPU`` (mps:50 is half a
+        GPU). Its attained service is counted in these (GPU-seconds)."""
+        return float(self.gpus) if self.gpus > 0 else self.mps / MPS_SHARES_PER_GPU
+
 
 @dataclass
 class Observation:
@@ -72,6 +85,11 @@ class Observation:
     # tasks not listed: controller.service.arrays.Withheld). None: any skipped line
     # withholds every job (a backend that does not say which).
     withheld: Optional[Container[str]] = None
+    # Clock evidence (controller.service.slurm_clock): observed_at_s is taken just
+    # before the cluster manager is asked; answered_at_s just after it answered (None:
+    # observed_at_s); slurm_now_s is its own clock when it answered (None: not reported).
+    answered_at_s: Optional[float] = None
+    slurm_now_s: Optional[float] = None
 
     def withholds(self, job_id: str) -> bool:
         if self.withheld is None:
@@ -122,6 +140,11 @@ class Backend(Protocol):
     def slurm_config(self) -> str:
         """The running slurmctld's settings as `scontrol show config` prints them
         (controller.service.preflight reads them)."""
+        ...
+
+    def partition_config(self) -> str:
+        """Optional: the partitions' settings as `scontrol show partition` prints them
+        (the preflight reads each one's PreemptMode; a backend without it is not asked)."""
         ...
 
     def priorities(self) -> dict[str, int]:

@@ -45,9 +45,11 @@ from controller.service.heap import Heap
 from controller.service.lease import Lease
 from controller.service.partition_moves import PartitionMover
 from controller.service.preemption import Preemptions
+from controller.service.preflight import Pending
 from controller.service.report import LogOnce, RoundReport, entry
 from controller.service.restore import HOLD, RecordingBackend, log_report, on_start, restore
 from controller.service.sharing import GpuSharing
+from controller.service.slurm_clock import SlurmClock
 from controller.service.spool import collect_spool
 from controller.service import logs
 from controller.service.startable import add_waiting, slurm_wait
@@ -58,9 +60,18 @@ from controller.service.submit_order import SubmitOrder
 log = logging.getLogger("tiresias.controller")
 
 
+class PreflightRefused(RuntimeError):
+    """Enforce mode's preflight, run late (slurmctld answered after the start), found
+    a wrong slurm.conf setting: the controller acts on nothing and stops."""
+
+
 class Controller:
     def __init__(self, config: Config, backend: Backend, store: Store, clock: Callable[[], float] = time.time,
-                 metrics=None):
+                 metrics=None, preflight: Optional[Pending] = None):
+        """``preflight``: the slurm.conf check that could not run at start (slurmctld
+        did not answer, controller.service.preflight.at_start): tried again before
+        every round; enforce runs no round (acts on nothing) until it has run and
+        passed, and stops (``preflight_refused``) when it refuses."""
         self.config = config
         self.backend = backend
         self.store = store
@@ -87,6 +98,9 @@ class Controller:
         self.last_plan: Optional[Plan] = None
         self.last_observation: Optional[Observation] = None
         self._outage_since: Optional[float] = None
+        self.preflight = preflight
+        self.preflight_refused = False
+        self.slurm_clock = SlurmClock(log)  # Slurm's job times on this controller's clock
         self.usage_collected_at = -math.inf
         self._usage_failing = False
         self._calls_mark: dict[str, int] = {}  # backend.commands_run when the current round began
@@ -151,6 +165,11 @@ class Controller:
                 if not mode_noted:
                     stop.wait(self.config.poll_s)
                     continue
+            if not self.preflight_passed():
+                if self.preflight_refused:
+                    break
+                stop.wait(self.config.poll_s)
+                continue
             try:
                 signature = self._from_backend(poll) if callable(poll) else None
                 if signature is not None and not due(signature):
@@ -175,15 +194,17 @@ class Controller:
                     next_full = started + self.config.interval_s
                 except BackendUnavailable as err:
                     self._note_outage(err)
+                    self._count_failed_round()  # the outage counts once, each round it cut short too
                 except StoreError as err:
                     # What the round wrote is all or nothing per transaction; its state
                     # in memory is reloaded from the store before the next round.
                     log.error("round skipped: %s", err)
+                    self._count_failed_round()
                 except Exception as err:  # noqa: BLE001 - a record or a bug of ours fails one round, not all
                     # (the config was checked at start; a bad one never gets here)
                     self._round_failed("round", err)
             stop.wait(max(0.0, self.config.poll_s - (self.clock() - started)))
-        if self.config.restore_on_stop:
+        if self.config.restore_on_stop and not self.preflight_refused:  # refused at start, it would not either
             self._restore_on_stop()
         if self.lease is not None:
             self.lease.release()
@@ -201,6 +222,20 @@ class Controller:
         except Exception as err:  # noqa: BLE001 - odd data or a bug: the rounds go on, the next start retries
             self._round_failed("restore at the mode switch", err)
         return True
+
+    def preflight_passed(self) -> bool:
+        """Whether rounds may run: True once the preflight has run and passed (or ran
+        at start), and always in shadow and observe (which act on nothing; their
+        pending preflight is still tried, to log its findings). A pending one is tried
+        now; one that refuses sets ``preflight_refused`` (the loop stops)."""
+        pending = self.preflight
+        if pending is not None:
+            outcome = pending.attempt()
+            if outcome is None:  # slurmctld still does not answer
+                return self.config.mode != "enforce"
+            self.preflight = None
+            self.preflight_refused = not outcome
+        return not self.preflight_refused
 
     def _restore_on_stop(self) -> None:
         """restore_on_stop: a clean stop (SIGTERM, the stop event) leaves Slurm's own
@@ -244,6 +279,7 @@ class Controller:
             observation = repeat()
             if observation is not None:
                 self._mark_polls()
+                observation = self.slurm_clock.localize(observation, fresh=False)
                 self._repeated = observation
                 return observation
         observation = self._observe()
@@ -260,7 +296,7 @@ class Controller:
         observation = self._from_backend(self.backend.observe)
         for line in observation.skipped:
             self._log_once(f"skipped record: {line}")
-        return observation
+        return self.slurm_clock.localize(observation)  # Slurm's times on this controller's clock, from here on
 
     def _from_backend(self, read: Callable[[], object]):
         """``read()`` (observe or poll); an outage is noted once, and its end too."""
@@ -284,7 +320,16 @@ class Controller:
     # -- one round ------------------------------------------------------------------------
     def run_round(self, observation: Optional[Observation] = None) -> RoundReport:
         """One round; a StoreError (LeaseLost included) stops it and marks the state in
-        memory stale, so the next round starts from what the store holds."""
+        memory stale, so the next round starts from what the store holds. In enforce
+        mode with the preflight still pending (``preflight_passed``) it raises
+        BackendUnavailable (not run: slurmctld has not answered it yet) or
+        PreflightRefused, before anything is observed."""
+        if self.config.mode == "enforce" and (self.preflight is not None or self.preflight_refused) \
+                and not self.preflight_passed():
+            if self.preflight_refused:
+                raise PreflightRefused("the slurm.conf preflight found a wrong setting: enforce refuses to act")
+            raise BackendUnavailable("the slurm.conf preflight has not run yet (slurmctld did not answer "
+                                     "scontrol show config): enforce acts on nothing until it has")
         if self.lease is not None:
             if not self.lease.hold():  # renewed at every round: a long round does not outlive it
                 raise StoreError(f"cluster {self.config.cluster}: standing by (another controller holds the lease)")
@@ -313,6 +358,12 @@ class Controller:
         else:
             self._failures_seen.add(line)
             log.error("%s", line, exc_info=err)
+        self._count_failed_round()
+
+    def _count_failed_round(self) -> None:
+        """tiresias_failed_rounds_total: every round begun and not completed, whatever
+        cut it short (the store, Slurm, odd data, a bug); the heartbeat
+        (tiresias_last_round_timestamp_seconds) moves only with a completed round."""
         if self.metrics is not None:
             self.metrics.observe_failed_round()
 
@@ -324,22 +375,28 @@ class Controller:
         if observation is self._repeated and now < self._stands_until:
             return self._quiet_round(observation, started)
         self._stands_until = -math.inf  # until this round has planned and applied
-        # the GPU jobs, and the pending CPU-only jobs (their SiteFactor band: Starts.cpu_bands), in one pass
+        # the GPU jobs, the pending CPU-only jobs (their SiteFactor band: Starts.cpu_bands)
+        # and the MPS-only jobs (accounted in GPU-equivalents, banded: Starts.shared_bands;
+        # never planned), in one pass
         observed: dict[str, ObservedJob] = {}
         cpu_pending: dict[str, ObservedJob] = {}
+        shared: dict[str, ObservedJob] = {}
         for job in observation.jobs:
             if job.gpus > 0:
                 observed[job.job_id] = job
-            elif job.mps == 0 and job.state == "PENDING":
+            elif job.mps > 0:
+                shared[job.job_id] = job
+            elif job.state == "PENDING":
                 cpu_pending[job.job_id] = job
+        accounted = {**observed, **shared} if shared else observed
         # account: one transaction, committed before anything is done in Slurm
         self.contract.begin_round()
-        self.accounts.advance(observed, now)
+        self.accounts.advance(accounted, now)
         with self.store.transaction():
             # ended inside their grace period: requeued this round (Preemptions.advance),
             # so neither closed by the accounts nor unpinned by the starts
             requeueing = self.preemptions.to_requeue_ended(observed)
-            self.accounts.finish_gone(observed, observation, now, requeueing)
+            self.accounts.finish_gone(accounted, observation, now, requeueing)
             self.accounts.save()
             round_id = self.store.next_round_id(self.config.cluster)
         self._refresh_service(now)
@@ -354,7 +411,7 @@ class Controller:
             self.accounts.promote(action.job_id)
             report.applied.append(entry(action, applied=self.executor.logs_decisions, detail="store"))
         self.handoffs.check(observed, now, report, self.preemptions.grace_for)
-        self.starts.apply(plan, observed, now, report, cpu_pending, requeueing)
+        self.starts.apply(plan, observed, now, report, cpu_pending, requeueing, shared)
         blocked = self.handoffs.blocking(plan, now, leaving)
         if blocked:
             for action in plan.of_kind("preempt"):

@@ -37,7 +37,9 @@ class Metrics:
                                "outages: times the cluster manager stopped answering (not the polls that failed)",
                                ["mode"], registry=r)
         self.failed_rounds = Counter("tiresias_failed_rounds_total",
-                                     "rounds cut short by an error (logged; state reloaded from the store)",
+                                     "rounds begun and not completed, whatever the cause: the store (locked, "
+                                     "unreachable, lease lost), Slurm stopping mid-round, odd data, a bug "
+                                     "(logged; state reloaded from the store)",
                                      ["mode"], registry=r)
         # Histograms (not Summaries): the dashboard's JCT percentiles come from the buckets
         # (histogram_quantile), across controllers and time windows; a Summary has no quantiles here.

@@ -1,7 +1,8 @@
 """Preflight: the slurm.conf settings the controller depends on, read from `scontrol show config`.
 
 Each wrong setting is one Finding: its name, its value and the value it needs, and
-why. The rules (slurm_plugin/slurm.conf.fragment explains each line):
+why. The rules whose finding refuses enforce (slurm_plugin/slurm.conf.fragment
+explains each line):
 
 - ``PriorityType=priority/multifactor``: SiteFactor, the controller's only lever on
   the queue order, is a term of the multifactor priority; under priority/basic the
@@ -23,14 +24,37 @@ why. The rules (slurm_plugin/slurm.conf.fragment explains each line):
   attained service, and preempts jobs outside the checkpoint contract. (The same
   slurm.conf without a PreemptType line shows ``PreemptType = preempt/none`` on 22.05
   and ``PreemptType = (null)`` on 26.05.)
+- ``PriorityFlags`` without ``INCR_ONLY`` (a job's priority then never decreases, so a
+  band the controller lowers never takes effect). The other flags are judged in
+  ``priority_flag_findings``.
+- no partition with a ``PreemptMode`` of its own other than OFF when a preemption
+  plugin is configured (read from `scontrol show partition`, when the backend has it):
+  the partition's mode overrides the cluster's OFF, and slurmctld preempts there.
 
-Enforce refuses to start with any finding; shadow and observe log them as warnings
-and start (controller.cli.run). ``tiresias preflight`` prints them for an admin.
+Warnings (``Finding.refuses`` False: enforce starts; every mode logs them):
+
+- ``CliFilterPlugins`` without ``cli_filter/lua``: sbatch then writes no job's final
+  ``--signal`` into its comment, so a signal given only on the command line or in
+  SBATCH_SIGNAL is invisible (no JSON shows it): such jobs look undeclared and are
+  never preempted (the controller's order is weaker, nothing is lost).
+- ``PriorityFlags`` ``NO_NORMAL_*`` with the matching weight set: the weight check
+  above assumes every factor is at most 1; unnormalized, it is the raw partition
+  factor, QOS priority, ... whose size slurm.conf does not show.
+- a partition ``PreemptMode`` other than OFF under ``preempt/none``: no plugin picks
+  victims, but GANG time-slices (suspends) jobs there behind the controller.
+
+Enforce refuses to start with any refusing finding; shadow and observe log them as
+warnings and start (controller.cli.run). A slurmctld that does not answer at start
+leaves the preflight pending: enforce then acts on nothing until it has run and passed
+(``Pending``, retried before every round by controller.service.daemon). ``tiresias
+preflight`` prints them all for an admin.
 """
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
+from typing import Optional
 
 from controller.service.backend import Backend, BackendUnavailable
 
@@ -48,9 +72,14 @@ class Finding:
     value: str
     needs: str
     why: str
+    refuses: bool = True  # False: a warning in every mode (enforce starts with it)
 
     def line(self) -> str:
         return f"{self.setting}={self.value or UNSET}: needs {self.needs} ({self.why})"
+
+    def report(self) -> str:
+        """``line()``, marked when it is a warning only."""
+        return self.line() if self.refuses else f"warning: {self.line()}"
 
 
 def parse_show_config(text: str) -> dict[str, str]:
@@ -97,9 +126,108 @@ def tres_weights(spec: str) -> dict[str, float]:
     return weights
 
 
-def check(settings: dict[str, str], site_factor_band: int, requeue_exit_code: int) -> list[Finding]:
-    """Every finding for these settings (``parse_show_config``); [] when all is right."""
+_PARTITION_WORD = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_]*)=(\S*)")  # one Key=Value word
+
+
+def parse_show_partitions(text: str) -> dict[str, dict[str, str]]:
+    """`scontrol show partition` (one ``Key=Value`` line per partition with ``-o``, or
+    the indented multi-line form) as partition name -> its settings. Values hold no
+    spaces there; a ``TRES=cpu=4,...`` value keeps its own '='."""
+    partitions: dict[str, dict[str, str]] = {}
+    current: Optional[dict[str, str]] = None
+    for key, value in _PARTITION_WORD.findall(text):
+        if key == "PartitionName":
+            current = partitions.setdefault(value, {})
+        if current is not None:
+            current.setdefault(key, value)
+    return partitions
+
+
+# What each PriorityFlags value does to SiteFactor bands (slurm.conf(5), PriorityFlags;
+# the multifactor plugin). SiteFactor is added unweighted to the weighted factors, so
+# a flag matters when it (a) stops a job's priority from following its SiteFactor, or
+# (b) lets a weighted factor exceed its weight, which the weight check takes as the
+# factor's largest value.
+# (a) INCR_ONLY: "priority will only increase in value, never decrease": a band the
+#     controller lowers (a preempted job requeued into a lower queue) leaves the old,
+#     higher priority in place. A refusal.
+# (b) NO_NORMAL_ASSOC / _PART / _QOS / _TRES (and NO_NORMAL_ALL, all four; some
+#     scontrol versions print NO_NORMAL_ALL for any one of them): that factor is not normalized to
+#     0..1 but is the raw association priority, partition PriorityJobFactor (up to
+#     65533), QOS priority, TRES count, times its weight. How large those are is not
+#     in slurm.conf: a warning, when the matching weight is set at all.
+# Harmless: ACCRUE_ALWAYS (the age factor counts held time: still at most its weight),
+# SMALL_RELATIVE_TO_TIME (job size over time limit: still 0..1), CALCULATE_RUNNING
+# (running jobs' priorities are recomputed: they do not compete in the queue),
+# DEPTH_OBLIVIOUS, FAIR_TREE, NO_FAIR_TREE (how fairshare is computed: still 0..1),
+# MAX_TRES (how billable TRES are summed for usage: fairshare input only).
+_NOT_NORMALIZED = {"NO_NORMAL_ASSOC": ("PriorityWeightAssoc",), "NO_NORMAL_PART": ("PriorityWeightPartition",),
+                   "NO_NORMAL_QOS": ("PriorityWeightQOS",), "NO_NORMAL_TRES": ("PriorityWeightTRES",)}
+_NOT_NORMALIZED["NO_NORMAL_ALL"] = tuple(w for ws in _NOT_NORMALIZED.values() for w in ws)
+
+
+def priority_flag_findings(flags_value: str, weights: dict[str, float]) -> list[Finding]:
+    """The findings of ``PriorityFlags`` (see the table above); ``weights``: each
+    weight's value by name (``PriorityWeightTRES[GRES/gpu]`` for a TRES term)."""
+    flags = {f.strip().upper() for f in flags_value.split(",") if f.strip() and f.strip() != UNSET}
     found: list[Finding] = []
+    if "INCR_ONLY" in flags:
+        found.append(Finding("PriorityFlags", flags_value, "no INCR_ONLY",
+                             "a job's priority then never decreases: a SiteFactor band the controller lowers "
+                             "(a requeued job in a lower queue) would leave it ranked where it was"))
+    unbounded = sorted({w for flag in flags & _NOT_NORMALIZED.keys() for w in _NOT_NORMALIZED[flag]})
+    weighted = [w for w in unbounded if any(v for k, v in weights.items() if k.split("[")[0] == w)]
+    if weighted:
+        names = ", ".join(w.removeprefix("PriorityWeight") for w in weighted)
+        found.append(Finding("PriorityFlags", flags_value, f"no NO_NORMAL_* flag for a weighted factor ({names})",
+                             "an unnormalized factor is not bounded by its weight, so the weight check cannot "
+                             "tell whether it reorders the SiteFactor bands: compare weight x its largest raw "
+                             "value (partition PriorityJobFactor, QOS priority, ...) with half a band",
+                             refuses=False))
+    return found
+
+
+def cli_filter_finding(plugins_value: str) -> Optional[Finding]:
+    """A warning when ``CliFilterPlugins`` lacks the lua plugin (``cli_filter/lua`` or
+    ``lua``)."""
+    names = {p.strip().removeprefix("cli_filter/") for p in plugins_value.split(",")}
+    if "lua" in names:
+        return None
+    return Finding("CliFilterPlugins", plugins_value, "cli_filter/lua (slurm_plugin/cli_filter.lua on every "
+                   "submit host)", "without it a --signal given only on the sbatch command line or in "
+                   "SBATCH_SIGNAL is invisible to the controller: those jobs look undeclared and are never "
+                   "preempted", refuses=False)
+
+
+def partition_findings(settings: dict[str, str], partitions: dict[str, dict[str, str]]) -> list[Finding]:
+    """Partitions whose own PreemptMode (one other than OFF and than the cluster's)
+    lets slurmctld preempt or suspend jobs there by itself: a refusal when a
+    preemption plugin is configured (the partition's mode overrides the cluster's
+    OFF), a warning under preempt/none (no plugin picks victims, but GANG
+    time-slices jobs). A partition that inherits the cluster's mode prints it."""
+    preempt_type = settings.get("PreemptType", "")
+    active = preempt_type not in ("", UNSET, "preempt/none")
+    cluster_mode = settings.get("PreemptMode", "").upper()
+    found: list[Finding] = []
+    for name, values in partitions.items():
+        mode = values.get("PreemptMode", "")
+        if mode.upper() in ("", "OFF", cluster_mode):
+            continue
+        why = (f"PreemptType={preempt_type} preempts in this partition by its own mode, by QOS or partition, "
+               "not by attained service, and outside the checkpoint contract" if active else
+               "no preemption plugin picks victims, but this mode (GANG) can suspend jobs behind the controller")
+        found.append(Finding(f"PartitionName={name} PreemptMode", mode, "OFF (or no PreemptMode of its own)", why,
+                             refuses=active))
+    return found
+
+
+def check(settings: dict[str, str], site_factor_band: int, requeue_exit_code: int,
+          partitions: Optional[dict[str, dict[str, str]]] = None) -> list[Finding]:
+    """Every finding for these settings (``parse_show_config``) and, when given, the
+    partitions' (``parse_show_partitions``); [] when all is right. The refusing
+    findings come first, each group in a fixed order."""
+    found: list[Finding] = []
+    weights: dict[str, float] = {}
 
     def get(key: str) -> str:
         return settings.get(key, "")
@@ -109,7 +237,6 @@ def check(settings: dict[str, str], site_factor_band: int, requeue_exit_code: in
         found.append(Finding("PriorityType", priority, "priority/multifactor",
                              "SiteFactor bands order the queue only under multifactor priority"))
     else:
-        weights: dict[str, float] = {}
         for key in PRIORITY_WEIGHTS:
             try:
                 weights[key] = _number(get(key))
@@ -127,6 +254,7 @@ def check(settings: dict[str, str], site_factor_band: int, requeue_exit_code: in
             found.append(Finding("PriorityWeight*", f"{total:g} ({terms})", f"a sum below {limit}",
                                  f"half of site_factor_band {site_factor_band}, so that no weighted factor "
                                  "reorders the SiteFactor bands"))
+        found += priority_flag_findings(get("PriorityFlags"), weights)
     if get("JobRequeue") != "1":
         found.append(Finding("JobRequeue", get("JobRequeue"), "1",
                              "batch jobs must be requeueable for a preemption to resume them"))
@@ -149,30 +277,83 @@ def check(settings: dict[str, str], site_factor_band: int, requeue_exit_code: in
                              "preempt/none (or PreemptMode=OFF)",
                              "Slurm's own preemption picks victims by QOS or partition, not by attained "
                              "service, and outside the checkpoint contract"))
-    return found
+    found += partition_findings(settings, partitions or {})
+    cli_filter = cli_filter_finding(get("CliFilterPlugins"))
+    if cli_filter is not None:
+        found.append(cli_filter)
+    return [f for f in found if f.refuses] + [f for f in found if not f.refuses]
 
 
 def run_checks(backend: Backend, site_factor_band: int, requeue_exit_code: int) -> list[Finding]:
-    """Read the running slurmctld's settings through the backend and check them.
-    Raises BackendUnavailable when slurmctld does not answer."""
-    return check(parse_show_config(backend.slurm_config()), site_factor_band, requeue_exit_code)
+    """Read the running slurmctld's settings through the backend (and its partitions,
+    when the backend reads them: ``partition_config``) and check them. Raises
+    BackendUnavailable when slurmctld does not answer."""
+    settings = parse_show_config(backend.slurm_config())
+    read_partitions = getattr(backend, "partition_config", None)
+    text = read_partitions() if callable(read_partitions) else None
+    partitions = parse_show_partitions(text) if isinstance(text, str) else None
+    return check(settings, site_factor_band, requeue_exit_code, partitions)
+
+
+def report(mode: str, findings: list[Finding], log: logging.Logger) -> bool:
+    """Log the findings: False (refuse) in enforce mode with a refusing finding, each
+    logged as an error; warnings, and every finding in other modes, as warnings."""
+    refuse = mode == "enforce" and any(f.refuses for f in findings)
+    for finding in findings:
+        (log.error if refuse and finding.refuses else log.warning)("preflight: %s", finding.report())
+    if refuse:
+        log.error("preflight: %d slurm.conf setting(s) wrong: enforce mode refuses to start "
+                  "(run `tiresias preflight`; shadow and observe start with these warnings)",
+                  sum(f.refuses for f in findings))
+    return not refuse
 
 
 def at_start(mode: str, backend: Backend, site_factor_band: int, requeue_exit_code: int,
-             log: logging.Logger) -> bool:
-    """The check at the controller's start: False (refuse to start) in enforce mode
-    with a finding, each logged as an error; other modes log them as warnings and
-    start. A slurmctld that does not answer is logged and the controller starts (it
-    acts on nothing until Slurm answers; the settings are then unchecked)."""
+             log: logging.Logger) -> Optional[bool]:
+    """The check at the controller's start: True (start), False (refuse: enforce mode
+    with a refusing finding, each logged as an error; other modes log them as
+    warnings and start), None when slurmctld does not answer: the check is pending
+    (``Pending``): enforce acts on nothing until it has run and passed."""
     try:
         findings = run_checks(backend, site_factor_band, requeue_exit_code)
     except BackendUnavailable as err:
-        log.warning("preflight: slurm.conf settings not checked, slurmctld did not answer: %s", err)
-        return True
-    refuse = mode == "enforce" and bool(findings)
-    for finding in findings:
-        (log.error if refuse else log.warning)("preflight: %s", finding.line())
-    if refuse:
-        log.error("preflight: %d slurm.conf setting(s) wrong: enforce mode refuses to start "
-                  "(run `tiresias preflight`; shadow and observe start with these warnings)", len(findings))
-    return not refuse
+        log.warning("preflight: slurm.conf settings not checked yet, slurmctld did not answer: %s%s", err,
+                    "; enforce acts on nothing until they are (retried before every round)"
+                    if mode == "enforce" else "; retried before every round")
+        return None
+    return report(mode, findings, log)
+
+
+class Pending:
+    """A preflight that could not run at start (slurmctld did not answer), tried again
+    by ``attempt`` until it runs. Logged once per change of state: at_start logged the
+    first failure, ``attempt`` logs nothing while slurmctld still does not answer,
+    then the findings and the outcome once it does."""
+
+    def __init__(self, mode: str, backend: Backend, site_factor_band: int, requeue_exit_code: int,
+                 log: logging.Logger):
+        self.mode = mode
+        self.backend = backend
+        self.site_factor_band = site_factor_band
+        self.requeue_exit_code = requeue_exit_code
+        self.log = log
+        self._failed = False
+
+    def attempt(self) -> Optional[bool]:
+        """None: slurmctld still does not answer; True: the check ran and the mode may
+        act (enforce: no refusing finding); False: enforce refuses (logged)."""
+        try:
+            findings = run_checks(self.backend, self.site_factor_band, self.requeue_exit_code)
+        except BackendUnavailable:
+            return None
+        except Exception as err:  # noqa: BLE001 - odd output or a bug: not run, tried again (logged once)
+            if not self._failed:
+                self.log.error("preflight failed, tried again before every round: %s: %s", type(err).__name__, err)
+            self._failed = True
+            return None
+        passed = report(self.mode, findings, self.log)
+        if passed:
+            self.log.warning("preflight: slurmctld answers: slurm.conf settings checked (%s)%s",
+                             f"{len(findings)} finding(s)" if findings else "all right",
+                             ", enforce acts from now on" if self.mode == "enforce" else "")
+        return passed

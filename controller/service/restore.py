@@ -8,6 +8,13 @@ backend the executor acts through) writes each one to the store before it goes o
 cleared, our AdminComment part removed with the site's text kept. A job's own
 ``--nodelist`` is never touched: only node lists the controller wrote are recorded.
 
+What restore acts on is the store's rows, whatever partitions the controller is
+configured to observe now: a job moved out of them since, or left out by a config
+whose ``partitions`` changed, keeps the band the controller gave it otherwise. The
+jobs the observation does not list are looked up whatever their partition
+(``observe_jobs``, when the backend has it) before they are taken as gone. Only the
+levers the store names are touched.
+
 Idempotent: a row goes once its lever is reset (or its job is gone), so a second run
 finds nothing to do. A pin on a job that runs now is kept and reported: changing a
 running job's ReqNodeList resizes it. Partition moves, MPS shares, signals and
@@ -28,13 +35,13 @@ from typing import Callable, Optional
 from controller.service.accounting import ACTIVE_STATES, TRANSIENT_STATES, numeric_id
 from controller.service.admin_comment import ours_in, site_part
 from controller.service.backend import Backend, BackendUnavailable, ObservedJob
+from controller.service.startable import HELD_ADMIN, HELD_USER
 from controller.service.store import Store
 
 log = logging.getLogger("tiresias.restore")
 
 SITE_FACTOR, PIN, ADMIN_COMMENT, HOLD = "site_factor", "pin", "admin_comment", "hold"
 LEVER_NAMES = {SITE_FACTOR: "SiteFactor", PIN: "ReqNodeList", ADMIN_COMMENT: "AdminComment", HOLD: "hold"}
-HELD_REASONS = ("JobHeldAdmin", "JobHeldUser")
 PRUNE_EVERY_S = 3600.0  # rows of ended jobs are dropped at most this often
 
 
@@ -134,11 +141,14 @@ def restore(backend: Backend, store: Store, cluster: str) -> RestoreReport:
     then, or only part: the rest stays recorded for the next run)."""
     jobs = {job.job_id: job for job in backend.observe().jobs}
     recorded = store.levers(cluster)
-    report = RestoreReport()
-    _restore_site_factors(backend, store, cluster, jobs, recorded.get(SITE_FACTOR, {}), report)
     # Pins recorded by Starts before the nodes were recorded here count as well.
     pins = {job_id: "" for job_id in store.load_pins(cluster)}
     pins.update(recorded.get(PIN, {}))
+    unlisted = set(pins).union(*recorded.values()) - jobs.keys()
+    if unlisted:
+        jobs.update(_outside_scope(backend, unlisted))
+    report = RestoreReport()
+    _restore_site_factors(backend, store, cluster, jobs, recorded.get(SITE_FACTOR, {}), report)
     _restore_pins(backend, store, cluster, jobs, pins, report)
     comments = set(recorded.get(ADMIN_COMMENT, {}))
     comments |= {job.job_id for job in jobs.values() if ours_in(job.admin_comment)}
@@ -147,14 +157,29 @@ def restore(backend: Backend, store: Store, cluster: str) -> RestoreReport:
     return report
 
 
+def _outside_scope(backend: Backend, job_ids: set[str]) -> dict[str, ObservedJob]:
+    """The recorded jobs ``job_ids`` that observe() did not list, as the backend finds
+    them whatever its partitions (``observe_jobs``): moved out of the configured
+    partitions, or the partitions changed since. Those it does not find (or a backend
+    without the look-up) are gone."""
+    look_up = getattr(backend, "observe_jobs", None)
+    found = look_up(sorted(job_ids, key=numeric_id)) if callable(look_up) else None
+    return {job.job_id: job for job in found or () if job.job_id in job_ids}
+
+
 def _restore_holds(backend, store, cluster, jobs, job_ids: set[str], report) -> None:
-    """Release the holds the GPU-sharing policy set (recorded by RecordingBackend)."""
+    """Release the holds the GPU-sharing policy set (recorded by RecordingBackend). Its
+    hold is an operator's (JobHeldAdmin); a job its user holds now (JobHeldUser:
+    someone released the controller's hold, the user held the job since) keeps the
+    user's hold: `scontrol release` would drop it."""
     done = []
     for job_id in sorted(job_ids):
         job = jobs.get(job_id)
         if not _alive(job):
             report.add(job_id, HOLD, "gone", f"job {job.state if job else 'no longer listed'}")
-        elif job.state != "PENDING" or job.reason not in HELD_REASONS:
+        elif job.state == "PENDING" and job.reason == HELD_USER:
+            report.add(job_id, HOLD, "kept", "held by its user (JobHeldUser), not by the controller")
+        elif job.state != "PENDING" or job.reason != HELD_ADMIN:
             report.add(job_id, HOLD, "already", f"job is {job.state} ({job.reason or 'no reason'}), not held")
         else:
             try:

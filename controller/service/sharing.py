@@ -5,7 +5,12 @@ Pending MPS jobs whose planned tier differs from their request get it through
 ``set_mps_share`` (pending only: an MPS quota is fixed for a client's life). A job no
 GPU admits now is held (``HoldJob``: Slurm would otherwise start it on a GPU
 the policy refused, e.g. a second user's job with mps_allow_multi_user false) and
-released (``ReleaseHold``) once a GPU admits it; restore releases what is left. Running jobs are never changed: a
+released (``ReleaseHold``) once a GPU admits it; restore releases what is left. Only
+the holds this controller set are ever released: they are recorded in the store
+(controller.service.restore.RecordingBackend), so a restarted controller knows them. A
+job someone else holds (``sbatch -H``, a user's or an admin's ``scontrol hold``) is
+left out altogether: an operator's hold on it would turn the user's hold into the
+controller's, and its release would then drop it. Running jobs are never changed: a
 different wanted tier is logged as quota_change's advice, never requeued for. Each
 decision is logged once per (job, outcome), so shadow mode does not repeat a
 would-share every round.
@@ -24,7 +29,7 @@ from typing import Callable, Iterable, Optional
 
 from controller.core.actions import HoldJob, ReleaseHold, SetMpsShare
 from controller.service.accounting import numeric_id
-from controller.service.startable import slurm_wait
+from controller.service.startable import HELD_REASONS, HELD_USER, slurm_wait
 from controller.service.backend import Observation, ObservedJob
 from controller.core.colocation import ShareRequest, SharedGpu, Tenant, choose_tier, job_class, plan_colocation, \
     quota_change
@@ -82,6 +87,17 @@ class GpuSharing:
                 (self.held.add if isinstance(action, HoldJob) else self.held.discard)(action.job_id)
         self.held &= self.waiting | self.placed  # a job that left the queue holds nothing
 
+    def _our_hold(self, job: ObservedJob) -> bool:
+        """Whether ``job``'s hold is this controller's: one it set (``held``), unless the
+        job now shows its user's hold (our hold released by someone, the user's since):
+        then it is forgotten, and never released."""
+        if job.job_id not in self.held:
+            return False
+        if job.reason == HELD_USER:
+            self.held.discard(job.job_id)
+            return False
+        return True
+
     def plan(self, observation: Observation) -> list[tuple[str, tuple, str, Optional[int]]]:
         """(job id, signature, reason, tier to set or None) per decision to log now."""
         policy = self.config.colocation_policy()
@@ -91,6 +107,8 @@ class GpuSharing:
             if job.mps <= 0 or job.gpus > 0:
                 continue
             if job.state == "PENDING":
+                if job.reason in HELD_REASONS and not self._our_hold(job):
+                    continue  # someone else's hold: never held again nor released by us
                 if job.mps > 100:
                     self.log_once(f"job {job.job_id}: asks for {job.mps} MPS shares, more than one GPU's "
                                   "worth (several nodes?): its share is left alone")

@@ -43,20 +43,44 @@ from controller.service.backend import ObservedJob
 # (https://slurm.schedmd.com/job_reason_codes.html); '' when a backend reports no
 # reasons at all (the simulator, scripted tests). Not "None": see above.
 STARTABLE_REASONS = frozenset({"", "Priority", "Resources"})
+# A hold: `scontrol hold` by an operator (this controller's GPU-sharing hold too) shows
+# JobHeldAdmin, a user's own (`scontrol hold`, `sbatch -H`) JobHeldUser.
+HELD_ADMIN, HELD_USER = "JobHeldAdmin", "JobHeldUser"
+HELD_REASONS = (HELD_ADMIN, HELD_USER)
+# The longest BeginTime a requeue puts on a job, counted from the requeue. A requeue
+# sets the job's submit time to the requeue's time and, once the epilog of the run is
+# done, its BeginTime to cred_expire + 1 s later (121 s by default; the recorded
+# fixtures: 11 s with cred_expire=10; 25.11's requeue_delay is another source). A
+# BeginTime later than this after the requeue was set on purpose (an admin's or the
+# user's `scontrol update StartTime=`) and is kept. Wrong the other way, a requeue's
+# delay taken for a deliberate one costs the job that delay, nobody a preemption.
+REQUEUE_DELAY_MAX_S = 300.0
+
+
+def requeue_delay(job: ObservedJob) -> bool:
+    """True when a pending ``job`` waits only on the BeginTime Slurm put on it when it
+    was requeued, which this controller lifts itself (``StartTime=now``) when the plan
+    starts the job (controller.service.starts). A BeginTime of a job that never ran
+    (``--begin``), or one beyond ``REQUEUE_DELAY_MAX_S`` after its requeue, is the
+    user's or an admin's: False. A backend that does not report the BeginTime
+    (``eligible_time_s`` None) leaves only the restart count to go by."""
+    if job.reason != "BeginTime" or job.restart_count <= 0:
+        return False
+    begin, requeued = job.eligible_time_s, job.submit_time_s
+    return begin is None or requeued is None or begin - requeued <= REQUEUE_DELAY_MAX_S
 
 
 def slurm_wait(job: ObservedJob) -> str:
     """The Slurm reason a pending ``job`` waits on that no preemption lifts, or ''
     when Slurm would start it once GPUs are free.
 
-    ``BeginTime`` after a requeue (``restart_count`` > 0) is Slurm's requeue delay,
-    which this controller lifts itself when the plan starts the job
-    (controller.service.starts): startable. A ``--begin`` in the future of a job
-    never run is not."""
+    A requeue's ``BeginTime`` (``requeue_delay``), which this controller lifts, is
+    startable. A ``--begin`` in the future, or a BeginTime someone set after the
+    requeue, is not: no job is preempted for a job that cannot start before it."""
     reason = job.reason or ""
     if reason in STARTABLE_REASONS:
         return ""
-    if reason == "BeginTime" and job.restart_count > 0:
+    if requeue_delay(job):
         return ""
     return reason
 

@@ -6,9 +6,10 @@ plan's order, a pin makes it place a skew-sensitive job where the plan placed it
 """
 from __future__ import annotations
 
+from collections import ChainMap
 from typing import Container
 
-from controller.core.bands import band_actions, site_factors
+from controller.core.bands import band_actions, shared_levels, shared_site_factors, site_factors
 from controller.core.levers import changed_bands, pin_for_start, release_for_start, unpin_expired
 from controller.core.plan import Plan
 from controller.service.accounting import Accounts
@@ -16,6 +17,7 @@ from controller.service.backend import ObservedJob
 from controller.service.config import Config
 from controller.service.executor import LeverExecutor
 from controller.service.report import RoundReport, entry
+from controller.service.startable import requeue_delay
 
 
 class Starts:
@@ -38,20 +40,28 @@ class Starts:
         self.site_factors_set: dict[str, int] = {}
 
     def apply(self, plan: Plan, observed: dict[str, ObservedJob], now: float, report: RoundReport,
-              cpu_pending: dict[str, ObservedJob] | None = None, requeueing: Container[str] = ()) -> None:
+              cpu_pending: dict[str, ObservedJob] | None = None, requeueing: Container[str] = (),
+              shared: dict[str, ObservedJob] | None = None) -> None:
         """``requeueing``: jobs that ended inside their grace period and are requeued
-        this round; they keep their pin (Slurm keeps the ReqNodeList on requeue)."""
+        this round; they keep their pin (Slurm keeps the ReqNodeList on requeue).
+        ``shared``: the jobs that ask for MPS shares and no whole GPU (never in the
+        plan; the pending ones get a band, see shared_bands)."""
         cfg = self.config
         # 1. SiteFactor bands: queue level -> band, plan order within the band; the
-        # pending CPU-only jobs (never in the plan) queue 1's band (see cpu_bands).
+        # pending CPU-only jobs (never in the plan) queue 1's band (see cpu_bands), the
+        # pending MPS jobs their own queue's (see shared_bands).
         cpu_pending = cpu_pending or {}
+        shared = shared or {}
         factors = self.site_factors(plan, observed)
         factors.update(self.cpu_bands(cpu_pending))
-        for job_id in self.site_factors_set.keys() - observed.keys() - cpu_pending.keys():
+        shared_factors, levels = self.shared_bands(shared)
+        factors.update(shared_factors)
+        for job_id in self.site_factors_set.keys() - observed.keys() - cpu_pending.keys() - shared.keys():
             del self.site_factors_set[job_id]  # a CPU job started or gone (GPU jobs: forget)
         changed = changed_bands(factors, self.site_factors_set,
-                                lambda j: (observed.get(j) or cpu_pending[j]).site_factor)
-        result = self.executor.apply_bands(band_actions(plan.round_id, changed, plan.levels))
+                                lambda j: (observed.get(j) or cpu_pending.get(j) or shared[j]).site_factor)
+        result = self.executor.apply_bands(band_actions(plan.round_id, changed,
+                                                        ChainMap(levels, plan.levels) if levels else plan.levels))
         if result.applied:
             self.site_factors_set.update(changed)
         # 2. starts: pins for consolidation, release a requeued job's BeginTime
@@ -81,7 +91,7 @@ class Starts:
                     # chaos test's "stale pin"); clearing a pin that is not there is harmless.
                     self.pins[job.job_id] = pin.expires_s
                     self.pin_causes[job.job_id] = pin.cause_id
-            if job.reason == "BeginTime" and job.restart_count > 0:
+            if requeue_delay(job):  # never a BeginTime the user or an admin set
                 # Unknown when it stopped (this process started after the requeue):
                 # count the settle time from now rather than risk the relaunch.
                 stopped = self.accounts.stopped_at.setdefault(job.job_id, now)
@@ -136,6 +146,25 @@ class Starts:
         lower queue. It takes no GPU, so no GPU job yields for it (it is not in the plan)."""
         top = (len(self.config.queues_gpu_s) + 1) * self.config.site_factor_band
         return {job_id: top for job_id in cpu_pending}
+
+    def shared_bands(self, shared: dict[str, ObservedJob]) -> tuple[dict[str, int], dict[str, int]]:
+        """(job id -> SiteFactor, job id -> level) of the pending jobs of ``shared``
+        (MPS shares, no whole GPU): the band of the queue their attained service puts
+        them in, counted in GPU-equivalents (shares / 100 x seconds run: the accounts
+        keep an MPS job's service so), half a band more had they run before, as a GPU
+        job of that queue (controller.core.bands.shared_site_factors). Left at 0 they
+        waited below every CPU job. A job without a record yet has no service."""
+        records = self.accounts.records
+        service = {}
+        for job_id, job in shared.items():
+            if job.state == "PENDING":
+                record = records.get(job_id)
+                service[job_id] = record.queue_service_gpu_s if record is not None else 0.0
+        if not service:
+            return {}, {}
+        levels = shared_levels(service, self.config.queues_gpu_s, self.by_level)
+        return shared_site_factors(levels, self.accounts.started_once, len(self.config.queues_gpu_s) + 1,
+                                   self.config.site_factor_band, self.by_level), levels
 
     def forget(self, job_id: str) -> None:
         self.site_factors_set.pop(job_id, None)
