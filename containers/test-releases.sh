@@ -13,7 +13,8 @@
 #                                               any run (the bar: none)
 #
 # Environment: PYTEST_ARGS (host pytest arguments; default: the whole suite, or -m slurm
-#   with --repeat), ROOT_PYTEST_ARGS (default -m slurm), RELEASES (default "host" plus
+#   with --repeat), ROOT_PYTEST_ARGS (default -m slurm), TEST_WORKERS (pytest-xdist
+#   workers per release, default 3; 0: none), RELEASES (default "host" plus
 #   every suite of `release-root.sh suites`), TEST_LOG_DIR (default build/test-logs).
 # Exit status: 0 when every run of every release passed. Needs root.
 set -uo pipefail
@@ -30,6 +31,12 @@ RELEASES=${RELEASES:-host $(bash containers/release-root.sh suites)} || exit 1
 read -r -a HOST_ARGS <<<"${PYTEST_ARGS:-}"
 read -r -a ROOT_ARGS <<<"${ROOT_PYTEST_ARGS:--m slurm}"
 [ "$REPEAT" -gt 1 ] && [ -z "${PYTEST_ARGS:-}" ] && HOST_ARGS=(-m slurm)
+# pytest-xdist workers per release (tests/conftest.py keeps a module, and the tests on
+# the default cluster, on one worker); 0: none.
+WORKERS=${TEST_WORKERS:-3}
+[[ "$WORKERS" =~ ^[0-9]+$ ]] || { echo "test-releases: TEST_WORKERS '$WORKERS': give a count" >&2; exit 2; }
+XDIST=()
+[ "$WORKERS" -gt 0 ] && XDIST=(-n "$WORKERS" --dist loadgroup)
 mkdir -p "$LOGS"
 log() { echo "[test-releases] $*"; }
 clock() { printf '%d:%02d' $(($1 / 60)) $(($1 % 60)); }
@@ -57,9 +64,9 @@ fi
 run_release() {
     local release=$1 run=$2 out="$LOGS/$1-$2.log"
     if [ "$release" = host ]; then
-        "$PY" -m pytest -q -rfE -p no:cacheprovider --durations=20 "${HOST_ARGS[@]}" >"$out" 2>&1
+        "$PY" -m pytest -q -rfE -p no:cacheprovider --durations=20 "${XDIST[@]}" "${HOST_ARGS[@]}" >"$out" 2>&1
     else
-        TIRESIAS_OTHER_SUITE=$release bash containers/release-root.sh test -rfE --durations=20 "${ROOT_ARGS[@]}" \
+        TIRESIAS_OTHER_SUITE=$release bash containers/release-root.sh test -rfE --durations=20 "${XDIST[@]}" "${ROOT_ARGS[@]}" \
             >"$out" 2>&1
     fi
 }

@@ -27,3 +27,16 @@ def utc(monkeypatch):
     yield
     monkeypatch.undo()
     time.tzset()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Groups for pytest-xdist's ``--dist loadgroup``: the real-Slurm tests of one module
+    on one worker (its module-scoped isolated instance starts once), and every test on
+    the default test cluster (one slurmctld, its queue and GPUs shared) on one worker
+    together. Other tests go to any worker. Without xdist the marker does nothing."""
+    for item in items:
+        if item.get_closest_marker("slurm") is None:
+            continue
+        shared = "slurm_cluster" in getattr(item, "fixturenames", ())
+        item.add_marker(pytest.mark.xdist_group("default-cluster" if shared else item.module.__name__))

@@ -18,6 +18,7 @@ import signal
 import subprocess
 import tempfile
 import time
+import zlib
 from pathlib import Path
 from typing import Callable
 
@@ -113,6 +114,7 @@ def isolated_instance(name: str, keep: bool, extra_env: dict | None = None):
     files deleted. Unavailable: a failure under CI=true, a skip otherwise."""
     if os.geteuid() != 0:
         _unavailable("needs root (starts daemons, submits as alice/bob)")
+    extra_env = {**instance_ports(name), **(extra_env or {})}
     try:
         proc = cluster_script(name, "up", extra_env=extra_env)
     except subprocess.TimeoutExpired:
@@ -129,6 +131,18 @@ def isolated_instance(name: str, keep: bool, extra_env: dict | None = None):
         for path in (f"/etc/slurm-{name}", f"/var/spool/slurmctld-{name}", f"/var/spool/slurmd-{name}",
                      f"/var/log/slurm-{name}"):
             shutil.rmtree(path, ignore_errors=True)
+
+
+def instance_ports(name: str) -> dict[str, str]:
+    """Under pytest-xdist, each worker's instances in a port range of their own (a
+    slurmctld and its four slurmd take ten ports): the script's default, derived from the
+    name alone, could give two workers' instances the same ports. A worker runs one
+    module, so one instance, at a time (tests/conftest.py groups each module on one
+    worker). Without xdist the script's default stands."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker.startswith("gw") or not worker[2:].isdigit():
+        return {}
+    return {"TIRESIAS_CLUSTER_PORT_BASE": str(20000 + 400 * int(worker[2:]) + 10 * (zlib.crc32(name.encode()) % 40))}
 
 
 def unavailable(reason: str) -> None:

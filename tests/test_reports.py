@@ -140,6 +140,10 @@ def test_non_admin_reads_slurm_not_the_store(db, tmp_path, capsys, monkeypatch):
     bin_dir.mkdir()
     (bin_dir / "sacct").write_text(SACCT_STAND_IN)
     (bin_dir / "sacct").chmod(0o755)
+    # squeue --me (her jobs slurmctld still holds) answers as for a user with none: the
+    # test's own process is root, whose jobs on the test cluster are not alice's
+    (bin_dir / "squeue").write_text("#!/bin/sh\nexit 0\n")
+    (bin_dir / "squeue").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     monkeypatch.setattr(cmd_acct, "_getuid", lambda: alice)
     code, out, err = acct(capsys, "--database-url", db, "-n", "-P", "-o", "JobID,User,GPUs,State", "-u", "alice,bob")
