@@ -173,7 +173,7 @@ def test_a_jobs_own_exclude_is_never_planned_onto_the_excluded_node(store):
     backend = ScriptedBackend()
     for job_id, node in (("1", "gpu2"), ("2", "gpu3"), ("3", "gpu4")):
         backend.add(job_id, 4, "RUNNING", start=0.0, nodes=[(node, 4)])
-    c = controller(store, backend)
+    c = controller(store, backend, queues_gpu_s=[1e9])  # jobs 1-3 stay in queue 1, ahead of job 10
     c.run_round()
     backend.add("10", 2)  # sbatch --exclude=gpu1: the only free node is the excluded one
     backend.jobs["10"] = dataclasses.replace(backend.jobs["10"], excluded_nodes=("gpu1",))
@@ -182,8 +182,9 @@ def test_a_jobs_own_exclude_is_never_planned_onto_the_excluded_node(store):
         report = c.run_round()
         assert not report.plan.of_kind("start") and not report.plan.of_kind("preempt")
     plan, _ = c.preview()  # what `tiresias explain 10` shows
-    assert plan.wait_reasons["10"] == ("node constraints (--exclude=gpu1): needs 2 GPUs, no allowed node set"
-                                       " has them free now")
+    assert plan.wait_reasons["10"] == ("node constraints (--exclude=gpu1): waits for 2 GPUs on gpu[2-4] (0 free):"
+                                       " held by job 1 (queue 1, higher priority), job 2 (queue 1, higher"
+                                       " priority), job 3 (queue 1, higher priority)")
     del backend.jobs["2"]  # gpu3 frees up
     backend.now += 30
     report = c.run_round()

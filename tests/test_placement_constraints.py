@@ -140,8 +140,8 @@ def test_engine_never_starts_a_job_on_an_excluded_node(policy):
                     cluster(n0=4, n1=0))
     plan = Engine(EngineConfig(policy=policy, thresholds_gpu_s=(1e9,))).step(snap)
     assert "j1" not in starts(plan)
-    assert plan.wait_reasons["j1"] == (
-        "node constraints (--exclude=n0): needs 2 GPUs, no allowed node set has them free now")
+    assert plan.wait_reasons["j1"] == ("node constraints (--exclude=n0): waits for 2 GPUs on n1 (0 free):"
+                                       " held by job j0 (queue 1, higher priority)")
 
 
 @pytest.mark.parametrize("policy", ["dlas", "las"])
@@ -158,8 +158,8 @@ def test_a_waiting_constrained_job_leaves_the_free_gpus_to_later_jobs():
                         job(2, 4, submit=5.0)], cluster(n0=4, n1=0))
     plan = Engine(EngineConfig(policy="dlas", thresholds_gpu_s=(1e9,))).step(snap)
     assert starts(plan) == {"j2": {"n0": 4}} and not plan.of_kind("preempt")
-    assert plan.wait_reasons["j1"] == (
-        "node constraints (--nodelist=n1): needs 2 GPUs, no allowed node set has them free now")
+    assert plan.wait_reasons["j1"] == ("node constraints (--nodelist=n1): waits for 2 GPUs on n1 (0 free):"
+                                       " held by job j0 (queue 1, higher priority)")
 
 
 def test_a_constrained_job_gets_the_node_its_victim_frees():

@@ -18,8 +18,9 @@ from controller.core.placement import Eligibility, FreeGpus, NodeTotals, check_m
 from controller.core.plan import Plan
 from controller.core.plan_stands import stands_until
 from controller.core.policies import Policy, PolicyContext, get_policy
-from controller.core.protection import mark_protected, may_preempt, needed_victims
+from controller.core.protection import mark_protected, may_preempt
 from controller.core.round_writer import RoundWriter, release_placements
+from controller.core.victims import choose_victims
 
 
 @dataclass(frozen=True)
@@ -163,29 +164,39 @@ class Engine:
             return self.policy.level(job, ctx)
 
         victims = [job for job in ordered if job.running and job.job_id not in selected_ids]
-        base_free = dict(free_by_node)  # before any victim leaves
-        if not count_mode:
-            release_placements(victims, free_by_node)
-        free_total = sum(free_by_node.values()) if not count_mode else self._capacity(snapshot) - sum(
-            j.num_gpus for j in walk.selected if j.running)
-        free_gpus = NodeTotals(snapshot.nodes) if count_mode else FreeGpus(free_by_node)
         unplaced: list[JobState] = []
-        starts = []
-        for rank, job in enumerate(newcomers):
-            slots = writer.place(job, free_gpus, max_per_node)
-            if slots is None:
-                unplaced.append(job)
-                continue
-            free_total -= job.num_gpus
-            starts.append((job, slots, rank))
-        if victims and not count_mode:
-            # only victims whose GPUs a placed newcomer uses (its partitions, its GPU type)
-            kept = sum(job.num_gpus for job in victims)
-            victims = needed_victims(victims, [slots for _, slots, _ in starts], base_free, free_gpus)
-            free_total -= kept - sum(job.num_gpus for job in victims)
+        beneficiary = shortfalls = None
+        if count_mode:
+            free_total = self._capacity(snapshot) - sum(j.num_gpus for j in walk.selected if j.running)
+            free_gpus = NodeTotals(snapshot.nodes)
+            starts = []
+            for rank, job in enumerate(newcomers):
+                slots = writer.place(job, free_gpus, max_per_node)
+                if slots is None:
+                    unplaced.append(job)
+                    continue
+                free_total -= job.num_gpus
+                starts.append((job, slots, rank))
+        else:
+            walk_gpus = sum(job.num_gpus for job in victims)
+            choice = choose_victims(newcomers, victims, lambda: ordered, free_by_node,
+                                    place=lambda job, free: writer.place(job, free, max_per_node),
+                                    fit=lambda job, free: writer.fit(job, free, max_per_node),
+                                    allowed=writer.allowed, preemptive=self.policy.preemptive,
+                                    explain=snapshot.detailed and snapshot.explain)
+            starts, unplaced, free_gpus = choice.starts, choice.unplaced, choice.free_gpus
+            beneficiary, shortfalls = choice.beneficiary, choice.shortfalls
+            if choice.per_node_set:
+                free_total = free_gpus.total
+            else:  # the walk's victims stand (those no placement uses keep running): as counted before
+                released = dict(free_by_node)
+                release_placements(victims, released)
+                free_total = (sum(released.values()) - sum(job.num_gpus for job, _, _ in starts)
+                              - (walk_gpus - sum(job.num_gpus for job in choice.victims)))
+            victims = choice.victims
             leaving = {job.job_id for job in victims}
             selected_ids.update(job.job_id for job in ordered if job.running and job.job_id not in leaving)
-        writer.preempt(victims, newcomers, level_of)
+        writer.preempt(victims, newcomers, level_of, beneficiary)
         for job, slots, rank in starts:
             writer.start(job, slots, f"queue {level_of(job) + 1}: {job.num_gpus} GPUs free at"
                                      f" priority position {position.get(job.job_id, rank + 1)}")
@@ -196,7 +207,7 @@ class Engine:
             selected_ids.update(job.job_id for job in backfilled)
         if snapshot.detailed and snapshot.explain:
             writer.explain_waits(ordered, level_of, walk.blocked_by, selected_ids, unplaced, free_total,
-                                 max_per_node, snapshot.nodes)
+                                 max_per_node, snapshot.nodes, shortfalls)
 
     # -- the uncontended case ---------------------------------------------
     def _fast_path(self, snapshot: Snapshot, writer: RoundWriter) -> bool:

@@ -3,9 +3,11 @@
 ``Engine.step`` calls ``mlfq_step`` for discretized policies. The book is the
 snapshot's own (a simulator keeps one alive across rounds) or is built from the
 snapshot's jobs (the controller, every round); the walk, the actions and the new
-places (``Plan.positions``, rule in controller.core.queues) are the same code. The
-actions are written by the engine's ``RoundWriter`` (controller.core.round_writer),
-with the generic walk's reasons and decision ids.
+places (``Plan.positions``, rule in controller.core.queues) are the same code. Who
+yields to the walk's newcomers is controller.core.victims' to decide (in placement
+modes; count mode keeps the walk's cluster-wide count). The actions are written by
+the engine's ``RoundWriter`` (controller.core.round_writer), with the generic walk's
+reasons and decision ids.
 """
 from __future__ import annotations
 
@@ -13,10 +15,11 @@ from controller.core.model import JobState, Snapshot
 from controller.core.placement import FreeGpus, NodeTotals
 from controller.core.plan import Plan
 from controller.core.policies import Policy, PolicyContext
-from controller.core.protection import may_preempt, needed_victims
+from controller.core.protection import may_preempt
 from controller.core.queue_book import QueueBook
-from controller.core.queues import ENTERED, groups_and_entries
-from controller.core.round_writer import RoundWriter, release_placements
+from controller.core.queues import ENTERED, SETTLED_RUNNING, groups_and_entries
+from controller.core.round_writer import RoundWriter
+from controller.core.victims import choose_victims
 
 
 def build_book(policy: Policy, jobs: list[JobState], ctx: PolicyContext) -> QueueBook:
@@ -50,34 +53,43 @@ def mlfq_step(writer: RoundWriter, snapshot: Snapshot) -> Plan:
     leaving = preempted + [item[3] for item in passed_over if may_preempt(item[3], True)]
     newcomers = [job for job in selected if not job.running]
     count_mode = writer.count_mode
-    free_by_node = None if count_mode else snapshot.free_gpus_by_node()
-    base_free = None if count_mode else dict(free_by_node)  # before any victim leaves
-    if free_by_node is not None:
-        release_placements(leaving, free_by_node)
-    started: list[JobState] = []
-    unplaced: list[JobState] = []
-    free_gpus = NodeTotals(snapshot.nodes) if count_mode else FreeGpus(free_by_node)
     max_per_node = snapshot.max_gpus_per_node
-    starts = []
-    for rank, job in enumerate(newcomers):
-        slots = writer.place(job, free_gpus, max_per_node)
-        if slots is None:
-            unplaced.append(job)
-            continue
-        started.append(job)
-        starts.append((job, slots, rank))
-    if leaving and not count_mode:
-        leaving = needed_victims(leaving, [slots for _, slots, _ in starts], base_free, free_gpus)
-        preempted = [job for job in preempted if job in leaving]
-    writer.preempt(leaving, newcomers, book.level_of)
+    beneficiary = None
+    shortfalls = None
+    if count_mode:  # no nodes: the walk's count decides alone, as in a simulator that models none
+        free_gpus = NodeTotals(snapshot.nodes)
+        starts, unplaced = _place_all(writer, newcomers, free_gpus, max_per_node)
+    else:
+        choice = choose_victims(newcomers, leaving, book.order, snapshot.free_gpus_by_node(),
+                                place=lambda job, free: writer.place(job, free, max_per_node),
+                                fit=lambda job, free: writer.fit(job, free, max_per_node),
+                                allowed=writer.allowed, explain=snapshot.detailed and snapshot.explain)
+        starts, unplaced, free_gpus = choice.starts, choice.unplaced, choice.free_gpus
+        leaving, beneficiary, shortfalls = choice.victims, choice.beneficiary, choice.shortfalls
+        # the settled running jobs that lose their GPUs, walk order (they wait at their queues' heads)
+        preempted = [job for job in leaving if book.group_of(job) == SETTLED_RUNNING]
+    started = [job for job, _, _ in starts]
+    writer.preempt(leaving, newcomers, book.level_of, beneficiary)
     for job, slots, rank in starts:
         writer.start(job, slots, f"queue {book.level_of(job) + 1}: {job.num_gpus} GPUs free at"
                                  f" priority position {rank + 1} among waiting jobs")
     backfilled = _backfill(writer, book, chosen, free_gpus, max_per_node) if unplaced and not count_mode else []
     plan.positions = _next_positions(book, selected, started, backfilled, preempted, passed_over)
     if snapshot.detailed:
-        _describe(writer, book, ctx, selected, unplaced, snapshot)
+        _describe(writer, book, ctx, selected, unplaced, snapshot, shortfalls)
     return plan
+
+
+def _place_all(writer: RoundWriter, newcomers: list[JobState], free_gpus, max_per_node: int):
+    """Count mode's placements: each newcomer, walk order (nobody's GPUs are named)."""
+    starts, unplaced = [], []
+    for rank, job in enumerate(newcomers):
+        slots = writer.place(job, free_gpus, max_per_node)
+        if slots is None:
+            unplaced.append(job)
+        else:
+            starts.append((job, slots, rank))
+    return starts, unplaced
 
 
 def _backfill(writer: RoundWriter, book: QueueBook, chosen: set, free_gpus: FreeGpus,
@@ -139,7 +151,7 @@ def _next_positions(book: QueueBook, selected, started, backfilled, preempted, p
     return changes
 
 
-def _describe(writer: RoundWriter, book: QueueBook, ctx, selected, unplaced, snapshot) -> None:
+def _describe(writer: RoundWriter, book: QueueBook, ctx, selected, unplaced, snapshot, shortfalls=None) -> None:
     """The order, levels, displayed keys and wait reasons the controller shows."""
     plan = writer.plan
     ordered = book.order()
@@ -158,4 +170,4 @@ def _describe(writer: RoundWriter, book: QueueBook, ctx, selected, unplaced, sna
         free_total = snapshot.total_gpus - sum(j.num_gpus for j in ordered if j.job_id in selected_ids or (
             j.running and j.job_id not in stopped))
         writer.explain_waits(ordered, book.level_of, None, selected_ids, unplaced, free_total,
-                             snapshot.max_gpus_per_node, snapshot.nodes)
+                             snapshot.max_gpus_per_node, snapshot.nodes, shortfalls)

@@ -109,6 +109,10 @@ class FreeGpus:
             else:
                 bisect.insort(names, name)
 
+    def give(self, name: str, gpus: int) -> None:
+        """``gpus`` of node ``name`` are free again (a victim leaves)."""
+        self.take(name, -gpus)
+
     def place(self, num_gpus: int, *, consolidate: bool,
               max_gpus_per_node: int) -> Optional[tuple[tuple[str, int], ...]]:
         """Same contract as :func:`place`; does not take the GPUs (call ``take``)."""

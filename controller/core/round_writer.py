@@ -12,7 +12,8 @@ import math
 from typing import Callable, Iterable, Optional
 
 from controller.core.model import JobState, Snapshot
-from controller.core.placement import COUNT_NODE, Eligibility, describe_constraints, minimum_nodes, place_constrained
+from controller.core.placement import (COUNT_NODE, Eligibility, describe_constraints, minimum_nodes, place,
+                                       place_constrained)
 from controller.core.plan import Plan, Preempt, Promote, Start
 from controller.core.policies import Policy, PolicyContext
 from controller.core.policies.base import STARVATION_TOLERANCE_S
@@ -94,18 +95,35 @@ class RoundWriter:
                 free.take(node, gpus)
         return slots
 
+    def fit(self, job: JobState, free_by_node: dict[str, int], max_per_node: int) -> Optional[Slots]:
+        """What ``place`` would answer on these free GPUs (a plain dict, nothing taken):
+        the victim rule's trial placements (controller.core.victims)."""
+        spec = job.spec
+        allowed = self.allowed(job)
+        consolidate = self.consolidates(job)
+        if spec.constrained or allowed is not None:
+            return place_constrained(job.num_gpus, free_by_node, spec, consolidate=consolidate,
+                                     max_gpus_per_node=max_per_node, allowed=allowed)
+        return place(job.num_gpus, free_by_node, consolidate=consolidate, max_gpus_per_node=max_per_node)
+
     def start(self, job: JobState, slots: Slots, reason: str) -> None:
         self.plan.actions.append(Start(self.decision_id(), job.job_id, slots, reason))
 
     def preempt(self, victims: Iterable[JobState], newcomers: list[JobState],
-                level_of: Callable[[JobState], int]) -> None:
-        """Each victim yields its GPUs to the round's newcomers (named in the reason)."""
+                level_of: Callable[[JobState], int], beneficiary: Optional[dict] = None) -> None:
+        """Each victim yields its GPUs to the round's newcomers (named in the reason), or,
+        where the victim rule chose it for one newcomer (``beneficiary``: victim's index
+        -> that newcomer, controller.core.victims), to that one, on the nodes it may use."""
         names = ", ".join(job.job_id for job in newcomers[:3]) + (" ..." if len(newcomers) > 3 else "")
         for job in victims:
-            self.plan.actions.append(Preempt(
-                self.decision_id(), job.job_id,
-                f"yields {job.num_gpus} GPUs: lower priority than {names or 'higher-priority jobs'}"
-                f" (queue {level_of(job) + 1})"))
+            target = beneficiary.get(job.index) if beneficiary else None
+            if target is not None:
+                reason = (f"yields {job.num_gpus} GPUs: lower priority than {target.job_id}, on nodes it may use"
+                          f" (queue {level_of(job) + 1})")
+            else:
+                reason = (f"yields {job.num_gpus} GPUs: lower priority than {names or 'higher-priority jobs'}"
+                          f" (queue {level_of(job) + 1})")
+            self.plan.actions.append(Preempt(self.decision_id(), job.job_id, reason))
 
     def backfill(self, walk_order: Iterable[JobState], passed: Callable[[JobState], bool], free_gpus,
                  free_total: int, max_per_node: int) -> tuple[list[JobState], int]:
@@ -126,8 +144,10 @@ class RoundWriter:
     # -- why the others wait ------------------------------------------------------
     def explain_waits(self, ordered: list[JobState], level_of: Callable[[JobState], int],
                       blocked_by: Optional[JobState], selected_ids: set, unplaced: list[JobState],
-                      free_total: int, max_per_node: int, nodes=()) -> None:
-        """A reason for every job in ``ordered`` (walk order) that neither runs nor starts."""
+                      free_total: int, max_per_node: int, nodes=(), shortfalls: Optional[dict] = None) -> None:
+        """A reason for every job in ``ordered`` (walk order) that neither runs nor starts.
+        ``shortfalls``: job id -> controller.core.victims.Shortfall, what holds the nodes
+        of a newcomer with its own node set that no preemption could place."""
         plan = self.plan
         unplaced_ids = {job.job_id for job in unplaced}
         started = {a.job_id for a in plan.of_kind("start")}
@@ -138,7 +158,8 @@ class RoundWriter:
             if job.job_id in unplaced_ids:
                 allowed = self.allowed(job)
                 if job.spec.constrained or allowed is not None:
-                    plan.wait_reasons[job.job_id] = constraint_reason(job, nodes, allowed)
+                    shortfall = shortfalls.get(job.job_id) if shortfalls else None
+                    plan.wait_reasons[job.job_id] = constraint_reason(job, nodes, allowed, shortfall, level_of)
                 elif self.consolidates(job):
                     need = minimum_nodes(job.num_gpus, max_per_node)
                     plan.wait_reasons[job.job_id] = (
@@ -161,14 +182,67 @@ def release_placements(victims: Iterable[JobState], free_by_node: dict[str, int]
                 free_by_node[node] += gpus
 
 
-def constraint_reason(job: JobState, nodes, allowed: Optional[frozenset] = None) -> str:
+def constraint_reason(job: JobState, nodes, allowed: Optional[frozenset] = None, shortfall=None,
+                      level_of: Optional[Callable[[JobState], int]] = None) -> str:
     """Why a job with its own node constraints (or partitions, GPU type, reservation:
-    ``allowed`` nodes) waits: none of its allowed node sets is free now, or (on this
-    cluster's available nodes, all GPUs free) none could ever be."""
+    ``allowed`` nodes) waits: (on this cluster's available nodes, all GPUs free) no
+    allowed node set could ever hold it; or, with its ``shortfall``
+    (controller.core.victims), which nodes it waits for and what holds them; else none
+    of its allowed node sets is free now."""
     text = describe_constraints(job.spec, kinds=allowed is not None)
     totals = {n.name: n.gpus_total for n in nodes if n.available}
     if totals and place_constrained(job.num_gpus, totals, job.spec, consolidate=False,
                                     max_gpus_per_node=0, allowed=allowed) is None:
         return (f"node constraints ({text}): {job.num_gpus} GPUs cannot fit on the available nodes"
                 " even when all are free")
+    if shortfall is not None:
+        return f"node constraints ({text}): {shortfall_text(job, shortfall, level_of)}"
     return f"node constraints ({text}): needs {job.num_gpus} GPUs, no allowed node set has them free now"
+
+
+def shortfall_text(job: JobState, shortfall, level_of: Optional[Callable[[JobState], int]],
+                   named: int = 4) -> str:
+    """"waits for 4 GPUs on ab[1-2] (0 free): held by job 7 (queue 1, higher priority), ...":
+    the nodes a job may use and the jobs holding them, at most ``named`` of them by id."""
+    def who(holder: JobState, why: str) -> str:
+        queue = f"queue {level_of(holder) + 1}, " if level_of is not None else ""
+        return f"job {holder.job_id} ({queue}{why})"
+
+    held = [who(holder, why) for holder, why in shortfall.holders[:named]]
+    if len(shortfall.holders) > named:
+        held.append(f"{len(shortfall.holders) - named} more")
+    text = (f"waits for {job.num_gpus} GPUs on {hostlist(shortfall.nodes)} ({shortfall.free_gpus} free): "
+            + (f"held by {', '.join(held)}" if held else "no layout fits"))
+    if shortfall.spared:
+        names = ", ".join(other.job_id for other in shortfall.spared[:named])
+        more = f" and {len(shortfall.spared) - named} more" if len(shortfall.spared) > named else ""
+        text += f"; preempting the lower-priority job(s) there ({names}{more}) would not make it fit"
+    return text
+
+
+def hostlist(names) -> str:
+    """Node names as a short Slurm-style host list: ab1, ab2, ab4 -> ab[1-2,4]."""
+    groups: dict[tuple[str, int], list[int]] = {}
+    for name in sorted(names):
+        stem = name.rstrip("0123456789")
+        digits = name[len(stem):]
+        width = len(digits) if len(digits) > 1 and digits.startswith("0") else 0  # gpu01: zero-padded
+        groups.setdefault((stem, width), []).append(int(digits) if digits else -1)
+    parts = []
+    for (stem, width), numbers in sorted(groups.items()):
+        spans = []
+        for number in sorted(numbers):
+            if spans and number >= 0 and number == spans[-1][1] + 1:
+                spans[-1][1] = number
+            else:
+                spans.append([number, number])
+        for low, high in spans:
+            if low < 0:
+                parts.append(stem)  # a name without digits
+            elif len(spans) - (spans[0][0] < 0) == 1 and low == high:
+                parts.append(f"{stem}{low:0{width}d}")
+        ranges = [f"{low:0{width}d}" if low == high else f"{low:0{width}d}-{high:0{width}d}"
+                  for low, high in spans if low >= 0]
+        if len(ranges) > 1 or (ranges and "-" in ranges[0]):
+            parts.append(f"{stem}[{','.join(ranges)}]")
+    return ",".join(parts) if parts else "no available node"

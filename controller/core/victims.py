@@ -1,0 +1,248 @@
+"""Which running jobs yield their GPUs to the round's newcomers: decided once, here.
+
+The walks (controller.core.queue_book, the engine's generic walk) count GPUs over
+the whole cluster. Where every newcomer may use every node, that count is the
+truth and its victims stand: the newcomers are placed in walk order on the free
+GPUs and the victims' (controller.core.placement), and a victim whose GPUs no
+placed newcomer uses keeps running (controller.core.protection.needed_victims).
+That is the published walk, and every result of the simulator on a cluster with
+one partition, one GPU type and jobs without node constraints.
+
+Where a newcomer may use only some nodes (its partitions, GPU type, reservation,
+--nodelist/--exclude/-N), a global count picks victims it cannot use and misses
+those it could (issue 28: a v100 job requeued for an a100 job; a queue-1 job of a
+one-node partition left waiting behind the queue-2 job on that node while the walk
+picked others). Then each newcomer, in walk order, goes on the free GPUs (with what
+the victims of the newcomers before it leave over) if it fits there; otherwise its
+candidates are the running jobs the victim rule lets go (protection.may_preempt)
+that come after it in the walk (strictly lower priority) and hold GPUs on nodes it
+may use, taken lowest priority first until it can be placed on the freed and free
+GPUs of those nodes. Victims that placement does not need keep running. When no
+set of candidates makes it fit, nobody is preempted for it, and its ``Shortfall``
+says what holds its nodes.
+"""
+from __future__ import annotations
+
+from bisect import bisect_right
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Optional
+
+from controller.core.model import JobState
+from controller.core.placement import FreeGpus
+from controller.core.protection import may_preempt, needed_victims, pinned
+
+Slots = tuple[tuple[str, int], ...]
+
+
+@dataclass
+class Shortfall:
+    """Why a newcomer that may use only some nodes waits: those nodes (``nodes``,
+    sorted), the GPUs free on them when it was its turn, and what holds the rest:
+    ``holders`` (walk order) are (job, why) with why one of HIGHER (a running job
+    before it in the walk), PINNED (one the victim rule keeps: no checkpoint contract
+    or protected) and STARTING (a newcomer before it placed there this round);
+    ``spared``: the lower-priority jobs it could have preempted there, which would not
+    have made it fit."""
+
+    nodes: tuple[str, ...]
+    free_gpus: int
+    holders: list[tuple[JobState, str]] = field(default_factory=list)
+    spared: list[JobState] = field(default_factory=list)
+
+
+HIGHER, PINNED, STARTING = "higher priority", "may not be preempted", "starts now"
+
+
+@dataclass
+class VictimChoice:
+    """The round's outcome for its newcomers: ``starts`` (job, slots, rank among the
+    newcomers), ``victims`` (walk order), ``unplaced`` (newcomers left waiting),
+    ``free_gpus`` (what is left for backfill), ``per_node_set`` (False: the walk's
+    victims stood), ``beneficiary`` (victim's index -> the newcomer it yields to) and
+    ``shortfalls`` (job id -> Shortfall, for the unplaced newcomers with their own node
+    set, when asked for)."""
+
+    starts: list[tuple[JobState, Slots, int]]
+    victims: list[JobState]
+    unplaced: list[JobState]
+    free_gpus: FreeGpus
+    per_node_set: bool = False
+    beneficiary: dict[int, JobState] = field(default_factory=dict)
+    shortfalls: dict[str, Shortfall] = field(default_factory=dict)
+
+
+def choose_victims(newcomers: list[JobState], walk_victims: list[JobState],
+                   order: Callable[[], Iterable[JobState]],
+                   free_by_node: dict[str, int], *, place: Callable, fit: Callable,
+                   allowed: Callable[[JobState], Optional[frozenset]], preemptive: bool = True,
+                   explain: bool = False) -> VictimChoice:
+    """Place the round's ``newcomers`` (walk order) and choose who yields to them.
+
+    ``walk_victims``: the running jobs the walk's count left out (walk order);
+    ``order()``: every job of the round in walk order (asked only when a newcomer may
+    use only some nodes); ``free_by_node``: free GPUs per available node before anyone
+    leaves (not changed). ``place(job, free_gpus)``: its slots on a FreeGpus, taken
+    there, or None; ``fit(job, free_by_node)``: the same answer on a plain dict,
+    nothing taken; ``allowed(job)``: the nodes its partitions, GPU type and
+    reservation allow (None = all). ``preemptive``: the policy may preempt at all.
+    ``explain``: also build the unplaced newcomers' Shortfalls."""
+    if not any(_has_own_nodes(job, allowed) for job in newcomers):
+        return _walk_victims_stand(newcomers, walk_victims, free_by_node, place)
+    order = list(order())
+    rank = {job.index: position for position, job in enumerate(order)}
+    candidates = [job for job in order if may_preempt(job, preemptive)]  # walk order
+    candidate_ranks = [rank[job.index] for job in candidates]
+    free_gpus = FreeGpus(free_by_node)
+    leaving: dict[int, JobState] = {}
+    beneficiary: dict[int, JobState] = {}
+    starts: list[tuple[JobState, Slots, int]] = []
+    unplaced: list[JobState] = []
+    shortfalls: dict[str, Shortfall] = {}
+    for position, job in enumerate(newcomers):
+        slots = place(job, free_gpus)
+        if slots is None:
+            usable = _usable(job, allowed, free_gpus.free)
+            lower = [candidates[i] for i in range(bisect_right(candidate_ranks, rank[job.index]), len(candidates))
+                     if candidates[i].index not in leaving]
+            found = victims_for(job, reversed(lower), free_gpus.free, usable, fit)
+            if found is None:
+                unplaced.append(job)
+                if explain and _has_own_nodes(job, allowed):
+                    shortfalls[job.job_id] = _shortfall(job, order, rank, usable, free_gpus.free, leaving,
+                                                        starts, preemptive)
+                continue
+            victims, slots = found
+            for victim in victims:
+                leaving[victim.index] = victim
+                beneficiary[victim.index] = job
+                for node, gpus in victim.placement:
+                    if node in free_gpus.free:
+                        free_gpus.give(node, gpus)
+            for node, gpus in slots:
+                free_gpus.take(node, gpus)
+        starts.append((job, slots, position))
+    victims = sorted(leaving.values(), key=lambda victim: rank[victim.index])
+    return VictimChoice(starts, victims, unplaced, free_gpus, True, beneficiary, shortfalls)
+
+
+def victims_for(job: JobState, lowest_first: Iterable[JobState], free_by_node: dict[str, int],
+                usable: Callable[[str], bool], fit: Callable) -> Optional[tuple[list[JobState], Slots]]:
+    """The victims, taken lowest priority first, whose GPUs make ``job`` fit, or None.
+
+    ``lowest_first``: its candidates (running, preemptable, after it in the walk),
+    lowest priority first; ``free_by_node``: free GPUs now (not changed);
+    ``usable(node)``: the job may run there. Candidates are added one by one until
+    ``fit`` places the job on the free and freed GPUs of its usable nodes; then the
+    victims on no node of that placement, and those whose GPUs the placement does not
+    need (highest priority first), keep running. Returns (victims, slots) or None."""
+    trial = {node: free for node, free in free_by_node.items() if free > 0 and usable(node)}
+    total = sum(trial.values())
+    gains: list[tuple[JobState, list[tuple[str, int]]]] = []
+    for victim in lowest_first:
+        gain = [(node, gpus) for node, gpus in victim.placement if node in free_by_node and usable(node)]
+        if gain:
+            gains.append((victim, gain))
+    if total + sum(gpus for _, gain in gains for _, gpus in gain) < job.num_gpus:
+        return None
+    everything = dict(trial)
+    for _, gain in gains:
+        for node, gpus in gain:
+            everything[node] = everything.get(node, 0) + gpus
+    if fit(job, everything) is None:
+        return None  # not even with every candidate gone (its layout, -N, consolidation)
+    chosen: list[tuple[JobState, list[tuple[str, int]]]] = []
+    slots = None
+    for victim, gain in gains:
+        chosen.append((victim, gain))
+        for node, gpus in gain:
+            trial[node] = trial.get(node, 0) + gpus
+            total += gpus
+        if total >= job.num_gpus:
+            slots = fit(job, trial)
+            if slots is not None:
+                break
+    if slots is None:
+        return None
+    need = {}
+    for node, gpus in slots:
+        short = gpus - free_by_node.get(node, 0)
+        if short > 0:
+            need[node] = need.get(node, 0) + short
+    kept = [(victim, gain) for victim, gain in chosen if any(node in need for node, _ in gain)]
+    cover: dict[str, int] = {}
+    for _, gain in kept:
+        for node, gpus in gain:
+            cover[node] = cover.get(node, 0) + gpus
+    for item in reversed(list(kept)):  # highest priority first: spare what the need leaves
+        victim, gain = item
+        if all(cover[node] - gpus >= need[node] for node, gpus in gain if node in need):
+            kept.remove(item)
+            for node, gpus in gain:
+                cover[node] -= gpus
+    return [victim for victim, _ in reversed(kept)], slots
+
+
+def _walk_victims_stand(newcomers, walk_victims, free_by_node, place) -> VictimChoice:
+    """Every newcomer may use every node: the walk's victims, less those no placement uses."""
+    released = dict(free_by_node)
+    for job in walk_victims:
+        for node, gpus in job.placement:
+            if node in released:
+                released[node] += gpus
+    free_gpus = FreeGpus(released)
+    starts, unplaced = [], []
+    for position, job in enumerate(newcomers):
+        slots = place(job, free_gpus)
+        if slots is None:
+            unplaced.append(job)
+        else:
+            starts.append((job, slots, position))
+    victims = (needed_victims(walk_victims, [slots for _, slots, _ in starts], free_by_node, free_gpus)
+               if walk_victims else [])
+    return VictimChoice(starts, victims, unplaced, free_gpus)
+
+
+def _has_own_nodes(job: JobState, allowed) -> bool:
+    """The job may use only some of the round's nodes."""
+    return job.spec.constrained or allowed(job) is not None
+
+
+def _usable(job: JobState, allowed, free_by_node: dict[str, int]) -> Callable[[str], bool]:
+    """node -> the job may run there (its partitions, type, reservation; not --exclude'd)."""
+    nodes = allowed(job)
+    excluded = frozenset(job.spec.excluded_nodes)
+    if nodes is None and not excluded:
+        return free_by_node.__contains__
+    if nodes is None:
+        return lambda node: node in free_by_node and node not in excluded
+    return lambda node: node in nodes and node not in excluded
+
+
+def _shortfall(job, order, rank, usable, free_by_node, leaving, starts, preemptive) -> Shortfall:
+    required = [node for node in job.spec.required_nodes if node in free_by_node]
+    if required and any(free_by_node[node] <= 0 for node in required):
+        nodes = tuple(sorted(required))  # --nodelist: a full listed node alone keeps it waiting
+    else:
+        nodes = tuple(sorted(node for node in free_by_node if usable(node)))
+    usable = frozenset(nodes).__contains__
+    free = sum(free_by_node[node] for node in nodes)
+    own = rank[job.index]
+    holders: list[tuple[JobState, str]] = []
+    spared: list[JobState] = []
+    for other in order:
+        if not other.running or other.index in leaving:
+            continue
+        if not any(usable(node) for node, _ in other.placement):
+            continue
+        if pinned(other):
+            holders.append((other, PINNED))
+        elif rank[other.index] < own:
+            holders.append((other, HIGHER))
+        elif not preemptive:  # the policy preempts nobody
+            holders.append((other, PINNED))
+        else:
+            spared.append(other)
+    for other, slots, _ in starts:
+        if any(usable(node) for node, _ in slots):
+            holders.append((other, STARTING))
+    return Shortfall(nodes, free, holders, spared)
