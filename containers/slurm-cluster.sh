@@ -646,7 +646,10 @@ instance_write_configs() {
         instance_conf_lines "t$INST" "$I_PORT" "$I_CTLD_SPOOL" "$I_SLURMD_SPOOL" "$I_CTLD_PID" \
             "/run/slurmd-$INST-%n.pid" "$I_LOGDIR"
         instance_accounting_lines
+        # Job ids of their own: the node hooks of every cluster on this host share /run
+        # (node-side state by job id), which on a site belongs to one cluster's nodes.
         cat <<EOF
+FirstJobId=$(( (I_PORT - 19000) * 100 ))
 JobCompType=jobcomp/filetxt
 JobCompLoc=$I_LOGDIR/jobcomp.txt
 EOF

@@ -78,8 +78,15 @@ class ArrayEvaluator:
             path = _result_path(round_file, i)
             if not path.exists():
                 why = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+                output = self.workdir / f"{round_file.stem}-{i}.out"
+                # The task's own last words (a traceback's last line) say why, where sbatch only says it failed
+                try:
+                    said = next((line.strip() for line in reversed(output.read_text(errors="replace").splitlines())
+                                 if line.strip()), "nothing")
+                except OSError:
+                    said = "no output file"
                 raise InputError(f"--slurm-array: task {i} of array job {array_id or '?'} wrote no result "
-                                 f"(sbatch: {why}; task output {self.workdir / f'{round_file.stem}-{i}.out'})")
+                                 f"(sbatch: {why}; task output {output}: {said[:300]})")
             results.append(tuple(json.loads(path.read_text())))
         return results
 

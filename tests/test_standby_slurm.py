@@ -98,9 +98,13 @@ def test_standby_takes_over_a_stopped_and_a_killed_leader_without_double_action(
         time.sleep(2 * INTERVAL_S)
         assert pair.leader() == "b"
 
-        # 2. SIGKILL the new leader
+        # 2. SIGKILL the new leader right after it signalled a preemption (its row written:
+        # a kill between the signal and the row would leave a signal the next leader
+        # cannot know of, and it would signal again)
+        last_row = max((r["id"] for r in pair.preemption_rows()), default=0)
         third_id, _ = cluster.submit("alice", 8, 6, "third")
-        time.sleep(1)
+        wait_for(lambda: any(r["outcome"] is None and r["id"] > last_row for r in pair.preemption_rows()), 30,
+                 "the new leader's preemption in flight", seen=pair.preemption_rows)
         pair.procs["b"].kill9()
         killed_at = time.time()
         kill_takeover_s = pair.takeover("b", killed_at, "a to take over from the killed leader")

@@ -8,9 +8,9 @@ the policy refused, e.g. a second user's job with mps_allow_multi_user false) an
 released (``ReleaseHold``) once a GPU admits it; restore releases what is left. Only
 the holds this controller set are ever released: they are recorded in the store
 (controller.service.restore.RecordingBackend), so a restarted controller knows them. A
-job someone else holds (``sbatch -H``, a user's or an admin's ``scontrol hold``) is
-left out altogether: an operator's hold on it would turn the user's hold into the
-controller's, and its release would then drop it. Running jobs are never changed: a
+job someone else holds (``sbatch -H``, a user's or an admin's ``scontrol hold``) gets
+its tier like any pending job but is never held nor released: an operator's hold on it
+would turn the user's hold into the controller's, and its release would then drop it. Running jobs are never changed: a
 different wanted tier is logged as quota_change's advice, never requeued for. Each
 decision is logged once per (job, outcome), so shadow mode does not repeat a
 would-share every round.
@@ -103,12 +103,13 @@ class GpuSharing:
         policy = self.config.colocation_policy()
         pending: list[ObservedJob] = []
         running: list[tuple[ObservedJob, int]] = []  # (job, share per node)
+        held_by_others: set[str] = set()
         for job in observation.jobs:
             if job.mps <= 0 or job.gpus > 0:
                 continue
             if job.state == "PENDING":
                 if job.reason in HELD_REASONS and not self._our_hold(job):
-                    continue  # someone else's hold: never held again nor released by us
+                    held_by_others.add(job.job_id)  # its tier is set; never held nor released by us
                 if job.mps > 100:
                     self.log_once(f"job {job.job_id}: asks for {job.mps} MPS shares, more than one GPU's "
                                   "worth (several nodes?): its share is left alone")
@@ -127,7 +128,8 @@ class GpuSharing:
         decisions = []
         self.waiting, self.placed = set(), set()
         for job, action in zip(pending, plan_colocation(requests, gpus, policy)):
-            (self.waiting if action.kind == "wait" else self.placed).add(job.job_id)
+            if job.job_id not in held_by_others:
+                (self.waiting if action.kind == "wait" else self.placed).add(job.job_id)
             if action.kind == "place" and action.tier != job.mps:
                 signature = ("set", action.tier, job.mps)
                 if self.logged.get(job.job_id) != signature:
