@@ -62,7 +62,7 @@ PHASES = {
     "account": [("accounts", ("advance", "finish_gone", "promote", "forget_finished"))],
     "plan: snapshot": [("", ("_snapshot",))],
     "plan: Engine.step": [("engine", ("step",))],
-    "apply": [("starts", ("apply",)), ("handoffs", ("check", "expect", "blocking")),
+    "apply": [("starts", ("apply",)), ("handoffs", ("check", "expect", "kept")),
               ("preemptions", ("begin", "advance")), ("mover", ("apply",)), ("sharing", ("apply",)),
               ("admin_comments", ("apply",)), ("executor", ("call",))],
     "store": [("store", ("transaction", "save_jobs", "log_decisions", "next_round_id", "mark_finished",

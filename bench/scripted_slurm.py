@@ -10,6 +10,14 @@ in ``answer_cpu_s`` / ``answer_wall_s`` so that a bench can leave it out of the
 controller's cost; the JSON text is rendered once per change of the cluster.
 ``VirtualTime`` lets a bench (or a test) run Controller.run_forever itself, the
 loop that runs in production, on a clock that moves only while the loop waits.
+
+Job arrays (``submit_array``) are kept as slurmctld keeps them: one pending record
+under the ArrayJobId for the tasks that never ran (``array_task_string`` "0-49%4"),
+and a record of its own, under a new job id, for each task that starts (the %N
+throttle counts the running ones). An update, hold or release naming a task still
+in that record ("ARRAYID_TASKID") splits it off into a pending record of its own, as
+slurmctld's update_job_str does (``splits`` counts them); an update naming the bare
+ArrayJobId changes the pending record whole and every other record of the array.
 """
 from __future__ import annotations
 
@@ -51,6 +59,14 @@ class ScriptedSlurm:
         self.first_submit: dict[int, float] = {}  # job id -> its first submit time (the age order)
         self.signalled_at: dict[int, int] = {}  # running job id -> when its checkpoint signal came
         self.calls: Counter = Counter()
+        # job arrays: ArrayJobId -> the task ids still in its pending record, its %N
+        # throttle (0: none), the work each task runs for; and the records split off by
+        # an update that named a task still in the pending record
+        self.array_tasks: dict[int, list[int]] = {}
+        self.array_throttle: dict[int, int] = {}
+        self.array_work_s: dict[int, float | None] = {}
+        self.splits = 0
+        self._next_id = running + pending + 1  # the job id a new record (a started array task) gets
         self.now = now  # its clock (epoch s): the jobs' submit and start times count back from it
         self.answer_cpu_s = self.answer_wall_s = 0.0
         self._texts: dict[str, str] = {}  # "squeue"/"sinfo" -> the JSON text of the current state
@@ -105,7 +121,72 @@ class ScriptedSlurm:
                                  max_nodes=count if count > 1 else 0)
         if work_s is not None:
             self.work_left_s[job_id] = float(work_s)
+        self._next_id = max(self._next_id, job_id + 1)
         self._texts.clear()
+
+    def submit_array(self, array_id: int, tasks: int, gpus: int, throttle: int = 0,
+                     work_s: float | None = None, comment: str = "") -> None:
+        """``sbatch --array=0-(tasks-1)%throttle --gres=gpu:gpus`` as job ``array_id``:
+        one pending record for all its tasks (``throttle`` 0: no %N); ``work_s``: the
+        seconds each task runs for (None: until finish_one)."""
+        self.jobs[array_id] = self._pending(array_id, gpus, self.now)
+        self.jobs[array_id].update(array_job_id=array_id, array_task_id=None, array_max_tasks=throttle,
+                                   comment=comment)
+        self.array_tasks[array_id] = list(range(tasks))
+        self.array_throttle[array_id] = throttle
+        self.array_work_s[array_id] = work_s
+        self._next_id = max(self._next_id, array_id + 1)
+        self._texts.clear()
+
+    def records_of(self, array_id: int) -> dict[int, dict]:
+        """The records of the array ``array_id`` by job id (its pending record included)."""
+        return {j: r for j, r in self.jobs.items() if r.get("array_job_id") == array_id}
+
+    def _split(self, array_id: int, task: int) -> int:
+        """The task ``task`` out of the array's pending record into a pending record of its
+        own (slurmctld's job_array_split), which keeps the record's SiteFactor; returns its
+        job id. The last task takes the pending record itself (job_array_post_sched)."""
+        tasks = self.array_tasks[array_id]
+        tasks.remove(task)
+        record = self.jobs[array_id]
+        if not tasks:
+            del self.array_tasks[array_id]
+            record.update(array_task_id=task, array_task_string="")
+            return array_id
+        job_id, self._next_id = self._next_id, self._next_id + 1
+        self.jobs[job_id] = dict(copy.deepcopy(record), job_id=job_id, array_task_id=task, array_task_string="")
+        if array_id in self.site_factors:
+            self.site_factors[job_id] = self.site_factors[array_id]
+        self.first_submit[job_id] = self.first_submit[array_id]
+        if self.array_work_s.get(array_id) is not None:
+            self.work_left_s[job_id] = float(self.array_work_s[array_id])
+        self._texts.clear()
+        return job_id
+
+    def _record(self, text: str, split: bool = True) -> int | None:
+        """The job id of the record a command's job id names: "ARRAYID_TASKID" is that
+        task's record, split off the pending record if it is still in it (``split``)."""
+        head, _, task = text.partition("_")
+        if not task:
+            return int(head) if int(head) in self.jobs else None
+        array_id, task_id = int(head), int(task)
+        for job_id, record in self.jobs.items():
+            if record.get("array_job_id") == array_id and record.get("array_task_id") == task_id:
+                return job_id
+        if split and task_id in self.array_tasks.get(array_id, ()):
+            self.splits += 1
+            return self._split(array_id, task_id)
+        return None
+
+    def _array_running(self, array_id: int) -> int:
+        return sum(1 for r in self.jobs.values() if r.get("array_job_id") == array_id and r["job_state"] == "RUNNING")
+
+    def _throttled(self, record: dict) -> bool:
+        """Whether the record is a task (or the pending record) of an array whose %N
+        tasks run already (slurmctld's job_array_start_test)."""
+        array_id = record.get("array_job_id") or 0
+        throttle = self.array_throttle.get(array_id, 0)
+        return bool(throttle) and self._array_running(array_id) >= throttle
 
     # -- slurmctld's scheduler and the jobs' own progress (tests/test_lever_parity.py) --
     def advance(self, now: int) -> list[int]:
@@ -132,24 +213,35 @@ class ScriptedSlurm:
         pending.sort(key=lambda j: (-self.site_factors.get(j, 0), self.first_submit.get(j, self.jobs[j]["submit_time"]), j))
         started = []
         for job_id in pending:
-            record = self.jobs[job_id]
-            gpus, count = self._gpus(record), record["node_count"]
-            allowed = record["required_nodes"].split(",") if record["required_nodes"] else list(self.nodes)
-            fits = sorted((self.gpus_per_node - self.nodes[n], n) for n in allowed
-                          if n in self.nodes and self.nodes[n] + gpus <= self.gpus_per_node)
-            if len(fits) < count:
-                continue
-            chosen = sorted(n for _, n in fits[:count])
-            for node in chosen:
-                self.nodes[node] += gpus
-            running = self._running(job_id, chosen[0], gpus, self.now)
-            running.update(nodes=",".join(chosen), node_count=count, gres_detail=running["gres_detail"] * count)
-            running["job_resources"]["allocated_nodes"] = [{"nodename": node} for node in chosen]
-            for key in ("submit_time", "comment", "requeue", "user_name", "restart_cnt", "required_nodes",
-                        "max_nodes"):
-                running[key] = record[key]
-            self.jobs[job_id] = running
-            started.append((job_id, tuple(chosen)))
+            # an array's pending record starts its tasks one by one, each as a record of its own
+            while self.jobs.get(job_id, {}).get("job_state") == "PENDING":
+                record = self.jobs[job_id]
+                if self._throttled(record):
+                    break
+                gpus, count = self._gpus(record), record["node_count"]
+                allowed = record["required_nodes"].split(",") if record["required_nodes"] else list(self.nodes)
+                fits = sorted((self.gpus_per_node - self.nodes[n], n) for n in allowed
+                              if n in self.nodes and self.nodes[n] + gpus <= self.gpus_per_node)
+                if len(fits) < count:
+                    break
+                task_id = job_id
+                if job_id in self.array_tasks and record.get("array_task_id") is None:
+                    task_id = self._split(job_id, self.array_tasks[job_id][0])
+                    record = self.jobs[task_id]
+                chosen = sorted(n for _, n in fits[:count])
+                for node in chosen:
+                    self.nodes[node] += gpus
+                running = self._running(task_id, chosen[0], gpus, self.now)
+                running.update(nodes=",".join(chosen), node_count=count,
+                               gres_detail=running["gres_detail"] * count)
+                running["job_resources"]["allocated_nodes"] = [{"nodename": node} for node in chosen]
+                for key in ("submit_time", "comment", "requeue", "user_name", "restart_cnt", "required_nodes",
+                            "max_nodes", "array_job_id", "array_task_id", "array_max_tasks"):
+                    running[key] = record[key]
+                self.jobs[task_id] = running
+                started.append((task_id, tuple(chosen)))
+                if task_id == job_id:
+                    break
         if started:
             self._texts.clear()
         return started
@@ -176,7 +268,8 @@ class ScriptedSlurm:
             self.work_left_s[job_id] -= kept_until - record["start_time"]
         self._free(record)
         pending = self._pending(job_id, self._gpus(record), record["submit_time"])
-        for key in ("comment", "requeue", "user_name", "required_nodes", "node_count", "max_nodes"):
+        for key in ("comment", "requeue", "user_name", "required_nodes", "node_count", "max_nodes", "array_job_id",
+                    "array_task_id", "array_max_tasks"):
             pending[key] = record[key]
         # Slurm's requeue sets the submit time to its own and the BeginTime cred_expire + 1 s
         # later (121 s by default)
@@ -227,12 +320,13 @@ class ScriptedSlurm:
                                             if r["job_state"] == "PENDING"), "")
         if argv[0] == "squeue" and "-j" in argv:  # the signal lever's state check
             self.calls["squeue -h -j"] += 1
-            record = self.jobs.get(int(argv[argv.index("-j") + 1]))
+            job_id = self._record(argv[argv.index("-j") + 1], split=False)
+            record = self.jobs.get(job_id) if job_id is not None else None
             return CommandResult(0, f"{record['job_state']}\n" if record else "", "")
         if argv[0] == "squeue":
             form = argv[argv.index("-o") + 1]
             self.calls[f'squeue -h -o "{form}" (poll)'] += 1
-            fields = {"%i": lambda j, r: str(j), "%t": lambda j, r: "R" if r["job_state"] == "RUNNING" else "PD",
+            fields = {"%i": self._poll_id, "%t": lambda j, r: "R" if r["job_state"] == "RUNNING" else "PD",
                       "%r": lambda j, r: r["state_reason"]}
             return CommandResult(0, "".join(" ".join(fields[f](j, r) for f in form.split()) + "\n"
                                             for j, r in self.jobs.items()), "")
@@ -248,14 +342,22 @@ class ScriptedSlurm:
         if argv[:2] == ["scontrol", "update"] and argv[-1].startswith("SiteFactor="):
             self.calls["scontrol update SiteFactor"] += 1
             value = int(argv[-1].split("=", 1)[1])
-            for job_id in argv[2].split("=", 1)[1].split(","):
-                self.site_factors[int(job_id)] = value
+            for text in argv[2].split("=", 1)[1].split(","):
+                if "_" not in text and self.records_of(int(text)):  # a whole array: every record of it
+                    targets = list(self.records_of(int(text)))
+                else:
+                    job_id = self._record(text)
+                    targets = [] if job_id is None else [job_id]
+                for job_id in targets:
+                    self.site_factors[job_id] = value
+            self._texts.clear()
             return CommandResult(0, "", "")
         if argv[:2] == ["scontrol", "update"] and argv[-1].startswith("AdminComment="):
             # kept, as slurmctld keeps it: the next squeue --json shows it (and that
             # record's text changed)
             self.calls["scontrol update AdminComment"] += 1
-            record = self.jobs.get(int(argv[2].split("=", 1)[1]))
+            job_id = self._record(argv[2].split("=", 1)[1])
+            record = self.jobs.get(job_id) if job_id is not None else None
             if record is not None:
                 record["admin_comment"] = argv[-1].split("=", 1)[1]
                 self._texts.clear()
@@ -266,10 +368,11 @@ class ScriptedSlurm:
     def _lever(self, argv: list[str]) -> CommandResult:
         """The other levers change the job as slurmctld would: a pin (ReqNodeList), the
         BeginTime release (StartTime=now), a requeue, a checkpoint signal's time."""
-        job_id = int(argv[-1]) if argv[0] in ("scancel", "scontrol") and argv[-1].isdigit() else None
+        named = argv[-1].replace("_", "", 1).isdigit() and argv[0] in ("scancel", "scontrol")
+        job_id = self._record(argv[-1]) if named else None
         if argv[:2] == ["scontrol", "update"]:
-            job_id, (key, _, value) = int(argv[2].split("=", 1)[1]), argv[3].partition("=")
-            record = self.jobs.get(job_id)
+            job_id, (key, _, value) = self._record(argv[2].split("=", 1)[1]), argv[3].partition("=")
+            record = self.jobs.get(job_id) if job_id is not None else None
             if record is None:
                 return CommandResult(1, "", f"slurm_update error: Invalid job id specified ({job_id})")
             if key == "ReqNodeList":
@@ -290,6 +393,15 @@ class ScriptedSlurm:
         self._texts.clear()
         return CommandResult(0, "", "")
 
+    def _poll_id(self, job_id: int, record: dict) -> str:
+        """squeue's %i: "ARRAYID_TASKID" for an array task, "ARRAYID_[TASKS]" for the pending record."""
+        array_id = record.get("array_job_id") or 0
+        if not array_id:
+            return str(job_id)
+        if record.get("array_task_id") is None:
+            return f"{array_id}_[{record['array_task_string']}]"
+        return f"{array_id}_{record['array_task_id']}"
+
     def _node_state(self, name: str) -> str:
         return "mixed" if self.nodes[name] else "idle"
 
@@ -302,6 +414,11 @@ class ScriptedSlurm:
     def _text(self, which: str) -> str:
         if which not in self._texts:
             if which == "squeue":
+                for array_id, tasks in self.array_tasks.items():  # the pending records' task lists
+                    throttle = self.array_throttle[array_id]
+                    self.jobs[array_id].update(
+                        array_task_string=_task_string(tasks) + (f"%{throttle}" if throttle else ""),
+                        state_reason="JobArrayTaskLimit" if self._throttled(self.jobs[array_id]) else "Priority")
                 doc = {**self.meta, "jobs": list(self.jobs.values())}
             else:
                 doc = {**self.sinfo_meta, "nodes": [
@@ -311,6 +428,18 @@ class ScriptedSlurm:
                     for name, used in self.nodes.items()]}
             self._texts[which] = json.dumps(doc, indent=2)  # laid out as slurmctld prints it
         return self._texts[which]
+
+
+def _task_string(tasks: list[int]) -> str:
+    """Slurm's task list: "0-3,7" for [0, 1, 2, 3, 7] (sorted)."""
+    parts: list[str] = []
+    for task in tasks:
+        if parts and task == last + 1:
+            parts[-1] = f"{parts[-1].split('-')[0]}-{task}"
+        else:
+            parts.append(str(task))
+        last = task
+    return ",".join(parts)
 
 
 class VirtualTime:

@@ -114,6 +114,27 @@ def _one_line(text: str, limit: int = 300) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
+# scontrol's line per outcome of an update of a whole array (stderr): 22.05 prints
+# every outcome ("12_4-50: No error" too), 23.02+ only the failed ones, each maybe with
+# slurmctld's message in parentheses
+_ARRAY_OUTCOME_RE = re.compile(r"([0-9]{1,19})_[0-9,\-]+(?:\.\.\.)?: (No error|Job has already finished)"
+                               r"(?: \(.*\))?", re.ASCII)
+
+
+def _only_ended_tasks(result: CommandResult, job_ids: Iterable[str]) -> bool:
+    """Whether a failed answer to an update naming ``job_ids`` says only that tasks of
+    arrays among them had ended (they keep no SiteFactor worth setting; slurmctld set it
+    on the rest): every line scontrol wrote to stderr "ARRAYID_TASKS: Job has already
+    finished" (or "...: No error") for an ArrayJobId of ``job_ids``."""
+    ids = set(job_ids)
+    lines = [line.strip() for line in result.stderr.splitlines() if line.strip()]
+    for line in lines:
+        match = _ARRAY_OUTCOME_RE.fullmatch(line)
+        if match is None or match.group(1) not in ids:
+            return False
+    return bool(lines)
+
+
 def _check_job_id(job_id: object) -> str:
     text = str(job_id) if isinstance(job_id, int) and not isinstance(job_id, bool) else job_id
     if not isinstance(text, str) or not _JOB_ID_RE.fullmatch(text):
@@ -172,9 +193,13 @@ class SlurmBackend:
         self._sinfo_records: RecordCache[SlurmNode] = RecordCache("nodes", parse_sinfo_record, "name")
         # id(SlurmJob) -> (that job, its site factor, its ObservedJob), of the last observe()
         self._observed: dict[int, tuple[SlurmJob, Optional[int], ObservedJob]] = {}
-        # ArrayJobIds of the pending array records last observed: a lever on one would
-        # act on every task of the array (controller.service.arrays plans task ids).
+        # ArrayJobIds of the pending array records last observed: only a SiteFactor goes
+        # to one (the tasks in the record share it: controller.service.arrays); any other
+        # lever would act on every task of the array. And per ArrayJobId, the ids of its
+        # tasks that have records of their own ("ARRAYID_TASKID"): a lever may name
+        # those, never a task still inside the pending record (Slurm would split it off).
         self._arrays: set[str] = set()
+        self._task_records: dict[str, set[str]] = {}
         # node -> its active reservation, from `scontrol show reservation -o`, read when
         # the reservations jobs name change, else once every RESERVATIONS_EVERY_S
         self._reserved: dict[str, str] = {}
@@ -215,27 +240,31 @@ class SlurmBackend:
                 f"{' '.join(argv)} exited {result.returncode}: {_one_line(result.stderr) or 'no message'}")
         return result.stdout
 
-    def _query(self, argv: list[str], what: str) -> str:
+    def _query(self, argv: list[str], what: str,
+               accept: Optional[Callable[[CommandResult], bool]] = None) -> str:
         """Run a command that must succeed and return its stdout: a slurmctld that does
-        not answer is BackendUnavailable (act on nothing), any other failure LeverFailed."""
+        not answer is BackendUnavailable (act on nothing), any other failure LeverFailed
+        (``accept``: a failed answer that says what was wanted was done all the same)."""
         result = self._run(argv)
-        if result.returncode == 0:
+        if result.returncode == 0 or (accept is not None and accept(result)):
             return result.stdout
         message = _one_line(result.stderr) or _one_line(result.stdout) or f"exit status {result.returncode}"
         if self._unreachable(result):
             raise BackendUnavailable(f"{what}: slurmctld unreachable: {message}")
         raise LeverFailed(f"{what}: {' '.join(argv)} failed ({result.returncode}): {message}")
 
-    def _lever(self, argv: list[str], what: str, shows: Optional[Mapping[str, Mapping[str, object]]] = None) -> None:
+    def _lever(self, argv: list[str], what: str, shows: Optional[Mapping[str, Mapping[str, object]]] = None,
+               accept: Optional[Callable[[CommandResult], bool]] = None) -> None:
         """Run a lever. ``shows``: job id -> the fields of its squeue --json record the
         lever sets, as observe() would read them (repeat_observation lays them over the
-        last observation); None, or a lever that failed: records changed unknowably."""
+        last observation); None, or a lever that failed: records changed unknowably.
+        ``accept``: as for _query."""
         if self.fence is not None:
             self.fence()
         if shows is None or not self._plain_ids.issuperset(shows):
             self._records_changed = True
         try:
-            self._query(argv, what)
+            self._query(argv, what, accept)
         except Exception:
             self._records_changed = True  # Slurm may have applied part of it
             raise
@@ -316,6 +345,7 @@ class SlurmBackend:
         # same object as at the last observe() with the same SiteFactor keeps its ObservedJob.
         pending: set[str] = set()
         arrays: set[str] = set()
+        task_records: dict[str, set[str]] = {}
         named: set[str] = set()  # the reservations jobs name
         plain: set[str] = set()  # records planned as they are (no array, no het job)
         observed_jobs: list[ObservedJob] = []
@@ -335,6 +365,8 @@ class SlurmBackend:
                 arrays.add(job_id)
             elif not job.het_job_id:
                 plain.add(job_id)
+                if job.array_job_id and "_" in job_id:
+                    task_records.setdefault(job.array_job_id, set()).add(job_id)
             if job.reservation:
                 named.add(job.reservation)
             kept = last.get(id(job))
@@ -359,7 +391,7 @@ class SlurmBackend:
                  partitions=tuple(n.partitions), gpu_type=n.gpu_type, reservation=reserved.get(n.name, ""))
             for n in nodes if self._node_in_scope(n)
         ]
-        self._arrays = arrays
+        self._arrays, self._task_records = arrays, task_records
         self._partition_nodes = self._partition_map(nodes)
         view = plan_view(observed_jobs, withheld)
         observation = Observation(observed_at_s=observed_at_s, jobs=view.jobs, nodes=observed_nodes,
@@ -374,8 +406,10 @@ class SlurmBackend:
         undoes the levers it set on jobs that left the configured partitions (moved, or
         the partitions changed). One ``squeue --json --states=all`` of its own: what
         observe() keeps between rounds is left as it is. A job Slurm no longer lists,
-        or whose record does not parse, is absent. 22.05's JSON has no SiteFactor: a
-        job's is None there (unknown)."""
+        or whose record does not parse, is absent. An ArrayJobId is the array's pending
+        record while there is one, else one of its tasks, under the array's id (restore
+        resets the array's SiteFactor there). 22.05's JSON has no SiteFactor: a job's is
+        None there (unknown)."""
         wanted = {str(job_id) for job_id in job_ids}
         if not wanted:
             return []
@@ -390,7 +424,20 @@ class SlurmBackend:
                 jobs.append(self._observed_job(job, job.site_factor))
             except (SlurmParseError, TypeError, ValueError):
                 continue
-        return [job for job in plan_view(jobs, Withheld()).jobs if job.job_id in wanted]
+        found = [job for job in plan_view(jobs, Withheld()).jobs if job.job_id in wanted]
+        # An ArrayJobId (the SiteFactor of the tasks in its pending record went to it):
+        # that record while it is there, else one of the array's tasks, under its id.
+        arrays = wanted - {job.job_id for job in found}
+        of_array: dict[str, ObservedJob] = {}
+        for job in jobs:
+            head, _, task = job.job_id.partition("_")
+            if head not in arrays or not (task or job.array_tasks):
+                continue
+            kept = of_array.get(head)
+            if kept is None or job.job_id == head or (kept.job_id != head and job.state in ("PENDING", "RUNNING")):
+                of_array[head] = job  # the pending record first, else a task still there
+        return found + [replace(job, job_id=head, array_tasks="", array_max_tasks=0)
+                        for head, job in of_array.items()]
 
     def repeat_observation(self) -> Optional[Observation]:
         """The last observe()'s records again, read at the current time, with what the
@@ -572,11 +619,18 @@ class SlurmBackend:
 
     # ------------------------------------------------------------------ levers
 
-    def _task_id(self, job_id: object) -> str:
-        """A checked id to send a lever to: never a pending array's bare ArrayJobId,
-        which Slurm would apply to every task of the array."""
+    def _task_id(self, job_id: object, array_ok: bool = False) -> str:
+        """A checked id to send a lever to. Never a pending task still inside its array's
+        record ("ARRAYID_TASKID" without a record of its own): Slurm would split it off
+        into a record of its own (controller.service.arrays). A pending array's bare
+        ArrayJobId only with ``array_ok`` (its SiteFactor): Slurm applies any other lever
+        on it to every task of the array."""
         text = _check_job_id(job_id)
-        if text in self._arrays:
+        head, _, task = text.partition("_")
+        if task and head in self._arrays and text not in self._task_records.get(head, ()):
+            raise ValueError(f"job {text} is a pending task still in job array {head}'s record: a lever naming it "
+                             f"would split it off (the array's SiteFactor goes to {head})")
+        if not task and text in self._arrays and not array_ok:
             raise ValueError(f"job id {text} is a job array: a lever names one task (ARRAYID_TASKID)")
         return text
 
@@ -588,18 +642,50 @@ class SlurmBackend:
         All ids and values are validated before anything runs. When some calls
         fail the others still run; LeverFailed then names every failed group
         (Slurm still updates the valid ids of a list that names a vanished job).
+
+        An ArrayJobId takes the value for the tasks inside its pending record: Slurm
+        updates that record whole (no task is split off) and every other record of the
+        array as well, its running tasks and its pending tasks with records of their own.
+        So the arrays go first, what they set on those task records is taken as theirs,
+        and the other ids then (the caller's own values for those tasks included) are
+        compared with that. scontrol answers such an update with one line per outcome and
+        exit status 1 when some task of the array had ended ("12_1-3: Job has already
+        finished", "12_4-50: No error"): that is success for the tasks that are left.
         """
-        groups: dict[int, list[str]] = {}
+        first: dict[int, list[str]] = {}  # the arrays' values
+        checked: dict[str, int] = {}
         for raw_id, value in factors.items():
-            job_id = self._task_id(raw_id)
+            job_id = self._task_id(raw_id, array_ok=True)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ValueError(f"job {job_id}: SiteFactor must be an integer, got {value!r}")
             if not -SITE_FACTOR_LIMIT <= value <= SITE_FACTOR_LIMIT:
                 raise ValueError(f"job {job_id}: SiteFactor {value} outside +-{SITE_FACTOR_LIMIT}")
-            if self._site_factors.get(job_id) == value:
+            checked[job_id] = value
+        failures: list[str] = []
+        for job_id, value in checked.items():
+            if "_" not in job_id and (job_id in self._arrays or job_id in self._task_records) \
+                    and self._site_factors.get(job_id) != value:
+                first.setdefault(value, []).append(job_id)
+        self._send_site_factors(first, failures)
+        for value, array_ids in first.items():
+            for array_id in array_ids:
+                for task_id in self._task_records.get(array_id, ()):  # what Slurm holds for them now
+                    if self._site_factors.get(array_id) == value:
+                        self._site_factors[task_id] = value
+                    else:  # the update failed: it may have reached some
+                        self._site_factors.pop(task_id, None)
+        groups: dict[int, list[str]] = {}
+        for job_id, value in checked.items():
+            if any(job_id in ids for ids in first.values()) or self._site_factors.get(job_id) == value:
                 continue
             groups.setdefault(value, []).append(job_id)
-        failures: list[str] = []
+        self._send_site_factors(groups, failures)
+        if failures:
+            raise LeverFailed("; ".join(failures))
+
+    def _send_site_factors(self, groups: dict[int, list[str]], failures: list[str]) -> None:
+        """One ``scontrol update`` per value (at most MAX_IDS_PER_UPDATE ids each); the
+        values sent are known after, those of a failed call forgotten."""
         for value in sorted(groups):
             ids = sorted(groups[value], key=lambda j: [int(p) for p in j.split("_")])
             for start in range(0, len(ids), MAX_IDS_PER_UPDATE):
@@ -607,7 +693,8 @@ class SlurmBackend:
                 try:
                     self._lever(["scontrol", "update", f"JobId={','.join(chunk)}", f"SiteFactor={value}"],
                                 f"SiteFactor={value} for job(s) {','.join(chunk)}",
-                                shows={job_id: {"site_factor": value} for job_id in chunk})
+                                shows={job_id: {"site_factor": value} for job_id in chunk},
+                                accept=lambda result, chunk=chunk: _only_ended_tasks(result, chunk))
                 except LeverFailed as exc:
                     failures.append(str(exc))
                     for job_id in chunk:  # some may have changed: forget what we knew
@@ -615,8 +702,6 @@ class SlurmBackend:
                 else:
                     for job_id in chunk:
                         self._site_factors[job_id] = value
-        if failures:
-            raise LeverFailed("; ".join(failures))
 
     def pin_nodes(self, job_id: str, nodes: list[str]) -> None:
         """ReqNodeList= for a pending job; an empty list clears it."""
@@ -675,7 +760,7 @@ class SlurmBackend:
         """``scontrol hold N``: an admin hold (Priority=0, Reason=JobHeldAdmin) on a
         pending job, which a user cannot release; a job that started since the
         observation is left alone (a hold on a running job changes nothing now)."""
-        job_id = _check_job_id(job_id)
+        job_id = self._task_id(job_id)
         what = f"hold job {job_id}"
         states = self._states(job_id, what)
         if states != {"PENDING"}:
@@ -684,7 +769,7 @@ class SlurmBackend:
 
     def release_hold(self, job_id: str) -> None:
         """``scontrol release N``: undo ``hold``."""
-        job_id = _check_job_id(job_id)
+        job_id = self._task_id(job_id)
         self._lever(["scontrol", "release", job_id], f"release job {job_id}")
 
     def release_begin_time(self, job_id: str) -> None:

@@ -17,7 +17,7 @@ from controller.service.accounting import Accounts
 from controller.service.arrays import MAX_LISTED_TASKS, Withheld, plan_view, task_ranges
 from controller.service.backend import Observation, ObservedJob
 from controller.service.store import Store
-from slurm_plugin.backend import CommandResult, SlurmBackend
+from slurm_plugin.backend import CommandResult, LeverFailed, SlurmBackend
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "slurm" / "22.05"
 
@@ -119,16 +119,88 @@ def test_the_24_11_and_26_05_recorded_arrays_are_observed_alike(version):
     assert "12_5" in observation.withheld and "12_50" in observation.withheld and "12_1" not in observation.withheld
 
 
-def test_no_lever_goes_to_a_pending_arrays_bare_id():
+def test_only_a_site_factor_goes_to_a_pending_arrays_bare_id_and_no_lever_to_a_task_in_its_record():
+    """Array 240 of the recorded fixture: tasks 1-4 run (records of their own), 5-50
+    wait in the array's pending record. Any update naming "240_7" would split task 7
+    off that record; the array's SiteFactor goes to 240, which Slurm applies to the
+    record whole."""
     backend = _backend((FIXTURES / "squeue_array.json").read_text())
     backend.observe()
-    for lever in (lambda: backend.set_site_factors({"240": 5}), lambda: backend.requeue("240"),
-                  lambda: backend.signal("240", "USR1")):
+    for lever in (lambda: backend.requeue("240"), lambda: backend.signal("240", "USR1"),
+                  lambda: backend.pin_nodes("240", ["gpu1"])):
         with pytest.raises(ValueError, match="job array"):
             lever()
+    for lever in (lambda: backend.set_site_factors({"240_7": 5}), lambda: backend.pin_nodes("240_7", ["gpu1"]),
+                  lambda: backend.move_partition("240_7", "batch"), lambda: backend.hold("240_7"),
+                  lambda: backend.release_hold("240_7"), lambda: backend.release_begin_time("240_7"),
+                  lambda: backend.set_admin_comment("240_7", "[tiresias: queue 1/2]"),
+                  lambda: backend.set_mps_share("240_7", 50)):
+        with pytest.raises(ValueError, match="still in job array 240's record"):
+            lever()
     assert not any(argv[0] in ("scontrol", "scancel") for argv in backend.sent)
-    backend.set_site_factors({"240_2": 5})
-    assert backend.sent[-1] == ["scontrol", "update", "JobId=240_2", "SiteFactor=5"]
+    backend.set_site_factors({"240": 5})
+    assert backend.sent[-1] == ["scontrol", "update", "JobId=240", "SiteFactor=5"]
+    backend.set_site_factors({"240_2": 5})  # Slurm set the array's value on its task records too
+    assert [argv[0] for argv in backend.sent].count("scontrol") == 1
+    backend.set_site_factors({"240_2": 6})  # a running task has its own record and its own levers
+    assert backend.sent[-1] == ["scontrol", "update", "JobId=240_2", "SiteFactor=6"]
+
+
+def test_an_array_update_that_only_ended_tasks_refused_is_applied():
+    """scontrol answers an update of a whole array with one line per outcome and exit
+    status 1 when some task had ended (slurmctld's update_job_str, 22.05-26.05)."""
+    answers = {"squeue": (FIXTURES / "squeue_array.json").read_text(), "sinfo": (FIXTURES / "sinfo.json").read_text()}
+    stderr = ["240_1-3: Job has already finished\n240_4-50: No error\n"]
+    updates = []
+
+    def run(argv, timeout_s, env):
+        if argv[0] == "scontrol":
+            updates.append(argv)
+            return CommandResult(1, "", stderr[0])
+        return CommandResult(0, answers.get(argv[0], ""), "")
+
+    backend = SlurmBackend(runner=run)
+    backend.observe()
+    backend.set_site_factors({"240": 7})
+    backend.set_site_factors({"240": 7})  # applied, so known now: not sent again
+    assert updates == [["scontrol", "update", "JobId=240", "SiteFactor=7"]]
+    stderr[0] = "240_1-3: Job has already finished\n"  # 23.02+ leaves the successes out
+    backend.set_site_factors({"240": 8})
+    stderr[0] = "240_1-3: Job has already finished\n240_4-50: Access/permission denied\n"
+    with pytest.raises(LeverFailed, match="permission denied"):
+        backend.set_site_factors({"240": 9})
+    stderr[0] = "Invalid job id specified for job 240\n"
+    with pytest.raises(LeverFailed):
+        backend.set_site_factors({"240": 10})
+
+
+def test_an_array_update_goes_first_and_its_requeued_task_gets_its_own_value_after():
+    """Slurm sets an ArrayJobId's SiteFactor on every record of the array, a requeued
+    task's (a pending record of its own) included: that task's value follows."""
+    doc = json.loads((FIXTURES / "squeue_array.json").read_text())
+    requeued = next(r for r in doc["jobs"] if r["job_id"] == 242)  # task 240_2, requeued
+    requeued.update(job_state="PENDING", state_reason="Priority", restart_cnt=1)
+    backend = _backend(json.dumps(doc))
+    backend.observe()
+    backend.set_site_factors({"240_2": 3})
+    backend.set_site_factors({"240_2": 3, "240": 9})
+    assert backend.sent[-2:] == [["scontrol", "update", "JobId=240", "SiteFactor=9"],
+                                 ["scontrol", "update", "JobId=240_2", "SiteFactor=3"]]
+
+
+def test_the_throttle_counts_the_running_tasks_and_the_pending_ones_with_records_of_their_own():
+    # task 2 was requeued (a pending record of its own): 1 running + 1 pending leave room for 2
+    records = [job("7_1", "RUNNING", array_max_tasks=4), job("7_2", array_max_tasks=4),
+               job("7", array_tasks="3-50%4", array_max_tasks=4)]
+    view = plan_view(records)
+    assert [j.job_id for j in view.jobs] == ["7_1", "7_2", "7_3", "7_4"]
+    assert [j.array_record for j in view.jobs] == ["", "", "7", "7"]  # only the tasks in the record
+    # more pending task records than the throttle leaves room for: the rest are withheld
+    records = [job("8_1", "RUNNING", array_max_tasks=2)] + [job(f"8_{t}", array_max_tasks=2) for t in (2, 3, 4)] \
+        + [job("8", array_tasks="5-9%2", array_max_tasks=2)]
+    view = plan_view(records)
+    assert [j.job_id for j in view.jobs] == ["8_1", "8_2"]
+    assert "8_3" in view.withheld and "8_4" in view.withheld and "8_5" in view.withheld
 
 
 def test_a_bad_record_withholds_gone_only_for_its_own_job(tmp_path):

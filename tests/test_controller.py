@@ -349,13 +349,14 @@ def test_version_1_database_is_upgraded(tmp_path):
     db.execute("ALTER TABLE decision_log DROP COLUMN cause_id")
     db.execute("ALTER TABLE preemptions DROP COLUMN decision_id")
     db.execute("ALTER TABLE pins DROP COLUMN decision_id")
+    db.execute("ALTER TABLE handoffs DROP COLUMN brake")
     db.execute("UPDATE schema_meta SET value = '1' WHERE key = 'schema_version'")
     db.commit()
     db.close()
     with pytest.raises(StoreError, match="run `tiresias migrate`"):  # the controller refuses an older schema
         Store(f"sqlite:///{path}")
     with Store(f"sqlite:///{path}", access="migrate") as s:
-        assert s.schema_version == SCHEMA_VERSION == 5
+        assert s.schema_version == SCHEMA_VERSION == 6
         s.save_jobs("c", [JobRecord("7", 2, 0.0, queue_level=1, queue_entry=3.0)])
         assert (s.load_jobs("c")["7"].queue_level, s.load_jobs("c")["7"].queue_entry) == (1, 3.0)
         assert s.service_samples_censored("c") == ([40.0], [False])  # old samples: completed jobs
@@ -363,6 +364,8 @@ def test_version_1_database_is_upgraded(tmp_path):
         assert s.pending_preemptions("c")[0].decision_id == "r3.1"
         s.set_pin("c", "7", 99.0, "r3.2")
         assert s.pin_decisions("c") == {"7": "r3.2"}
+        s.save_handoff("c", "7", 10.0, ["8"], brake='{"failed_s": 130.0}')  # version 6: a failed handoff's brake
+        assert s.load_handoffs("c") == [("7", 10.0, ("8",), '{"failed_s": 130.0}')]
 
 
 def test_every_ended_job_is_a_sample_cut_short_ones_censored(store):

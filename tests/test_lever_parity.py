@@ -31,11 +31,12 @@ def test_simulator_and_controller_pull_the_same_levers_in_the_same_rounds(tmp_pa
 
 
 # (seed, jobs): chosen so that together they preempt, requeue, release, pin and unpin,
-# and one victim's work ends within its grace period (it ends, never requeued: 111)
-# and one plan's preemptions wait on a failed handoff (237); 8-GPU jobs take two
-# whole nodes (3 and 6)
+# and one victim's work ends within its grace period (it ends, never requeued: 111),
+# a failed handoff's brake is lifted by a job that ends on its nodes (237) and one
+# plan's preemption waits on a failed handoff (118); 8-GPU jobs take two whole nodes
+# (3 and 6)
 SEEDS = [(0, 14, SIZES), (2, 14, SIZES), (7, 14, SIZES), (10, 14, SIZES), (111, 24, SIZES), (112, 24, SIZES),
-         (237, 30, SIZES), (3, 20, WITH_TWO_NODES), (6, 20, WITH_TWO_NODES)]
+         (237, 30, SIZES), (118, 24, SIZES), (3, 20, WITH_TWO_NODES), (6, 20, WITH_TWO_NODES)]
 
 
 @pytest.mark.parametrize("seed,jobs,sizes", SEEDS)
@@ -69,21 +70,24 @@ def test_the_comparison_sees_a_simulator_that_skips_its_bands(tmp_path, monkeypa
 
 
 def test_a_simulator_without_the_handoff_rule_signals_a_victim_the_controller_keeps(tmp_path, monkeypatch):
-    """Seed 237: the controller keeps job 30 running one round (the job it would be
-    preempted for did not start after its last preemption); a simulator without the
-    rule signals it at once."""
-    workload = seeded(237, 30)
-    real = controlled(len(simulated(workload=workload)), tmp_path, workload=workload)
+    """Seed 118: job 21's handoff failed at round 41 (the simulated slurmctld started
+    job 24 where the plan had put 21); at round 45 the plan would preempt job 7 for
+    it, and nothing 21 depends on changed: the controller keeps 7 running, and so does
+    the simulator, while one without the rule signals it."""
+    workload = seeded(118, 24)
+    sim = simulated(workload=workload)
+    real = controlled(len(sim), tmp_path, workload=workload)
+    assert sim == real
 
     class NoRule(lever_replay.HandoffBook):
-        def blocking(self, start_ids, now, leaving):
-            return []
+        def kept(self, plan, nodes_of, leaving):
+            return {}
 
     monkeypatch.setattr(lever_replay, "HandoffBook", NoRule)
-    sim = simulated(workload=workload)
+    without = simulated(workload=workload)
     signals = lambda rounds: [row for actions in rounds for row in actions if row[1] == "signal"]  # noqa: E731
-    assert ("r55.1.signal", "signal", "30", "USR1", "r55.1") in signals(sim)
-    assert ("r55.1.signal", "signal", "30", "USR1", "r55.1") not in signals(real)
+    assert ("r45.1.signal", "signal", "7", "USR1", "r45.1") in signals(without)
+    assert ("r45.1.signal", "signal", "7", "USR1", "r45.1") not in signals(real)
 
 
 def test_a_pin_that_expires_is_cleared_in_both_citing_its_start(tmp_path):

@@ -246,7 +246,7 @@ def test_handoff_landed_is_logged_with_its_delay_and_a_failed_one_blocks_further
 
     backend = ScriptedBackend()
     backend.add("1", 16, "RUNNING", start=0.0, nodes=FULL)
-    c = make_controller(store, backend, handoff_timeout_s=30)
+    c = make_controller(store, backend, handoff_timeout_s=30, preempt_min_runtime_s=60)
     assert isinstance(c.handoffs, Handoffs)
     c.run_round()
     backend.add("2", 4)
@@ -254,19 +254,27 @@ def test_handoff_landed_is_logged_with_its_delay_and_a_failed_one_blocks_further
     assert ("signal", "1", "USR1", True) in backend.calls and "2" in c.handoffs.watching
     backend.now += 31  # job 1 requeued meanwhile, but job 2 still not running: another job took the GPUs
     backend.add("1", 16, "PENDING", restarts=1)
-    backend.add("9", 16, "RUNNING", start=backend.now - 1, nodes=FULL, signal="")  # the intruder
+    backend.add("9", 16, "RUNNING", start=backend.now - 1, nodes=FULL)  # the intruder
     report = c.run_round()
     [failed] = [e for e in report.applied if e["kind"] == "handoff"]
     assert not failed["applied"] and "not started 30s after the victims' signal" in failed["detail"]
-    assert c.handoffs.failed == 1 and c.handoffs.blocked_until["2"] > backend.now
-    # the plan would preempt again for job 2 once the intruder is preemptable: kept running
+    assert c.handoffs.failed == 1 and "2" in c.handoffs.braked
+    # the plan would preempt again for job 2 once the intruder ran preempt_min_runtime_s:
+    # kept running, however long it runs
+    for _ in range(3):
+        backend.now += 600
+        report = c.run_round()
+        kept = [e for e in report.applied if e["kind"] == "preempt"]
+        assert kept and all("handoff failed" in e["detail"] and not e["applied"] for e in kept)
+    assert [call for call in backend.calls if call[0] == "signal" and call[1] == "9"] == []
+    # the intruder, there when the handoff failed, leaves (another job takes its GPUs):
+    # job 2 may cause one more preemption
     del backend.jobs["9"]
     backend.add("10", 16, "RUNNING", start=backend.now - 100, nodes=FULL)
     backend.now += 1
-    report = c.run_round()
-    kept = [e for e in report.applied if e["kind"] == "preempt"]
-    assert kept and all("handoff failed" in e["detail"] and not e["applied"] for e in kept)
-    assert [call for call in backend.calls if call[0] == "signal" and call[1] == "10"] == []
+    c.run_round()
+    assert ("signal", "10", "USR1", True) in backend.calls
+    assert "2" not in c.handoffs.braked and "2" in c.handoffs.watching
 
 
 def test_handoff_landed(store):

@@ -137,16 +137,24 @@ def test_a_failed_handoff_is_remembered_across_a_restart(store):
     [failed] = [e for e in report.applied if e["kind"] == "handoff"]
     assert not failed["applied"] and "not started 300s" in failed["detail"]
     restarted = controller(store, backend, handoff_timeout_s=300)
-    assert restarted.handoffs.blocked_until["2"] > backend.now and not restarted.handoffs.watching
+    assert "2" in restarted.handoffs.braked and not restarted.handoffs.watching
+    assert restarted.handoffs.braked["2"] == c.handoffs.braked["2"]  # what it waits on, read back whole
     backend.now += 60
     report = restarted.run_round()
     [kept] = [e for e in report.applied if e["kind"] == "preempt"]
     assert not kept["applied"] and "handoff failed" in kept["detail"]
     assert [call for call in backend.calls if call[0] == "signal"] == [("signal", "1", "USR1", True)]
-    # once the block is over (10 x the time-out) it is forgotten: job 2 may get a preemption again
+    # no clock lifts it: ten time-outs later, nothing changed, nobody signalled
     backend.now += 10 * 300
     restarted.run_round()
-    assert "2" not in restarted.handoffs.blocked_until and ("signal", "9", "USR1", True) in backend.calls
+    assert "2" in restarted.handoffs.braked and [c for c in backend.calls if c[0] == "signal"] == [
+        ("signal", "1", "USR1", True)]
+    # its request changes (a longer time limit): job 2 may get a preemption again
+    import dataclasses
+    backend.jobs["2"] = dataclasses.replace(backend.jobs["2"], time_limit_s=7200.0)
+    backend.now += 30
+    restarted.run_round()
+    assert "2" not in restarted.handoffs.braked and ("signal", "9", "USR1", True) in backend.calls
     assert store.load_handoffs("default") == [("2", backend.now, ("9",), None)]  # a new watch
 
 

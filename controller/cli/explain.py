@@ -75,7 +75,10 @@ def run(args) -> int:
     if view.store_note:
         print(f"tiresias explain: note: {view.store_note}", file=sys.stderr)
     preemption = preemption_text(controller, observed) if observed is not None and observed.state == "RUNNING" else ""
-    print("\n".join(explain_lines(job_id, observed, record, plan, observation, config, decisions, preemption)))
+    handoff = (controller.handoffs.holding(job_id, format_timestamp)
+               if observed is not None and observed.state == "PENDING" else "")
+    print("\n".join(explain_lines(job_id, observed, record, plan, observation, config, decisions, preemption,
+                                   handoff)))
     return 0
 
 
@@ -149,9 +152,11 @@ def preemption_text(controller, observed) -> str:
     return f"preemption: preemptable: signal {signal.describe()}, requeue after {grace:g}s"
 
 
-def explain_lines(job_id, observed, record, plan, observation, config, decisions, preemption: str = "") -> list[str]:
+def explain_lines(job_id, observed, record, plan, observation, config, decisions, preemption: str = "",
+                  handoff: str = "") -> list[str]:
     """The explanation, one fact per line. Units: seconds, GPU-seconds. ``preemption``:
-    the contract's line for a running job (preemption_text)."""
+    the contract's line for a running job (preemption_text); ``handoff``: why no
+    preemption is made for a pending job (its failed handoff: Handoffs.holding)."""
     lines: list[str] = []
     thresholds = config.queues_gpu_s
     levels = len(thresholds) + 1
@@ -181,6 +186,8 @@ def explain_lines(job_id, observed, record, plan, observation, config, decisions
 
     if preemption:
         lines.append("  " + preemption)
+    if handoff:
+        lines.append("  preemption for it: " + handoff)
     if record is not None:
         lines.extend(_service_lines(record, thresholds, gpus, config.policy))
     if observed is not None and observed.state == "PENDING" and job_id in plan.order and record is not None:

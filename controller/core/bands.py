@@ -80,7 +80,31 @@ def index_offset(index: float, band: int) -> int:
     return 1 + int(share * (band - 2))
 
 
-def band_actions(round_id: int, factors: Mapping[str, int], levels: Mapping[str, int]) -> list[SetBand]:
-    """One SetBand per job of ``factors`` (the values to send), ids ``r<round>.b<n>``."""
-    return [SetBand(f"r{round_id}.b{number}", job_id, value, reason=f"queue {levels.get(job_id, 0) + 1}: SiteFactor {value}")
+def array_bands(factors: Mapping[str, int], arrays: Mapping[str, str],
+                levels: Mapping[str, int]) -> tuple[dict[str, int], dict[str, int]]:
+    """(job id -> SiteFactor, ArrayJobId -> level): ``factors`` with the pending tasks
+    still inside an array's pending record (``arrays``: task id -> ArrayJobId) folded
+    into one value per array, set on the ArrayJobId, since a value sent to a task's own
+    id would split it off its array. The array's value is the highest of its tasks'
+    (the task the plan ranks first is the one Slurm starts next; such tasks never ran,
+    so they share a level anyway), its level that task's (``levels``)."""
+    folded: dict[str, int] = {}
+    array_levels: dict[str, int] = {}
+    for job_id, value in factors.items():
+        array_id = arrays.get(job_id)
+        if not array_id:
+            folded[job_id] = value
+        elif array_id not in array_levels or value > folded[array_id]:
+            folded[array_id] = value
+            array_levels[array_id] = levels.get(job_id, 0)
+    return folded, array_levels
+
+
+def band_actions(round_id: int, factors: Mapping[str, int], levels: Mapping[str, int],
+                 arrays: Container[str] = ()) -> list[SetBand]:
+    """One SetBand per job of ``factors`` (the values to send), ids ``r<round>.b<n>``;
+    ``arrays``: the ArrayJobIds among them (array_bands)."""
+    return [SetBand(f"r{round_id}.b{number}", job_id, value,
+                    reason=f"queue {levels.get(job_id, 0) + 1}: SiteFactor {value}"
+                    + (f" for the pending tasks in array {job_id}'s record" if job_id in arrays else ""))
             for number, (job_id, value) in enumerate(factors.items(), 1)]

@@ -2,19 +2,33 @@
 
 When a round signals victims, the jobs the same plan starts are the beneficiaries;
 the cluster manager's scheduler, not the controller, then starts them. Each is
-watched until it runs ("landed"), leaves ("gone") or ``timeout_s`` passes ("failed":
-no preemption is made for it for BLOCK_FACTOR timeouts). While a beneficiary's
-victims have all left and it still has not started, a plan that starts it keeps all
-of its victims running. Pure state and rule: controller.service.handoff persists
-each transition and logs it; the lever replay (controller.replay.lever_replay) keeps
-the same book, so the simulator holds back the same preemptions.
+watched until it runs ("landed"), leaves ("gone") or ``timeout_s`` passes ("failed").
+While a beneficiary's victims have all left and it still has not started, a plan that
+starts it keeps all of its victims running.
+
+A failed handoff brakes the job: Slurm did not start it on what the preemption freed
+(a request the plan does not fully model: --constraint, --mem, --exclusive, CPUs, or
+another job that took the GPUs first), so preempting for it again, the same victim
+most likely, would free the same things to the same refusal. No plan preempts for a
+braked job until something it depends on changes (``Needs``, taken when the handoff
+failed): a job running then on a node it may use (not one of the victims: what they
+freed was there already) leaves, a node it may use comes up (or gains GPUs), or its
+own request changes. A job starting there only takes resources away, so it lifts
+nothing. The brake has no clock: a job Slurm will never start on these nodes never
+costs another preemption. It ends when the job starts or leaves.
+
+Pure state and rule: controller.service.handoff persists each transition and logs
+it; the lever replay (controller.replay.lever_replay) keeps the same book with its
+own view of the cluster, so the simulator holds back the same preemptions.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
-from typing import Callable, Iterable, Optional
+from typing import Callable, Iterable, NamedTuple, Optional
 
-BLOCK_FACTOR = 10  # a failed handoff blocks preemptions for the job this many timeouts
+from controller.core.model import JobSpec, Node
+from controller.core.placement import COUNT_NODE, node_fits
 
 
 @dataclass
@@ -24,69 +38,223 @@ class Watch:
     causes: tuple[str, ...] = ()  # the preemption decisions that made room (the handoff cites them)
 
 
+@dataclass(frozen=True)
+class Needs:
+    """What a pending job's start depends on, as one round sees it.
+
+    ``request``: its own request (``request_key``); ``nodes``: (name, GPUs) of the
+    available nodes it may use; ``residents``: (job id, its nodes) of the jobs
+    running (or in their grace period) on those nodes."""
+
+    request: str
+    nodes: frozenset
+    residents: frozenset
+
+
+def request_key(spec: JobSpec, extra: tuple = ()) -> str:
+    """The job's own request as one comparable text: size, partitions, GPU type,
+    reservation, node list, exclusions, node count, time limit, and ``extra`` (what
+    the caller sees of the request beyond the JobSpec: the controller adds the
+    comment). The controller's own pins are not in a JobSpec, so a pin never counts."""
+    return json.dumps([spec.num_gpus, spec.partition, list(spec.partitions), spec.gpu_type, spec.reservation,
+                       list(spec.required_nodes), list(spec.excluded_nodes), spec.min_nodes, spec.max_nodes,
+                       spec.time_limit_s, [str(x) for x in extra]])
+
+
+class ClusterView:
+    """One round's nodes and GPU holders (``running``: (job id, its nodes) of every job
+    holding GPUs: running, or signalled and not yet requeued), asked for the Needs of
+    a few jobs: jobs with the same node rule (partitions, GPU type, reservation,
+    exclusions) share one pass over the nodes and the holders."""
+
+    def __init__(self, nodes: Iterable[Node], running: Iterable[tuple[str, tuple[str, ...]]]):
+        self.nodes = [node for node in nodes if node.available]
+        self.running = running if isinstance(running, list) else list(running)
+        self._memo: dict[tuple, tuple[frozenset, frozenset]] = {}
+
+    def needs(self, spec: JobSpec, extra: tuple = ()) -> Needs:
+        """``Needs`` of the job ``spec`` (``extra``: see request_key)."""
+        key = (spec.partitions, spec.gpu_type, spec.reservation, spec.excluded_nodes)
+        if key not in self._memo:
+            excluded = frozenset(spec.excluded_nodes)
+            usable = {node.name: node.gpus_total for node in self.nodes
+                      if node.name not in excluded and node_fits(node, spec)}
+            residents = frozenset((job_id, tuple(job_nodes)) for job_id, job_nodes in self.running
+                                  if any(n in usable for n in job_nodes))
+            self._memo[key] = (frozenset(usable.items()), residents)
+        nodes, residents = self._memo[key]
+        return Needs(request_key(spec, extra), nodes, residents)
+
+
+def needs_of(spec: JobSpec, nodes: Iterable[Node], running: Iterable[tuple[str, tuple[str, ...]]],
+             extra: tuple = ()) -> Needs:
+    """``Needs`` of the job ``spec`` on ``nodes`` (ClusterView, for one job)."""
+    return ClusterView(nodes, running).needs(spec, extra)
+
+
+@dataclass(frozen=True)
+class Brake:
+    """A failed handoff: no preemption for the job until ``what_changed`` names
+    something. ``needs``: taken when it failed (None: not yet, as for a brake read
+    back from a store that did not record it: taken at the next check)."""
+
+    signalled_s: float  # when the preemption made for it was signalled
+    failed_s: float  # when its handoff timed out
+    victims: tuple[str, ...]
+    causes: tuple[str, ...] = ()
+    needs: Optional[Needs] = None
+
+    def what_changed(self, now: Needs) -> str:
+        """'' while nothing the job depends on changed, else what did (one phrase)."""
+        then = self.needs
+        if then is None:
+            return ""
+        if now.request != then.request:
+            return "its request changed"
+        came = sorted(name for name, gpus in now.nodes - then.nodes)
+        if came:
+            return f"node {came[0]} it may use came up or gained GPUs"
+        left = sorted(job_id for job_id, _ in then.residents - now.residents if job_id not in self.victims)
+        if left:
+            return f"job {left[0]} left the nodes it may use"
+        return ""
+
+    def holding(self, at: str) -> str:
+        """Why no preemption is made for the job (``at``: when the preemption was, as
+        the caller writes a time)."""
+        return (f"a preemption for it at {at} freed GPUs Slurm did not start it on (handoff failed): "
+                f"no further preemption for it until {UNTIL}")
+
+    def to_json(self) -> str:
+        """The brake as the store keeps it (``from_json`` reads it back)."""
+        needs = self.needs
+        return json.dumps({
+            "failed_s": self.failed_s, "causes": list(self.causes),
+            "needs": None if needs is None else {
+                "request": needs.request, "nodes": sorted([name, gpus] for name, gpus in needs.nodes),
+                "residents": sorted([job_id, list(nodes)] for job_id, nodes in needs.residents)}})
+
+    @classmethod
+    def from_json(cls, text: str, signalled_s: float, victims: tuple[str, ...]) -> "Brake":
+        """A stored brake; '{}' (an older store's failed handoff): needs not taken yet."""
+        data = json.loads(text or "{}")
+        needs = data.get("needs")
+        return cls(signalled_s, float(data.get("failed_s", signalled_s)), victims, tuple(data.get("causes", ())),
+                   None if needs is None else Needs(
+                       needs["request"], frozenset((name, int(gpus)) for name, gpus in needs["nodes"]),
+                       frozenset((job_id, tuple(nodes)) for job_id, nodes in needs["residents"])))
+
+
+UNTIL = "a job running on a node it may use ends, such a node comes up, or its request changes"
+
+
+class HandoffEvent(NamedTuple):
+    """One change of the book. ``kind``: "gone", "landed", "failed" (``watch`` ended;
+    for "failed", ``brake`` is the brake it set), "released" (``brake`` lifted:
+    ``detail`` says why: what changed, or that the job started or left)."""
+
+    kind: str
+    job_id: str
+    watch: Optional[Watch] = None
+    brake: Optional[Brake] = None
+    detail: str = ""
+
+
 class HandoffBook:
-    """``watching``: beneficiary job id -> its Watch; ``blocked_until``: job id -> the
-    time until which no preemption is made for it (its handoff failed)."""
+    """``watching``: beneficiary job id -> its Watch; ``braked``: job id -> the Brake
+    of its failed handoff."""
 
     def __init__(self):
         self.watching: dict[str, Watch] = {}
-        self.blocked_until: dict[str, float] = {}
+        self.braked: dict[str, Brake] = {}
 
     def check(self, state_of: Callable[[str], Optional[str]], now: float, timeout_s: float,
-              extra_s: Callable[[Watch], float] = lambda watch: 0.0) -> list[tuple[str, str, Optional[Watch]]]:
-        """Advance every watch by the job's state now (``state_of``: "PENDING",
-        "RUNNING", anything else or None: gone); returns (event, job id, watch) for
-        each change, in order: "gone", "landed", "failed", and "unblocked" for a block
-        that ran out. ``extra_s``: how much longer than the configured grace the
-        watch's victims may take to leave (their own --signal lead time), added to the
+              needs: Callable[[str], Needs],
+              extra_s: Callable[[Watch], float] = lambda watch: 0.0) -> list[HandoffEvent]:
+        """Advance every watch and brake by the jobs' states now (``state_of``:
+        "PENDING", "RUNNING", anything else or None: gone) and what a braked job
+        depends on now (``needs``: its Needs this round); returns the changes in
+        order. ``extra_s``: how much longer than the configured grace the watch's
+        victims may take to leave (their own --signal lead time), added to the
         time-out so a victim's own grace never fails a handoff."""
-        events: list[tuple[str, str, Optional[Watch]]] = []
+        events: list[HandoffEvent] = []
+        for job_id, brake in list(self.braked.items()):
+            state = state_of(job_id)
+            if state != "PENDING":
+                del self.braked[job_id]
+                events.append(HandoffEvent("released", job_id, brake=brake,
+                                           detail="it started" if state == "RUNNING" else "it left the queue"))
+                continue
+            seen = needs(job_id)
+            if brake.needs is None:  # read back without them: from now on
+                self.braked[job_id] = Brake(brake.signalled_s, brake.failed_s, brake.victims, brake.causes, seen)
+                continue
+            changed = brake.what_changed(seen)
+            if changed:
+                del self.braked[job_id]
+                events.append(HandoffEvent("released", job_id, brake=brake, detail=changed))
         for job_id, watch in list(self.watching.items()):
             state = state_of(job_id)
             if state not in ("PENDING", "RUNNING"):
-                self._end(job_id)
-                events.append(("gone", job_id, watch))
+                del self.watching[job_id]
+                events.append(HandoffEvent("gone", job_id, watch))
             elif state == "RUNNING":
-                self._end(job_id)
-                events.append(("landed", job_id, watch))
+                del self.watching[job_id]
+                events.append(HandoffEvent("landed", job_id, watch))
             elif now - watch.signalled_s > timeout_s + extra_s(watch):
                 del self.watching[job_id]
-                self.blocked_until[job_id] = now + BLOCK_FACTOR * timeout_s
-                events.append(("failed", job_id, watch))
-        for job_id in [j for j, until in self.blocked_until.items() if until <= now]:
-            self._end(job_id)
-            events.append(("unblocked", job_id, None))
+                brake = Brake(watch.signalled_s, now, watch.victims, watch.causes, needs(job_id))
+                self.braked[job_id] = brake
+                events.append(HandoffEvent("failed", job_id, watch, brake))
         return events
 
-    def _end(self, job_id: str) -> None:
-        self.watching.pop(job_id, None)
-        self.blocked_until.pop(job_id, None)
-
-    def blocking(self, start_ids: Iterable[str], now: float, leaving: set[str]) -> list[str]:
-        """Why a plan's preemptions must wait, one line per job it starts that got a
-        preemption already: its handoff failed recently, or is pending with every
-        victim gone and the job still not started. While some victim is still
-        leaving, its GPUs are the job's, so the plan's preemptions are for others."""
-        why = []
-        for job_id in start_ids:
-            if self.blocked_until.get(job_id, -1.0) > now:
-                why.append(f"{job_id} did not start after the last preemption made for it (handoff failed)")
+    def kept(self, plan, nodes_of: Callable[[str], Iterable[str]], leaving: set[str]) -> dict[str, str]:
+        """The plan's victims (``plan``: a controller.core.plan.Plan) whose preemption
+        must wait, each with why; ``nodes_of``: a running job's nodes. A job the plan
+        starts whose handoff is pending (every victim of the preemption made for it
+        gone and the job still not started) holds every victim. A braked job (its
+        handoff failed, nothing it depends on changed since) holds the victims on the
+        nodes the plan places it on; the plan's other preemptions go on. While some
+        victim is still leaving, its GPUs are the job's, so the plan's preemptions
+        are for others."""
+        victims = [action.job_id for action in plan.of_kind("preempt")]
+        if not victims or not (self.watching or self.braked):
+            return {}
+        pending, braked = [], []
+        for action in plan.of_kind("start"):
+            job_id = action.job_id
+            brake = self.braked.get(job_id)
+            if brake is not None:
+                cause = f" ({','.join(brake.causes)})" if brake.causes else ""
+                braked.append(({node for node, _ in action.placement},
+                               f"{job_id} did not start after the preemption of {','.join(brake.victims)}{cause} "
+                               f"made for it (handoff failed): no further preemption for it until {UNTIL}"))
                 continue
             watch = self.watching.get(job_id)
             if watch is not None and not leaving.intersection(watch.victims):
-                why.append(f"{job_id} has not started yet after the preemption of {','.join(watch.victims)} "
-                           "made for it (handoff pending)")
-        return why
+                pending.append(f"{job_id} has not started yet after the preemption of {','.join(watch.victims)} "
+                               "made for it (handoff pending)")
+        if pending:
+            why = "; ".join(pending + [line for _, line in braked])
+            return {victim: why for victim in victims}
+        held = {}
+        for victim in victims:
+            nodes = set(nodes_of(victim))
+            lines = [line for placed, line in braked if nodes & placed or COUNT_NODE in placed]
+            if lines:
+                held[victim] = "; ".join(lines)
+        return held
 
     def expect(self, start_ids: Iterable[str], now: float, victims: tuple[str, ...], causes: tuple[str, ...]
                ) -> list[str]:
         """After a round's preemptions (``victims``, signalled by decisions ``causes``):
-        watch the jobs its plan starts that are not watched yet; returns them."""
+        watch the jobs its plan starts that are not watched yet (nor braked: none of
+        the preemptions was for them); returns them."""
         if not victims:
             return []
         added = []
         for job_id in start_ids:
-            if job_id not in self.watching:
+            if job_id not in self.watching and job_id not in self.braked:
                 self.watching[job_id] = Watch(now, victims, causes)
                 added.append(job_id)
         return added

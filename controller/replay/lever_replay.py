@@ -16,9 +16,11 @@ a wrong band changes what starts.
 tests/test_lever_parity.py runs one workload through this and through the
 controller against a scripted slurmctld and asserts the same actions in the same
 rounds. The handoff rule (controller.core.handoffs) holds back the same preemptions
-as in the controller. Not produced here: partition moves and MPS shares (``SimSlurm``
-carries those levers out, but their producers read the partition map and the MPS
-pools, which a replay does not have). The service
+as in the controller: a handoff fails here when SimSlurm does not start the job the
+preemption was for (another job took the GPUs first), and the job is then braked
+until a job on its nodes leaves, as in the controller. Not produced here: partition
+moves and MPS shares (``SimSlurm`` carries those levers out, but their producers read
+the partition map and the MPS pools, which a replay does not have). The service
 distribution is not learned here (as the controller learns it from its store), so
 policies that read one (dgittins) plan without it.
 """
@@ -30,7 +32,7 @@ from typing import Iterable, Optional
 from controller.core.actions import LeverAction, SetBand
 from controller.core.bands import band_actions, site_factors
 from controller.core.engine import Engine
-from controller.core.handoffs import HandoffBook
+from controller.core.handoffs import ClusterView, HandoffBook, Needs
 from controller.core.levers import (LEVERS, changed_bands, pin_for_start, release_for_start, requeue_after_grace,
                                     signal_for, unpin_expired)
 from controller.core.model import InputError, JobSpec, JobState, Snapshot
@@ -224,7 +226,7 @@ class LeverRound:
         cfg, slurm, engine_cfg = self.settings, self.slurm, self.engine.config
         self.applied = []
         leaving = set(self.open)  # signalled before this round (the controller's Preemptions.leaving)
-        self.handoffs.check(self._state, now, cfg.handoff_timeout_s)
+        self.handoffs.check(self._state, now, cfg.handoff_timeout_s, self._needs())
         # 1. bands (controller.service.starts.Starts.apply)
         pending = slurm.pending
         started = {j for j, job in pending.items() if job.first_start_s is not None}
@@ -261,19 +263,19 @@ class LeverRound:
                                          self.pin_causes.get(job_id, "")))
                 self._drop_pin(job_id)
         # 4. the plan's victims: signalled (controller.service.preemption.Preemptions.begin),
-        # unless a job the plan starts already had its preemption (the handoff rule)
+        # but those the handoff rule keeps (a job the plan starts already had its preemption)
         start_ids = [action.job_id for action in plan.of_kind("start")]
-        if not self.handoffs.blocking(start_ids, now, leaving):
-            how = f"signal {cfg.signal_name}, requeue after {self.grace_s:g}s"
-            victims, causes = [], []
-            for action in plan.of_kind("preempt"):
-                if action.job_id in self.open:
-                    continue
-                if self.apply(signal_for(action, cfg.signal_name, cfg.batch_only, how)):
-                    self.open[action.job_id] = (now, action.decision_id)
-                    victims.append(action.job_id)
-                    causes.append(action.decision_id)
-            self.handoffs.expect(start_ids, now, tuple(victims), tuple(causes))
+        kept = self.handoffs.kept(plan, lambda job_id: [node for node, _ in slurm.by_id[job_id].placement], leaving)
+        how = f"signal {cfg.signal_name}, requeue after {self.grace_s:g}s"
+        victims, causes = [], []
+        for action in plan.of_kind("preempt"):
+            if action.job_id in self.open or action.job_id in kept:
+                continue
+            if self.apply(signal_for(action, cfg.signal_name, cfg.batch_only, how)):
+                self.open[action.job_id] = (now, action.decision_id)
+                victims.append(action.job_id)
+                causes.append(action.decision_id)
+        self.handoffs.expect(start_ids, now, tuple(victims), tuple(causes))
         # 5. grace periods over: requeued (Preemptions.advance), oldest first
         requeued = 0
         for job_id, (signalled_s, cause) in sorted(self.open.items(), key=lambda item: item[1][0]):
@@ -286,6 +288,19 @@ class LeverRound:
                 if self.apply(requeue_after_grace(f"r{plan.round_id}.q{requeued}", job_id, self.grace_s, cause)):
                     self.stopped_at[job_id] = now
         return self.applied
+
+    def _needs(self):
+        """job id -> what its start depends on now (controller.core.handoffs.Needs), from
+        the jobs holding GPUs (running or leaving), listed once per round when asked."""
+        slurm, view = self.slurm, []
+
+        def needs(job_id: str) -> Needs:
+            if not view:
+                view.append(ClusterView(slurm.cluster.nodes, [
+                    (job.job_id, tuple(node for node, _ in job.placement))
+                    for job in slurm.by_id.values() if job.placement]))
+            return view[0].needs(slurm.by_id[job_id].spec)
+        return needs
 
     def _state(self, job_id: str) -> str:
         """The job's state as Slurm reports it (a signalled job still runs)."""

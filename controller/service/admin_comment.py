@@ -125,7 +125,7 @@ class AdminComments:
         wanted, written, refresh_s = {}, self._written, self.refresh_s
         for job_id, level in plan.levels.items():
             job = observed.get(job_id)
-            if job is None:
+            if job is None or job.array_record:  # a write naming the task would split it off its array
                 continue
             last = written.get(job_id)
             if last is not None and last.checked is job and last.urgent_key[0] == level and now - last.at_s < refresh_s:

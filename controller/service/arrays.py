@@ -2,13 +2,21 @@
 
 Slurm lists a pending job array as one record (``array_task_string`` "5-50%4": tasks
 5..50, at most 4 running at once) and each started task as its own. Planned as one
-job, the record would be one task's GPUs, and a lever sent to its id (the
-ArrayJobId) acts on every task: Slurm matches ``array_job_id`` in scontrol and
-scancel. So a pending record is planned as its tasks, each under "ARRAYID_TASKID"
-(a lever on that id acts on that task alone; Slurm splits it off), and only as many
-as the throttle lets start: %N minus the tasks already running. At most
-MAX_LISTED_TASKS are listed per record (a 9,588-task array is not 9,588 plan
+job, the record would be one task's GPUs. So a pending record is planned as its
+tasks, each under "ARRAYID_TASKID", and only as many as the throttle lets start: %N
+minus the tasks already running and the pending tasks that have records of their own
+(a requeued task), so the plan never starts more tasks of an array than %N allows.
+At most MAX_LISTED_TASKS are listed per record (a 9,588-task array is not 9,588 plan
 entries); the rest are withheld, never taken as gone.
+
+A task listed from inside the pending record carries ``array_record`` (its
+ArrayJobId): any ``scontrol update``, hold or release naming "ARRAYID_TASKID" makes
+Slurm split that task off into a record of its own (slurmctld's update_job_str ->
+job_array_split), and split tasks multiply slurmctld's records (MaxJobCount) and were
+seen to run past the array's throttle. So no lever names such a task: the array's
+tasks share one SiteFactor, set on the ArrayJobId (controller.core.bands.array_bands),
+which Slurm applies to the pending record whole. Running and split-off tasks have
+records of their own and keep their own levers.
 
 A het job's components (``het_job_id``, ``het_job_offset``) start together and are
 one gang: planned under the leader's id (a lever on it acts on every component),
@@ -94,14 +102,17 @@ def _listed(ranges: list[range], count: int) -> tuple[list[int], list[range]]:
     return listed, rest
 
 
-def _tasks(record: ObservedJob, running: int, withheld: Withheld) -> list[ObservedJob]:
+def _tasks(record: ObservedJob, taken: int, withheld: Withheld) -> list[ObservedJob]:
+    """The tasks of a pending array record to plan: as many as its throttle leaves room
+    for next to ``taken`` (its tasks running, and pending in records of their own)."""
     ranges, throttle = task_ranges(record.array_tasks)
     throttle = throttle or record.array_max_tasks
-    room = MAX_LISTED_TASKS if not throttle else min(MAX_LISTED_TASKS, max(0, throttle - running))
+    room = MAX_LISTED_TASKS if not throttle else min(MAX_LISTED_TASKS, max(0, throttle - taken))
     listed, rest = _listed(ranges, room)
     if rest:
         withheld.tasks.setdefault(record.job_id, []).extend(rest)
-    return [dataclasses.replace(record, job_id=f"{record.job_id}_{task}", array_tasks="", array_max_tasks=0)
+    return [dataclasses.replace(record, job_id=f"{record.job_id}_{task}", array_tasks="", array_max_tasks=0,
+                                array_record=record.job_id)
             for task in listed]
 
 
@@ -123,15 +134,29 @@ def _gang(leader_id: str, parts: list[ObservedJob]) -> ObservedJob:
 def plan_view(records: Iterable[ObservedJob], withheld: Withheld | None = None) -> PlanView:
     """The jobs the plan sees for the records of one observation: pending array
     records as their listed tasks, het components as one gang, the rest as they are.
-    ``withheld`` (the ids of records that failed to parse) is extended with the tasks
-    not listed and the het jobs left out. Pure: the same records give the same view."""
+    An array's pending tasks with records of their own (requeued, split off) count
+    against its throttle too: beyond it they are withheld, not planned. ``withheld``
+    (the ids of records that failed to parse) is extended with the tasks not listed
+    and the het jobs left out. Pure: the same records give the same view."""
     withheld = withheld if withheld is not None else Withheld()
     records = list(records)
     running: dict[str, int] = {}
+    own_pending: dict[str, list[tuple[int, ObservedJob]]] = {}  # ArrayJobId -> its pending task records
     for job in records:
         head, _, task = job.job_id.partition("_")
         if task and job.state in _HOLDS_GPUS:
             running[head] = running.get(head, 0) + 1
+        elif task and job.state == "PENDING" and not job.het_job_id and task.isdigit():
+            own_pending.setdefault(head, []).append((int(task), job))
+    taken = dict(running)
+    left_out: set[str] = set()  # pending task records past their array's throttle
+    for head, tasks in own_pending.items():
+        throttle = max(job.array_max_tasks for _, job in tasks)
+        room = max(0, throttle - running.get(head, 0)) if throttle else len(tasks)
+        tasks.sort(key=lambda item: item[0])
+        left_out.update(job.job_id for _, job in tasks[room:])
+        taken[head] = taken.get(head, 0) + min(room, len(tasks))
+    withheld.ids |= left_out
     jobs: list[ObservedJob] = []
     problems: list[str] = []
     hets: dict[str, list[ObservedJob]] = {}
@@ -140,11 +165,11 @@ def plan_view(records: Iterable[ObservedJob], withheld: Withheld | None = None) 
             hets.setdefault(job.het_job_id, []).append(job)
         elif job.array_tasks and job.state == "PENDING":
             try:
-                jobs.extend(_tasks(job, running.get(job.job_id, 0), withheld))
+                jobs.extend(_tasks(job, taken.get(job.job_id, 0), withheld))
             except ValueError as exc:
                 problems.append(f"squeue job {job.job_id}: {exc}")
                 withheld.arrays.add(job.job_id)
-        else:
+        elif job.job_id not in left_out:
             jobs.append(job)
     for leader_id, parts in hets.items():
         if not any(p.het_offset == 0 for p in parts) or (withheld is not None and leader_id in withheld.ids):

@@ -66,6 +66,13 @@ class ObservedJob:
     array_max_tasks: int = 0
     het_job_id: str = ""
     het_offset: int = 0
+    # A pending task plan_view lists from inside its array's pending record: that
+    # array's ArrayJobId. Slurm splits such a task off into a record of its own on
+    # any update naming it ("ARRAYID_TASKID"), so no lever may name it: its band is
+    # the one SiteFactor set on the ArrayJobId, which Slurm applies to the pending
+    # record without splitting it. '' for every other job (a running or split-off
+    # task has its own record and its own levers).
+    array_record: str = ""
 
     @property
     def gpu_equivalents(self) -> float:
@@ -105,7 +112,8 @@ class Backend(Protocol):
     def observe(self) -> Observation: ...
 
     def set_site_factors(self, factors: dict[str, int]) -> None:
-        """Set SiteFactor for each job id (batched: one call per distinct value)."""
+        """Set SiteFactor for each job id (batched: one call per distinct value); an
+        ArrayJobId's value is for the tasks in its pending record (ObservedJob.array_record)."""
 
     def pin_nodes(self, job_id: str, nodes: list[str]) -> None:
         """ReqNodeList= for a pending job; an empty list clears it."""

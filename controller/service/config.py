@@ -73,8 +73,9 @@ SCHEMA: tuple[Setting, ...] = (
     Setting("requeue_settle_s", "float", 5.0, "after a requeue, wait this long before clearing the job's "
             "BeginTime hold (slurmd must finish tearing down the previous run first)", minimum=0.0),
     Setting("handoff_timeout_s", "float", 120.0, "after its victims were signalled, the job a preemption made "
-            "room for must start within this long; if not, no preemption is made for it for 10 times as long "
-            "(counted and logged)", minimum=1.0),
+            "room for must start within this long; if not, no preemption is made for it until something it depends "
+            "on changes (a job on the nodes it may use leaves, such a node comes up, its request changes; counted "
+            "and logged)", minimum=1.0),
     Setting("preempt_signal_attempts", "int", 3, "rounds in which a failed checkpoint signal is tried again "
             "before the job is left alone (a job whose signal failed is never requeued)", minimum=1),
     Setting("preempt_undeclared", "bool", False, "also preempt requeueable jobs that declared no checkpoint "

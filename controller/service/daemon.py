@@ -410,15 +410,14 @@ class Controller:
         for action in plan.of_kind("promote"):  # the store's, in every mode: the accounts are kept even in observe
             self.accounts.promote(action.job_id)
             report.applied.append(entry(action, applied=self.executor.logs_decisions, detail="store"))
-        self.handoffs.check(observed, now, report, self.preemptions.grace_for)
+        self.handoffs.check(observed, now, report, self.preemptions.grace_for, observation.nodes, self._spec_of)
         self.starts.apply(plan, observed, now, report, cpu_pending, requeueing, shared)
-        blocked = self.handoffs.blocking(plan, now, leaving)
-        if blocked:
-            for action in plan.of_kind("preempt"):
-                report.applied.append(entry(action, applied=False, detail=f"kept running: {'; '.join(blocked)}"))
-        else:
-            self.preemptions.begin(plan, observed, now, report)
-            self.handoffs.expect(plan, report, now)
+        kept = self.handoffs.kept(plan, observed, leaving)  # the handoff rule: no preemption repeated in vain
+        for action in plan.of_kind("preempt"):
+            if action.job_id in kept:
+                report.applied.append(entry(action, applied=False, detail=f"kept running: {kept[action.job_id]}"))
+        self.preemptions.begin(plan, observed, now, report, kept)
+        self.handoffs.expect(plan, report, now)
         self.preemptions.advance(observed, now, report)
         self.mover.apply(plan, observed, observation.nodes, now, report, pinned=set(self.starts.pins))
         self.sharing.apply(observation, report)
@@ -457,7 +456,7 @@ class Controller:
         stand. (A failed lever makes the backend observe in full: no repeat.) The
         AdminComment lines are written in quiet rounds too, when due."""
         cfg = self.config
-        if (report.applied or leaving or self.handoffs.watching or self.handoffs.blocked_until
+        if (report.applied or leaving or self.handoffs.watching
                 or self.contract.reads_left <= 0 or cfg.partition_moves or cfg.gpu_sharing):
             return -math.inf
         until = plan.stands_until_s
@@ -552,6 +551,11 @@ class Controller:
                 plan.wait_reasons[job_id] = ("its nodes (partitions, GPU type, reservation) have too few GPUs free"
                                              " or held by preemptable jobs: no job is preempted for it")
         return plan
+
+    def _spec_of(self, job_id: str) -> Optional[JobSpec]:
+        """The JobSpec this round's plan used for ``job_id`` (None: not planned)."""
+        kept = self._specs.get(job_id)
+        return None if kept is None else kept[2]
 
     def _job_spec(self, job: ObservedJob, record, key: tuple, specs: dict[str, tuple]) -> JobSpec:
         """The engine's JobSpec of ``job``, kept in ``specs`` with ``key`` (submit time,

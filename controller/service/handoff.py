@@ -2,30 +2,37 @@
 
 When a round signals victims, the jobs the same plan starts are the beneficiaries.
 Slurm's scheduler, not the controller, then starts them: another job (backfill,
-another partition) may take the freed GPUs first. Each beneficiary is watched until
-it runs (a "handoff" decision, applied, with the delay from the victims' signal to
-its start) or ``handoff_timeout_s`` passes (a "handoff" decision, not applied).
+another partition) may take the freed GPUs first, or Slurm may not start the job on
+them at all (a request the plan does not model: --constraint, --mem, --exclusive).
+Each beneficiary is watched until it runs (a "handoff" decision, applied, with the
+delay from the victims' signal to its start) or ``handoff_timeout_s`` passes (a
+"handoff" decision, not applied).
 
 No second preemption for a job whose handoff is pending: once its victims have left
 (requeued) and it still has not started, a round whose plan starts it keeps its
-victims running until the watch ends. A job whose handoff failed gets no preemption
-made for it for ten times the timeout. Both are kept in the store (written before the
-round's preemptions could repeat them), so a restarted or standby controller does not
-signal again for such a job.
+victims running until the watch ends. A job whose handoff failed is braked: no
+preemption is made for it until something it depends on changes (a job on the nodes
+it may use leaves, such a node comes up, its request changes: the rule is
+controller.core.handoffs'), while the plan's preemptions for other jobs go on. Both
+are kept in the store (written before the round's preemptions could repeat them), so
+a restarted or standby controller does not signal again for such a job.
 """
 from __future__ import annotations
 
+import logging
 import re
-from typing import Callable, Optional
+from typing import Callable, Iterable, Optional
 
 # The rule, shared with the simulator; Watch is re-exported for the callers that build one.
-from controller.core.handoffs import BLOCK_FACTOR, HandoffBook, Watch  # noqa: F401
+from controller.core.handoffs import UNTIL, Brake, ClusterView, HandoffBook, Needs, Watch  # noqa: F401
+from controller.core.model import JobSpec, Node
 from controller.core.plan import Plan
 from controller.service.backend import ObservedJob
 from controller.service.config import Config
 from controller.service.report import RoundReport
 from controller.service.store import Store
 
+log = logging.getLogger(__name__)
 MAX_DELAYS_KEPT = 1000  # handoff delays kept for reports (the latest)
 _STARTED = re.compile(r"started (\d+)s after the victims' signal")
 
@@ -43,28 +50,32 @@ def started_delay_s(detail: str) -> Optional[float]:
 
 class Handoffs:
     """The watched handoffs (``watching``: beneficiary job id -> its watch) and the
-    failed ones (``blocked_until``: job id -> epoch s), loaded from the store; the
-    rule is controller.core.handoffs.HandoffBook's, this class persists and logs it."""
+    failed ones (``braked``: job id -> its Brake), loaded from the store; the rule is
+    controller.core.handoffs.HandoffBook's, this class persists and logs it."""
 
     def __init__(self, config: Config, store: Store):
         self.config = config
         self.store = store
         self.book = HandoffBook()
         self.watching = self.book.watching
-        self.blocked_until = self.book.blocked_until
-        for job_id, signalled_s, victims, blocked_until_s in store.load_handoffs(config.cluster):
-            if blocked_until_s is None:
+        self.braked = self.book.braked
+        for job_id, signalled_s, victims, brake in store.load_handoffs(config.cluster):
+            if brake is None:
                 self.watching[job_id] = Watch(signalled_s, victims)
             else:
-                self.blocked_until[job_id] = blocked_until_s
+                self.braked[job_id] = Brake.from_json(brake, signalled_s, victims)
         self.landed = 0
         self.failed = 0
         self.delays_s: list[float] = []
 
     def check(self, observed: dict[str, ObservedJob], now: float, report: RoundReport,
-              grace_of: Callable[[ObservedJob, float], float] = lambda job, at: 0.0) -> None:
+              grace_of: Callable[[ObservedJob, float], float] = lambda job, at: 0.0,
+              nodes: Iterable[Node] = (), spec_of: Optional[Callable[[str], Optional[JobSpec]]] = None) -> None:
         """Log each watched job that started, or that did not within handoff_timeout_s
-        (plus its victims' grace beyond preempt_grace_s; ``grace_of``: a job's grace)."""
+        (plus its victims' grace beyond preempt_grace_s; ``grace_of``: a job's grace),
+        and lift the brakes whose jobs' needs changed (``nodes``: the observed nodes;
+        ``spec_of``: a job's JobSpec this round; None, or no spec: one built from what
+        Slurm reports of it)."""
         timeout = self.config.handoff_timeout_s
 
         def extra_s(watch) -> float:
@@ -72,17 +83,24 @@ class Handoffs:
             return max([0.0] + [g - self.config.preempt_grace_s for g in graces])
 
         checked = 0
-        events = self.book.check(lambda j: observed[j].state if j in observed else None, now, timeout, extra_s)
-        for event, job_id, watch in events:
-            if event in ("gone", "unblocked"):
+        reported = _spec_of(observed)
+        events = self.book.check(lambda j: observed[j].state if j in observed else None, now, timeout,
+                                 self._needs(observed, list(nodes), lambda j: (spec_of and spec_of(j)) or reported(j)),
+                                 extra_s)
+        for event in events:
+            job_id, watch = event.job_id, event.watch
+            if event.kind in ("gone", "released"):
                 self.store.clear_handoff(self.config.cluster, job_id)
+                if event.kind == "released":
+                    log.info("job %s: preemptions for it allowed again (%s) after its failed handoff", job_id,
+                             event.detail)
                 continue
             job = observed[job_id]
             victims = ",".join(watch.victims)
             checked += 1
             decision = {"decision_id": f"r{report.round_id}.h{checked}", "job_id": job_id, "kind": "handoff",
                         "cause_id": ",".join(watch.causes), "reason": f"made room for by preempting {victims}"}
-            if event == "landed":
+            if event.kind == "landed":
                 delay = max(0.0, (job.start_time_s or now) - watch.signalled_s)
                 self.landed += 1
                 self.delays_s.append(delay)
@@ -92,15 +110,37 @@ class Handoffs:
             else:  # failed
                 self.failed += 1
                 self.store.save_handoff(self.config.cluster, job_id, watch.signalled_s, watch.victims,
-                                        blocked_until_s=self.blocked_until[job_id])
+                                        brake=event.brake.to_json())
                 report.applied.append(dict(decision, applied=False,
                                            detail=f"not started {timeout:g}s after the victims' signal (reason "
-                                                  f"{job.reason or '-'}): no preemption for it for "
-                                                  f"{BLOCK_FACTOR * timeout:g}s"))
+                                                  f"{job.reason or '-'}): no further preemption for it until "
+                                                  f"{UNTIL}"))
 
-    def blocking(self, plan: Plan, now: float, leaving: set[str]) -> list[str]:
-        """Why this plan's preemptions must wait (HandoffBook.blocking)."""
-        return self.book.blocking((a.job_id for a in plan.of_kind("start")), now, leaving)
+    @staticmethod
+    def _needs(observed: dict[str, ObservedJob], nodes: list[Node], spec_of: Callable[[str], JobSpec]
+               ) -> Callable[[str], Needs]:
+        """job id -> what its start depends on now: its JobSpec and comment (a user may
+        change either), the observed nodes, the GPU jobs holding GPUs (listed once per
+        round, when asked)."""
+        view: list[ClusterView] = []
+
+        def needs(job_id: str) -> Needs:
+            if not view:
+                view.append(ClusterView(nodes, [(job.job_id, tuple(node for node, _ in job.gpus_by_node))
+                                                for job in observed.values() if job.state == "RUNNING"]))
+            return view[0].needs(spec_of(job_id), extra=(observed[job_id].comment,))
+        return needs
+
+    def kept(self, plan: Plan, observed: dict[str, ObservedJob], leaving: set[str]) -> dict[str, str]:
+        """The plan's victims whose preemption must wait, with why (HandoffBook.kept)."""
+        return self.book.kept(plan, lambda job_id: [node for node, _ in observed[job_id].gpus_by_node]
+                              if job_id in observed else (), leaving)
+
+    def holding(self, job_id: str, at: Callable[[float], str]) -> str:
+        """Why no preemption is made for ``job_id`` now ('' when one may be): its brake,
+        with the preemption's time written by ``at``."""
+        brake = self.braked.get(job_id)
+        return "" if brake is None else brake.holding(at(brake.signalled_s))
 
     def expect(self, plan: Plan, report: RoundReport, now: float) -> None:
         """After this round's preemptions: watch the jobs the plan starts, if any victim was signalled."""
@@ -109,3 +149,14 @@ class Handoffs:
         causes = tuple(e["decision_id"] for e in preempted)
         for job_id in self.book.expect((a.job_id for a in plan.of_kind("start")), now, victims, causes):
             self.store.save_handoff(self.config.cluster, job_id, now, victims)
+
+
+def _spec_of(observed: dict[str, ObservedJob]) -> Callable[[str], JobSpec]:
+    """A job's request as a JobSpec from what Slurm reports (for a caller without the
+    round's specs); the controller passes the ones its plan used."""
+    def spec(job_id: str) -> JobSpec:
+        job = observed[job_id]
+        return JobSpec(job.job_id, job.gpus, job.submit_time_s or 0.0, partition=job.partition,
+                       partitions=tuple(p for p in job.partition.split(",") if p), gpu_type=job.gpu_type,
+                       reservation=job.reservation, time_limit_s=job.time_limit_s)
+    return spec

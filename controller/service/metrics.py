@@ -49,6 +49,12 @@ class Metrics:
                                     ["mode"], registry=r, buckets=DURATION_BUCKETS_S)
         self.requeues = Counter("tiresias_requeues_total", "preempted jobs requeued (after their grace period)",
                                 ["mode"], registry=r)
+        self.failed_handoffs = Counter("tiresias_handoffs_failed_total",
+                                       "jobs a preemption made room for that Slurm did not start within "
+                                       "handoff_timeout_s (each then braked)", ["mode"], registry=r)
+        self.braked_jobs = Gauge("tiresias_handoff_braked_jobs",
+                                 "pending jobs no preemption is made for: their last handoff failed and nothing "
+                                 "they depend on changed since", ["mode"], registry=r)
         self.slurm_calls = Counter("tiresias_slurm_calls_total",
                                    "Slurm commands run (squeue, sinfo, sprio, scontrol, scancel), rounds and polls",
                                    ["mode", "command"], registry=r)
@@ -116,6 +122,9 @@ class Metrics:
                 self.partition_moves.labels(self.mode).inc()
             if entry["kind"] == "requeue" and entry.get("applied"):
                 self.requeues.labels(self.mode).inc()
+            if entry["kind"] == "handoff" and not entry.get("applied"):
+                self.failed_handoffs.labels(self.mode).inc()
+        self.braked_jobs.labels(self.mode).set(len(controller.handoffs.braked))
 
     def observe_finished(self, submit_s: float, end_s: float) -> None:
         self.jct.labels(self.mode).observe(max(0.0, end_s - submit_s))

@@ -67,7 +67,12 @@ class PartitionMover:
             job = observed.get(job_id)
             if job is None or job.state != "PENDING" or job_id not in records:
                 continue
-            frozen = "pinned to nodes" if job_id in pinned or job.required_nodes else self._refused_text(job_id, now)
+            if job.array_record:  # a move naming the task would split it off its array's record
+                frozen = f"a pending task in array {job.array_record}'s record"
+            elif job_id in pinned or job.required_nodes:
+                frozen = "pinned to nodes"
+            else:
+                frozen = self._refused_text(job_id, now)
             pending.append(PendingGpuJob(
                 job_id, job.gpus, split_partitions(records[job_id].partition), split_partitions(job.partition),
                 rank=len(pending), queued_s=now - (job.submit_time_s or now), frozen=frozen))

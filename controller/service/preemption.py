@@ -21,7 +21,7 @@ while slurmctld still holds its record, MinJobAge), so a preemption never trunca
 from __future__ import annotations
 
 import time
-from typing import Callable
+from typing import Callable, Container
 
 from controller.core.actions import Requeue
 from controller.core.checkpoint_signal import grace_s
@@ -86,10 +86,12 @@ class Preemptions:
         return why_protected(run_start, record.preemptions, now, cfg.preempt_min_runtime_s,
                              cfg.preempt_max_per_job)
 
-    def begin(self, plan: Plan, observed: dict[str, ObservedJob], now: float, report: RoundReport) -> None:
-        """Signal the plan's victims now; advance() requeues them after the grace period."""
+    def begin(self, plan: Plan, observed: dict[str, ObservedJob], now: float, report: RoundReport,
+              kept: Container[str] = ()) -> None:
+        """Signal the plan's victims now, but those in ``kept`` (the handoff rule's,
+        logged by the caller); advance() requeues them after the grace period."""
         cfg = self.config
-        victims = plan.of_kind("preempt")
+        victims = [action for action in plan.of_kind("preempt") if action.job_id not in kept]
         in_progress = (self.executor.when_acting(self.leaving) or set()) if victims else set()
         for action in victims:
             job = observed[action.job_id]

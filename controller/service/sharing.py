@@ -108,6 +108,11 @@ class GpuSharing:
             if job.mps <= 0 or job.gpus > 0:
                 continue
             if job.state == "PENDING":
+                if job.array_record:
+                    # a share or hold naming the task would split it off its array's record
+                    self.log_once(f"array {job.array_record}: the MPS share and hold of the pending tasks in "
+                                  "its record are left to Slurm until they run")
+                    continue
                 if job.reason in HELD_REASONS and not self._our_hold(job):
                     held_by_others.add(job.job_id)  # its tier is set; never held nor released by us
                 if job.mps > 100:

@@ -2,14 +2,16 @@
 node pins (ReqNodeList) for consolidation, and the release of a requeued job's BeginTime.
 
 Slurm's own scheduler still starts the jobs: the bands make its priority order the
-plan's order, a pin makes it place a skew-sensitive job where the plan placed it.
+plan's order, a pin makes it place a skew-sensitive job where the plan placed it. The
+pending tasks still inside a job array's record share one band, set on the
+ArrayJobId, and are never pinned (controller.service.arrays).
 """
 from __future__ import annotations
 
 from collections import ChainMap
 from typing import Container
 
-from controller.core.bands import band_actions, shared_levels, shared_site_factors, site_factors
+from controller.core.bands import array_bands, band_actions, shared_levels, shared_site_factors, site_factors
 from controller.core.levers import changed_bands, pin_for_start, release_for_start, unpin_expired
 from controller.core.plan import Plan
 from controller.service.accounting import Accounts
@@ -56,12 +58,33 @@ class Starts:
         factors.update(self.cpu_bands(cpu_pending))
         shared_factors, levels = self.shared_bands(shared)
         factors.update(shared_factors)
-        for job_id in self.site_factors_set.keys() - observed.keys() - cpu_pending.keys() - shared.keys():
+        levels = ChainMap(levels, plan.levels) if levels else plan.levels
+        # the pending tasks still inside an array's record: one value, on the ArrayJobId
+        # (a lever on a task's own id would split it off: controller.service.arrays)
+        arrays: dict[str, str] = {}  # task id -> ArrayJobId
+        array_now: dict[str, int | None] = {}  # ArrayJobId -> its record's SiteFactor as observed
+        for jobs in (observed, cpu_pending, shared):
+            for job_id, job in jobs.items():
+                if job.array_record:
+                    arrays[job_id] = job.array_record
+                    array_now[job.array_record] = job.site_factor
+        if arrays:
+            factors, array_levels = array_bands(factors, arrays, levels)
+            levels = ChainMap(array_levels, levels)
+        for job_id in (self.site_factors_set.keys() - observed.keys() - cpu_pending.keys() - shared.keys()
+                       - array_now.keys()):
             del self.site_factors_set[job_id]  # a CPU job started or gone (GPU jobs: forget)
         changed = changed_bands(factors, self.site_factors_set,
-                                lambda j: (observed.get(j) or cpu_pending.get(j) or shared[j]).site_factor)
-        result = self.executor.apply_bands(band_actions(plan.round_id, changed,
-                                                        ChainMap(levels, plan.levels) if levels else plan.levels))
+                                lambda j: array_now[j] if j in array_now else
+                                (observed.get(j) or cpu_pending.get(j) or shared[j]).site_factor)
+        # Slurm sets an ArrayJobId's value on every record of the array: its pending
+        # tasks with records of their own (requeued) get theirs again, after it
+        moved = {j for j in changed if j in array_now}
+        for job_id, value in factors.items() if moved else ():
+            head, _, task = job_id.partition("_")
+            if task and head in moved:
+                changed.setdefault(job_id, value)
+        result = self.executor.apply_bands(band_actions(plan.round_id, changed, levels, array_now.keys()))
         if result.applied:
             self.site_factors_set.update(changed)
         # 2. starts: pins for consolidation, release a requeued job's BeginTime
@@ -70,13 +93,18 @@ class Starts:
             job = observed[action.job_id]
             details, levers = [], []
             skew = self.accounts.records[job.job_id].skew
+            # a het job's components each have their own node list; a task inside its
+            # array's record would be split off by a pin
             pin, why_not = pin_for_start(action, skew=skew, pack_limit=cfg.pack_limit,
-                                         # a het job's components each have their own node list
-                                         consolidate=cfg.placement == "consolidate" and not job.het_job_id,
+                                         consolidate=cfg.placement == "consolidate" and not job.het_job_id
+                                         and not job.array_record,
                                          required_nodes=job.required_nodes, excluded_nodes=job.excluded_nodes,
                                          pinned_here=job.job_id in self.pins, expires_s=now + cfg.pin_expiry_s)
             if why_not:
                 details.append(why_not)
+            elif job.array_record and cfg.placement == "consolidate" and skew > cfg.pack_limit:
+                details.append(f"not pinned: a pending task of array {job.array_record} (a pin would split it "
+                               "off the array's record)")
             if pin is not None:
                 # Written ahead: a crash between the row and the pin leaves a row to clear.
                 self.executor.when_acting(lambda: self.store.set_pin(cfg.cluster, pin.job_id, pin.expires_s,
@@ -91,7 +119,9 @@ class Starts:
                     # chaos test's "stale pin"); clearing a pin that is not there is harmless.
                     self.pins[job.job_id] = pin.expires_s
                     self.pin_causes[job.job_id] = pin.cause_id
-            if requeue_delay(job):  # never a BeginTime the user or an admin set
+            # never a BeginTime the user or an admin set; a task in its array's record never
+            # ran (and a release naming it would split it off)
+            if requeue_delay(job) and not job.array_record:
                 # Unknown when it stopped (this process started after the requeue):
                 # count the settle time from now rather than risk the relaunch.
                 stopped = self.accounts.stopped_at.setdefault(job.job_id, now)

@@ -39,9 +39,10 @@ from sqlalchemy.exc import (
 from controller.core.model import InputError
 from controller.service.secrets import redact_url
 
-SCHEMA_VERSION = 5  # 2: job_service.queue_level/queue_entry (the MLFQ place); 3: service_samples.censored;
+SCHEMA_VERSION = 6  # 2: job_service.queue_level/queue_entry (the MLFQ place); 3: service_samples.censored;
 # 4: the decision that caused a decision (decision_log.cause_id), an open preemption's and a pin's decision;
-# 5: service_samples.user/account/job_name/num_gpus (dgittins' keys)
+# 5: service_samples.user/account/job_name/num_gpus (dgittins' keys); 6: handoffs.brake (what a failed
+# handoff waits on)
 DEFAULT_URL = "sqlite:////var/lib/tiresias/tiresias.db"
 # How a process opens the store: "read" (acct, queue, explain, report...: the current
 # schema only, nothing written, never migrated), "write" (the controller and the
@@ -196,16 +197,18 @@ pins = Table(
 )
 
 # Handoffs (controller.service.handoff): the job a preemption made room for, watched
-# until it starts, and, once it did not start in time, how long no preemption is made
-# for it. Kept here so that a restarted or standby controller does not signal again
-# for a job whose handoff is pending or failed.
+# until it starts, and, once it did not start in time, what must change before a
+# preemption is made for it again (controller.core.handoffs.Brake). Kept here so that
+# a restarted or standby controller does not signal again for a job whose handoff is
+# pending or failed.
 handoffs = Table(
     "handoffs", metadata,
     Column("cluster", String(128), primary_key=True),
     Column("job_id", String(128), primary_key=True),
     Column("signalled_s", Float, nullable=False),
     Column("victims", Text, nullable=False),  # comma-separated job ids
-    Column("blocked_until_s", Float),  # NULL while the handoff is pending
+    Column("blocked_until_s", Float),  # schema < 6: a failed handoff's end of block; not written since
+    Column("brake", Text),  # a failed handoff's brake (JSON, Brake.to_json); NULL while pending
 )
 
 # The levers on Slurm jobs that ``tiresias restore`` undoes (controller.service.restore):
@@ -405,6 +408,7 @@ class Store:
         (5, "service_samples", "account", "VARCHAR(128)"),
         (5, "service_samples", "job_name", "VARCHAR(256)"),
         (5, "service_samples", "num_gpus", "INTEGER"),
+        (6, "handoffs", "brake", "TEXT"),
     )
 
     def _upgrade(self, found: int) -> None:
@@ -837,25 +841,26 @@ class Store:
     # -- handoffs ---------------------------------------------------------------------------
 
     def save_handoff(self, cluster: str, job_id: str, signalled_s: float, victims: Iterable[str],
-                     blocked_until_s: Optional[float] = None) -> None:
-        """A watched handoff (``blocked_until_s`` None) or a failed one (epoch s until
-        which no preemption is made for the job)."""
+                     brake: Optional[str] = None) -> None:
+        """A watched handoff (``brake`` None) or a failed one (``brake``: what must change
+        before a preemption is made for the job again, as text)."""
         row = {"cluster": cluster, "job_id": str(job_id), "signalled_s": float(signalled_s),
-               "victims": ",".join(victims), "blocked_until_s": None if blocked_until_s is None
-               else float(blocked_until_s)}
+               "victims": ",".join(victims), "blocked_until_s": None, "brake": brake}
         with self._tx() as conn:
-            _upsert(conn, handoffs, [row], ["cluster", "job_id"], ["signalled_s", "victims", "blocked_until_s"])
+            _upsert(conn, handoffs, [row], ["cluster", "job_id"], ["signalled_s", "victims", "blocked_until_s",
+                                                                     "brake"])
 
     def clear_handoff(self, cluster: str, job_id: str) -> None:
         with self._tx() as conn:
             conn.execute(handoffs.delete().where(handoffs.c.cluster == cluster, handoffs.c.job_id == str(job_id)))
 
-    def load_handoffs(self, cluster: str) -> list[tuple[str, float, tuple[str, ...], Optional[float]]]:
-        """(job id, signalled_s, victims, blocked_until_s or None) of every stored handoff."""
+    def load_handoffs(self, cluster: str) -> list[tuple[str, float, tuple[str, ...], Optional[str]]]:
+        """(job id, signalled_s, victims, brake or None while pending) of every stored
+        handoff; a failed one an older schema recorded (a time, no brake) reads as "{}"."""
         with self._tx() as conn:
             rows = conn.execute(select(handoffs).where(handoffs.c.cluster == cluster)).all()
         return [(r.job_id, float(r.signalled_s), tuple(v for v in r.victims.split(",") if v),
-                 None if r.blocked_until_s is None else float(r.blocked_until_s)) for r in rows]
+                 r.brake if r.brake is not None else (None if r.blocked_until_s is None else "{}")) for r in rows]
 
     def pin_decisions(self, cluster: str) -> dict[str, str]:
         """Job id -> the decision that pinned it, for the pins that recorded one."""
