@@ -133,4 +133,19 @@ else
     echo "tests that failed in any run: none"
 fi
 echo "wall time, roots included: $(clock "$total")"
+# One closing line for every run of every release together (pytest's own words), also
+# kept in $LOGS/total.txt for .ci/run to repeat last.
+passed=0 failed=0 skipped=0
+for release in $RELEASES; do
+    for run in $(seq 1 "$REPEAT"); do
+        var="summary_${release}_$run"
+        IFS='|' read -r rc seconds line <<<"${!var}"
+        count() { grep -oE "[0-9]+ $1" <<<"$line" | awk '{s += $1} END {print s + 0}'; }
+        passed=$((passed + $(count passed)))
+        failed=$((failed + $(count failed) + $(count 'errors?')))
+        skipped=$((skipped + $(count skipped)))
+        [ "$rc" = 0 ] || [ "$(count failed)" -gt 0 ] || failed=$((failed + 1))  # a run that died counts
+    done
+done
+echo "all releases: $passed passed, $failed failed, $skipped skipped" | tee "$LOGS/total.txt"
 exit $status
