@@ -1,9 +1,11 @@
-"""Job arrays on real Slurm 22.05 (an isolated instance, jobs as alice and bob, the
+"""Job arrays on real Slurm (an isolated instance, jobs as alice and bob, the
 controller in this process over the real CLI backend):
 
 - an array of 50 one-GPU tasks with %4 is planned as at most 4 tasks, all named
   ARRAYID_TASKID (never the bare ArrayJobId, which Slurm's levers apply to every task);
-- a preemption of one task for bob's job never touches another task of the array.
+- a preemption of one task for bob's job never touches another task of the array;
+- a ``0-19%2`` array keeps its throttle and its one pending record with the controller
+  banding it (the band goes to the array id).
 
 Run under the shared cluster's lock: ``flock /tmp/tiresias-slurm.lock pytest -m slurm
 tests/test_slurm_arrays.py``.
@@ -92,3 +94,47 @@ def test_a_preemption_of_one_task_never_touches_another(iso, controller):
         assert now[task]["job_state"] == "RUNNING" and now[task]["restart_cnt"] == 0, (task, now[task])
     (victim,) = preempted
     assert now[victim]["restart_cnt"] == 1, now[victim]
+
+
+def test_a_throttled_array_keeps_its_throttle_and_its_one_record_with_the_controller(iso, controller):
+    """``--array=0-19%2`` while the controller bands it: never more than 2 tasks run at
+    once, no pending task is split off into a record of its own (slurmctld holds what it
+    would hold without the controller), and the pending tasks' band goes to the array id."""
+    blocker, _ = iso.submit("bob", 16, 12, "blocker")  # the array waits with room in its throttle first
+    wait_for(lambda: iso.squeue()[blocker]["job_state"] == "RUNNING", 30, "bob's blocker to run")
+    array_id, _ = iso.submit("alice", 1, 2, "thr", extra="--array=0-19%2")
+    backend = controller.backend_under_test
+    updates: list[list[str]] = []  # every scontrol update the controller sends
+    real_runner = backend.runner
+
+    def recording(argv, *args, **kwargs):
+        if argv[:2] == ["scontrol", "update"]:
+            updates.append(list(argv))
+        return real_runner(argv, *args, **kwargs)
+
+    backend.runner = recording
+
+    def banded():
+        controller.run_round()
+        pending = tasks(iso, array_id).get(array_id, {})
+        return pending.get("priority", 0) >= controller.config.site_factor_band
+
+    wait_for(banded, 20, "the waiting array's band", interval_s=0.5, seen=lambda: updates)
+    most_running, split_off = 0, set()
+
+    def all_done():
+        controller.run_round()
+        now = tasks(iso, array_id)
+        nonlocal most_running
+        most_running = max(most_running, sum(j["job_state"] == "RUNNING" for j in now.values()))
+        split_off.update(k for k, j in now.items() if k != array_id and j["job_state"] == "PENDING")
+        return len(now) == 20 and all(j["job_state"] == "COMPLETED" for j in now.values())
+
+    wait_for(all_done, 180, "the 20 tasks to complete", interval_s=0.5,
+             seen=lambda: {k: j["job_state"] for k, j in tasks(iso, array_id).items()})
+    assert most_running <= 2, most_running
+    assert not split_off, sorted(split_off)  # pending tasks stayed in the array's record
+    named = [word for argv in updates for word in argv if word.startswith(f"JobId={array_id}")]
+    # SiteFactor of pending tasks goes to the array id; a task's own id only once it runs
+    assert f"JobId={array_id}" in named, updates
+    print(f"most tasks running at once: {most_running}; updates naming the array: {named}")
