@@ -37,8 +37,8 @@ pytestmark = pytest.mark.slurm
 
 POLL_S, INTERVAL_S = 0.5, 1.0
 # How long past its expiry a pin may still stand before the watcher calls it stale: a few
-# rounds, and the 2 s between two of the watcher's looks (measured late: 4-6 s with
-# three releases' suites on 2 cores)
+# rounds, and the 2 s between two of the watcher's looks (3 rounds + 2 s once saw one
+# pin a sample late with three releases' suites running on 2 cores)
 STALE_PIN_S = 6 * INTERVAL_S + 4
 KILLS = 20
 # The random jobs stop here: the drain below must fit, and a 60-job seed once needed
