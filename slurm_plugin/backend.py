@@ -81,7 +81,7 @@ MAX_IDS_PER_UPDATE = 1000
 # value); _observed_job names the ones it renames or converts.
 _AS_REPORTED = ("job_id", "user", "partition", "state", "reason", "gpus", "time_limit_s", "restart_count", "batch",
                 "comment", "admin_comment", "max_nodes", "mps", "array_tasks", "array_max_tasks", "het_job_id",
-                "het_offset", "gpu_type", "reservation", "account", "name")
+                "het_offset", "gpu_type", "gpu_types", "reservation", "account", "name")
 
 
 class LeverFailed(RuntimeError):
@@ -388,7 +388,8 @@ class SlurmBackend:
         reserved = self._reservations(named, nodes, observed_at_s)
         observed_nodes = [
             Node(name=n.name, gpus_total=n.gpus_total, gpus_free=n.gpus_free, available=n.available,
-                 partitions=tuple(n.partitions), gpu_type=n.gpu_type, reservation=reserved.get(n.name, ""))
+                 partitions=tuple(n.partitions), gpu_type=n.gpu_type, reservation=reserved.get(n.name, ""),
+                 gpus_mps=n.gpus_mps)
             for n in nodes if self._node_in_scope(n)
         ]
         self._arrays, self._task_records = arrays, task_records

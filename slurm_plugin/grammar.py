@@ -179,7 +179,9 @@ def gres_items(spec: str | None, field_name: str = "gres") -> list[tuple[str, st
         return []
     items: list[tuple[str, str, int, str]] = []
     for raw in split_top_level(spec.strip(), field_name):
-        inside = re.search(r"\(([^)]*)\)", raw)
+        # what the parentheses say: the last group that is not 24.11's "(null)" type
+        # (gpu:(null):2(IDX:2-3) says IDX:2-3)
+        inside = [group for group in re.findall(r"\(([^)]*)\)", raw) if group != "null"]
         item = re.sub(r"\([^)]*\)", "", raw).strip()  # drop (IDX:0-1), (S:0-1)
         if not item:
             continue
@@ -202,8 +204,7 @@ def gres_items(spec: str | None, field_name: str = "gres") -> list[tuple[str, st
                 count_text = "1"
         name = parts[0]
         gtype = parts[1] if len(parts) > 1 and parts[1] not in ("", "(null)", "no_consume") else None
-        items.append((name, gtype or "", _gres_number(count_text, field_name, spec),
-                      inside.group(1) if inside else ""))
+        items.append((name, gtype or "", _gres_number(count_text, field_name, spec), inside[-1] if inside else ""))
     return items
 
 

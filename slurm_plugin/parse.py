@@ -139,7 +139,10 @@ class SlurmJob:
     array_max_tasks: int = 0
     het_job_id: str = ""
     het_offset: int = 0
-    gpu_type: str = ""  # the GPU type asked for (--gres=gpu:a100:2, --gpus=a100:2); '' any
+    gpu_type: str = ""  # the GPU type asked for (--gres=gpu:a100:2, --gpus=a100:2); '' any; MIXED_TYPES several
+    # every GPU type the request names, sorted (() any): two or more for
+    # --gres=gpu:a100:4,gpu:v100:4, whose ``gpus`` is then their sum
+    gpu_types: tuple[str, ...] = ()
     reservation: str = ""  # --reservation ('' none)
 
     @property
@@ -151,13 +154,16 @@ class SlurmJob:
 @dataclass(frozen=True, slots=True)
 class SlurmNode:
     """One node: base ``state`` lower-case (idle/mixed/allocated/down/...),
-    ``flags`` upper-case (DRAIN, NOT_RESPONDING, ...), GPU counts in whole GPUs."""
+    ``flags`` upper-case (DRAIN, NOT_RESPONDING, ...), GPU counts in whole GPUs.
+    ``gpus_used``: GPUs held whole or with shards or MPS shares in use (_gpus_held);
+    ``gpus_mps``: those of them in use only through MPS shares."""
 
     name: str
     state: str
     flags: frozenset[str] = frozenset()
     gpus_total: int = 0
     gpus_used: int = 0
+    gpus_mps: int = 0
     partitions: list[str] = field(default_factory=list)
     reason: str = ""
     available: bool = True
@@ -328,13 +334,22 @@ def _gpus_and_mps_from_request(record: dict, node_count: int, task_count: int) -
     return result[0], result[1]
 
 
-def _gpu_type_requested(record: dict) -> str:
-    """The GPU type a job names in any request field ('' = any type)."""
-    for name in REQUEST_FIELDS + ("tres_req_str",):
-        for gres, gtype, _, _ in gres_items(_str(record.get(name), name), name):
-            if gres == "gpu" and gtype:
-                return gtype
-    return ""
+def _gpu_types_requested(record: dict) -> tuple[str, ...]:
+    """The GPU types a job names in its request fields (else in ``tres_req_str``),
+    sorted; () = any type. ``--gres=gpu:a100:4,gpu:v100:4`` names two
+    (``tres_per_node`` ``gres/gpu:a100:4,gres/gpu:v100:4``): its count is their sum."""
+    for names in (REQUEST_FIELDS, ("tres_req_str",)):
+        types = {gtype for name in names for gres, gtype, _, _ in gres_items(_str(record.get(name), name), name)
+                 if gres == "gpu" and gtype}
+        if types:
+            return tuple(sorted(types))
+    return ()
+
+
+def _gpu_type_of(types: tuple[str, ...]) -> str:
+    """A request's one GPU type ('' any; MIXED_TYPES when it names several, which the
+    plan cannot place: controller.service.daemon keeps such a job out of preemption)."""
+    return types[0] if len(types) == 1 else MIXED_TYPES if types else ""
 
 
 def _gpu_type_of_node(gres: Any) -> str:
@@ -344,22 +359,115 @@ def _gpu_type_of_node(gres: Any) -> str:
     return MIXED_TYPES if len(types) > 1 else next(iter(types), "")
 
 
-def _gpus_held(gres: Any, gres_used: Any, total: int, used: int) -> int:
-    """GPUs in use, counting those used through gres/shard (``gres_used
-    gpu:0,shard:8``: the GPUs are not free). Per-GPU shard use (``shard:8(8/8,0/8)``)
-    gives the GPUs touched; without it every shard in use is taken as on its own GPU
-    (never more than the node has): a GPU counted busy that is not costs a delayed
-    start, one counted free that is not costs a preemption for nothing.
-    26.05 writes ``-`` for a GPU a job holds whole (``mps:0(0/100,-/100)``; 24.11
-    wrote ``0/100``) and drops 24.11's ``(null)`` type (``gpu:2(IDX:2-3)``, not
-    ``gpu:(null):2(IDX:2-3)``): a ``-`` is no shard use, that GPU is in ``used``."""
-    touched = 0
+SHARED_GPU_GRES = ("shard", "mps")  # GRES that share a GPU: a GPU with any in use is not free for a whole-GPU job
+MAX_GPU_INDEX = 1024  # Slurm's own bound on a node's GRES bitmap (MAX_GRES_BITMAP)
+
+
+def _gpu_indices(inside: str) -> frozenset[int] | None:
+    """The GPU indices of ``IDX:0-1,3`` (empty for ``IDX:N/A``), None when the
+    parentheses give none or cannot be read (the caller then counts instead)."""
+    if not inside.startswith("IDX:"):
+        return None
+    text = inside[len("IDX:"):].strip()
+    if text == "N/A":
+        return frozenset()
+    out: set[int] = set()
+    for part in text.split(","):
+        m = re.fullmatch(r"\s*([0-9]{1,4})(?:-([0-9]{1,4}))?\s*", part)
+        if not m:
+            return None
+        low, high = int(m.group(1)), int(m.group(2) or m.group(1))
+        if high < low or high >= MAX_GPU_INDEX:
+            return None
+        out.update(range(low, high + 1))
+    return frozenset(out)
+
+
+def _per_gpu_in_use(inside: str) -> list[bool] | None:
+    """Per-GPU shared use (``50/100,0/100,-/100``): whether each GPU in the list has
+    some in use (``-``: held whole, no shared use). None when not that form."""
+    if "/" not in inside:
+        return None
+    out = []
+    for part in inside.split(","):
+        in_use, slash, _ = part.strip().partition("/")
+        if not slash or not (in_use.isdigit() or in_use == "-"):
+            return None
+        out.append(in_use.isdigit() and int(in_use) > 0)
+    return out
+
+
+def _gpus_held(gres: Any, gres_used: Any, total: int, used: int) -> tuple[int, int]:
+    """(GPUs in use, those of them in use only through MPS) on a node of ``total``
+    GPUs, ``used`` of them allocated whole. A GPU is in use when a job holds it whole,
+    or some of its shards (gres/shard) or MPS shares (gres/mps) are in use: no
+    whole-GPU job is planned onto it, nor any job preempted to make room there.
+    Counted by GPU index where the string gives indices (a GPU is never counted
+    twice), else summed (24.11 and 26.05 never give one GPU both whole and shared). A
+    GPU counted busy that is not costs a delayed start; one counted free that is not
+    costs a preemption for nothing. The GPUs in use only through MPS are the pool MPS
+    jobs share (controller.service.sharing).
+
+    ``gres_used`` per release, as recorded (tests/fixtures/slurm) and as Slurm's
+    gres.c prints it:
+
+    * 22.05: whole GPUs as a count, ``gpu:3`` (no indices when untyped), a shared GRES
+      as the GPUs it touches with their indices, ``mps:(null):1(IDX:0)`` (1 is a GPU
+      count, not shares), ``shard:a100:1(IDX:0)``. The whole GPUs' indices are not
+      given, so they and the shared GPUs are summed. The recording shows 22.05 giving
+      one GPU both ways (squeue: job 7 ``gpu:3(IDX:0-2)``, MPS job 6 ``mps:50(IDX:0)``;
+      so GPU 3 was free), which gpu2's ``gpu:3,mps:(null):1(IDX:0)`` cannot tell from
+      MPS on a fourth GPU: counted 4 busy, one too many there.
+    * 24.11: ``gpu:(null):3(IDX:1-3),mps:(null):50(50/100,0/100,0/100,0/100)``: whole
+      GPUs by index; a shared GRES's count is shares, then shares in use/available per
+      GPU, listed per GPU type in topology order (a GPU held whole reads ``0/100``).
+    * 26.05: as 24.11 without the ``(null)`` type (``gpu:3(IDX:1-3)``), and ``-``
+      for a GPU held whole (``mps:50(50/100,-/100,-/100,-/100)``): no shared use.
+
+    The per-GPU list's positions are GPU indices on a node of one GPU type (the
+    recordings line 26.05's ``-`` up with the whole GPUs' IDX); on a node of several
+    types they count per type, so its GPUs are summed. A shared count without per-GPU
+    detail or indices (a node whose GRES has no File=): shards as one GPU each (an
+    upper bound, never more than the node has); MPS shares as
+    ceil(shares / shares per GPU), the fewest GPUs they fit on (an MPS job's shares on
+    a node sit on one GPU; counting each share as a GPU would take every GPU of a node
+    with one mps:50 job)."""
+    one_type = _gpu_type_of_node(gres) != MIXED_TYPES
+    whole: set[int] = set()
+    whole_indexed = True
+    shared: dict[str, set[int]] = {name: set() for name in SHARED_GPU_GRES}
+    counted: dict[str, int] = dict.fromkeys(SHARED_GPU_GRES, 0)  # GPUs in use without indices
     for name, _, count, inside in gres_items(_str(gres_used, "gres_used"), "gres_used"):
-        if name != "shard" or not count:
+        if name == "gpu":
+            indices = _gpu_indices(inside)
+            if indices is None:
+                whole_indexed = whole_indexed and not count
+            else:
+                whole |= indices
             continue
-        per_gpu = [part.split("/")[0] for part in inside.split(",")] if "/" in inside else []
-        touched += sum(1 for n in per_gpu if n.strip().isdigit() and int(n) > 0) if per_gpu else count
-    return min(total, max(used, touched))
+        if name not in SHARED_GPU_GRES or not count:
+            continue
+        per_gpu = _per_gpu_in_use(inside)
+        indices = _gpu_indices(inside) if per_gpu is None else None
+        if per_gpu is not None and one_type:
+            shared[name].update(i for i, in_use in enumerate(per_gpu) if in_use)
+        elif per_gpu is not None:
+            counted[name] += sum(per_gpu)
+        elif indices is not None:
+            shared[name] |= indices
+        elif name == "mps":
+            per_gpu_shares = gres_counts(_str(gres, "gres"), field_name="gres").get("mps", 0) // max(total, 1)
+            counted[name] += math.ceil(count / per_gpu_shares) if per_gpu_shares else 1
+        else:
+            counted[name] += count
+    if not whole_indexed or len(whole) < used:
+        whole_count = used + len(shared["shard"] | shared["mps"])
+        without_mps = used + len(shared["shard"])
+    else:
+        whole_count = len(whole | shared["shard"] | shared["mps"])
+        without_mps = len(whole | shared["shard"])
+    busy = min(total, whole_count + counted["shard"] + counted["mps"])
+    return busy, busy - min(total, without_mps + counted["shard"])
 
 
 def _finish_times(state: str, start: float | None, end: float | None) -> tuple[float | None, float | None]:
@@ -437,6 +545,7 @@ def _squeue_job(r: dict) -> SlurmJob:
     node_count = _count(r.get("node_count"), "node_count")
     task_count = _count(r.get("tasks"), "tasks")
     gpus, mps = _gpus_and_mps_from_request(r, node_count, task_count)
+    gpu_types = _gpu_types_requested(r)
     start, end = _finish_times(state, _epoch(r.get("start_time"), "start_time"),
                                _epoch(r.get("end_time"), "end_time"))
     limit_min = slurm_number(r.get("time_limit"), "time_limit")
@@ -476,7 +585,8 @@ def _squeue_job(r: dict) -> SlurmJob:
         array_max_tasks=_count(r.get("array_max_tasks"), "array_max_tasks"),
         het_job_id=str(het_id) if het_id else "",
         het_offset=_count(r.get("het_job_offset"), "het_job_offset"),
-        gpu_type=_gpu_type_requested(r),
+        gpu_type=_gpu_type_of(gpu_types),
+        gpu_types=gpu_types,
         reservation=_str(r.get("resv_name"), "resv_name"),
     )
 
@@ -569,13 +679,15 @@ def _node(r: dict) -> SlurmNode:
     if not isinstance(partitions, list):
         raise SlurmParseError(f"partitions: expected a list, got {quoted(partitions)}")
     total = _gpu_count(r.get("gres"), r.get("tres"), "gres")
+    used, mps_only = _gpus_held(r.get("gres"), r.get("gres_used"), total,
+                                _gpu_count(r.get("gres_used"), r.get("tres_used"), "gres_used"))
     return SlurmNode(
         name=name,
         state=state,
         flags=flags,
         gpus_total=total,
-        gpus_used=_gpus_held(r.get("gres"), r.get("gres_used"), total,
-                             _gpu_count(r.get("gres_used"), r.get("tres_used"), "gres_used")),
+        gpus_used=used,
+        gpus_mps=mps_only,
         partitions=[str(p) for p in partitions],
         reason=_str(r.get("reason"), "reason"),
         available=state not in NODE_UNAVAILABLE_STATES and not (flags & NODE_UNAVAILABLE_FLAGS),
@@ -603,11 +715,11 @@ def _sinfo_groups(records: list, errors: list | None) -> list[SlurmNode]:
                     prev = by_name.get(n)
                     parts = (prev.partitions if prev else []) + ([part] if part and (not prev or part not in prev.partitions) else [])
                     total = _gpu_count(gres.get("total"), None, "gres.total")
+                    used, mps_only = _gpus_held(gres.get("total"), gres.get("used"), total,
+                                                _gpu_count(gres.get("used"), None, "gres.used"))
                     by_name[n] = SlurmNode(
                         name=n, state=state, flags=flags, gpu_type=_gpu_type_of_node(gres.get("total")),
-                        gpus_total=total,
-                        gpus_used=_gpus_held(gres.get("total"), gres.get("used"), total,
-                                             _gpu_count(gres.get("used"), None, "gres.used")),
+                        gpus_total=total, gpus_used=used, gpus_mps=mps_only,
                         partitions=parts,
                         # 26.05 moved reason.user to reason_set_by_user; the description stays
                         reason=_str((g.get("reason") or {}).get("description")

@@ -107,7 +107,9 @@ class OneGpuNode(OnlyTheseJobs):
         from dataclasses import replace
 
         observation = super().observe()
-        observation.nodes = [replace(n, gpus_total=1, gpus_free=1) for n in observation.nodes if n.name == self.node]
+        # one GPU, the pool MPS jobs share (gpus_mps counts bob's GPU on the real node: left out)
+        observation.nodes = [replace(n, gpus_total=1, gpus_free=1, gpus_mps=0) for n in observation.nodes
+                             if n.name == self.node]
         return observation
 
 

@@ -201,7 +201,8 @@ def test_sinfo_nodes(version):
     assert sorted(nodes) == ["gpu1", "gpu2", "gpu3", "gpu4"]
     assert nodes["gpu1"].state == "mixed" and nodes["gpu1"].flags == frozenset()
     assert (nodes["gpu1"].gpus_total, nodes["gpu1"].gpus_used) == (4, 2)
-    assert (nodes["gpu2"].gpus_used, nodes["gpu2"].gpus_free) == (3, 1)  # 3 GPUs + an MPS share
+    # 3 whole GPUs + one with MPS clients (tests/test_gpus_not_free.py)
+    assert (nodes["gpu2"].gpus_used, nodes["gpu2"].gpus_free, nodes["gpu2"].gpus_mps) == (4, 0, 1)
     assert nodes["gpu3"].state == "idle" and nodes["gpu3"].gpus_used == 0
     assert nodes["gpu4"].gpus_used == 1
     assert nodes["gpu1"].partitions == ["batch", "urgent", "small"]

@@ -45,8 +45,9 @@ class JobSpec:
     # Where Slurm may run it at all (controller.core.placement.Eligibility): the
     # partitions it allows (() = any; a pending job may list several), the GPU type
     # it asked for ('' = any type: --gres=gpu:2; 'a100': --gres=gpu:a100:2; a MIG
-    # profile such as '1g.10gb' is a type of its own), the reservation it names ('' =
-    # none: it may not use reserved nodes; named: only that reservation's nodes).
+    # profile such as '1g.10gb' is a type of its own; MIXED_TYPES: several types, which
+    # no node fits), the reservation it names ('' = none: it may not use reserved
+    # nodes; named: only that reservation's nodes).
     partitions: tuple[str, ...] = ()
     gpu_type: str = ""
     reservation: str = ""
@@ -137,7 +138,9 @@ class Node:
     ``partitions``: the partitions it is in (() = unknown: any job's); ``gpu_type``:
     the type of its GPUs ('' untyped, ``MIXED_TYPES`` when it has several: only jobs
     of any type use it); ``reservation``: the active reservation holding it ('' none).
-    GPUs used through gres/shard count as held (the backend reports them so)."""
+    GPUs with shards or MPS shares in use are not free (the backend reports them so):
+    no whole-GPU job may have them. ``gpus_mps``: those in use only through MPS shares,
+    the GPUs MPS jobs may still share (controller.service.sharing)."""
 
     name: str
     gpus_total: int
@@ -146,6 +149,7 @@ class Node:
     partitions: tuple[str, ...] = ()
     gpu_type: str = ""
     reservation: str = ""
+    gpus_mps: int = 0
 
 
 MIXED_TYPES = "(mixed)"  # Node.gpu_type of a node with GPUs of several types

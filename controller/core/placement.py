@@ -14,7 +14,7 @@ import bisect
 import math
 from typing import Optional
 
-from controller.core.model import InputError, JobSpec, Node
+from controller.core.model import MIXED_TYPES, InputError, JobSpec, Node
 
 PLACEMENT_MODES = ("consolidate", "spread", "count")
 COUNT_NODE = "*"  # the single pseudo-node of count mode
@@ -151,10 +151,12 @@ class FreeGpus:
 def node_fits(node: Node, spec: JobSpec) -> bool:
     """Slurm may run ``spec`` on ``node``: a partition in common (either side () =
     unknown: yes), its GPU type (the job's '' = any), the same reservation (a reserved
-    node only for jobs naming it, a job naming one only on its nodes)."""
+    node only for jobs naming it, a job naming one only on its nodes). A job of
+    several GPU types (``MIXED_TYPES``: --gres=gpu:a100:4,gpu:v100:4) fits no node:
+    the model gives a job one type, so it is never placed nor preempted for."""
     if spec.partitions and node.partitions and not set(spec.partitions).intersection(node.partitions):
         return False
-    if spec.gpu_type and node.gpu_type != spec.gpu_type:
+    if spec.gpu_type and (node.gpu_type != spec.gpu_type or spec.gpu_type == MIXED_TYPES):
         return False
     return node.reservation == spec.reservation
 

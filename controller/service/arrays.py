@@ -31,6 +31,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from controller.core.model import MIXED_TYPES
 from controller.service.backend import ObservedJob
 
 __all__ = ["MAX_LISTED_TASKS", "PlanView", "Withheld", "plan_view", "task_ranges"]
@@ -125,8 +126,11 @@ def _gang(leader_id: str, parts: list[ObservedJob]) -> ObservedJob:
         for node, gpus in part.gpus_by_node:
             by_node[node] = by_node.get(node, 0) + gpus
     nodes = tuple(dict.fromkeys(n for part in parts for n in part.nodes))
+    # components of different GPU types make a gang of several types, which the plan cannot place
+    types = tuple(sorted({t for part in parts for t in part.gpu_types}))
     return dataclasses.replace(
         leader, job_id=leader_id, het_offset=0, gpus=sum(p.gpus for p in parts), mps=sum(p.mps for p in parts),
+        gpu_types=types, gpu_type=MIXED_TYPES if len(types) > 1 else leader.gpu_type,
         nodes=nodes, gpus_by_node=tuple(by_node.items()), min_nodes=sum(p.min_nodes for p in parts),
         max_nodes=0 if any(p.max_nodes == 0 for p in parts) else sum(p.max_nodes for p in parts))
 

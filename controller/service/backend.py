@@ -53,6 +53,9 @@ class ObservedJob:
     max_nodes: int = 0
     mps: int = 0
     gpu_type: str = ""  # the GPU type it asked for ('' any; controller.core.model.JobSpec.gpu_type)
+    # every GPU type it names, sorted; two or more (--gres=gpu:a100:4,gpu:v100:4, gpu_type
+    # MIXED_TYPES) is a request the plan cannot place: it waits, never preempted for
+    gpu_types: tuple[str, ...] = ()
     reservation: str = ""  # the reservation it names ('' none)
     # what dgittins conditions on (controller.core.conditioned), with time_limit_s; empty: not reported
     account: str = ""

@@ -29,7 +29,7 @@ from controller.core.engine import Engine
 from controller.core.conditioned import learn_conditioned
 from controller.core.gittins import ServiceDistribution
 from controller.core.inputs import shorten
-from controller.core.model import InputError, JobSpec, JobState, Snapshot
+from controller.core.model import MIXED_TYPES, InputError, JobSpec, JobState, Snapshot
 from controller.core.placement import beyond_reach
 from controller.core.plan import Plan
 from controller.core.policies import PolicyContext
@@ -537,12 +537,17 @@ class Controller:
         Slurm (controller.service.startable) added after them: ordered and banded,
         never a reason to preempt."""
         snapshot, waiting, reasons = self._snapshot(observed, observation, now, round_id, leaving, explain=explain)
+        # pending jobs that ask for GPUs of several types (--gres=gpu:a100:4,gpu:v100:4): the
+        # model gives a job one GPU type, so it cannot say where they go; they wait, banded
+        unmodelled = {job.job_id for job in snapshot.jobs if not job.running and job.spec.gpu_type == MIXED_TYPES}
         # jobs whose own nodes (partitions, GPU type, reservation) no preemption can free wait too
-        unreachable = {job.job_id for job in beyond_reach(snapshot.jobs, snapshot.nodes, snapshot.free_by_node or {})}
-        if unreachable:
-            waiting += [job for job in snapshot.jobs if job.job_id in unreachable]
-            snapshot.jobs = [job for job in snapshot.jobs if job.job_id not in unreachable]
-            reasons.update((job_id, "") for job_id in unreachable)
+        rest = [job for job in snapshot.jobs if job.job_id not in unmodelled] if unmodelled else snapshot.jobs
+        unreachable = {job.job_id for job in beyond_reach(rest, snapshot.nodes, snapshot.free_by_node or {})}
+        aside = unreachable | unmodelled
+        if aside:
+            waiting += [job for job in snapshot.jobs if job.job_id in aside]
+            snapshot.jobs = [job for job in snapshot.jobs if job.job_id not in aside]
+            reasons.update((job_id, "") for job_id in aside)
         plan = self.engine.step(snapshot)
         if waiting:
             ctx = PolicyContext(now_s=now, thresholds_gpu_s=self.engine.config.thresholds_gpu_s, service=self.service)
@@ -550,6 +555,11 @@ class Controller:
             for job_id in unreachable:
                 plan.wait_reasons[job_id] = ("its nodes (partitions, GPU type, reservation) have too few GPUs free"
                                              " or held by preemptable jobs: no job is preempted for it")
+            for job_id in unmodelled:
+                job = observed[job_id]
+                plan.wait_reasons[job_id] = (
+                    f"asks for GPUs of several types ({', '.join(job.gpu_types)}; {job.gpus} in all), which the plan"
+                    " cannot place (one GPU type a job): Slurm may start it, no job is preempted for it")
         return plan
 
     def _spec_of(self, job_id: str) -> Optional[JobSpec]:

@@ -16,8 +16,9 @@ decision is logged once per (job, outcome), so shadow mode does not repeat a
 would-share every round.
 
 Approximation: the observation has no GPU index for MPS jobs, so each node's GPUs not
-held by whole-GPU jobs (``Node.gpus_free``) are a pool and the running MPS jobs on the
-node are packed into them first fit (one user per GPU unless mps_allow_multi_user).
+held by whole-GPU jobs or shards (``Node.gpus_free`` and ``Node.gpus_mps``, those in use
+only through MPS) are a pool and the running MPS jobs on the node are packed into them
+first fit (one user per GPU unless mps_allow_multi_user).
 Slurm still chooses the GPU; the pool only decides which jobs wait.
 ``ObservedJob.mps`` is a job's total over its nodes: a pending job asking for more
 than one GPU's worth is left alone.
@@ -162,8 +163,9 @@ class GpuSharing:
 
 
 def shared_gpus(nodes, running: list[tuple[ObservedJob, int]], policy) -> list[SharedGpu]:
-    """Each available node's GPUs not held by whole-GPU jobs, with the running MPS jobs
-    packed into them first fit (the observation has no GPU index for MPS jobs)."""
+    """Each available node's GPUs not held by whole-GPU jobs or shards (free, or in use
+    only through MPS), with the running MPS jobs packed into them first fit (the
+    observation has no GPU index for MPS jobs)."""
     tenants: dict[str, list[Tenant]] = {}
     for job, share in sorted(running, key=lambda item: (item[0].user, numeric_id(item[0].job_id))):
         klass = job_class(job.comment)[0]
@@ -171,9 +173,10 @@ def shared_gpus(nodes, running: list[tuple[ObservedJob, int]], policy) -> list[S
             tenants.setdefault(node, []).append(Tenant(job.job_id, job.user, share, klass))
     gpus = []
     for node in sorted(nodes, key=lambda n: n.name):
-        if not node.available or node.gpus_free <= 0:
+        shareable = node.gpus_free + node.gpus_mps
+        if not node.available or shareable <= 0:
             continue
-        slots: list[list[Tenant]] = [[] for _ in range(node.gpus_free)]
+        slots: list[list[Tenant]] = [[] for _ in range(shareable)]
         for tenant in tenants.get(node.name, []):
             fits = [slot for slot in slots if sum(t.tier for t in slot) + tenant.tier <= 100
                     and len(slot) < policy.max_tenants
