@@ -36,7 +36,7 @@ read -r -a ROOT_ARGS <<<"${ROOT_PYTEST_ARGS:--m slurm}"
 WORKERS=${TEST_WORKERS:-3}
 [[ "$WORKERS" =~ ^[0-9]+$ ]] || { echo "test-releases: TEST_WORKERS '$WORKERS': give a count" >&2; exit 2; }
 XDIST=()
-[ "$WORKERS" -gt 0 ] && XDIST=(-n "$WORKERS" --dist loadgroup)
+[ "$WORKERS" -gt 0 ] && XDIST=(-n "$WORKERS" --dist loadscope)
 mkdir -p "$LOGS"
 log() { echo "[test-releases] $*"; }
 clock() { printf '%d:%02d' $(($1 / 60)) $(($1 % 60)); }
