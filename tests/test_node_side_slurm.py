@@ -25,6 +25,7 @@ FAKE = ROOT / "tests" / "fakes" / "nvidia-cuda-mps-control"
 NODE_CONF = Path("/etc/tiresias/node.conf")
 RUN_DIR = "/run/tiresias-mps"
 SPOOL_DIR = Path("/var/spool/tiresias/usage")
+MARK = b"# written by tests/test_node_side_slurm.py"
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +37,10 @@ def fake_mps(slurm_cluster):  # noqa: F811
     wrapper.write_text(f"#!/bin/sh\nTIRESIAS_FAKE_MPS_LOG={log} exec {FAKE} \"$@\"\n")
     wrapper.chmod(0o755)
     saved = NODE_CONF.read_bytes() if NODE_CONF.exists() else None
+    if saved is not None and saved.startswith(MARK):
+        saved = None  # left by a run of this module that was killed: its stand-in is gone
     NODE_CONF.parent.mkdir(parents=True, exist_ok=True)
-    NODE_CONF.write_text(f"# written by tests/test_node_side_slurm.py; restored after\nmps_control={wrapper}\n")
+    NODE_CONF.write_bytes(MARK + f"; restored after\nmps_control={wrapper}\n".encode())
     NODE_CONF.chmod(0o644)
     try:
         yield log
