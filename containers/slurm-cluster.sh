@@ -715,6 +715,10 @@ instance_up() {
     else
         local flags=()
         [ "${TIRESIAS_SLURM_FRESH:-0}" = 1 ] && flags+=(-c)
+        # An instance is a test bed: state a stopped one left (a run killed before its
+        # `down`) is not recovered; slurmctld would refuse it once slurmdbd knows the
+        # cluster under another id ("CLUSTER ID MISMATCH").
+        find "$I_CTLD_SPOOL" -mindepth 1 -delete 2>/dev/null || true
         slurmctld "${flags[@]}" || die "[$INST] slurmctld failed to start" "$I_LOGDIR/slurmctld.log"
         wait_until "$WAIT_S" timeout 3 scontrol ping \
             || die "[$INST] slurmctld does not answer within ${WAIT_S} s" "$I_LOGDIR/slurmctld.log"
