@@ -144,7 +144,8 @@ for release in $RELEASES; do
         passed=$((passed + $(count passed)))
         failed=$((failed + $(count failed) + $(count 'errors?')))
         skipped=$((skipped + $(count skipped)))
-        [ "$rc" = 0 ] || [ "$(count failed)" -gt 0 ] || failed=$((failed + 1))  # a run that died counts
+        # a run that failed with no failed test or error counted (it died) counts as one
+        [ "$rc" = 0 ] || [ $(($(count failed) + $(count 'errors?'))) -gt 0 ] || failed=$((failed + 1))
     done
 done
 echo "all releases: $passed passed, $failed failed, $skipped skipped" | tee "$LOGS/total.txt"
