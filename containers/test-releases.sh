@@ -148,5 +148,5 @@ for release in $RELEASES; do
         [ "$rc" = 0 ] || [ $(($(count failed) + $(count 'errors?'))) -gt 0 ] || failed=$((failed + 1))
     done
 done
-echo "all releases: $passed passed, $failed failed, $skipped skipped" | tee "$LOGS/total.txt"
+echo "releases: $passed passed, $failed failed, $skipped skipped" | tee "$LOGS/total.txt"
 exit $status
