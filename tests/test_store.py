@@ -294,3 +294,27 @@ def test_usage_records_per_cluster_and_pruned(tmp_path):
     assert store.prune_usage_records("tc", before_s=1000.0) == 1
     assert [r["record_id"] for r in store.usage_records("tc")] == ["tc/2/gpu1/0"]
     assert store.usage_record("other/1/gpu1/0") is not None
+
+
+def test_a_schema_another_process_created_between_our_look_and_our_create_is_used(tmp_path, monkeypatch):
+    """Two processes opening a new database at once (the controller and a test or a
+    command): both find no schema, one creates it, the other's create then fails with
+    "already exists". The second takes the schema the first made."""
+    import controller.service.store as store_module
+    from sqlalchemy import MetaData
+
+    url = f"sqlite:///{tmp_path}/race.db"
+    Store(url).close()  # the other process won the race
+    real_version = Store._stored_version
+    looks = []
+
+    def no_schema_at_the_first_look(self):
+        looks.append(1)
+        return None if len(looks) == 1 else real_version(self)
+
+    monkeypatch.setattr(Store, "_stored_version", no_schema_at_the_first_look)
+    # its create as it runs after a look that found nothing: no second check
+    monkeypatch.setattr(store_module.metadata, "create_all",
+                        lambda conn: MetaData.create_all(store_module.metadata, conn, checkfirst=False))
+    with Store(url) as store:
+        assert store.found_version is None and store._stored_version() == store_module.SCHEMA_VERSION

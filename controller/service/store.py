@@ -369,9 +369,16 @@ class Store:
             if self.read_only:
                 raise StoreError(f"database {self.name} holds no tiresias schema yet (the controller creates it "
                                  "when it first starts)")
-            with self._tx() as conn:
-                metadata.create_all(conn)
-                _insert_ignore(conn, schema_meta, [{"key": "schema_version", "value": str(SCHEMA_VERSION)}], ["key"])
+            try:
+                with self._tx() as conn:
+                    metadata.create_all(conn)
+                    _insert_ignore(conn, schema_meta, [{"key": "schema_version", "value": str(SCHEMA_VERSION)}],
+                                   ["key"])
+            except StoreError as err:
+                # another process (the controller and a command opened at once) created the
+                # schema between our look and our create: theirs stands, read it
+                if "already exists" not in str(err):
+                    raise
             found = self._stored_version()
         if found > SCHEMA_VERSION:
             raise StoreError(
