@@ -87,7 +87,7 @@ def test_controller_moves_a_pending_job_to_the_idle_allowed_partition(iso, tmp_p
     tried = [d for d in decisions if d["kind"] == "move"]
     if moved["partition"] == "left" and tried and all(
             not d["applied"] and "Resource temporarily unavailable" in (d["detail"] or "") for d in tried):
-        # Seen on 24.11 and 26.05 under load (3 runs in 17): slurmctld answered EAGAIN to
+        # Seen on 24.11 and 26.05 under load (3 of 16 runs): slurmctld answered EAGAIN to
         # every try, a round apart and then backing off, until the blocker ended. Why it
         # refuses for that long is not known yet; an expected failure, reported as such,
         # not a pass, and only for exactly this story.
