@@ -7,7 +7,7 @@ from controller.core.plan import Plan
 from controller.service.accounting import Accounts
 from controller.service.config import from_mapping
 from controller.service.executor import LeverExecutor
-from controller.service.partition_moves import FLAT_RETRIES, PartitionMover
+from controller.service.partition_moves import PartitionMover
 from controller.service.report import RoundReport
 from tests.test_controller import ScriptedBackend, store  # noqa: F401  (fixture)
 from tests.test_partition_moves import PartitionBackend
@@ -89,27 +89,25 @@ class RefusingBackend(PartitionBackend):
         super().move_partition(job_id, partition)
 
 
-def test_a_refused_move_starts_no_cooldown_and_is_tried_again_each_round_then_after_a_doubling_backoff(store):
-    backend = busy_left_and_a_waiting_job(RefusingBackend(refusals=FLAT_RETRIES + 1))
+def test_a_refused_move_starts_no_cooldown_and_is_tried_again_after_a_doubling_backoff(store):
+    backend = busy_left_and_a_waiting_job(RefusingBackend(refusals=2))
     moves, accounts = mover(store, backend, interval_s=5.0)
     round_(moves, accounts, backend)
     backend.add_in("2", 8, "left")
-    report = round_(moves, accounts, backend)  # refused: tried again at the next round
+    report = round_(moves, accounts, backend)  # refused: not tried again for one interval
     assert report.applied[0]["kind"] == "move" and not report.applied[0]["applied"]
     assert "2" not in moves.last_move_s or moves.last_move_s["2"] == -math.inf
-    for tries in range(2, FLAT_RETRIES + 2):  # refused again at each of the next rounds
-        backend.now += 4.0
-        round_(moves, accounts, backend)
-        assert [c[0] for c in backend.calls if c[1] == "2"] == ["refused"] * (tries - 1)
-        backend.now += 1.0
-        round_(moves, accounts, backend)
-        assert [c[0] for c in backend.calls if c[1] == "2"] == ["refused"] * tries
-    backend.now += 9.0  # the 5th refusal in a row: the next try waits two intervals
+    backend.now += 4.0
     round_(moves, accounts, backend)
-    assert [c[0] for c in backend.calls if c[1] == "2"] == ["refused"] * (FLAT_RETRIES + 1)
+    assert [c[0] for c in backend.calls if c[1] == "2"] == ["refused"]
+    backend.now += 1.0
+    round_(moves, accounts, backend)  # refused again: the next try waits two intervals
+    backend.now += 9.0
+    round_(moves, accounts, backend)
+    assert [c[0] for c in backend.calls if c[1] == "2"] == ["refused", "refused"]
     backend.now += 1.0
     round_(moves, accounts, backend)
-    assert [c[0] for c in backend.calls if c[1] == "2"] == ["refused"] * (FLAT_RETRIES + 1) + ["move_partition"]
+    assert [c[0] for c in backend.calls if c[1] == "2"] == ["refused", "refused", "move_partition"]
     assert accounts.records["2"].moves == 1 and moves.last_move_s["2"] == backend.now and "2" not in moves.refused
 
 

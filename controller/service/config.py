@@ -94,7 +94,7 @@ SCHEMA: tuple[Setting, ...] = (
     Setting("partition_move_min_gain_s", "float", 30.0, "move only when the predicted start is at least this "
             "many seconds earlier", minimum=0.0),
     Setting("partition_move_cooldown_s", "float", 600.0, "at most one move per job within this many seconds "
-            "(a move Slurm refused is tried again each round for its first 4 refusals in a row, then after twice as long each time, up to this)",
+            "(a move Slurm refused is tried again after interval_s, then twice as long each time, up to this)",
             minimum=0.0),
     Setting("partition_duration_estimate_s", "float", 3600.0, "run time assumed for a job when predicting "
             "starts (durations are unknown to the controller)", minimum=1.0),

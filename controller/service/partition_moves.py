@@ -4,10 +4,9 @@ the partition map from the backend, keeps the per-job cooldown and pulls the lev
 
 The cooldown survives a restart: a job's last move is read from the decision log once.
 A move Slurm refused (24.11 answers "Resource temporarily unavailable" for a job its
-scheduler is looking at) starts no cooldown: it is tried again at the next round for the
-first few refusals in a row, then after a backoff that doubles (two rounds, four, ... at
-most the cooldown), so a transient refusal costs a round and a lasting one costs
-slurmctld little.
+scheduler is looking at) starts no cooldown: it is tried again after a backoff that
+doubles with each refusal (one round, two, four, ... at most the cooldown), so a
+transient refusal costs a round and a lasting one costs slurmctld little.
 """
 from __future__ import annotations
 
@@ -25,9 +24,6 @@ from controller.service.config import Config
 from controller.service.executor import LeverExecutor
 from controller.service.report import RoundReport, entry
 from controller.service.store import Store
-
-# Refusals in a row retried at the next round before the backoff starts doubling.
-FLAT_RETRIES = 4
 
 log = logging.getLogger("tiresias.controller")
 
@@ -127,12 +123,8 @@ class PartitionMover:
 
     def _refuse(self, job_id: str, now: float) -> None:
         count = self.refused.get(job_id, (0, now))[0] + 1
-        # Every round for the first FLAT_RETRIES refusals (26.05 refuses a job its scheduler
-        # is looking at for several seconds in a row: a doubling from the first refusal let
-        # the blocker end first), then doubling; the exponent capped: a job refused for days
-        # must not overflow the float
-        doublings = min(max(count - FLAT_RETRIES, 0), 40)
-        backoff = min(self.config.interval_s * 2.0 ** doublings, self.config.partition_move_cooldown_s)
+        # the exponent capped: a job refused for days must not overflow the float
+        backoff = min(self.config.interval_s * 2.0 ** min(count - 1, 40), self.config.partition_move_cooldown_s)
         self.refused[job_id] = (count, now + backoff)
 
     def _refused_text(self, job_id: str, now: float) -> str:
