@@ -5,6 +5,7 @@ of one `set_site_factors` call stops its next `scontrol` chunk."""
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from controller.service.executor import LeverExecutor
 from controller.service.lease import ControllerLock, Lease
 from controller.service.store import LeaseLost, Store, StoreError
 from slurm_plugin.backend import MAX_IDS_PER_UPDATE, CommandResult, SlurmBackend
+from tests.pg_server import postgres_url  # noqa: F401  (fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
 HOLD = ("import sys, time; from controller.service.lease import ControllerLock; "
@@ -90,3 +92,51 @@ def test_the_lease_margin_is_the_command_time_out_and_always_taken_on_postgresql
     assert config.fence_margin() == 16.0 and config.lease_ttl() == 24.0 > config.command_timeout_s + 1
     with pytest.raises(ValueError, match="below its TTL"):
         Lease(Store("sqlite://"), "c", ttl_s=10.0, margin_s=16.0)
+
+
+STALLS_IN_A_TRANSACTION = """
+import sys, time
+from controller.service.lease import Lease
+from controller.service.store import JobRecord, Store
+stalled = float(sys.argv[2]) or None
+store = Store(sys.argv[1], stalled_tx_s=stalled)
+lease = Lease(store, "c", ttl_s=1.0, holder="a", margin_s=0.5)
+assert lease.hold()
+with store.transaction():  # fenced: holds the lease row's lock
+    store.save_jobs("c", [JobRecord(job_id="1", num_gpus=1, submit_time_s=0.0, user="u", partition="p")])
+    print("in the transaction", flush=True)
+    time.sleep(60)  # as a SIGSTOP there: the session sits idle in its transaction
+"""
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("stalled_tx_s", [1.0, 0.0], ids=["session-ended", "no-timeout"])
+def test_a_leader_stopped_inside_a_transaction_keeps_the_standby_out_only_until_its_lease_ends(
+        postgres_url, stalled_tx_s):  # noqa: F811
+    """The lease row lock a stalled leader's transaction holds ends with its session
+    once it sat idle for the lease TTL; without that bound the standby stays out."""
+    from sqlalchemy import create_engine
+
+    from controller.service.store import metadata
+    engine = create_engine(postgres_url)
+    metadata.drop_all(engine)
+    engine.dispose()
+    Store(postgres_url).close()  # the schema, before two processes race to create it
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    leader = subprocess.Popen([sys.executable, "-c", STALLS_IN_A_TRANSACTION, postgres_url, str(stalled_tx_s)],
+                              stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert leader.stdout.readline().strip() == "in the transaction"
+        with Store(postgres_url, busy_timeout_s=0.5) as theirs:
+            standby = Lease(theirs, "c", ttl_s=1.0, holder="b", margin_s=0.5)
+            started = time.monotonic()
+            while time.monotonic() - started < 5.0 and not standby.hold():
+                time.sleep(0.1)
+            took_s = time.monotonic() - started
+            if stalled_tx_s:
+                assert standby.epoch == 2 and took_s < 3.0, took_s  # TTL 1 s + the 0.5 s lock wait at most
+            else:
+                assert standby.epoch is None  # blocked on the lock for as long as the leader stalls
+    finally:
+        leader.kill()
+        leader.wait()

@@ -67,7 +67,7 @@ def _run(args, config) -> int:
     from controller.service.store import Store, StoreError
     from slurm_plugin.backend import SlurmBackend
 
-    store = Store(config.store_url())
+    store = Store(config.store_url(), stalled_tx_s=config.lease_ttl())  # a stopped leader's row locks end with its lease
     held = single_controller(store, config)  # noqa: F841 - SQLite: the flock, held until this process ends; PostgreSQL: the lease
     backend = SlurmBackend(partitions=list(config.partitions) or None, command_timeout_s=config.command_timeout_s)
     checked = preflight.at_start(config.mode, backend, config.site_factor_band, REQUEUE_EXIT_CODE,

@@ -21,7 +21,11 @@ database). Fencing, twice over:
   (SIGSTOP) and resumes finds its lease over and asks the database before it
   touches Slurm.
 
-Takeover takes at most TTL + poll_s after the leader's last renewal.
+Takeover takes at most TTL + poll_s after the leader's last renewal. A leader
+stopped inside a transaction holds the lease row's lock; the server ends its session
+once it has sat idle in that transaction for a TTL (``Store(stalled_tx_s=)``), else
+the standby's takeover would wait on that lock for as long as the leader is stopped
+(seen: a SIGSTOP landing in a round's bookkeeping kept the standby out for good).
 """
 from __future__ import annotations
 

@@ -292,11 +292,14 @@ class Store:
     """Persistent controller state over SQLAlchemy; see the module docstring.
 
     ``busy_timeout_s`` bounds how long a call waits for another process's lock
-    before raising ``StoreBusy``.
+    before raising ``StoreBusy``. ``stalled_tx_s`` (PostgreSQL): the server ends a
+    session of ours that sits inside a transaction doing nothing for longer, so a
+    process stopped mid-transaction (SIGSTOP, a frozen VM) does not keep the lease
+    row locked, and the standby blocked forever, once its lease is over.
     """
 
     def __init__(self, url: str = DEFAULT_URL, busy_timeout_s: float = 5.0, echo: bool = False,
-                 access: str = "write"):
+                 access: str = "write", stalled_tx_s: Optional[float] = None):
         if access not in ACCESS:
             raise ValueError(f"store access {access!r} is not one of {', '.join(ACCESS)}")
         try:
@@ -327,7 +330,9 @@ class Store:
         else:
             # A row/table lock held elsewhere fails after the same bound as SQLite's.
             connect_args["options"] = f"-c lock_timeout={int(self.busy_timeout_s * 1000)}" + (
-                " -c default_transaction_read_only=on" if self.read_only else "")
+                " -c default_transaction_read_only=on" if self.read_only else "") + (
+                f" -c idle_in_transaction_session_timeout={max(1, int(stalled_tx_s * 1000))}"
+                if stalled_tx_s else "")
             connect_args["connect_timeout"] = max(1, int(self.busy_timeout_s))
             # psycopg2 sends an executemany UPDATE (save_jobs) in pages, not a row per round trip.
             options["executemany_mode"] = "values_plus_batch"
