@@ -72,9 +72,19 @@ def test_qos_limited_and_reservation_bound_jobs_preempt_nobody_and_a_plain_job_s
                  (d["round_id"], d["kind"], d["detail"]) for d in run.decisions(limited) if d["kind"] != "wait"][:8]))
     assert iso.squeue()[reserved]["job_state"] == "PENDING"
     monkeypatch.setenv("SLURM_CONF", iso.conf)
-    capsys.readouterr()
-    assert main(["explain", limited, "--config", str(run.tmp / "tiresias.yaml")]) == 0
-    assert "wait: Slurm reason QOSMaxGRESPerUser" in capsys.readouterr().out
+
+    def explained() -> str:  # explain reads Slurm's reason live: None again after any update of the job
+        capsys.readouterr()
+        assert main(["explain", limited, "--config", str(run.tmp / "tiresias.yaml")]) == 0
+        return capsys.readouterr().out
+
+    said = [""]
+
+    def explains_the_limit() -> bool:
+        said[0] = explained()
+        return "wait: Slurm reason QOSMaxGRESPerUser" in said[0]
+
+    wait_for(explains_the_limit, 30, "explain to name the QOS limit", seen=lambda: said[0])
 
     # Control: a plain job of alice's (QOS normal, no limit) makes one of bob's jobs yield.
     control, _ = iso.submit("alice", 4, 5, "control", extra="--time=10")
@@ -82,4 +92,5 @@ def test_qos_limited_and_reservation_bound_jobs_preempt_nobody_and_a_plain_job_s
              "the control job to start", seen=lambda: reasons(iso, [control, limited, reserved, *bobs]))
     preempted = {d["job_id"] for d in run.decisions() if d["kind"] == "preempt" and d["applied"]}
     assert len(preempted) == 1 and preempted <= set(bobs), run.decisions()
-    assert reasons(iso, [limited])[limited] == "PENDING/QOSMaxGRESPerUser"
+    wait_for(lambda: reasons(iso, [limited])[limited] == "PENDING/QOSMaxGRESPerUser", 30,
+             "the QOS-limited job to wait on its limit still", seen=lambda: reasons(iso, [limited]))

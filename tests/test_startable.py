@@ -35,6 +35,8 @@ def test_a_job_slurm_would_not_start_preempts_nobody_but_keeps_its_band(store, r
     assert [call for call in backend.calls if call[0] in ("signal", "requeue")] == []
     assert report.plan.levels["2"] == 0 and report.plan.order[-1] == "2"  # queue 1, banded, after the planned
     assert report.plan.wait_reasons["2"].startswith(f"Slurm reason {reason}:")
+    # None is not a wait of its own: the owner reads that Slurm has not looked at the job yet
+    assert ("has not looked at it" in report.plan.wait_reasons["2"]) == (reason == "None")
     factors = [call[1] for call in backend.calls if call[0] == "set_site_factors"]
     assert any("2" in f for f in factors)  # its SiteFactor band is set, ready for when Slurm lifts the reason
 

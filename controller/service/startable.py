@@ -97,5 +97,12 @@ def add_waiting(plan: Plan, waiting: Iterable[JobState], reasons: dict[str, str]
         plan.order.append(job_id)
         plan.levels[job_id] = policy.level(job, ctx)
         plan.keys[job_id] = policy.display_value(job, ctx)
-        plan.wait_reasons[job_id] = (f"Slurm reason {reasons[job_id]}: Slurm does not start it now, so no job "
-                                     "is preempted for it")
+        plan.wait_reasons[job_id] = wait_text(reasons[job_id])
+
+
+def wait_text(reason: str) -> str:
+    """Why a job waiting on Slurm is not a reason to preempt, in words for its owner."""
+    if reason == "None":  # not looked at since its submission or last update (module docstring)
+        return ("Slurm reason None: Slurm's scheduler has not looked at it since it was submitted or last "
+                "updated; no job is preempted for it until Slurm says it waits only for GPUs")
+    return f"Slurm reason {reason}: Slurm does not start it now, so no job is preempted for it"
