@@ -101,7 +101,10 @@ class ScriptedSlurm:
         self.first_submit.setdefault(job_id, submit)  # a requeue moves submit_time, not the age order here
         # An ordinary one-node job (max_nodes 0, as fixture jobs 4 and 11); one in 20 keeps
         # the template's (job 10) max_nodes 4, a -N 1-4 job the placement must bound.
-        record.update(job_id=job_id, tres_per_node=f"gres:gpu:{gpus}", node_count=1, tasks=1, submit_time=submit,
+        # one CPU a node, as the template's (job 10: 4 nodes, 4 CPUs) has: its 4 CPUs on one node would be more
+        # than the nodes' CPUs left free (sinfo's counts stay the template's) hold for every job
+        record.update(job_id=job_id, tres_per_node=f"gres:gpu:{gpus}", node_count=1, tasks=1, cpus=1,
+                      submit_time=submit,
                       eligible_time=submit, max_nodes=record["max_nodes"] if job_id % 20 == 0 else 0,
                       partition="batch", user_name="bob", comment="", restart_cnt=0, job_state="PENDING",
                       state_reason="Priority", requeue=True, batch_flag=True, required_nodes="", excluded_nodes="")
@@ -117,7 +120,7 @@ class ScriptedSlurm:
             raise ValueError(f"gpus value {gpus} is not a whole number of {self.gpus_per_node}-GPU nodes")
         self.jobs[job_id] = self._pending(job_id, per_node, self.now)
         count = gpus // per_node
-        self.jobs[job_id].update(requeue=requeue, comment=comment, node_count=count,
+        self.jobs[job_id].update(requeue=requeue, comment=comment, node_count=count, cpus=count,
                                  max_nodes=count if count > 1 else 0)
         if work_s is not None:
             self.work_left_s[job_id] = float(work_s)

@@ -115,7 +115,7 @@ p = tomllib.load(open(\"/tmp/tiresias/pyproject.toml\", \"rb\"))[\"project\"]
 print(\"\\n\".join(p[\"dependencies\"] + p[\"optional-dependencies\"][\"test\"]))' >/tmp/tiresias/req.txt \
         && PIP_CERT=/tmp/tiresias/host-ca.crt $VENV/bin/pip install -q -r /tmp/tiresias/req.txt \
         && rm -rf $WHEELS && PIP_CERT=/tmp/tiresias/host-ca.crt $VENV/bin/pip download -q -d $WHEELS \
-            -r /tmp/tiresias/req.txt 'setuptools>=61' wheel" >"$CACHE/venv-$SUITE.log" 2>&1 \
+            -r /tmp/tiresias/req.txt 'setuptools>=77' wheel" >"$CACHE/venv-$SUITE.log" 2>&1 \
         || { tail -20 "$CACHE/venv-$SUITE.log" >&2; die "venv in $ROOT failed"; }
     echo "$want" >"$ROOT$VENV/.pyproject"
     log "venv ready in $((SECONDS - t0)) s"

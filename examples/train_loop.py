@@ -14,10 +14,10 @@ import sys
 import time
 
 try:
-    from controller import checkpoint
-except ImportError:  # running from a checkout without the package installed
+    import tiresias_checkpoint as checkpoint  # pip install tiresias-checkpoint
+except ImportError:  # a checkout's examples/, the helper one folder up
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-    from controller import checkpoint
+    import tiresias_checkpoint as checkpoint
 
 
 def main() -> int:

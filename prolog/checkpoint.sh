@@ -2,7 +2,8 @@
 # Tiresias checkpoint snippet for batch scripts: `source` it, define a function that
 # writes your checkpoint, and call tiresias_checkpoint_trap with its name.
 #
-#   source /path/to/checkpoint.sh
+#   source "$(python3 -m tiresias_checkpoint --shell-helper)"   # or its path, e.g.
+#   source /usr/local/share/tiresias/checkpoint.sh   # (tiresias install-files /)
 #   save_state() { tiresias_save_atomically ckpt.txt "$step"; }
 #   tiresias_checkpoint_trap save_state
 #   for step in $(seq "$(cat ckpt.txt 2>/dev/null || echo 0)" 1000); do work "$step"; done

@@ -24,6 +24,13 @@ excluded categories (never silently dropped):
 Slurm 22.05 has no restart count in sacct, so ``requeues`` is the number of
 earlier runs (rows) of the same job. Times are epoch seconds; the trace keeps
 them absolute (``load_trace``/``load_actuals`` rebase them to the first submit).
+A job's duration is the sum of its runs' End - Start, the times the replay
+compares against; where sacct's Elapsed says otherwise (suspended time, clock
+steps) the job is counted in ``elapsed_disagrees`` and the export warns.
+
+:func:`history_shape` reads the cluster back out of the history (nodes, GPUs per
+node, GPU types, partitions, the peak of GPUs in use at once) and suggests the
+``simulate`` cluster flags that replay it.
 """
 from __future__ import annotations
 
@@ -41,7 +48,8 @@ import numpy as np
 
 from controller.core.inputs import MAX_SECONDS, shorten
 from controller.core.model import InputError, JobSpec
-from slurm_plugin.grammar import SlurmParseError, expand_hostlist, gres_counts, parse_duration_s, scontrol_time
+from slurm_plugin.grammar import (SlurmParseError, expand_hostlist, gres_counts, gres_items, parse_duration_s,
+                                  scontrol_time)
 from slurm_plugin.parse import parse_sacct_json, slurm_number
 
 __all__ = [
@@ -57,14 +65,20 @@ __all__ = [
     "run_sacct",
     "parse_time_bound",
     "actual_summary",
+    "HistoryShape",
+    "history_shape",
     "actual_jcts",
     "ACTUAL_LABEL",
 ]
 
-# Fields asked from `sacct -P` when --json is not available. No JobName/Comment:
-# free text may contain the '|' delimiter and would shift the columns.
-SACCT_TEXT_FIELDS = ("JobIDRaw", "JobID", "User", "Partition", "State", "Submit", "Start", "End",
+# Fields asked from `sacct -P` when --json is not available. JobName is the one free
+# text among them: a '|' inside it adds fields, which are joined back into the name
+# (with a second free-text column, e.g. Comment, such a row is an error instead).
+SACCT_TEXT_FIELDS = ("JobIDRaw", "JobID", "JobName", "User", "Partition", "State", "Submit", "Start", "End",
                      "Elapsed", "AllocTRES", "ReqTRES", "NodeList")
+_FREE_TEXT_COLUMNS = ("jobname", "comment", "admincomment", "systemcomment", "workdir", "constraints")
+# Elapsed and End - Start are whole seconds each; a second apart is rounding, not a disagreement.
+ELAPSED_TOLERANCE_S = 1.0
 _REQUIRED_TEXT = ("State", "Submit", "Start", "End", "Elapsed")
 SACCT_TIMEOUT_S = 300
 ACTUAL_LABEL = "actual (Slurm)"
@@ -89,6 +103,9 @@ class SacctRun:
     gpus: int  # allocated when it ran, else requested
     mps: int
     allocated: bool  # nodes were assigned to this run
+    gpu_type: str = ""  # gres/gpu:TYPE it asked for ('' any type, or mixed)
+    job_name: str = ""
+    node_list: str = ""  # Slurm hostlist as sacct prints it ('' none)
 
 
 @dataclass
@@ -107,6 +124,11 @@ class AccountedJob:
     mps: int
     requeues: int
     allocated: bool  # any run was allocated nodes
+    gpu_type: str = ""
+    job_name: str = ""
+    node_list: str = ""  # the last allocated run's nodes
+    last_start_s: Optional[float] = None  # the last allocated run's start
+    run_s: Optional[float] = None  # sum of the allocated runs' End - Start (None: a run lacks one)
 
 
 @dataclass
@@ -121,6 +143,24 @@ class ExportResult:
     jobs_seen: int = 0
     requeued_jobs: int = 0
     source: str = ""
+    # jobs in the trace whose Elapsed differs from End - Start (the trace has End - Start)
+    elapsed_disagrees: list[str] = field(default_factory=list)
+
+    def warning_lines(self) -> list[str]:
+        """One line per kind of inconsistency in the history, with its count (stderr)."""
+        lines = []
+        if self.elapsed_disagrees:
+            shown = ",".join(self.elapsed_disagrees[:8]) + (",..." if len(self.elapsed_disagrees) > 8 else "")
+            lines.append(f"warning: {len(self.elapsed_disagrees)} job(s) whose Elapsed disagrees with End - Start "
+                         f"by more than {ELAPSED_TOLERANCE_S:g} s (suspended, or clock steps); the trace has "
+                         f"End - Start: {shown}")
+        no_gpu = self.excluded["no_gpu"]
+        if no_gpu:
+            everything = len(no_gpu) == self.jobs_seen
+            lines.append(f"warning: {len(no_gpu)} jobs without whole GPUs (no gres/gpu in AllocTRES or ReqTRES)"
+                         + ("; none of the jobs has one: " if everything else "; if some did use GPUs, ")
+                         + "the site does not account gres/gpu (slurm.conf AccountingStorageTRES=gres/gpu)")
+        return lines
 
     def summary_lines(self) -> list[str]:
         """Human summary (for stderr): what was read, kept and excluded, and why."""
@@ -162,6 +202,10 @@ def runs_from_sacct_json(text: str | bytes, where: str = "sacct --json") -> list
     records = json.loads(text)["jobs"]  # valid: parse_sacct_json accepted it
     runs = []
     for record, job in zip(records, jobs):
+        tres = record.get("tres") or {}
+        # the type it asked for is what binds it in a replay; the one it got only if no request was kept
+        gpu_type = (_json_gpu_type(tres.get("requested")) if tres.get("requested") is not None
+                    else _json_gpu_type(tres.get("allocated")))
         t = record.get("time") or {}
         try:
             elapsed = slurm_number(t.get("elapsed"), "time.elapsed")
@@ -177,8 +221,32 @@ def runs_from_sacct_json(text: str | bytes, where: str = "sacct --json") -> list
         runs.append(SacctRun(job_id=job.job_id, user=job.user, partition=job.partition, state=job.state,
                              submit_s=job.submit_time, start_s=job.start_time, end_s=job.end_time,
                              elapsed_s=float(max(elapsed, 0)), gpus=job.gpus, mps=job.mps,
-                             allocated=bool(job.nodes)))
+                             allocated=bool(job.nodes), gpu_type=gpu_type, job_name=job.name,
+                             node_list=_hostlist_text(record.get("nodes")) if job.nodes else ""))
     return runs
+
+
+def _hostlist_text(value: Any) -> str:
+    return value.strip() if isinstance(value, str) and value.strip() not in ("None assigned", "(null)") else ""
+
+
+def _one_type(types: Iterable[str]) -> str:
+    """The GPU type when the GPUs are all of one type, else '' (untyped, or mixed)."""
+    found = {t for t in types if t}
+    return found.pop() if len(found) == 1 else ""
+
+
+def _json_gpu_type(items: Any) -> str:
+    # parse_sacct_json already checked these lists; gres items are {"type": "gres", "name": "gpu:a100"}
+    if not isinstance(items, list):
+        return ""
+    return _one_type(str(item.get("name", "")).partition(":")[2] for item in items
+                     if isinstance(item, dict) and item.get("type") == "gres"
+                     and str(item.get("name", "")).partition(":")[0] == "gpu")
+
+
+def _text_gpu_type(spec: str, field_name: str) -> str:
+    return _one_type(gtype for name, gtype, _, _ in gres_items(spec, field_name) if name == "gpu")
 
 
 def _split_text_lines(text: str) -> list[tuple[int, str]]:
@@ -210,11 +278,16 @@ def runs_from_sacct_text(text: str, where: str = "sacct -P") -> list[SacctRun]:
         raise InputError(f"{where}:{header_no}: header {header_line.strip()[:80]!r} lacks column(s) "
                          f"{', '.join(missing)} (expected `sacct -P -o {','.join(SACCT_TEXT_FIELDS)}`)")
     width = len(header)
+    free_text = [index[name] for name in _FREE_TEXT_COLUMNS if name in index]
     runs = []
     for line_no, line in lines[1:]:
         fields = line.split("|")
         if len(fields) == width + 1 and fields[-1] == "":
             fields = fields[:-1]
+        if len(fields) > width and free_text == [index.get("jobname")]:
+            # the '|' that sacct -P does not escape in a job name: its extra fields are the name's
+            at, extra = free_text[0], len(fields) - width
+            fields = fields[:at] + ["|".join(fields[at:at + extra + 1])] + fields[at + extra + 1:]
         if len(fields) != width:
             raise InputError(f"{where}:{line_no}: row has {len(fields)} field(s), the header has {width}")
 
@@ -238,6 +311,8 @@ def runs_from_sacct_text(text: str, where: str = "sacct -P") -> list[SacctRun]:
             elapsed = parse_duration_s(get("Elapsed"), "Elapsed") or 0.0
             alloc = gres_counts(get("AllocTRES"), field_name="AllocTRES")
             req = gres_counts(get("ReqTRES"), field_name="ReqTRES")
+            alloc_type = _text_gpu_type(get("AllocTRES"), "AllocTRES")
+            req_type = _text_gpu_type(get("ReqTRES"), "ReqTRES")
             nodes = expand_hostlist(get("NodeList")) if "nodelist" in index else None
         except SlurmParseError as err:
             raise InputError(f"{where}:{line_no}: job {shorten(job_id)}: {err}") from None
@@ -257,9 +332,14 @@ def runs_from_sacct_text(text: str, where: str = "sacct -P") -> list[SacctRun]:
             start = None
         if state not in _FINISHED_STATES and state != "REQUEUED":
             end = None
+        # the type it asked for is what binds it in a replay (untyped: any node); the one
+        # it got only when ReqTRES was not saved
+        gpu_type = req_type if "reqtres" in index else alloc_type
         runs.append(SacctRun(job_id=job_id, user=get("User"), partition=get("Partition"), state=state,
                              submit_s=submit, start_s=start, end_s=end, elapsed_s=elapsed,
-                             gpus=counts.get("gpu", 0), mps=counts.get("mps", 0), allocated=allocated))
+                             gpus=counts.get("gpu", 0), mps=counts.get("mps", 0), allocated=allocated,
+                             gpu_type=gpu_type, job_name=get("JobName"),
+                             node_list=_hostlist_text(get("NodeList")) if nodes else ""))
     return runs
 
 
@@ -298,6 +378,7 @@ def merge_runs(runs: Iterable[SacctRun]) -> list[AccountedJob]:
         starts = [r.start_s for r in job_runs if r.start_s is not None and r.allocated]
         allocated_runs = [r for r in job_runs if r.allocated]
         sized = allocated_runs[-1] if allocated_runs else last
+        timed = [r for r in allocated_runs if r.start_s is not None and r.end_s is not None]
         out.append(AccountedJob(
             job_id=job_id, user=next((r.user for r in reversed(job_runs) if r.user), ""),
             partition=(allocated_runs[-1].partition if allocated_runs else last.partition),
@@ -306,7 +387,12 @@ def merge_runs(runs: Iterable[SacctRun]) -> list[AccountedJob]:
             last_end_s=last.end_s if last.state in _FINISHED_STATES else None,
             elapsed_s=float(sum(r.elapsed_s for r in job_runs)),
             gpus=max(sized.gpus, 0), mps=sized.mps, requeues=len(job_runs) - 1,
-            allocated=bool(allocated_runs)))
+            allocated=bool(allocated_runs), gpu_type=sized.gpu_type,
+            job_name=next((r.job_name for r in reversed(job_runs) if r.job_name), ""),
+            node_list=allocated_runs[-1].node_list if allocated_runs else "",
+            last_start_s=allocated_runs[-1].start_s if allocated_runs else None,
+            run_s=(float(sum(max(r.end_s - r.start_s, 0.0) for r in timed))
+                   if allocated_runs and len(timed) == len(allocated_runs) else None)))
     out.sort(key=lambda j: (j.submit_s, _id_key(j.job_id)))
     return out
 
@@ -346,11 +432,17 @@ def build_export(runs: Sequence[SacctRun], *, source: str = "sacct",
         elif not (job.first_start_s <= job.last_end_s and job.submit_s <= job.last_end_s):
             result.excluded["bad_times"].append(job.job_id)
         else:
+            duration = job.elapsed_s if job.run_s is None else job.run_s
+            if job.run_s is not None and abs(job.run_s - job.elapsed_s) > ELAPSED_TOLERANCE_S:
+                result.elapsed_disagrees.append(job.job_id)
             result.jobs.append(JobSpec(job_id=job.job_id, num_gpus=job.gpus, submit_time_s=job.submit_s,
-                                       duration_s=job.elapsed_s, partition=job.partition.split(",")[0] or "default",
-                                       user=job.user))
+                                       duration_s=duration, partition=job.partition.split(",")[0] or "default",
+                                       user=job.user, job_name=job.job_name, gpu_type=job.gpu_type))
             result.actuals[job.job_id] = {"actual_start_s": job.first_start_s, "actual_end_s": job.last_end_s,
-                                          "requeues": job.requeues, "state": job.state}
+                                          "requeues": job.requeues, "state": job.state,
+                                          "node_list": job.node_list}
+            if job.requeues:  # where its last run begins: the history's shape needs it (history_shape)
+                result.actuals[job.job_id]["last_start_s"] = job.last_start_s
             if job.requeues:
                 result.requeued_jobs += 1
     return result
@@ -475,6 +567,130 @@ def own_recent_job_ids(squeue: str = "squeue", timeout_s: float = 30.0) -> list[
     if proc.returncode != 0:
         return []
     return [word for word in proc.stdout.split() if word.isdigit()]
+
+
+# --------------------------------------------------------------------------- the cluster the history shows
+@dataclass
+class HistoryShape:
+    """The cluster a history ran on, as far as its jobs show it. GPU counts are whole
+    GPUs; ``gpus_per_node`` is the most GPUs one node had in use at once (a lower
+    bound on its size; 0 when the history names no nodes)."""
+
+    jobs: int
+    nodes: list[str]
+    gpus_per_node: int
+    node_kinds: list[tuple[int, tuple[str, ...], str]]  # (count, partitions, GPU type), as simulate --node-kinds
+    gpu_types: dict[str, int]  # type ('' untyped) -> jobs
+    partitions: dict[str, int]  # partition -> jobs
+    peak_gpus: int
+    held: list[tuple[float, float, int]]  # (from, to, GPUs) per job: the time it held its GPUs
+
+    def suggested_flags(self) -> str:
+        """The ``simulate`` cluster flags that replay this history."""
+        if not self.nodes:
+            # no NodeList: the smallest cluster of 8-GPU nodes (or the largest job's size) that held the peak
+            largest = max((g for _, _, g in self.held), default=1)
+            per_node = min(largest, 8)
+            return f"--nodes {max(-(-self.peak_gpus // per_node), 1)} --gpus-per-node {per_node}"
+        if len(self.node_kinds) > 1 or any(kind[2] for kind in self.node_kinds):
+            kinds = ",".join(f"{count}:{'+'.join(parts)}" + (f":{gpu_type}" if gpu_type else "")
+                             for count, parts, gpu_type in self.node_kinds)
+            return f"--node-kinds {kinds} --gpus-per-node {self.gpus_per_node}"
+        return f"--nodes {len(self.nodes)} --gpus-per-node {self.gpus_per_node}"
+
+    def lines(self) -> list[str]:
+        """What the history shows, for stderr."""
+        def counted(items: dict[str, int]) -> str:
+            return ", ".join(f"{name or 'untyped'} ({n} jobs)" for name, n in sorted(items.items(),
+                                                                                     key=lambda kv: (-kv[1], kv[0])))
+        shown = ",".join(self.nodes[:8]) + (",..." if len(self.nodes) > 8 else "")
+        nodes = (f"{len(self.nodes)} ({shown}), up to {self.gpus_per_node} GPUs in use on one node"
+                 if self.nodes else "not recorded (no NodeList)")
+        return [f"history: {self.jobs} GPU job(s); nodes: {nodes}",
+                f"  GPU types: {counted(self.gpu_types)}",
+                f"  partitions: {counted(self.partitions)}",
+                f"  peak: {self.peak_gpus} GPUs in use at once",
+                f"  replay it on: {self.suggested_flags()}"]
+
+    def capacity_warning(self, capacity_gpus: int) -> Optional[str]:
+        """A line when the history had more GPUs in use at once than ``capacity_gpus``,
+        with the number of job starts that went past it; else None."""
+        if self.peak_gpus <= capacity_gpus:
+            return None
+        in_use, starts = 0, 0
+        for _, delta in _usage_events(self.held):
+            in_use += delta
+            if delta > 0 and in_use > capacity_gpus:
+                starts += 1
+        return (f"warning: the history had up to {self.peak_gpus} GPUs in use at once, more than the replay "
+                f"cluster's {capacity_gpus}: {starts} job start(s) went past it (the replay queues them longer; "
+                f"replay it on {self.suggested_flags()})")
+
+
+def _usage_events(held: Sequence[tuple[float, float, int]]) -> list[tuple[float, int]]:
+    # at one instant an end frees GPUs before a start takes them, as Slurm hands them over
+    events = [(t0, g) for t0, _, g in held] + [(t1, -g) for _, t1, g in held]
+    events.sort(key=lambda e: (e[0], e[1]))
+    return events
+
+
+def _peak(held: Sequence[tuple[float, float, int]]) -> int:
+    in_use = peak = 0
+    for _, delta in _usage_events(held):
+        in_use += delta
+        peak = max(peak, in_use)
+    return peak
+
+
+def history_shape(jobs: Sequence[JobSpec], actuals: dict[str, dict[str, Any]]) -> HistoryShape:
+    """The cluster ``jobs`` ran on, from their recorded start, end and nodes.
+
+    A job holds its GPUs for its duration up to its actual end. A requeued job
+    with a recorded ``last_start_s`` holds them in its last run, on its nodes, and
+    for the rest of its duration from its first start (exact for one requeue; the
+    earlier runs of several requeues count as one stretch); without it, as one
+    stretch ending at its end, on no node (its node list is the last run's only).
+    Its GPUs count evenly on each of its nodes. A node's partitions and GPU type
+    are those of the jobs that ran on it."""
+    held, on_node = [], {}
+    node_parts: dict[str, set[str]] = {}
+    node_types: dict[str, set[str]] = {}
+    gpu_types: dict[str, int] = {}
+    partitions: dict[str, int] = {}
+    for job in jobs:
+        gpu_types[job.gpu_type] = gpu_types.get(job.gpu_type, 0) + 1
+        partitions[job.partition] = partitions.get(job.partition, 0) + 1
+        rec = actuals.get(job.job_id) or {}
+        start, end = rec.get("actual_start_s"), rec.get("actual_end_s")
+        if start is None or end is None:
+            continue
+        last_start = rec.get("last_start_s") if rec.get("requeues") else start
+        if last_start is None:  # requeued, its last run unknown: one stretch, on no node
+            held.append((max(start, end - (job.duration_s or 0.0)), end, job.num_gpus))
+            continue
+        if job.duration_s is not None:
+            last_start = max(last_start, end - job.duration_s)
+            earlier_s = job.duration_s - (end - last_start)
+            if last_start > start and earlier_s > 0:
+                held.append((start, min(start + earlier_s, last_start), job.num_gpus))
+        held.append((last_start, end, job.num_gpus))
+        try:
+            names = expand_hostlist(rec.get("node_list") or "")
+        except SlurmParseError:
+            names = []
+        for name in names:
+            on_node.setdefault(name, []).append((last_start, end, -(-job.num_gpus // len(names))))
+            node_parts.setdefault(name, set()).add(job.partition)
+            node_types.setdefault(name, set()).add(job.gpu_type)
+    nodes = sorted(on_node, key=_id_key)
+    kinds: dict[tuple[tuple[str, ...], str], int] = {}
+    for name in nodes:
+        key = (tuple(sorted(node_parts[name])), _one_type(node_types[name]))
+        kinds[key] = kinds.get(key, 0) + 1
+    return HistoryShape(jobs=len(jobs), nodes=nodes,
+                        gpus_per_node=max((_peak(on_node[n]) for n in nodes), default=0),
+                        node_kinds=[(count, parts, gpu_type) for (parts, gpu_type), count in kinds.items()],
+                        gpu_types=gpu_types, partitions=partitions, peak_gpus=_peak(held), held=held)
 
 
 # --------------------------------------------------------------------------- actual figures

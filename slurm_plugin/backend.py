@@ -84,6 +84,62 @@ _AS_REPORTED = ("job_id", "user", "partition", "state", "reason", "gpus", "time_
                 "het_offset", "gpu_type", "gpu_types", "reservation", "account", "name")
 
 
+def _free(total: int | None, allocated: int | None) -> int | None:
+    """What a node has free of a count Slurm reports in all and allocated (None: not both)."""
+    return None if total is None or allocated is None else max(total - allocated, 0)
+
+
+def _asked_per_node(job: SlurmJob) -> dict:
+    """The ObservedJob fields of what a pending job asks of each node beyond GPUs.
+
+    CPUs per node: the most of its per-node minimum, its CPUs over its nodes (rounded
+    up: Slurm may spread them unevenly, so an even share is the least a node must
+    hold, and asking it of every node is on the side of preempting less) and
+    --cpus-per-gpu times its GPUs per node. Memory per node: --mem, else
+    --mem-per-cpu times those CPUs, else --mem-per-gpu times its GPUs per node. A field
+    the record lacks (None), an OR/bracket/count --constraint and an --exclusive mode
+    other than the whole node are ``unmodelled``: the job is never a reason to preempt."""
+    unmodelled = []
+    nodes = max(job.node_count, 1)
+    gpus_per_node = -(-job.gpus // nodes)
+    cpus = mem = 0
+    if job.cpus is None or job.min_cpus_per_node is None or job.cpus_per_gpu is None:
+        unmodelled.append("its CPUs (not reported, or --cpus-per-gpu of another kind)")
+    else:
+        cpus = max(job.min_cpus_per_node, -(-job.cpus // nodes), job.cpus_per_gpu * gpus_per_node)
+    if None in (job.mem_per_node_mb, job.mem_per_cpu_mb, job.mem_per_gpu_mb):
+        unmodelled.append("its memory (not reported, or --mem-per-gpu of another kind)")
+    else:
+        mem = job.mem_per_node_mb or job.mem_per_cpu_mb * cpus or job.mem_per_gpu_mb * gpus_per_node
+    constraint = job.constraint
+    if constraint is None:
+        unmodelled.append("its --constraint (not reported)")
+    elif constraint.form.startswith("unreadable"):
+        log.warning("job %s: --constraint %s is not Slurm's grammar: %s", job.job_id,
+                    json.dumps(constraint.text), constraint.form)
+        unmodelled.append(f"--constraint={constraint.text}, {constraint.form}")
+    elif constraint.form:
+        unmodelled.append(f"--constraint={constraint.text} ({constraint.form}: which nodes satisfy it is"
+                          " Slurm's choice)")
+    if job.shared is None:
+        unmodelled.append("its --exclusive (not reported)")
+    elif job.shared not in ("", "exclusive", "oversubscribe"):
+        unmodelled.append(f"--exclusive={job.shared}")
+    return dict(cpus_per_node=cpus, mem_per_node_mb=mem,
+                features=constraint.features if constraint is not None and not constraint.form else (),
+                exclusive=job.shared == "exclusive", unmodelled="; ".join(unmodelled))
+
+
+def _held_by_node(job: SlurmJob) -> tuple[tuple[str, int, int], ...]:
+    """A running job's (node, CPUs, MB) per allocated node; 0 where Slurm does not say."""
+    names = job.allocated_nodes
+    if not names:
+        return ()
+    cpus = job.cpus_by_node if len(job.cpus_by_node) == len(names) else (0,) * len(names)
+    mem = job.mem_by_node_mb if len(job.mem_by_node_mb) == len(names) else (0,) * len(names)
+    return tuple(zip(names, cpus, mem))
+
+
 class LeverFailed(RuntimeError):
     """Slurm refused a lever (job vanished, no longer pending, ...): one line with
     the job id(s) and Slurm's stderr."""
@@ -389,7 +445,9 @@ class SlurmBackend:
         observed_nodes = [
             Node(name=n.name, gpus_total=n.gpus_total, gpus_free=n.gpus_free, available=n.available,
                  partitions=tuple(n.partitions), gpu_type=n.gpu_type, reservation=reserved.get(n.name, ""),
-                 gpus_mps=n.gpus_mps)
+                 gpus_mps=n.gpus_mps, cpus_total=n.cpus_total, cpus_free=_free(n.cpus_total, n.cpus_alloc),
+                 mem_total_mb=n.mem_total_mb, mem_free_mb=_free(n.mem_total_mb, n.mem_alloc_mb),
+                 features=n.features)
             for n in nodes if self._node_in_scope(n)
         ]
         self._arrays, self._task_records = arrays, task_records
@@ -616,6 +674,8 @@ class SlurmBackend:
             required_nodes=tuple(job.required_nodes),
             excluded_nodes=tuple(job.excluded_nodes),
             min_nodes=job.node_count,
+            **(_asked_per_node(job) if job.state == "PENDING" else {}),
+            held_by_node=_held_by_node(job) if job.state == "RUNNING" else (),
         )
 
     # ------------------------------------------------------------------ levers

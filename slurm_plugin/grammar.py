@@ -9,6 +9,7 @@ them; nothing here knows a JSON shape.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 import time
@@ -329,3 +330,94 @@ def scontrol_int(value: str | None, field_name: str, default: int = 0) -> int:
     if not re.fullmatch(r"-?[0-9]{1,19}", value):
         raise SlurmParseError(f"{field_name}: expected an integer, got {quoted(value)}")
     return int(value)
+
+
+# --------------------------------------------------------------------------
+# --constraint (sbatch's node feature expression)
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Constraint:
+    """A job's ``--constraint`` as the plan's model sees it. ``features``: the node
+    features a node must all have, when the value is a plain AND of them (one feature
+    included); ``form``: '' then, else what the model cannot express: which node
+    satisfies an OR, a matching OR (``[a|b]``: every node the same choice), a node
+    count (``a*2``) or a group (parentheses) depends on Slurm's choice over several
+    nodes, so such a job is never a reason to preempt."""
+
+    text: str
+    features: tuple[str, ...] = ()
+    form: str = ""
+
+    @property
+    def expressible(self) -> bool:
+        return not self.form
+
+
+# Feature names as slurm.conf admits them (letters, digits and a few marks); any other
+# character is not this grammar (the job is then left to Slurm, never guessed at).
+_FEATURE_TOKEN = re.compile(r"\s*(?:(?P<name>[A-Za-z0-9_.:=+\-/]+)|(?P<op>[&|()\[\]*]))")
+_FORMS = {"|": "an OR (|)", "[": "a matching OR ([...])", "*": "a node count (*N)", "(": "parentheses"}
+
+
+def parse_constraint(text: str | None, field_name: str = "features") -> Constraint:
+    """``a&b`` -> Constraint(features=('a', 'b')); ``a|b``, ``[a|b]``, ``a*2``, ``(a&b)``
+    -> Constraint(form=...) naming the first such form; '' or None: no constraint.
+    SlurmParseError (one line, the field and the value) when the value is not
+    Slurm's grammar: an unknown character, an operator without an operand, an
+    unbalanced bracket, a count that is not a whole number >= 1."""
+    text = (text or "").strip()
+    if not text:
+        return Constraint("")
+    tokens: list[tuple[str, str]] = []
+    at = 0
+    while at < len(text):
+        match = _FEATURE_TOKEN.match(text, at)
+        if match is None:
+            raise SlurmParseError(f"{field_name}: unexpected character {quoted(text[at])} at {at + 1}"
+                                  f" in {quoted(text)}")
+        tokens.append(("name", match["name"]) if match["name"] else ("op", match["op"]))
+        at = match.end()
+        while at < len(text) and text[at].isspace():
+            at += 1
+    forms: list[str] = []
+    position = _constraint_expr(tokens, 0, text, field_name, forms, closing="")
+    if position != len(tokens):
+        raise SlurmParseError(f"{field_name}: unexpected {quoted(tokens[position][1])} in {quoted(text)}")
+    if forms:
+        return Constraint(text, form=forms[0])
+    names = tuple(dict.fromkeys(value for kind, value in tokens if kind == "name"))
+    return Constraint(text, features=names)
+
+
+def _constraint_expr(tokens, at: int, text: str, field_name: str, forms: list, closing: str) -> int:
+    """expr := term (('&' | '|') term)*; returns the index after it."""
+    at = _constraint_term(tokens, at, text, field_name, forms)
+    while at < len(tokens) and tokens[at] in (("op", "&"), ("op", "|")):
+        if tokens[at][1] == "|":
+            forms.append(_FORMS["|"])
+        at = _constraint_term(tokens, at + 1, text, field_name, forms)
+    if closing and (at >= len(tokens) or tokens[at] != ("op", closing)):
+        raise SlurmParseError(f"{field_name}: unbalanced {quoted({')': '(', ']': '['}[closing])} in {quoted(text)}")
+    return at
+
+
+def _constraint_term(tokens, at: int, text: str, field_name: str, forms: list) -> int:
+    """term := (NAME | '(' expr ')' | '[' expr ']') ('*' COUNT)?"""
+    if at >= len(tokens):
+        raise SlurmParseError(f"{field_name}: an operator without a feature after it in {quoted(text)}")
+    kind, value = tokens[at]
+    if kind == "name":
+        at += 1
+    elif value in "([":
+        forms.append(_FORMS[value])
+        at = _constraint_expr(tokens, at + 1, text, field_name, forms, closing=")" if value == "(" else "]") + 1
+    else:
+        raise SlurmParseError(f"{field_name}: unexpected {quoted(value)} where a feature belongs in {quoted(text)}")
+    if at < len(tokens) and tokens[at] == ("op", "*"):
+        kind, count = tokens[at + 1] if at + 1 < len(tokens) else ("op", "")
+        if kind != "name" or not count.isdigit() or int(count) < 1:
+            raise SlurmParseError(f"{field_name}: a node count after '*' must be a whole number >= 1"
+                                  f" in {quoted(text)}")
+        forms.append(_FORMS["*"])
+        at += 2
+    return at

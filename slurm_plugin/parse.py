@@ -42,9 +42,9 @@ from typing import Any, Callable, Iterable
 from controller.core.inputs import MAX_EPOCH_S, MAX_SECONDS, shorten
 # the grammars' names callers have always imported from here stay importable here
 from controller.core.model import MIXED_TYPES
-from slurm_plugin.grammar import (MAX_HOSTS, SlurmParseError, expand_hostlist, gres_counts,  # noqa: F401
-                                  gres_items, parse_duration_s, quoted, scontrol_int, scontrol_time, split_scontrol_line,
-                                  untyped_first)
+from slurm_plugin.grammar import (MAX_HOSTS, Constraint, SlurmParseError, expand_hostlist,  # noqa: F401
+                                  gres_counts, gres_items, parse_constraint, parse_duration_s, quoted, scontrol_int,
+                                  scontrol_time, split_scontrol_line, untyped_first)
 
 __all__ = [
     "SlurmParseError",
@@ -144,6 +144,25 @@ class SlurmJob:
     # --gres=gpu:a100:4,gpu:v100:4, whose ``gpus`` is then their sum
     gpu_types: tuple[str, ...] = ()
     reservation: str = ""  # --reservation ('' none)
+    # What it asks of each node beyond GPUs, as Slurm checks before it starts it (squeue
+    # only; None: the record does not say, which is never read as 0). ``cpus``: all its
+    # CPUs; ``min_cpus_per_node``: its per-node minimum; ``cpus_per_gpu``: --cpus-per-gpu
+    # (0 none). Memory in MB: --mem (per node), --mem-per-cpu, --mem-per-gpu; 0: not
+    # asked. ``constraint``: --constraint parsed (slurm_plugin.grammar; a value that is
+    # not the grammar is kept with its error as ``form``). ``shared``: '' (the
+    # partition's default), 'exclusive' (--exclusive), else the mode Slurm names
+    # ('oversubscribe', 'user', 'mcs', 'topo', ...).
+    cpus: int | None = None
+    min_cpus_per_node: int | None = None
+    cpus_per_gpu: int | None = None
+    mem_per_node_mb: int | None = None
+    mem_per_cpu_mb: int | None = None
+    mem_per_gpu_mb: int | None = None
+    constraint: Constraint | None = None
+    shared: str | None = None
+    # a running job's CPUs and MB of memory on each of ``allocated_nodes`` (() when not said)
+    cpus_by_node: tuple[int, ...] = ()
+    mem_by_node_mb: tuple[int, ...] = ()
 
     @property
     def partitions(self) -> list[str]:
@@ -168,6 +187,13 @@ class SlurmNode:
     reason: str = ""
     available: bool = True
     gpu_type: str = ""  # its GPUs' type ('' untyped, MIXED_TYPES several; a MIG profile is a type)
+    # What Slurm counts beyond GPUs before it starts a job here (None: not reported):
+    # CPUs, and those allocated; real memory and allocated memory, MB; active features.
+    cpus_total: int | None = None
+    cpus_alloc: int | None = None
+    mem_total_mb: int | None = None
+    mem_alloc_mb: int | None = None
+    features: tuple[str, ...] | None = None
 
     @property
     def gpus_free(self) -> int:
@@ -588,7 +614,98 @@ def _squeue_job(r: dict) -> SlurmJob:
         gpu_type=_gpu_type_of(gpu_types),
         gpu_types=gpu_types,
         reservation=_str(r.get("resv_name"), "resv_name"),
+        **_job_resources_asked(r, job_id),
     )
+
+
+def _reported(r: dict, key: str, absent: int | None = None) -> int | None:
+    """A count the record may lack: ``absent`` (None: unknown) when the key is not
+    there; 0 when Slurm says it is not set (22.05 ``null``, 23.02+ ``set: false``)."""
+    if key not in r:
+        return absent
+    return _count(r.get(key), key, hi=2**62)
+
+
+def _per_gpu(r: dict, key: str) -> int | None:
+    """--mem-per-gpu / --cpus-per-gpu from ``memory_per_tres`` / ``cpus_per_tres``
+    (``gres/gpu:4096``, 22.05 ``gres:gpu:4096``); 0 when empty; None when the key is
+    absent or names something else (another TRES, a typed GPU): not read as 0."""
+    if key not in r:
+        return None
+    text = _str(r.get(key), key).strip()
+    if not text:
+        return 0
+    parts = text.replace("gres/", "gres:").split(":")
+    if len(parts) != 3 or parts[:2] != ["gres", "gpu"] or not parts[2].isdigit():
+        return None
+    return int(parts[2])
+
+
+# the ``shared`` modes a job may carry (22.05 one string; 23.02+ a list of flags)
+_SHARED_EXCLUSIVE = {"none", "no", "exclusive"}
+
+
+def _shared(value: Any) -> str:
+    """'' (the default), 'exclusive' (--exclusive), or Slurm's name of another mode."""
+    items = [value] if isinstance(value, str) else value if isinstance(value, list) else []
+    if value is not None and not isinstance(value, (str, list)):
+        raise SlurmParseError(f"shared: expected a string or a list, got {quoted(value)}")
+    names = sorted({str(item).strip().lower() for item in items if str(item).strip()})
+    if any(name in _SHARED_EXCLUSIVE for name in names):
+        return "exclusive"
+    if names and all(name in ("oversubscribe", "yes", "ok") for name in names):
+        return "oversubscribe"  # CPUs may be shared: the plan's whole-CPU count is the stricter one
+    return ",".join(names)
+
+
+def _job_resources_asked(r: dict, job_id: str) -> dict:
+    """The SlurmJob fields of what the job asks of each node beyond GPUs, and what a
+    running one holds there (see SlurmJob)."""
+    constraint = None
+    if "features" in r:
+        try:
+            constraint = parse_constraint(_str(r.get("features"), "features"))
+        except SlurmParseError as err:  # left to Slurm, with why (never the record lost)
+            constraint = Constraint(_str(r.get("features"), "features"), form=f"unreadable ({err})")
+    cpus_by_node, mem_by_node = _held_by_node(r.get("job_resources"), _count(r.get("cpus"), "cpus"))
+    cpus = _reported(r, "cpus")
+    return dict(
+        cpus=cpus or None,  # every job has a CPU: 0 is "not said"
+        min_cpus_per_node=_reported(r, "minimum_cpus_per_node") or None,
+        cpus_per_gpu=_per_gpu(r, "cpus_per_tres"),
+        mem_per_node_mb=_reported(r, "memory_per_node"),
+        mem_per_cpu_mb=_reported(r, "memory_per_cpu"),
+        mem_per_gpu_mb=_per_gpu(r, "memory_per_tres"),
+        constraint=constraint,
+        shared=_shared(r.get("shared")) if "shared" in r else None,
+        cpus_by_node=cpus_by_node,
+        mem_by_node_mb=mem_by_node,
+    )
+
+
+def _held_by_node(resources: Any, cpus: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """A running job's CPUs and memory (MB) per allocated node, in allocation order:
+    24.05+ ``nodes.allocation[].cpus.count`` / ``.memory.allocated``; 22.05/23.02
+    ``allocated_nodes[].memory_allocated``, whose CPUs per node are not said (its
+    ``cpus_used`` is what steps use): then the job's CPUs when it holds one node,
+    else unknown (())."""
+    if not isinstance(resources, dict):
+        return (), ()
+    items = resources.get("allocated_nodes")
+    if isinstance(items, list) and all(isinstance(item, dict) for item in items) and items:
+        mem = (tuple(_count(item["memory_allocated"], "memory_allocated", hi=2**62) for item in items)
+               if all("memory_allocated" in item for item in items) else ())
+        return ((cpus,) if len(items) == 1 and cpus else ()), mem
+    nodes = resources.get("nodes")
+    items = nodes.get("allocation") if isinstance(nodes, dict) else None
+    if not (isinstance(items, list) and items and all(isinstance(item, dict) for item in items)):
+        return (), ()
+    cpus_held = [(item.get("cpus") or {}).get("count") if isinstance(item.get("cpus"), dict) else None
+                 for item in items]
+    mem_held = [(item.get("memory") or {}).get("allocated") if isinstance(item.get("memory"), dict) else None
+                for item in items]
+    return (tuple(_count(n, "cpus.count") for n in cpus_held) if None not in cpus_held else (),
+            tuple(_count(n, "memory.allocated", hi=2**62) for n in mem_held) if None not in mem_held else ())
 
 
 def _allocated_nodes(resources: Any) -> list[str]:
@@ -692,7 +809,34 @@ def _node(r: dict) -> SlurmNode:
         reason=_str(r.get("reason"), "reason"),
         available=state not in NODE_UNAVAILABLE_STATES and not (flags & NODE_UNAVAILABLE_FLAGS),
         gpu_type=_gpu_type_of_node(r.get("gres")),
+        cpus_total=_reported(r, "cpus"),
+        cpus_alloc=_reported(r, "alloc_cpus"),
+        mem_total_mb=_reported(r, "real_memory"),
+        mem_alloc_mb=_reported(r, "alloc_memory"),
+        features=_feature_list(r["active_features"], "active_features") if "active_features" in r else None,
     )
+
+
+def _feature_list(value: Any, field_name: str) -> tuple[str, ...]:
+    """A node's features, comma-separated ('' none)."""
+    return tuple(sorted({item.strip() for item in _str(value, field_name).split(",") if item.strip()}))
+
+
+def _group_per_node(group: dict, key: str, count: int) -> tuple[int | None, int | None]:
+    """(each node's total, each node's allocated) of a 23.11+ sinfo group's ``cpus`` or
+    ``memory``: the total when its minimum and maximum agree; the allocated count (a
+    sum over the group) when the group is one node or nothing is allocated. None:
+    the group does not say (never split by guess)."""
+    item = group.get(key)
+    if not isinstance(item, dict):
+        return None, None
+    low, high = slurm_number(item.get("minimum"), f"{key}.minimum"), slurm_number(item.get("maximum"),
+                                                                                    f"{key}.maximum")
+    total = int(low) if low is not None and low == high else None
+    allocated = slurm_number(item.get("allocated"), f"{key}.allocated") if "allocated" in item else None
+    if allocated is not None and (count == 1 or allocated == 0):
+        return total, int(allocated)
+    return total, None
 
 
 def _sinfo_groups(records: list, errors: list | None) -> list[SlurmNode]:
@@ -710,6 +854,11 @@ def _sinfo_groups(records: list, errors: list | None) -> list[SlurmNode]:
             state, flags = _node_state(g.get("node") or {})
             gres = g.get("gres") or {}
             part = ((g.get("partition") or {}).get("name")) or ""
+            # a group's CPU and memory counts are its nodes' sums: per node only where they say
+            count = sum(len(expand_hostlist(name)) for name in names)
+            cpus_total, cpus_alloc = _group_per_node(g, "cpus", count)
+            mem_total, mem_alloc = _group_per_node(g, "memory", count)
+            features = g.get("features")
             for name in names:
                 for n in expand_hostlist(name):
                     prev = by_name.get(n)
@@ -718,6 +867,9 @@ def _sinfo_groups(records: list, errors: list | None) -> list[SlurmNode]:
                     used, mps_only = _gpus_held(gres.get("total"), gres.get("used"), total,
                                                 _gpu_count(gres.get("used"), None, "gres.used"))
                     by_name[n] = SlurmNode(
+                        cpus_total=cpus_total, cpus_alloc=cpus_alloc, mem_total_mb=mem_total, mem_alloc_mb=mem_alloc,
+                        features=(_feature_list(features.get("active"), "features.active")
+                                  if isinstance(features, dict) and "active" in features else None),
                         name=n, state=state, flags=flags, gpu_type=_gpu_type_of_node(gres.get("total")),
                         gpus_total=total, gpus_used=used, gpus_mps=mps_only,
                         partitions=parts,

@@ -57,6 +57,8 @@ TIMES = {
                     j4=(1796486447.0, 1796486448.0, 3.0)),
 }
 TIMES[TEXT_2205] = TIMES[JSON_2205]
+# the node job 4's last run had in each recording (trace export keeps it as node_list)
+NODES4 = {JSON_2205: "gpu2", JSON_2411: "gpu1", JSON_2605: "gpu1"}
 
 pytestmark = pytest.mark.usefixtures("utc")  # sacct text times are local time (conftest.utc)
 
@@ -95,7 +97,7 @@ def test_fixture_export_rows_and_counts(path):
         ("2", 1, submit2, 1.0, "alice", "batch"),
     ]
     assert result.actuals["1"] == {"actual_start_s": start1, "actual_end_s": end1,
-                                   "requeues": 0, "state": "COMPLETED"}
+                                   "requeues": 0, "state": "COMPLETED", "node_list": "gpu1"}
     assert result.excluded == {"no_gpu": ["3", "6"], "cancelled_pending": [], "never_started": ["10"],
                                "unfinished": ["4", "5", "7", "8"], "bad_times": []}
 
@@ -118,9 +120,11 @@ def test_finished_requeued_job_and_cancelled_pending_json(path):
     assert sorted(by_id) == ["1", "2", "4"]
     submit4, start4, elapsed4 = TIMES[path]["j4"]
     last_end = max(r.end_s for r in runs_from_sacct_json(_finished_json(path)) if r.job_id == "4")
+    last_start = max(r.start_s for r in runs_from_sacct_json(_finished_json(path)) if r.job_id == "4")
     assert (by_id["4"].num_gpus, by_id["4"].duration_s, by_id["4"].submit_time_s) == (1, elapsed4, submit4)
     assert result.actuals["4"] == {"actual_start_s": start4, "actual_end_s": last_end,
-                                   "requeues": 1, "state": "COMPLETED"}
+                                   "requeues": 1, "state": "COMPLETED", "node_list": NODES4[path],
+                                   "last_start_s": last_start}
     assert result.requeued_jobs == 1
     assert result.excluded["cancelled_pending"] == ["10"]
     assert result.excluded["never_started"] == []
@@ -133,7 +137,7 @@ def test_live_text_sample():
         ("34", 1, 3.0, "alice", "batch"), ("37", 4, 10.0, "bob", "small")]
     start = parse_time_bound("2026-11-30T17:54:14", "t")
     assert result.actuals["34"] == {"actual_start_s": start + 1, "actual_end_s": start + 5, "requeues": 1,
-                                    "state": "COMPLETED"}
+                                    "state": "COMPLETED", "node_list": "gpu2", "last_start_s": start + 3}
     assert result.excluded["cancelled_pending"] == ["18", "30"]
     assert result.excluded["no_gpu"] == ["40"]
 
@@ -179,7 +183,8 @@ def test_cli_export_writes_trace_with_actuals(tmp_path, capsys):
     assert [(j.job_id, j.num_gpus, j.submit_time_s, j.duration_s) for j in jobs] == [
         ("1", 2, 0.0, 5.0), ("2", 1, 18.0, 1.0), ("4", 1, 18.0, 8.0)]
     actuals = load_actuals(out)
-    assert actuals["4"] == {"actual_start_s": 19.0, "actual_end_s": 31.0, "requeues": 1, "state": "COMPLETED"}
+    assert actuals["4"] == {"actual_start_s": 19.0, "actual_end_s": 31.0, "requeues": 1, "state": "COMPLETED",
+                            "node_list": NODES4[JSON_2205], "last_start_s": 24.0}  # its second run's start
 
 
 def test_simulate_actual(tmp_path, capsys):
@@ -295,9 +300,9 @@ def test_cli_malformed_is_one_line_exit_2(tmp_path, capsys):
 @pytest.mark.parametrize("argv, expected", [
     (["trace", "export", "--out", "x.csv", "--from-file", "/nonexistent/sacct.json"], "cannot read"),
     (["trace", "export", "--out", "x.csv", "--from-file", str(TEXT_2205), "--start", "last tuesday"],
-     "start value 'last tuesday' is not a time"),
+     "-S/--starttime value 'last tuesday' is not a time"),
     (["trace", "export", "--out", "x.csv", "--from-file", str(TEXT_2205), "--start", "2026-12-01",
-      "--end", "2026-11-01"], "is before start"),
+      "--end", "2026-11-01"], "-E/--endtime value '2026-11-01' is before -S/--starttime value '2026-12-01'"),
     (["trace"], "an action is required"),
 ])
 def test_cli_bad_input(argv, expected, capsys):

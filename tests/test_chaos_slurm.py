@@ -171,17 +171,27 @@ class Chaos:
         or held, is a problem. The controller clears an expired pin once the job waits
         (changing a running job's ReqNodeList resizes it; a requeued job keeps it), so
         a pin is stale 3 rounds + 2 s after its expiry or after the job was first seen
-        pending again, whichever is later (a pin that expired while the job ran, before
+        pending again, whichever is later, once 3 rounds have run since then (a pin that expired while the job ran, before
         the controller requeued it, once counted from its expiry)."""
         pending_since: dict[str, float] = {}
+        rounds_seen: list[tuple[float, int]] = []  # (time, last round id begun) per look
+
+        def rounds_since(since: float, now_round: int) -> int:
+            """Rounds begun since ``since`` (counted from the first look at or after it)."""
+            later = [r for t, r in rounds_seen if t >= since]
+            return now_round - later[0] if later else 0
+
         while not self.stop.wait(2.0):
             try:
                 shown = self.instance.show_jobs()
                 with sqlite3.connect(self.db, timeout=10) as conn:
                     pins = dict(conn.execute("SELECT job_id, expires_s FROM pins").fetchall())
+                    row = conn.execute("SELECT last_round_id FROM round_counters").fetchone()
             except (subprocess.SubprocessError, sqlite3.Error, OSError):
                 continue  # slurmctld restarting or the store locked on purpose
             now = time.time()
+            now_round = row[0] if row else 0
+            rounds_seen.append((now, now_round))
             for job_id, fields in shown.items():
                 if fields.get("JobState") == "PENDING":
                     pending_since.setdefault(job_id, now)
@@ -198,8 +208,11 @@ class Chaos:
                 # an expired pin is cleared within a few rounds; rounds stretch when the
                 # machine runs the other releases' suites at the same time, so the bound is
                 # generous: what must never happen is a pin left behind for good
-                if pinned and (job_id not in pins
-                               or max(pins[job_id], pending_since[job_id]) < now - STALE_PIN_S):
+                # ... and only once the controller ran rounds after it: killed again and again
+                # in its start-up (the kill phase), no controller is there to clear it
+                since = max(pins.get(job_id, 0.0), pending_since[job_id])
+                if pinned and (job_id not in pins or (since < now - STALE_PIN_S
+                                                      and rounds_since(since, now_round) >= 4)):
                     self.problems.append(f"job {job_id} stale pin {fields.get('ReqNodeList')} (store: "
                                          f"{pins.get(job_id)}, {now - max(pins.get(job_id, now), pending_since[job_id]):.1f} s "
                                          "past its expiry or the job's return to pending)")

@@ -429,12 +429,28 @@ def test_save_atomically_writes_marker(tmp_path, monkeypatch):
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 
 
+def wait_for_handler(proc: subprocess.Popen, signum: int, timeout_s: float = 30.0) -> None:
+    """Until ``proc`` catches ``signum`` (its SigCgt mask in /proc): a signal sent
+    before the job installed its handler kills it, and under load Python's start-up
+    alone took longer than the one second a fixed sleep gave it."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        status = Path(f"/proc/{proc.pid}/status").read_text()
+        caught = int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:")), 16)
+        if caught & (1 << (signum - 1)):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"process {proc.pid} did not install a handler for signal {signum} in {timeout_s:g} s "
+                         f"(exit {proc.poll()})")
+
+
 def test_signal_handler_and_python_example(tmp_path):
     ckpt = tmp_path / "ckpt.json"
     env = dict(os.environ, TIRESIAS_CHECKPOINT_MARKER=str(tmp_path / "marker"))
     proc = subprocess.Popen([sys.executable, str(ROOT / "examples" / "train_loop.py"), "--steps", "1000",
                              "--step-s", "0.01", "--checkpoint", str(ckpt)], env=env, stdout=subprocess.PIPE, text=True)
-    time.sleep(1.0)
+    wait_for_handler(proc, signal.SIGUSR1)
+    time.sleep(0.1)  # a few of its steps
     proc.send_signal(signal.SIGUSR1)
     out, _ = proc.communicate(timeout=20)
     assert proc.returncode == checkpoint.REQUEUE_EXIT_CODE and "checkpointed at step" in out

@@ -41,13 +41,14 @@ def test_queue_lists_plan_order_actions_and_reasons(cluster, capsys):
     config_file, backend = cluster
     assert main(["queue", "--config", config_file]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split() == ["JOBID", "USER", "PARTITION", "GPUS", "STATE", "LEVEL", "PRIORITY", "ACTION", "REASON"]
-    rows = {line.split()[0]: line.split() for line in lines[1:]}
+    assert lines[0].split() == ["JOBID", "USER", "PARTITION", "GPUS", "ST", "PRIORITY(QUEUE:POS)", "ACTION", "REASON"]
+    assert lines[-1].startswith("GPUs: ")  # the free-GPU line explain prints too
+    rows = {line.split()[0]: line.split() for line in lines[1:-1]}
     assert list(rows) == ["2", "1", "3"]  # plan order, the job waiting on Slurm (held) last
-    assert rows["2"][4:8] == ["PENDING", "1", "1/0", "start"]
-    assert rows["1"][4:8] == ["RUNNING", "2", "2/1", "preempt"]
+    assert rows["2"][4:7] == ["PD", "1:1", "start"]  # queue 1, first in the controller's order
+    assert rows["1"][4:7] == ["R", "2:2", "preempt"]
     # held: it keeps its level (its SiteFactor band) but only waits, naming Slurm's reason
-    assert rows["3"][5:8] == ["1", "3/0", "wait"] and "Slurm reason JobHeldUser" in lines[3]
+    assert rows["3"][5:7] == ["1:3", "wait"] and "Slurm reason JobHeldUser" in lines[3]
     # nothing was written by the preview, nothing done in "Slurm"
     assert backend.calls == []
 
@@ -167,8 +168,8 @@ def test_queue_against_real_slurm(submit_as, tmp_path, capsys):
         assert code == 0
         assert line is not None, out
         fields = line.split()
-        assert fields[1:5] == ["alice", "batch", "2", "PENDING"]
-        assert "Slurm reason JobHeld" in line and fields[7] == "wait"  # a held job only waits
+        assert fields[1:5] == ["alice", "batch", "2", "PD"]
+        assert "Slurm reason JobHeld" in line and fields[6] == "wait"  # a held job only waits
     finally:
         subprocess.run(["scancel", job_id], capture_output=True, timeout=15)
 

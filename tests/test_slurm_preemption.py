@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # read the checkout): the scripts, the checkpoint helpers.
 EXAMPLE_FILES = ("examples/checkpoint_job.sbatch", "examples/srun_train.sbatch", "examples/lightning_style.sbatch",
                  "examples/train_loop.py", "examples/lightning_style.py", "prolog/checkpoint.sh",
-                 "controller/__init__.py", "controller/checkpoint.py")
+                 "tiresias_checkpoint.py")
 
 cluster = instance_fixture("tp")
 

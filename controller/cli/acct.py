@@ -2,7 +2,12 @@
 'tiresias simulate --out DIR' directory (--from DIR).
 
 Store times print as YYYY-MM-DDTHH:MM:SS (local time); simulation times are
-seconds from the trace start, printed as elapsed [D-]HH:MM:SS. Admins (root and
+seconds from the trace start, printed as elapsed [D-]HH:MM:SS, unless --trace names
+the `tiresias trace export` file the simulation replayed: then they are dates again
+(the trace's first submit + the simulated seconds), and each job shows the name and
+final state the history recorded (a job that timed out or lost its node ends so in
+the replay too: it runs its recorded time). -S/-E take sacct's date forms
+(controller.cli.argtypes.sacct_time); a bare simulation takes seconds. Admins (root and
 members of the groups slurm and tiresias-admin) read the store, opened read-only;
 it is readable by the service user only. Other users see their own jobs from
 Slurm's accounting: ``sacct`` runs as the caller, so Slurm decides what they may see
@@ -12,6 +17,7 @@ recorded job is listed.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
@@ -21,7 +27,7 @@ from controller.service.accounting import (ACTIVE_STATES, CENSORED_SAMPLE_STATES
 from controller.service.config import DEFAULT_PATH, load
 from controller.core.inputs import shorten
 from controller.core.model import InputError
-from controller.cli import reports
+from controller.cli import argtypes, reports
 from slurm_plugin.parse import JOB_BASE_STATES
 from controller.service.secrets import redact_url
 
@@ -48,9 +54,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     src.add_argument("--cluster", metavar="NAME", help="cluster name in the store (overrides the config)")
     src.add_argument("--from", dest="from_dir", metavar="DIR", help="a 'tiresias simulate --out' directory")
     src.add_argument("--policy", metavar="P", help="with --from: which jobs_<P>.csv (needed when there are several)")
+    src.add_argument("--trace", metavar="FILE",
+                     help="with --from: the `tiresias trace export` trace it replayed (dates, job names and the "
+                          "history's states)")
     sel = p.add_argument_group("selection")
     sel.add_argument("-S", "--starttime", metavar="TIME",
-                     help="jobs active at or after TIME (store: ISO date or epoch s; --from: seconds or D-HH:MM:SS)")
+                     help="jobs active at or after TIME, in sacct's forms (YYYY-MM-DD[THH:MM[:SS]], MMDD[YY], "
+                          "now-7days, today, midnight, ...); --from without --trace: seconds or D-HH:MM:SS")
     sel.add_argument("-E", "--endtime", metavar="TIME", help="jobs active at or before TIME (same forms as -S)")
     sel.add_argument("-u", "--user", metavar="USER[,USER]", help="only these users")
     sel.add_argument("-j", "--jobs", metavar="JOBID[,JOBID]", help="only these job ids")
@@ -62,6 +72,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     out.add_argument("-o", "--format", metavar="FIELD[%N],...", default=reports.DEFAULT_FORMAT,
                      help=f"fields and widths, like sacct (default {reports.DEFAULT_FORMAT}); see --helpformat")
     out.add_argument("-e", "--helpformat", action="store_true", help="list the fields and exit")
+    out.add_argument("-p", "--parsable", action="store_true", help="fields separated by '|', with a trailing '|'")
     out.add_argument("-P", "--parsable2", action="store_true", help="fields separated by '|', no trailing '|'")
     out.add_argument("--delimiter", metavar="CHARS", help="separator for -P (implies -P)")
     out.add_argument("-n", "--noheader", action="store_true", help="no header line")
@@ -111,18 +122,24 @@ def run(args) -> int:
     states = _states(args.state)
     if args.policy and not args.from_dir:
         raise InputError("--policy needs --from DIR (a simulator output directory)")
-    simulated = bool(args.from_dir)
-    start = reports.parse_time(args.starttime, "-S/--starttime", simulated) if args.starttime else None
-    end = reports.parse_time(args.endtime, "-E/--endtime", simulated) if args.endtime else None
+    if args.trace and not args.from_dir:
+        raise InputError("--trace needs --from DIR (the simulation that replayed it)")
+    # a simulation of an exported trace is dated again: its times print, and -S/-E read, as the store's
+    simulated = bool(args.from_dir) and not args.trace
+    start = _time_option(args.starttime, "-S/--starttime", simulated)
+    end = _time_option(args.endtime, "-E/--endtime", simulated)
     if start is not None and end is not None and end < start:
         raise InputError(f"-E/--endtime {args.endtime!r} is before -S/--starttime {args.starttime!r}")
 
-    if simulated:
+    if args.from_dir:
         csvs = reports.simulation_csvs(args.from_dir)
         policy = reports.pick_policies(csvs, args.policy, args.from_dir, single=True)[0]
         rows = reports.rows_from_simulation(csvs[policy])
         source = {"source": "simulation", "directory": args.from_dir, "policy": policy,
                   "time_unit": "seconds from trace start"}
+        if args.trace:
+            rows = _dated(rows, args.trace)
+            source.update(trace=args.trace, time_unit="epoch seconds")
         if not rows:
             print(f"no jobs in {csvs[policy]}")
             return 0
@@ -142,13 +159,54 @@ def run(args) -> int:
 
     if args.json:
         reports.emit(reports.format_json(columns, rows, source))
-    elif args.parsable2 or args.delimiter is not None:
+    elif args.parsable or args.parsable2 or args.delimiter is not None:
         delimiter = "|" if args.delimiter is None else args.delimiter
         reports.emit(reports.format_parsable(columns, rows, simulated, header=not args.noheader,
-                                             delimiter=delimiter))
+                                             delimiter=delimiter, trailing=args.parsable and not args.parsable2))
     else:
         reports.emit(reports.format_fixed(columns, rows, simulated, header=not args.noheader))
     return 0
+
+
+def _time_option(text: str | None, option: str, simulated: bool) -> float | None:
+    """-S/-E as epoch seconds (sacct's forms), or for a bare simulation seconds from its start."""
+    if not text:
+        return None
+    if simulated:
+        try:
+            return reports.parse_time(text, option, simulated)
+        except InputError:
+            raise InputError(f"{option} value '{shorten(text)}': a simulation counts seconds from its trace's start "
+                             "(seconds or [D-]HH:MM[:SS]); for dates give --trace FILE, the exported trace it "
+                             "replayed") from None
+    return argtypes.sacct_time(text, option)
+
+
+def _dated(rows: list[reports.JobRow], trace: str) -> list[reports.JobRow]:
+    """A simulation's rows with the dates, names and final states of the exported
+    trace it replayed. A job the trace lacks means another trace: an error."""
+    from controller.replay.traces import load_actuals, load_trace, time_base_s
+
+    base = time_base_s(trace)
+    if base is None:
+        raise InputError(f"--trace {trace}: no jobs")
+    jobs = {job.job_id: job for job in load_trace(trace)}
+    actuals = load_actuals(trace)
+    dated = []
+    for row in rows:
+        job = jobs.get(row.job_id)
+        if job is None:
+            raise InputError(f"--trace {trace}: has no job {row.job_id!r} of the simulation (another trace?)")
+        # a state the history recorded decides how the job ended; the replay only moves when
+        state = (actuals.get(row.job_id) or {}).get("state") or row.state
+        dated.append(dataclasses.replace(
+            row, submit_s=_plus(base, row.submit_s), start_s=_plus(base, row.start_s), end_s=_plus(base, row.end_s),
+            state=state, job_name=job.job_name, user=row.user or job.user, partition=row.partition or job.partition))
+    return dated
+
+
+def _plus(base: float, seconds: float | None) -> float | None:
+    return None if seconds is None else base + seconds
 
 
 def _own_rows(args, start: float | None, end: float | None):

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
+import time
 
 from controller.core.engine import check_thresholds
 from controller.core.inputs import (MAX_GPUS_PER_NODE, MAX_NODES, MAX_SECONDS, BadValue, parse_float, parse_int,
@@ -95,3 +97,78 @@ def objective_weights(text: str) -> tuple[float, float, float]:
     if not any(weights):  # an objective of 0 scores every allocation alike: nothing is learned or compared
         raise argparse.ArgumentTypeError(f"value '{shorten(text)}': at least one weight must be > 0")
     return weights
+
+
+# -- sacct's date forms (-S/--starttime, -E/--endtime) ----------------------------------
+
+SACCT_TIME_FORMS = ("YYYY-MM-DD[THH:MM[:SS]], MMDD[YY][-HH:MM[:SS]], MM/DD[/YY][-HH:MM[:SS]], "
+                    "MM.DD[.YY][-HH:MM[:SS]], HH:MM[:SS] (today), now[{+|-}N[seconds|minutes|hours|days|weeks]], "
+                    "today, midnight, noon, elevenses, fika, teatime, tomorrow, epoch seconds")
+_TIME_UNIT_S = {"": 1, "second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 604800}
+_NOW_FORM = re.compile(r"now(?:([+-])([0-9]{1,9})([a-z]*))?", re.ASCII)
+# sacct's named times of day (Slurm's parse_time): hour, minute
+_NAMED_TIMES = {"midnight": (0, 0), "today": (0, 0), "noon": (12, 0), "elevenses": (11, 0), "fika": (15, 0),
+                "teatime": (16, 0)}
+_CLOCK = r"([0-9]{2}):([0-9]{2})(?::([0-9]{2}))?"
+_ISO_FORM = re.compile(rf"([0-9]{{4}})-([0-9]{{2}})-([0-9]{{2}})(?:t{_CLOCK})?", re.ASCII)  # the value is lower-cased
+_MONTH_DAY_FORMS = tuple(re.compile(rf"([0-9]{{2}}){sep}([0-9]{{2}})(?:{sep}([0-9]{{2}}))?(?:-{_CLOCK})?", re.ASCII)
+                         for sep in ("", "/", r"\."))
+_CLOCK_FORM = re.compile(_CLOCK, re.ASCII)
+
+
+def sacct_time(text: str, option: str, now_s: float | None = None) -> float:
+    """A -S/-E value in one of sacct's date forms (``SACCT_TIME_FORMS``), as epoch
+    seconds. Dates and times are this process's local time, as sacct reads them;
+    a date without a year is in this year and a time of day alone is today's (no
+    roll-over to yesterday or last year). ``now_s`` fixes "now" (tests). Anything
+    else raises InputError naming ``option`` and the value (sacct's AM/PM suffixes
+    and its other spellings are not accepted rather than guessed)."""
+    value = text.strip().lower()
+    now = time.time() if now_s is None else now_s
+    today = time.localtime(now)
+
+    def local(year: int, month: int, day: int, hour: int = 0, minute: int = 0, second: int = 0) -> float:
+        # mktime normalizes 02-30 to March: check the fields survived it
+        if not (1 <= month <= 12 and 1 <= day <= 31 and hour <= 23 and minute <= 59 and second <= 59):
+            raise ValueError
+        stamp = time.mktime((year, month, day, hour, minute, second, 0, 0, -1))
+        back = time.localtime(stamp)
+        if (back.tm_year, back.tm_mon, back.tm_mday) != (year, month, day):
+            raise ValueError
+        return stamp
+
+    def clock(groups: tuple) -> tuple[int, int, int]:
+        hour, minute, second = groups
+        return (int(hour), int(minute), int(second or 0)) if hour is not None else (0, 0, 0)
+
+    try:
+        m = _NOW_FORM.fullmatch(value)
+        if m:
+            if m.group(1) is None:
+                return now
+            unit = m.group(3)
+            unit = unit[:-1] if unit.endswith("s") else unit
+            if unit not in _TIME_UNIT_S:
+                raise ValueError
+            offset = int(m.group(2)) * _TIME_UNIT_S[unit]
+            return now - offset if m.group(1) == "-" else now + offset
+        if value in _NAMED_TIMES:
+            return local(today.tm_year, today.tm_mon, today.tm_mday, *_NAMED_TIMES[value])
+        if value == "tomorrow":
+            return local(today.tm_year, today.tm_mon, today.tm_mday) + 86400
+        if re.fullmatch(r"[0-9]{9,10}(?:\.[0-9]{1,9})?", value, re.ASCII):
+            return float(value)
+        m = _ISO_FORM.fullmatch(value)
+        if m:
+            return local(int(m.group(1)), int(m.group(2)), int(m.group(3)), *clock(m.groups()[3:]))
+        for form in _MONTH_DAY_FORMS:
+            m = form.fullmatch(value)
+            if m:
+                year = 2000 + int(m.group(3)) if m.group(3) else today.tm_year
+                return local(year, int(m.group(1)), int(m.group(2)), *clock(m.groups()[3:]))
+        m = _CLOCK_FORM.fullmatch(value)
+        if m:
+            return local(today.tm_year, today.tm_mon, today.tm_mday, *clock(m.groups()))
+    except (ValueError, OverflowError):
+        pass
+    raise InputError(f"{option} value '{shorten(text)}' is not a time sacct takes here ({SACCT_TIME_FORMS})")

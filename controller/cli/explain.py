@@ -22,7 +22,7 @@ import sys
 from controller.cli import argtypes
 from controller.cli import queue as cmd_queue
 from controller.core.model import InputError
-from controller.cli.reports import format_timestamp
+from controller.cli.reports import format_timestamp, free_gpus
 from controller.service.secrets import redact_url
 
 JOB_ID_RE = re.compile(r"[0-9]{1,19}(?:_[0-9]{1,9})?", re.ASCII)
@@ -230,11 +230,8 @@ def _planned_lines(job_id, observed, record, plan, observation, config) -> list[
     if source is not None:
         lines.append(f"  index: {plan.keys.get(job_id, 0.0):.3g} (Gittins, from the distribution of key {source[0]}:"
                      f" {source[1]} samples)")
-    nodes = [n for n in observation.nodes if n.available]
-    free = sum(n.gpus_free for n in nodes)
-    total = sum(n.gpus_total for n in nodes)
-    lines.append(f"  GPUs: needs {observed.gpus}, {free} free now (of {total} on {len(nodes)} available node(s); "
-                 f"largest free on one node: {max((n.gpus_free for n in nodes), default=0)})")
+    # the count 'tiresias queue' prints too (reports.free_gpus), so the two never disagree
+    lines.append(f"  GPUs: needs {observed.gpus}, {free_gpus(observation, plan).text()}")
     skew = record.skew if record is not None else 0.0
     reason = plan.wait_reasons.get(job_id, "")
     if "consolidation" in reason:

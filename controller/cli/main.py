@@ -30,6 +30,8 @@ SUBCOMMANDS = {
     "shadow-diff": ("controller.cli.shadow_diff", "what enforce would change now against Slurm's own order (sprio)"),
     "migrate": ("controller.cli.migrate", "upgrade the store's schema after a backup; --check prints its version"),
     "tune": ("controller.cli.tune", "search queue thresholds, K and PROMOTEKNOB on a trace replay"),
+    "install-files": ("controller.cli.install_files", "lay out the Slurm plugins, node hooks, checkpoint helpers and "
+                      "service files under DEST"),
 }
 
 
@@ -48,25 +50,52 @@ def build_parser(selected: Optional[str] = None) -> argparse.ArgumentParser:
     parser = OneLineErrorParser(
         prog="tiresias",
         description="GPU job-priority controller for Slurm (discretized 2D attained service) and its simulator.")
+    parser.add_argument("--version", action="version", version=f"tiresias {package_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module_name, help_text) in SUBCOMMANDS.items():
         if name != selected:
             sub.add_parser(name, help=help_text)
             continue
         module = importlib.import_module(module_name)
-        command = sub.add_parser(name, help=help_text, description=(module.__doc__ or help_text).strip())
+        # a command whose -h means something else (queue: squeue's --noheader) adds --help itself
+        command = sub.add_parser(name, help=help_text, description=(module.__doc__ or help_text).strip(),
+                                 add_help=getattr(module, "SHORT_H_IS_HELP", True))
         module.add_arguments(command)
         command.set_defaults(handler=module.run)
     return parser
 
 
+def package_version(distribution: str = "tiresias-slurm") -> str:
+    """The installed distribution's version; from a checkout that is not installed,
+    pyproject.toml's; 'unknown' when neither says."""
+    from importlib import metadata
+
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        pass
+    import tomllib
+    from pathlib import Path
+
+    pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
+    try:
+        return str(tomllib.loads(pyproject.read_text())["project"]["version"])
+    except (OSError, KeyError, TypeError, tomllib.TOMLDecodeError):
+        return "unknown"
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv:  # as most tools do: the command list, not a long simulation nobody asked for
+        build_parser().print_help()
+        return 0
     selected = next((arg for arg in argv if arg in SUBCOMMANDS), None)
-    if argv and not argv[0].startswith("-") and argv[0] not in SUBCOMMANDS:
+    if not argv[0].startswith("-") and argv[0] not in SUBCOMMANDS:
         build_parser().error(f"unknown command '{argv[0]}' (choose from {', '.join(SUBCOMMANDS)})")
-    if selected is None and not any(arg in ("-h", "--help") for arg in argv):
-        argv, selected = ["simulate"] + argv, "simulate"  # no command: the built-in simulation
+    if selected is None and not any(arg in ("-h", "--help", "--version") for arg in argv):
+        # options alone once meant the built-in simulation; say where it went
+        build_parser().error(f"no command before option '{argv[0]}' (choose from {', '.join(SUBCOMMANDS)}; "
+                             "the simulation is 'tiresias simulate')")
     args = build_parser(selected).parse_args(argv)
     handler: Callable = args.handler
     try:

@@ -1,11 +1,20 @@
 """GPU jobs in the controller's priority order, like squeue.
 
 Reads Slurm now and the controller's stored accounts, and runs one read-only
-planning round (nothing is written, nothing in Slurm changes). PRIORITY is the
-job's position in the plan order / the policy's key (the MLFQ level index for
-dlas); ACTION is what the controller would do this round: start, preempt, run
-(keeps running) or wait. A job Slurm would not start now (held, dependent,
-limited: controller.service.startable) only waits, with Slurm's reason.
+planning round (nothing is written, nothing in Slurm changes). PRIORITY(QUEUE:POS)
+is the job's Tiresias queue (1 is served first) and its position in the
+controller's order (1 is first): 2:3 is queue 2, third in line. ACTION is what the
+controller would do this round: start, preempt, run (keeps running) or wait. A job
+Slurm would not start now (held, dependent, limited: controller.service.startable)
+only waits, with Slurm's reason. ST is squeue's state code (PD, R); --long prints
+the full name. The last line counts the free GPUs as explain does.
+
+squeue's habits: -o/--format takes column names (jobid,user,partition,gpus,st,
+state,priority,level,position,key,action,reason) or squeue's specifiers %i (job
+id), %u (user), %P (partition), %b (GPUs, a count), %t (state code), %T (state),
+%Q (priority: queue:position), %r (reason); widths (%.18i) are accepted, columns
+fit their values. -h is --noheader, as in squeue (--help is help). -p/--parsable
+prints sacct -p's form: every field followed by '|'.
 """
 from __future__ import annotations
 
@@ -20,7 +29,8 @@ from typing import Any, Callable, Optional
 from controller.service.config import DEFAULT_PATH, Config, load
 from controller.core.inputs import shorten
 from controller.core.model import InputError
-from controller.cli.reports import emit, format_plain_table, job_sort_key
+from controller.cli import reports
+from controller.cli.reports import emit, job_sort_key
 from controller.service.secrets import redact_url
 
 log = logging.getLogger("tiresias.queue")
@@ -41,11 +51,27 @@ def backend_for(config: Config):
     return _backend_factory(config)
 
 
+# squeue's -h is --noheader: main builds this command's parser without argparse's -h.
+SHORT_H_IS_HELP = False
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--help", action="help", help="show this help message and exit")
     add_source_arguments(p)
     p.add_argument("-u", "--user", metavar="USER[,USER]", help="only these users' jobs")
-    p.add_argument("-t", "--states", metavar="STATE[,STATE]", help="only these states (PENDING, RUNNING)")
-    p.add_argument("--json", action="store_true", help="one JSON object with every row")
+    p.add_argument("-t", "--states", metavar="STATE[,STATE]", help="only these states (PENDING or PD, RUNNING or R)")
+    out = p.add_argument_group("output, as squeue's")
+    out.add_argument("-o", "--format", metavar="COLUMNS",
+                     help="columns: names separated by commas (" + ",".join(reports.QUEUE_COLUMNS_BY_NAME)
+                          + ") or squeue's %%i %%u %%P %%b %%t %%T %%Q %%r (default "
+                          + reports.QUEUE_DEFAULT_FORMAT + ")")
+    out.add_argument("-l", "--long", action="store_true", help="full state names (PENDING) instead of codes (PD)")
+    out.add_argument("-h", "--noheader", action="store_true", help="no header line (and no GPU count line)")
+    out.add_argument("-p", "--parsable", action="store_true", help="fields followed by '|', as sacct -p")
+    out.add_argument("--json", action="store_true",
+                     help="one JSON object with every row and the free GPUs (ignores -o, -l, -h, -p)")
+    p.epilog = ("PRIORITY(QUEUE:POS): the job's Tiresias queue (1 is served first) and its position in the "
+                "controller's order (1 is first).")
 
 
 def add_source_arguments(p: argparse.ArgumentParser) -> None:
@@ -108,12 +134,6 @@ def sqlite_path(url: str) -> Optional[str]:
     return None
 
 
-def format_key(value: Optional[float]) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.0f}" if float(value).is_integer() else f"{value:.4g}"
-
-
 def queue_rows(view: Preview) -> list[dict]:
     """One dict per GPU job Slurm reports pending or running, plan order first."""
     plan, observation = view.plan, view.observation
@@ -150,6 +170,8 @@ def queue_rows(view: Preview) -> list[dict]:
 def run(args) -> int:
     from controller.service.backend import BackendUnavailable
 
+    columns = reports.parse_queue_format(args.format or (reports.QUEUE_LONG_FORMAT if args.long
+                                                          else reports.QUEUE_DEFAULT_FORMAT))
     states = {s.strip().upper() for s in (args.states or "").split(",") if s.strip()}
     states = {{"PD": "PENDING", "R": "RUNNING"}.get(s, s) for s in states}
     unknown = sorted(states - {"PENDING", "RUNNING"})
@@ -166,16 +188,19 @@ def run(args) -> int:
     if view.store_note:
         print(f"tiresias queue: note: {view.store_note}", file=sys.stderr)
     config = view.controller.config
+    free = reports.free_gpus(view.observation, view.plan)
     if args.json:
         print(json.dumps({"cluster": config.cluster, "policy": config.policy, "mode": config.mode,
-                          "observed_at_s": view.observation.observed_at_s, "jobs": rows}))
+                          "observed_at_s": view.observation.observed_at_s,
+                          "gpus_free": {"now": free.now, "after_round": free.after_round, "total": free.total},
+                          "jobs": rows}))
         return 0
+    machine_read = args.noheader or args.parsable
     if not rows:
-        print(f"no pending or running GPU jobs (policy {config.policy}, cluster {config.cluster})")
+        if not machine_read:  # a script reading -h or -p output gets nothing, as from squeue
+            print(f"no pending or running GPU jobs (policy {config.policy}, cluster {config.cluster})")
         return 0
-    table = [[r["job_id"], r["user"], r["partition"], r["gpus"], r["state"], "-" if r["level"] is None else r["level"],
-              "-" if r["position"] is None else f"{r['position']}/{format_key(r['key'])}", r["action"], r["reason"]]
-             for r in rows]
-    emit(format_plain_table(["JOBID", "USER", "PARTITION", "GPUS", "STATE", "LEVEL", "PRIORITY", "ACTION", "REASON"],
-                            table, right=(3,)))
+    emit(reports.format_queue(columns, rows, header=not args.noheader, parsable=args.parsable))
+    if not machine_read:
+        emit(f"GPUs: {free.text()}")
     return 0

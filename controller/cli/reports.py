@@ -59,6 +59,8 @@ class JobRow:
     skew: Optional[float] = None
     placement: Optional[str] = None
     last_seen_s: Optional[float] = None  # store: last observation of an active job
+    job_name: str = ""
+    node_list: str = ""  # Slurm hostlist of its (last) allocation; '' unknown or none
 
     @property
     def jct_s(self) -> Optional[float]:
@@ -107,7 +109,8 @@ def rows_from_sacct(jobs: Iterable[Any]) -> list[JobRow]:
     rows = [JobRow(job_id=j.job_id, user=j.user, partition=j.partition, num_gpus=int(j.gpus),
                    submit_s=j.submit_s, start_s=j.first_start_s, end_s=j.last_end_s, executed_s=j.elapsed_s,
                    attained_gpu_s=j.elapsed_s * j.gpus, state=j.state.split()[0] if j.state else UNKNOWN,
-                   preemptions=j.requeues) for j in jobs if j.gpus > 0 or j.mps > 0]
+                   preemptions=j.requeues, job_name=getattr(j, "job_name", ""),
+                   node_list=getattr(j, "node_list", "")) for j in jobs if j.gpus > 0 or j.mps > 0]
     return sorted(rows, key=lambda row: job_sort_key(row.job_id))
 
 
@@ -269,6 +272,11 @@ FIELDS: tuple[Field, ...] = (
     Field("End", 19, lambda r, s: _when(r.end_s, s), lambda r: r.end_s, "end time"),
     Field("JCT", 11, lambda r, s: format_elapsed(r.jct_s), lambda r: r.jct_s,
           "job completion time: end - submit"),
+    Field("Elapsed", 10, lambda r, s: format_elapsed(r.executed_s), lambda r: r.executed_s,
+          "time it held its GPUs, over all runs (sacct's Elapsed)"),
+    Field("JobName", 10, lambda r, s: r.job_name, lambda r: r.job_name, "job name"),
+    Field("NodeList", 15, lambda r, s: r.node_list, lambda r: r.node_list,
+          "nodes of its last run (empty for a simulation: the replay places by count)"),
     Field("QueueWait", 11, lambda r, s: format_elapsed(r.queue_wait_s), lambda r: r.queue_wait_s,
           "time pending over all waits (incl. after preemptions)"),
     Field("AttainedGPUSeconds", 18, lambda r, s: _opt(r.attained_gpu_s, "{:.0f}"), lambda r: r.attained_gpu_s,
@@ -337,13 +345,15 @@ def format_fixed(columns: Sequence[Column], rows: Iterable[JobRow], simulated: b
 
 
 def format_parsable(columns: Sequence[Column], rows: Iterable[JobRow], simulated: bool, header: bool = True,
-                    delimiter: str = "|") -> str:
-    """sacct -P: fields joined by ``delimiter``, no trailing delimiter, no widths."""
+                    delimiter: str = "|", trailing: bool = False) -> str:
+    """sacct -P: fields joined by ``delimiter``, no trailing delimiter, no widths;
+    ``trailing``: sacct -p, the delimiter after every field, the last one too."""
+    end = delimiter if trailing else ""
     lines = []
     if header:
-        lines.append(delimiter.join(c.field.name for c in columns))
+        lines.append(delimiter.join(c.field.name for c in columns) + end)
     for row in rows:
-        lines.append(delimiter.join(c.field.text(row, simulated) for c in columns))
+        lines.append(delimiter.join(c.field.text(row, simulated) for c in columns) + end)
     return "\n".join(lines)
 
 
@@ -366,11 +376,13 @@ def emit(text: str) -> None:
         os.dup2(devnull, sys.stdout.fileno())
 
 
-def format_plain_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], right: Sequence[int] = ()) -> str:
+def format_plain_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], right: Sequence[int] = (),
+                       header: bool = True) -> str:
     """Left-aligned columns (``right`` names the indexes to right-align); the last
-    column is never padded, so long reasons do not leave trailing blanks."""
+    column is never padded, so long reasons do not leave trailing blanks. ``header``
+    False leaves the header line out (columns are then as wide as their values)."""
     rows = [[str(c) for c in r] for r in rows]
-    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
+    widths = [max([len(h) if header else 0] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
 
     def line(cells):
         out = []
@@ -381,7 +393,163 @@ def format_plain_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], ri
                 out.append(cell.rjust(width) if i in right else cell.ljust(width))
         return "  ".join(out).rstrip()
 
-    return "\n".join([line(headers)] + [line(r) for r in rows])
+    return "\n".join(([line(headers)] if header else []) + [line(r) for r in rows])
+
+
+# -- the queue table (tiresias queue) ------------------------------------------------------
+
+# squeue's compact state codes (squeue(1), JOB STATE CODES), printed unless --long.
+SQUEUE_STATE_CODES = {
+    "PENDING": "PD", "RUNNING": "R", "COMPLETING": "CG", "COMPLETED": "CD", "CONFIGURING": "CF",
+    "SUSPENDED": "S", "CANCELLED": "CA", "FAILED": "F", "TIMEOUT": "TO", "PREEMPTED": "PR",
+    "NODE_FAIL": "NF", "REQUEUED": "RQ", "RESIZING": "RS", "STOPPED": "ST", "OUT_OF_MEMORY": "OOM",
+}
+
+
+def short_state(state: str) -> str:
+    """squeue's code for a Slurm state (``PENDING`` -> ``PD``); an unlisted state as it is."""
+    return SQUEUE_STATE_CODES.get(state, state)
+
+
+def queue_priority_text(level: Optional[int], position: Optional[int]) -> str:
+    """PRIORITY(QUEUE:POS): the job's Tiresias queue (1 = served first) and its
+    position in the controller's order; ``-`` for a job the round does not plan."""
+    if position is None:
+        return "-"
+    return f"{'-' if level is None else level}:{position}"
+
+
+@dataclass(frozen=True)
+class QueueColumn:
+    name: str  # what -o/--format calls it
+    header: str
+    squeue_spec: str  # squeue's %-letter for the same column, '' when squeue has none
+    text: Callable[[dict], str]  # a row of controller.cli.queue.queue_rows -> printed text
+    doc: str
+    right: bool = False
+
+
+def _dash(value: Any) -> str:
+    return "-" if value is None else str(value)
+
+
+QUEUE_COLUMNS: tuple[QueueColumn, ...] = (
+    QueueColumn("jobid", "JOBID", "i", lambda r: r["job_id"], "Slurm job id"),
+    QueueColumn("user", "USER", "u", lambda r: r["user"], "submitting user"),
+    QueueColumn("partition", "PARTITION", "P", lambda r: r["partition"], "partition"),
+    QueueColumn("gpus", "GPUS", "b", lambda r: str(r["gpus"]), "GPUs of the gang (squeue's %b prints the GRES)",
+                right=True),
+    QueueColumn("st", "ST", "t", lambda r: short_state(r["state"]), "state, squeue's code (PD, R, CG, ...)"),
+    QueueColumn("state", "STATE", "T", lambda r: r["state"], "state, Slurm's full name (PENDING, RUNNING, ...)"),
+    QueueColumn("priority", "PRIORITY(QUEUE:POS)", "Q", lambda r: queue_priority_text(r["level"], r["position"]),
+                "Tiresias queue (1 = served first) : position in the controller's order (1 = first)"),
+    QueueColumn("level", "LEVEL", "", lambda r: _dash(r["level"]), "Tiresias queue alone"),
+    QueueColumn("position", "POSITION", "", lambda r: _dash(r["position"]), "position in the controller's order alone"),
+    QueueColumn("key", "KEY", "", lambda r: format_priority_key(r["key"]),
+                "the policy's sort key (MLFQ: the queue index; dgittins: the Gittins index)"),
+    QueueColumn("action", "ACTION", "", lambda r: r["action"], "this round: start, preempt, run, wait, or -"),
+    QueueColumn("reason", "REASON", "r", lambda r: r["reason"], "why (the plan's reason, or Slurm's)"),
+)
+QUEUE_COLUMNS_BY_NAME = {c.name: c for c in QUEUE_COLUMNS}
+QUEUE_COLUMNS_BY_SPEC = {c.squeue_spec: c for c in QUEUE_COLUMNS if c.squeue_spec}
+QUEUE_DEFAULT_FORMAT = "jobid,user,partition,gpus,st,priority,action,reason"
+QUEUE_LONG_FORMAT = "jobid,user,partition,gpus,state,priority,action,reason"  # --long: full state names
+# One squeue specifier: '%', an optional '.' and width (accepted, not used: columns are
+# sized to their values), the letter.
+_SQUEUE_SPEC_RE = re.compile(r"%\.?[0-9]{0,3}([A-Za-z])", re.ASCII)
+
+
+def format_priority_key(value: Optional[float]) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.0f}" if float(value).is_integer() else f"{value:.4g}"
+
+
+def parse_queue_format(text: str) -> list[QueueColumn]:
+    """``-o/--format`` of ``tiresias queue``: column names separated by commas
+    (``jobid,st,priority``, case-insensitive), or squeue's specifiers separated by
+    blanks or commas (``%i %u %T``; see QUEUE_COLUMNS_BY_SPEC for those supported)."""
+    if len(text) > 4096:
+        raise InputError(f"-o/--format value '{shorten(text)}' is longer than 4096 characters")
+    tokens = [t for t in re.split(r"[\s,]+", text.strip()) if t]
+    if not tokens:
+        raise InputError(f"-o/--format value '{shorten(text)}' names no column")
+    squeue_style = "%" in text
+    columns = []
+    for token in tokens:
+        if squeue_style:
+            match = _SQUEUE_SPEC_RE.fullmatch(token)
+            column = QUEUE_COLUMNS_BY_SPEC.get(match.group(1)) if match else None
+            if column is None:
+                raise InputError(f"-o/--format: unsupported specifier '{shorten(token)}' (supported: "
+                                 f"{' '.join('%' + c.squeue_spec for c in QUEUE_COLUMNS_BY_SPEC.values())})")
+        else:
+            column = QUEUE_COLUMNS_BY_NAME.get(token.lower())
+            if column is None:
+                raise InputError(f"-o/--format: unknown column '{shorten(token)}' "
+                                 f"(known: {', '.join(QUEUE_COLUMNS_BY_NAME)})")
+        columns.append(column)
+    return columns
+
+
+def format_queue(columns: Sequence[QueueColumn], rows: Iterable[dict], header: bool = True,
+                 parsable: bool = False) -> str:
+    """The queue table: aligned columns, or (``parsable``) sacct -p's form, every
+    field followed by ``|``."""
+    cells = [[c.text(r) for c in columns] for r in rows]
+    if parsable:
+        lines = ([[c.header for c in columns]] if header else []) + cells
+        return "\n".join("".join(f"{cell}|" for cell in line) for line in lines)
+    right = [i for i, c in enumerate(columns) if c.right]
+    return format_plain_table([c.header for c in columns], cells, right=right, header=header)
+
+
+@dataclass(frozen=True)
+class FreeGpus:
+    """GPUs free on the available nodes. ``now``: as Slurm reports them; ``after_round``:
+    what this round's plan leaves for the jobs that still wait (its starts take their
+    GPUs, its preemptions give theirs), the count in a waiting job's reason."""
+
+    now: int
+    after_round: int
+    total: int
+    nodes: int
+    largest_on_one_node: int
+
+    def text(self) -> str:
+        # Both counts when they differ: a user comparing the wait reason's count with
+        # sinfo's sees where each comes from.
+        counts = f"{self.now} free now"
+        if self.after_round != self.now:
+            counts += f", {self.after_round} after this round's starts and preemptions"
+        return (f"{counts} (of {self.total} on {self.nodes} available node(s); "
+                f"largest free on one node: {self.largest_on_one_node})")
+
+
+def free_gpus(observation: Any, plan: Any) -> FreeGpus:
+    """The one free-GPU count of ``queue`` and ``explain``: ``observation`` is the
+    backend's (controller.service.backend.Observation), ``plan`` the round planned on it.
+
+    A running job the plan leaves out while none of its nodes is down is being
+    preempted (in its grace period): the controller counts its GPUs as the
+    beneficiary's, free for the plan, and so does this count."""
+    available = [n for n in observation.nodes if n.available]
+    available_names = {n.name for n in available}
+    now = sum(n.gpus_free for n in available)
+    by_id = {job.job_id: job for job in observation.jobs}
+    planned = set(plan.order)
+
+    def gpus_on_available(job: Any) -> int:
+        return sum(gpus for node, gpus in job.gpus_by_node if node in available_names)
+
+    leaving = sum(gpus_on_available(job) for job in observation.jobs
+                  if job.state == "RUNNING" and job.gpus > 0 and job.job_id not in planned
+                  and all(node in available_names for node, _ in job.gpus_by_node))
+    given = sum(gpus_on_available(by_id[a.job_id]) for a in plan.actions if a.kind == "preempt" and a.job_id in by_id)
+    taken = sum(by_id[a.job_id].gpus for a in plan.actions if a.kind == "start" and a.job_id in by_id)
+    return FreeGpus(now=now, after_round=max(now + leaving + given - taken, 0),
+                    total=sum(n.gpus_total for n in available), nodes=len(available),
+                    largest_on_one_node=max((n.gpus_free for n in available), default=0))
 
 
 # -- over-time series (report) ------------------------------------------------------------

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 import time
 from pathlib import Path
 
@@ -184,6 +185,11 @@ def run(args) -> int:
     jobs, source = _workload(args)
     if not jobs:
         raise InputError(f"trace {source}: no jobs")
+    if args.trace and not args.json:  # an exported trace: the cluster its history shows (controller.cli.trace)
+        from controller.cli.trace import replay_notes
+
+        for line in replay_notes(args.trace, jobs, args.nodes * args.gpus_per_node, args.time_scale):
+            print(line, file=sys.stderr)
     actuals = _load_actuals(args)
     results, summaries, bins, timings = [], [], [], {}
     small = args.bin_small_gpus or args.gpus_per_node
@@ -283,4 +289,15 @@ def _write_levers(args, config: SimConfig, jobs) -> dict:
                     writer.writerow([number, f"{at:g}", decision_id, kind, job_id, value, cause_id])
     except OSError as err:
         raise write_error("--levers", args.levers, err) from None
-    return {"rounds": len(replay.levers), "actions": dict(counts)}
+    note = levers_cut_short(replay)
+    if note:  # the CSV is cut short: say so rather than let it pass for the whole trace
+        print(f"tiresias simulate: {note}", file=sys.stderr)
+    return {"rounds": len(replay.levers), "actions": dict(counts), "unfinished_jobs": replay.unfinished_jobs}
+
+
+def levers_cut_short(replay) -> str:
+    """One line when the lever replay stopped at its round limit with jobs unfinished, else ''."""
+    if not replay.unfinished_jobs:
+        return ""
+    return (f"--levers stopped at {len(replay.levers):,} rounds with {replay.unfinished_jobs} job(s) not finished; "
+            "the CSV covers only those rounds (a longer --round-interval-s covers more of the trace)")

@@ -3,9 +3,12 @@
 Searches K (2..--max-k), the queue thresholds (log-spaced candidates between the
 5% and 99% quantiles of the trace's GPU-seconds per job, and 3600) and PROMOTEKNOB (inf
 and a few finite values). --evaluations fixes the number of replays, so a seed
-and an evaluation count always give the same result; --budget-s is a safety
-stop. Prints the best settings against the default (K=2, 3600 GPU-s, knob inf)
-and a block to paste into /etc/tiresias/tiresias.yaml.
+and an evaluation count always give the same result. --budget-s is a safety stop
+for the whole command: no round of replays starts that would not fit, and a replay
+still running when it is spent is cut and counted as cut. Ctrl-C stops within a
+couple of seconds and prints the best settings found so far (exit 130). Prints the
+best settings against the default (K=2, 3600 GPU-s, knob inf), each with its
+preemptions, and a block to paste into /etc/tiresias/tiresias.yaml.
 """
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ import json
 import math
 import os
 import shlex
+import sys
 import time
 
 from controller.cli import argtypes
@@ -32,7 +36,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--evaluations", type=argtypes.int_in(1, 100_000), default=32,
                    help="replays to run, the default setting included (default 32)")
     p.add_argument("--budget-s", type=argtypes.seconds, default=60.0,
-                   help="safety stop in seconds, checked between rounds (default 60)")
+                   help="the whole command's time limit in seconds: no round of replays starts that would "
+                        "not fit, and a replay still running when it is spent is cut (default 60)")
     p.add_argument("--seed", type=argtypes.seed, default=1, help="search seed (default 1)")
     p.add_argument("--max-k", type=argtypes.int_in(1, 64), default=4, help="largest number of queues (default 4)")
     p.add_argument("--objective", choices=OBJECTIVES, default="avg",
@@ -65,7 +70,12 @@ def _change(value: float, base: float) -> str:
     return f"{100 * (value / base - 1):+.1f}%" if base > 0 else "-"
 
 
+def _vs(evaluation, default, name: str) -> str:
+    return _change(getattr(evaluation, name), getattr(default, name)) if default is not None else "-"
+
+
 def run(args) -> int:
+    began = time.monotonic()  # the budget covers the whole command, loading the trace included
     if args.max_k < 2:
         raise InputError(f"max-k value {args.max_k} must be >= 2")
     from controller.replay.traces import load_trace
@@ -89,30 +99,50 @@ def run(args) -> int:
         raise InputError("--array-dir and --sbatch-args need --slurm-array")
     from controller.cli.progress import progress_for
 
+    budget_left_s = max(args.budget_s - (time.monotonic() - began), 0.0)
     with progress_for(args, "tune", "replays", total=args.evaluations) as progress:
         result = tune(jobs, nodes=args.nodes, gpus_per_node=args.gpus_per_node, policy=args.policy,
-                      evaluations=args.evaluations, max_k=args.max_k, seed=args.seed, budget_s=args.budget_s,
+                      evaluations=args.evaluations, max_k=args.max_k, seed=args.seed, budget_s=budget_left_s,
                       objective=args.objective, workers=workers, preempt_cost_s=args.preempt_cost_s,
                       drop_oversize=args.drop_oversize, progress=progress, evaluate=evaluate)
     best, default = result.best, result.default
-    comment = (f"tiresias tune: avg JCT {format_duration(best.avg_jct_s)} (default {format_duration(default.avg_jct_s)}), "
-               f"p95 {format_duration(best.p95_jct_s)} (default {format_duration(default.p95_jct_s)}) "
-               f"on {os.path.basename(args.trace)}, {args.nodes}x{args.gpus_per_node} GPUs")
+    exit_code = 130 if result.interrupted else 0  # interrupted: the best so far, then the usual 130
+    if best is None:
+        why = "interrupted" if result.interrupted else f"--budget-s {args.budget_s:g} was spent"
+        print(f"tiresias tune: no replay finished ({why}; {len(result.cut)} cut): raise --budget-s, "
+              "or replay a shorter trace", file=sys.stderr)
+        return exit_code or 1
+    where_text = f"on {os.path.basename(args.trace)}, {args.nodes}x{args.gpus_per_node} GPUs"
+    if default is None:
+        comment = (f"tiresias tune: avg JCT {format_duration(best.avg_jct_s)}, p95 {format_duration(best.p95_jct_s)} "
+                   f"(the default's replay was cut) {where_text}")
+    else:
+        comment = (f"tiresias tune: avg JCT {format_duration(best.avg_jct_s)} (default {format_duration(default.avg_jct_s)}), "
+                   f"p95 {format_duration(best.p95_jct_s)} (default {format_duration(default.p95_jct_s)}) {where_text}")
     block = yaml_block(best.setting, args.policy, comment)
+
+    def cut_rows():
+        return [{"k": c.k, "queues_gpu_s": list(c.thresholds_gpu_s),
+                 "promote_knob": None if math.isinf(c.promote_knob) else c.promote_knob} for c in result.cut]
+
     if args.json:
         def row(e):
+            if e is None:
+                return None
             return {"k": e.setting.k, "queues_gpu_s": list(e.setting.thresholds_gpu_s),
                     "promote_knob": None if math.isinf(e.setting.promote_knob) else e.setting.promote_knob,
                     "avg_jct_s": e.avg_jct_s, "p95_jct_s": e.p95_jct_s, "preemptions": e.preemptions}
         where = ({"slurm_arrays": evaluate.array_ids, "array_dir": str(evaluate.workdir)} if evaluate
                  else {"workers": workers})
-        print(json.dumps({**where, "wall_s": result.elapsed_s, "trace": args.trace, "nodes": args.nodes, "gpus_per_node": args.gpus_per_node,
+        print(json.dumps({**where, "wall_s": result.elapsed_s, "trace": args.trace, "nodes": args.nodes,
+                          "gpus_per_node": args.gpus_per_node,
                           "policy": args.policy, "objective": args.objective, "seed": args.seed,
                           "evaluations": result.evaluations, "requested": result.requested,
-                          "stopped_by_budget": result.stopped_by_budget, "best": row(best),
+                          "stopped_by_budget": result.stopped_by_budget, "interrupted": result.interrupted,
+                          "cut": cut_rows(), "best": row(best),
                           "default": row(default), "top": [row(e) for e in result.ranked[:args.top]],
                           "yaml": block}, sort_keys=True))
-        return 0
+        return exit_code
     print(f"tune: {args.trace} ({len(jobs)} jobs) on {args.nodes}x{args.gpus_per_node} GPUs, policy {args.policy}, "
           f"objective {args.objective}, seed {args.seed}: {result.evaluations} evaluations in {result.elapsed_s:.1f} s "
           f"wall" + (f" (on Slurm: {len(evaluate.array_ids)} job arrays {','.join(evaluate.array_ids)}, "
@@ -121,23 +151,35 @@ def run(args) -> int:
     print(f"searched: K 2..{result.max_k}; thresholds from {len(result.grid_gpu_s)} values "
           f"{format_number(result.grid_gpu_s[0])}..{format_number(result.grid_gpu_s[-1])} GPU-s "
           f"(service quantiles 5%..99%, and 3600); PROMOTEKNOB {','.join(format_number(k) for k in result.knobs)}")
+    if result.interrupted:
+        print(f"note: interrupted after {result.evaluations} of {result.requested} evaluations; "
+              "the best settings found so far:")
     if result.stopped_by_budget:
         print(f"note: stopped by --budget-s {args.budget_s:g} after {result.evaluations} of {result.requested} "
               f"evaluations; the result depends on machine speed (raise --budget-s or lower --evaluations)")
+    if result.cut:
+        print(f"note: {len(result.cut)} replays cut unfinished (not ranked): "
+              + "; ".join(f"K={c.k} {','.join(format_number(t) for t in c.thresholds_gpu_s)} "
+                          f"knob {format_number(c.promote_knob)}" for c in result.cut))
+    if default is None:
+        print("note: the default setting's replay was cut, so nothing is compared with it")
     if result.exhausted:
         print(f"note: the search space was exhausted after {result.evaluations} evaluations")
-    headers = ["rank", "K", "queues_gpu_s", "knob", "avg JCT", "p95 JCT", "avg vs default", "p95 vs default"]
+    headers = ["rank", "K", "queues_gpu_s", "knob", "avg JCT", "p95 JCT", "preempt", "avg vs default",
+               "p95 vs default"]
     rows = []
     for rank, e in enumerate(result.ranked[:args.top], start=1):
         rows.append([str(rank), e.setting.k, ",".join(format_number(t) for t in e.setting.thresholds_gpu_s),
                      format_number(e.setting.promote_knob), format_duration(e.avg_jct_s),
-                     format_duration(e.p95_jct_s), _change(e.avg_jct_s, default.avg_jct_s),
-                     _change(e.p95_jct_s, default.p95_jct_s)])
-    rows.append(["default", default.setting.k, ",".join(format_number(t) for t in default.setting.thresholds_gpu_s),
-                 format_number(default.setting.promote_knob), format_duration(default.avg_jct_s),
-                 format_duration(default.p95_jct_s), "", ""])
+                     format_duration(e.p95_jct_s), f"{e.preemptions:,}", _vs(e, default, "avg_jct_s"),
+                     _vs(e, default, "p95_jct_s")])
+    if default is not None:
+        rows.append(["default", default.setting.k, ",".join(format_number(t) for t in default.setting.thresholds_gpu_s),
+                     format_number(default.setting.promote_knob), format_duration(default.avg_jct_s),
+                     format_duration(default.p95_jct_s), f"{default.preemptions:,}", "", ""])
     print(format_table(headers, rows))
     print()
     print(YAML_MARKER)
     print(block)
-    return 0
+    sys.stdout.flush()
+    return exit_code

@@ -183,7 +183,7 @@ class Engine:
                                     place=lambda job, free: writer.place(job, free, max_per_node),
                                     fit=lambda job, free: writer.fit(job, free, max_per_node),
                                     allowed=writer.allowed, preemptive=self.policy.preemptive,
-                                    explain=snapshot.detailed and snapshot.explain)
+                                    explain=snapshot.detailed and snapshot.explain, room=writer.node_room)
             starts, unplaced, free_gpus = choice.starts, choice.unplaced, choice.free_gpus
             beneficiary, shortfalls = choice.beneficiary, choice.shortfalls
             if choice.per_node_set:

@@ -63,7 +63,8 @@ def mlfq_step(writer: RoundWriter, snapshot: Snapshot) -> Plan:
         choice = choose_victims(newcomers, leaving, book.order, snapshot.free_gpus_by_node(),
                                 place=lambda job, free: writer.place(job, free, max_per_node),
                                 fit=lambda job, free: writer.fit(job, free, max_per_node),
-                                allowed=writer.allowed, explain=snapshot.detailed and snapshot.explain)
+                                allowed=writer.allowed, explain=snapshot.detailed and snapshot.explain,
+                                room=writer.node_room)
         starts, unplaced, free_gpus = choice.starts, choice.unplaced, choice.free_gpus
         leaving, beneficiary, shortfalls = choice.victims, choice.beneficiary, choice.shortfalls
         # the settled running jobs that lose their GPUs, walk order (they wait at their queues' heads)

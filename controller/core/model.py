@@ -51,6 +51,16 @@ class JobSpec:
     partitions: tuple[str, ...] = ()
     gpu_type: str = ""
     reservation: str = ""
+    # What it asks of every node it uses beyond GPUs, as Slurm checks before it starts
+    # it (controller.core.placement.NodeRoom): CPUs and MB of memory per node (0: nothing
+    # to check), node features it must have all of (--constraint=a&b), and --exclusive
+    # (no other job on its nodes). A running job: the CPUs and MB it holds per node,
+    # (node, cpus, mb), what its preemption frees (0 where not reported: frees nothing).
+    cpus_per_node: int = 0
+    mem_per_node_mb: int = 0
+    features: tuple[str, ...] = ()
+    exclusive: bool = False
+    held_by_node: tuple[tuple[str, int, int], ...] = ()
     # True when any of the four above is set (read in every placement: one attribute,
     # set by __post_init__).
     constrained: bool = field(default=False, init=False, repr=False, compare=False)
@@ -150,6 +160,14 @@ class Node:
     gpu_type: str = ""
     reservation: str = ""
     gpus_mps: int = 0
+    # What Slurm counts beyond GPUs before it starts a job here (None: not reported; a
+    # job asking for it then never fits the node): CPUs and MB of memory, in all and not
+    # allocated, and its active features.
+    cpus_total: Optional[int] = None
+    cpus_free: Optional[int] = None
+    mem_total_mb: Optional[int] = None
+    mem_free_mb: Optional[int] = None
+    features: Optional[tuple[str, ...]] = None
 
 
 MIXED_TYPES = "(mixed)"  # Node.gpu_type of a node with GPUs of several types

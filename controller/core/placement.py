@@ -153,38 +153,134 @@ def node_fits(node: Node, spec: JobSpec) -> bool:
     unknown: yes), its GPU type (the job's '' = any), the same reservation (a reserved
     node only for jobs naming it, a job naming one only on its nodes). A job of
     several GPU types (``MIXED_TYPES``: --gres=gpu:a100:4,gpu:v100:4) fits no node:
-    the model gives a job one type, so it is never placed nor preempted for."""
+    the model gives a job one type, so it is never placed nor preempted for. Its
+    --constraint features: the node has them all (a node that reports none: no)."""
     if spec.partitions and node.partitions and not set(spec.partitions).intersection(node.partitions):
         return False
     if spec.gpu_type and (node.gpu_type != spec.gpu_type or spec.gpu_type == MIXED_TYPES):
+        return False
+    if spec.features and (node.features is None or not set(spec.features).issubset(node.features)):
         return False
     return node.reservation == spec.reservation
 
 
 class Eligibility:
-    """The nodes each job may use, for one round (partitions, GPU types, reservations).
+    """The nodes each job may use, for one round (partitions, GPU types, reservations,
+    features).
 
     ``allowed(spec)`` is None when every available node fits (the usual case: the
     placement then needs no filter), else the names of the nodes that do. Jobs share
-    a handful of (partitions, type, reservation) keys, so each key is computed once."""
+    a handful of (partitions, type, reservation, features) keys, so each key is
+    computed once. ``room()``: the round's NodeRoom (None when no node reports CPUs or
+    memory: the simulator's nodes), read with the nodes at the first question."""
 
     def __init__(self, nodes):
         self._all = nodes
         self._nodes: Optional[list] = None  # read at the first question (most rounds ask none)
         self._plain = True
         self._memo: dict[tuple, Optional[frozenset]] = {}
+        self._room: Optional[NodeRoom] = None
+
+    def _load(self) -> None:
+        self._nodes = [n for n in self._all if n.available]
+        self._plain = not any(n.partitions or n.gpu_type or n.reservation for n in self._nodes)
+        if any(n.cpus_free is not None or n.mem_free_mb is not None for n in self._nodes):
+            self._room = NodeRoom(self._nodes)
+
+    def room(self) -> Optional["NodeRoom"]:
+        if self._nodes is None:
+            self._load()
+        return self._room
 
     def allowed(self, spec: JobSpec) -> Optional[frozenset]:
         if self._nodes is None:
-            self._nodes = [n for n in self._all if n.available]
-            self._plain = not any(n.partitions or n.gpu_type or n.reservation for n in self._nodes)
-        if self._plain and not (spec.gpu_type or spec.reservation):
-            return None  # one partition, one type, no reservation: every node fits
-        key = (spec.partitions, spec.gpu_type, spec.reservation)
+            self._load()
+        if self._plain and not (spec.gpu_type or spec.reservation or spec.features):
+            return None  # one partition, one type, no reservation, no features asked: every node fits
+        key = (spec.partitions, spec.gpu_type, spec.reservation, spec.features)
         if key not in self._memo:
             names = frozenset(n.name for n in self._nodes if node_fits(n, spec))
             self._memo[key] = None if len(names) == len(self._nodes) else names
         return self._memo[key]
+
+
+class NodeRoom:
+    """The CPUs and memory free on each available node in one round, as Slurm counts
+    them before it starts a job there (its own allocated counts: CPU-only jobs the
+    plan never sees included), changed as the round's newcomers are placed
+    (``take``) and its victims leave (``give``).
+
+    A job fits a node when its CPUs and memory per node are free there and, for
+    --exclusive, every CPU is (no job of any kind left on the node). ``checks(spec)``
+    is the cheap first question: False when the job's request is within what every
+    node has free now (``least_*``, lowered by each take and never raised: a bound),
+    so the usual job costs one comparison and places as before."""
+
+    def __init__(self, nodes):
+        self.cpus_free = {n.name: n.cpus_free for n in nodes}
+        self.cpus_total = {n.name: n.cpus_total for n in nodes}
+        self.mem_free = {n.name: n.mem_free_mb for n in nodes}
+        # a node that reports no count bounds the least at 0: every request is checked
+        self.least_cpus = min((0 if v is None else v for v in self.cpus_free.values()), default=0)
+        self.least_mem = min((0 if v is None else v for v in self.mem_free.values()), default=0)
+
+    def checks(self, spec: JobSpec) -> bool:
+        """Some node may lack room for ``spec`` (placement must ask ``fits``)."""
+        return spec.exclusive or spec.cpus_per_node > self.least_cpus or spec.mem_per_node_mb > self.least_mem
+
+    def fits(self, spec: JobSpec, node: str, cpus_freed: int = 0, mem_freed_mb: int = 0) -> bool:
+        """``spec`` has room on ``node`` once ``cpus_freed`` CPUs and ``mem_freed_mb`` MB
+        more are free there (what its victims hold). A count the node does not report
+        fits no job that asks for it."""
+        if spec.cpus_per_node or spec.exclusive:
+            free = self.cpus_free.get(node)
+            if free is None or free + cpus_freed < spec.cpus_per_node:
+                return False
+            if spec.exclusive and (self.cpus_total.get(node) is None or free + cpus_freed < self.cpus_total[node]):
+                return False
+        if spec.mem_per_node_mb:
+            free = self.mem_free.get(node)
+            if free is None or free + mem_freed_mb < spec.mem_per_node_mb:
+                return False
+        return True
+
+    def nodes_fitting(self, spec: JobSpec, names) -> frozenset:
+        """The nodes of ``names`` with room for ``spec`` now."""
+        return frozenset(name for name in names if self.fits(spec, name))
+
+    def take(self, spec: JobSpec, slots) -> None:
+        """A newcomer placed on ``slots``: its CPUs and memory there are no longer free
+        (an --exclusive one takes the whole node)."""
+        for node, _ in slots:
+            cpus, mem = self.cpus_free.get(node), self.mem_free.get(node)
+            if cpus is not None:
+                cpus = 0 if spec.exclusive else cpus - spec.cpus_per_node
+                self.cpus_free[node] = cpus
+                self.least_cpus = min(self.least_cpus, cpus)
+            if mem is not None:
+                mem = 0 if spec.exclusive else mem - spec.mem_per_node_mb
+                self.mem_free[node] = mem
+                self.least_mem = min(self.least_mem, mem)
+
+    def give(self, spec: JobSpec) -> None:
+        """A victim leaves: what it holds is free (the ``least_*`` bounds stay)."""
+        for node, cpus, mem in spec.held_by_node:
+            if self.cpus_free.get(node) is not None:
+                self.cpus_free[node] += cpus
+            if self.mem_free.get(node) is not None:
+                self.mem_free[node] += mem
+
+
+def describe_resources(spec: JobSpec) -> str:
+    """What a job asks of each node beyond GPUs, as sbatch options ('' nothing)."""
+    parts = []
+    if spec.cpus_per_node:
+        parts.append(f"{spec.cpus_per_node} CPU{'' if spec.cpus_per_node == 1 else 's'}")
+    if spec.mem_per_node_mb:
+        parts.append(f"{spec.mem_per_node_mb} MB of memory")
+    if spec.exclusive:
+        parts.append("the whole node (--exclusive)")
+    return ", ".join(parts)
 
 
 def place_constrained(num_gpus: int, free_by_node: dict[str, int], spec: JobSpec, *, consolidate: bool,
@@ -295,6 +391,8 @@ def describe_constraints(spec: JobSpec, kinds: bool = False) -> str:
         parts.append(f"--gres=gpu:{spec.gpu_type}:{spec.num_gpus}")
     if kinds and spec.reservation:
         parts.append("--reservation=" + spec.reservation)
+    if kinds and spec.features:
+        parts.append("--constraint=" + "&".join(spec.features))
     return " ".join(parts)
 
 
@@ -307,7 +405,7 @@ def is_spread(placement: tuple[tuple[str, int], ...], num_gpus: int, max_gpus_pe
 
 def beyond_reach(jobs, nodes, free_by_node: dict[str, int]) -> list:
     """The pending jobs no preemption can start: on the nodes they may use (their
-    partitions, GPU type, reservation: Eligibility) fewer GPUs are free or held by
+    partitions, GPU type, reservation, features: Eligibility) fewer GPUs are free or held by
     preemptable running jobs than they need.
 
     The walk counts GPUs cluster-wide; such a job would take its share of the count

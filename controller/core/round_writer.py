@@ -12,8 +12,8 @@ import math
 from typing import Callable, Iterable, Optional
 
 from controller.core.model import JobState, Snapshot
-from controller.core.placement import (COUNT_NODE, Eligibility, describe_constraints, minimum_nodes, place,
-                                       place_constrained)
+from controller.core.placement import (COUNT_NODE, Eligibility, NodeRoom, describe_constraints,
+                                       describe_resources, minimum_nodes, place, place_constrained)
 from controller.core.plan import Plan, Preempt, Promote, Start
 from controller.core.policies import Policy, PolicyContext
 from controller.core.policies.base import STARVATION_TOLERANCE_S
@@ -41,6 +41,10 @@ class RoundWriter:
     def allowed(self, job: JobState) -> Optional[frozenset]:
         """The nodes ``job`` may use this round, None = all (controller.core.placement)."""
         return None if self.eligible is None else self.eligible.allowed(job.spec)
+
+    def node_room(self) -> Optional[NodeRoom]:
+        """The round's CPUs and memory free per node (None: the nodes report neither)."""
+        return None if self.eligible is None else self.eligible.room()
 
     @property
     def count_mode(self) -> bool:
@@ -85,7 +89,12 @@ class RoundWriter:
                 return None
             return ((COUNT_NODE, job.num_gpus),)
         consolidate = self.consolidates(job)
-        if spec.constrained or allowed is not None:  # its own --nodelist / -N, its partitions, type
+        room = self.node_room()
+        if room is not None and room.checks(spec):  # only the nodes with its CPUs, memory free (--exclusive)
+            allowed = room.nodes_fitting(spec, free.free if allowed is None else allowed)
+            slots = free.place_constrained(spec, consolidate=consolidate, max_gpus_per_node=max_per_node,
+                                           allowed=allowed)
+        elif spec.constrained or allowed is not None:  # its own --nodelist / -N, its partitions, type
             slots = free.place_constrained(spec, consolidate=consolidate, max_gpus_per_node=max_per_node,
                                            allowed=allowed)
         else:
@@ -93,6 +102,8 @@ class RoundWriter:
         if slots is not None:
             for node, gpus in slots:
                 free.take(node, gpus)
+            if room is not None:
+                room.take(spec, slots)
         return slots
 
     def fit(self, job: JobState, free_by_node: dict[str, int], max_per_node: int) -> Optional[Slots]:
@@ -157,8 +168,12 @@ class RoundWriter:
             level = level_of(job) + 1
             if job.job_id in unplaced_ids:
                 allowed = self.allowed(job)
-                if job.spec.constrained or allowed is not None:
-                    shortfall = shortfalls.get(job.job_id) if shortfalls else None
+                shortfall = shortfalls.get(job.job_id) if shortfalls else None
+                room = self.node_room()
+                if room is not None and room.checks(job.spec) and (shortfall is not None or not (
+                        job.spec.constrained or allowed is not None or self.consolidates(job))):
+                    plan.wait_reasons[job.job_id] = resource_reason(job, shortfall, level_of)
+                elif job.spec.constrained or allowed is not None:
                     plan.wait_reasons[job.job_id] = constraint_reason(job, nodes, allowed, shortfall, level_of)
                 elif self.consolidates(job):
                     need = minimum_nodes(job.num_gpus, max_per_node)
@@ -180,6 +195,16 @@ def release_placements(victims: Iterable[JobState], free_by_node: dict[str, int]
         for node, gpus in job.placement:
             if node in free_by_node:
                 free_by_node[node] += gpus
+
+
+def resource_reason(job: JobState, shortfall=None, level_of: Optional[Callable[[JobState], int]] = None) -> str:
+    """Why a job that asks for CPUs, memory or --exclusive beyond GPUs waits: no node
+    it may use has them free, even with the lower-priority jobs there preempted (what
+    holds those nodes: its ``shortfall``)."""
+    text = f"needs {describe_resources(job.spec)} per node beside {job.num_gpus} GPUs"
+    if shortfall is not None:
+        return f"{text}: {shortfall_text(job, shortfall, level_of)}; no job is preempted for it"
+    return f"{text}: no node has them free now; no job is preempted for it"
 
 
 def constraint_reason(job: JobState, nodes, allowed: Optional[frozenset] = None, shortfall=None,

@@ -20,6 +20,13 @@ may use, taken lowest priority first until it can be placed on the freed and fre
 GPUs of those nodes. Victims that placement does not need keep running. When no
 set of candidates makes it fit, nobody is preempted for it, and its ``Shortfall``
 says what holds its nodes.
+
+A newcomer that asks for more CPUs or memory per node than some node has free, or
+for --exclusive (controller.core.placement.NodeRoom.checks), goes the second way
+too, and fits a node only where, once its victims there leave, those are free
+(--exclusive: every CPU, so every job on the node is a victim): a victim is chosen
+or kept for its CPUs and memory as for its GPUs, never more than that needs
+(issue 28: a job whose --mem no freed node holds had a victim preempted for it).
 """
 from __future__ import annotations
 
@@ -28,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional
 
 from controller.core.model import JobState
-from controller.core.placement import FreeGpus
+from controller.core.placement import FreeGpus, NodeRoom
 from controller.core.protection import may_preempt, needed_victims, pinned
 
 Slots = tuple[tuple[str, int], ...]
@@ -75,7 +82,7 @@ def choose_victims(newcomers: list[JobState], walk_victims: list[JobState],
                    order: Callable[[], Iterable[JobState]],
                    free_by_node: dict[str, int], *, place: Callable, fit: Callable,
                    allowed: Callable[[JobState], Optional[frozenset]], preemptive: bool = True,
-                   explain: bool = False) -> VictimChoice:
+                   explain: bool = False, room: Callable[[], Optional[NodeRoom]] = lambda: None) -> VictimChoice:
     """Place the round's ``newcomers`` (walk order) and choose who yields to them.
 
     ``walk_victims``: the running jobs the walk's count left out (walk order);
@@ -85,8 +92,10 @@ def choose_victims(newcomers: list[JobState], walk_victims: list[JobState],
     there, or None; ``fit(job, free_by_node)``: the same answer on a plain dict,
     nothing taken; ``allowed(job)``: the nodes its partitions, GPU type and
     reservation allow (None = all). ``preemptive``: the policy may preempt at all.
-    ``explain``: also build the unplaced newcomers' Shortfalls."""
-    if not any(_has_own_nodes(job, allowed) for job in newcomers):
+    ``explain``: also build the unplaced newcomers' Shortfalls. ``room()``: the round's
+    NodeRoom (None: the nodes report no CPUs or memory), which ``place`` keeps too."""
+    node_room = room()
+    if not any(_has_own_nodes(job, allowed, node_room) for job in newcomers):
         return _walk_victims_stand(newcomers, walk_victims, free_by_node, place)
     order = list(order())
     rank = {job.index: position for position, job in enumerate(order)}
@@ -104,10 +113,10 @@ def choose_victims(newcomers: list[JobState], walk_victims: list[JobState],
             usable = _usable(job, allowed, free_gpus.free)
             lower = [candidates[i] for i in range(bisect_right(candidate_ranks, rank[job.index]), len(candidates))
                      if candidates[i].index not in leaving]
-            found = victims_for(job, reversed(lower), free_gpus.free, usable, fit)
+            found = victims_for(job, reversed(lower), free_gpus.free, usable, fit, node_room)
             if found is None:
                 unplaced.append(job)
-                if explain and _has_own_nodes(job, allowed):
+                if explain and _has_own_nodes(job, allowed, node_room):
                     shortfalls[job.job_id] = _shortfall(job, order, rank, usable, free_gpus.free, leaving,
                                                         starts, preemptive)
                 continue
@@ -118,15 +127,20 @@ def choose_victims(newcomers: list[JobState], walk_victims: list[JobState],
                 for node, gpus in victim.placement:
                     if node in free_gpus.free:
                         free_gpus.give(node, gpus)
+                if node_room is not None:
+                    node_room.give(victim.spec)
             for node, gpus in slots:
                 free_gpus.take(node, gpus)
+            if node_room is not None:
+                node_room.take(job.spec, slots)
         starts.append((job, slots, position))
     victims = sorted(leaving.values(), key=lambda victim: rank[victim.index])
     return VictimChoice(starts, victims, unplaced, free_gpus, True, beneficiary, shortfalls)
 
 
 def victims_for(job: JobState, lowest_first: Iterable[JobState], free_by_node: dict[str, int],
-                usable: Callable[[str], bool], fit: Callable) -> Optional[tuple[list[JobState], Slots]]:
+                usable: Callable[[str], bool], fit: Callable, room: Optional[NodeRoom] = None
+                ) -> Optional[tuple[list[JobState], Slots]]:
     """The victims, taken lowest priority first, whose GPUs make ``job`` fit, or None.
 
     ``lowest_first``: its candidates (running, preemptable, after it in the walk),
@@ -134,7 +148,13 @@ def victims_for(job: JobState, lowest_first: Iterable[JobState], free_by_node: d
     ``usable(node)``: the job may run there. Candidates are added one by one until
     ``fit`` places the job on the free and freed GPUs of its usable nodes; then the
     victims on no node of that placement, and those whose GPUs the placement does not
-    need (highest priority first), keep running. Returns (victims, slots) or None."""
+    need (highest priority first), keep running. Returns (victims, slots) or None.
+
+    ``room``: the round's NodeRoom; when it checks the job, a node counts only where
+    the job's CPUs, memory (and --exclusive: every CPU) are free once the victims
+    chosen so far leave (_ResourceTrial)."""
+    if room is not None and room.checks(job.spec):
+        return _ResourceTrial(job, room, free_by_node, usable).victims(lowest_first, fit)
     trial = {node: free for node, free in free_by_node.items() if free > 0 and usable(node)}
     total = sum(trial.values())
     gains: list[tuple[JobState, list[tuple[str, int]]]] = []
@@ -182,6 +202,69 @@ def victims_for(job: JobState, lowest_first: Iterable[JobState], free_by_node: d
     return [victim for victim, _ in reversed(kept)], slots
 
 
+class _ResourceTrial:
+    """victims_for for a newcomer whose CPUs, memory or --exclusive some node may
+    lack: the same lowest-first choice, where a node holds the job only when the
+    NodeRoom says it fits there with what the chosen victims hold on it freed, and a
+    victim is spared only when the placement still fits, GPUs and room, without it."""
+
+    def __init__(self, job: JobState, room: NodeRoom, free_by_node: dict[str, int], usable):
+        self.job, self.room, self.free_by_node, self.usable = job, room, free_by_node, usable
+
+    def _freed(self, victims) -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
+        """(free GPUs, CPUs freed, MB freed) per usable node with ``victims`` gone (GPUs:
+        only nodes with some)."""
+        gpus = {node: free for node, free in self.free_by_node.items() if free > 0 and self.usable(node)}
+        cpus: dict[str, int] = {}
+        mem: dict[str, int] = {}
+        for victim in victims:
+            self._add(victim, gpus, cpus, mem)
+        return gpus, cpus, mem
+
+    def _add(self, victim: JobState, gpus: dict, cpus: dict, mem: dict) -> None:
+        for node, count in victim.placement:
+            if node in self.free_by_node and self.usable(node):
+                gpus[node] = gpus.get(node, 0) + count
+        for node, held_cpus, held_mb in victim.spec.held_by_node:
+            cpus[node] = cpus.get(node, 0) + held_cpus
+            mem[node] = mem.get(node, 0) + held_mb
+
+    def _with_room(self, gpus: dict, cpus: dict, mem: dict) -> dict[str, int]:
+        """The nodes of ``gpus`` where the job has room with ``cpus``, ``mem`` freed there."""
+        spec, fits = self.job.spec, self.room.fits
+        return {node: free for node, free in gpus.items() if fits(spec, node, cpus.get(node, 0), mem.get(node, 0))}
+
+    def _holds(self, slots: Slots, victims) -> bool:
+        """``slots`` still fit, GPUs and room, with only ``victims`` gone."""
+        gpus = self._with_room(*self._freed(victims))
+        return all(gpus.get(node, 0) >= count for node, count in slots)
+
+    def victims(self, lowest_first: Iterable[JobState], fit: Callable) -> Optional[tuple[list[JobState], Slots]]:
+        job = self.job
+        candidates = [victim for victim in lowest_first
+                      if any(node in self.free_by_node and self.usable(node) for node, _ in victim.placement)]
+        if fit(job, self._with_room(*self._freed(candidates))) is None:
+            return None  # not even with every candidate gone (room, layout, -N, consolidation)
+        gpus, cpus, mem = self._freed(())
+        chosen: list[JobState] = []
+        slots = fit(job, self._with_room(gpus, cpus, mem))
+        for victim in candidates:
+            if slots is not None:
+                break
+            chosen.append(victim)
+            self._add(victim, gpus, cpus, mem)
+            slots = fit(job, self._with_room(gpus, cpus, mem))
+        if slots is None:
+            return None
+        on_slots = {node for node, _ in slots}
+        kept = [victim for victim in chosen if any(node in on_slots for node, _ in victim.placement)]
+        for victim in reversed(list(kept)):  # highest priority first: spare what the placement does not need
+            rest = [other for other in kept if other is not victim]
+            if self._holds(slots, rest):
+                kept = rest
+        return kept, slots
+
+
 def _walk_victims_stand(newcomers, walk_victims, free_by_node, place) -> VictimChoice:
     """Every newcomer may use every node: the walk's victims, less those no placement uses."""
     released = dict(free_by_node)
@@ -202,9 +285,10 @@ def _walk_victims_stand(newcomers, walk_victims, free_by_node, place) -> VictimC
     return VictimChoice(starts, victims, unplaced, free_gpus)
 
 
-def _has_own_nodes(job: JobState, allowed) -> bool:
-    """The job may use only some of the round's nodes."""
-    return job.spec.constrained or allowed(job) is not None
+def _has_own_nodes(job: JobState, allowed, room: Optional[NodeRoom] = None) -> bool:
+    """The job may use only some of the round's nodes (its constraints, or the CPUs,
+    memory or --exclusive some node lacks)."""
+    return job.spec.constrained or allowed(job) is not None or (room is not None and room.checks(job.spec))
 
 
 def _usable(job: JobState, allowed, free_by_node: dict[str, int]) -> Callable[[str], bool]:

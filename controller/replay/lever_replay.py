@@ -59,6 +59,11 @@ class LeverReplay:
     levers: list[list[LeverAction]] = field(default_factory=list)
     starts: list[list[tuple[str, tuple[str, ...]]]] = field(default_factory=list)
     round_times_s: list[float] = field(default_factory=list)
+    # jobs not finished when the replay stopped at max_rounds (0: it ran to the end)
+    unfinished_jobs: int = 0
+
+
+MAX_LEVER_ROUNDS = 100_000  # a replay this long is a mistake (a tiny interval), not a study
 
 
 class SimSlurm:
@@ -315,11 +320,12 @@ class LeverRound:
 
 
 def replay_levers(cfg: SimConfig, specs: Iterable[JobSpec], settings: LeverSettings = LeverSettings(),
-                  start_s: Optional[float] = None, max_rounds: int = 100000) -> LeverReplay:
+                  start_s: Optional[float] = None, max_rounds: int = MAX_LEVER_ROUNDS) -> LeverReplay:
     """Replay ``specs`` (with durations; a gang larger than a node takes whole nodes)
     with a round every
     ``cfg.round_interval_s`` from ``start_s`` (default: the first submission) until
-    every job finished; returns each round's levers and starts."""
+    every job finished, or for ``max_rounds`` (then ``unfinished_jobs`` counts the rest);
+    returns each round's levers and starts."""
     interval = cfg.round_interval_s
     if interval is None:
         raise InputError("round-interval-s: the lever replay needs a fixed round interval")
@@ -366,4 +372,5 @@ def replay_levers(cfg: SimConfig, specs: Iterable[JobSpec], settings: LeverSetti
         out.starts.append(slurm.schedule())
         out.round_times_s.append(now)
         now += interval
+    out.unfinished_jobs = len(jobs) - next_arrival + len(alive)
     return out

@@ -10,8 +10,17 @@ A round then costs what it changes. Decisions are the engine's, walked by the sa
 book code the controller uses; tests/test_mlfq_replay.py (and tests/test_simcost.py,
 with the costs) check that both loops give identical replays.
 
-Used when starvation promotion is off and rounds are event-driven; otherwise the
-generic loop runs. Both loops drive the same simulated cluster
+Used when rounds are event-driven; otherwise the generic loop runs. Starvation
+promotion (a finite PROMOTEKNOB) is kept here as an event too: a job that starts to
+wait in a queue below the first has a fixed moment when it has waited PROMOTEKNOB x
+its execution since its last promotion (its counters do not move while it waits), so
+the loop wakes then and, at that round, moves it to the tail of Q_1 exactly as the
+engine's own promotion does (``RoundWriter.promotion_context``: level 0, entered at
+the round's time, its counters reset), instead of rebuilding every queue every round.
+That moment is computed once per wait where the generic loop adds up each round's
+wait, so the two can differ in a float's last digit and, rarely, order a tie the other
+way (tests/test_tune_budget.py checks identical replays for knobs 2 to 16).
+Both loops drive the same simulated cluster
 (controller.replay.cluster.SimCluster: GPUs, starts, stops, completions, the
 grace/requeue path), so the controller's preemption costs (SimConfig.charges_handoff)
 are charged by the same code, with the same results; what this loop adds is the book:
@@ -45,7 +54,8 @@ from controller.core.policies.dgittins import known, quantum_ends
 from controller.core.protection import run_time_over_s, why_protected
 from controller.core.queue_book import QueueBook
 from controller.core.queues import ENTERED, SETTLED_WAITING
-from controller.replay.cluster import EPS, learner_for, RunState, SimCluster, SimConfig, SimResult
+from controller.core.policies.base import STARVATION_TOLERANCE_S
+from controller.replay.cluster import EPS, learner_for, RunState, SimCluster, SimConfig, SimResult, WATCH_EVERY
 
 
 class _Places:
@@ -88,9 +98,12 @@ class _Places:
 
 
 def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list[JobState], dropped: list[str],
-             progress: Optional[Callable[[float], None]] = None) -> SimResult:
+             progress: Optional[Callable[[float], None]] = None,
+             watch: Optional[Callable[[float], None]] = None) -> SimResult:
     """Replay ``jobs`` (sorted by submit time; ``private`` their run states) with
-    ``engine``'s policy; ``dropped``: the oversize jobs left out."""
+    ``engine``'s policy; ``dropped``: the oversize jobs left out. ``watch(fraction of
+    jobs finished)`` is called every WATCH_EVERY passes of the loop; it may raise
+    ReplayCut to stop the replay."""
     engine_cfg = cfg.engine
     policy = engine.policy
     thresholds = engine_cfg.thresholds_gpu_s if policy.discretized else ()  # fifo: one queue
@@ -110,6 +123,12 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
     protects = engine_cfg.protects_victims and policy.preemptive
     run_ends: list[tuple[float, int, int]] = []  # (minimum run time over, index, version)
     places = _Places() if handoff else None
+    knob = engine_cfg.promote_knob if policy.discretized else math.inf
+    promoting = math.isfinite(knob)
+    # (when it has waited long enough, index, version): waiting jobs below Q_1
+    promotion_due: list[tuple[float, int, int]] = []
+    promotion_wakeups: list[tuple[float, int, int]] = []  # those the loop wakes for
+    promotions = 0
 
     def waiting_value(job: JobState, level: int, served_gpu_s: float) -> float:
         return policy.waiting_value(service, thresholds, level, served_gpu_s, job.spec) if ordered_waiting else 0.0
@@ -132,6 +151,8 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
 
     def start(job: JobState, placement) -> None:
         nonlocal waiting_jobs
+        if promoting:  # its wait counts towards its next promotion (only promotion reads it)
+            job.waited_since_promotion_s += now - private[job.index].last_sync_s
         private[job.index].last_sync_s = now
         cluster.start(job, placement, now)
         waiting_jobs -= 1
@@ -154,6 +175,67 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
             book.add_waiting(job, level, ENTERED, now, waiting_value(job, level, served))
         places.set(job.index, job.queue_entry)
         waiting_jobs += 1
+        if promoting:
+            starts_waiting(job)
+
+    def starts_waiting(job: JobState) -> None:
+        """Its promotion moment, if it waits below Q_1: its counters stand still
+        while it waits, so the moment is known now (the generic loop's wake time)."""
+        if book.level_of(job) == 0:
+            return
+        p = private[job.index]
+        due = p.last_sync_s + knob * job.executed_since_promotion_s - job.waited_since_promotion_s
+        heapq.heappush(promotion_due, (due, job.index, p.version))
+        # The generic loop wakes for it only if its service reached the first threshold
+        # exactly (not just within the level's tolerance); otherwise the next round that
+        # happens anyway promotes it, here as there.
+        if job.queue_service_gpu_s >= thresholds[0]:
+            heapq.heappush(promotion_wakeups, (due, job.index, p.version))
+
+    def valid_due(heap=promotion_due) -> bool:
+        """Drop stale promotion moments (the job started, or was promoted, since)."""
+        while heap and (private[heap[0][1]].version != heap[0][2] or jobs[heap[0][1]].running):
+            heapq.heappop(heap)
+        return bool(heap)
+
+    def promote_due() -> None:
+        """Starvation promotions at this round, as the engine makes them: every job
+        below Q_1 that has waited PROMOTEKNOB x its execution goes to the tail of Q_1
+        (entered now) with its counters reset."""
+        nonlocal promotions
+        due_now, not_yet = [], []
+        # the engine's test has a tolerance: a moment that far ahead is due now too
+        while valid_due() and promotion_due[0][0] <= now + STARVATION_TOLERANCE_S + EPS:
+            item = heapq.heappop(promotion_due)
+            job, p = jobs[item[1]], private[item[1]]
+            waited = job.waited_since_promotion_s + (now - p.last_sync_s)
+            if book.level_of(job) == 0:
+                continue
+            if waited + STARVATION_TOLERANCE_S < knob * job.executed_since_promotion_s:
+                not_yet.append(item)  # the moment's float rounding: the engine's test says later
+                continue
+            due_now.append(job)
+        # this round handled every wake-up up to now: a stale one left would wake the loop
+        # again at once, forever
+        while valid_due(promotion_wakeups) and promotion_wakeups[0][0] <= now + STARVATION_TOLERANCE_S + EPS:
+            heapq.heappop(promotion_wakeups)
+        for item in not_yet:
+            job = jobs[item[1]]
+            waited = job.waited_since_promotion_s + (now - private[item[1]].last_sync_s)
+            later = (now + knob * job.executed_since_promotion_s - waited, item[1], item[2])
+            heapq.heappush(promotion_due, later)
+            if job.queue_service_gpu_s >= thresholds[0]:
+                heapq.heappush(promotion_wakeups, later)
+        for job in sorted(due_now, key=lambda j: j.index):
+            book.remove(job)
+            job.queue_service_gpu_s = 0.0
+            job.executed_since_promotion_s = 0.0
+            job.waited_since_promotion_s = 0.0
+            job.promotions += 1
+            private[job.index].last_sync_s = now
+            private[job.index].version += 1  # its old promotion moment is stale
+            book.add_waiting(job, 0, ENTERED, now, waiting_value(job, 0, 0.0))
+            promotions += 1
 
     def end_protection() -> None:
         """Minimum run times over by now: the engine's rule (mark_protected) again."""
@@ -192,7 +274,11 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
     snapshot = Snapshot(now_s=now, jobs=[], nodes=cluster.nodes, service=service, round_id=0, detailed=False,
                         explain=False, free_by_node=cluster.free_by_node, capacity_gpus=capacity,
                         max_gpus_per_node=cluster.max_per_node, queue_book=book)
+    passes = 0
     while next_arrival < total or cluster.completions or waiting_jobs or cluster.leaving or cluster.settling:
+        passes += 1
+        if watch is not None and passes % WATCH_EVERY == 0:
+            watch(len(cluster.outcomes) / max(total, 1))
         # 1. everything that happens at this moment: completions, requeues, arrivals, crossings
         for job in cluster.finish_due(now):
             book.remove(job)
@@ -230,6 +316,8 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
                 if ordered_waiting:
                     rekey_waiting()
             rounds += 1
+            if promoting:
+                promote_due()
             if protects:
                 end_protection()
             if handoff:
@@ -240,6 +328,7 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
             snapshot.free_by_node = cluster.plannable_free()
             plan = engine.step(snapshot)
             signalled: set[str] = set()
+            stopped: list[JobState] = []
             for action in plan.actions:
                 job = jobs[index_of[action.job_id]]
                 if action.kind == "preempt":
@@ -251,6 +340,8 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
                     else:
                         cluster.stop(job, now)
                         waiting_jobs += 1
+                        if promoting:
+                            stopped.append(job)
                 elif handoff and not cluster.fits(action.placement):
                     continue  # planned onto a victim's GPUs still in its grace period: waits
                 else:
@@ -268,6 +359,8 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
             if signalled:  # out of the book until requeued; their places wait on the job
                 positions = {job_id: place for job_id, place in positions.items() if job_id not in signalled}
             book.apply_positions(positions, lambda job_id: jobs[index_of[job_id]])
+            for job in stopped:  # waits at its level (the plan's place): its promotion moment
+                starts_waiting(job)
             timeline.append((now, waiting_jobs, cluster.busy))
             if progress is not None and rounds % 2000 == 0:
                 progress(len(cluster.outcomes) / max(total, 1))
@@ -279,10 +372,12 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
             t_next = min(t_next, demotions[0][0])
         if waiting_jobs and protects and min_runtime > 0:  # a running job's protection ends
             t_next = min(t_next, next_run_end())
+        if waiting_jobs and promoting and valid_due(promotion_wakeups):
+            t_next = min(t_next, max(promotion_wakeups[0][0], now))
         if t_next == math.inf:
             if waiting_jobs:
                 raise InputError("simulation stalled: jobs wait but nothing can ever run them")
             break
         now = t_next if t_next > now else math.nextafter(now, math.inf)
 
-    return cluster.result(policy.name, rounds, events, dropped, 0, timeline)
+    return cluster.result(policy.name, rounds, events, dropped, promotions, timeline)

@@ -25,15 +25,20 @@ from controller.core.placement import Eligibility
 from controller.core.plan_stands import threshold_above
 from controller.core.protection import run_time_over_s
 from controller.replay import mlfq_replay
-from controller.replay.cluster import (EPS, JobOutcome, learner_for, RunState, SimCluster, SimConfig,  # noqa: F401
-                                       SimResult)
+from controller.replay.cluster import (EPS, JobOutcome, learner_for, ReplayCut, RunState, SimCluster,  # noqa: F401
+                                       SimConfig, SimResult, WATCH_EVERY)
 
 
 class Simulation:
-    def __init__(self, config: SimConfig, progress: Optional[Callable[[float], None]] = None):
+    def __init__(self, config: SimConfig, progress: Optional[Callable[[float], None]] = None,
+                 watch: Optional[Callable[[float], None]] = None):
+        """``progress(fraction of jobs finished)`` every 2000 rounds; ``watch(fraction)``
+        every WATCH_EVERY passes of the event loop, whatever happens in them (a
+        deadline or an interrupt: it raises ReplayCut to stop the replay)."""
         self.config = config
         self.engine = Engine(config.engine)
         self.progress = progress
+        self.watch = watch
 
     # -- public ------------------------------------------------------------
     def run(self, specs: Iterable[JobSpec]) -> SimResult:
@@ -63,9 +68,8 @@ class Simulation:
         self.run_state = [RunState() for _ in jobs]
         engine_cfg = cfg.engine
         policy = self.engine.policy
-        if (cfg.incremental and (policy.discretized or policy.static_order)
-                and not math.isfinite(engine_cfg.promote_knob) and cfg.round_interval_s is None):
-            return mlfq_replay.run_mlfq(cfg, self.engine, self.run_state, jobs, dropped, self.progress)
+        if cfg.incremental and (policy.discretized or policy.static_order) and cfg.round_interval_s is None:
+            return mlfq_replay.run_mlfq(cfg, self.engine, self.run_state, jobs, dropped, self.progress, self.watch)
         return self._loop(jobs, dropped)
 
     # -- the event loop -------------------------------------------------------
@@ -109,7 +113,11 @@ class Simulation:
                 del active[job.index]
                 events += 1
 
+        watch, passes = self.watch, 0
         while next_arrival < total or active or cluster.leaving or cluster.settling:
+            passes += 1
+            if watch is not None and passes % WATCH_EVERY == 0:
+                watch(len(cluster.outcomes) / max(total, 1))
             # 1. completions up to now, at their exact times; victims whose grace period
             # is over are requeued, then wait out the requeue delay
             finish_due(now)

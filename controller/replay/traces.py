@@ -11,7 +11,8 @@ surrounding blanks and a UTF-8 BOM are ignored, column order does not matter):
 format         columns used (others are ignored)                                      units
 =============  =====================================================================  =========
 project        job_id,num_gpus,submit_time_s,duration_s[,skew,user_priority,          seconds
-               partition,user,model_name][,actual_start_s,actual_end_s,requeues,state]
+               partition,user,model_name,gpu_type,account,job_name,time_limit_s]
+               [,actual_start_s,actual_end_s,requeues,state,node_list]
 muri-raw       job_id,num_gpu,submit_time,model_name,duration,priority                ms -> s
                (recognised by batch_size + iteration_time + priority)
 tiresias       job_id,num_gpu,submit_time,iterations,model_name,duration,interval     seconds
@@ -54,6 +55,7 @@ __all__ = [
     "detect_format",
     "load_trace",
     "load_actuals",
+    "time_base_s",
     "load_service_samples",
     "load_service_distribution",
     "write_trace",
@@ -66,6 +68,11 @@ PROJECT_COLUMNS = (
     "user_priority", "partition", "user", "model_name",
 )
 ACTUAL_COLUMNS = ("actual_start_s", "actual_end_s", "requeues", "state")
+# the nodes a job last ran on (a Slurm hostlist) and when a requeued job's last run
+# began, each written only when some job has one: what `trace export` and `simulate`
+# read the history's cluster shape from
+NODE_LIST_COLUMN = "node_list"
+LAST_START_COLUMN = "last_start_s"
 # what Slurm knows at submit besides the above (dgittins conditions on it): optional
 # project columns, written only when some job has one
 FEATURE_COLUMNS = ("account", "job_name", "time_limit_s")
@@ -517,9 +524,11 @@ def _load_trace(path: str | os.PathLike[str], ts: float) -> list[JobSpec]:
     rows = [parsed[k] for k in order]
     ids = [ids[k] for k in order]
     if features is not None:
-        return [JobSpec(jid, g, (t - base) * ts, None if d is None else d * ts, skews[m] if sk is None else sk, pr,
-                        pa, u, m, account=account, job_name=name, time_limit_s=limit)
-                for jid, (t, _, g, d, sk, pr, pa, u, m), (account, name, limit) in zip(ids, rows, features)]
+        # the gpu_type column applies here too: an exported trace has both
+        return _with_kinds(table, [
+            JobSpec(jid, g, (t - base) * ts, None if d is None else d * ts, skews[m] if sk is None else sk, pr,
+                    pa, u, m, account=account, job_name=name, time_limit_s=limit)
+            for jid, (t, _, g, d, sk, pr, pa, u, m), (account, name, limit) in zip(ids, rows, features)], order)
     if ts == 1.0:
         specs = [
             JobSpec(jid, g, t - base, d, skews[m] if sk is None else sk, pr, pa, u, m)
@@ -579,7 +588,8 @@ def load_actuals(path: str | os.PathLike[str], *, time_scale: float = 1.0) -> di
     """Per job id, what a Slurm-accounting export recorded about the real run.
 
     Only the project format carries these columns (``actual_start_s``,
-    ``actual_end_s``, ``requeues``, ``state``; any subset). Times are shifted and
+    ``actual_end_s``, ``requeues``, ``state``, ``node_list``, ``last_start_s``; any subset;
+    the last two are keys only when their column exists). Times are shifted and
     scaled exactly like ``load_trace`` shifts the submit times, so they compare
     directly with ``JobSpec.submit_time_s``; an empty time is ``None`` (never
     started / still running), empty ``requeues`` is 0, empty ``state`` is "".
@@ -595,6 +605,7 @@ def load_actuals(path: str | os.PathLike[str], *, time_scale: float = 1.0) -> di
     base = min(p[0] for p in parsed)
     ix = table.index
     i_s, i_e, i_r, i_st = (ix.get(c) for c in ACTUAL_COLUMNS)
+    i_nodes, i_last = ix.get(NODE_LIST_COLUMN), ix.get(LAST_START_COLUMN)
     out: dict[str, dict[str, Any]] = {}
     for k, row in enumerate(table.rows):
         jid = parsed[k][1]
@@ -608,6 +619,12 @@ def load_actuals(path: str | os.PathLike[str], *, time_scale: float = 1.0) -> di
             s = row[i_r].strip() if i_r is not None else ""
             rec["requeues"] = _nonneg_int("requeues", s) if s else 0
             rec["state"] = row[i_st].strip() if i_st is not None else ""
+            if i_nodes is not None:  # no key for a trace without the column: nothing recorded
+                nodes = row[i_nodes].strip() if i_nodes < len(row) else ""
+                rec[NODE_LIST_COLUMN] = _text(NODE_LIST_COLUMN, nodes) if nodes else ""
+            if i_last is not None:
+                s = row[i_last].strip() if i_last < len(row) else ""
+                rec[LAST_START_COLUMN] = (_nonneg_float(LAST_START_COLUMN, s) - base) * ts if s else None
         except _FieldError as e:
             raise table.fail(k, f"field '{e.field}' value '{shorten(e.value)}' {e.what}") from None
         if rec["actual_start_s"] is not None and rec["actual_end_s"] is not None \
@@ -615,6 +632,14 @@ def load_actuals(path: str | os.PathLike[str], *, time_scale: float = 1.0) -> di
             raise table.fail(k, f"field 'actual_end_s' value '{row[i_e].strip()}' is before actual_start_s")
         out[jid] = rec
     return out
+
+
+def time_base_s(path: str | os.PathLike[str]) -> Optional[float]:
+    """The first submit time as the file writes it: what ``load_trace`` and
+    ``load_actuals`` subtract. For a ``trace export`` (absolute epoch seconds) it
+    turns replayed times back into dates; None for an empty trace."""
+    parsed = _parse_rows(_Table(path))
+    return min(p[0] for p in parsed) if parsed else None
 
 
 def load_service_samples(path: str | os.PathLike[str]) -> list[float]:
@@ -672,12 +697,17 @@ def write_trace(
     Numbers are written in their shortest exact form (``120``, ``0.1``); ``None``
     durations as an empty field; ``\\n`` line endings. With ``actuals`` (job id ->
     ``actual_start_s``/``actual_end_s``/``requeues``/``state``) the four accounting
-    columns are appended.
+    columns are appended, and ``node_list``/``last_start_s`` when some job has one; ``gpu_type``
+    when some job has one (the type it asked for or ran on).
     """
     jobs = list(jobs)
     featured = any(j.account or j.job_name or j.time_limit_s is not None for j in jobs)
+    typed = any(j.gpu_type for j in jobs)
+    with_nodes = actuals is not None and any((a or {}).get(NODE_LIST_COLUMN) for a in actuals.values())
+    with_last = actuals is not None and any((a or {}).get(LAST_START_COLUMN) is not None for a in actuals.values())
     header = (list(PROJECT_COLUMNS) + (list(ACTUAL_COLUMNS) if actuals is not None else [])
-              + (list(FEATURE_COLUMNS) if featured else []))
+              + ([NODE_LIST_COLUMN] if with_nodes else []) + ([LAST_START_COLUMN] if with_last else [])
+              + (list(FEATURE_COLUMNS) if featured else []) + (["gpu_type"] if typed else []))
     p = os.fspath(path)
     with open(p, "w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh, lineterminator="\n")
@@ -694,8 +724,14 @@ def write_trace(
                     _fmt_num(a.get("actual_start_s")), _fmt_num(a.get("actual_end_s")),
                     "" if req is None else str(int(req)), a.get("state", "") or "",
                 ]
+                if with_nodes:
+                    row.append(a.get(NODE_LIST_COLUMN, "") or "")
+                if with_last:
+                    row.append(_fmt_num(a.get(LAST_START_COLUMN)))
             if featured:
                 row += [j.account, j.job_name, _fmt_num(j.time_limit_s)]
+            if typed:
+                row.append(j.gpu_type)
             w.writerow(row)
 
 

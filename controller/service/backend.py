@@ -57,6 +57,21 @@ class ObservedJob:
     # MIXED_TYPES) is a request the plan cannot place: it waits, never preempted for
     gpu_types: tuple[str, ...] = ()
     reservation: str = ""  # the reservation it names ('' none)
+    # What a pending job asks of each node beyond GPUs (the plan preempts only for a job
+    # Slurm would start on what the preemption frees): CPUs and MB of memory per node
+    # (0: not asked, or not reported by this backend: not checked), the node features
+    # every node must have (--constraint=a&b), --exclusive. ``unmodelled``: what of its
+    # request the plan's model cannot express ('' nothing): an OR, bracket or count
+    # constraint, --exclusive=user, a field the release does not report; such a job is
+    # never a reason to preempt (it waits for Slurm; explain shows this text).
+    cpus_per_node: int = 0
+    mem_per_node_mb: int = 0
+    features: tuple[str, ...] = ()
+    exclusive: bool = False
+    unmodelled: str = ""
+    # A running job: the CPUs and MB of memory it holds on each node, (node, cpus, mb),
+    # what its preemption frees there (0 where not reported: counted as freeing nothing).
+    held_by_node: tuple[tuple[str, int, int], ...] = ()
     # what dgittins conditions on (controller.core.conditioned), with time_limit_s; empty: not reported
     account: str = ""
     name: str = ""

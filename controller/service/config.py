@@ -460,3 +460,60 @@ def effective(config: Config) -> list[tuple[str, Any, str]]:
 
     return [(f.name, redact_url(getattr(config, f.name)) if f.name == "database_url" else getattr(config, f.name),
              _BY_NAME[f.name].doc) for f in fields(config)]
+
+
+# The packaged example (packaging/tiresias.yaml) is rendered from SCHEMA, so a default
+# changed here cannot leave the file behind (tests/test_docs_output.py regenerates it).
+# Each heading is printed before the key that opens its group; a key added later falls
+# into the group above it.
+SECTION_HEADINGS = {
+    "mode": "what the controller does", "interval_s": "rounds", "policy": "priority",
+    "placement": "placement", "site_factor_band": "SiteFactor (the order Slurm sees)",
+    "preempt_signal": "preemption", "service_conditioned": "dgittins: the learned service distribution",
+    "partition_moves": "partition moves", "gpu_sharing": "GPU sharing (MPS co-location)",
+    "usage_spool_dir": "usage records", "standby": "operations", "metrics_port": "metrics and logs",
+    "decision_log_max_age_s": "decision log",
+}
+REGENERATE_DEFAULTS = ".venv/bin/python -m controller.service.config > packaging/tiresias.yaml"
+_WIDTH = 88  # columns of a rendered comment line
+
+
+def _yaml_scalar(value: Any) -> str:
+    import yaml
+
+    return yaml.safe_dump(value, width=10**6).strip().removesuffix("...").strip()
+
+
+def yaml_value(value: Any) -> str:
+    """A value in YAML flow form (lists as [a, b], inf as .inf) that loads back as itself."""
+    if isinstance(value, (tuple, list)):
+        return "[" + ", ".join(_yaml_scalar(v) for v in value) + "]"
+    return _yaml_scalar(value)
+
+
+def defaults_yaml() -> str:
+    """The packaged config file: every key of SCHEMA with its default and doc, in
+    SCHEMA's order, under SECTION_HEADINGS; loading it gives Config()."""
+    import textwrap
+
+    lines = ["# /etc/tiresias/tiresias.yaml: settings of the tiresias controller.",
+             "# Every key is listed with its built-in default (controller/service/config.py),",
+             "# so this file changes nothing until you edit it. `tiresias show-config --config FILE`",
+             "# prints what a file makes effective; an unknown key or a bad value stops the",
+             "# controller with one line naming the key. Start in mode shadow, read the decision",
+             "# log (`tiresias explain JOBID`), then switch to enforce.",
+             "# packaging/tiresias.yaml is generated from them (edit your copy in /etc/tiresias):",
+             f"#   {REGENERATE_DEFAULTS}"]
+    for setting in SCHEMA:
+        heading = SECTION_HEADINGS.get(setting.name)
+        if heading:
+            lines += ["", f"# --- {heading} " + "-" * max(3, _WIDTH - 7 - len(heading))]
+        doc = setting.doc + (f" (one of: {', '.join(setting.choices)})" if setting.choices else "")
+        lines += [""] + textwrap.wrap(doc, _WIDTH, initial_indent="# ", subsequent_indent="# ",
+                                      break_on_hyphens=False)
+        lines.append(f"{setting.name}: {yaml_value(setting.default)}")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(defaults_yaml(), end="")

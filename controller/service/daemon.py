@@ -22,7 +22,7 @@ import math
 import os
 import threading
 import time
-from dataclasses import fields
+from dataclasses import fields, replace
 from typing import Callable, Mapping, Optional
 
 from controller.core.engine import Engine
@@ -540,7 +540,12 @@ class Controller:
         # pending jobs that ask for GPUs of several types (--gres=gpu:a100:4,gpu:v100:4): the
         # model gives a job one GPU type, so it cannot say where they go; they wait, banded
         unmodelled = {job.job_id for job in snapshot.jobs if not job.running and job.spec.gpu_type == MIXED_TYPES}
-        # jobs whose own nodes (partitions, GPU type, reservation) no preemption can free wait too
+        # pending jobs asking for what the plan's model cannot express (an OR constraint,
+        # --exclusive=user, a count the release or the nodes do not report): they wait
+        # too, banded; the plan never guesses where Slurm would start them
+        inexpressible = _inexpressible(snapshot, observed)
+        unmodelled.update(inexpressible)
+        # jobs whose own nodes (partitions, GPU type, reservation, features) no preemption can free wait too
         rest = [job for job in snapshot.jobs if job.job_id not in unmodelled] if unmodelled else snapshot.jobs
         unreachable = {job.job_id for job in beyond_reach(rest, snapshot.nodes, snapshot.free_by_node or {})}
         aside = unreachable | unmodelled
@@ -553,9 +558,12 @@ class Controller:
             ctx = PolicyContext(now_s=now, thresholds_gpu_s=self.engine.config.thresholds_gpu_s, service=self.service)
             add_waiting(plan, waiting, reasons, self.engine.policy, ctx)
             for job_id in unreachable:
-                plan.wait_reasons[job_id] = ("its nodes (partitions, GPU type, reservation) have too few GPUs free"
-                                             " or held by preemptable jobs: no job is preempted for it")
-            for job_id in unmodelled:
+                plan.wait_reasons[job_id] = ("its nodes (partitions, GPU type, reservation, features) have too few"
+                                             " GPUs free or held by preemptable jobs: no job is preempted for it")
+            for job_id, what in inexpressible.items():
+                plan.wait_reasons[job_id] = (f"asks for what the plan cannot express: {what}; Slurm may start it,"
+                                             " no job is preempted for it")
+            for job_id in unmodelled - inexpressible.keys():
                 job = observed[job_id]
                 plan.wait_reasons[job_id] = (
                     f"asks for GPUs of several types ({', '.join(job.gpu_types)}; {job.gpus} in all), which the plan"
@@ -583,7 +591,9 @@ class Controller:
         # where Slurm may run it: its partitions (a pending job may list several), its
         # GPU type, its reservation (controller.core.placement.Eligibility)
         kind = dict(partitions=tuple(p for p in job.partition.split(",") if p), gpu_type=job.gpu_type,
-                    reservation=job.reservation)
+                    reservation=job.reservation, cpus_per_node=job.cpus_per_node,
+                    mem_per_node_mb=job.mem_per_node_mb, features=job.features, exclusive=job.exclusive,
+                    held_by_node=job.held_by_node)
         if job.state == "PENDING" and (job.required_nodes or job.excluded_nodes or job.min_nodes > 1
                                        or job.max_nodes > 0):
             try:
@@ -637,6 +647,7 @@ class Controller:
         waiting: list[JobState] = []
         reasons: dict[str, str] = {}
         held_gpus = 0
+        released: list[tuple[tuple[str, int, int], ...]] = []  # the CPUs, memory of jobs being preempted
         unavailable = {n.name for n in observation.nodes if not n.available}
         free_by_node = {n.name: n.gpus_free for n in observation.nodes if n.available}
         specs: dict[str, tuple] = {}  # this round's JobSpecs (see _job_spec)
@@ -659,6 +670,8 @@ class Controller:
                     for node, gpus in job.gpus_by_node:  # being preempted: its GPUs are the beneficiary's
                         if node in free_by_node:
                             free_by_node[node] += gpus
+                    if job.held_by_node:  # and so are its CPUs and memory
+                        released.append(job.held_by_node)
                     continue
                 if unavailable and any(node in unavailable for node, _ in job.gpus_by_node):
                     # Its GPUs on available nodes (if it spans some) are busy too.
@@ -687,7 +700,7 @@ class Controller:
                 job.gpus_by_node if running else (), record.preemptions, 0, None, record.queue_level,
                 record.queue_entry))
         self._specs = specs
-        nodes = observation.nodes
+        nodes = _with_released(observation.nodes, released) if released else observation.nodes
         capacity = sum(n.gpus_total for n in nodes if n.available) - held_gpus
         return Snapshot(now_s=now, jobs=jobs, nodes=nodes, service=self.service, round_id=round_id,
                         capacity_gpus=max(capacity, 0), explain=explain, free_by_node=free_by_node), waiting, reasons
@@ -741,6 +754,45 @@ _JOB_STATE_FIELDS = ("spec", "index", "attained_gpu_s", "queue_service_gpu_s", "
 if tuple(f.name for f in fields(JobState))[:len(_JOB_STATE_FIELDS)] != _JOB_STATE_FIELDS:
     raise ImportError(f"controller.core.model.JobState's fields are no longer {_JOB_STATE_FIELDS}: "
                       "update _snapshot's positional JobState call")
+
+
+def _inexpressible(snapshot: Snapshot, observed: dict[str, ObservedJob]) -> dict[str, str]:
+    """Pending job id -> what of its request the plan's model cannot express: what the
+    backend says (ObservedJob.unmodelled), or CPUs, memory, features or --exclusive
+    that no available node reports (the plan would guess where it fits). One pass
+    over the jobs that reads a field each, unless some count goes unreported."""
+    available = [n for n in snapshot.nodes if n.available]
+    no_cpus = all(n.cpus_free is None or n.cpus_total is None for n in available)
+    no_mem = all(n.mem_free_mb is None for n in available)
+    no_features = all(n.features is None for n in available)
+    out = {job.job_id: observed[job.job_id].unmodelled for job in snapshot.jobs
+           if not job.running and observed[job.job_id].unmodelled}
+    if not (no_cpus or no_mem or no_features):
+        return out
+    for job in snapshot.jobs:
+        spec = job.spec
+        if job.running or job.job_id in out:
+            continue
+        missing = [what for what, asked, unknown in (("CPUs", spec.cpus_per_node or spec.exclusive, no_cpus),
+                                                     ("memory", spec.mem_per_node_mb, no_mem),
+                                                     ("features", spec.features, no_features)) if asked and unknown]
+        if missing:
+            out[job.job_id] = f"its {' and '.join(missing)}, which no node reports"
+    return out
+
+
+def _with_released(nodes, released) -> list:
+    """``nodes`` with the CPUs and memory of the jobs being preempted counted free: they
+    are promised to the job each preemption made room for, as their GPUs are."""
+    cpus: dict[str, int] = {}
+    mem: dict[str, int] = {}
+    for held in released:
+        for node, held_cpus, held_mb in held:
+            cpus[node] = cpus.get(node, 0) + held_cpus
+            mem[node] = mem.get(node, 0) + held_mb
+    return [replace(n, cpus_free=None if n.cpus_free is None else n.cpus_free + cpus.get(n.name, 0),
+                    mem_free_mb=None if n.mem_free_mb is None else n.mem_free_mb + mem.get(n.name, 0))
+            if n.name in cpus else n for n in nodes]
 
 
 def _one_line(err: Exception) -> str:

@@ -1,0 +1,124 @@
+"""What a finite PROMOTEKNOB and node kinds cost a replay (issue 29, item 2).
+
+Prints, for each trace, the wall time of three dlas replays in this process and their
+ratio to the first (target: each within 3x of the plain run):
+
+- plain: one partition, PROMOTEKNOB inf (the default);
+- knob 8: ``--promote-knob 8`` (starvation promotion: more rounds and preemptions are
+  the policy's own doing, so they are printed beside the time);
+- kinds: the jobs' own partitions as node kinds (Philly: its virtual clusters; a trace
+  without partitions has its jobs dealt round-robin into 15), the nodes shared out
+  among them in proportion to their jobs' GPU-seconds (a job larger than its
+  partition's nodes is left out of all three replays).
+
+With ``--generic`` it also replays the knob-8 case in the generic loop (the engine
+rebuilds every queue every round: how a finite knob replayed before issue 29) and
+says how many jobs' times differ from the incremental loop's.
+
+Usage: nice -n 19 python bench/bench_replay_cost.py [--jobs N] [--generic]
+Traces: ../shared/traces (Philly via the Pollux artifact, Apache-2.0; ITP via
+microsoft/elasticflow-traces, MIT).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from controller.core.engine import EngineConfig  # noqa: E402
+from controller.replay.results import summarize  # noqa: E402
+from controller.replay.simulator import SimConfig, Simulation  # noqa: E402
+from controller.replay.traces import load_trace  # noqa: E402
+
+TRACES = ROOT.parent / "shared" / "traces"
+# (file, nodes, GPUs per node): Philly on a quarter of its 256 x 8 (thousands waiting),
+# ITP cluster04 on its own size
+CASES = (("philly_pollux.csv", 64, 8), ("itp/cluster04.csv", 64, 8))
+MIN_NODES_PER_KIND = 1
+PHILLY_CLUSTERS = 15
+
+
+def node_kinds(jobs, nodes: int) -> tuple:
+    """The jobs' partitions as node kinds, nodes shared by GPU-seconds (each at least one)."""
+    demand = Counter()
+    for job in jobs:
+        demand[job.partition] += job.num_gpus * (job.duration_s or 0.0)
+    parts = sorted(demand)
+    if len(parts) < 2:
+        return None
+    if len(parts) > nodes:
+        raise SystemExit(f"{len(parts)} partitions for {nodes} nodes")
+    total = sum(demand.values()) or 1.0
+    share = {p: max(MIN_NODES_PER_KIND, int(nodes * demand[p] / total)) for p in parts}
+    while sum(share.values()) > nodes:
+        share[max(share, key=share.get)] -= 1
+    for p in sorted(parts, key=lambda p: -demand[p]):
+        if sum(share.values()) == nodes:
+            break
+        share[p] += 1
+    return tuple((share[p], (p,), "") for p in parts)
+
+
+def replay(jobs, nodes, gpn, knob=float("inf"), kinds=(), incremental=True):
+    config = SimConfig(nodes=nodes, gpus_per_node=gpn, engine=EngineConfig(policy="dlas", promote_knob=knob),
+                       node_kinds=kinds or (), incremental=incremental, drop_oversize=True)
+    started = time.perf_counter()
+    result = Simulation(config).run(jobs)
+    return time.perf_counter() - started, result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=3000,
+                        help="first N jobs by submit time (default 3000: the node-kinds case is slow)")
+    parser.add_argument("--generic", action="store_true", help="also the knob-8 case in the generic loop")
+    args = parser.parse_args()
+    ratios = []
+    for name, nodes, gpn in CASES:
+        jobs = sorted(load_trace(str(TRACES / name)), key=lambda j: j.submit_time_s)[:args.jobs]
+        if len({job.partition for job in jobs}) < 2:
+            # no partitions in the trace: deal its jobs round-robin into as many as Philly
+            # has virtual clusters, so the node-kind cost is measured on it too
+            jobs = [dataclasses.replace(job, partition=f"vc{i % PHILLY_CLUSTERS:02d}") for i, job in enumerate(jobs)]
+        kinds = node_kinds(jobs, nodes)
+        if kinds:  # a job larger than its partition's nodes could never run there: left out of all three
+            room = {parts[0]: count * gpn for count, parts, _ in kinds}
+            jobs = [job for job in jobs if job.num_gpus <= room[job.partition]]
+        print(f"{name}: first {len(jobs)} jobs, {nodes} x {gpn} GPUs, dlas"
+              + (f", {len(kinds)} node kinds" if kinds else ", no partitions in the trace"))
+        plain_s, plain = replay(jobs, nodes, gpn)
+        rows = [("plain", plain_s, plain)]
+        knob_s, knob = replay(jobs, nodes, gpn, knob=8.0)
+        rows.append(("knob 8", knob_s, knob))
+        if kinds:
+            kinds_s, kinds_result = replay(jobs, nodes, gpn, kinds=kinds)
+            rows.append((f"{len(kinds)} kinds", kinds_s, kinds_result))
+        for label, seconds, result in rows:
+            summary = summarize(result)
+            ratio = seconds / plain_s
+            if label != "plain":
+                ratios.append(ratio)
+            print(f"  {label:10s} {seconds:8.2f} s  {ratio:6.1f}x plain  rounds {result.rounds:>8,}  "
+                  f"preemptions {result.preemptions:>8,}  promotions {result.promotions:>7,}  "
+                  f"avg JCT {summary['avg_jct_s']:>10,.0f} s" + ("  (target <= 3x)" if label != "plain" else ""))
+        if args.generic:
+            generic_s, generic = replay(jobs, nodes, gpn, knob=8.0, incremental=False)
+            fast = [(o.job_id, o.start_s, o.end_s) for o in knob.outcomes]
+            slow = [(o.job_id, o.start_s, o.end_s) for o in generic.outcomes]
+            differ = sum(1 for a, b in zip(fast, slow) if a != b)
+            print(f"  knob 8, generic loop {generic_s:8.2f} s ({generic_s / knob_s:.1f}x the incremental one), "
+                  f"preemptions {generic.preemptions:,}, avg JCT {summarize(generic)['avg_jct_s']:,.0f} s; "
+                  f"{differ} of {len(fast)} jobs' times differ")
+    if ratios:
+        print(f"ratio to plain over all cases: {min(ratios):.1f}x .. {max(ratios):.1f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

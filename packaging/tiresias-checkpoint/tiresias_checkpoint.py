@@ -1,0 +1,1 @@
+../../tiresias_checkpoint.py
