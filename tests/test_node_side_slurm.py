@@ -12,6 +12,7 @@ import pwd
 import shutil
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -67,8 +68,17 @@ def wait_done(job_id: str, timeout_s: float = 90) -> str:
 
 
 def _usage_record(job_id: str) -> dict | None:
-    for path in SPOOL_DIR.glob("usage-*.jsonl"):
-        for line in path.read_text(errors="replace").splitlines():
+    """The epilog's record of the job, in the node's spool file or, once a controller
+    (any test's, on this host's default spool) has stored it, rotated into processed/."""
+    recent = time.time() - 3600
+    for path in [*SPOOL_DIR.glob("usage-*.jsonl"), *(SPOOL_DIR / "processed").glob("usage-*.jsonl")]:
+        try:
+            if path.parent.name == "processed" and path.stat().st_mtime < recent:
+                continue
+            text = path.read_text(errors="replace")
+        except FileNotFoundError:  # rotated between the listing and this look: found there next time
+            continue
+        for line in text.splitlines():
             if f'/{job_id}/' in line:
                 try:
                     record = json.loads(line)
