@@ -244,7 +244,10 @@ node_lines() {
     local gres_of=$1 port=$2 n
     shift 2
     for n in "$@"; do
-        echo "NodeName=$n NodeHostname=localhost NodeAddr=127.0.0.1 Port=$port CPUs=8 RealMemory=16000 Gres=$("$gres_of" "$n") State=UNKNOWN"
+        # an isolated instance's first node alone has feature ib (tests/test_slurm_resources.py: --constraint)
+        local features=""
+        case $n in *[a-z0-9]g1) features=" Features=ib" ;; esac
+        echo "NodeName=$n NodeHostname=localhost NodeAddr=127.0.0.1 Port=$port CPUs=8 RealMemory=16000$features Gres=$("$gres_of" "$n") State=UNKNOWN"
         port=$((port + 1))
     done
 }

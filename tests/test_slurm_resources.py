@@ -3,9 +3,8 @@ what a preemption would free costs nobody a preemption; a plain job still does
 (control). The isolated instance has 4 nodes of 4 GPUs and 8 CPUs (CR_Core:
 CPUs are allocated, memory is not counted), so the CPU case runs on it as it is.
 
-The --constraint case needs a node feature: it runs where the instance gives node
-NAMEg1 ``Features=ib`` (containers/slurm-cluster.sh, node_lines) and is skipped
-otherwise. A --mem case needs memory as a consumable resource
+The --constraint case needs a node feature: every isolated instance gives its node
+NAMEg1 alone ``Features=ib`` (containers/slurm-cluster.sh, node_lines). A --mem case needs memory as a consumable resource
 (SelectTypeParameters=CR_Core_Memory): under CR_Core any --mem within RealMemory
 fits every node and a larger one is refused at submit, so there is none here.
 """
@@ -19,7 +18,7 @@ from tests.slurm_fixtures import attained, instance_fixture, iso, run, wait_for 
 
 pytestmark = pytest.mark.slurm
 
-cluster = instance_fixture("tr")
+cluster = instance_fixture("tx")
 
 
 def applied_preemptions(run) -> list[str]:
@@ -57,8 +56,7 @@ def test_a_job_whose_cpus_no_victim_frees_preempts_nobody(iso, run):
 def test_a_constraint_only_a_node_with_a_kept_job_has_preempts_nobody(iso, run):
     nodes = iso.run(["sinfo", "-h", "-N", "-o", "%N %f"]).stdout.split("\n")
     featured = [line.split()[0] for line in nodes if line.strip() and "ib" in line.split()[1].split(",")]
-    if featured != [f"{iso.name}g1"]:
-        pytest.skip("needs node NAMEg1 alone with Features=ib (containers/slurm-cluster.sh node_lines)")
+    assert featured == [f"{iso.name}g1"], nodes  # containers/slurm-cluster.sh node_lines gives it ib
     run.start(preempt_grace_s=3.0)
     kept, _ = iso.submit("bob", 4, 600, "kept", extra=f"--no-requeue -w {iso.name}g1")
     victims = [iso.submit("bob", 4, 600, f"gpu{k}")[0] for k in range(3)]
