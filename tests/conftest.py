@@ -37,7 +37,7 @@ DEFAULT_CLUSTER_MODULES = frozenset({
     "tests/test_accounting_slurm.py", "tests/test_acct_slurm.py", "tests/test_node_side_slurm.py",
     "tests/test_packaging.py", "tests/test_preflight.py", "tests/test_queue_explain.py",
     "tests/test_slurm_backend.py", "tests/test_slurm_cluster.py", "tests/test_slurm_colocation.py",
-    "tests/test_slurm_qos.py", "tests/test_slurm_tune_array.py",
+    "tests/test_slurm_qos.py", "tests/test_slurm_tune_array.py", "tests/test_slurm_partition_moves.py",
 })
 
 

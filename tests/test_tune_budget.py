@@ -17,6 +17,7 @@ from controller.cli import main as cli
 from controller.core.engine import EngineConfig
 from controller.replay.simulator import ReplayCut, SimConfig, Simulation
 from controller.replay.traces import load_trace
+from controller.replay import tuner
 from controller.replay.tuner import DEFAULT_SETTING, tune
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -66,6 +67,20 @@ def test_spent_budget_cuts_the_running_replay(philly200):
     assert result.best is None and result.default is None
     assert result.cut == [DEFAULT_SETTING]  # the first replay is cut, no later one starts
     assert result.stopped_by_budget and not result.interrupted
+    # in worker processes: the round's replays are all cut, none ranked
+    pooled = tune(philly200, nodes=2, gpus_per_node=4, evaluations=8, budget_s=0.0, workers=2)
+    assert pooled.best is None and len(pooled.cut) == 8 and pooled.cut[0] == DEFAULT_SETTING
+    assert pooled.stopped_by_budget
+
+
+def test_progress_comes_from_inside_a_replay(philly200, monkeypatch):
+    monkeypatch.setattr(tuner, "HEARTBEAT_S", 0.0)  # report at every check of the replay loop
+    calls = []
+    tune(philly200, nodes=2, gpus_per_node=4, evaluations=2, budget_s=600, workers=1,
+         progress=lambda done, total, note: calls.append((done, total, note)))
+    inside = [done for done, _, _ in calls if 0 < done < 1]  # during the first replay
+    assert inside and inside == sorted(inside)
+    assert calls[-1][:2] == (2, 2) and "lowest avg JCT so far" in calls[-1][2]
 
 
 def test_cli_reports_cut_replays_and_preemptions(capsys, monkeypatch):

@@ -347,7 +347,6 @@ def tune(jobs: Sequence[JobSpec], *, nodes: int, gpus_per_node: int, policy: str
         round_no = 0
         while len(done) + len(cut) < evaluations:
             if cut:  # the deadline has come: a cut replay means no later one would finish
-                stopped_by_budget = True
                 break
             room = min(ROUND_SIZE, evaluations - len(done))
             batch: list[Setting] = []
@@ -392,6 +391,8 @@ def tune(jobs: Sequence[JobSpec], *, nodes: int, gpus_per_node: int, policy: str
     for setting, future in inflight:  # interrupted mid-round: what finished counts
         if future.done() and not future.cancelled() and future.exception() is None:
             record(setting, future.result())
+    if cut and not interrupted:  # a replay cut by the deadline: the budget stopped the search
+        stopped_by_budget = True
     default = done[0] if done and done[0].setting == DEFAULT_SETTING else None
     ranked = sorted(done, key=lambda e: score(e, objective, default))
     return TuneResult(ranked=ranked, default=default, objective=objective, requested=evaluations,

@@ -3,10 +3,14 @@ allowed, as controller.partitions.moves plans them (that module is pure; this on
 the partition map from the backend, keeps the per-job cooldown and pulls the levers).
 
 The cooldown survives a restart: a job's last move is read from the decision log once.
-A move Slurm refused (24.11 answers "Resource temporarily unavailable" for a job its
-scheduler is looking at) starts no cooldown: it is tried again after a backoff that
+A move Slurm refused starts no cooldown: it is tried again after a backoff that
 doubles with each refusal (one round, two, four, ... at most the cooldown), so a
-transient refusal costs a round and a lasting one costs slurmctld little.
+transient refusal costs a round and a lasting one costs slurmctld little. Seen: on a
+cluster without associations (no slurmdbd) slurmctld answers a partition update with
+the errno its RPC thread last had, because job_mgr.c's _update_job takes errno as the
+error when _retrieve_new_assoc finds no association (which sets none): 24.11 and
+26.05 refused with a stale EAGAIN ("Resource temporarily unavailable") or EINTR for
+up to 28 s; with associations, as sites with accounting have, the first try is taken.
 """
 from __future__ import annotations
 
