@@ -201,27 +201,9 @@ def test_admin_guide_shadow_diff_block(diff_cluster, utc, capsys):  # noqa: F811
 def test_admin_guide_explain_story_block(tmp_path, utc, capsys):
     """The chain of tests/test_executor.py's story test: job 1 preempted for job 2,
     requeued after its 10 s grace, job 2 started in its place."""
-    from controller.service.store import Store
-    from tests.test_executor import ScriptedBackend, controller
+    from tests.test_executor import preemption_story
 
-    url = f"sqlite:///{tmp_path}/t.db"
-    config_file = tmp_path / "c.yaml"
-    config_file.write_text(f"database_url: {url}\nmode: enforce\nqueues_gpu_s: [100.0]\n"
-                           "preempt_min_runtime_s: 0\npreempt_grace_s: 10\n")
-    backend = ScriptedBackend()
-    backend.add("1", 16, "RUNNING", start=0.0, nodes=[(f"gpu{i}", 4) for i in range(1, 5)])
-    with Store(url) as store:
-        rounds = controller(store, backend)
-        rounds.run_round()
-        backend.add("2", 4)
-        rounds.run_round()  # preempts 1
-        backend.now += 11
-        rounds.run_round()  # its grace is over: requeued
-        backend.jobs["1"] = dataclasses.replace(backend.jobs["1"], state="PENDING", gpus_by_node=(), restart_count=1)
-        backend.jobs["2"] = dataclasses.replace(backend.jobs["2"], state="RUNNING", gpus_by_node=(("gpu1", 4),),
-                                                start_time_s=backend.now)
-        backend.now += 5
-        rounds.run_round()  # 2 runs: the handoff
+    config_file, _ = preemption_story(tmp_path)
     assert_block_is(find("docs/admin.md", "$ tiresias explain 1 --story --config c.yaml"),
                     _run(capsys, "explain", "1", "--story", "--config", str(config_file)), "tiresias explain 1 --story")
 

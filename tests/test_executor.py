@@ -4,6 +4,7 @@ writes (a requeue cites its preemption, a handoff the preemptions that made room
 a pin's expiry the start that pinned the job), read back by ``explain --story``."""
 import dataclasses
 import logging
+from pathlib import Path
 
 import pytest
 
@@ -159,7 +160,10 @@ def test_a_pin_expiry_cites_the_start_that_pinned_the_job_even_after_a_restart(s
     assert ("pin_nodes", "1", []) in backend.calls
 
 
-def test_explain_story_prints_the_chain_oldest_first_with_ids_and_causes(tmp_path, monkeypatch, capsys):
+def preemption_story(tmp_path) -> tuple[Path, str]:
+    """A store holding one preemption's chain: job 1 preempted for job 2, requeued after
+    its 10 s grace, job 2 started in its place (the handoff). Returns the config file
+    that reads it and the store URL."""
     from controller.service.store import Store
 
     url = f"sqlite:///{tmp_path}/t.db"
@@ -172,14 +176,22 @@ def test_explain_story_prints_the_chain_oldest_first_with_ids_and_causes(tmp_pat
         c = controller(s, backend)
         c.run_round()
         backend.add("2", 4)
-        c.run_round()
+        c.run_round()  # preempts 1
         backend.now += 11
-        c.run_round()
+        c.run_round()  # its grace is over: requeued
         backend.jobs["1"] = dataclasses.replace(backend.jobs["1"], state="PENDING", gpus_by_node=(), restart_count=1)
         backend.jobs["2"] = dataclasses.replace(backend.jobs["2"], state="RUNNING", gpus_by_node=(("gpu1", 4),),
                                                 start_time_s=backend.now)
         backend.now += 5
-        c.run_round()
+        c.run_round()  # 2 runs: the handoff
+    return config_file, url
+
+
+def test_explain_story_prints_the_chain_oldest_first_with_ids_and_causes(tmp_path, monkeypatch, capsys):
+    from controller.service.store import Store
+
+    config_file, url = preemption_story(tmp_path)
+    with Store(url) as s:
         preempt = next(d for d in s.decisions("default", job_id="1") if d["kind"] == "preempt")
         handoff = next(d for d in s.decisions("default", job_id="2") if d["kind"] == "handoff")
     preempt_id, round_id = preempt["decision_id"], preempt["round_id"]
