@@ -89,6 +89,30 @@ def _free(total: int | None, allocated: int | None) -> int | None:
     return None if total is None or allocated is None else max(total - allocated, 0)
 
 
+def _held_on_nodes(jobs: list[SlurmJob]) -> dict[str, tuple[int | None, int | None]]:
+    """Each node's CPUs and MB of memory held by the jobs on it (every partition's),
+    summed from the jobs' own allocations: what a node reports for itself is missing
+    where 23.11+ sinfo groups several nodes into one record (their allocated counts
+    are summed over the group). None: some job on the node does not say its share."""
+    held: dict[str, tuple[int | None, int | None]] = {}
+    for job in jobs:
+        names = job.allocated_nodes
+        if not names or job.state == "PENDING":
+            continue
+        cpus = job.cpus_by_node if len(job.cpus_by_node) == len(names) else (None,) * len(names)
+        mem = job.mem_by_node_mb if len(job.mem_by_node_mb) == len(names) else (None,) * len(names)
+        for name, c, m in zip(names, cpus, mem):
+            had_c, had_m = held.get(name, (0, 0))
+            held[name] = (None if had_c is None or c is None else had_c + c,
+                          None if had_m is None or m is None else had_m + m)
+    return held
+
+
+def _allocated(reported: int | None, held: int | None) -> int | None:
+    """A node's allocated count: as it reports it, else the sum its jobs hold."""
+    return reported if reported is not None else held
+
+
 def _asked_per_node(job: SlurmJob) -> dict:
     """The ObservedJob fields of what a pending job asks of each node beyond GPUs.
 
@@ -383,6 +407,8 @@ class SlurmBackend:
         for exc in node_errors:
             skipped.append(f"sinfo node {exc.node or '?'} (record {exc.record_index}): {exc}")
 
+        # a bad record may hold CPUs on any node: then no node's share is summed from jobs
+        held = _held_on_nodes(jobs) if not job_errors else None
         if self.partitions is not None:
             jobs = [j for j in jobs if self._in_scope(j.partitions)]
 
@@ -442,11 +468,15 @@ class SlurmBackend:
         self._site_factor_known = pending if asked else known_ids & pending
 
         reserved = self._reservations(named, nodes, observed_at_s)
+
+        def held_on(name: str) -> tuple[int | None, int | None]:
+            return (None, None) if held is None else held.get(name, (0, 0))
         observed_nodes = [
             Node(name=n.name, gpus_total=n.gpus_total, gpus_free=n.gpus_free, available=n.available,
                  partitions=tuple(n.partitions), gpu_type=n.gpu_type, reservation=reserved.get(n.name, ""),
-                 gpus_mps=n.gpus_mps, cpus_total=n.cpus_total, cpus_free=_free(n.cpus_total, n.cpus_alloc),
-                 mem_total_mb=n.mem_total_mb, mem_free_mb=_free(n.mem_total_mb, n.mem_alloc_mb),
+                 gpus_mps=n.gpus_mps, cpus_total=n.cpus_total,
+                 cpus_free=_free(n.cpus_total, _allocated(n.cpus_alloc, held_on(n.name)[0])),
+                 mem_total_mb=n.mem_total_mb, mem_free_mb=_free(n.mem_total_mb, _allocated(n.mem_alloc_mb, held_on(n.name)[1])),
                  features=n.features)
             for n in nodes if self._node_in_scope(n)
         ]

@@ -125,6 +125,30 @@ def test_sinfo_group_of_several_nodes_splits_no_allocated_count(version):
             for n in nodes.values()] == [(8, None, 16000, 0, ("a100", "ib"))] * 2
 
 
+@pytest.mark.parametrize("version", ["24.11", "26.05"])
+def test_a_grouped_nodes_free_cpus_and_memory_are_summed_from_its_jobs(version):
+    """24.11's sinfo groups nodes and sums their allocated counts: each node's free CPUs
+    and memory come from what the jobs on it hold (the real 24.11 and 26.05 runs
+    preempted nobody when the grouped nodes' counts were left unknown)."""
+    doc = recorded(version, "sinfo.json")
+    group = copy.deepcopy(next(g for g in doc["sinfo"] if g["nodes"]["nodes"] == ["gpu2"]))
+    group["nodes"]["nodes"] = ["gpu2", "gpu5"]
+    running = copy.deepcopy(next(j for j in recorded(version, "squeue.json")["jobs"] if j["job_id"] == 5))
+    allocation = running["job_resources"]["nodes"]["allocation"][0]
+    allocation["name"], allocation["cpus"]["count"] = "gpu2", 6
+
+    def nodes_seen(jobs):
+        outputs = {"squeue": json.dumps({"jobs": jobs}), "sinfo": json.dumps({"sinfo": [group]})}
+        backend = SlurmBackend(runner=lambda argv, timeout_s, env: CommandResult(0, outputs.get(argv[0], ""), ""))
+        return {n.name: (n.cpus_free, n.mem_free_mb) for n in backend.observe().nodes}
+
+    # CPUs: the group's 6 allocated are not split, the job's 6 on gpu2 are; memory: the
+    # group reports none allocated (CR_Core counts no memory), which holds for both
+    assert nodes_seen([running]) == {"gpu2": (2, 16000), "gpu5": (8, 16000)}
+    del allocation["cpus"]["count"]  # a job that does not say its share: that node's count is unknown
+    assert nodes_seen([running])["gpu2"][0] is None and nodes_seen([running])["gpu5"] == (8, 16000)
+
+
 def test_22_05_node_features_and_counts():
     doc = recorded("22.05", "sinfo.json")
     node = copy.deepcopy(next(n for n in doc["nodes"] if n["name"] == "gpu1"))

@@ -55,7 +55,7 @@ def test_a_job_whose_cpus_no_victim_frees_preempts_nobody(iso, run):
 
 def test_a_constraint_only_a_node_with_a_kept_job_has_preempts_nobody(iso, run):
     nodes = iso.run(["sinfo", "-h", "-N", "-o", "%N %f"]).stdout.split("\n")
-    featured = [line.split()[0] for line in nodes if line.strip() and "ib" in line.split()[1].split(",")]
+    featured = sorted({line.split()[0] for line in nodes if line.strip() and "ib" in line.split()[1].split(",")})
     assert featured == [f"{iso.name}g1"], nodes  # containers/slurm-cluster.sh node_lines gives it ib
     run.start(preempt_grace_s=3.0)
     kept, _ = iso.submit("bob", 4, 600, "kept", extra=f"--no-requeue -w {iso.name}g1")

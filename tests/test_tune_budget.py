@@ -104,7 +104,10 @@ def _interrupt_after_first_progress(workers: int):
     proc = subprocess.Popen(
         [sys.executable, "-m", "controller.cli.main", "tune", "--trace", str(PHILLY200), "--nodes", "2",
          "--gpus-per-node", "4", "--evaluations", "2000", "--budget-s", "300", "--workers", str(workers)],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        # as from a terminal: a run started in the background (nohup ... &, as CI may be)
+        # hands its children SIGINT ignored, and Python then never raises KeyboardInterrupt
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         first = proc.stderr.readline()
         assert first.startswith("tune: "), first

@@ -225,3 +225,33 @@ def test_where_every_job_may_use_every_node_the_walks_victims_stand():
     plan = Engine(EngineConfig(policy="dlas")).step(Snapshot(100.0, jobs, nodes))
     assert [a.job_id for a in plan.of_kind("preempt")] == ["j2"]
     assert [(a.job_id, a.placement) for a in plan.of_kind("start")] == [("j4", (("n2", 3),))]
+
+
+# ------------------------------------------------------------- a full partition's many newcomers
+
+def test_newcomers_of_a_full_partition_wait_and_one_that_fits_still_starts():
+    # ab1 is j0's, ab2 half j1's (both queue 1, higher priority); the walk's count takes
+    # j5, j6 (4 GPUs of a100) and j7 (2) and gives the queue-2 v100 jobs' GPUs to them.
+    # j5 is out of reach on ab[1-2] (2 free, nothing lower there): j6, as large and
+    # after it, is out of reach too without a search (victims.choose_victims keeps
+    # that per node set); j7, smaller, is still placed; nobody is preempted
+    nodes = site_nodes()
+    nodes[1] = dataclasses.replace(nodes[1], gpus_free=2)
+    jobs = [_job(0, 4, "ab1", served=10.0, level=0, entry=0.0, partitions=A100),
+            _job(1, 2, "ab2", served=10.0, level=0, entry=1.0, partitions=A100),
+            _job(2, 4, "ab3", served=5e4, level=1, entry=0.0, partitions=("gpu",)),
+            _job(3, 4, "ab4", served=5e4, level=1, entry=1.0, partitions=("gpu",)),
+            _job(5, 4, partitions=("a100",)), _job(6, 4, partitions=("a100",)), _job(7, 2, partitions=("a100",))]
+    engine = Engine(EngineConfig(policy="dlas"))
+    for _ in range(2):  # the second round with the first round's node answers (same nodes)
+        plan = engine.step(Snapshot(100.0, [dataclasses.replace(job) for job in jobs], nodes))
+        assert not plan.of_kind("preempt")
+        assert [(a.job_id, a.placement) for a in plan.of_kind("start")] == [("j7", (("ab2", 2),))]
+        reason = plan.wait_reasons["j5"]
+        assert reason.startswith("node constraints (--partition=a100): waits for 4 GPUs on ab[1-2] (2 free)")
+        assert plan.wait_reasons["j6"] == reason
+    # the nodes change (ab2 leaves partition a100): the answers follow
+    nodes[1] = dataclasses.replace(nodes[1], partitions=("gpu",))
+    plan = engine.step(Snapshot(100.0, [dataclasses.replace(job) for job in jobs], nodes))
+    assert not plan.of_kind("start") and not plan.of_kind("preempt")
+    assert plan.wait_reasons["j7"].startswith("node constraints (--partition=a100): waits for 2 GPUs on ab1 (0 free)")

@@ -19,7 +19,7 @@ from controller.core.engine import EngineConfig
 from controller.partitions.priority_file import read_expression_text
 from controller.replay.traces import load_service_distribution
 from controller.core.model import InputError
-from controller.replay.results import bin_table, comparison_table, summarize, write_outputs
+from controller.replay.results import bin_table, comparison_table, handoff_line, summarize, write_outputs
 from controller.replay.cluster import parse_node_kinds
 from controller.replay.simulator import SimConfig, Simulation
 
@@ -246,6 +246,9 @@ def run(args) -> int:
     dropped = summaries[0]["dropped_oversize"]
     if dropped:
         print(f"dropped {dropped} job(s) larger than the cluster (--drop-oversize)")
+    for s in summaries:  # a policy that preempted, or could have: did its preemptions pay off
+        if s["preemptions"] or s["waited_behind_victim"]:
+            print(handoff_line(s))
     if pause + resume > 0:
         for s in summaries:
             print(f"{s['policy']}: {s['preemptions']} preemptions cost {s['preemption_overhead_s']:.0f} s in all")

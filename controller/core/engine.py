@@ -84,6 +84,7 @@ class Engine:
     def __init__(self, config: EngineConfig, policy: Optional[Policy] = None):
         self.config = config
         self.policy = policy or get_policy(config.policy, config.priority_expression)
+        self._eligible: Optional[Eligibility] = None
 
     def writer(self, plan: Plan) -> RoundWriter:
         """The round writer of ``plan`` with this engine's policy and settings."""
@@ -99,7 +100,8 @@ class Engine:
             cfg = self.config
             mark_protected(snapshot.jobs, snapshot.now_s, cfg.preempt_min_runtime_s, cfg.preempt_max_per_job)
         writer = self.writer(plan)
-        writer.eligible = Eligibility(snapshot.nodes)
+        # the last round's answers stand while the nodes are the same (a replay's always are)
+        writer.eligible = self._eligible = Eligibility(snapshot.nodes, self._eligible)
         if self.policy.discretized:
             plan = mlfq_step(writer, snapshot)
             if snapshot.queue_book is None:  # the controller's round (a replay loop keeps its own clock)

@@ -83,11 +83,19 @@ class FreeGpus:
     def __init__(self, free_by_node: dict[str, int]):
         self.free = dict(free_by_node)
         self.total = sum(self.free.values())
-        self._by_count: dict[int, list[str]] = {}
-        for name in sorted(self.free):
-            if self.free[name] > 0:
-                self._by_count.setdefault(self.free[name], []).append(name)
-        self._counts = sorted(self._by_count)  # distinct positive free counts, ascending
+        # the index, built at the first ``place`` (jobs with their own node sets never ask:
+        # a round of them only reads ``free``)
+        self._by_count: Optional[dict[int, list[str]]] = None
+        self._counts: list[int] = []  # distinct positive free counts, ascending
+
+    def _index(self) -> dict[int, list[str]]:
+        if self._by_count is None:
+            self._by_count = {}
+            for name in sorted(self.free):
+                if self.free[name] > 0:
+                    self._by_count.setdefault(self.free[name], []).append(name)
+            self._counts = sorted(self._by_count)
+        return self._by_count
 
     def take(self, name: str, gpus: int) -> None:
         """``gpus`` of node ``name`` are no longer free."""
@@ -95,6 +103,8 @@ class FreeGpus:
         after = before - gpus
         self.free[name] = after
         self.total -= gpus
+        if self._by_count is None:
+            return  # no index yet: it is built from ``free`` when asked
         if before > 0:
             names = self._by_count[before]
             del names[bisect.bisect_left(names, name)]
@@ -118,16 +128,17 @@ class FreeGpus:
         """Same contract as :func:`place`; does not take the GPUs (call ``take``)."""
         if num_gpus <= 0:
             return ()
+        by_count = self._index()
         fit = bisect.bisect_left(self._counts, num_gpus)
         if fit < len(self._counts):  # best fit: the fullest node that holds the gang, lowest name
-            return ((self._by_count[self._counts[fit]][0], num_gpus),)
+            return ((by_count[self._counts[fit]][0], num_gpus),)
         if self.total < num_gpus:
             return None
         limit = minimum_nodes(num_gpus, max_gpus_per_node)
         slots: list[tuple[str, int]] = []
         needed = num_gpus
         for count in (reversed(self._counts) if consolidate else self._counts):
-            for name in self._by_count[count]:
+            for name in by_count[count]:
                 take = min(count, needed)
                 slots.append((name, take))
                 needed -= take
@@ -140,6 +151,11 @@ class FreeGpus:
         if consolidate and len(slots) > limit:
             return None
         return tuple(sorted(slots))
+
+    def free_on(self, names) -> int:
+        """The free GPUs on the nodes of ``names`` (those not in this round count none)."""
+        free = self.free
+        return sum(free[name] for name in names if free.get(name, 0) > 0)
 
     def place_constrained(self, spec: JobSpec, *, consolidate: bool, max_gpus_per_node: int,
                           allowed: Optional[frozenset] = None) -> Optional[tuple[tuple[str, int], ...]]:
@@ -172,19 +188,32 @@ class Eligibility:
     placement then needs no filter), else the names of the nodes that do. Jobs share
     a handful of (partitions, type, reservation, features) keys, so each key is
     computed once. ``room()``: the round's NodeRoom (None when no node reports CPUs or
-    memory: the simulator's nodes), read with the nodes at the first question."""
+    memory: the simulator's nodes), read with the nodes at the first question.
 
-    def __init__(self, nodes):
+    ``last``: the previous round's Eligibility; when the nodes are the same (Node is
+    frozen: equal nodes, equal answers) its answers are kept, so a replay, whose node
+    table never changes, computes each key once, not once a round."""
+
+    def __init__(self, nodes, last: Optional["Eligibility"] = None):
         self._all = nodes
+        self._key = tuple(nodes)
         self._nodes: Optional[list] = None  # read at the first question (most rounds ask none)
         self._plain = True
+        self._reports_room = False
         self._memo: dict[tuple, Optional[frozenset]] = {}
         self._room: Optional[NodeRoom] = None
+        if last is not None and last._key == self._key:
+            self._memo = last._memo
+            if last._nodes is not None:
+                self._nodes, self._plain, self._reports_room = last._nodes, last._plain, last._reports_room
+                # the room is this round's own (its placements change it)
+                self._room = NodeRoom(self._nodes) if self._reports_room else None
 
     def _load(self) -> None:
         self._nodes = [n for n in self._all if n.available]
         self._plain = not any(n.partitions or n.gpu_type or n.reservation for n in self._nodes)
-        if any(n.cpus_free is not None or n.mem_free_mb is not None for n in self._nodes):
+        self._reports_room = any(n.cpus_free is not None or n.mem_free_mb is not None for n in self._nodes)
+        if self._reports_room:
             self._room = NodeRoom(self._nodes)
 
     def room(self) -> Optional["NodeRoom"]:
@@ -301,13 +330,20 @@ def place_constrained(num_gpus: int, free_by_node: dict[str, int], spec: JobSpec
     if num_gpus <= 0:
         return ()
     if allowed is not None:  # only the nodes of its partitions, GPU type, reservation
-        free_by_node = {name: free for name, free in free_by_node.items() if name in allowed}
+        # (walk the smaller side: a partition's few nodes of a large cluster, or a trial's
+        # few nodes of a large partition; what follows sorts, so the order is no matter)
+        if len(allowed) < len(free_by_node):
+            free_by_node = {name: free_by_node[name] for name in allowed if name in free_by_node}
+        else:
+            free_by_node = {name: free for name, free in free_by_node.items() if name in allowed}
     required = sorted(set(spec.required_nodes))
     if any(free_by_node.get(name, 0) <= 0 for name in required):
         return None  # a required node is full, down or not in this cluster
     skip = set(required) | set(spec.excluded_nodes)
     others = [(free, name) for name, free in free_by_node.items() if free > 0 and name not in skip]
     chosen = [(free_by_node[name], name) for name in required]
+    if sum(free for free, _ in others) + sum(free for free, _ in chosen) < num_gpus:
+        return None  # every layout below takes its GPUs from these: too few, none fits
     low = max(spec.min_nodes or 1, len(required))
     if low > 1 or spec.max_nodes == 1:
         return _even_split(num_gpus, low, chosen, others)

@@ -319,8 +319,12 @@ class QueueBook:
         """Every job in walk order (for reports and backfill: O(n log n); the result is
         kept until the book changes)."""
         if self._order is None or self._order[0] != self._version:
-            self._order = (self._version, [job for level in range(self.num_levels)
-                                           for job in self.level_order(level)])
+            ordered: list[JobState] = []
+            for level in range(self.num_levels):  # level_order's, without a generator step per job
+                ordered.extend(self.running[level].values())
+                ordered.extend([job for _, _, job in sorted(item for items in self.waiting[level].values()
+                                                            for item in items)])
+            self._order = (self._version, ordered)
         return self._order[1]
 
     _order = None

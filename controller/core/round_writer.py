@@ -142,11 +142,23 @@ class RoundWriter:
         consolidated slot or on its own nodes (placement only). ``passed(job)``: the
         walk already selected it. Returns (the backfilled jobs, GPUs left free)."""
         backfilled: list[JobState] = []
+        # free GPUs per node set asked about, until a start changes them: most waiting
+        # jobs of a cluster with partitions find their own nodes full, and skip here for
+        # the price of a lookup (place would say None: it needs that many free there)
+        free_on: dict[frozenset, int] = {}
         for job in walk_order:
             if job.running or passed(job) or job.num_gpus > free_total:
                 continue
+            allowed = self.allowed(job)
+            if allowed is not None:
+                free = free_on.get(allowed)
+                if free is None:
+                    free = free_on[allowed] = free_gpus.free_on(allowed)
+                if job.num_gpus > free:
+                    continue
             slots = self.place(job, free_gpus, max_per_node)
             if slots is not None:
+                free_on.clear()
                 free_total -= job.num_gpus
                 backfilled.append(job)
                 self.start(job, slots, "backfill: GPUs left free by a gang waiting for placement")

@@ -99,7 +99,9 @@ def choose_victims(newcomers: list[JobState], walk_victims: list[JobState],
         return _walk_victims_stand(newcomers, walk_victims, free_by_node, place)
     order = list(order())
     rank = {job.index: position for position, job in enumerate(order)}
-    candidates = [job for job in order if may_preempt(job, preemptive)]  # walk order
+    # walk order; only a job after the first newcomer can be of lower priority than one
+    first = min(rank[job.index] for job in newcomers)
+    candidates = [job for job in order[first + 1:] if job.running and may_preempt(job, preemptive)]
     candidate_ranks = [rank[job.index] for job in candidates]
     free_gpus = FreeGpus(free_by_node)
     leaving: dict[int, JobState] = {}
@@ -107,20 +109,37 @@ def choose_victims(newcomers: list[JobState], walk_victims: list[JobState],
     starts: list[tuple[JobState, Slots, int]] = []
     unplaced: list[JobState] = []
     shortfalls: dict[str, Shortfall] = {}
+    # node set -> (GPUs, rank) of a newcomer those nodes could not hold even with every
+    # lower-priority job there gone. A newcomer after it asking as many GPUs of the same
+    # nodes is out of reach too (fewer candidates after it, free GPUs only taken since),
+    # until victims leave: the many newcomers of one full partition cost one look.
+    out_of_reach: dict[Optional[frozenset], tuple[int, int]] = {}
     for position, job in enumerate(newcomers):
-        slots = place(job, free_gpus)
-        if slots is None:
-            usable = _usable(job, allowed, free_gpus.free)
-            lower = [candidates[i] for i in range(bisect_right(candidate_ranks, rank[job.index]), len(candidates))
+        nodes, own_rank = allowed(job), rank[job.index]
+        known = out_of_reach.get(nodes)
+        lower: list[JobState] = []
+        reachable = known is None or job.num_gpus < known[0] or own_rank < known[1]
+        if reachable:
+            lower = [candidates[i] for i in range(bisect_right(candidate_ranks, own_rank), len(candidates))
                      if candidates[i].index not in leaving]
-            found = victims_for(job, reversed(lower), free_gpus.free, usable, fit, node_room)
+            # out of reach: neither place (its GPUs must be free there) nor victims_for can hold it
+            reachable = _within_reach(job, nodes, free_gpus, lower)
+            if not reachable and (known is None or job.num_gpus < known[0]):
+                out_of_reach[nodes] = (job.num_gpus, own_rank)
+        slots = place(job, free_gpus) if reachable else None
+        if slots is None:
+            found = None
+            if reachable:
+                found = victims_for(job, reversed(lower), free_gpus.free, _usable(job, allowed, free_gpus.free), fit,
+                                    node_room)
             if found is None:
                 unplaced.append(job)
                 if explain and _has_own_nodes(job, allowed, node_room):
-                    shortfalls[job.job_id] = _shortfall(job, order, rank, usable, free_gpus.free, leaving,
-                                                        starts, preemptive)
+                    shortfalls[job.job_id] = _shortfall(job, order, rank, _usable(job, allowed, free_gpus.free),
+                                                        free_gpus.free, leaving, starts, preemptive)
                 continue
             victims, slots = found
+            out_of_reach.clear()  # their GPUs free again: what was out of reach may not be
             for victim in victims:
                 leaving[victim.index] = victim
                 beneficiary[victim.index] = job
@@ -283,6 +302,23 @@ def _walk_victims_stand(newcomers, walk_victims, free_by_node, place) -> VictimC
     victims = (needed_victims(walk_victims, [slots for _, slots, _ in starts], free_by_node, free_gpus)
                if walk_victims else [])
     return VictimChoice(starts, victims, unplaced, free_gpus)
+
+
+def _within_reach(job: JobState, nodes: Optional[frozenset], free_gpus: FreeGpus, lower: list[JobState]) -> bool:
+    """The GPUs free on ``nodes`` (None: every node) and those its ``lower`` candidates
+    hold there reach the job's count: a bound on what victims_for can free (it counts
+    no more nodes, no other jobs), which most newcomers of a cluster with partitions
+    miss (their nodes held by higher priority), so they skip its trial at this cost."""
+    free = free_gpus.free
+    nodes = free if nodes is None else nodes
+    reach = free_gpus.free_on(nodes)
+    for victim in lower:
+        if reach >= job.num_gpus:
+            break
+        for node, gpus in victim.placement:
+            if node in nodes and node in free:
+                reach += gpus
+    return reach >= job.num_gpus
 
 
 def _has_own_nodes(job: JobState, allowed, room: Optional[NodeRoom] = None) -> bool:

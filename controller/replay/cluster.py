@@ -8,26 +8,36 @@ their exact times, and the controller's preemption (controller.service.preemptio
 as the simulator charges it: a signalled victim keeps its GPUs through its grace
 period (``leaving``), is then requeued and waits out the requeue delay
 (``settling``) before it may start again. The loops only decide when rounds happen
-and keep their own view of who waits (a job list, or a queue book).
+and keep their own view of who waits (a job list, or a queue book). Every loop also
+hands it each round's plan and walk order for two audits of the victim rule
+(``judge_handoffs``: preemptions that started nobody; ``audit_waits``: jobs that
+waited behind a usable victim), reported in SimResult.
 """
 from __future__ import annotations
 
 import heapq
 import math
 from dataclasses import dataclass, field
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Optional
 
 from controller.core.engine import EngineConfig
 from controller.core.conditioned import ConditionedDistributions
 from controller.core.gittins import LearnedDistribution, ServiceDistribution
 from controller.core.model import InputError, JobState, Node
-from controller.core.placement import COUNT_NODE, is_spread
+from controller.core.placement import COUNT_NODE, Eligibility, is_spread, place, place_constrained
+from controller.core.protection import protection
+from controller.core.victims import victims_for
 
 EPS = 1e-9  # seconds: events this close to a moment happen at it
 # A replay's watch (a deadline, an interrupt, progress) is called every this many
 # passes of its event loop: often enough that a cut lands within a few rounds even
 # when one round plans thousands of jobs, rarely enough to cost nothing measurable.
 WATCH_EVERY = 32
+# A job counted as "waited behind a usable victim" waited so for more rounds in a row
+# than this (issue 28: the victim rule should act within two rounds).
+BEHIND_VICTIM_ROUNDS = 2
+# How many of each kind of finding a result keeps by name (for reports, not counts).
+EXAMPLES_KEPT = 5
 
 
 class ReplayCut(Exception):
@@ -92,6 +102,12 @@ class SimConfig:
     def capacity_gpus(self) -> int:
         return self.nodes * self.gpus_per_node
 
+    @property
+    def charges_handoff(self) -> bool:
+        """True when a preemption costs a grace period or a requeue delay, or the
+        engine protects victims (both replay loops charge these, with the same results)."""
+        return self.preempt_grace_s > 0 or self.requeue_delay_s > 0 or self.engine.protects_victims
+
     def node_table(self) -> list[Node]:
         """The simulated nodes, all GPUs free, with their partitions and GPU types."""
         kinds = self.node_kinds or ((self.nodes, (), ""),)
@@ -115,12 +131,6 @@ def parse_node_kinds(text: str) -> tuple[tuple[int, tuple[str, ...], str], ...]:
         partitions = tuple(p for p in fields[1].split("+") if p)
         kinds.append((int(fields[0]), partitions, fields[2] if len(fields) == 3 else ""))
     return tuple(kinds)
-
-    @property
-    def charges_handoff(self) -> bool:
-        """True when a preemption costs a grace period or a requeue delay, or the
-        engine protects victims (both replay loops charge these, with the same results)."""
-        return self.preempt_grace_s > 0 or self.requeue_delay_s > 0 or self.engine.protects_victims
 
 
 @dataclass
@@ -161,6 +171,15 @@ class SimResult:
     dropped_oversize: list[str]
     promotions: int
     timeline: list[tuple[float, int, int]]  # (time, pending jobs, GPUs busy) after each round
+    # Preemptions whose beneficiaries did not start on the GPUs they freed
+    # (SimCluster.judge_handoffs), of ``preemptions``; jobs that waited behind a usable
+    # victim more than BEHIND_VICTIM_ROUNDS rounds in a row (SimCluster.audit_waits).
+    useless_preemptions: int = 0
+    waited_behind_victim: int = 0
+    # a few of each, for a report: (victim, its beneficiaries, signalled at) and
+    # (job, its longest run of such rounds, when that run began)
+    useless_examples: list[tuple[str, tuple[str, ...], float]] = field(default_factory=list)
+    behind_examples: list[tuple[str, int, float]] = field(default_factory=list)
 
 
 @dataclass
@@ -245,6 +264,31 @@ class SimCluster:
         self.leaving: list[tuple[float, int, float, float]] = []
         self.settling: list[tuple[float, int]] = []  # (may start again, index): requeued, not yet eligible
         self._overhead_per_restart_s = cfg.preempt_pause_s + cfg.preempt_resume_s
+        # The handoff audit (expect, judge_handoffs): this round's plan, victim id ->
+        # (its nodes, the indices of the jobs the plan starts on them); each signalled
+        # victim's (signalled at, nodes, beneficiaries) until its GPUs are free, then
+        # judged at the end of that round.
+        self._index_of = {job.job_id: job.index for job in jobs}
+        self._plan = None
+        self._for_whom: Optional[dict[str, tuple[frozenset, tuple[int, ...]]]] = {}
+        self._open: dict[int, tuple[float, frozenset, tuple[int, ...]]] = {}
+        self._freed: list[tuple[int, float, frozenset, tuple[int, ...]]] = []
+        self.useless_preemptions = 0
+        self.useless_examples: list[tuple[str, tuple[str, ...], float]] = []
+        # The wait audit (audit_waits): job index -> rounds in a row it waited behind a
+        # usable victim (this round's), and (longest such run, when it began) of those
+        # that went past BEHIND_VICTIM_ROUNDS.
+        self._eligible = None if self.count_mode else Eligibility(self.nodes)
+        # Where every job may use every node and places on any free GPUs, the walk's
+        # cluster-wide count is exact (controller.core.victims): a job it leaves waiting
+        # has fewer free and lower-priority preemptable GPUs than it needs, so no job can
+        # wait behind a usable victim and the wait audit has nothing to find.
+        self._allowed = [] if self.count_mode else [self._eligible.allowed(job.spec) for job in jobs]
+        self._waits_exact = self.count_mode or not any(
+            self._allowed[job.index] is not None or job.spec.constrained
+            or (cfg.engine.placement == "consolidate" and job.spec.skew > cfg.engine.pack_limit) for job in jobs)
+        self._behind: dict[int, tuple[int, float]] = {}
+        self.waited_behind: dict[int, tuple[int, float]] = {}
 
     # -- a job's counters ---------------------------------------------------------
     def sync(self, job: JobState, t: float) -> None:
@@ -320,11 +364,13 @@ class SimCluster:
         """Preempted with no grace period and no requeue delay: its GPUs change hands
         now and it waits again at once."""
         self.sync(job, now)
+        self._signalled(job, now)
         job.running = False
         self._free(job)
         job.preemptions += 1
         self.preemptions += 1
         self.run_state[job.index].version += 1
+        self._gpus_freed(job)
 
     def signal(self, job: JobState, now: float) -> bool:
         """Preempted as the controller does it: signalled now, it keeps its GPUs through
@@ -345,6 +391,7 @@ class SimCluster:
         releases it when its Requeue action comes, as the controller does."""
         self.sync(job, now)
         done_s = self.completion_time(job) if self.cfg.grace_work_kept else math.inf
+        self._signalled(job, now)
         job.running = False
         job.preemptions += 1
         self.preemptions += 1
@@ -363,13 +410,174 @@ class SimCluster:
         self._free(job)
         p.last_sync_s = now
         if done_s <= now + EPS:  # ended within its grace period: never requeued
+            self._open.pop(job.index, None)  # not a preemption: nothing to judge
             job.preemptions -= 1
             self.preemptions -= 1
             job.progress_s = job.spec.duration_s
             job.finish_time_s = done_s
             self._record(job, done_s)
             return
+        self._gpus_freed(job)
         heapq.heappush(self.settling, (now + cfg.requeue_delay_s, job.index))
+
+    # -- did each preemption start somebody ---------------------------------------
+    def expect(self, plan) -> None:
+        """The round's plan (a controller.core.plan.Plan), before its actions are
+        applied: each victim's beneficiaries are the jobs the plan starts on a node the
+        victim holds (the victim rule keeps every victim no placed newcomer needs:
+        controller.core.protection.needed_victims, victims.victims_for). A victim the
+        executor then signals or stops is watched from there (``_signalled``); the plan
+        is read only in a round that preempts, at its first victim."""
+        self._plan, self._for_whom = plan, None
+
+    def _signalled(self, job: JobState, now: float) -> None:
+        if self._for_whom is None:
+            self._for_whom = self._victims_of(self._plan)
+        expected = self._for_whom.get(job.job_id)
+        if expected is not None:
+            self._open[job.index] = (now, *expected)
+
+    def _victims_of(self, plan) -> dict[str, tuple[frozenset, tuple[int, ...]]]:
+        """victim id -> (its nodes, the indices of the jobs ``plan`` starts on them)."""
+        if plan is None:
+            return {}
+        jobs, index_of = self.jobs, self._index_of
+        starts = [(index_of[action.job_id], {node for node, _ in action.placement})
+                  for action in plan.actions if action.kind == "start"]
+        for_whom = {}
+        for action in plan.actions:
+            if action.kind == "preempt":
+                nodes = frozenset(node for node, _ in jobs[index_of[action.job_id]].placement)
+                for_whom[action.job_id] = (nodes, tuple(index for index, placed in starts if nodes & placed))
+        return for_whom
+
+    def _gpus_freed(self, job: JobState) -> None:
+        opened = self._open.pop(job.index, None)
+        if opened is not None:
+            self._freed.append((job.index, *opened))
+
+    def judge_handoffs(self) -> None:
+        """At the end of a round (its starts made): every preemption whose victim's GPUs
+        were freed since the last judgement is judged. It started somebody when one of
+        its beneficiaries runs now, started at or after the signal, with GPUs on a node
+        the victim held; otherwise it counts in ``useless_preemptions`` (a preemption
+        that started nobody: the GPUs it freed went to someone else, or to nobody). The
+        GPUs are free at the victim's requeue (the grace period's end; at once with
+        none), and the first round from then is when the beneficiary starts on them,
+        so that round is the handoff's time-out. A victim whose work ended within its
+        grace period was never preempted: not judged."""
+        if not self._freed:
+            return
+        jobs = self.jobs
+        for victim, signalled_s, nodes, beneficiaries in self._freed:
+            if any(jobs[b].running and jobs[b].run_start_s is not None and jobs[b].run_start_s >= signalled_s - EPS
+                   and any(node in nodes for node, _ in jobs[b].placement) for b in beneficiaries):
+                continue
+            self.useless_preemptions += 1
+            if len(self.useless_examples) < EXAMPLES_KEPT:
+                self.useless_examples.append((jobs[victim].job_id, tuple(jobs[b].job_id for b in beneficiaries),
+                                              signalled_s))
+        self._freed.clear()
+
+    # -- who waited behind a victim it could have had -----------------------------------
+    def fit(self, job: JobState, free_by_node: dict[str, int]):
+        """The slots the plan would give ``job`` on these free GPUs (nothing taken),
+        or None: the engine's own placement (controller.core.round_writer.fit)."""
+        spec = job.spec
+        allowed = self._allowed[job.index]
+        engine_cfg = self.cfg.engine
+        consolidate = engine_cfg.placement == "consolidate" and spec.skew > engine_cfg.pack_limit
+        if spec.constrained or allowed is not None:
+            return place_constrained(job.num_gpus, free_by_node, spec, consolidate=consolidate,
+                                     max_gpus_per_node=self.max_per_node, allowed=allowed)
+        return place(job.num_gpus, free_by_node, consolidate=consolidate, max_gpus_per_node=self.max_per_node)
+
+    def audit_waits(self, order: Callable[[], Iterable[JobState]], now: float, preemptive: bool = True) -> None:
+        """At the end of a round: which pending jobs waited behind a usable victim.
+
+        ``order()``: the round's jobs in walk order, highest priority first. Walking
+        it, a pending job waits behind a usable victim when the core's victim choice
+        (controller.core.victims.victims_for, with the engine's placement) finds, among
+        the running jobs after it in the order that the victim rule lets go
+        (controller.core.protection.protection: preemptable, not protected) on the
+        nodes it may use (controller.core.placement.Eligibility), a non-empty set whose
+        GPUs, with the free ones, place it. The jobs before it claim first: a victim or
+        free GPUs so found for one job are gone for the jobs after it, so two jobs are
+        never counted behind the same victim. Jobs a preemption was made for, whose
+        victims still hold their GPUs, are not asked. A job so found in more than
+        BEHIND_VICTIM_ROUNDS rounds in a row counts in ``waited_behind``.
+
+        Cheap on purpose: nothing to do without a preemptive policy, or where the walk's
+        count is exact (count mode; every job may use every node and none needs a
+        consolidated or constrained placement), the walk stops at the lowest-priority
+        candidate victim, and the core's search runs only for a job whose nodes hold
+        enough free and candidate GPUs."""
+        if not preemptive or self._waits_exact:
+            return
+        engine_cfg = self.cfg.engine
+        ordered = order()
+        if not isinstance(ordered, list):
+            ordered = list(ordered)
+        if engine_cfg.protects_victims:
+            min_runtime, max_per_job = engine_cfg.preempt_min_runtime_s, engine_cfg.preempt_max_per_job
+            ranks = [rank for rank, job in enumerate(ordered)
+                     if job.running and not protection(job, now, min_runtime, max_per_job)]
+        else:  # the rule without its time and count parts (protection's first test)
+            ranks = [rank for rank, job in enumerate(ordered) if job.running and job.spec.preemptable]
+        behind: dict[int, tuple[int, float]] = {}
+        if ranks:
+            promised = {b for _, _, beneficiaries in self._open.values() for b in beneficiaries}
+            free = dict(self.free_by_node)
+            # per node: the free GPUs and those of the candidates after the walk's place
+            within_reach = dict(free)
+            for rank in ranks:
+                for node, gpus in ordered[rank].placement:
+                    within_reach[node] += gpus
+            version, sums = 0, {}
+            claimed: set[int] = set()
+            passed = 0  # candidates (ranks[:passed]) at or before the walk's place
+            allowed_of, fit = self._allowed, self.fit  # the nodes each job may use: fixed for the replay
+            for rank in range(ranks[-1]):
+                job = ordered[rank]
+                if job.running:
+                    if ranks[passed] == rank:
+                        passed += 1
+                        if job.index not in claimed:
+                            for node, gpus in job.placement:
+                                within_reach[node] -= gpus
+                            version += 1
+                    continue
+                if job.index in promised:
+                    continue
+                allowed = allowed_of[job.index]
+                cached = sums.get(allowed)
+                if cached is None or cached[0] != version:
+                    cached = (version, sum(within_reach.values()) if allowed is None
+                              else sum(within_reach[node] for node in allowed))
+                    sums[allowed] = cached
+                if cached[1] < job.num_gpus:
+                    continue
+                lower = [ordered[r] for r in ranks[passed:] if ordered[r].index not in claimed]
+                usable = (lambda node: True) if allowed is None else allowed.__contains__
+                found = victims_for(job, reversed(lower), free, usable, fit)
+                if found is None:
+                    continue
+                victims, slots = found
+                for victim in victims:
+                    claimed.add(victim.index)
+                    for node, gpus in victim.placement:
+                        free[node] += gpus
+                for node, gpus in slots:
+                    free[node] -= gpus
+                    within_reach[node] -= gpus
+                version += 1
+                if victims:
+                    count, since = self._behind.get(job.index, (0, now))
+                    behind[job.index] = (count + 1, since)
+        self._behind = behind
+        for index, (count, since) in behind.items():
+            if count > BEHIND_VICTIM_ROUNDS:
+                self.waited_behind[index] = max(self.waited_behind.get(index, (0, since)), (count, since))
 
     def finish(self, job: JobState, t: float) -> None:
         """The running job's work ended at ``t``."""
@@ -430,6 +638,11 @@ class SimCluster:
     def result(self, policy: str, rounds: int, events: int, dropped: list[str], promotions: int,
                timeline: list[tuple[float, int, int]]) -> SimResult:
         outcomes = sorted(self.outcomes, key=lambda o: (o.submit_s, o.job_id))
+        self.judge_handoffs()  # victims freed after the last round
+        longest = sorted(self.waited_behind.items(), key=lambda item: (-item[1][0], item[1][1], item[0]))
+        behind_examples = [(self.jobs[index].job_id, count, since) for index, (count, since) in longest[:EXAMPLES_KEPT]]
         return SimResult(policy=policy, outcomes=outcomes, capacity_gpus=self.cfg.capacity_gpus,
                          preemptions=self.preemptions, preemption_overhead_s=self.overhead_total_s, rounds=rounds,
-                         events=events, dropped_oversize=dropped, promotions=promotions, timeline=timeline)
+                         events=events, dropped_oversize=dropped, promotions=promotions, timeline=timeline,
+                         useless_preemptions=self.useless_preemptions, waited_behind_victim=len(self.waited_behind),
+                         useless_examples=list(self.useless_examples), behind_examples=behind_examples)

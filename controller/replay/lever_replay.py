@@ -61,6 +61,12 @@ class LeverReplay:
     round_times_s: list[float] = field(default_factory=list)
     # jobs not finished when the replay stopped at max_rounds (0: it ran to the end)
     unfinished_jobs: int = 0
+    # as SimResult's: preemptions (signals that ended in a requeue), those whose
+    # beneficiaries Slurm's scheduler did not start on the GPUs they freed, and the
+    # jobs that waited behind a usable victim more than two rounds in a row
+    preemptions: int = 0
+    useless_preemptions: int = 0
+    waited_behind_victim: int = 0
 
 
 MAX_LEVER_ROUNDS = 100_000  # a replay this long is a mistake (a tiny interval), not a study
@@ -368,9 +374,15 @@ def replay_levers(cfg: SimConfig, specs: Iterable[JobSpec], settings: LeverSetti
             job.promotions += 1
         for job_id, (level, entry) in plan.positions.items():
             slurm.by_id[job_id].queue_level, slurm.by_id[job_id].queue_entry = level, entry
+        cluster.expect(plan)
         out.levers.append(levers.run(plan, now))
         out.starts.append(slurm.schedule())
+        cluster.judge_handoffs()  # the GPUs a requeue freed this round: did Slurm start the beneficiary there
+        cluster.audit_waits(lambda: [slurm.by_id[job_id] for job_id in plan.order], now, engine.policy.preemptive)
         out.round_times_s.append(now)
         now += interval
     out.unfinished_jobs = len(jobs) - next_arrival + len(alive)
+    cluster.judge_handoffs()
+    out.preemptions, out.useless_preemptions = cluster.preemptions, cluster.useless_preemptions
+    out.waited_behind_victim = len(cluster.waited_behind)
     return out

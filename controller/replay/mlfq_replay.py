@@ -327,6 +327,7 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
             snapshot.now_s, snapshot.round_id, snapshot.service = now, rounds, service
             snapshot.free_by_node = cluster.plannable_free()
             plan = engine.step(snapshot)
+            cluster.expect(plan)
             signalled: set[str] = set()
             stopped: list[JobState] = []
             for action in plan.actions:
@@ -361,6 +362,9 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
             book.apply_positions(positions, lambda job_id: jobs[index_of[job_id]])
             for job in stopped:  # waits at its level (the plan's place): its promotion moment
                 starts_waiting(job)
+            cluster.judge_handoffs()
+            if waiting_jobs:
+                cluster.audit_waits(book.order, now, policy.preemptive)
             timeline.append((now, waiting_jobs, cluster.busy))
             if progress is not None and rounds % 2000 == 0:
                 progress(len(cluster.outcomes) / max(total, 1))

@@ -44,7 +44,18 @@ def summarize(result: SimResult) -> dict:
         "gpu_utilization": float(utilization),
         "dropped_oversize": len(result.dropped_oversize),
         "rounds": result.rounds,
+        # of "preemptions": those whose beneficiaries did not start on the GPUs they freed
+        "useless_preemptions": result.useless_preemptions,
+        "waited_behind_victim": result.waited_behind_victim,
     }
+
+
+def handoff_line(summary: dict) -> str:
+    """The two figures of the handoff and wait audits (controller.replay.cluster.SimCluster
+    judge_handoffs, audit_waits) as one line of simulate's summary."""
+    return (f"{summary['policy']}: preemptions that started nobody: {summary['useless_preemptions']} of "
+            f"{summary['preemptions']}; jobs that waited behind a usable victim > 2 rounds: "
+            f"{summary['waited_behind_victim']}")
 
 
 def bin_of(outcome: JobOutcome, small_max_gpus: int, short_max_s: float) -> str:

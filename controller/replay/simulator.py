@@ -22,6 +22,7 @@ from typing import Callable, Iterable, Optional
 from controller.core.engine import Engine
 from controller.core.model import InputError, JobSpec, JobState, Snapshot
 from controller.core.placement import Eligibility
+from controller.core.policies.base import PolicyContext
 from controller.core.plan_stands import threshold_above
 from controller.core.protection import run_time_over_s
 from controller.replay import mlfq_replay
@@ -147,6 +148,7 @@ class Simulation:
                     free_by_node=cluster.plannable_free(), waiting=list(waiting.values()),
                     demand_gpus=demand, capacity_gpus=cfg.capacity_gpus, max_gpus_per_node=cluster.max_per_node)
                 plan = self.engine.step(snapshot)
+                cluster.expect(plan)
                 for action in plan.actions:
                     job = active[index_of[action.job_id]]
                     sync_job(job, now)  # before the plan changes its state
@@ -175,6 +177,10 @@ class Simulation:
                     job = jobs[index_of[job_id]]
                     job.queue_level = level
                     job.queue_entry = entry
+                cluster.judge_handoffs()
+                if waiting:
+                    cluster.audit_waits(lambda: self._walk_order(active.values(), now, snapshot.service), now,
+                                        policy.preemptive)
                 last_round_s = now
                 timeline.append((now, len(waiting), cluster.busy))
                 if self.progress is not None and rounds % 2000 == 0:
@@ -213,6 +219,12 @@ class Simulation:
             now = t_next if t_next > now else math.nextafter(now, math.inf)
 
         return cluster.result(policy.name, rounds, events, dropped, promotions, timeline)
+
+    def _walk_order(self, active, now: float, service) -> list[JobState]:
+        """The active jobs in the policy's order now (the wait audit's walk order; the
+        engine's own order is not kept outside detailed rounds)."""
+        ctx = PolicyContext(now_s=now, thresholds_gpu_s=self.config.engine.thresholds_gpu_s, service=service)
+        return [job for _, job in self.engine.policy.ordered(list(active), ctx)]
 
     def _priority_change_times(self, active, waiting, now: float) -> list[float]:
         """When the order may change with no arrival or completion: demotion of a
