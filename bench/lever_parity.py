@@ -53,16 +53,25 @@ SETTINGS = {"mode": "enforce", "policy": "dlas", "queues_gpu_s": [3600.0], "inte
             "pin_expiry_s": 300.0, "placement": "consolidate", "pack_limit": 0.5, "admin_comment": False}
 
 
-def simulated(workload=WORKLOAD, settings=SETTINGS) -> list[list[tuple]]:
+def partition_of(job: tuple) -> str:
+    """A workload row's partition: its seventh field, if any, else "batch"."""
+    return job[6] if len(job) > 6 else "batch"
+
+
+def simulated(workload=WORKLOAD, settings=SETTINGS, node_kinds=()) -> list[list[tuple]]:
+    """``node_kinds``: SimConfig's (count, (partition,), "") rows, nodes numbered in
+    their order, as ``controlled`` gives them to the scripted slurmctld (default: one
+    partition, "batch"); a workload row may then name its partition (seventh field)."""
     config = from_mapping(dict(settings, usage_spool_dir="/nonexistent"))
     # a job larger than a node is -N gpus/GPUS_PER_NODE on Slurm: min = max nodes
-    specs = [JobSpec(str(job_id), gpus, float(T0 + at * INTERVAL), float(work * INTERVAL), skew=skew,
-                     partition="batch", user="bob", preemptable=ckpt,
-                     **({"min_nodes": gpus // GPUS_PER_NODE, "max_nodes": gpus // GPUS_PER_NODE}
-                        if gpus > GPUS_PER_NODE else {}))
-             for job_id, at, gpus, work, ckpt, skew in workload]
+    specs = [JobSpec(str(job[0]), job[2], float(T0 + job[1] * INTERVAL), float(job[3] * INTERVAL), skew=job[5],
+                     partition=partition_of(job), user="bob", preemptable=job[4],
+                     **({"partitions": (partition_of(job),)} if node_kinds else {}),
+                     **({"min_nodes": job[2] // GPUS_PER_NODE, "max_nodes": job[2] // GPUS_PER_NODE}
+                        if job[2] > GPUS_PER_NODE else {}))
+             for job in workload]
     sim = SimConfig(nodes=NODES, gpus_per_node=GPUS_PER_NODE, engine=config.engine_config(),
-                    round_interval_s=float(INTERVAL), preempt_grace_s=config.preempt_grace_s)
+                    round_interval_s=float(INTERVAL), preempt_grace_s=config.preempt_grace_s, node_kinds=node_kinds)
     lever_settings = LeverSettings(config.site_factor_band, config.pin_expiry_s, config.requeue_settle_s,
                                      config.handoff_timeout_s, "USR1", True)
     out = replay_levers(sim, specs, lever_settings, start_s=float(T0))
@@ -71,13 +80,15 @@ def simulated(workload=WORKLOAD, settings=SETTINGS) -> list[list[tuple]]:
 
 
 def controlled(rounds: int, tmp_path, workload=WORKLOAD, settings=SETTINGS, through_poll: bool = False,
-               quiet_rounds: Optional[list] = None) -> list[list[tuple]]:
+               quiet_rounds: Optional[list] = None, node_kinds=()) -> list[list[tuple]]:
     """The controller's levers and Slurm's starts per round. ``through_poll``: each
     round observes as run_forever does (the light poll, then Controller.observe: the
     last full observation again while nothing changed), so the rounds that observe
     nothing new and whose plan stands are quiet (not planned again); their numbers
     are appended to ``quiet_rounds``."""
     slurm = ScriptedSlurm(pending=0, running=0, nodes=NODES, gpus_per_node=GPUS_PER_NODE)
+    names = iter(sorted(slurm.nodes))
+    slurm.node_partitions = {next(names): partitions[0] for count, partitions, _ in node_kinds for _ in range(count)}
     clock = VirtualTime(float(T0))
     config = from_mapping(dict(settings, usage_spool_dir=str(tmp_path / "none")))
     out = []
@@ -88,10 +99,11 @@ def controlled(rounds: int, tmp_path, workload=WORKLOAD, settings=SETTINGS, thro
             now = T0 + k * INTERVAL
             clock.now_s = float(now)
             slurm.advance(now)
-            for job_id, at, gpus, work, ckpt, skew in workload:
+            for job in workload:
+                job_id, at, gpus, work, ckpt, skew = job[:6]
                 if at == k:
                     slurm.submit(job_id, gpus, work_s=work * INTERVAL, requeue=ckpt,
-                                 comment=f"tiresias:skew={skew}" if skew else "")
+                                 comment=f"tiresias:skew={skew}" if skew else "", partition=partition_of(job))
             if through_poll:
                 observation = controller.observe(backend.poll())
                 observation.observed_at_s = float(now)  # the same object: observe() knows it repeated

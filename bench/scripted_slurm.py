@@ -53,6 +53,7 @@ class ScriptedSlurm:
         self.gpus_per_node = gpus_per_node
         self.nodes = {f"n{i:04d}": 0 for i in range(nodes)}  # node -> GPUs used
         self.node_flags: dict[str, list[str]] = {}  # node -> state flags set by a test (["DRAIN"])
+        self.node_partitions: dict[str, str] = {}  # node -> its partition, set by a test (default "batch")
         self.jobs: dict[int, dict] = {}
         self.site_factors: dict[int, int] = {}
         self.work_left_s: dict[int, float] = {}  # job id -> seconds of work left (submit(work_s=...))
@@ -111,7 +112,7 @@ class ScriptedSlurm:
         return record
 
     def submit(self, job_id: int, gpus: int, work_s: float | None = None, requeue: bool = True,
-               comment: str = "") -> None:
+               comment: str = "", partition: str = "batch") -> None:
         """A new pending job; ``work_s``: the seconds of work it runs for (None: until
         finish_one); ``requeue``: --requeue (False: not preemptable for the controller).
         More GPUs than a node has: whole nodes (``--gres=gpu:G -N N``, N = gpus / G)."""
@@ -120,7 +121,7 @@ class ScriptedSlurm:
             raise ValueError(f"gpus value {gpus} is not a whole number of {self.gpus_per_node}-GPU nodes")
         self.jobs[job_id] = self._pending(job_id, per_node, self.now)
         count = gpus // per_node
-        self.jobs[job_id].update(requeue=requeue, comment=comment, node_count=count, cpus=count,
+        self.jobs[job_id].update(requeue=requeue, comment=comment, node_count=count, cpus=count, partition=partition,
                                  max_nodes=count if count > 1 else 0)
         if work_s is not None:
             self.work_left_s[job_id] = float(work_s)
@@ -223,6 +224,8 @@ class ScriptedSlurm:
                     break
                 gpus, count = self._gpus(record), record["node_count"]
                 allowed = record["required_nodes"].split(",") if record["required_nodes"] else list(self.nodes)
+                partitions = record["partition"].split(",")
+                allowed = [n for n in allowed if self.node_partitions.get(n, "batch") in partitions]
                 fits = sorted((self.gpus_per_node - self.nodes[n], n) for n in allowed
                               if n in self.nodes and self.nodes[n] + gpus <= self.gpus_per_node)
                 if len(fits) < count:
@@ -239,7 +242,7 @@ class ScriptedSlurm:
                                gres_detail=running["gres_detail"] * count)
                 running["job_resources"]["allocated_nodes"] = [{"nodename": node} for node in chosen]
                 for key in ("submit_time", "comment", "requeue", "user_name", "restart_cnt", "required_nodes",
-                            "max_nodes", "array_job_id", "array_task_id", "array_max_tasks"):
+                            "partition", "max_nodes", "array_job_id", "array_task_id", "array_max_tasks"):
                     running[key] = record[key]
                 self.jobs[task_id] = running
                 started.append((task_id, tuple(chosen)))
@@ -272,7 +275,7 @@ class ScriptedSlurm:
         self._free(record)
         pending = self._pending(job_id, self._gpus(record), record["submit_time"])
         for key in ("comment", "requeue", "user_name", "required_nodes", "node_count", "max_nodes", "array_job_id",
-                    "array_task_id", "array_max_tasks"):
+                    "array_task_id", "array_max_tasks", "partition"):
             pending[key] = record[key]
         # Slurm's requeue sets the submit time to its own and the BeginTime cred_expire + 1 s
         # later (121 s by default)
@@ -314,7 +317,7 @@ class ScriptedSlurm:
         if argv[:2] == ["squeue", "--json"]:
             self.calls["squeue --json"] += 1
             return CommandResult(0, self._text("squeue"), "")
-        if argv[:2] == ["sinfo", "--json"]:
+        if argv[:2] == ["sinfo", "--json"]:  # (-N: one record per node, as this one writes anyway)
             self.calls["sinfo --json"] += 1
             return CommandResult(0, self._text("sinfo"), "")
         if argv[0] == "sprio":
@@ -427,7 +430,7 @@ class ScriptedSlurm:
                 doc = {**self.sinfo_meta, "nodes": [
                     dict(self.node_template, name=name, gres=f"gpu:{self.gpus_per_node}", gres_used=f"gpu:{used}",
                          state=self._node_state(name), state_flags=self.node_flags.get(name, []),
-                         partitions=["batch"])
+                         partitions=[self.node_partitions.get(name, "batch")])
                     for name, used in self.nodes.items()]}
             self._texts[which] = json.dumps(doc, indent=2)  # laid out as slurmctld prints it
         return self._texts[which]

@@ -89,6 +89,13 @@ def _free(total: int | None, allocated: int | None) -> int | None:
     return None if total is None or allocated is None else max(total - allocated, 0)
 
 
+# One record per node (and partition): 23.11+ `sinfo --json` without -N groups nodes by
+# partition and state and reports the group's first node's features for all of them
+# (seen on 24.11: g1 with Features=ib grouped with g2-g4 without, all shown "ib") and its
+# CPUs summed; -N makes every count and feature a node's own. 22.05 lists nodes anyway.
+SINFO_ARGV = ["sinfo", "--json", "-N"]
+
+
 def _held_on_nodes(jobs: list[SlurmJob]) -> dict[str, tuple[int | None, int | None]]:
     """Each node's CPUs and MB of memory held by the jobs on it (every partition's),
     summed from the jobs' own allocations: what a node reports for itself is missing
@@ -362,7 +369,7 @@ class SlurmBackend:
         observed_at_s = self.clock()
         squeue_text = self._read(["squeue", "--json", "--states=all"])
         answered_at_s = self.clock()
-        sinfo_text = self._read(["sinfo", "--json"])
+        sinfo_text = self._read(SINFO_ARGV)
         skipped: list[str] = []
         job_errors: list[SlurmParseError] = []
         node_errors: list[SlurmParseError] = []
@@ -597,7 +604,7 @@ class SlurmBackend:
         """Partition name -> its node names (in ``sinfo`` order), for the partitions in
         scope. From the ``sinfo --json`` of the last observe(); read now if none yet."""
         if self._partition_nodes is None:
-            doc = self._load(self._read(["sinfo", "--json"]), "sinfo --json")
+            doc = self._load(self._read(SINFO_ARGV), "sinfo --json")
             try:
                 nodes = parse_sinfo_json(doc, errors=[])
             except SlurmParseError as exc:

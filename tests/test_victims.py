@@ -255,3 +255,42 @@ def test_newcomers_of_a_full_partition_wait_and_one_that_fits_still_starts():
     plan = engine.step(Snapshot(100.0, [dataclasses.replace(job) for job in jobs], nodes))
     assert not plan.of_kind("start") and not plan.of_kind("preempt")
     assert plan.wait_reasons["j7"].startswith("node constraints (--partition=a100): waits for 2 GPUs on ab1 (0 free)")
+
+
+# ------------------------------------------------------------- the walk's count and other partitions' jobs
+
+def test_queue1_job_of_a_small_partition_gets_its_victim_behind_unplaceable_jobs_of_another():
+    # partition big (b1, b2) is held by queue-1 jobs j0, j1 (higher priority); partition
+    # small (s1) by the queue-2 job j2. Ten queue-1 jobs of big (j10..j19) rank ahead of
+    # j30 of small: none can be placed (no free GPU, nothing lower on big). On the old
+    # walk they used up its cluster-wide count (4 GPUs beyond the queue-1 running jobs)
+    # and j30 waited behind j2 for as long as they waited; now the walk passes them
+    # (controller.core.victims.OwnNodesReach) and j30 gets j2's GPUs in its first round
+    nodes = [Node("b1", 4, 0, partitions=("big",)), Node("b2", 4, 0, partitions=("big",)),
+             Node("s1", 4, 0, partitions=("small",))]
+    jobs = [_job(0, 4, "b1", served=10.0, level=0, entry=0.0, partitions=("big",)),
+            _job(1, 4, "b2", served=10.0, level=0, entry=1.0, partitions=("big",)),
+            _job(2, 4, "s1", served=5e4, level=1, entry=0.0, partitions=("small",))]
+    jobs += [_job(i, 1 + i % 2, partitions=("big",)) for i in range(10, 20)]
+    jobs.append(_job(30, 4, partitions=("small",)))
+    plan = Engine(EngineConfig(policy="dlas")).step(Snapshot(100.0, jobs, nodes))
+    assert [a.job_id for a in plan.of_kind("preempt")] == ["j2"]
+    assert "lower priority than j30, on nodes it may use" in plan.of_kind("preempt")[0].reason
+    assert [(a.job_id, a.placement) for a in plan.of_kind("start")] == [("j30", (("s1", 4),))]
+    # the passed jobs wait with the reason of a job no preemption could place
+    assert plan.wait_reasons["j10"] == ("node constraints (--partition=big): waits for 1 GPUs on b[1-2] (0 free):"
+                                        " held by job j0 (queue 1, higher priority), job j1 (queue 1, higher"
+                                        " priority)")
+
+
+def test_where_every_job_may_use_every_node_the_walk_passes_nobody():
+    # the same shape on one partition: the count is every job's reach, and the walk takes
+    # the first queue-1 jobs as before (j10, j11, j12 fill the count; nobody passed)
+    nodes = [Node("n1", 4, 0), Node("n2", 4, 0), Node("n3", 4, 0)]
+    jobs = [_job(0, 4, "n1", served=10.0, level=0, entry=0.0),
+            _job(1, 4, "n2", served=10.0, level=0, entry=1.0),
+            _job(2, 4, "n3", served=5e4, level=1, entry=0.0)]
+    jobs += [_job(i, 1 + i % 2) for i in range(10, 20)]
+    plan = Engine(EngineConfig(policy="dlas")).step(Snapshot(100.0, jobs, nodes))
+    assert [a.job_id for a in plan.of_kind("preempt")] == ["j2"]
+    assert [a.job_id for a in plan.of_kind("start")] == ["j10", "j11", "j12"]

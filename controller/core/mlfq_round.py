@@ -19,7 +19,7 @@ from controller.core.protection import may_preempt
 from controller.core.queue_book import QueueBook
 from controller.core.queues import ENTERED, SETTLED_RUNNING, groups_and_entries
 from controller.core.round_writer import RoundWriter
-from controller.core.victims import choose_victims
+from controller.core.victims import OwnNodesReach, choose_victims
 
 
 def build_book(policy: Policy, jobs: list[JobState], ctx: PolicyContext) -> QueueBook:
@@ -43,7 +43,12 @@ def mlfq_step(writer: RoundWriter, snapshot: Snapshot) -> Plan:
         ctx = PolicyContext(now_s=snapshot.now_s, thresholds_gpu_s=writer.thresholds_gpu_s,
                             service=snapshot.service)
     capacity = snapshot.total_gpus
-    preempted, selected = book.walk(capacity)
+    count_mode = writer.count_mode
+    # placement modes: a job that may use only some nodes is taken only if its own nodes
+    # hold what it needs, free or held by lower-priority preemptable jobs (OwnNodesReach)
+    free_by_node = None if count_mode else snapshot.free_gpus_by_node()
+    reach = None if count_mode else OwnNodesReach(book, free_by_node, writer.allowed)
+    preempted, selected = book.walk(capacity, reach)
     if not preempted and not selected and not book.entered and not snapshot.detailed:
         return plan  # nothing moves (a simulator round while every GPU stays where it is)
     chosen = {job.index for job in selected}
@@ -52,7 +57,6 @@ def mlfq_step(writer: RoundWriter, snapshot: Snapshot) -> Plan:
     passed_over = sorted([(*where[index], index, job) for index, job in book.entered.items() if index not in chosen])
     leaving = preempted + [item[3] for item in passed_over if may_preempt(item[3], True)]
     newcomers = [job for job in selected if not job.running]
-    count_mode = writer.count_mode
     max_per_node = snapshot.max_gpus_per_node
     beneficiary = None
     shortfalls = None
@@ -60,11 +64,11 @@ def mlfq_step(writer: RoundWriter, snapshot: Snapshot) -> Plan:
         free_gpus = NodeTotals(snapshot.nodes)
         starts, unplaced = _place_all(writer, newcomers, free_gpus, max_per_node)
     else:
-        choice = choose_victims(newcomers, leaving, book.order, snapshot.free_gpus_by_node(),
+        choice = choose_victims(newcomers, leaving, book.order, free_by_node,
                                 place=lambda job, free: writer.place(job, free, max_per_node),
                                 fit=lambda job, free: writer.fit(job, free, max_per_node),
                                 allowed=writer.allowed, explain=snapshot.detailed and snapshot.explain,
-                                room=writer.node_room)
+                                room=writer.node_room, passed=reach.refused)
         starts, unplaced, free_gpus = choice.starts, choice.unplaced, choice.free_gpus
         leaving, beneficiary, shortfalls = choice.victims, choice.beneficiary, choice.shortfalls
         # the settled running jobs that lose their GPUs, walk order (they wait at their queues' heads)
@@ -77,7 +81,9 @@ def mlfq_step(writer: RoundWriter, snapshot: Snapshot) -> Plan:
     backfilled = _backfill(writer, book, chosen, free_gpus, max_per_node) if unplaced and not count_mode else []
     plan.positions = _next_positions(book, selected, started, backfilled, preempted, passed_over)
     if snapshot.detailed:
-        _describe(writer, book, ctx, selected, unplaced, snapshot, shortfalls)
+        # a job the walk passed waits as one no preemption could place (its shortfall)
+        waiting_on_nodes = unplaced + reach.refused if reach is not None else unplaced
+        _describe(writer, book, ctx, selected, waiting_on_nodes, snapshot, shortfalls)
     return plan
 
 

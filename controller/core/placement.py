@@ -439,7 +439,7 @@ def is_spread(placement: tuple[tuple[str, int], ...], num_gpus: int, max_gpus_pe
     return len(placement) > minimum_nodes(num_gpus, max_gpus_per_node)
 
 
-def beyond_reach(jobs, nodes, free_by_node: dict[str, int]) -> list:
+def beyond_reach(jobs, nodes, free_by_node: dict[str, int], eligible: Optional["Eligibility"] = None) -> list:
     """The pending jobs no preemption can start: on the nodes they may use (their
     partitions, GPU type, reservation, features: Eligibility) fewer GPUs are free or held by
     preemptable running jobs than they need.
@@ -448,8 +448,14 @@ def beyond_reach(jobs, nodes, free_by_node: dict[str, int]) -> list:
     and be left unplaced, so the GPUs it was counted on went to nobody and a job
     below it that could have used a victim's GPUs was skipped (seen on the
     site-shaped test cluster: an a100 job whose a100 nodes ran jobs outside the
-    contract held back a plain job that a v100 job would have yielded to)."""
-    eligible = Eligibility(nodes)
+    contract held back a plain job that a v100 job would have yielded to).
+
+    ``free_by_node``: GPUs free as the plan sees them (a signalled victim's count as
+    free); ``eligible``: the caller's Eligibility of ``nodes`` (a replay keeps one).
+    The controller (via ``set_aside``) and every replay loop call this one function,
+    so a replay sets aside the jobs the controller does."""
+    if eligible is None:
+        eligible = Eligibility(nodes)
     freeable = dict(free_by_node)
     for job in jobs:
         if job.running and job.spec.preemptable:
@@ -457,10 +463,38 @@ def beyond_reach(jobs, nodes, free_by_node: dict[str, int]) -> list:
                 if node in freeable:
                     freeable[node] += gpus
     out = []
+    within: dict[frozenset, int] = {}  # the GPUs within reach of each node set (jobs share a few)
     for job in jobs:
         if job.running:
             continue
         allowed = eligible.allowed(job.spec)
-        if allowed is not None and sum(freeable.get(name, 0) for name in allowed) < job.num_gpus:
+        if allowed is None:
+            continue
+        reach = within.get(allowed)
+        if reach is None:
+            reach = within[allowed] = sum(freeable.get(name, 0) for name in allowed)
+        if reach < job.num_gpus:
             out.append(job)
     return out
+
+
+def set_aside(snapshot, also=frozenset(), eligible: Optional[Eligibility] = None) -> tuple[list, set]:
+    """Take out of ``snapshot`` (its jobs, its waiting list and demand hint where set)
+    the pending jobs the round's walk must not count: those whose ids are in ``also``
+    (what the executor cannot model) and those ``beyond_reach``. Returns (the jobs
+    taken out, in the snapshot's order; the ids of those beyond reach). The
+    controller's round and the replay loops that hand the engine a job list call it
+    before ``Engine.step``; the caller lists the jobs after the plan's own
+    (controller.core.round_writer.list_after)."""
+    rest = [job for job in snapshot.jobs if job.job_id not in also] if also else snapshot.jobs
+    unreachable = {job.job_id for job in beyond_reach(rest, snapshot.nodes, snapshot.free_by_node or {}, eligible)}
+    out = set(also) | unreachable
+    if not out:
+        return [], unreachable
+    taken = [job for job in snapshot.jobs if job.job_id in out]
+    snapshot.jobs = [job for job in snapshot.jobs if job.job_id not in out]
+    if snapshot.waiting is not None:
+        snapshot.waiting = [job for job in snapshot.waiting if job.job_id not in out]
+    if snapshot.demand_gpus is not None:
+        snapshot.demand_gpus -= sum(job.num_gpus for job in taken)
+    return taken, unreachable

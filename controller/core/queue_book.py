@@ -202,17 +202,22 @@ class QueueBook:
     within_function = None  # (job, level) -> within value; set by the executor for dgittins
 
     # -- the walk -------------------------------------------------------------
-    def walk(self, capacity: int) -> tuple[list[JobState], list[JobState]]:
+    def walk(self, capacity: int, reach=None) -> tuple[list[JobState], list[JobState]]:
         """The all-or-nothing walk with skipping, in the MLFQ order.
 
         Returns (preempted: settled running jobs that no longer fit, selected: jobs
         from the waiting lists that get their gang), both in walk order. Settled
-        running jobs that keep their GPUs are not listed.
+        running jobs that keep their GPUs are not listed. ``reach``: where jobs may use
+        only some nodes, a controller.core.victims.OwnNodesReach; a waiting job it does
+        not admit (too few GPUs within its reach on its own nodes) is passed, and its
+        share of the count stays for the jobs after it.
         """
         free = capacity - self.pinned_gpus
         preempted: list[JobState] = []
         selected: list[JobState] = []
         for level in range(self.num_levels):
+            if reach is not None:
+                reach.enter(level)
             running = self.running[level]
             if running:
                 movable = self.running_gpus[level] - self.pinned_running_gpus[level]
@@ -228,7 +233,7 @@ class QueueBook:
                         else:
                             preempted.append(job)
             if free > 0 and self.waiting_count and self.waiting[level]:
-                free = self._take_waiting(self.waiting[level], free, selected, self.pinned_gpus > 0)
+                free = self._take_waiting(self.waiting[level], free, selected, self.pinned_gpus > 0, reach)
         return preempted, selected
 
     def walk_non_preemptive(self, capacity: int, head_of_line: bool) -> tuple[list[JobState], bool]:
@@ -256,15 +261,22 @@ class QueueBook:
         return selected, False
 
     @staticmethod
-    def _take_waiting(lists: dict[int, list], free: int, selected: list, skip_pinned: bool) -> int:
-        """Merge the size lists in key order, taking every job that fits."""
+    def _take_waiting(lists: dict[int, list], free: int, selected: list, skip_pinned: bool, reach=None) -> int:
+        """Merge the size lists in key order, taking every job that fits (and that
+        ``reach``, if given, admits)."""
         if min(lists) > free:
             return free
         if len(lists) == 1 and not skip_pinned:  # one gang size: the walk takes a prefix
             ((size, items),) = lists.items()
             count = min(len(items), free // size)
-            selected.extend(item[2] for item in items[:count])
-            return free - count * size
+            prefix = [item[2] for item in items[:count]]
+            if reach is None or all(job.running or reach.plain(job) for job in prefix):
+                if reach is not None:
+                    for job in prefix:
+                        if job.running:
+                            reach.kept(job)
+                selected.extend(prefix)
+                return free - count * size
         cursors = {size: 0 for size, items in lists.items() if items and size <= free}
         while cursors:
             for size in [size for size, at in cursors.items() if skip_pinned and pinned(lists[size][at][2])]:
@@ -283,8 +295,17 @@ class QueueBook:
                 key = lists[size][at]
                 if best_key is None or key < best_key:
                     best_size, best_key = size, key
-            selected.append(best_key[2])
-            free -= best_size
+            job = best_key[2]
+            if reach is None:
+                taken = True
+            elif job.running:
+                reach.kept(job)
+                taken = True
+            else:
+                taken = reach.admits(job)
+            if taken:
+                selected.append(job)
+                free -= best_size
             at = cursors[best_size] + 1
             if at < len(lists[best_size]):
                 cursors[best_size] = at

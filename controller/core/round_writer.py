@@ -283,3 +283,17 @@ def hostlist(names) -> str:
         if len(ranges) > 1 or (ranges and "-" in ranges[0]):
             parts.append(f"{stem}[{','.join(ranges)}]")
     return ",".join(parts) if parts else "no available node"
+
+
+def list_after(plan: Plan, jobs: Iterable[JobState], policy: Policy, ctx: PolicyContext) -> None:
+    """Put jobs the round did not plan (set aside: controller.core.placement.set_aside;
+    waiting on Slurm) into ``plan`` after the planned ones, in the order given: each
+    with its level (so its SiteFactor band is set) and displayed key; no action, so no
+    job ever yields for them. The caller writes their wait reasons."""
+    jobs = list(jobs)
+    policy.prepare(jobs, ctx)  # per-round values some policies compute in bulk
+    for job in jobs:
+        job_id = job.job_id
+        plan.order.append(job_id)
+        plan.levels[job_id] = policy.level(job, ctx)
+        plan.keys[job_id] = policy.display_value(job, ctx)

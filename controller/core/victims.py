@@ -82,7 +82,8 @@ def choose_victims(newcomers: list[JobState], walk_victims: list[JobState],
                    order: Callable[[], Iterable[JobState]],
                    free_by_node: dict[str, int], *, place: Callable, fit: Callable,
                    allowed: Callable[[JobState], Optional[frozenset]], preemptive: bool = True,
-                   explain: bool = False, room: Callable[[], Optional[NodeRoom]] = lambda: None) -> VictimChoice:
+                   explain: bool = False, room: Callable[[], Optional[NodeRoom]] = lambda: None,
+                   passed: list[JobState] = ()) -> VictimChoice:
     """Place the round's ``newcomers`` (walk order) and choose who yields to them.
 
     ``walk_victims``: the running jobs the walk's count left out (walk order);
@@ -93,10 +94,21 @@ def choose_victims(newcomers: list[JobState], walk_victims: list[JobState],
     nothing taken; ``allowed(job)``: the nodes its partitions, GPU type and
     reservation allow (None = all). ``preemptive``: the policy may preempt at all.
     ``explain``: also build the unplaced newcomers' Shortfalls. ``room()``: the round's
-    NodeRoom (None: the nodes report no CPUs or memory), which ``place`` keeps too."""
+    NodeRoom (None: the nodes report no CPUs or memory), which ``place`` keeps too.
+    ``passed``: the waiting jobs the walk passed for want of GPUs within reach on their
+    own nodes (OwnNodesReach); with ``explain``, their Shortfalls too."""
     node_room = room()
     if not any(_has_own_nodes(job, allowed, node_room) for job in newcomers):
-        return _walk_victims_stand(newcomers, walk_victims, free_by_node, place)
+        choice = _walk_victims_stand(newcomers, walk_victims, free_by_node, place)
+        if explain and passed:
+            order = list(order())
+            rank = {job.index: position for position, job in enumerate(order)}
+            leaving = {victim.index: victim for victim in choice.victims}
+            free = choice.free_gpus.free
+            for job in passed:
+                choice.shortfalls[job.job_id] = _shortfall(job, order, rank, _usable(job, allowed, free), free,
+                                                           leaving, choice.starts, preemptive)
+        return choice
     order = list(order())
     rank = {job.index: position for position, job in enumerate(order)}
     # walk order; only a job after the first newcomer can be of lower priority than one
@@ -114,8 +126,22 @@ def choose_victims(newcomers: list[JobState], walk_victims: list[JobState],
     # nodes is out of reach too (fewer candidates after it, free GPUs only taken since),
     # until victims leave: the many newcomers of one full partition cost one look.
     out_of_reach: dict[Optional[frozenset], tuple[int, int]] = {}
+    passed_at = 0
+
+    def describe_passed(before: int) -> None:
+        """The Shortfalls of the jobs the walk passed ahead of walk position ``before``,
+        as their nodes stand at their turn."""
+        nonlocal passed_at
+        while passed_at < len(passed) and rank[passed[passed_at].index] < before:
+            job = passed[passed_at]
+            shortfalls[job.job_id] = _shortfall(job, order, rank, _usable(job, allowed, free_gpus.free),
+                                                free_gpus.free, leaving, starts, preemptive)
+            passed_at += 1
+
     for position, job in enumerate(newcomers):
         nodes, own_rank = allowed(job), rank[job.index]
+        if explain and passed:
+            describe_passed(own_rank)
         known = out_of_reach.get(nodes)
         lower: list[JobState] = []
         reachable = known is None or job.num_gpus < known[0] or own_rank < known[1]
@@ -153,6 +179,8 @@ def choose_victims(newcomers: list[JobState], walk_victims: list[JobState],
             if node_room is not None:
                 node_room.take(job.spec, slots)
         starts.append((job, slots, position))
+    if explain:
+        describe_passed(len(order))
     victims = sorted(leaving.values(), key=lambda victim: rank[victim.index])
     return VictimChoice(starts, victims, unplaced, free_gpus, True, beneficiary, shortfalls)
 
@@ -366,3 +394,123 @@ def _shortfall(job, order, rank, usable, free_by_node, leaving, starts, preempti
         if any(usable(node) for node, _ in slots):
             holders.append((other, STARTING))
     return Shortfall(nodes, free, holders, spared)
+
+
+class OwnNodesReach:
+    """What the walk (controller.core.queue_book.QueueBook.walk) may hand a waiting
+    job that may use only some nodes (its partitions, GPU type, reservation, node
+    constraints): the GPUs within its reach on those nodes, free or held by running
+    jobs after it in the walk that the victim rule lets go (protection.may_preempt),
+    less what the jobs the walk took before it claimed there (issue 28: a queue-1 job
+    of a partition whose only nodes run queue-2 jobs waited while hundreds of queue-1
+    jobs of another, full partition used up the walk's cluster-wide count). A job short
+    of its need is passed (``admits`` False: it waits, and its share of the count stays
+    for the jobs after it); the rule is controller.replay.cluster.SimCluster.audit_waits'.
+
+    A bound, not a placement (controller.core.victims.choose_victims places): a job the
+    walk takes claims its GPUs on its nodes' free GPUs first, then on the candidates'
+    (those of the lowest priority, so the walk passing a higher one takes its GPUs off
+    what is left); a job that may use every node claims none and is never passed, so
+    where every job may use every node the walk is its cluster-wide count, unchanged.
+    Nothing is counted until the first job with its own nodes asks (``admits``), so a
+    round without one costs a lookup per job it takes."""
+
+    def __init__(self, book, free_by_node: dict[str, int], allowed: Callable[[JobState], Optional[frozenset]]):
+        self.book = book
+        self.free_by_node = free_by_node
+        self.allowed = allowed
+        self.level = 0
+        self.started = False
+        self.kept_jobs: set[int] = set()  # entered running jobs the walk kept before the count began
+        self.refused: list[JobState] = []  # the waiting jobs passed, walk order
+        self.version = 0
+        self.sums: dict[Optional[frozenset], tuple[int, int]] = {}
+        self.sorted_nodes: dict[frozenset, tuple[str, ...]] = {}
+
+    def plain(self, job: JobState) -> bool:
+        """The job may use every node: the walk's count stands for it."""
+        return not job.spec.constrained and self.allowed(job) is None
+
+    def enter(self, level: int) -> None:
+        """The walk reached ``level``: its running jobs are no longer below the jobs it takes."""
+        self.level = level
+        if self.started:
+            for job in self.book.running[level].values():
+                self._uncount(job)
+
+    def kept(self, job: JobState) -> None:
+        """The walk keeps an entered running job: its GPUs are no victim's."""
+        if self.started:
+            self._uncount(job)
+        else:
+            self.kept_jobs.add(job.index)
+
+    def admits(self, job: JobState) -> bool:
+        """The walk may take waiting ``job`` (claimed on its nodes if so)."""
+        if self.plain(job):
+            return True
+        if not self.started:
+            self._start()
+        nodes = self.allowed(job)
+        cached = self.sums.get(nodes)
+        if cached is None or cached[0] != self.version:
+            free, below = self.free, self.below
+            reach = (sum(free.values()) + sum(below.values()) if nodes is None
+                     else sum(free.get(node, 0) + below.get(node, 0) for node in nodes))
+            cached = self.sums[nodes] = (self.version, reach)
+        need = job.num_gpus
+        if cached[1] < need:
+            self.refused.append(job)
+            return False
+        self._claim(nodes, need)
+        return True
+
+    def _start(self) -> None:
+        """Count the free GPUs and the candidates below the walk's level (and the entered
+        running jobs it has not kept)."""
+        book = self.book
+        self.free = {node: gpus for node, gpus in self.free_by_node.items() if gpus > 0}
+        self.below: dict[str, int] = {}
+        for level in range(self.level + 1, book.num_levels):
+            for job in book.running[level].values():
+                self._count(job)
+        for job in book.entered.values():
+            if job.index not in self.kept_jobs:
+                self._count(job)
+        self.started = True
+
+    def _count(self, job: JobState) -> None:
+        if may_preempt(job, True):
+            below, free = self.below, self.free_by_node
+            for node, gpus in job.placement:
+                if node in free:
+                    below[node] = below.get(node, 0) + gpus
+
+    def _uncount(self, job: JobState) -> None:
+        if may_preempt(job, True):
+            below, changed = self.below, False
+            for node, gpus in job.placement:
+                left = below.get(node, 0)
+                if left > 0:  # what a claim took there first went to lower candidates
+                    below[node] = max(left - gpus, 0)
+                    changed = True
+            if changed:
+                self.version += 1
+
+    def _claim(self, nodes: Optional[frozenset], need: int) -> None:
+        if nodes is None:
+            ordered = tuple(sorted(self.free_by_node))
+        else:
+            ordered = self.sorted_nodes.get(nodes)
+            if ordered is None:
+                ordered = self.sorted_nodes[nodes] = tuple(sorted(nodes))
+        for pool in (self.free, self.below):
+            for node in ordered:
+                if need <= 0:
+                    break
+                have = pool.get(node, 0)
+                if have > 0:
+                    taken = min(have, need)
+                    pool[node] = have - taken
+                    need -= taken
+        self.version += 1

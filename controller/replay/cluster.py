@@ -278,12 +278,26 @@ class SimCluster:
         # The wait audit (audit_waits): job index -> rounds in a row it waited behind a
         # usable victim (this round's), and (longest such run, when it began) of those
         # that went past BEHIND_VICTIM_ROUNDS.
-        self._eligible = None if self.count_mode else Eligibility(self.nodes)
+        self.eligible = None if self.count_mode else Eligibility(self.nodes)
         # Where every job may use every node and places on any free GPUs, the walk's
         # cluster-wide count is exact (controller.core.victims): a job it leaves waiting
         # has fewer free and lower-priority preemptable GPUs than it needs, so no job can
         # wait behind a usable victim and the wait audit has nothing to find.
-        self._allowed = [] if self.count_mode else [self._eligible.allowed(job.spec) for job in jobs]
+        self._allowed = [] if self.count_mode else [self.eligible.allowed(job.spec) for job in jobs]
+        # Some job may use only some nodes: a round sets aside the pending jobs beyond
+        # reach, as the controller does (controller.core.placement.beyond_reach: where
+        # every job may use every node, none ever is, and the loops skip the question).
+        self.reach_matters = any(allowed is not None for allowed in self._allowed)
+        # On the nodes a job may use, the GPUs free or held by preemptable jobs are all
+        # their GPUs but those of running jobs that are not preemptable (``kept_busy``;
+        # a signalled victim's count as free): with none of those running, only a job
+        # larger than all its nodes is beyond reach, and ``reach_binds`` spares the
+        # rounds the question.
+        self.kept_busy = 0
+        totals = {n.name: n.gpus_total for n in self.nodes}
+        self._larger_than_its_nodes = self.reach_matters and any(
+            allowed is not None and sum(totals[name] for name in allowed) < job.num_gpus
+            for allowed, job in zip(self._allowed, jobs))
         self._waits_exact = self.count_mode or not any(
             self._allowed[job.index] is not None or job.spec.constrained
             or (cfg.engine.placement == "consolidate" and job.spec.skew > cfg.engine.pack_limit) for job in jobs)
@@ -323,6 +337,11 @@ class SimCluster:
         free_by_node = self.free_by_node
         return all(free_by_node.get(node, 0) >= gpus for node, gpus in placement)
 
+    def reach_binds(self) -> bool:
+        """Some pending job may be beyond reach now (controller.core.placement.beyond_reach
+        may find one): False tells a round it would find none."""
+        return self.reach_matters and (self.kept_busy > 0 or self._larger_than_its_nodes)
+
     def plannable_free(self) -> dict[str, int]:
         """Free GPUs as the round's plan sees them (plannable_free)."""
         if not self.leaving:
@@ -343,6 +362,8 @@ class SimCluster:
         for node, gpus in placement:
             free_by_node[node] -= gpus
         self.busy += job.num_gpus
+        if not job.spec.preemptable:
+            self.kept_busy += job.num_gpus
         if job.first_start_s is None:
             job.first_start_s = now
         if job.preemptions:
@@ -358,6 +379,8 @@ class SimCluster:
         for node, gpus in job.placement:
             free_by_node[node] += gpus
         self.busy -= job.num_gpus
+        if not job.spec.preemptable:
+            self.kept_busy -= job.num_gpus
         job.placement = ()
 
     def stop(self, job: JobState, now: float) -> None:

@@ -36,6 +36,9 @@ from controller.core.handoffs import ClusterView, HandoffBook, Needs
 from controller.core.levers import (LEVERS, changed_bands, pin_for_start, release_for_start, requeue_after_grace,
                                     signal_for, unpin_expired)
 from controller.core.model import InputError, JobSpec, JobState, Snapshot
+from controller.core.placement import set_aside
+from controller.core.policies import PolicyContext
+from controller.core.round_writer import list_after
 from controller.replay.cluster import EPS, RunState, SimCluster, SimConfig, plannable_free
 
 
@@ -177,8 +180,9 @@ class SimSlurm:
         the node with the fewest free GPUs it fits on (its pin's nodes only, if pinned;
         a job larger than a node: that many whole nodes, ``--gres=gpu:G -N N``, the N
         fullest that fit, listed by name); a job that fits nowhere waits and the next
-        one is tried."""
+        one is tried; only on the nodes of its partitions, GPU type, reservation)."""
         free = self.cluster.free_by_node
+        eligible = self.cluster.eligible
         per_node = self.cluster.cfg.gpus_per_node
         order = sorted((job for job_id, job in self.pending.items()
                         if job_id not in self.held and job_id not in self.admin_held),
@@ -187,7 +191,7 @@ class SimSlurm:
         for job in order:
             gpus = min(job.num_gpus, per_node)
             count = job.num_gpus // gpus
-            allowed = self.pins.get(job.job_id) or free
+            allowed = self.pins.get(job.job_id) or (eligible is not None and eligible.allowed(job.spec)) or free
             fits = sorted((free[node], node) for node in allowed if free.get(node, 0) >= gpus)
             if len(fits) < count:
                 continue
@@ -364,10 +368,15 @@ def replay_levers(cfg: SimConfig, specs: Iterable[JobSpec], settings: LeverSetti
         for job in active:
             cluster.sync(job, now)
         round_id = len(out.levers) + 1
-        plan = engine.step(Snapshot(now_s=now, jobs=active, nodes=cluster.nodes, round_id=round_id, explain=False,
-                                    free_by_node=plannable_free(cluster.free_by_node,
-                                                                (slurm.by_id[j] for j in slurm.leaving)),
-                                    capacity_gpus=cfg.capacity_gpus))
+        snapshot = Snapshot(now_s=now, jobs=active, nodes=cluster.nodes, round_id=round_id, explain=False,
+                            free_by_node=plannable_free(cluster.free_by_node, (slurm.by_id[j] for j in slurm.leaving)),
+                            capacity_gpus=cfg.capacity_gpus)
+        # the controller's selection: jobs beyond reach wait after the planned ones, banded
+        aside = set_aside(snapshot, eligible=cluster.eligible)[0] if cluster.reach_binds() else []
+        plan = engine.step(snapshot)
+        if aside:
+            list_after(plan, aside, engine.policy,
+                       PolicyContext(now_s=now, thresholds_gpu_s=cfg.engine.thresholds_gpu_s, service=None))
         for action in plan.of_kind("promote"):  # as the controller's accounts.promote
             job = slurm.by_id[action.job_id]
             job.queue_service_gpu_s = job.executed_since_promotion_s = job.waited_since_promotion_s = 0.0

@@ -36,7 +36,12 @@ are charged by the same code, with the same results; what this loop adds is the 
 - victim protection (``preempt_min_runtime_s``, ``preempt_max_per_job``) is kept on
   each running job's ``keeps_gpus`` from its start, with the engine's own rule, and
   the book recounts it (``QueueBook.repin``) when its minimum run time is over
-  (``run_time_over_s``): a moment the loop wakes at, as the generic loop does.
+  (``run_time_over_s``): a moment the loop wakes at, as the generic loop does;
+- where some job may use only some nodes, the pending jobs beyond reach
+  (controller.core.placement.beyond_reach, the controller's own selection) leave the
+  book for the round's walk and come back at their places after it; the book's bounds
+  are then taken from the jobs in it (``_Places``), and such a job's starvation
+  promotion waits for a round that does not set it aside, as in the generic loop.
 """
 from __future__ import annotations
 
@@ -49,6 +54,7 @@ import numpy as np
 
 from controller.core.engine import Engine
 from controller.core.model import InputError, JobState, Snapshot
+from controller.core.placement import beyond_reach
 from controller.core.policies.base import LEVEL_TOLERANCE_GPU_S, judged_at
 from controller.core.policies.dgittins import known, quantum_ends
 from controller.core.protection import run_time_over_s, why_protected
@@ -122,7 +128,11 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
     max_per_job = engine_cfg.preempt_max_per_job
     protects = engine_cfg.protects_victims and policy.preemptive
     run_ends: list[tuple[float, int, int]] = []  # (minimum run time over, index, version)
-    places = _Places() if handoff else None
+    # the controller's selection: pending jobs beyond reach leave the book for the
+    # round (controller.core.placement.beyond_reach), only where some job may use only
+    # some nodes
+    reach = cluster.reach_matters
+    places = _Places() if handoff or reach else None
     knob = engine_cfg.promote_knob if policy.discretized else math.inf
     promoting = math.isfinite(knob)
     # (when it has waited long enough, index, version): waiting jobs below Q_1
@@ -203,11 +213,14 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
         below Q_1 that has waited PROMOTEKNOB x its execution goes to the tail of Q_1
         (entered now) with its counters reset."""
         nonlocal promotions
-        due_now, not_yet = [], []
+        due_now, not_yet, deferred = [], [], []
         # the engine's test has a tolerance: a moment that far ahead is due now too
         while valid_due() and promotion_due[0][0] <= now + STARVATION_TOLERANCE_S + EPS:
             item = heapq.heappop(promotion_due)
             job, p = jobs[item[1]], private[item[1]]
+            if job.index not in book.where:  # set aside this round: promoted at the next round it is not
+                deferred.append(item)
+                continue
             waited = job.waited_since_promotion_s + (now - p.last_sync_s)
             if book.level_of(job) == 0:
                 continue
@@ -219,6 +232,8 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
         # again at once, forever
         while valid_due(promotion_wakeups) and promotion_wakeups[0][0] <= now + STARVATION_TOLERANCE_S + EPS:
             heapq.heappop(promotion_wakeups)
+        for item in deferred:
+            heapq.heappush(promotion_due, item)
         for item in not_yet:
             job = jobs[item[1]]
             waited = job.waited_since_promotion_s + (now - private[item[1]].last_sync_s)
@@ -316,16 +331,23 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
                 if ordered_waiting:
                     rekey_waiting()
             rounds += 1
+            free_now = cluster.plannable_free()
+            aside = (beyond_reach(list(book.jobs()), cluster.nodes, free_now, cluster.eligible)
+                     if reach and cluster.reach_binds() else [])
+            aside_places = [(job, book.where[job.index]) for job in aside]
+            for job in aside:  # out of the book for this round's walk, as out of the controller's snapshot
+                book.remove(job)
+                places.drop(job.index)
             if promoting:
                 promote_due()
             if protects:
                 end_protection()
-            if handoff:
+            if places is not None:
                 book.top, book.bottom = places.bounds()
             # one snapshot object for the whole replay: only its time, round and
             # distribution change (the book and node table are live)
             snapshot.now_s, snapshot.round_id, snapshot.service = now, rounds, service
-            snapshot.free_by_node = cluster.plannable_free()
+            snapshot.free_by_node = free_now
             plan = engine.step(snapshot)
             cluster.expect(plan)
             signalled: set[str] = set()
@@ -360,6 +382,9 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
             if signalled:  # out of the book until requeued; their places wait on the job
                 positions = {job_id: place for job_id, place in positions.items() if job_id not in signalled}
             book.apply_positions(positions, lambda job_id: jobs[index_of[job_id]])
+            for job, (level, (within, group, entry)) in aside_places:  # back where they were
+                book.add_waiting(job, level, group, entry, within)
+                places.set(job.index, job.queue_entry)
             for job in stopped:  # waits at its level (the plan's place): its promotion moment
                 starts_waiting(job)
             cluster.judge_handoffs()

@@ -21,7 +21,7 @@ from typing import Callable, Iterable, Optional
 
 from controller.core.engine import Engine
 from controller.core.model import InputError, JobSpec, JobState, Snapshot
-from controller.core.placement import Eligibility
+from controller.core.placement import Eligibility, set_aside
 from controller.core.policies.base import PolicyContext
 from controller.core.plan_stands import threshold_above
 from controller.core.protection import run_time_over_s
@@ -114,6 +114,7 @@ class Simulation:
                 del active[job.index]
                 events += 1
 
+        aside: set[int] = set()  # the last round's jobs beyond reach (controller.core.placement.set_aside)
         watch, passes = self.watch, 0
         while next_arrival < total or active or cluster.leaving or cluster.settling:
             passes += 1
@@ -147,6 +148,9 @@ class Simulation:
                     round_id=rounds, sync=sync_all, allow_fast_path=True, detailed=False,
                     free_by_node=cluster.plannable_free(), waiting=list(waiting.values()),
                     demand_gpus=demand, capacity_gpus=cfg.capacity_gpus, max_gpus_per_node=cluster.max_per_node)
+                # the controller's selection (its round: Controller._plan): jobs beyond reach wait outside the walk
+                aside = ({job.index for job in set_aside(snapshot, eligible=cluster.eligible)[0]}
+                         if cluster.reach_binds() else set())
                 plan = self.engine.step(snapshot)
                 cluster.expect(plan)
                 for action in plan.actions:
@@ -193,7 +197,11 @@ class Simulation:
             if next_completion < math.inf:
                 candidates.append(next_completion)
             if waiting:
-                candidates.extend(self._priority_change_times(active.values(), waiting.values(), now))
+                # a job set aside is promoted at the next round it is not (it cannot wake the
+                # loop at once: it would wake it at every next float while it stays aside)
+                candidates.extend(self._priority_change_times(
+                    active.values(), [job for job in waiting.values() if job.index not in aside] if aside
+                    else waiting.values(), now))
                 if min_runtime > 0 and policy.preemptive:  # a running job's protection ends
                     ends = (run_time_over_s(job.run_start_s, min_runtime) for job in active.values() if job.running)
                     candidates.extend(end for end in ends if end > now)

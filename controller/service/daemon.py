@@ -30,7 +30,7 @@ from controller.core.conditioned import learn_conditioned
 from controller.core.gittins import ServiceDistribution
 from controller.core.inputs import shorten
 from controller.core.model import MIXED_TYPES, InputError, JobSpec, JobState, Snapshot
-from controller.core.placement import beyond_reach
+from controller.core.placement import set_aside
 from controller.core.plan import Plan
 from controller.core.policies import PolicyContext
 from controller.service.admin_comment import AdminComments
@@ -545,14 +545,12 @@ class Controller:
         # too, banded; the plan never guesses where Slurm would start them
         inexpressible = _inexpressible(snapshot, observed)
         unmodelled.update(inexpressible)
-        # jobs whose own nodes (partitions, GPU type, reservation, features) no preemption can free wait too
-        rest = [job for job in snapshot.jobs if job.job_id not in unmodelled] if unmodelled else snapshot.jobs
-        unreachable = {job.job_id for job in beyond_reach(rest, snapshot.nodes, snapshot.free_by_node or {})}
-        aside = unreachable | unmodelled
+        # jobs whose own nodes (partitions, GPU type, reservation, features) no preemption can free wait
+        # too: the core's selection, the one every replay loop makes (controller.core.placement.set_aside)
+        aside, unreachable = set_aside(snapshot, unmodelled)
         if aside:
-            waiting += [job for job in snapshot.jobs if job.job_id in aside]
-            snapshot.jobs = [job for job in snapshot.jobs if job.job_id not in aside]
-            reasons.update((job_id, "") for job_id in aside)
+            waiting += aside
+            reasons.update((job.job_id, "") for job in aside)
         plan = self.engine.step(snapshot)
         if waiting:
             ctx = PolicyContext(now_s=now, thresholds_gpu_s=self.engine.config.thresholds_gpu_s, service=self.service)

@@ -37,6 +37,7 @@ from typing import Iterable
 from controller.core.model import JobState
 from controller.core.plan import Plan
 from controller.core.policies import Policy, PolicyContext
+from controller.core.round_writer import list_after
 from controller.service.backend import ObservedJob
 
 # Slurm's reasons from which its scheduler starts the job once resources free up
@@ -91,13 +92,9 @@ def add_waiting(plan: Plan, waiting: Iterable[JobState], reasons: dict[str, str]
     order given): each with its level (so its SiteFactor band is set) and a wait
     reason naming Slurm's; no action, so no job ever yields for them."""
     waiting = list(waiting)
-    policy.prepare(waiting, ctx)  # per-round values some policies compute in bulk
+    list_after(plan, waiting, policy, ctx)
     for job in waiting:
-        job_id = job.job_id
-        plan.order.append(job_id)
-        plan.levels[job_id] = policy.level(job, ctx)
-        plan.keys[job_id] = policy.display_value(job, ctx)
-        plan.wait_reasons[job_id] = wait_text(reasons[job_id])
+        plan.wait_reasons[job.job_id] = wait_text(reasons[job.job_id])
 
 
 def wait_text(reason: str) -> str:
