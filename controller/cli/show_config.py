@@ -8,33 +8,15 @@ key and the value, exit 2.
 from __future__ import annotations
 
 import argparse
-import math
 from pathlib import Path
 
-from controller.service.config import DEFAULT_PATH, SCHEMA, effective, load
+from controller.service.config import DEFAULT_PATH, SCHEMA, effective, load, yaml_value
 from controller.cli.reports import emit, format_plain_table
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", metavar="FILE", help=f"YAML settings (default {DEFAULT_PATH} if present)")
     p.add_argument("--yaml", action="store_true", help="print a YAML config file with each doc as a comment")
-
-
-def yaml_value(value) -> str:
-    """A value in YAML flow form: inf as .inf, tuples as [a, b]."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        if math.isinf(value):
-            return ".inf" if value > 0 else "-.inf"
-        return repr(value)
-    if isinstance(value, (tuple, list)):
-        return "[" + ", ".join(yaml_value(v) for v in value) + "]"
-    if isinstance(value, int):
-        return str(value)
-    import yaml
-
-    return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
 
 
 def _file_keys(path: Path) -> set[str]:
