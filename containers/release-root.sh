@@ -121,13 +121,33 @@ print(\"\\n\".join(p[\"dependencies\"] + p[\"optional-dependencies\"][\"test\"])
     log "venv ready in $((SECONDS - t0)) s"
 }
 
+# The ML clients' interpreter (tests/test_slurm_lightning.py): PyPI offers torch here
+# only for the host venv's Python (a CPU wheel in the local wheel folder), not for the
+# root's 3.13/3.14, so a root runs the Lightning job on the host's own Debian python3.X
+# (its binary and standard library, mounted read-only under /opt/host-python) with the
+# checkout venv's site-packages. Printed empty when the host has no such interpreter.
+client_python_version() {
+    local v
+    v=$("$REPO_DIR/.venv/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null) || return 0
+    [ -x "/usr/bin/python$v" ] && [ -d "/usr/lib/python$v" ] && [ -d "$REPO_DIR/.venv/lib/python$v/site-packages" ] \
+        && echo "$v"
+    return 0
+}
+
 # enter SCRIPT: run the bash SCRIPT inside the root in fresh mount/PID/network namespaces.
 enter() {
     [ -f "$DONE" ] || die "$ROOT is not built; run '$0 build'"
     mkdir -p "$ROOT$REPO_DIR"
+    local pyv client_env=""
+    pyv=$(client_python_version)
+    if [ -n "$pyv" ]; then
+        mkdir -p "$ROOT/opt/host-python/bin" "$ROOT/opt/host-python/lib/python$pyv"
+        touch "$ROOT/opt/host-python/bin/python$pyv"
+        client_env="TIRESIAS_CLIENT_PYTHON=/opt/host-python/bin/python$pyv TIRESIAS_CLIENT_SITE=$REPO_DIR/.venv/lib/python$pyv/site-packages"
+    fi
     # The outer bash runs on the host's binaries (ip) before it chroots.
     unshare --mount --pid --fork --net --propagation private bash -euc '
-        root=$1 repo=$2 script=$3
+        root=$1 repo=$2 script=$3 pyv=$4 client_env=$5
         ip link set lo up
         # Slurm 24.11 daemons bind their ports through getaddrinfo(NULL, port) and fail
         # with "getaddrinfo((null):6819)" when the namespace holds loopback addresses
@@ -139,6 +159,10 @@ enter() {
         mount -t tmpfs tmpfs "$root/run"
         mount -t tmpfs tmpfs "$root/tmp"
         mount --bind "$repo" "$root$repo"
+        if [ -n "$pyv" ]; then
+            mount --bind -o ro "/usr/bin/python$pyv" "$root/opt/host-python/bin/python$pyv"
+            mount --bind -o ro "/usr/lib/python$pyv" "$root/opt/host-python/lib/python$pyv"
+        fi
         # Every entry starts from an empty cluster: no saved jobs, no accounting rows
         # (job ids from 1, as tests/fixtures/slurm/record.sh needs; nothing a run left).
         for state in var/spool/slurmctld var/spool/slurmd var/lib/mysql; do
@@ -149,9 +173,10 @@ enter() {
         # would stay a zombie and its /proc entry would never go).
         rc=0
         chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
-            LANG=C.UTF-8 CI="${CI:-}" TZ=UTC PIP_NO_INDEX=1 PIP_FIND_LINKS='"$WHEELS"' bash -euc "chown mysql:mysql /var/lib/mysql; $script" || rc=$?
+            LANG=C.UTF-8 CI="${CI:-}" TZ=UTC PIP_NO_INDEX=1 PIP_FIND_LINKS='"$WHEELS"' $client_env \
+            bash -euc "chown mysql:mysql /var/lib/mysql; $script" || rc=$?
         exit $rc
-    ' enter "$ROOT" "$REPO_DIR" "$1"
+    ' enter "$ROOT" "$REPO_DIR" "$1" "$pyv" "$client_env"
 }
 
 cmd_test() {
