@@ -71,3 +71,25 @@ def test_a_constraint_only_a_node_with_a_kept_job_has_preempts_nobody(iso, run):
     wait_for(lambda: iso.squeue()[control]["job_state"] in ("RUNNING", "COMPLETED"), 60, "the control job to start")
     done = applied_preemptions(run)
     assert len(done) == 1 and set(done) <= set(victims), run.decisions()
+
+
+def test_an_exclusive_job_where_every_node_keeps_a_job_preempts_nobody(iso, run):
+    run.start(preempt_grace_s=3.0)
+    # Every node: a 1-GPU job outside the contract, so no preemption can empty a node,
+    # and a checkpointable 3-GPU job beside it.
+    kept = [iso.submit("bob", 1, 600, f"kept{k}", extra=f"--no-requeue -w {iso.name}g{k + 1}")[0] for k in range(4)]
+    wait_for(lambda: running(iso, kept), 30, "bob's kept jobs to start")
+    victims = [iso.submit("bob", 3, 600, f"gpu{k}")[0] for k in range(4)]
+    wait_for(lambda: running(iso, victims), 30, "bob's 3-GPU jobs to start")
+    wait_for(lambda: all(attained(run, j) > 40 for j in victims), 60, "bob's 3-GPU jobs to reach queue 2")
+    whole, _ = iso.submit("alice", 3, 5, "whole", extra="--exclusive")
+    wait_for(lambda: run.record(whole) is not None, 20, "the controller to see alice's job")
+    time.sleep(10)  # several rounds
+    assert applied_preemptions(run) == [], run.decisions()
+    assert {j: s["restart_cnt"] for j, s in iso.squeue().items() if j in victims} == {j: 0 for j in victims}
+    iso.run(["scancel", whole])
+    # Control: the same request without --exclusive fits where one 3-GPU job leaves.
+    control, _ = iso.submit("alice", 3, 5, "control", extra="--time=10")
+    wait_for(lambda: iso.squeue()[control]["job_state"] in ("RUNNING", "COMPLETED"), 60, "the control job to start")
+    done = applied_preemptions(run)
+    assert len(done) == 1 and set(done) <= set(victims), run.decisions()

@@ -1,0 +1,45 @@
+"""Memory on real Slurm (issue 28, item 2): on an instance where memory is a consumable
+resource (TIRESIAS_INSTANCE_MEMORY=1: CR_Core_Memory, DefMemPerCPU=1000, 16000 MB
+nodes), a job whose --mem no preemption frees costs nobody a preemption, and one whose
+--mem a victim frees makes exactly one job yield (control: the plan knows each node's
+free memory, it does not merely give up on memory it cannot see).
+"""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.slurm_fixtures import attained, instance_fixture, iso, run, wait_for  # noqa: F401  (pytest fixtures)
+from tests.test_slurm_resources import applied_preemptions, running
+
+pytestmark = pytest.mark.slurm
+
+cluster = instance_fixture("tm", extra_env={"TIRESIAS_INSTANCE_MEMORY": "1"})
+
+
+def test_a_job_whose_memory_no_victim_frees_preempts_nobody(iso, run):
+    conf = iso.run(["scontrol", "show", "config"]).stdout
+    assert "CR_CORE_MEMORY" in conf.upper().replace(" ", ""), conf[:2000]
+    run.start(preempt_grace_s=3.0)
+    # Every node: a job outside the contract holding 1 GPU and 12000 of its 16000 MB,
+    # then a checkpointable 3-GPU job (1 CPU: 1000 MB by DefMemPerCPU). 3000 MB free.
+    kept = [iso.submit("bob", 1, 600, f"mem{k}", extra=f"--no-requeue --mem=12000 -w {iso.name}g{k + 1}")[0]
+            for k in range(4)]
+    wait_for(lambda: running(iso, kept), 30, "bob's 12000 MB jobs to start")
+    victims = [iso.submit("bob", 3, 600, f"gpu{k}")[0] for k in range(4)]
+    wait_for(lambda: running(iso, victims), 30, "bob's 3-GPU jobs to start")
+    wait_for(lambda: all(attained(run, j) > 40 for j in victims), 60, "bob's 3-GPU jobs to reach queue 2")
+    # 3 GPUs and 8000 MB: a victim frees its 3 GPUs and 1000 MB, so 4000 MB at most
+    big, _ = iso.submit("alice", 3, 5, "big", extra="--mem=8000")
+    wait_for(lambda: run.record(big) is not None, 20, "the controller to see alice's job")
+    time.sleep(10)  # several rounds
+    assert applied_preemptions(run) == [], run.decisions()
+    assert {j: s["restart_cnt"] for j, s in iso.squeue().items() if j in victims} == {j: 0 for j in victims}
+    iso.run(["scancel", big])
+    # Control: 3500 MB fits in the 4000 MB one victim leaves: exactly one yields.
+    control, _ = iso.submit("alice", 3, 5, "control", extra="--mem=3500 --time=10")
+    wait_for(lambda: iso.squeue()[control]["job_state"] in ("RUNNING", "COMPLETED"), 60, "the control job to start",
+             seen=lambda: (run.decisions(), iso.squeue().get(control)))
+    done = applied_preemptions(run)
+    assert len(done) == 1 and set(done) <= set(victims), run.decisions()
