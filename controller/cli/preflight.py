@@ -61,7 +61,7 @@ def run(args) -> int:
     if not settings:
         raise InputError(f"{source}: no 'Key = Value' lines (is it `scontrol show config` output?)")
     partitions = parse_show_partitions(partitions_text) if partitions_text is not None else None
-    findings = check(settings, config.site_factor_band, REQUEUE_EXIT_CODE, partitions)
+    findings = check(settings, config.site_factor_band, REQUEUE_EXIT_CODE, partitions, config.preemption)
     refusing = sum(f.refuses for f in findings)
     warnings = len(findings) - refusing
     if refusing:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from typing import Container, Mapping, Optional, Sequence
+from typing import Container, Iterable, Mapping, Optional, Sequence
 
 from controller.core.actions import SetBand
 from controller.core.policies.base import LEVEL_TOLERANCE_GPU_S
@@ -45,6 +45,21 @@ def site_factors(order: list[str], levels: Mapping[str, int], pending: Container
         rank_in_level[level] = rank + 1
         factors[job_id] = (queue_count - level) * band + max(band - 1 - rank, 0)
     return factors
+
+
+def running_site_factors(levels: Mapping[str, int], running: Iterable[str], queue_count: int,
+                         band: int) -> dict[str, int]:
+    """Job id -> SiteFactor of the ``running`` jobs when slurmctld preempts
+    (``preemption: slurm``): the top of their level's band, (K - level + 1) x width - 1.
+
+    slurmctld's preempt/qos lets a pending job preempt a running one only with a
+    strictly higher priority (WITHIN, PRIORITY), so a running job's priority must follow
+    its level as the pending jobs' do. The top of the band puts it above every pending
+    job of its own level (those get at most half a band plus Slurm's weighted factors,
+    which preflight keeps under half a band): jobs of one level never preempt each other,
+    as Tiresias's FIFO within a queue says; a pending job of a higher level (a band up)
+    outranks it. The value changes only when the job changes level."""
+    return {job_id: (queue_count - levels.get(job_id, 0)) * band + band - 1 for job_id in running}
 
 
 def shared_levels(service_gpu_s: Mapping[str, float], thresholds_gpu_s: Sequence[float],

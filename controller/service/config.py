@@ -61,6 +61,10 @@ SCHEMA: tuple[Setting, ...] = (
     Setting("pin_expiry_s", "float", 300.0, "a ReqNodeList pin for consolidation is cleared after this long",
             minimum=1.0),
     Setting("site_factor_band", "int", 100000, "SiteFactor width of one queue level", minimum=10),
+    Setting("preemption", "choice", "controller", "who chooses, signals and requeues the victims: controller (the "
+            "plan's victims get their checkpoint signal, the grace period, a requeue) or slurm (slurmctld preempts "
+            "by priority, PreemptType=preempt/qos with a QOS whose PreemptMode has WITHIN or, 25.05+, PRIORITY; the "
+            "controller's bands go on running jobs too; docs/slurm-preemption.md)", ("controller", "slurm")),
     Setting("preempt_signal", "choice", "USR1", "checkpoint signal sent to the batch shell of a job that opted in "
             "with --comment=tiresias:preemptable (a job's own --signal is sent as it says)",
             ("USR1", "USR2", "TERM", "INT", "HUP")),
@@ -166,6 +170,7 @@ class Config:
     pack_limit: float = 0.5
     pin_expiry_s: float = 300.0
     site_factor_band: int = 100000
+    preemption: str = "controller"
     preempt_signal: str = "USR1"
     preempt_grace_s: float = 30.0
     preempt_requeue_ended: bool = True

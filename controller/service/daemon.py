@@ -57,6 +57,10 @@ from controller.service.starts import Starts
 from controller.service.store import Store, StoreError
 from controller.service.submit_order import SubmitOrder
 
+SLURM_PREEMPTS = ("left to slurmctld (preemption: slurm): it preempts a running job of a lower priority "
+                  "for a pending one, by the SiteFactor bands")
+
+
 log = logging.getLogger("tiresias.controller")
 
 
@@ -412,13 +416,20 @@ class Controller:
             report.applied.append(entry(action, applied=self.executor.logs_decisions, detail="store"))
         self.handoffs.check(observed, now, report, self.preemptions.grace_for, observation.nodes, self._spec_of)
         self.starts.apply(plan, observed, now, report, cpu_pending, requeueing, shared)
-        kept = self.handoffs.kept(plan, observed, leaving)  # the handoff rule: no preemption repeated in vain
-        for action in plan.of_kind("preempt"):
-            if action.job_id in kept:
-                report.applied.append(entry(action, applied=False, detail=f"kept running: {kept[action.job_id]}"))
-        self.preemptions.begin(plan, observed, now, report, kept)
-        self.handoffs.expect(plan, report, now)
-        self.preemptions.advance(observed, now, report)
+        if self.config.preemption == "slurm":
+            # slurmctld chooses, signals and requeues by the bands (running jobs' too,
+            # Starts.site_factors): the plan's victims are what the controller expects of it
+            for action in plan.of_kind("preempt"):
+                report.applied.append(entry(action, applied=False, detail=SLURM_PREEMPTS))
+        else:
+            kept = self.handoffs.kept(plan, observed, leaving)  # the handoff rule: no preemption repeated in vain
+            for action in plan.of_kind("preempt"):
+                if action.job_id in kept:
+                    report.applied.append(entry(action, applied=False,
+                                                detail=f"kept running: {kept[action.job_id]}"))
+            self.preemptions.begin(plan, observed, now, report, kept)
+            self.handoffs.expect(plan, report, now)
+        self.preemptions.advance(observed, now, report)  # also those opened before a switch to slurm
         self.mover.apply(plan, observed, observation.nodes, now, report, pinned=set(self.starts.pins))
         self.sharing.apply(observation, report)
         self._write_admin_comments(plan, observed, now)

@@ -31,6 +31,11 @@ explains each line):
   plugin is configured (read from `scontrol show partition`, when the backend has it):
   the partition's mode overrides the cluster's OFF, and slurmctld preempts there.
 
+With ``preemption: slurm`` the two preemption rules above are replaced by what
+slurmctld's own preemption needs (``slurm_preemption_findings``): preempt/qos, a
+requeueing PreemptMode, the job's own signal sent at preemption, no partition mode
+that does not requeue.
+
 Warnings (``Finding.refuses`` False: enforce starts; every mode logs them):
 
 - ``CliFilterPlugins`` without ``cli_filter/lua``: sbatch then writes no job's final
@@ -221,10 +226,54 @@ def partition_findings(settings: dict[str, str], partitions: dict[str, dict[str,
     return found
 
 
+def _modes(value: str) -> set[str]:
+    return {m.strip().upper() for m in value.split(",") if m.strip()}
+
+
+def slurm_preemption_findings(settings: dict[str, str], partitions: dict[str, dict[str, str]]) -> list[Finding]:
+    """What ``preemption: slurm`` needs of slurm.conf (docs/slurm-preemption.md):
+    ``PreemptType=preempt/qos`` (the plugin whose WITHIN and PRIORITY modes compare the
+    jobs' priorities, i.e. the bands), a cluster ``PreemptMode`` that requeues (REQUEUE;
+    never CANCEL, which kills, nor SUSPEND/GANG, which keep the GPUs held), the job's own
+    ``--signal`` sent at preemption (22.05: ``SlurmctldParameters=preempt_send_user_signal``;
+    24.11+ also ``PreemptParameters=send_user_signal``; without it slurmctld sends SIGTERM
+    and a job trapping USR1 dies without its checkpoint), and no partition with a mode of
+    its own that does not requeue. The QOS rows (WITHIN or PRIORITY, GraceTime) are in
+    sacctmgr, not in slurm.conf: docs/slurm-preemption.md says how to make them."""
+    found: list[Finding] = []
+    preempt_type, preempt_mode = settings.get("PreemptType", ""), settings.get("PreemptMode", "")
+    if preempt_type != "preempt/qos":
+        found.append(Finding("PreemptType", preempt_type or UNSET, "preempt/qos",
+                             "preemption: slurm lets slurmctld preempt by priority, which preempt/qos does for jobs "
+                             "of a QOS with PreemptMode WITHIN (or PRIORITY, 25.05+)"))
+    modes = _modes(preempt_mode)
+    if "REQUEUE" not in modes or modes & {"CANCEL", "SUSPEND", "GANG", "OFF"}:
+        found.append(Finding("PreemptMode", preempt_mode or UNSET, "REQUEUE",
+                             "a preempted job must be requeued to resume from its checkpoint: CANCEL kills it, "
+                             "SUSPEND and GANG keep its GPUs, OFF preempts nobody"))
+    send_user_signal = ("preempt_send_user_signal" in settings.get("SlurmctldParameters", "")
+                        or "send_user_signal" in settings.get("PreemptParameters", ""))
+    if not send_user_signal:
+        found.append(Finding("SlurmctldParameters", settings.get("SlurmctldParameters", "") or UNSET,
+                             "preempt_send_user_signal (24.11+: or PreemptParameters=send_user_signal)",
+                             "at preemption slurmctld must send the job's own --signal, its checkpoint request; "
+                             "without it the job gets SIGTERM and loses its work"))
+    for name, values in partitions.items():
+        mode = values.get("PreemptMode", "")
+        own = _modes(mode)
+        if mode.upper() in ("", preempt_mode.upper()) or own == {"REQUEUE"}:
+            continue
+        found.append(Finding(f"PartitionName={name} PreemptMode", mode, "REQUEUE (or no PreemptMode of its own)",
+                             "slurmctld preempts jobs of this partition by its mode: anything but REQUEUE kills a "
+                             "job or keeps its GPUs"))
+    return found
+
+
 def check(settings: dict[str, str], site_factor_band: int, requeue_exit_code: int,
-          partitions: Optional[dict[str, dict[str, str]]] = None) -> list[Finding]:
+          partitions: Optional[dict[str, dict[str, str]]] = None, preemption: str = "controller") -> list[Finding]:
     """Every finding for these settings (``parse_show_config``) and, when given, the
-    partitions' (``parse_show_partitions``); [] when all is right. The refusing
+    partitions' (``parse_show_partitions``), for the preemption mechanism
+    ``preemption`` (controller or slurm); [] when all is right. The refusing
     findings come first, each group in a fixed order."""
     found: list[Finding] = []
     weights: dict[str, float] = {}
@@ -272,19 +321,23 @@ def check(settings: dict[str, str], site_factor_band: int, requeue_exit_code: in
         found.append(Finding("SchedulerType", scheduler, "sched/backfill",
                              "the plan backfills GPUs a waiting gang cannot use"))
     preempt_type, preempt_mode = get("PreemptType"), get("PreemptMode")
-    if preempt_type not in ("", UNSET, "preempt/none") and preempt_mode.upper() != "OFF":
-        found.append(Finding("PreemptType", f"{preempt_type} (PreemptMode={preempt_mode or UNSET})",
-                             "preempt/none (or PreemptMode=OFF)",
-                             "Slurm's own preemption picks victims by QOS or partition, not by attained "
-                             "service, and outside the checkpoint contract"))
-    found += partition_findings(settings, partitions or {})
+    if preemption == "slurm":
+        found += slurm_preemption_findings(settings, partitions or {})
+    else:
+        if preempt_type not in ("", UNSET, "preempt/none") and preempt_mode.upper() != "OFF":
+            found.append(Finding("PreemptType", f"{preempt_type} (PreemptMode={preempt_mode or UNSET})",
+                                 "preempt/none (or PreemptMode=OFF)",
+                                 "Slurm's own preemption picks victims by QOS or partition, not by attained "
+                                 "service, and outside the checkpoint contract"))
+        found += partition_findings(settings, partitions or {})
     cli_filter = cli_filter_finding(get("CliFilterPlugins"))
     if cli_filter is not None:
         found.append(cli_filter)
     return [f for f in found if f.refuses] + [f for f in found if not f.refuses]
 
 
-def run_checks(backend: Backend, site_factor_band: int, requeue_exit_code: int) -> list[Finding]:
+def run_checks(backend: Backend, site_factor_band: int, requeue_exit_code: int,
+               preemption: str = "controller") -> list[Finding]:
     """Read the running slurmctld's settings through the backend (and its partitions,
     when the backend reads them: ``partition_config``) and check them. Raises
     BackendUnavailable when slurmctld does not answer."""
@@ -292,7 +345,7 @@ def run_checks(backend: Backend, site_factor_band: int, requeue_exit_code: int) 
     read_partitions = getattr(backend, "partition_config", None)
     text = read_partitions() if callable(read_partitions) else None
     partitions = parse_show_partitions(text) if isinstance(text, str) else None
-    return check(settings, site_factor_band, requeue_exit_code, partitions)
+    return check(settings, site_factor_band, requeue_exit_code, partitions, preemption)
 
 
 def report(mode: str, findings: list[Finding], log: logging.Logger) -> bool:
@@ -309,13 +362,13 @@ def report(mode: str, findings: list[Finding], log: logging.Logger) -> bool:
 
 
 def at_start(mode: str, backend: Backend, site_factor_band: int, requeue_exit_code: int,
-             log: logging.Logger) -> Optional[bool]:
+             log: logging.Logger, preemption: str = "controller") -> Optional[bool]:
     """The check at the controller's start: True (start), False (refuse: enforce mode
     with a refusing finding, each logged as an error; other modes log them as
     warnings and start), None when slurmctld does not answer: the check is pending
     (``Pending``): enforce acts on nothing until it has run and passed."""
     try:
-        findings = run_checks(backend, site_factor_band, requeue_exit_code)
+        findings = run_checks(backend, site_factor_band, requeue_exit_code, preemption)
     except BackendUnavailable as err:
         log.warning("preflight: slurm.conf settings not checked yet, slurmctld did not answer: %s%s", err,
                     "; enforce acts on nothing until they are (retried before every round)"
@@ -331,8 +384,9 @@ class Pending:
     then the findings and the outcome once it does."""
 
     def __init__(self, mode: str, backend: Backend, site_factor_band: int, requeue_exit_code: int,
-                 log: logging.Logger):
+                 log: logging.Logger, preemption: str = "controller"):
         self.mode = mode
+        self.preemption = preemption
         self.backend = backend
         self.site_factor_band = site_factor_band
         self.requeue_exit_code = requeue_exit_code
@@ -343,7 +397,7 @@ class Pending:
         """None: slurmctld still does not answer; True: the check ran and the mode may
         act (enforce: no refusing finding); False: enforce refuses (logged)."""
         try:
-            findings = run_checks(self.backend, self.site_factor_band, self.requeue_exit_code)
+            findings = run_checks(self.backend, self.site_factor_band, self.requeue_exit_code, self.preemption)
         except BackendUnavailable:
             return None
         except Exception as err:  # noqa: BLE001 - odd output or a bug: not run, tried again (logged once)

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections import ChainMap
 from typing import Container
 
-from controller.core.bands import array_bands, band_actions, shared_levels, shared_site_factors, site_factors
+from controller.core.bands import (array_bands, band_actions, running_site_factors, shared_levels,
+                                   shared_site_factors, site_factors)
 from controller.core.levers import changed_bands, pin_for_start, release_for_start, unpin_expired
 from controller.core.plan import Plan
 from controller.service.accounting import Accounts
@@ -159,11 +160,19 @@ class Starts:
         self.executor.when_acting(lambda: self.store.clear_pin(self.config.cluster, job_id))
 
     def site_factors(self, plan: Plan, observed: dict[str, ObservedJob]) -> dict[str, int]:
-        """The pending jobs' SiteFactors (controller.core.bands.site_factors)."""
+        """The pending jobs' SiteFactors (controller.core.bands.site_factors); when
+        slurmctld preempts (``preemption: slurm``) the running jobs' in the plan too
+        (controller.core.bands.running_site_factors), so that Slurm's priority rule
+        picks victims in the plan's order."""
         pending = {j for j, job in observed.items() if job.state == "PENDING"}
-        return site_factors(plan.order, plan.levels, pending, self.accounts.started_once,
-                            len(self.config.queues_gpu_s) + 1,
-                            self.config.site_factor_band, self.by_level, plan.keys if self.by_index else None)
+        queue_count = len(self.config.queues_gpu_s) + 1
+        factors = site_factors(plan.order, plan.levels, pending, self.accounts.started_once, queue_count,
+                               self.config.site_factor_band, self.by_level, plan.keys if self.by_index else None)
+        if self.config.preemption == "slurm":
+            running = [j for j, job in observed.items() if job.state == "RUNNING" and j in plan.levels
+                       and not job.array_record]
+            factors.update(running_site_factors(plan.levels, running, queue_count, self.config.site_factor_band))
+        return factors
 
     def cpu_bands(self, cpu_pending: dict[str, ObservedJob]) -> dict[str, int]:
         """SiteFactor of the pending jobs that ask for no GPU: queue 1's band.

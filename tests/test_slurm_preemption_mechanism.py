@@ -1,0 +1,90 @@
+"""``preemption: slurm`` (issue 30): slurmctld chooses, signals and requeues the victims;
+the controller keeps the accounts and sets the bands, on running jobs too, so that
+preempt/qos's priority rule (WITHIN, PRIORITY) follows the Tiresias levels. Unit tests
+with the scripted backend; the real-Slurm facts are in tests/test_slurm_native_preemption.py."""
+from controller.core.bands import running_site_factors, site_factors
+from controller.service.preflight import check, parse_show_config
+from tests.test_controller import ScriptedBackend, controller, store  # noqa: F401  (fixture)
+
+BAND = 100000
+
+
+def test_a_running_job_outranks_every_pending_job_of_its_level_and_none_of_the_level_above():
+    levels = {"run0": 0, "run1": 1, "new0": 0, "old0": 0, "new1": 1}
+    running = running_site_factors(levels, ["run0", "run1"], queue_count=3, band=BAND)
+    pending = site_factors(["new0", "old0", "new1"], levels, {"new0", "old0", "new1"}, {"old0"}, 3, BAND)
+    # preflight keeps Slurm's weighted factors under half a band; preempt/qos preempts
+    # only for a strictly higher priority, so a tie preempts nobody
+    worst_pending = {j: v + BAND // 2 - 1 for j, v in pending.items()}
+    assert running["run0"] >= max(worst_pending["new0"], worst_pending["old0"])  # same level: no preemption
+    assert running["run1"] >= worst_pending["new1"]
+    assert pending["new0"] > running["run1"] and pending["old0"] > running["run1"]  # a level up: preempts
+    assert running == {"run0": 4 * BAND - 1, "run1": 3 * BAND - 1}
+
+
+def test_slurm_mechanism_bands_running_jobs_and_never_signals_nor_requeues(store):
+    backend = ScriptedBackend()
+    backend.add("1", 16, "RUNNING", start=0.0, nodes=[(f"gpu{i}", 4) for i in range(1, 5)])
+    c = controller(store, backend, preemption="slurm")
+    c.run_round()  # job 1 attains 1000 s x 16 GPUs: queue 2
+    backend.add("2", 4)
+    c.run_round()
+    backend.now += 30
+    c.run_round()
+    kinds = [call[0] for call in backend.calls]
+    assert "signal" not in kinds and "requeue" not in kinds, backend.calls
+    sent = {}
+    for call in backend.calls:
+        if call[0] == "set_site_factors":
+            sent.update(call[1])
+    assert sent["1"] == 2 * BAND - 1  # running, queue 2 of 2: the top of its band
+    assert sent["2"] == 2 * BAND  # pending, queue 1: above it, so Slurm may preempt job 1 for it
+    preempts = [d for d in store.decisions("default", job_id="1") if d["kind"] == "preempt"]
+    assert preempts and not any(d["applied"] for d in preempts)
+    assert "left to slurmctld" in preempts[0]["detail"]
+
+
+def test_controller_mechanism_keeps_running_jobs_unbanded(store):
+    backend = ScriptedBackend()
+    backend.add("1", 4, "RUNNING", start=0.0, nodes=[("gpu1", 4)])
+    c = controller(store, backend)
+    c.run_round()
+    assert not any(call[0] == "set_site_factors" and "1" in call[1] for call in backend.calls)
+
+
+SLURM_PREEMPT_CONF = """
+PriorityType = priority/multifactor
+PriorityWeightAge = 1
+JobRequeue = 1
+RequeueExit = 85
+SchedulerType = sched/backfill
+PreemptType = preempt/qos
+PreemptMode = REQUEUE
+SlurmctldParameters = preempt_send_user_signal
+CliFilterPlugins = cli_filter/lua
+"""
+
+
+def findings(text, preemption="slurm", partitions=None):
+    return {f.setting: f for f in check(parse_show_config(text), BAND, 85, partitions, preemption)}
+
+
+def test_preflight_for_slurm_preemption_passes_the_documented_settings_and_refuses_the_controllers():
+    assert findings(SLURM_PREEMPT_CONF) == {}
+    assert "PreemptType" in findings(SLURM_PREEMPT_CONF, preemption="controller")  # Slurm's preemption on
+    stock = SLURM_PREEMPT_CONF.replace("preempt/qos", "preempt/none").replace("REQUEUE", "OFF")
+    assert findings(stock, preemption="controller") == {}
+    refused = findings(stock)
+    assert refused["PreemptType"].refuses and refused["PreemptMode"].refuses
+
+
+def test_preflight_for_slurm_preemption_names_a_mode_that_kills_and_a_missing_user_signal():
+    found = findings(SLURM_PREEMPT_CONF.replace("PreemptMode = REQUEUE", "PreemptMode = CANCEL")
+                     .replace("preempt_send_user_signal", "enable_configless"))
+    assert found["PreemptMode"].value == "CANCEL" and "kills" in found["PreemptMode"].why
+    assert "preempt_send_user_signal" in found["SlurmctldParameters"].needs
+    newer = SLURM_PREEMPT_CONF.replace("SlurmctldParameters = preempt_send_user_signal",
+                                       "PreemptParameters = send_user_signal")
+    assert findings(newer) == {}  # the 24.11+ spelling
+    partitions = {"gpu": {"PreemptMode": "SUSPEND"}, "cpu": {"PreemptMode": "REQUEUE"}, "all": {}}
+    assert list(findings(SLURM_PREEMPT_CONF, partitions=partitions)) == ["PartitionName=gpu PreemptMode"]
