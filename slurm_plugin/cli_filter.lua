@@ -23,6 +23,15 @@ through unchanged.
 
 local PREEMPTABLE_PREFIX = "tiresias:preemptable"
 
+-- Site policy -------------------------------------------------------------
+-- preemption: slurm (docs/slurm-preemption.md): the QOS whose jobs slurmctld preempts
+-- by priority (PreemptMode requeue,within). A job that declared its checkpoint signal
+-- (--signal, any of sbatch's three ways: slurmctld sends it at preemption), may be
+-- requeued and asked for no QOS of its own is put in it; every other job keeps its QOS
+-- and is never preempted. nil (preemption: controller) changes no job's QOS.
+PREEMPTABLE_QOS = nil
+-----------------------------------------------------------------------------
+
 -- The signals the hint grammar takes (controller/core/checkpoint_signal.py: those a job
 -- can trap for a checkpoint, and the numbers it knows): a hint with another one, e.g.
 -- from --signal=KILL@30, would make job_submit.lua refuse the job, so none is written
@@ -74,6 +83,22 @@ function tiresias_comment_with_signal(comment, signal)
 	return string.sub(comment, 1, bare_at - 1) .. hint .. string.sub(comment, bare_at + #PREEMPTABLE_PREFIX)
 end
 
+-- The QOS to give a job with these options, or nil (see PREEMPTABLE_QOS): sbatch reports
+-- --requeue/--no-requeue as "requeue", "no-requeue" or "unset", and --qos as given.
+function tiresias_preemptable_qos(options)
+	if PREEMPTABLE_QOS == nil or tiresias_signal_hint(options["signal"]) == nil then
+		return nil
+	end
+	if options["requeue"] == "no-requeue" then
+		return nil
+	end
+	local qos = options["qos"]
+	if type(qos) == "string" and qos ~= "" then
+		return nil
+	end
+	return PREEMPTABLE_QOS
+end
+
 function slurm_cli_setup_defaults(options, early_pass)
 	return slurm.SUCCESS
 end
@@ -82,6 +107,10 @@ function slurm_cli_pre_submit(options, pack_offset)
 	local comment = tiresias_comment_with_signal(options["comment"], options["signal"])
 	if comment ~= nil then
 		options["comment"] = comment
+	end
+	local qos = tiresias_preemptable_qos(options)
+	if qos ~= nil then
+		options["qos"] = qos
 	end
 	return slurm.SUCCESS
 end

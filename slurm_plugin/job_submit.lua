@@ -24,6 +24,10 @@ REQUEUE_GPU_JOBS = true
 -- Refuse submissions whose comment carries a malformed tiresias:skew=,
 -- tiresias:class= or tiresias:preemptable hint (the controller would ignore it).
 VALIDATE_HINTS = true
+-- preemption: slurm (docs/slurm-preemption.md): the same PREEMPTABLE_QOS as in
+-- cli_filter.lua. slurmctld cancels a job it preempts that may not be requeued, so a
+-- --no-requeue job asking for this QOS itself is refused. nil: no check.
+PREEMPTABLE_QOS = nil
 -----------------------------------------------------------------------------
 
 local GPU_FIELDS = { "tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket", "gres" }
@@ -167,6 +171,10 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
 			slurm.log_user("tiresias: invalid hint in --comment: %q (expected at most one tiresias:skew=<number between 0 and 1>, e.g. tiresias:skew=0.73, at most one tiresias:class=latency|batch, and at most one tiresias:preemptable or tiresias:preemptable=[B:]SIG[@seconds] with a signal a job can trap, e.g. tiresias:preemptable=B:USR1)", bad)
 			return slurm.ERROR
 		end
+	end
+	if PREEMPTABLE_QOS ~= nil and job_desc.qos == PREEMPTABLE_QOS and job_desc.requeue == 0 then
+		slurm.log_user("tiresias: QOS %s is preempted by requeueing, which --no-requeue forbids (slurmctld would cancel the job): drop --qos or --no-requeue", PREEMPTABLE_QOS)
+		return slurm.ERROR
 	end
 	-- requeue is 0 after an explicit --no-requeue: never overridden
 	if REQUEUE_GPU_JOBS and requests_gpus(job_desc) and job_desc.requeue ~= 0 then

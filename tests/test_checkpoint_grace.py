@@ -182,6 +182,38 @@ def test_cli_filter_records_the_signal_in_the_comment(lua, tmp_path):
     ]
 
 
+QOS_CASES = r"""
+dofile(arg[1])
+local function qos(policy, options)
+  PREEMPTABLE_QOS = policy
+  return tostring(tiresias_preemptable_qos(options))
+end
+print(qos(nil, { signal = "B:USR1@600", requeue = "unset" }))
+print(qos("ckpt", { signal = "B:USR1@600", requeue = "unset" }))
+print(qos("ckpt", { signal = "USR2", requeue = "requeue" }))
+print(qos("ckpt", { signal = "0@0", requeue = "unset" }))
+print(qos("ckpt", { signal = "B:USR1@600", requeue = "no-requeue" }))
+print(qos("ckpt", { signal = "B:USR1@600", requeue = "unset", qos = "long" }))
+print(qos("ckpt", { signal = "KILL@30", requeue = "unset" }))
+"""
+
+
+def test_cli_filter_puts_only_declared_requeueable_jobs_without_a_qos_in_the_preemptable_qos(lua, tmp_path):
+    script = tmp_path / "qos.lua"
+    script.write_text("slurm = { SUCCESS = 0 }\n" + QOS_CASES)
+    out = subprocess.run([lua, str(script), str(CLI_FILTER)], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [
+        "nil",  # preemption: controller (no PREEMPTABLE_QOS): no job's QOS changes
+        "ckpt",
+        "ckpt",
+        "nil",  # no --signal: slurmctld would have no checkpoint signal to send
+        "nil",  # --no-requeue: never preempted
+        "nil",  # the user's own QOS is kept
+        "nil",  # a signal no job traps for a checkpoint
+    ]
+
+
 def test_a_job_requeued_after_ending_in_its_grace_keeps_its_record_and_gives_no_sample(store):
     """Its run that ended in grace is no finished job: the record (attained service, so
     its queue) goes on, and a cut-short run is no service sample. (The chaos test found

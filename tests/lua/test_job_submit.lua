@@ -72,6 +72,21 @@ do
 	REQUEUE_GPU_JOBS = true
 end
 
+-- preemption: slurm: a --no-requeue job in the preemptable QOS would be cancelled when
+-- slurmctld preempts it: refused; a requeueable one, and any job without the policy, pass.
+do
+	PREEMPTABLE_QOS = "ckpt"
+	local rc = submit({ tres_per_node = "gres:gpu:1", requeue = 0, qos = "ckpt" })
+	check("--no-requeue job in the preemptable QOS is refused", rc == slurm.ERROR, "rc=" .. tostring(rc))
+	rc = submit({ tres_per_node = "gres:gpu:1", requeue = NO_VAL16, qos = "ckpt" })
+	check("requeueable job in the preemptable QOS passes", rc == slurm.SUCCESS, "rc=" .. tostring(rc))
+	rc = submit({ tres_per_node = "gres:gpu:1", requeue = 0, qos = "long" })
+	check("--no-requeue job in another QOS passes", rc == slurm.SUCCESS, "rc=" .. tostring(rc))
+	PREEMPTABLE_QOS = nil
+	rc = submit({ tres_per_node = "gres:gpu:1", requeue = 0, qos = "ckpt" })
+	check("no PREEMPTABLE_QOS: no QOS check", rc == slurm.SUCCESS, "rc=" .. tostring(rc))
+end
+
 -- A non-GPU job passes through unchanged (MPS alone is not a GPU request here).
 do
 	local desc = { tres_per_node = "gres:mps:50", requeue = NO_VAL16, comment = "hello", partition = "batch" }
