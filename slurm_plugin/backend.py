@@ -36,7 +36,7 @@ from typing import Callable, Iterable, Mapping, Optional, Sequence
 
 from controller.service.arrays import Withheld, plan_view
 from controller.service.backend import BackendUnavailable, Observation, ObservedJob
-from controller.core.model import Node
+from controller.core.model import ALL_MEMORY, Node
 from slurm_plugin.parse import (
     SlurmJob,
     SlurmNode,
@@ -120,14 +120,17 @@ def _allocated(reported: int | None, held: int | None) -> int | None:
     return reported if reported is not None else held
 
 
-def _asked_per_node(job: SlurmJob) -> dict:
+def _asked_per_node(job: SlurmJob, memory_allocated: Callable[[], bool] = lambda: False) -> dict:
     """The ObservedJob fields of what a pending job asks of each node beyond GPUs.
 
     CPUs per node: the most of its per-node minimum, its CPUs over its nodes (rounded
     up: Slurm may spread them unevenly, so an even share is the least a node must
     hold, and asking it of every node is on the side of preempting less) and
     --cpus-per-gpu times its GPUs per node. Memory per node: --mem, else
-    --mem-per-cpu times those CPUs, else --mem-per-gpu times its GPUs per node. A field
+    --mem-per-cpu times those CPUs, else --mem-per-gpu times its GPUs per node; none of
+    the three set (--mem=0, or no default on the cluster) is all of the node's memory
+    (``ALL_MEMORY``) where Slurm allocates memory (``memory_allocated()``: a
+    SelectTypeParameters of *_Memory), nothing where it does not. A field
     the record lacks (None), an OR/bracket/count --constraint and an --exclusive mode
     other than the whole node are ``unmodelled``: the job is never a reason to preempt."""
     unmodelled = []
@@ -142,6 +145,8 @@ def _asked_per_node(job: SlurmJob) -> dict:
         unmodelled.append("its memory (not reported, or --mem-per-gpu of another kind)")
     else:
         mem = job.mem_per_node_mb or job.mem_per_cpu_mb * cpus or job.mem_per_gpu_mb * gpus_per_node
+        if not (job.mem_per_node_mb or job.mem_per_cpu_mb or job.mem_per_gpu_mb) and memory_allocated():
+            mem = ALL_MEMORY
     constraint = job.constraint
     if constraint is None:
         unmodelled.append("its --constraint (not reported)")
@@ -272,6 +277,7 @@ class SlurmBackend:
         # Pending job ids whose SiteFactor was read from sprio once (or set here): sprio
         # runs again only when a pending job appears that is not among them.
         self._site_factor_known: set[str] = set()
+        self._memory_allocated: Optional[bool] = None  # memory_allocated(), once read
         # Partition -> node names from the last ``sinfo --json`` read by observe().
         self._partition_nodes: Optional[dict[str, list[str]]] = None
         # squeue --json records parsed at the last observe(), by their text: only new or
@@ -711,7 +717,7 @@ class SlurmBackend:
             required_nodes=tuple(job.required_nodes),
             excluded_nodes=tuple(job.excluded_nodes),
             min_nodes=job.node_count,
-            **(_asked_per_node(job) if job.state == "PENDING" else {}),
+            **(_asked_per_node(job, self.memory_allocated) if job.state == "PENDING" else {}),
             held_by_node=_held_by_node(job) if job.state == "RUNNING" else (),
         )
 
@@ -893,6 +899,18 @@ class SlurmBackend:
                              f"{ADMIN_COMMENT_MAX_CHARS} characters, got {text[:80]!r}")
         self._lever(["scontrol", "update", f"JobId={job_id}", f"AdminComment={text}"],
                     f"AdminComment of job {job_id}", shows={job_id: {"admin_comment": text}})
+
+    def memory_allocated(self) -> bool:
+        """Slurm allocates memory to jobs (SelectTypeParameters CR_*_Memory), read from
+        `scontrol show config` once (asked only for a pending job that names no memory);
+        False while slurmctld does not answer (asked again next time)."""
+        if self._memory_allocated is None:
+            try:
+                found = re.search(r"^SelectTypeParameters\s*=\s*(\S*)", self.slurm_config(), re.M)
+            except BackendUnavailable:
+                return False
+            self._memory_allocated = bool(found) and "MEMORY" in found.group(1).upper()
+        return self._memory_allocated
 
     def slurm_config(self) -> str:
         """`scontrol show config` as printed (the preflight's input); any failure is

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.core.model import Node
+from controller.core.model import ALL_MEMORY, Node
 from slurm_plugin.backend import CommandResult, SlurmBackend
 from slurm_plugin.parse import parse_sinfo_json, parse_squeue_json
 from tests.test_controller import ScriptedBackend, controller, store  # noqa: F401  (fixture)
@@ -44,9 +44,11 @@ def pending_record(version, gpus=1, **fields):
     return record
 
 
-def adapter_view(version, record):
-    """The ObservedJob the Slurm adapter makes of ``record`` (with the release's nodes)."""
-    outputs = {"squeue": json.dumps({"jobs": [record]}), "sinfo": (FIXTURES / version / "sinfo.json").read_text()}
+def adapter_view(version, record, select="CR_Core"):
+    """The ObservedJob the Slurm adapter makes of ``record`` (with the release's nodes,
+    on a cluster of SelectTypeParameters ``select``)."""
+    outputs = {"squeue": json.dumps({"jobs": [record]}), "sinfo": (FIXTURES / version / "sinfo.json").read_text(),
+               "scontrol": f"SelectType              = select/cons_tres\nSelectTypeParameters    = {select}\n"}
     backend = SlurmBackend(runner=lambda argv, timeout_s, env: CommandResult(0, outputs.get(argv[0], ""), ""))
     [job] = backend.observe().jobs
     return job
@@ -201,9 +203,9 @@ class SizedBackend(ScriptedBackend):
                  requeueable=preemptable)
         self.jobs[job_id] = dataclasses.replace(self.jobs[job_id], held_by_node=((node, cpus, mem_mb),))
 
-    def submit(self, job_id, version, gpus, **fields):
+    def submit(self, job_id, version, gpus, select="CR_Core", **fields):
         """A pending job as the Slurm adapter reads recorded job 4 asking for ``fields``."""
-        seen = adapter_view(version, pending_record(version, gpus, **fields))
+        seen = adapter_view(version, pending_record(version, gpus, **fields), select)
         self.add(job_id, seen.gpus)
         self.jobs[job_id] = dataclasses.replace(
             self.jobs[job_id], cpus_per_node=seen.cpus_per_node, mem_per_node_mb=seen.mem_per_node_mb,
@@ -403,3 +405,30 @@ def test_core_walks_preempt_only_where_the_memory_is_freed(policy, mem_mb, victi
     plan = Engine(EngineConfig(policy=policy, thresholds_gpu_s=(3600.0,))).step(Snapshot(100.0, jobs, nodes))
     assert sorted(a.job_id for a in plan.of_kind("preempt")) == victims
     assert [a.placement for a in plan.of_kind("start")] == ([(("n1", 4),)] if victims else [])
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_job_that_names_no_memory_asks_all_of_it_where_slurm_allocates_memory(version):
+    record = pending_record(version, 1)  # recorded job 4: no --mem of any kind
+    assert adapter_view(version, record, "CR_Core").mem_per_node_mb == 0  # memory not allocated: nothing asked
+    assert adapter_view(version, record, "CR_Core_Memory").mem_per_node_mb == ALL_MEMORY  # --mem=0 or no default
+    sized = pending_record(version, 1, memory_per_node=number(version, 2000))
+    assert adapter_view(version, sized, "CR_Core_Memory").mem_per_node_mb == 2000
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_all_of_a_nodes_memory_preempts_only_where_the_victim_holds_all_that_is_held(store, version):
+    # gpu1 also holds 1,000 MB of a CPU-only job no preemption frees; gpu2 only its victim's
+    backend, c = two_full_nodes(store, {"gpu1": (1, 1000)})
+    backend.submit("9", version, 4, select="CR_Core_Memory")
+    rounds(c, backend)
+    assert signalled(backend) == ["2"]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_all_of_a_nodes_memory_preempts_nobody_when_every_node_keeps_some(store, version):
+    backend, c = two_full_nodes(store, {"gpu1": (1, 1000), "gpu2": (1, 1000)})
+    backend.submit("9", version, 4, select="CR_Core_Memory")
+    rounds(c, backend)
+    assert signalled(backend) == []
+    assert "all of its memory" in explained(c, "9")

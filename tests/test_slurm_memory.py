@@ -1,6 +1,6 @@
 """Memory on real Slurm (issue 28, item 2): on an instance where memory is a consumable
 resource (TIRESIAS_INSTANCE_MEMORY=1: CR_Core_Memory, DefMemPerCPU=1000, 16000 MB
-nodes), a job whose --mem no preemption frees costs nobody a preemption, and one whose
+nodes), a job whose --mem no preemption frees (8000 MB, or --mem=0: all of a node's) costs nobody a preemption, and one whose
 --mem a victim frees makes exactly one job yield (control: the plan knows each node's
 free memory, it does not merely give up on memory it cannot see).
 """
@@ -32,11 +32,14 @@ def test_a_job_whose_memory_no_victim_frees_preempts_nobody(iso, run):
     wait_for(lambda: all(attained(run, j) > 40 for j in victims), 60, "bob's 3-GPU jobs to reach queue 2")
     # 3 GPUs and 8000 MB: a victim frees its 3 GPUs and 1000 MB, so 4000 MB at most
     big, _ = iso.submit("alice", 3, 5, "big", extra="--mem=8000")
-    wait_for(lambda: run.record(big) is not None, 20, "the controller to see alice's job")
+    # --mem=0: all of a node's memory, which no node can give while a kept job holds some
+    whole, _ = iso.submit("alice", 3, 5, "whole", extra="--mem=0")
+    wait_for(lambda: run.record(big) is not None and run.record(whole) is not None, 20,
+             "the controller to see alice's jobs")
     time.sleep(10)  # several rounds
     assert applied_preemptions(run) == [], run.decisions()
     assert {j: s["restart_cnt"] for j, s in iso.squeue().items() if j in victims} == {j: 0 for j in victims}
-    iso.run(["scancel", big])
+    iso.run(["scancel", big, whole])
     # Control: 3500 MB fits in the 4000 MB one victim leaves: exactly one yields.
     control, _ = iso.submit("alice", 3, 5, "control", extra="--mem=3500 --time=10")
     wait_for(lambda: iso.squeue()[control]["job_state"] in ("RUNNING", "COMPLETED"), 60, "the control job to start",

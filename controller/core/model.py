@@ -54,7 +54,8 @@ class JobSpec:
     # What it asks of every node it uses beyond GPUs, as Slurm checks before it starts
     # it (controller.core.placement.NodeRoom): CPUs and MB of memory per node (0: nothing
     # to check), node features it must have all of (--constraint=a&b), and --exclusive
-    # (no other job on its nodes). A running job: the CPUs and MB it holds per node,
+    # (no other job on its nodes); memory ``ALL_MEMORY``: the node's whole memory (--mem=0,
+    # or no default where Slurm allocates memory). A running job: the CPUs and MB it holds per node,
     # (node, cpus, mb), what its preemption frees (0 where not reported: frees nothing).
     cpus_per_node: int = 0
     mem_per_node_mb: int = 0
@@ -170,6 +171,7 @@ class Node:
     features: Optional[tuple[str, ...]] = None
 
 
+ALL_MEMORY = -1  # JobSpec.mem_per_node_mb of a job given all of each node's memory (--mem=0)
 MIXED_TYPES = "(mixed)"  # Node.gpu_type of a node with GPUs of several types
 
 

@@ -14,7 +14,7 @@ import bisect
 import math
 from typing import Optional
 
-from controller.core.model import MIXED_TYPES, InputError, JobSpec, Node
+from controller.core.model import ALL_MEMORY, MIXED_TYPES, InputError, JobSpec, Node
 
 PLACEMENT_MODES = ("consolidate", "spread", "count")
 COUNT_NODE = "*"  # the single pseudo-node of count mode
@@ -249,13 +249,15 @@ class NodeRoom:
         self.cpus_free = {n.name: n.cpus_free for n in nodes}
         self.cpus_total = {n.name: n.cpus_total for n in nodes}
         self.mem_free = {n.name: n.mem_free_mb for n in nodes}
+        self.mem_total = {n.name: n.mem_total_mb for n in nodes}
         # a node that reports no count bounds the least at 0: every request is checked
         self.least_cpus = min((0 if v is None else v for v in self.cpus_free.values()), default=0)
         self.least_mem = min((0 if v is None else v for v in self.mem_free.values()), default=0)
 
     def checks(self, spec: JobSpec) -> bool:
         """Some node may lack room for ``spec`` (placement must ask ``fits``)."""
-        return spec.exclusive or spec.cpus_per_node > self.least_cpus or spec.mem_per_node_mb > self.least_mem
+        return (spec.exclusive or spec.cpus_per_node > self.least_cpus or spec.mem_per_node_mb > self.least_mem
+                or spec.mem_per_node_mb == ALL_MEMORY)
 
     def fits(self, spec: JobSpec, node: str, cpus_freed: int = 0, mem_freed_mb: int = 0) -> bool:
         """``spec`` has room on ``node`` once ``cpus_freed`` CPUs and ``mem_freed_mb`` MB
@@ -269,7 +271,8 @@ class NodeRoom:
                 return False
         if spec.mem_per_node_mb:
             free = self.mem_free.get(node)
-            if free is None or free + mem_freed_mb < spec.mem_per_node_mb:
+            need = self.mem_total.get(node) if spec.mem_per_node_mb == ALL_MEMORY else spec.mem_per_node_mb
+            if free is None or need is None or free + mem_freed_mb < need:
                 return False
         return True
 
@@ -287,7 +290,7 @@ class NodeRoom:
                 self.cpus_free[node] = cpus
                 self.least_cpus = min(self.least_cpus, cpus)
             if mem is not None:
-                mem = 0 if spec.exclusive else mem - spec.mem_per_node_mb
+                mem = 0 if spec.exclusive or spec.mem_per_node_mb == ALL_MEMORY else mem - spec.mem_per_node_mb
                 self.mem_free[node] = mem
                 self.least_mem = min(self.least_mem, mem)
 
@@ -305,7 +308,9 @@ def describe_resources(spec: JobSpec) -> str:
     parts = []
     if spec.cpus_per_node:
         parts.append(f"{spec.cpus_per_node} CPU{'' if spec.cpus_per_node == 1 else 's'}")
-    if spec.mem_per_node_mb:
+    if spec.mem_per_node_mb == ALL_MEMORY:
+        parts.append("all of its memory (--mem=0, or no default memory)")
+    elif spec.mem_per_node_mb:
         parts.append(f"{spec.mem_per_node_mb} MB of memory")
     if spec.exclusive:
         parts.append("the whole node (--exclusive)")
