@@ -901,21 +901,19 @@ class SlurmBackend:
                     f"AdminComment of job {job_id}", shows={job_id: {"admin_comment": text}})
 
     def memory_allocated(self) -> bool:
-        """Slurm allocates memory to jobs (SelectTypeParameters CR_*_Memory), read from
-        `scontrol show config` once (asked only for a pending job that names no memory);
-        False while slurmctld does not answer (asked again next time)."""
-        if self._memory_allocated is None:
-            try:
-                found = re.search(r"^SelectTypeParameters\s*=\s*(\S*)", self.slurm_config(), re.M)
-            except BackendUnavailable:
-                return False
-            self._memory_allocated = bool(found) and "MEMORY" in found.group(1).upper()
-        return self._memory_allocated
+        """Slurm allocates memory to jobs (SelectTypeParameters CR_*_Memory), as the
+        last slurm_config() read said (the preflight reads it at start and until
+        slurmctld answers); False before any read."""
+        return bool(self._memory_allocated)
 
     def slurm_config(self) -> str:
         """`scontrol show config` as printed (the preflight's input); any failure is
-        BackendUnavailable (the settings cannot be read)."""
-        return self._read(["scontrol", "show", "config"])
+        BackendUnavailable (the settings cannot be read). Remembers whether Slurm
+        allocates memory (memory_allocated)."""
+        text = self._read(["scontrol", "show", "config"])
+        found = re.search(r"^SelectTypeParameters\s*=\s*(\S*)", text, re.M)
+        self._memory_allocated = bool(found) and "MEMORY" in found.group(1).upper()
+        return text
 
     def partition_config(self) -> str:
         """`scontrol show partition -o` as printed, one line per partition (the

@@ -50,6 +50,7 @@ def adapter_view(version, record, select="CR_Core"):
     outputs = {"squeue": json.dumps({"jobs": [record]}), "sinfo": (FIXTURES / version / "sinfo.json").read_text(),
                "scontrol": f"SelectType              = select/cons_tres\nSelectTypeParameters    = {select}\n"}
     backend = SlurmBackend(runner=lambda argv, timeout_s, env: CommandResult(0, outputs.get(argv[0], ""), ""))
+    backend.slurm_config()  # as the preflight reads it at start
     [job] = backend.observe().jobs
     return job
 

@@ -26,6 +26,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
+from controller.service.backend import BackendUnavailable
 from controller.service.config import DEFAULT_PATH, Config, load
 from controller.core.inputs import shorten
 from controller.core.model import InputError
@@ -39,7 +40,12 @@ log = logging.getLogger("tiresias.queue")
 def _slurm_backend(config: Config):
     from slurm_plugin.backend import SlurmBackend
 
-    return SlurmBackend(partitions=list(config.partitions) or None, command_timeout_s=config.command_timeout_s)
+    backend = SlurmBackend(partitions=list(config.partitions) or None, command_timeout_s=config.command_timeout_s)
+    try:
+        backend.slurm_config()  # as the controller's preflight reads it: does Slurm allocate memory?
+    except BackendUnavailable:
+        pass  # the observation that follows says slurmctld does not answer
+    return backend
 
 
 # config -> Backend. Tests replace it with a scripted backend; explain uses it too.
