@@ -186,3 +186,13 @@ def test_explain_shows_the_index_its_key_and_sample_count(cluster, tmp_path, cap
     assert main(["explain", "2", "--config", config_file]) == 0
     out = capsys.readouterr().out
     assert "index: 0.02 (Gittins, from the distribution of key account+gpus=batch,4: 300 samples)" in out
+
+
+def test_explain_under_slurm_preemption_says_slurmctld_chooses(cluster, capsys):
+    config_file, backend = cluster
+    with open(config_file, "a") as f:
+        f.write("preemption: slurm\n")
+    assert main(["explain", "1", "--config", config_file]) == 0
+    out = capsys.readouterr().out
+    assert "preemption: slurmctld's (preemption: slurm)" in out
+    assert "this round: preempt" in out and "slurmctld chooses its victims" in out

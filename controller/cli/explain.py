@@ -140,7 +140,12 @@ def story_lines(job_id: str, decisions: list[dict], causes: dict[str, dict], eff
 
 
 def preemption_text(controller, observed) -> str:
-    """What the preemption contract (controller.service.contract) says of a running job."""
+    """What the preemption contract (controller.service.contract) says of a running job;
+    under ``preemption: slurm`` slurmctld decides, by its QOS and the bands."""
+    if controller.config.preemption == "slurm":
+        return ("preemption: slurmctld's (preemption: slurm): a pending job of a strictly higher priority (a "
+                "higher queue's band) may preempt it if its QOS is the preemptable one (declared --signal, "
+                "requeueable); slurmctld sends its --signal and requeues it after the QOS GraceTime")
     controller.contract.begin_round()  # one job asked about: its batch script may be read now
     why_not = controller.contract.why_not(observed)
     if why_not:
@@ -213,7 +218,10 @@ def _planned_lines(job_id, observed, record, plan, observation, config) -> list[
     lines = []
     action = next((a for a in plan.actions if a.job_id == job_id and a.kind in ("start", "preempt")), None)
     if action is not None:
-        lines.append(f"  this round: {action.kind} ({action.decision_id}): {action.reason}")
+        lines.append(f"  this round: {action.kind} ({action.decision_id}): {action.reason}"
+                     + ("; slurmctld chooses its victims (preemption: slurm)"
+                        if config.preemption == "slurm" and (action.kind == "preempt" or "preempt" in action.reason)
+                        else ""))
     elif observed.state == "RUNNING":
         lines.append("  this round: keeps running")
     else:
