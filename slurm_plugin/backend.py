@@ -915,6 +915,13 @@ class SlurmBackend:
         self._memory_allocated = bool(found) and "MEMORY" in found.group(1).upper()
         return text
 
+    def qos_config(self) -> str:
+        """Every QOS's preemption settings from slurmdbd, one ``name|preemptmode|gracetime|
+        preemptexempttime|preempt`` line each (the preflight of ``preemption: slurm``);
+        any failure is BackendUnavailable."""
+        return self._read(["sacctmgr", "-n", "-P", "show", "qos",
+                           "format=name,preemptmode,gracetime,preemptexempttime,preempt"])
+
     def partition_config(self) -> str:
         """`scontrol show partition -o` as printed, one line per partition (the
         preflight reads each one's own PreemptMode); any failure is BackendUnavailable."""

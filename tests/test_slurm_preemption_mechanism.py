@@ -88,3 +88,41 @@ def test_preflight_for_slurm_preemption_names_a_mode_that_kills_and_a_missing_us
     assert findings(newer) == {}  # the 24.11+ spelling
     partitions = {"gpu": {"PreemptMode": "SUSPEND"}, "cpu": {"PreemptMode": "REQUEUE"}, "all": {}}
     assert list(findings(SLURM_PREEMPT_CONF, partitions=partitions)) == ["PartitionName=gpu PreemptMode"]
+
+
+# sacctmgr -n -P show qos format=name,preemptmode,gracetime,preemptexempttime,preempt,
+# as the test instance's slurmdbd printed it (22.05; tests/test_slurm_native_preemption.py)
+QOS_ROWS = """normal|cluster|00:00:00||
+tpreempt|within,requeue|00:00:10||
+texempt|within,requeue|00:00:00|00:00:40|
+tcross|cluster|00:00:00||tpreempt
+twithin|within|00:00:00||
+"""
+
+
+def qos_found(name):
+    from controller.service.preflight import parse_qos, qos_findings
+
+    return {f.setting: f for f in qos_findings(parse_qos(QOS_ROWS), name)}
+
+
+def test_preflight_checks_the_declared_jobs_qos():
+    assert list(qos_found("tpreempt")) == ["QOS tcross Preempt"]  # a Preempt list that ignores the bands: warned
+    assert not qos_found("tpreempt")["QOS tcross Preempt"].refuses
+    assert qos_found("twithin")["QOS twithin PreemptMode"].refuses  # within alone: never preempted
+    assert qos_found("normal")["QOS normal PreemptMode"].refuses
+    assert not qos_found("texempt")["QOS texempt GraceTime"].refuses  # no grace: warned
+    assert qos_found("tiresias_ckpt")["QOS tiresias_ckpt"].refuses  # missing
+
+
+def test_tiresias_preflight_reads_the_qos_from_a_file(tmp_path, capsys):
+    from controller.cli.main import main
+
+    conf, qos, config = tmp_path / "conf.txt", tmp_path / "qos.txt", tmp_path / "t.yaml"
+    conf.write_text(SLURM_PREEMPT_CONF)
+    qos.write_text(QOS_ROWS)
+    config.write_text("preemption: slurm\npreempt_qos: twithin\n")
+    assert main(["preflight", "--config", str(config), "--from-file", str(conf), "--qos-from-file", str(qos)]) == 1
+    assert "QOS twithin PreemptMode=within: needs requeue,within" in capsys.readouterr().out
+    config.write_text("preemption: slurm\npreempt_qos: tpreempt\n")
+    assert main(["preflight", "--config", str(config), "--from-file", str(conf), "--qos-from-file", str(qos)]) == 0

@@ -23,6 +23,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--from-file", metavar="FILE", help="check this saved `scontrol show config` output instead")
     p.add_argument("--partitions-from-file", metavar="FILE",
                    help="with --from-file: a saved `scontrol show partition` output (each partition's PreemptMode)")
+    p.add_argument("--qos-from-file", metavar="FILE",
+                   help="with --from-file and preemption: slurm: a saved `sacctmgr -n -P show qos "
+                        "format=name,preemptmode,gracetime,preemptexempttime,preempt` output")
 
 
 def _read_file(path: str, flag: str) -> str:
@@ -35,16 +38,19 @@ def _read_file(path: str, flag: str) -> str:
 
 def run(args) -> int:
     from controller.service.backend import BackendUnavailable
-    from controller.service.preflight import check, parse_show_config, parse_show_partitions
+    from controller.service.preflight import check, parse_qos, parse_show_config, parse_show_partitions, qos_findings
 
     config = load(args.config, {})
-    partitions_text = None
-    if args.partitions_from_file and not args.from_file:
-        raise InputError("--partitions-from-file goes with --from-file (without it both are read from Slurm)")
+    partitions_text = qos_text = None
+    if (args.partitions_from_file or args.qos_from_file) and not args.from_file:
+        raise InputError("--partitions-from-file and --qos-from-file go with --from-file (without it all is read "
+                         "from Slurm)")
     if args.from_file:
         text = _read_file(args.from_file, "--from-file")
         if args.partitions_from_file:
             partitions_text = _read_file(args.partitions_from_file, "--partitions-from-file")
+        if args.qos_from_file:
+            qos_text = _read_file(args.qos_from_file, "--qos-from-file")
         source = args.from_file
     else:
         from slurm_plugin.backend import SlurmBackend
@@ -53,6 +59,8 @@ def run(args) -> int:
         try:
             text = backend.slurm_config()
             partitions_text = backend.partition_config()
+            if config.preemption == "slurm":
+                qos_text = backend.qos_config()
         except BackendUnavailable as err:
             print(f"tiresias preflight: Slurm did not answer: {err}", file=sys.stderr)
             return 1
@@ -62,6 +70,9 @@ def run(args) -> int:
         raise InputError(f"{source}: no 'Key = Value' lines (is it `scontrol show config` output?)")
     partitions = parse_show_partitions(partitions_text) if partitions_text is not None else None
     findings = check(settings, config.site_factor_band, REQUEUE_EXIT_CODE, partitions, config.preemption)
+    if config.preemption == "slurm" and qos_text is not None:
+        findings += qos_findings(parse_qos(qos_text), config.preempt_qos)
+        findings = [f for f in findings if f.refuses] + [f for f in findings if not f.refuses]
     refusing = sum(f.refuses for f in findings)
     warnings = len(findings) - refusing
     if refusing:

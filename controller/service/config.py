@@ -65,6 +65,9 @@ SCHEMA: tuple[Setting, ...] = (
             "plan's victims get their checkpoint signal, the grace period, a requeue) or slurm (slurmctld preempts "
             "by priority, PreemptType=preempt/qos with a QOS whose PreemptMode has WITHIN or, 25.05+, PRIORITY; the "
             "controller's bands go on running jobs too; docs/slurm-preemption.md)", ("controller", "slurm")),
+    Setting("preempt_qos", "str", "tiresias_ckpt", "preemption: slurm: the QOS of the jobs that declared their "
+            "checkpoint signal (cli_filter.lua's PREEMPTABLE_QOS); preflight checks that its PreemptMode requeues "
+            "by priority (requeue,within or requeue,priority) and that it has a GraceTime"),
     Setting("preempt_signal", "choice", "USR1", "checkpoint signal sent to the batch shell of a job that opted in "
             "with --comment=tiresias:preemptable (a job's own --signal is sent as it says)",
             ("USR1", "USR2", "TERM", "INT", "HUP")),
@@ -171,6 +174,7 @@ class Config:
     pin_expiry_s: float = 300.0
     site_factor_band: int = 100000
     preemption: str = "controller"
+    preempt_qos: str = "tiresias_ckpt"
     preempt_signal: str = "USR1"
     preempt_grace_s: float = 30.0
     preempt_requeue_ended: bool = True

@@ -269,6 +269,49 @@ def slurm_preemption_findings(settings: dict[str, str], partitions: dict[str, di
     return found
 
 
+def parse_qos(text: str) -> dict[str, dict[str, str]]:
+    """``sacctmgr -n -P show qos format=name,preemptmode,gracetime,preemptexempttime,preempt``
+    as {name: {PreemptMode, GraceTime, PreemptExemptTime, Preempt}}; lines that are not
+    five fields are left out."""
+    rows = {}
+    for line in text.splitlines():
+        fields = line.strip().split("|")
+        if len(fields) >= 5 and fields[0]:
+            rows[fields[0]] = dict(zip(("PreemptMode", "GraceTime", "PreemptExemptTime", "Preempt"), fields[1:5]))
+    return rows
+
+
+def qos_findings(rows: dict[str, dict[str, str]], qos: str) -> list[Finding]:
+    """What ``preemption: slurm`` needs of the declared jobs' QOS ``qos``
+    (docs/slurm-preemption.md, facts 2-4): it exists; its PreemptMode requeues and
+    compares priorities (requeue,within; 25.05+ requeue,priority): ``within`` alone
+    leaves its jobs unpreemptable, no within/priority lets none of them preempt
+    another; a GraceTime (else the signal and the requeue come in one pass: no time to
+    checkpoint; a warning). Warning: another QOS whose Preempt list names it without
+    PRIORITY preempts its jobs whatever their band."""
+    setting = f"QOS {qos} PreemptMode"
+    row = rows.get(qos)
+    if row is None:
+        return [Finding(f"QOS {qos}", "(none)", "a QOS (sacctmgr add qos; preempt_qos names it)",
+                        "preemption: slurm preempts the jobs of this QOS, the ones that declared their signal")]
+    found = []
+    modes = _modes(row["PreemptMode"])
+    if "REQUEUE" not in modes or not modes & {"WITHIN", "PRIORITY"} or modes & {"CANCEL", "SUSPEND", "GANG"}:
+        found.append(Finding(setting, row["PreemptMode"], "requeue,within (25.05+: or requeue,priority)",
+                             "its jobs must preempt each other by priority and be requeued: within alone leaves "
+                             "them unpreemptable, no within lets none preempt another, cancel kills"))
+    if row["GraceTime"] in ("", "00:00:00", "0"):
+        found.append(Finding(f"QOS {qos} GraceTime", row["GraceTime"] or "0", "the checkpoint lead time, e.g. 00:01:00",
+                             "with no grace slurmctld signals and requeues in one pass: no time to checkpoint",
+                             refuses=False))
+    for name, other in rows.items():
+        if name != qos and qos in other["Preempt"].split(",") and "PRIORITY" not in _modes(other["PreemptMode"]):
+            found.append(Finding(f"QOS {name} Preempt", other["Preempt"], f"no {qos} (25.05+: or PreemptMode "
+                                 "with priority)", f"its jobs preempt {qos} jobs whatever their band",
+                                 refuses=False))
+    return found
+
+
 def check(settings: dict[str, str], site_factor_band: int, requeue_exit_code: int,
           partitions: Optional[dict[str, dict[str, str]]] = None, preemption: str = "controller") -> list[Finding]:
     """Every finding for these settings (``parse_show_config``) and, when given, the
@@ -337,7 +380,7 @@ def check(settings: dict[str, str], site_factor_band: int, requeue_exit_code: in
 
 
 def run_checks(backend: Backend, site_factor_band: int, requeue_exit_code: int,
-               preemption: str = "controller") -> list[Finding]:
+               preemption: str = "controller", qos: str = "") -> list[Finding]:
     """Read the running slurmctld's settings through the backend (and its partitions,
     when the backend reads them: ``partition_config``) and check them. Raises
     BackendUnavailable when slurmctld does not answer."""
@@ -345,7 +388,12 @@ def run_checks(backend: Backend, site_factor_band: int, requeue_exit_code: int,
     read_partitions = getattr(backend, "partition_config", None)
     text = read_partitions() if callable(read_partitions) else None
     partitions = parse_show_partitions(text) if isinstance(text, str) else None
-    return check(settings, site_factor_band, requeue_exit_code, partitions, preemption)
+    found = check(settings, site_factor_band, requeue_exit_code, partitions, preemption)
+    read_qos = getattr(backend, "qos_config", None)
+    if preemption == "slurm" and qos and callable(read_qos):
+        found += qos_findings(parse_qos(read_qos()), qos)
+        found = [f for f in found if f.refuses] + [f for f in found if not f.refuses]
+    return found
 
 
 def report(mode: str, findings: list[Finding], log: logging.Logger) -> bool:
@@ -362,13 +410,13 @@ def report(mode: str, findings: list[Finding], log: logging.Logger) -> bool:
 
 
 def at_start(mode: str, backend: Backend, site_factor_band: int, requeue_exit_code: int,
-             log: logging.Logger, preemption: str = "controller") -> Optional[bool]:
+             log: logging.Logger, preemption: str = "controller", qos: str = "") -> Optional[bool]:
     """The check at the controller's start: True (start), False (refuse: enforce mode
     with a refusing finding, each logged as an error; other modes log them as
     warnings and start), None when slurmctld does not answer: the check is pending
     (``Pending``): enforce acts on nothing until it has run and passed."""
     try:
-        findings = run_checks(backend, site_factor_band, requeue_exit_code, preemption)
+        findings = run_checks(backend, site_factor_band, requeue_exit_code, preemption, qos)
     except BackendUnavailable as err:
         log.warning("preflight: slurm.conf settings not checked yet, slurmctld did not answer: %s%s", err,
                     "; enforce acts on nothing until they are (retried before every round)"
@@ -384,9 +432,10 @@ class Pending:
     then the findings and the outcome once it does."""
 
     def __init__(self, mode: str, backend: Backend, site_factor_band: int, requeue_exit_code: int,
-                 log: logging.Logger, preemption: str = "controller"):
+                 log: logging.Logger, preemption: str = "controller", qos: str = ""):
         self.mode = mode
         self.preemption = preemption
+        self.qos = qos
         self.backend = backend
         self.site_factor_band = site_factor_band
         self.requeue_exit_code = requeue_exit_code
@@ -397,7 +446,8 @@ class Pending:
         """None: slurmctld still does not answer; True: the check ran and the mode may
         act (enforce: no refusing finding); False: enforce refuses (logged)."""
         try:
-            findings = run_checks(self.backend, self.site_factor_band, self.requeue_exit_code, self.preemption)
+            findings = run_checks(self.backend, self.site_factor_band, self.requeue_exit_code, self.preemption,
+                                  self.qos)
         except BackendUnavailable:
             return None
         except Exception as err:  # noqa: BLE001 - odd output or a bug: not run, tried again (logged once)
