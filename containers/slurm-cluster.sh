@@ -521,10 +521,25 @@ cmd_status() {
 #       gpu:v100:4, NAMEg[3-4] gpu:a100:4, fake devices with Type=), overlapping
 #       partitions batch (NAMEg[1-4], default) and urgent (NAMEg[3-4]), and NAMEg4
 #       also shares its GPUs as gres/shard (16). Reservations are made by the tests.
+#       With TIRESIAS_INSTANCE_MIXED_NODE=1, NAMEg4 has two GPU types instead
+#       (gpu:a100:2,gpu:v100:2, no shards: tests/test_slurm_two_types.py).
 #   TIRESIAS_INSTANCE_ACCOUNTING=1  accounting in the default instance's slurmdbd (it must
 #       be up) with AccountingStorageEnforce=limits,qos: cluster tNAME, account research
 #       with alice and bob, who may use QOS gpu4user (MaxTRESPerUser=gres/gpu=4), so
 #       Slurm's own QOS limits hold jobs (QOSMaxGRESPerUser).
+#   TIRESIAS_INSTANCE_SLURM_PREEMPT=1  (needs TIRESIAS_INSTANCE_ACCOUNTING=1) slurmctld
+#       preempts by itself (docs/slurm-preemption.md, tests/test_slurm_native_preemption.py):
+#       PreemptType=preempt/qos, PreemptMode=REQUEUE and
+#       SlurmctldParameters=preempt_send_user_signal (22.05 has no PreemptParameters;
+#       24.11+ read both spellings); PriorityFlags stay unset. QOS rows (idempotent;
+#       alice and bob may use them, their default QOS stays normal): tpreempt
+#       (PreemptMode=requeue,within GraceTime=10: its jobs preempt each other by strictly
+#       higher priority), texempt (the same, GraceTime=0 PreemptExemptTime=00:00:40; a
+#       bare number would be minutes), tcross (Preempt=tpreempt, no WITHIN), twithin
+#       (PreemptMode=within alone) and, from 25.05, tcrossprio (Preempt=tpreempt
+#       PreemptMode=requeue,priority).
+#   TIRESIAS_INSTANCE_MEMORY=1  memory is a consumable resource (CR_Core_Memory,
+#       DefMemPerCPU=1000, nodes of 16000 MB), as on most sites (tests/test_slurm_resources.py).
 # Unset, empty or "default": the default cluster above, unchanged.
 # ======================================================================================
 
@@ -548,6 +563,10 @@ instance_setup() {
     [ "$I_SITE" = 0 ] || [ "$I_SITE" = 1 ] || die "TIRESIAS_INSTANCE_SITE '$I_SITE': use 0 or 1"
     I_ACCT=${TIRESIAS_INSTANCE_ACCOUNTING:-0}
     [ "$I_ACCT" = 0 ] || [ "$I_ACCT" = 1 ] || die "TIRESIAS_INSTANCE_ACCOUNTING '$I_ACCT': use 0 or 1"
+    I_PREEMPT=${TIRESIAS_INSTANCE_SLURM_PREEMPT:-0}
+    [ "$I_PREEMPT" = 0 ] || [ "$I_PREEMPT" = 1 ] || die "TIRESIAS_INSTANCE_SLURM_PREEMPT '$I_PREEMPT': use 0 or 1"
+    [ "$I_PREEMPT" = 0 ] || [ "$I_ACCT" = 1 ] \
+        || die "TIRESIAS_INSTANCE_SLURM_PREEMPT=1 needs TIRESIAS_INSTANCE_ACCOUNTING=1 (QOS live in slurmdbd)"
     [ -z "$I_PARTITIONS" ] || [[ "$I_PARTITIONS" =~ ^[a-z][a-z0-9_]*:[1-4](-[1-4])?(,[a-z][a-z0-9_]*:[1-4](-[1-4])?)*$ ]] \
         || die "TIRESIAS_INSTANCE_PARTITIONS '$I_PARTITIONS': use NAME:FIRST-LAST[,NAME:FIRST-LAST...] over nodes 1-4"
     export SLURM_CONF=$I_ETC/slurm.conf
@@ -576,6 +595,11 @@ instance_partition_lines() {
 instance_cli_filter_lines() {
     [ "${TIRESIAS_INSTANCE_CLI_FILTER:-0}" = 1 ] || return 0
     install -m 644 -o root -g root "$REPO_DIR/slurm_plugin/cli_filter.lua" "$I_ETC/cli_filter.lua"
+    # with slurmctld preempting: the jobs that declared a --signal go to QOS tpreempt
+    # (tests/test_slurm_preemption_by_slurm.py, bench/ab_preemption.py)
+    if [ "${TIRESIAS_INSTANCE_SLURM_PREEMPT:-0}" = 1 ]; then
+        sed -i 's/^PREEMPTABLE_QOS = nil$/PREEMPTABLE_QOS = "tpreempt"/' "$I_ETC/cli_filter.lua"
+    fi
     echo "CliFilterPlugins=cli_filter/lua"
 }
 
@@ -621,6 +645,46 @@ instance_register_accounting() {
     done
 }
 
+# Slurm's own preemption (TIRESIAS_INSTANCE_SLURM_PREEMPT=1): slurm.conf lines.
+instance_preempt_lines() {
+    [ "$I_PREEMPT" = 1 ] || return 0
+    cat <<'EOF'
+PreemptType=preempt/qos
+PreemptMode=REQUEUE
+SlurmctldParameters=preempt_send_user_signal
+EOF
+}
+
+# ... and its QOS rows in slurmdbd (idempotent; after instance_register_accounting).
+instance_register_preempt() {
+    [ "$I_PREEMPT" = 1 ] || return 0
+    local c="t$INST" q u spec specs=(
+        "tpreempt PreemptMode=requeue,within GraceTime=10"
+        "texempt PreemptMode=requeue,within GraceTime=0 PreemptExemptTime=00:00:40"
+        "tcross Preempt=tpreempt" "twithin PreemptMode=within")
+    # PreemptMode=PRIORITY exists from 25.05 (sacctmgr refuses it before).
+    [ "$(slurm_version_num)" -ge 2505 ] && specs+=("tcrossprio Preempt=tpreempt PreemptMode=requeue,priority")
+    for spec in "${specs[@]}"; do
+        q=${spec%% *}
+        if [ -z "$(timeout 10 sacctmgr -n -P list qos "$q" format=name)" ]; then
+            timeout 10 sacctmgr -i add qos "$q" >/dev/null || die "[$INST] sacctmgr add qos $q failed"
+        fi
+        # shellcheck disable=SC2086  # the settings are words
+        timeout 10 sacctmgr -i modify qos "$q" set ${spec#* } >/dev/null \
+            || die "[$INST] sacctmgr modify qos $q set ${spec#* } failed"
+    done
+    for u in alice bob; do
+        for spec in "${specs[@]}"; do
+            q=${spec%% *}
+            case ",$(timeout 10 sacctmgr -n -P list assoc cluster="$c" user="$u" format=qos)," in
+                *,$q,*) ;;
+                *) timeout 10 sacctmgr -i modify user "$u" where cluster="$c" set qos+="$q" >/dev/null \
+                       || die "[$INST] sacctmgr modify user $u cluster=$c qos+=$q failed" ;;
+            esac
+        done
+    done
+}
+
 instance_slurmd_pid() { echo "/run/slurmd-$INST-$1.pid"; }
 
 # The node-hook lines of the default instance (whatever it currently names), so
@@ -649,6 +713,7 @@ instance_write_configs() {
         instance_conf_lines "t$INST" "$I_PORT" "$I_CTLD_SPOOL" "$I_SLURMD_SPOOL" "$I_CTLD_PID" \
             "/run/slurmd-$INST-%n.pid" "$I_LOGDIR"
         instance_accounting_lines
+        instance_preempt_lines
         # Job ids of their own: the node hooks of every cluster on this host share /run
         # (node-side state by job id), which on a site belongs to one cluster's nodes.
         cat <<EOF
@@ -664,12 +729,21 @@ EOF
             node_conf_lines $((I_PORT + 1)) "${I_NODES[@]}"
         fi
         instance_partition_lines
-    } | site_gres_types | write_if_changed "$I_ETC/slurm.conf" 644 root:root && CONFIG_CHANGED=1
+    } | site_gres_types | instance_memory | write_if_changed "$I_ETC/slurm.conf" 644 root:root && CONFIG_CHANGED=1
     if [ "$I_SITE" = 1 ]; then
         write_node_side_confs "$I_ETC" "${INST}g[1-4]" site_gres_conf_lines
     else
         write_node_side_confs "$I_ETC" "${INST}g[1-4]"
     fi
+}
+
+# TIRESIAS_INSTANCE_MEMORY=1: memory allocated per job, a default per CPU as sites set one.
+instance_memory() {
+    case "${TIRESIAS_INSTANCE_MEMORY:-0}" in
+        0) cat ;;
+        1) sed 's/^SelectTypeParameters=CR_Core$/SelectTypeParameters=CR_Core_Memory\nDefMemPerCPU=1000/' ;;
+        *) die "TIRESIAS_INSTANCE_MEMORY '${TIRESIAS_INSTANCE_MEMORY}': use 0 or 1" ;;
+    esac
 }
 
 # The site-shaped instance (TIRESIAS_INSTANCE_SITE=1): shards need their GresType.
@@ -685,7 +759,7 @@ site_node_gres() {
     case $1 in
         *g1|*g2) echo gpu:v100:4 ;;
         *g3) echo gpu:a100:4 ;;
-        *) echo gpu:a100:4,shard:16 ;;
+        *) if [ "${TIRESIAS_INSTANCE_MIXED_NODE:-0}" = 1 ]; then echo gpu:a100:2,gpu:v100:2; else echo gpu:a100:4,shard:16; fi ;;
     esac
 }
 
@@ -693,9 +767,19 @@ site_node_gres() {
 site_gres_conf_lines() {
     cat <<EOF
 NodeName=${INST}g[1-2] Name=gpu Type=v100 File=$FAKEGPU_DIR/nvidia[0-3]
+EOF
+    if [ "${TIRESIAS_INSTANCE_MIXED_NODE:-0}" = 1 ]; then
+        cat <<EOF
+NodeName=${INST}g3 Name=gpu Type=a100 File=$FAKEGPU_DIR/nvidia[0-3]
+NodeName=${INST}g4 Name=gpu Type=a100 File=$FAKEGPU_DIR/nvidia[0-1]
+NodeName=${INST}g4 Name=gpu Type=v100 File=$FAKEGPU_DIR/nvidia[2-3]
+EOF
+    else
+        cat <<EOF
 NodeName=${INST}g[3-4] Name=gpu Type=a100 File=$FAKEGPU_DIR/nvidia[0-3]
 NodeName=${INST}g4 Name=shard Count=16
 EOF
+    fi
 }
 
 instance_idle_node_count() {
@@ -710,6 +794,7 @@ instance_up() {
     instance_write_configs
     start_munge
     instance_register_accounting
+    instance_register_preempt
     if pid_alive "$I_CTLD_PID"; then
         if [ "$CONFIG_CHANGED" = 1 ]; then
             log "[$INST] slurm.conf changed: scontrol reconfigure"
