@@ -38,7 +38,7 @@ from tests.test_shadow_diff import cluster as diff_cluster  # noqa: F401  (pytes
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 INPUT_COMMANDS = {"tiresias", "make", "systemctl", "jq", "curl", "sbatch", "srun", "scontrol", "scancel",
                   "squeue", "sacct", "pip", "python", "python3", ".venv/bin/python", "cd", "git", "sudo",
-                  "install", "cp", "bash", "docker"}
+                  "install", "cp", "bash", "docker", "sacctmgr"}
 INPUT_INFO = {"yaml", "ini", "lua", "python", "conf", "toml"}
 MARKER = re.compile(r"\((?:excerpt|unchecked output) of: `[^`]+`.*\):?$")  # ends the paragraph above
 

@@ -77,6 +77,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      help="never preempt a job whose current run is younger than this (default 0)")
     sch.add_argument("--preempt-max-per-job", type=argtypes.non_negative_int, default=None,
                      help="never preempt one job more often than this (default: no limit)")
+    sch.add_argument("--slurm-starts", action="store_true",
+                     help="Slurm starts the jobs, not the plan: priority order, and backfill reserving nodes for "
+                          "a waiting job (controller.replay.slurm_order); the plan still preempts; a round at "
+                          "every event, as slurmctld schedules")
+    sch.add_argument("--time-limit-min", type=argtypes.non_negative_float, default=None,
+                     help="with --slurm-starts: every job's --time, which backfill reserves by (default: none)")
     sch.add_argument("--placement", choices=("consolidate", "spread", "count"), default="consolidate",
                      help="consolidate skewed jobs (default), spread everything, or count GPUs only")
     sch.add_argument("--pack-limit", type=argtypes.unit_float, default=0.5, help="PACKLIMIT skew (default 0.5)")
@@ -136,16 +142,19 @@ def controller_costs(config) -> dict:
     """What a controller with this service Config (controller.service.config) costs, as
     SimConfig/EngineConfig keyword values: rounds every interval_s, a victim holds its
     GPUs for preempt_grace_s, then waits requeue_settle_s before its BeginTime is
-    released (at a round), and the engine's victim protection."""
+    released (at a round), and the engine's victim protection; ``requeue_ended_in_grace``
+    (SimConfig): a victim that ends inside its grace period is requeued all the same
+    (preempt_requeue_ended), and ends only when it runs again."""
     return {"round_interval_s": config.interval_s, "preempt_grace_s": config.preempt_grace_s,
             "requeue_delay_s": config.requeue_settle_s, "preempt_min_runtime_s": config.preempt_min_runtime_s,
-            "preempt_max_per_job": config.preempt_max_per_job}
+            "preempt_max_per_job": config.preempt_max_per_job,
+            "requeue_ended_in_grace": bool(config.preempt_requeue_ended)}
 
 
 def _costs(args) -> dict:
     """The cost settings: explicit flags, else --like-controller's config, else none."""
     base = {"round_interval_s": None, "preempt_grace_s": 0.0, "requeue_delay_s": 0.0,
-            "preempt_min_runtime_s": 0.0, "preempt_max_per_job": None}
+            "preempt_min_runtime_s": 0.0, "preempt_max_per_job": None, "requeue_ended_in_grace": False}
     if getattr(args, "like_controller", None):
         from controller.service.config import load
 
@@ -196,9 +205,14 @@ def run(args) -> int:
     # One report over all policies (unit: jobs replayed) so that the ETA covers the whole run.
     progress = progress_for(args, "simulate", "jobs", total=len(jobs) * len(engine_configs))
     for number, engine_config in enumerate(engine_configs):
+        slurm_starts = bool(getattr(args, "slurm_starts", False))
+        limit_min = getattr(args, "time_limit_min", None)
         config = SimConfig(nodes=args.nodes, gpus_per_node=args.gpus_per_node, engine=engine_config,
                            node_kinds=args.node_kinds,
-                           round_interval_s=costs["round_interval_s"], preempt_pause_s=pause, preempt_resume_s=resume,
+                           round_interval_s=None if slurm_starts else costs["round_interval_s"],
+                           slurm_starts=slurm_starts, time_limit_s=limit_min * 60.0 if limit_min else None,
+                           requeue_ended_in_grace=costs["requeue_ended_in_grace"],
+                           preempt_pause_s=pause, preempt_resume_s=resume,
                            preempt_grace_s=costs["preempt_grace_s"], requeue_delay_s=costs["requeue_delay_s"],
                            spread_speed=args.spread_speed, service=service, drop_oversize=args.drop_oversize)
         note = f"policy {engine_config.policy}"

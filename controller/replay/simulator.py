@@ -25,6 +25,7 @@ from controller.core.placement import Eligibility, set_aside
 from controller.core.policies.base import PolicyContext
 from controller.core.plan_stands import threshold_above
 from controller.core.protection import run_time_over_s
+from controller.replay.slurm_order import SlurmOrder
 from controller.replay import mlfq_replay
 from controller.replay.cluster import (EPS, JobOutcome, learner_for, ReplayCut, RunState, SimCluster,  # noqa: F401
                                        SimConfig, SimResult, WATCH_EVERY)
@@ -38,6 +39,8 @@ class Simulation:
         deadline or an interrupt: it raises ReplayCut to stop the replay)."""
         self.config = config
         self.engine = Engine(config.engine)
+        if config.slurm_starts:
+            self.engine = SlurmOrder(self.engine, config.time_limit_s)
         self.progress = progress
         self.watch = watch
 
@@ -69,7 +72,8 @@ class Simulation:
         self.run_state = [RunState() for _ in jobs]
         engine_cfg = cfg.engine
         policy = self.engine.policy
-        if cfg.incremental and (policy.discretized or policy.static_order) and cfg.round_interval_s is None:
+        if cfg.incremental and (policy.discretized or policy.static_order) and cfg.round_interval_s is None \
+                and not cfg.slurm_starts:
             return mlfq_replay.run_mlfq(cfg, self.engine, self.run_state, jobs, dropped, self.progress, self.watch)
         return self._loop(jobs, dropped)
 
