@@ -160,13 +160,43 @@ def summarize(mechanism, jobs, submitted, runs, unfinished, started_within_s) ->
             "extra_gpu_s": run_gpu_s - done_work, "killed": len(killed)}
 
 
+def predict(jobs: list[dict], mechanism: str, settings: dict, launch_s: float = 0.25) -> dict:
+    """What `tiresias simulate --like-controller CONFIG --slurm-starts --time-limit-min 60`
+    says of this workload under ``mechanism`` (controller.cli.simulate.controller_costs:
+    under slurm the QOS GraceTime plus slurmctld's requeue lag), on the site's node kinds
+    (2 v100 nodes in batch, 2 a100 nodes in batch and urgent). Not modelled: on 22.05
+    WITHIN an undeclared job preempts nobody under slurm (the plan lets it)."""
+    from controller.cli.simulate import controller_costs
+    from controller.core.model import JobSpec
+    from controller.replay.results import summarize
+    from controller.replay.simulator import SimConfig, Simulation
+    from controller.service.config import load
+
+    with tempfile.TemporaryDirectory(prefix="tiresias-abp-predict-") as tmp:
+        config = load(str(write_config(Path(tmp) / "t.yaml", "sqlite:///unused.db", "predict", preemption=mechanism,
+                                       preempt_qos="tpreempt", **settings)))
+    costs = controller_costs(config)
+    specs = [JobSpec(str(k), j["gpus"], j["arrival"], float(j["work"]) + launch_s, min_nodes=-(-j["gpus"] // 4),
+                     max_nodes=-(-j["gpus"] // 4), partitions=("urgent",) if "urgent" in j["extra"] else ("batch",),
+                     gpu_type=j["type"], preemptable="no-requeue" not in j["extra"])
+             for k, j in enumerate(jobs)]
+    sim = SimConfig(nodes=4, gpus_per_node=4, node_kinds=((2, ("batch",), "v100"), (2, ("batch", "urgent"), "a100")),
+                    round_interval_s=None, slurm_starts=True, time_limit_s=3600.0,
+                    preempt_grace_s=costs["preempt_grace_s"], requeue_delay_s=costs["requeue_delay_s"],
+                    grace_work_kept=True, requeue_ended_in_grace=costs["requeue_ended_in_grace"],
+                    preempt_resume_s=0.5, engine=config.engine_config())
+    return summarize(Simulation(sim).run(specs))
+
+
 def table(results: list[dict], release: str) -> str:
     lines = [f"Slurm {release}: {results[0]['jobs']} jobs",
              f"{'mechanism':<11} {'done':>4} {'avg JCT':>8} {'median':>8} {'p95':>8} {'preempt':>7} "
-             f"{'nobody':>6} {'extra GPU-s':>11} {'killed':>6}"]
+             f"{'nobody':>6} {'extra GPU-s':>11} {'killed':>6} {'predicted avg':>13}"]
     for r in results:
+        predicted = r.get("predicted_avg", float("nan"))
         lines.append(f"{r['mechanism']:<11} {r['completed']:>4} {r['avg']:>8.1f} {r['median']:>8.1f} {r['p95']:>8.1f} "
-                     f"{r['preemptions']:>7} {r['started_nobody']:>6} {r['extra_gpu_s']:>11.0f} {r['killed']:>6}")
+                     f"{r['preemptions']:>7} {r['started_nobody']:>6} {r['extra_gpu_s']:>11.0f} {r['killed']:>6} "
+                     f"{predicted:>8.1f} ({(predicted - r['avg']) / r['avg']:+.0%})")
     return "\n".join(lines)
 
 
@@ -195,7 +225,10 @@ def main() -> int:
     results = []
     for mechanism in args.mechanisms.split(","):
         name = f"ab{mechanism[:4]}{os.getpid() % 10000}"
+        predicted = predict(jobs, mechanism, settings)
+        print(f"{mechanism}: the simulator predicts avg JCT {predicted['avg_jct_s']:.1f} s", flush=True)
         results.append(run_mechanism(mechanism, name, jobs, settings, args.timeout_s, args.started_within_s))
+        results[-1]["predicted_avg"] = predicted["avg_jct_s"]
         print(f"{mechanism} done: avg JCT {results[-1]['avg']:.1f} s", flush=True)
     print(table(results, release))
     return 0

@@ -126,3 +126,14 @@ def test_tiresias_preflight_reads_the_qos_from_a_file(tmp_path, capsys):
     assert "QOS twithin PreemptMode=within: needs requeue,within" in capsys.readouterr().out
     config.write_text("preemption: slurm\npreempt_qos: tpreempt\n")
     assert main(["preflight", "--config", str(config), "--from-file", str(conf), "--qos-from-file", str(qos)]) == 0
+
+
+def test_the_simulator_charges_slurms_requeue_lag_and_no_controller_caps_under_slurm_preemption():
+    from controller.cli.simulate import SLURM_REQUEUE_LAG_S, controller_costs
+    from controller.service.config import from_mapping
+
+    own = controller_costs(from_mapping({"preempt_grace_s": 10.0}))
+    slurm = controller_costs(from_mapping({"preempt_grace_s": 10.0, "preemption": "slurm"}))
+    assert own["preempt_grace_s"] == 10.0 and own["requeue_ended_in_grace"] and own["preempt_max_per_job"] == 10
+    assert slurm["preempt_grace_s"] == 10.0 + SLURM_REQUEUE_LAG_S
+    assert not slurm["requeue_ended_in_grace"] and slurm["preempt_max_per_job"] is None

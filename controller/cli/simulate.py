@@ -138,13 +138,29 @@ def _load_actuals(args):
     return actuals
 
 
+# How long after the QOS GraceTime slurmctld requeues a preempted job (it requeues at a
+# later scheduling attempt, not at the grace's end): measured 10-11 s with GraceTime 10
+# and 30 on 22.05, 24.11 and 26.05 (docs/slurm-preemption.md, fact 3).
+SLURM_REQUEUE_LAG_S = 10.0
+
+
 def controller_costs(config) -> dict:
     """What a controller with this service Config (controller.service.config) costs, as
     SimConfig/EngineConfig keyword values: rounds every interval_s, a victim holds its
     GPUs for preempt_grace_s, then waits requeue_settle_s before its BeginTime is
     released (at a round), and the engine's victim protection; ``requeue_ended_in_grace``
     (SimConfig): a victim that ends inside its grace period is requeued all the same
-    (preempt_requeue_ended), and ends only when it runs again."""
+    (preempt_requeue_ended), and ends only when it runs again.
+
+    ``preemption: slurm``: slurmctld signals and requeues. preempt_grace_s and
+    preempt_min_runtime_s then stand for the QOS's GraceTime and PreemptExemptTime (the
+    admin sets them alike), and the victim keeps its GPUs SLURM_REQUEUE_LAG_S beyond the
+    grace; Slurm has no per-job cap and does not requeue a job that ended in its grace."""
+    if config.preemption == "slurm":
+        return {"round_interval_s": config.interval_s,
+                "preempt_grace_s": config.preempt_grace_s + SLURM_REQUEUE_LAG_S,
+                "requeue_delay_s": config.requeue_settle_s, "preempt_min_runtime_s": config.preempt_min_runtime_s,
+                "preempt_max_per_job": None, "requeue_ended_in_grace": False}
     return {"round_interval_s": config.interval_s, "preempt_grace_s": config.preempt_grace_s,
             "requeue_delay_s": config.requeue_settle_s, "preempt_min_runtime_s": config.preempt_min_runtime_s,
             "preempt_max_per_job": config.preempt_max_per_job,

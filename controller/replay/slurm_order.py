@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+from controller.core.placement import node_fits
 from controller.core.plan import Start
 
 
@@ -23,7 +24,8 @@ class SlurmOrder:
     long limit no later job can end before that reservation, so a later job may start
     only on nodes no waiting job above it reserved. A requeued job is held (its
     BeginTime) until the plan starts it. Each job takes the node with the fewest free
-    GPUs it fits on (a gang of N nodes: N whole ones), as SimSlurm
+    GPUs it fits on among the nodes it may use (partitions, GPU type: node_fits), a gang
+    of N nodes N whole ones, as SimSlurm
     (controller.replay.lever_replay) does. Measured on the 60-job A/B (controller run):
     small queue-1 jobs waited 15-60 s behind a waiting 8- or 4-GPU job with 3-8 GPUs
     free, where the skipping walk started them within a round.
@@ -58,6 +60,7 @@ class SlurmOrder:
                     on_node[node].append((job.run_start_s + (self.limit_s or 0.0), gpus))
         free = snapshot.free_gpus_by_node()
         per_node = max(node.gpus_total for node in snapshot.nodes)
+        node_of = {node.name: node for node in snapshot.nodes}
 
         def available_at(node: str, gpus: int) -> float:
             """When ``gpus`` GPUs of the node are free, by the running jobs' time limits."""
@@ -73,7 +76,8 @@ class SlurmOrder:
         for job in pending:
             gpus = min(job.num_gpus, per_node)
             count = -(-job.num_gpus // gpus)
-            fits = sorted((free[node], node) for node in free if node not in reserved and free[node] >= gpus)
+            usable = [node for node in on_node if node not in reserved and node_fits(node_of[node], job.spec)]
+            fits = sorted((free.get(node, 0), node) for node in usable if free.get(node, 0) >= gpus)
             if len(fits) >= count:
                 nodes = sorted(node for _, node in fits[:count])
                 for node in nodes:
@@ -83,7 +87,7 @@ class SlurmOrder:
                                     tuple((node, gpus) for node in nodes), "Slurm: priority order"))
                 continue
             if self.limit_s is not None:
-                choice = sorted((available_at(node, gpus), node) for node in on_node if node not in reserved)[:count]
+                choice = sorted((available_at(node, gpus), node) for node in usable)[:count]
                 reserved.update(node for _, node in choice)
         plan.actions = [a for a in plan.actions if a.kind != "start"] + starts
         return plan
