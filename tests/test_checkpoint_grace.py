@@ -156,12 +156,17 @@ print(run("34@10", "tiresias:preemptable"))
 """
 
 
-def test_cli_filter_records_the_signal_in_the_comment(lua, tmp_path):
+def cli_filter_lines(lua, tmp_path, cases: str) -> list[str]:
+    """What the Lua ``cases`` print with cli_filter.lua loaded (arg[1]) under a stub slurm table."""
     script = tmp_path / "cases.lua"
-    script.write_text("slurm = { SUCCESS = 0 }\n" + LUA_CASES)
+    script.write_text("slurm = { SUCCESS = 0 }\n" + cases)
     out = subprocess.run([lua, str(script), str(CLI_FILTER)], capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines() == [
+    return out.stdout.splitlines()
+
+
+def test_cli_filter_records_the_signal_in_the_comment(lua, tmp_path):
+    assert cli_filter_lines(lua, tmp_path, LUA_CASES) == [
         "tiresias:preemptable=B:USR1@600",
         "tiresias:skew=0.5 tiresias:preemptable=USR1@90",
         "tiresias:preemptable=B:TERM",  # the user's own hint is kept
@@ -199,11 +204,7 @@ print(qos("ckpt", { signal = "KILL@30", requeue = "unset" }))
 
 
 def test_cli_filter_puts_only_declared_requeueable_jobs_without_a_qos_in_the_preemptable_qos(lua, tmp_path):
-    script = tmp_path / "qos.lua"
-    script.write_text("slurm = { SUCCESS = 0 }\n" + QOS_CASES)
-    out = subprocess.run([lua, str(script), str(CLI_FILTER)], capture_output=True, text=True, timeout=30)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines() == [
+    assert cli_filter_lines(lua, tmp_path, QOS_CASES) == [
         "nil",  # preemption: controller (no PREEMPTABLE_QOS): no job's QOS changes
         "ckpt",
         "ckpt",

@@ -6,12 +6,10 @@ free memory, it does not merely give up on memory it cannot see).
 """
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from tests.slurm_fixtures import attained, instance_fixture, iso, run, wait_for  # noqa: F401  (pytest fixtures)
-from tests.test_slurm_resources import applied_preemptions, running
+from tests.test_slurm_resources import control_preempts_one, preempts_nobody, running
 
 pytestmark = pytest.mark.slurm
 
@@ -34,15 +32,7 @@ def test_a_job_whose_memory_no_victim_frees_preempts_nobody(iso, run):
     big, _ = iso.submit("alice", 3, 5, "big", extra="--mem=8000")
     # --mem=0: all of a node's memory, which no node can give while a kept job holds some
     whole, _ = iso.submit("alice", 3, 5, "whole", extra="--mem=0")
-    wait_for(lambda: run.record(big) is not None and run.record(whole) is not None, 20,
-             "the controller to see alice's jobs")
-    time.sleep(10)  # several rounds
-    assert applied_preemptions(run) == [], run.decisions()
-    assert {j: s["restart_cnt"] for j, s in iso.squeue().items() if j in victims} == {j: 0 for j in victims}
-    iso.run(["scancel", big, whole])
+    preempts_nobody(iso, run, victims, [big, whole])
     # Control: 3500 MB fits in the 4000 MB one victim leaves: exactly one yields.
     control, _ = iso.submit("alice", 3, 5, "control", extra="--mem=3500 --time=10")
-    wait_for(lambda: iso.squeue()[control]["job_state"] in ("RUNNING", "COMPLETED"), 60, "the control job to start",
-             seen=lambda: (run.decisions(), iso.squeue().get(control)))
-    done = applied_preemptions(run)
-    assert len(done) == 1 and set(done) <= set(victims), run.decisions()
+    control_preempts_one(iso, run, control, victims)

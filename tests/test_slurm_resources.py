@@ -30,6 +30,25 @@ def running(iso, job_ids) -> bool:
     return all(jobs[j]["job_state"] == "RUNNING" for j in job_ids)
 
 
+def preempts_nobody(iso, run, victims, waiting) -> None:
+    """Several of the controller's rounds with the jobs ``waiting`` pending: no job was
+    preempted and no victim restarted. Then they are cancelled."""
+    wait_for(lambda: all(run.record(j) is not None for j in waiting), 20, "the controller to see the waiting jobs")
+    time.sleep(10)  # several rounds
+    assert applied_preemptions(run) == [], run.decisions()
+    assert {j: s["restart_cnt"] for j, s in iso.squeue().items() if j in victims} == {j: 0 for j in victims}
+    iso.run(["scancel", *waiting])
+
+
+def control_preempts_one(iso, run, control, victims) -> list[str]:
+    """The control job starts, for which exactly one of ``victims`` yielded."""
+    wait_for(lambda: iso.squeue()[control]["job_state"] in ("RUNNING", "COMPLETED"), 60, "the control job to start",
+             seen=lambda: run.decisions())
+    done = applied_preemptions(run)
+    assert len(done) == 1 and set(done) <= set(victims), run.decisions()
+    return done
+
+
 def test_a_job_whose_cpus_no_victim_frees_preempts_nobody(iso, run):
     run.start(preempt_grace_s=3.0)
     # Every node: a job outside the contract holding 1 GPU and 6 of its 8 CPUs (two never
@@ -41,16 +60,10 @@ def test_a_job_whose_cpus_no_victim_frees_preempts_nobody(iso, run):
     wait_for(lambda: all(attained(run, j) > 40 for j in victims), 60, "bob's 3-GPU jobs to reach queue 2")
     # 3 GPUs and 3 CPUs: a victim frees 3 GPUs but leaves 2 CPUs free on its node
     wide, _ = iso.submit("alice", 3, 5, "wide", extra="-c 3")
-    wait_for(lambda: run.record(wide) is not None, 20, "the controller to see alice's job")
-    time.sleep(10)  # several rounds
-    assert applied_preemptions(run) == [], run.decisions()
-    assert {j: s["restart_cnt"] for j, s in iso.squeue().items() if j in victims} == {j: 0 for j in victims}
-    iso.run(["scancel", wide])
+    preempts_nobody(iso, run, victims, [wide])
     # Control: 3 GPUs and one CPU fit where one 3-GPU job leaves: exactly one yields.
     control, _ = iso.submit("alice", 3, 5, "control", extra="--time=10")
-    wait_for(lambda: iso.squeue()[control]["job_state"] in ("RUNNING", "COMPLETED"), 60, "the control job to start")
-    done = applied_preemptions(run)
-    assert len(done) == 1 and set(done) <= set(victims), run.decisions()
+    control_preempts_one(iso, run, control, victims)
 
 
 def test_a_constraint_only_a_node_with_a_kept_job_has_preempts_nobody(iso, run):
@@ -63,14 +76,9 @@ def test_a_constraint_only_a_node_with_a_kept_job_has_preempts_nobody(iso, run):
     wait_for(lambda: running(iso, [kept] + victims), 30, "bob's jobs to start")
     wait_for(lambda: all(attained(run, j) > 40 for j in victims), 60, "bob's jobs to reach queue 2")
     ib, _ = iso.submit("alice", 4, 5, "ib", extra="--constraint=ib")
-    wait_for(lambda: run.record(ib) is not None, 20, "the controller to see alice's job")
-    time.sleep(10)
-    assert applied_preemptions(run) == [], run.decisions()
-    iso.run(["scancel", ib])
+    preempts_nobody(iso, run, victims, [ib])
     control, _ = iso.submit("alice", 4, 5, "control", extra="--time=10")
-    wait_for(lambda: iso.squeue()[control]["job_state"] in ("RUNNING", "COMPLETED"), 60, "the control job to start")
-    done = applied_preemptions(run)
-    assert len(done) == 1 and set(done) <= set(victims), run.decisions()
+    control_preempts_one(iso, run, control, victims)
 
 
 def test_an_exclusive_job_where_every_node_keeps_a_job_preempts_nobody(iso, run):
@@ -83,13 +91,7 @@ def test_an_exclusive_job_where_every_node_keeps_a_job_preempts_nobody(iso, run)
     wait_for(lambda: running(iso, victims), 30, "bob's 3-GPU jobs to start")
     wait_for(lambda: all(attained(run, j) > 40 for j in victims), 60, "bob's 3-GPU jobs to reach queue 2")
     whole, _ = iso.submit("alice", 3, 5, "whole", extra="--exclusive")
-    wait_for(lambda: run.record(whole) is not None, 20, "the controller to see alice's job")
-    time.sleep(10)  # several rounds
-    assert applied_preemptions(run) == [], run.decisions()
-    assert {j: s["restart_cnt"] for j, s in iso.squeue().items() if j in victims} == {j: 0 for j in victims}
-    iso.run(["scancel", whole])
+    preempts_nobody(iso, run, victims, [whole])
     # Control: the same request without --exclusive fits where one 3-GPU job leaves.
     control, _ = iso.submit("alice", 3, 5, "control", extra="--time=10")
-    wait_for(lambda: iso.squeue()[control]["job_state"] in ("RUNNING", "COMPLETED"), 60, "the control job to start")
-    done = applied_preemptions(run)
-    assert len(done) == 1 and set(done) <= set(victims), run.decisions()
+    control_preempts_one(iso, run, control, victims)

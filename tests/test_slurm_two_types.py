@@ -8,12 +8,10 @@ a preemption (read as four a100s it would preempt g3's job), while an a100 job d
 """
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from tests.slurm_fixtures import attained, instance_fixture, iso, run, wait_for  # noqa: F401  (pytest fixtures)
-from tests.test_slurm_resources import applied_preemptions, running
+from tests.test_slurm_resources import control_preempts_one, preempts_nobody, running
 
 pytestmark = pytest.mark.slurm
 
@@ -34,14 +32,7 @@ def test_a_two_type_job_no_preemption_lets_start_preempts_nobody(iso, run):
     wait_for(lambda: all(attained(run, j) > 40 for j in victims), 60, "bob's jobs to reach queue 2")
     # both types on one node: only g4, where the kept job holds one of the two v100s
     both, _ = iso.submit("alice", 4, 5, "both", extra="--gres=gpu:a100:2,gpu:v100:2")
-    wait_for(lambda: run.record(both) is not None, 20, "the controller to see alice's job")
-    time.sleep(10)  # several rounds
-    assert applied_preemptions(run) == [], run.decisions()
-    assert {j: s["restart_cnt"] for j, s in iso.squeue().items() if j in victims} == {j: 0 for j in victims}
-    iso.run(["scancel", both])
+    preempts_nobody(iso, run, victims, [both])
     # Control: two a100s fit where g3's job leaves (the mixed node's type is not one type)
     control, _ = iso.submit("alice", 2, 5, "control", gpu_type="a100", extra="--time=10")
-    wait_for(lambda: iso.squeue()[control]["job_state"] in ("RUNNING", "COMPLETED"), 60, "the control job to start",
-             seen=lambda: run.decisions())
-    done = applied_preemptions(run)
-    assert done == [victims[0]], run.decisions()
+    assert control_preempts_one(iso, run, control, victims) == [victims[0]], run.decisions()
