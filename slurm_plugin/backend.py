@@ -46,6 +46,8 @@ from slurm_plugin.parse import (
     parse_sinfo_json,
     parse_squeue_json,
     parse_sinfo_record,
+    json_says_sharing,
+    parse_show_job_sharing,
     parse_squeue_record,
     squeue_clock,
 )
@@ -278,6 +280,10 @@ class SlurmBackend:
         # runs again only when a pending job appears that is not among them.
         self._site_factor_known: set[str] = set()
         self._memory_allocated: Optional[bool] = None  # memory_allocated(), once read
+        # 26.05+: the squeue JSON says no job's --exclusive; pending job id -> its mode, from
+        # `scontrol show job -o` (json_says_sharing, _read_sharing)
+        self._sharing_in_json = True
+        self._sharing: dict[str, str] = {}
         # Partition -> node names from the last ``sinfo --json`` read by observe().
         self._partition_nodes: Optional[dict[str, list[str]]] = None
         # squeue --json records parsed at the last observe(), by their text: only new or
@@ -383,6 +389,7 @@ class SlurmBackend:
         def load_squeue(text: str) -> dict:  # (the document a text identical to the last one's is not loaded again)
             doc = self._load(text, "squeue --json")
             self._slurm_now = squeue_clock(doc)
+            self._sharing_in_json = json_says_sharing(doc)
             return doc
         try:
             jobs = self._squeue_records.read(squeue_text, load_squeue, job_errors)
@@ -434,6 +441,15 @@ class SlurmBackend:
         asked = any(j.state == "PENDING" and j.site_factor is None and j.job_id not in known_ids
                     and self._in_scope(j.partitions) for j in fresh)
         sprio = self._read_sprio_site_factors(skipped) if asked else {}
+        # 26.05's JSON does not say --exclusive: `scontrol show job -o` does, read when a
+        # pending job shows up whose mode is not known yet (as sprio above)
+        sharing = self._sharing
+        if not self._sharing_in_json:
+            pending_now = {j.job_id for j in jobs if j.state == "PENDING" and self._in_scope(j.partitions)}
+            if pending_now - sharing.keys():
+                sharing.update(self._read_sharing(skipped))
+            for job_id in sharing.keys() - pending_now:
+                del sharing[job_id]
 
         # One pass over the records for all they say (each pass over 55,000 records costs
         # its cache misses: one pass each was a third of observe()). A record that is the
@@ -465,7 +481,8 @@ class SlurmBackend:
             if job.reservation:
                 named.add(job.reservation)
             kept = last.get(id(job))
-            if kept is not None and kept[0] is job and kept[1] == site_factor:
+            if kept is not None and kept[0] is job and kept[1] == site_factor and (
+                    self._sharing_in_json or job.state != "PENDING"):  # 26.05: its mode may be learned later
                 observed = kept[2]  # the same record as last time: the same ObservedJob
             else:
                 try:
@@ -703,7 +720,21 @@ class SlurmBackend:
         share, extra = divmod(job.gpus, len(names))
         return tuple((n, share + (1 if i < extra else 0)) for i, n in enumerate(names))
 
+    def _read_sharing(self, skipped: list[str]) -> dict[str, str]:
+        """Each job's --exclusive/--oversubscribe mode from `scontrol show job -o`
+        (parse_show_job_sharing); {} when it fails (those jobs' mode stays unknown)."""
+        result = self._run(["scontrol", "show", "job", "-o"])
+        if result.returncode != 0:
+            if self._unreachable(result):
+                raise BackendUnavailable(f"scontrol show job: slurmctld unreachable: {_one_line(result.stderr)}")
+            skipped.append(f"scontrol show job exited {result.returncode}: {_one_line(result.stderr)}; "
+                           "--exclusive unknown")
+            return {}
+        return parse_show_job_sharing(result.stdout)
+
     def _observed_job(self, job: SlurmJob, site_factor: int | None) -> ObservedJob:
+        if job.state == "PENDING" and not self._sharing_in_json:
+            job = replace(job, shared=self._sharing.get(job.job_id))  # None: unknown, never preempted for
         return ObservedJob(
             **{name: getattr(job, name) for name in _AS_REPORTED},
             nodes=tuple(job.nodes),

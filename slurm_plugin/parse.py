@@ -529,6 +529,31 @@ def squeue_clock(doc: dict) -> float | None:
         return None
 
 
+def json_says_sharing(doc: dict) -> bool:
+    """Whether the document's jobs say --exclusive/--oversubscribe: data_parser v0.0.45
+    (26.05) dropped ``shared`` ("replaced by 'oversubscribe' and 'exclusive'", which
+    squeue's job records do not carry: an --exclusive job reads ``shared: []`` like any
+    other); older parsers (22.05's has no meta field) say it."""
+    plugin = (doc.get("meta") or {}).get("plugin") or {}
+    found = re.fullmatch(r"data_parser/v(\d+)\.(\d+)\.(\d+)", str(plugin.get("data_parser") or ""))
+    return found is None or tuple(int(n) for n in found.groups()) < (0, 0, 45)
+
+
+def parse_show_job_sharing(text: str) -> dict[str, str]:
+    """Job id -> its sharing mode as ``SlurmJob.shared`` names it, from `scontrol show job
+    -o` (26.05: ``OverSubscribe=NO Exclusive=NODE``; Exclusive NODE is 'exclusive', USER,
+    MCS, TOPO their lower-case names, NO with OverSubscribe=YES 'oversubscribe', else '').
+    Lines without both keys are left out."""
+    out = {}
+    for line in text.splitlines():
+        fields = dict(re.findall(r"(?:^|\s)(JobId|OverSubscribe|Exclusive)=(\S*)", line))
+        if {"JobId", "OverSubscribe", "Exclusive"} <= fields.keys():
+            exclusive = fields["Exclusive"].upper()
+            out[fields["JobId"]] = ("exclusive" if exclusive == "NODE" else exclusive.lower() if exclusive != "NO"
+                                    else "oversubscribe" if fields["OverSubscribe"].upper() == "YES" else "")
+    return out
+
+
 def parse_squeue_record(record: dict) -> SlurmJob:
     """One record of ``squeue --json``'s ``jobs`` list, as parse_squeue_json reads each
     (slurm_plugin.record_cache parses only the records that changed with it)."""

@@ -433,3 +433,37 @@ def test_all_of_a_nodes_memory_preempts_nobody_when_every_node_keeps_some(store,
     rounds(c, backend)
     assert signalled(backend) == []
     assert "all of its memory" in explained(c, "9")
+
+
+SHOW_JOB_2605 = ("JobId=4 JobName=wrap UserId=alice(1001) Priority=1 OverSubscribe=NO Exclusive=NODE Contiguous=0\n"
+                 "JobId=5 JobName=wrap UserId=alice(1001) Priority=1 OverSubscribe=YES Exclusive=NO Contiguous=0\n")
+
+
+def test_2605_reads_exclusive_from_scontrol_show_job_as_its_json_no_longer_says_it():
+    """26.05's data_parser v0.0.45 dropped ``shared`` (an --exclusive job reads ``shared: []``,
+    recorded on 26.05.5): the mode comes from `scontrol show job -o`, read once per new
+    pending job; a job it does not list is unknown, never preempted for."""
+    from slurm_plugin.parse import parse_show_job_sharing
+
+    assert parse_show_job_sharing(SHOW_JOB_2605) == {"4": "exclusive", "5": "oversubscribe"}
+    doc = recorded("26.05", "squeue.json")
+    assert doc["meta"]["plugin"]["data_parser"] == "data_parser/v0.0.45"
+    record = pending_record("26.05", 1)
+    calls = []
+
+    def runner(argv, timeout_s, env):
+        calls.append(argv)
+        if argv[:3] == ["scontrol", "show", "job"]:
+            return CommandResult(0, SHOW_JOB_2605 if record["job_id"] == 4 else "", "")
+        text = {"squeue": json.dumps({"meta": doc["meta"], "jobs": [record]}),
+                "sinfo": (FIXTURES / "26.05" / "sinfo.json").read_text()}.get(argv[0], "")
+        return CommandResult(0, text, "")
+
+    backend = SlurmBackend(runner=runner)
+    [job] = backend.observe().jobs
+    assert job.exclusive and not job.unmodelled
+    backend.observe()
+    assert sum(argv[:3] == ["scontrol", "show", "job"] for argv in calls) == 1  # known: not read again
+    record["job_id"] = 6  # a job scontrol does not list: its mode unknown, never preempted for
+    [job] = SlurmBackend(runner=runner).observe().jobs
+    assert "--exclusive" in job.unmodelled
