@@ -93,6 +93,9 @@ def expand(instance: Instance, hostlist: str) -> list[str]:
 def run_mechanism(mechanism: str, name: str, jobs: list[dict], settings: dict, timeout_s: float,
                   started_within_s: float) -> dict:
     env = dict(ENV, TIRESIAS_INSTANCE_SLURM_PREEMPT="1" if mechanism == "slurm" else "0")
+    default = cluster_script("default", "up")  # its slurmdbd holds the instance's accounting and QOS
+    if default.returncode != 0:
+        raise SystemExit(f"the default test cluster did not come up:\n{default.stdout[-2000:]}{default.stderr[-2000:]}")
     up = cluster_script(name, "up", extra_env=env)
     if up.returncode != 0:
         raise SystemExit(f"instance {name} did not come up:\n{up.stdout[-2000:]}{up.stderr[-2000:]}")
@@ -214,8 +217,8 @@ def main() -> int:
     parser.add_argument("--timeout-s", type=float, default=1200.0, help="per mechanism")
     parser.add_argument("--started-within-s", type=float, default=60.0)
     args = parser.parse_args()
-    jobs = site_jobs(workload(args.trace, args.scale, args.arrival_scale, args.min_s, args.max_s, args.jobs),
-                     args.undeclared_qos)
+    base = workload(args.trace, args.scale, args.arrival_scale, args.min_s, args.max_s, args.jobs)
+    jobs = site_jobs(base, "")
     settings = {"queues_gpu_s": [float(q) for q in args.queues.split(",")], "preempt_grace_s": float(GRACE_S),
                 "preempt_min_runtime_s": 2.0, "interval_s": 1.0, "poll_s": 0.5}
     release = subprocess.run(["sinfo", "--version"], capture_output=True, text=True).stdout.split()[-1]
@@ -225,6 +228,8 @@ def main() -> int:
     results = []
     for mechanism in args.mechanisms.split(","):
         name = f"ab{mechanism[:4]}{os.getpid() % 10000}"
+        # the undeclared jobs' QOS only where slurmctld preempts (the controller's instance has none)
+        jobs = site_jobs(base, args.undeclared_qos if mechanism == "slurm" else "")
         predicted = predict(jobs, mechanism, settings)
         print(f"{mechanism}: the simulator predicts avg JCT {predicted['avg_jct_s']:.1f} s", flush=True)
         results.append(run_mechanism(mechanism, name, jobs, settings, args.timeout_s, args.started_within_s))
