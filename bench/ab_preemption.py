@@ -22,7 +22,9 @@ tpreempt with PreemptMode=requeue,priority, so they preempt declared jobs by pri
 Per mechanism: average, median and p95 JCT, preemptions (runs ended by a requeue),
 preemptions that started nobody (no other job started on the victim's nodes within
 ``--started-within-s`` of its end), GPU-seconds run beyond the jobs' own work (work
-redone and grace), jobs killed (ended other than COMPLETED), all from sacct's record of
+redone and grace), jobs that ended other than COMPLETED (a victim that finishes its work
+after slurmctld's preemption set its end to the grace's end is TIMEOUT with exit 0: not
+lost, but an afterok dependency on it fails), all from sacct's record of
 every run (sacct -D). Needs root. About 2 x 8 minutes:
 
     .venv/bin/python bench/ab_preemption.py
@@ -194,11 +196,11 @@ def predict(jobs: list[dict], mechanism: str, settings: dict, launch_s: float = 
 def table(results: list[dict], release: str) -> str:
     lines = [f"Slurm {release}: {results[0]['jobs']} jobs",
              f"{'mechanism':<11} {'done':>4} {'avg JCT':>8} {'median':>8} {'p95':>8} {'preempt':>7} "
-             f"{'nobody':>6} {'extra GPU-s':>11} {'killed':>6} {'predicted avg':>13}"]
+             f"{'nobody':>6} {'extra GPU-s':>11} {'not COMPLETED':>13} {'predicted avg':>13}"]
     for r in results:
         predicted = r.get("predicted_avg", float("nan"))
         lines.append(f"{r['mechanism']:<11} {r['completed']:>4} {r['avg']:>8.1f} {r['median']:>8.1f} {r['p95']:>8.1f} "
-                     f"{r['preemptions']:>7} {r['started_nobody']:>6} {r['extra_gpu_s']:>11.0f} {r['killed']:>6} "
+                     f"{r['preemptions']:>7} {r['started_nobody']:>6} {r['extra_gpu_s']:>11.0f} {r['killed']:>13} "
                      f"{predicted:>8.1f} ({(predicted - r['avg']) / r['avg']:+.0%})")
     return "\n".join(lines)
 
