@@ -26,3 +26,19 @@ def test_slurm_with_time_limits_reserves_the_nodes_for_the_gang_ahead_of_the_sma
 def test_slurm_without_time_limits_starts_the_small_job_at_once():
     got = starts(slurm_starts=True)
     assert got["small"] < 10 and got["gang"] >= 100.0, got
+
+
+def test_simulate_like_controller_with_slurm_starts_from_the_command_line(tmp_path, capsys):
+    import json
+
+    from controller.cli.main import main
+
+    config = tmp_path / "c.yaml"
+    config.write_text("interval_s: 1\npreempt_grace_s: 10\n")
+    base = ["simulate", "--trace", "tests/fixtures/traces/tiresias_60_job.csv", "--nodes", "4", "--gpus-per-node", "4",
+            "--policy", "dlas", "--like-controller", str(config), "--json", "--quiet"]
+    results = []
+    for extra in ([], ["--slurm-starts"], ["--slurm-starts", "--time-limit-min", "60"]):
+        assert main(base + extra) == 0
+        results.append(json.loads(capsys.readouterr().out))
+    assert len({json.dumps(r, sort_keys=True) for r in results}) == 3  # each flag changes the replay
