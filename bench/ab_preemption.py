@@ -150,19 +150,18 @@ def summarize(mechanism, jobs, submitted, runs, unfinished, started_within_s) ->
             final[run["job"]] = run
     jct = [final[j]["end"] - submitted[j] for j in submitted if j in final and final[j]["state"] == "COMPLETED"]
     preempted = [r for r in runs if r["state"] in ("REQUEUED", "PREEMPTED")]
-    others = [r for r in runs]
     nobody = sum(1 for p in preempted
                  if not any(o["job"] != p["job"] and o["nodes"] & p["nodes"]
-                            and p["end"] - 1 <= o["start"] <= p["end"] + started_within_s for o in others))
+                            and p["end"] - 1 <= o["start"] <= p["end"] + started_within_s for o in runs))
     work = {j: w["work"] * w["gpus"] for j, w in zip(submitted, jobs)}
     run_gpu_s = sum((r["end"] - r["start"]) * r["gpus"] for r in runs)
     done_work = sum(work[j] for j in submitted if j in final and final[j]["state"] == "COMPLETED")
-    killed = [j for j in submitted if j in final and final[j]["state"] not in ("COMPLETED", "CANCELLED")]
+    not_completed = [j for j in submitted if j in final and final[j]["state"] not in ("COMPLETED", "CANCELLED")]
     return {"mechanism": mechanism, "jobs": len(submitted), "completed": len(jct), "unfinished": len(unfinished),
             "avg": statistics.mean(jct) if jct else float("nan"),
             "median": statistics.median(jct) if jct else float("nan"), "p95": p95(jct) if jct else float("nan"),
             "preemptions": len(preempted), "started_nobody": nobody,
-            "extra_gpu_s": run_gpu_s - done_work, "killed": len(killed)}
+            "extra_gpu_s": run_gpu_s - done_work, "not_completed": len(not_completed)}
 
 
 def predict(jobs: list[dict], mechanism: str, settings: dict, launch_s: float = 0.25) -> dict:
@@ -200,7 +199,7 @@ def table(results: list[dict], release: str) -> str:
     for r in results:
         predicted = r.get("predicted_avg", float("nan"))
         lines.append(f"{r['mechanism']:<11} {r['completed']:>4} {r['avg']:>8.1f} {r['median']:>8.1f} {r['p95']:>8.1f} "
-                     f"{r['preemptions']:>7} {r['started_nobody']:>6} {r['extra_gpu_s']:>11.0f} {r['killed']:>13} "
+                     f"{r['preemptions']:>7} {r['started_nobody']:>6} {r['extra_gpu_s']:>11.0f} {r['not_completed']:>13} "
                      f"{predicted:>8.1f} ({(predicted - r['avg']) / r['avg']:+.0%})")
     return "\n".join(lines)
 
