@@ -342,9 +342,12 @@ def test_preempt_exempt_time_protects_a_young_victim(iso):
     assert protected_for > 10, f"the test started too late to see the protection ({protected_for:.1f} s left)"
     stays(lambda: untouched(iso, victim, vout), protected_for,
           f"the victim untouched during its first {EXEMPT_S} s", show)
-    signalled = wait_for(lambda: events(vout, "USR1"), 30, "the victim's USR1 after PreemptExemptTime",
-                         seen=show)[0]
-    term = wait_for(lambda: events(vout, "TERM"), 15, "the victim's TERM", seen=show)[0]
-    print(f"victim signalled {signalled - started:.2f} s after its start (PreemptExemptTime {EXEMPT_S}), "
-          f"TERM {term - signalled:.2f} s after the signal (GraceTime 0)")
-    assert signalled - started >= EXEMPT_S - 1, show()
+    # GraceTime 0: slurmctld signals and kills in one pass, so the job's trap may never get
+    # to write its USR1 line (seen once on 26.05 in CI: requeued, no line). What Slurm
+    # records is the observable: the victim requeued and the newcomer started, by
+    # slurmctld's own clock, no earlier than PreemptExemptTime after the victim's start.
+    wait_for(lambda: int(rec(iso, victim).get("restart_cnt") or 0) >= 1, 30,
+             "the victim's requeue after PreemptExemptTime", seen=show)
+    newcomer_start = wait_running(iso, newcomer)["start_time"]
+    print(f"newcomer started {newcomer_start - started:.0f} s after the victim (PreemptExemptTime {EXEMPT_S})")
+    assert newcomer_start - started >= EXEMPT_S - 1, show()
