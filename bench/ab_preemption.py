@@ -32,7 +32,9 @@ every run (sacct -D). Needs root. About 2 x 8 minutes:
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -93,7 +95,7 @@ def expand(instance: Instance, hostlist: str) -> list[str]:
 
 
 def run_mechanism(mechanism: str, name: str, jobs: list[dict], settings: dict, timeout_s: float,
-                  started_within_s: float) -> dict:
+                  started_within_s: float, save_dir: Path | None = None) -> dict:
     env = dict(ENV, TIRESIAS_INSTANCE_SLURM_PREEMPT="1" if mechanism == "slurm" else "0")
     default = cluster_script("default", "up")  # its slurmdbd holds the instance's accounting and QOS
     if default.returncode != 0:
@@ -132,6 +134,8 @@ def run_mechanism(mechanism: str, name: str, jobs: list[dict], settings: dict, t
         alive = proc.alive()
         proc.stop()
         log_tail = (Path(tmp) / "controller.log").read_text()[-1500:] if not alive else ""
+        if save_dir is not None:
+            shutil.copy(Path(tmp) / "controller.log", save_dir / f"{mechanism}-controller.log")
     unfinished = [j for j in submitted if states.get(j, {}).get("job_state", "PENDING") in ACTIVE]
     instance.cancel_all()
     time.sleep(2)
@@ -140,6 +144,10 @@ def run_mechanism(mechanism: str, name: str, jobs: list[dict], settings: dict, t
     cluster_script(name, "down", extra_env=env)
     if log_tail:
         print(f"  {mechanism}: the controller exited early:\n{log_tail}", file=sys.stderr)
+    if save_dir is not None:  # every run and the workload, to compare with the simulator job by job
+        record = {"jobs": [dict(job, id=job_id, submitted=submitted[job_id]) for job_id, job in zip(submitted, jobs)],
+                  "runs": [dict(r, nodes=sorted(r["nodes"])) for r in runs], "unfinished": unfinished}
+        (save_dir / f"{mechanism}.json").write_text(json.dumps(record, indent=1))
     return summarize(mechanism, jobs, submitted, runs, unfinished, started_within_s)
 
 
@@ -168,12 +176,16 @@ def predict(jobs: list[dict], mechanism: str, settings: dict, launch_s: float = 
     """What `tiresias simulate --like-controller CONFIG --slurm-starts --time-limit-min 60`
     says of this workload under ``mechanism`` (controller.cli.simulate.controller_costs:
     under slurm the QOS GraceTime plus slurmctld's requeue lag), on the site's node kinds
-    (2 v100 nodes in batch, 2 a100 nodes in batch and urgent). Not modelled: on 22.05
-    WITHIN an undeclared job preempts nobody under slurm (the plan lets it)."""
+    (2 v100 nodes in batch, 2 a100 nodes in batch and urgent). Under slurm, slurmctld
+    chooses the victims (controller.replay.slurm_preemption): the declared, requeue-able
+    jobs are tpreempt's (``preemptable``), and the undeclared ones preempt them by
+    priority when they run in tcrossprio (``--qos=tcrossprio`` in their options), else
+    nobody (22.05: WITHIN only)."""
     from controller.cli.simulate import controller_costs
     from controller.core.model import JobSpec
     from controller.replay.results import summarize
     from controller.replay.simulator import SimConfig, Simulation
+    from controller.replay.slurm_preemption import SlurmQos
     from controller.service.config import load
 
     with tempfile.TemporaryDirectory(prefix="tiresias-abp-predict-") as tmp:
@@ -189,7 +201,10 @@ def predict(jobs: list[dict], mechanism: str, settings: dict, launch_s: float = 
                     preempt_grace_s=costs["preempt_grace_s"], requeue_delay_s=costs["requeue_delay_s"],
                     grace_work_kept=True, requeue_ended_in_grace=costs["requeue_ended_in_grace"],
                     preempt_resume_s=0.5, engine=config.engine_config())
-    return summarize(Simulation(sim).run(specs))
+    qos = None
+    if mechanism == "slurm":
+        qos = SlurmQos(undeclared="priority" if any("--qos=tcrossprio" in j["extra"] for j in jobs) else "none")
+    return summarize(Simulation(sim, slurm_preemption=qos).run(specs))
 
 
 def table(results: list[dict], release: str) -> str:
@@ -217,6 +232,8 @@ def main() -> int:
     parser.add_argument("--undeclared-qos", default="", help="QOS of the --no-requeue jobs (25.05+: tcrossprio)")
     parser.add_argument("--timeout-s", type=float, default=1200.0, help="per mechanism")
     parser.add_argument("--started-within-s", type=float, default=60.0)
+    parser.add_argument("--save", type=Path, metavar="DIR", help="write each mechanism's workload and sacct runs "
+                        "to DIR/MECHANISM.json")
     args = parser.parse_args()
     base = workload(args.trace, args.scale, args.arrival_scale, args.min_s, args.max_s, args.jobs)
     jobs = site_jobs(base, "")
@@ -233,7 +250,10 @@ def main() -> int:
         jobs = site_jobs(base, args.undeclared_qos if mechanism == "slurm" else "")
         predicted = predict(jobs, mechanism, settings)
         print(f"{mechanism}: the simulator predicts avg JCT {predicted['avg_jct_s']:.1f} s", flush=True)
-        results.append(run_mechanism(mechanism, name, jobs, settings, args.timeout_s, args.started_within_s))
+        if args.save:
+            args.save.mkdir(parents=True, exist_ok=True)
+        results.append(run_mechanism(mechanism, name, jobs, settings, args.timeout_s, args.started_within_s,
+                                     args.save))
         results[-1]["predicted_avg"] = predicted["avg_jct_s"]
         print(f"{mechanism} done: avg JCT {results[-1]['avg']:.1f} s", flush=True)
     print(table(results, release))

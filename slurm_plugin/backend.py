@@ -83,7 +83,7 @@ MAX_IDS_PER_UPDATE = 1000
 # value); _observed_job names the ones it renames or converts.
 _AS_REPORTED = ("job_id", "user", "partition", "state", "reason", "gpus", "time_limit_s", "restart_count", "batch",
                 "comment", "admin_comment", "max_nodes", "mps", "array_tasks", "array_max_tasks", "het_job_id",
-                "het_offset", "gpu_type", "gpu_types", "reservation", "account", "name")
+                "het_offset", "gpu_type", "gpu_types", "reservation", "account", "name", "qos")
 
 
 def _free(total: int | None, allocated: int | None) -> int | None:

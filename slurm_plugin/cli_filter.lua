@@ -30,6 +30,12 @@ local PREEMPTABLE_PREFIX = "tiresias:preemptable"
 -- requeued and asked for no QOS of its own is put in it; every other job keeps its QOS
 -- and is never preempted. nil (preemption: controller) changes no job's QOS.
 PREEMPTABLE_QOS = nil
+-- That QOS's GraceTime in seconds. slurmctld sends the job's signal when it preempts and
+-- requeues the job one GraceTime later, whatever lead time the job asked for (--signal's
+-- @T; sbatch's default is 60 s), so only a job whose lead time fits in the grace is put
+-- in the QOS: a longer one could lose its checkpoint, and keeps its QOS (never preempted
+-- by slurmctld). tiresias preflight compares it with the QOS's GraceTime.
+PREEMPTABLE_QOS_GRACE_S = 60
 -----------------------------------------------------------------------------
 
 -- The signals the hint grammar takes (controller/core/checkpoint_signal.py: those a job
@@ -83,10 +89,19 @@ function tiresias_comment_with_signal(comment, signal)
 	return string.sub(comment, 1, bare_at - 1) .. hint .. string.sub(comment, bare_at + #PREEMPTABLE_PREFIX)
 end
 
+-- The lead time, in seconds, of sbatch's --signal as it reports it: "@T", else its
+-- default of 60 s
+function tiresias_signal_lead_s(signal)
+	return tonumber(string.match(signal, "@([0-9]+)$")) or 60
+end
+
 -- The QOS to give a job with these options, or nil (see PREEMPTABLE_QOS): sbatch reports
 -- --requeue/--no-requeue as "requeue", "no-requeue" or "unset", and --qos as given.
 function tiresias_preemptable_qos(options)
 	if PREEMPTABLE_QOS == nil or tiresias_signal_hint(options["signal"]) == nil then
+		return nil
+	end
+	if tiresias_signal_lead_s(options["signal"]) > PREEMPTABLE_QOS_GRACE_S then
 		return nil
 	end
 	if options["requeue"] == "no-requeue" then

@@ -144,6 +144,7 @@ class SlurmJob:
     # --gres=gpu:a100:4,gpu:v100:4, whose ``gpus`` is then their sum
     gpu_types: tuple[str, ...] = ()
     reservation: str = ""  # --reservation ('' none)
+    qos: str = ""  # its QOS ('' not reported)
     # What it asks of each node beyond GPUs, as Slurm checks before it starts it (squeue
     # only; None: the record does not say, which is never read as 0). ``cpus``: all its
     # CPUs; ``min_cpus_per_node``: its per-node minimum; ``cpus_per_gpu``: --cpus-per-gpu
@@ -639,6 +640,7 @@ def _squeue_job(r: dict) -> SlurmJob:
         gpu_type=_gpu_type_of(gpu_types),
         gpu_types=gpu_types,
         reservation=_str(r.get("resv_name"), "resv_name"),
+        qos=_str(r.get("qos"), "qos"),
         **_job_resources_asked(r, job_id),
     )
 
@@ -1073,6 +1075,7 @@ def _scontrol_job(r: dict) -> SlurmJob:
         required_nodes=expand_hostlist(r.get("ReqNodeList")),
         excluded_nodes=expand_hostlist(r.get("ExcNodeList")),
         time_limit_s=parse_duration_s(r.get("TimeLimit"), "TimeLimit"),
+        qos=_nullish_to_empty(r.get("QOS")),
     )
 
 

@@ -189,8 +189,9 @@ def test_cli_filter_records_the_signal_in_the_comment(lua, tmp_path):
 
 QOS_CASES = r"""
 dofile(arg[1])
-local function qos(policy, options)
+local function qos(policy, options, grace_s)
   PREEMPTABLE_QOS = policy
+  PREEMPTABLE_QOS_GRACE_S = grace_s or 600
   return tostring(tiresias_preemptable_qos(options))
 end
 print(qos(nil, { signal = "B:USR1@600", requeue = "unset" }))
@@ -200,10 +201,14 @@ print(qos("ckpt", { signal = "0@0", requeue = "unset" }))
 print(qos("ckpt", { signal = "B:USR1@600", requeue = "no-requeue" }))
 print(qos("ckpt", { signal = "B:USR1@600", requeue = "unset", qos = "long" }))
 print(qos("ckpt", { signal = "KILL@30", requeue = "unset" }))
+print(qos("ckpt", { signal = "B:USR1@601", requeue = "unset" }))
+print(qos("ckpt", { signal = "USR2", requeue = "unset" }, 59))
+print(qos("ckpt", { signal = "USR2", requeue = "unset" }, 60))
+print(qos("ckpt", { signal = "R:USR1@10", requeue = "unset" }, 10))
 """
 
 
-def test_cli_filter_puts_only_declared_requeueable_jobs_without_a_qos_in_the_preemptable_qos(lua, tmp_path):
+def test_cli_filter_puts_only_declared_requeueable_jobs_whose_lead_fits_the_grace_in_the_preemptable_qos(lua, tmp_path):
     assert cli_filter_lines(lua, tmp_path, QOS_CASES) == [
         "nil",  # preemption: controller (no PREEMPTABLE_QOS): no job's QOS changes
         "ckpt",
@@ -212,6 +217,10 @@ def test_cli_filter_puts_only_declared_requeueable_jobs_without_a_qos_in_the_pre
         "nil",  # --no-requeue: never preempted
         "nil",  # the user's own QOS is kept
         "nil",  # a signal no job traps for a checkpoint
+        "nil",  # a lead time longer than the QOS's GraceTime: slurmctld would requeue it too soon
+        "nil",  # no @T is sbatch's 60 s
+        "ckpt",
+        "ckpt",  # a lead time equal to the grace fits
     ]
 
 

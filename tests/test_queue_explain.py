@@ -188,10 +188,14 @@ def test_explain_shows_the_index_its_key_and_sample_count(cluster, tmp_path, cap
     assert "index: 0.02 (Gittins, from the distribution of key account+gpus=batch,4: 300 samples)" in out
 
 
+QOS_ROW = "tiresias_ckpt|requeue,within|00:01:00|00:00:00|\n"  # sacctmgr -n -P show qos format=name,...
+
+
 def test_explain_under_slurm_preemption_says_slurmctld_chooses(cluster, capsys):
     config_file, backend = cluster
     with open(config_file, "a") as f:
         f.write("preemption: slurm\n")
+    backend.qos_config = lambda: QOS_ROW  # job 1's lead time (0 s) fits in the grace: slurmctld's to preempt
     assert main(["explain", "1", "--config", config_file]) == 0
     out = capsys.readouterr().out
     assert "preemption: slurmctld's (preemption: slurm)" in out

@@ -2,6 +2,8 @@
 the controller keeps the accounts and sets the bands, on running jobs too, so that
 preempt/qos's priority rule (WITHIN, PRIORITY) follows the Tiresias levels. Unit tests
 with the scripted backend; the real-Slurm facts are in tests/test_slurm_native_preemption.py."""
+from dataclasses import replace
+
 from controller.core.bands import running_site_factors, site_factors
 from controller.service.preflight import check, parse_show_config
 from tests.test_controller import ScriptedBackend, controller, store  # noqa: F401  (fixture)
@@ -25,6 +27,7 @@ def test_a_running_job_outranks_every_pending_job_of_its_level_and_none_of_the_l
 def test_slurm_mechanism_bands_running_jobs_and_never_signals_nor_requeues(store):
     backend = ScriptedBackend()
     backend.add("1", 16, "RUNNING", start=0.0, nodes=[(f"gpu{i}", 4) for i in range(1, 5)])
+    backend.qos_config = lambda: QOS_ROW  # its lead time, 0 s, fits in tiresias_ckpt's 60 s grace
     c = controller(store, backend, preemption="slurm")
     c.run_round()  # job 1 attains 1000 s x 16 GPUs: queue 2
     backend.add("2", 4)
@@ -42,6 +45,54 @@ def test_slurm_mechanism_bands_running_jobs_and_never_signals_nor_requeues(store
     preempts = [d for d in store.decisions("default", job_id="1") if d["kind"] == "preempt"]
     assert preempts and not any(d["applied"] for d in preempts)
     assert "left to slurmctld" in preempts[0]["detail"]
+
+
+QOS_ROW = "tiresias_ckpt|requeue,within|00:01:00|00:00:00|\n"  # sacctmgr -n -P show qos format=name,...
+KEPT = 4 * BAND - 1  # (K + 2) x band - 1 with K = 2 queues: above every pending job
+
+
+def sent_factors(backend) -> dict:
+    sent = {}
+    for call in backend.calls:
+        if call[0] == "set_site_factors":
+            sent.update(call[1])
+    return sent
+
+
+def test_slurm_mechanism_keeps_a_job_slurmctld_must_not_preempt_above_every_pending_job(store):
+    """slurmctld signals at preemption and requeues one GraceTime later, whatever the job's
+    lead time, and preempts only preempt_qos's jobs: a running job whose lead time is
+    longer than the grace, one in another QOS, one that opted in by its comment alone
+    (slurmctld sends only the job's own --signal) and, until slurmdbd has told the
+    grace, every one, is banded above every pending job, so that no pending job has the
+    strictly higher priority preempt/qos needs; the plan does not count on it either."""
+    nodes = [(f"gpu{i}", 4) for i in range(1, 5)]
+    backend = ScriptedBackend()
+    backend.add("fits", 4, "RUNNING", start=0.0, nodes=nodes[:1], signal="B:USR1@60")
+    backend.add("long", 4, "RUNNING", start=0.0, nodes=nodes[1:2], signal="B:USR1@61")
+    backend.add("other", 4, "RUNNING", start=0.0, nodes=nodes[2:3])
+    backend.jobs["other"] = replace(backend.jobs["other"], qos="normal")
+    backend.add("bare", 4, "RUNNING", start=0.0, nodes=nodes[3:], signal="", comment="tiresias:preemptable")
+    for job_id in ("fits", "long", "bare"):
+        backend.jobs[job_id] = replace(backend.jobs[job_id], qos="tiresias_ckpt")
+    answers = [""]  # sacctmgr has not answered with the QOS yet
+    backend.qos_config = lambda: answers[-1]
+    c = controller(store, backend, preemption="slurm")
+    c.run_round()
+    assert all(v == KEPT for v in sent_factors(backend).values()) and len(sent_factors(backend)) == 4
+    answers.append(QOS_ROW)
+    backend.now += 700  # QOS_READ_EVERY_S later: read again; all four reach queue 2
+    c.run_round()
+    backend.add("new", 4)
+    c.run_round()
+    sent = sent_factors(backend)
+    assert sent["fits"] == 2 * BAND - 1  # queue 2's top: a queue-1 job outranks it
+    assert sent["long"] == sent["other"] == sent["bare"] == KEPT
+    assert sent["new"] < KEPT
+    preempts = [d["job_id"] for d in store.decisions("default") if d["kind"] == "preempt"]
+    assert preempts and set(preempts) == {"fits"}, preempts
+    why = c.contract.why_not(backend.jobs["long"])
+    assert "lead time 61 s is longer than QOS tiresias_ckpt's GraceTime 60 s" in why
 
 
 def test_controller_mechanism_keeps_running_jobs_unbanded(store):
@@ -137,3 +188,24 @@ def test_the_simulator_charges_slurms_requeue_lag_and_no_controller_caps_under_s
     assert own["preempt_grace_s"] == 10.0 and own["requeue_ended_in_grace"] and own["preempt_max_per_job"] == 10
     assert slurm["preempt_grace_s"] == 10.0 + SLURM_REQUEUE_LAG_S
     assert not slurm["requeue_ended_in_grace"] and slurm["preempt_max_per_job"] is None
+
+
+def test_preflight_reads_the_qos_grace_and_checks_cli_filters_policy_against_it(tmp_path):
+    from controller.service.preflight import (cli_filter_path, cli_filter_policy_findings,
+                                              installed_cli_filter_findings, parse_qos, qos_grace_s)
+
+    rows = parse_qos("a|requeue,within|00:01:30||\nb|requeue,within|1-00:00:05||\nc|requeue|||\nd|requeue|soon||\n")
+    assert [qos_grace_s(rows, q) for q in "abcde"] == [90.0, 86405.0, 0.0, None, None]
+    shipped = open("slurm_plugin/cli_filter.lua").read()
+    unset = cli_filter_policy_findings(shipped, "a", 90.0)  # as shipped: PREEMPTABLE_QOS = nil
+    assert [(f.setting, f.value, f.refuses) for f in unset] == [("cli_filter.lua PREEMPTABLE_QOS", "nil", False)]
+    site = shipped.replace('PREEMPTABLE_QOS = nil', 'PREEMPTABLE_QOS = "a"')
+    assert cli_filter_policy_findings(site, "a", 90.0) == []  # its 60 s fits in a's 90 s
+    assert [f.setting for f in cli_filter_policy_findings(site, "a", 30.0)] == ["cli_filter.lua PREEMPTABLE_QOS_GRACE_S"]
+    assert [f.value for f in cli_filter_policy_findings(site, "b", 90.0)] == ['"a"']
+    # found next to the slurm.conf slurmctld names; a host without it checks nothing
+    (tmp_path / "cli_filter.lua").write_text(site)
+    settings = {"SLURM_CONF": str(tmp_path / "slurm.conf")}
+    assert cli_filter_path(settings) == str(tmp_path / "cli_filter.lua")
+    assert len(installed_cli_filter_findings(settings, parse_qos("a|requeue,within|00:00:10||\n"), "a")) == 1
+    assert installed_cli_filter_findings({"SLURM_CONF": "/nonexistent/slurm.conf"}, rows, "a") == []

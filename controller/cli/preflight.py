@@ -38,7 +38,8 @@ def _read_file(path: str, flag: str) -> str:
 
 def run(args) -> int:
     from controller.service.backend import BackendUnavailable
-    from controller.service.preflight import check, parse_qos, parse_show_config, parse_show_partitions, qos_findings
+    from controller.service.preflight import (check, installed_cli_filter_findings, parse_qos, parse_show_config,
+                                              parse_show_partitions, qos_findings)
 
     config = load(args.config, {})
     partitions_text = qos_text = None
@@ -71,7 +72,9 @@ def run(args) -> int:
     partitions = parse_show_partitions(partitions_text) if partitions_text is not None else None
     findings = check(settings, config.site_factor_band, REQUEUE_EXIT_CODE, partitions, config.preemption)
     if config.preemption == "slurm" and qos_text is not None:
-        findings += qos_findings(parse_qos(qos_text), config.preempt_qos)
+        rows = parse_qos(qos_text)
+        findings += qos_findings(rows, config.preempt_qos) + installed_cli_filter_findings(settings, rows,
+                                                                                         config.preempt_qos)
         findings = [f for f in findings if f.refuses] + [f for f in findings if not f.refuses]
     refusing = sum(f.refuses for f in findings)
     warnings = len(findings) - refusing

@@ -22,6 +22,7 @@ from controller.core.model import InputError
 from controller.replay.results import bin_table, comparison_table, handoff_line, summarize, write_outputs
 from controller.replay.cluster import parse_node_kinds
 from controller.replay.simulator import SimConfig, Simulation
+from controller.replay.slurm_preemption import SlurmQos
 
 DEFAULT_POLICIES = "fifo,dlas,dgittins,srsf"
 DEFAULT_SYNTHETIC_JOBS = 600
@@ -79,8 +80,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      help="never preempt one job more often than this (default: no limit)")
     sch.add_argument("--slurm-starts", action="store_true",
                      help="Slurm starts the jobs, not the plan: priority order, and backfill reserving nodes for "
-                          "a waiting job (controller.replay.slurm_order); the plan still preempts; a round at "
-                          "every event, as slurmctld schedules")
+                          "a waiting job (controller.replay.slurm_order); the plan still preempts, unless "
+                          "--like-controller's config says preemption: slurm: then slurmctld picks the victims "
+                          "(controller.replay.slurm_preemption); a round at every event, as slurmctld schedules")
     sch.add_argument("--time-limit-min", type=argtypes.non_negative_float, default=None,
                      help="with --slurm-starts: every job's --time, which backfill reserves by (default: none)")
     sch.add_argument("--placement", choices=("consolidate", "spread", "count"), default="consolidate",
@@ -182,12 +184,24 @@ def _costs(args) -> dict:
     return base
 
 
+def slurm_preemption_of(args):
+    """``--like-controller`` with ``preemption: slurm`` and ``--slurm-starts``: slurmctld
+    chooses the victims (controller.replay.slurm_preemption), the undeclared jobs' QOS
+    preempting nobody (requeue,within alone: docs/slurm-preemption.md's setup); else None."""
+    if not (getattr(args, "like_controller", None) and getattr(args, "slurm_starts", False)):
+        return None
+    from controller.service.config import load
+
+    return SlurmQos() if load(args.like_controller).preemption == "slurm" else None
+
+
 def run(args) -> int:
     if args.node_kinds:
         args.nodes = sum(count for count, _, _ in args.node_kinds)
     if args.out:
         check_output_dir(args.out)  # before the replay: a bad --out must not cost the run
     costs = _costs(args)
+    slurm_preemption = slurm_preemption_of(args)
     policies = [p.strip() for p in args.policy.split(",") if p.strip()]
     if not policies:
         raise InputError(f"policy value {args.policy!r} names no policy")
@@ -237,7 +251,7 @@ def run(args) -> int:
             progress(offset + fraction * len(jobs), note=note)
 
         started = time.perf_counter()
-        result = Simulation(config, progress=report).run(jobs)
+        result = Simulation(config, progress=report, slurm_preemption=slurm_preemption).run(jobs)
         report(1.0)
         timings[engine_config.policy] = time.perf_counter() - started
         results.append(result)

@@ -48,7 +48,7 @@ def site_factors(order: list[str], levels: Mapping[str, int], pending: Container
 
 
 def running_site_factors(levels: Mapping[str, int], running: Iterable[str], queue_count: int,
-                         band: int) -> dict[str, int]:
+                         band: int, kept: Iterable[str] = ()) -> dict[str, int]:
     """Job id -> SiteFactor of the ``running`` jobs when slurmctld preempts
     (``preemption: slurm``): the top of their level's band, (K - level + 1) x width - 1.
 
@@ -58,8 +58,14 @@ def running_site_factors(levels: Mapping[str, int], running: Iterable[str], queu
     job of its own level (those get at most half a band plus Slurm's weighted factors,
     which preflight keeps under half a band): jobs of one level never preempt each other,
     as Tiresias's FIFO within a queue says; a pending job of a higher level (a band up)
-    outranks it. The value changes only when the job changes level."""
-    return {job_id: (queue_count - levels.get(job_id, 0)) * band + band - 1 for job_id in running}
+    outranks it. The value changes only when the job changes level.
+
+    ``kept`` (running jobs slurmctld must not preempt: no checkpoint it honours) get the
+    top of the band above queue 1's, (K + 2) x width - 1: above every pending job, so
+    no pending job has the strictly higher priority it needs."""
+    factors = {job_id: (queue_count - levels.get(job_id, 0)) * band + band - 1 for job_id in running}
+    factors.update({job_id: (queue_count + 2) * band - 1 for job_id in kept})
+    return factors
 
 
 def shared_levels(service_gpu_s: Mapping[str, float], thresholds_gpu_s: Sequence[float],

@@ -26,6 +26,7 @@ from controller.core.policies.base import PolicyContext
 from controller.core.plan_stands import threshold_above
 from controller.core.protection import run_time_over_s
 from controller.replay.slurm_order import SlurmOrder
+from controller.replay.slurm_preemption import SlurmPreempts, SlurmQos
 from controller.replay import mlfq_replay
 from controller.replay.cluster import (EPS, JobOutcome, learner_for, ReplayCut, RunState, SimCluster,  # noqa: F401
                                        SimConfig, SimResult, WATCH_EVERY)
@@ -33,14 +34,21 @@ from controller.replay.cluster import (EPS, JobOutcome, learner_for, ReplayCut, 
 
 class Simulation:
     def __init__(self, config: SimConfig, progress: Optional[Callable[[float], None]] = None,
-                 watch: Optional[Callable[[float], None]] = None):
+                 watch: Optional[Callable[[float], None]] = None, slurm_preemption: Optional[SlurmQos] = None):
         """``progress(fraction of jobs finished)`` every 2000 rounds; ``watch(fraction)``
         every WATCH_EVERY passes of the event loop, whatever happens in them (a
-        deadline or an interrupt: it raises ReplayCut to stop the replay)."""
+        deadline or an interrupt: it raises ReplayCut to stop the replay).
+        ``slurm_preemption`` (with ``config.slurm_starts``): slurmctld, not the plan,
+        chooses the victims, with these QOS (controller.replay.slurm_preemption), as
+        under the controller's ``preemption: slurm``."""
         self.config = config
         self.engine = Engine(config.engine)
+        if slurm_preemption is not None and not config.slurm_starts:
+            raise InputError("slurm_preemption: needs slurm_starts (slurmctld preempts only where it starts the jobs)")
         if config.slurm_starts:
             self.engine = SlurmOrder(self.engine, config.time_limit_s)
+        if slurm_preemption is not None:
+            self.engine = SlurmPreempts(self.engine, slurm_preemption)
         self.progress = progress
         self.watch = watch
 

@@ -57,6 +57,9 @@ class ObservedJob:
     # MIXED_TYPES) is a request the plan cannot place: it waits, never preempted for
     gpu_types: tuple[str, ...] = ()
     reservation: str = ""  # the reservation it names ('' none)
+    # its QOS ('' not reported): under preemption: slurm only the jobs of preempt_qos are
+    # slurmctld's to preempt (controller.service.contract.Contract.why_not)
+    qos: str = ""
     # What a pending job asks of each node beyond GPUs (the plan preempts only for a job
     # Slurm would start on what the preemption frees): CPUs and MB of memory per node
     # (0: not asked, or not reported by this backend: not checked), the node features

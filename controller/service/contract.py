@@ -35,6 +35,7 @@ running (JobSpec.preemptable).
 from __future__ import annotations
 
 import logging
+import math
 import shlex
 from typing import Callable, Optional
 
@@ -44,6 +45,7 @@ from controller.core.checkpoint_signal import CheckpointSignal, parse_signal_spe
 from controller.core.hints import PREEMPTABLE_PREFIX, PREEMPTABLE_SOURCE, Hints, parse_hints
 from controller.service.backend import Backend, BackendUnavailable, ObservedJob
 from controller.service.config import Config
+from controller.service.preflight import parse_qos, qos_grace_s
 
 log = logging.getLogger("tiresias.controller")
 
@@ -51,6 +53,9 @@ log = logging.getLogger("tiresias.controller")
 # the reads spread over rounds instead of one burst of RPCs to slurmctld; a job not
 # read yet counts as non-preemptable until it is.
 SCRIPT_READS_PER_ROUND = 50
+# preempt_qos's GraceTime is read again this often (an admin may change it while the
+# controller runs); one sacctmgr call to slurmdbd, none to slurmctld
+QOS_READ_EVERY_S = 600.0
 
 
 def signal_from_script(script: str) -> str:
@@ -85,6 +90,8 @@ class Contract:
 
     ``given_up``: job id -> why its signal is not tried any more (failed
     ``preempt_signal_attempts`` times): such a job is treated as non-preemptable.
+    ``qos_grace_s``: under ``preemption: slurm``, preempt_qos's GraceTime as slurmdbd
+    last said it (None: not read yet; see why_not_slurms).
     """
 
     def __init__(self, config: Config, backend: Backend, log_once: Callable[[str], None] = log.warning):
@@ -96,6 +103,27 @@ class Contract:
         self.signal_failures: dict[str, int] = {}
         self.reads_per_round = SCRIPT_READS_PER_ROUND
         self.reads_left = SCRIPT_READS_PER_ROUND
+        self.qos_grace_s: Optional[float] = None
+        self._qos_read_at = -math.inf
+
+    def read_qos_grace(self, now: float) -> None:
+        """Under ``preemption: slurm``: preempt_qos's GraceTime (why_not_slurms), read at
+        the first round and every QOS_READ_EVERY_S. A failed read keeps the last value."""
+        read = getattr(self.backend, "qos_config", None)
+        if self.config.preemption != "slurm" or now < self._qos_read_at + QOS_READ_EVERY_S or not callable(read):
+            return
+        self._qos_read_at = now
+        qos = self.config.preempt_qos
+        try:
+            text = read()
+        except BackendUnavailable as err:
+            self.log_once(f"QOS {qos}: GraceTime not read ({err}); running jobs stay as they were")
+            return
+        grace = qos_grace_s(parse_qos(text if isinstance(text, str) else ""), qos)
+        if grace is None:
+            self.log_once(f"QOS {qos}: no GraceTime in sacctmgr's answer (no such QOS?); slurmctld is left no "
+                          "running job to preempt")
+        self.qos_grace_s = grace
 
     def begin_round(self) -> None:
         self.reads_left = self.reads_per_round
@@ -171,6 +199,30 @@ class Contract:
         if self.declared(job) is None and not self.config.preempt_undeclared:
             return ("declared no checkpoint signal (#SBATCH --signal=[B:]SIG@T or "
                     "--comment=tiresias:preemptable): never signalled nor requeued")
+        return self.why_not_slurms(job) if self.config.preemption == "slurm" else ""
+
+    def why_not_slurms(self, job: ObservedJob) -> str:
+        """Under ``preemption: slurm``, why slurmctld must not preempt this running job
+        ('' when it may). slurmctld sends the job's own --signal when it preempts and
+        requeues it one GraceTime later, whatever lead time the job asked for
+        (docs/slurm-preemption.md), and it preempts only preempt_qos's jobs. So a job is
+        left to it only in that QOS, with its own --signal, whose lead time fits in the
+        grace. Every other running job is kept a band above every pending job
+        (Starts.site_factors): slurmctld's priority rule then never picks it."""
+        qos = self.config.preempt_qos
+        if job.qos and job.qos != qos:
+            return f"runs in QOS {job.qos}, not {qos}: slurmctld never preempts it"
+        signal = self.declared(job)
+        if signal is not None and signal.source == PREEMPTABLE_SOURCE:
+            return (f"opted in by its comment without a --signal of its own, which is all slurmctld sends when "
+                    f"it preempts: kept above every pending job, never preempted")
+        lead_s = (signal.lead_s or 0) if signal is not None else 0
+        if self.qos_grace_s is None:
+            return f"QOS {qos}'s GraceTime not read from slurmdbd yet: kept above every pending job until it is"
+        if lead_s > self.qos_grace_s:
+            return (f"its lead time {lead_s} s is longer than QOS {qos}'s GraceTime {self.qos_grace_s:g} s, the "
+                    "time slurmctld gives from its signal to the requeue: kept above every pending job, never "
+                    "preempted")
         return ""
 
     def signal_failed(self, job_id: str, detail: str) -> str:

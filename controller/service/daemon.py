@@ -395,6 +395,7 @@ class Controller:
         accounted = {**observed, **shared} if shared else observed
         # account: one transaction, committed before anything is done in Slurm
         self.contract.begin_round()
+        self.contract.read_qos_grace(now)
         self.accounts.advance(accounted, now)
         with self.store.transaction():
             # ended inside their grace period: requeued this round (Preemptions.advance),
@@ -415,7 +416,9 @@ class Controller:
             self.accounts.promote(action.job_id)
             report.applied.append(entry(action, applied=self.executor.logs_decisions, detail="store"))
         self.handoffs.check(observed, now, report, self.preemptions.grace_for, observation.nodes, self._spec_of)
-        self.starts.apply(plan, observed, now, report, cpu_pending, requeueing, shared)
+        kept_from_slurm = ({j for j, job in observed.items() if job.state == "RUNNING" and self.contract.why_not(job)}
+                           if self.config.preemption == "slurm" else set())
+        self.starts.apply(plan, observed, now, report, cpu_pending, requeueing, shared, kept_from_slurm)
         if self.config.preemption == "slurm":
             # slurmctld chooses, signals and requeues by the bands (running jobs' too,
             # Starts.site_factors): the plan's victims are what the controller expects of it
@@ -539,6 +542,7 @@ class Controller:
         observed = {job.job_id: job for job in observation.jobs if job.gpus > 0}
         self.accounts.advance(observed, observation.observed_at_s)
         self._refresh_service(observation.observed_at_s)
+        self.contract.read_qos_grace(observation.observed_at_s)
         return self._plan(observed, observation, observation.observed_at_s, 0, self.preemptions.leaving(),
                           explain=True), observation
 

@@ -57,6 +57,7 @@ preflight`` prints them all for an admin.
 from __future__ import annotations
 
 import logging
+import os
 import re
 from dataclasses import dataclass
 from typing import Optional
@@ -281,6 +282,22 @@ def parse_qos(text: str) -> dict[str, dict[str, str]]:
     return rows
 
 
+def qos_grace_s(rows: dict[str, dict[str, str]], qos: str) -> Optional[float]:
+    """QOS ``qos``'s GraceTime in seconds from ``parse_qos`` rows (sacctmgr prints
+    ``[D-]HH:MM:SS``; empty is 0); None when the QOS is missing or the time unreadable."""
+    row = rows.get(qos)
+    if row is None:
+        return None
+    text = row["GraceTime"].strip()
+    if not text:
+        return 0.0
+    found = re.fullmatch(r"(?:([0-9]+)-)?([0-9]+):([0-9]{2}):([0-9]{2})", text)
+    if found is None:
+        return None
+    days, hours, minutes, seconds = (int(g or 0) for g in found.groups())
+    return float(((days * 24 + hours) * 60 + minutes) * 60 + seconds)
+
+
 def qos_findings(rows: dict[str, dict[str, str]], qos: str) -> list[Finding]:
     """What ``preemption: slurm`` needs of the declared jobs' QOS ``qos``
     (docs/slurm-preemption.md, facts 2-4): it exists; its PreemptMode requeues and
@@ -309,6 +326,34 @@ def qos_findings(rows: dict[str, dict[str, str]], qos: str) -> list[Finding]:
             found.append(Finding(f"QOS {name} Preempt", other["Preempt"], f"no {qos} (25.05+: or PreemptMode "
                                  "with priority)", f"its jobs preempt {qos} jobs whatever their band",
                                  refuses=False))
+    return found
+
+
+def cli_filter_path(settings: dict[str, str]) -> Optional[str]:
+    """Where sbatch reads cli_filter.lua: next to the slurm.conf slurmctld names
+    (``SLURM_CONF``); None when it names none."""
+    conf = settings.get("SLURM_CONF", "")
+    return os.path.join(os.path.dirname(conf), "cli_filter.lua") if conf.startswith("/") else None
+
+
+def cli_filter_policy_findings(lua_text: str, qos: str, grace_s: Optional[float]) -> list[Finding]:
+    """Warnings on cli_filter.lua's site policy for ``preemption: slurm``, read as text
+    (assignment lines, never run): PREEMPTABLE_QOS must name ``qos``, or no job enters
+    it and slurmctld preempts nobody; PREEMPTABLE_QOS_GRACE_S should not exceed the QOS's
+    GraceTime ``grace_s``, or jobs whose lead time is between the two enter the QOS only
+    to be kept from slurmctld by the controller (never preempted)."""
+    found = []
+    named = re.search(r'^PREEMPTABLE_QOS\s*=\s*(nil|"([^"]*)")', lua_text, re.M)
+    value = named.group(2) if named and named.group(2) is not None else None
+    if value != qos:
+        found.append(Finding("cli_filter.lua PREEMPTABLE_QOS", f'"{value}"' if value is not None else "nil",
+                             f'"{qos}" (preempt_qos)', "it puts the declared jobs in that QOS: else slurmctld "
+                             "has none to preempt", refuses=False))
+    limit = re.search(r"^PREEMPTABLE_QOS_GRACE_S\s*=\s*([0-9]+)", lua_text, re.M)
+    if limit is not None and grace_s is not None and int(limit.group(1)) > grace_s:
+        found.append(Finding("cli_filter.lua PREEMPTABLE_QOS_GRACE_S", limit.group(1),
+                             f"at most QOS {qos}'s GraceTime, {grace_s:g}", "a job whose lead time is longer than "
+                             "the grace enters the QOS, and the controller keeps it from slurmctld", refuses=False))
     return found
 
 
@@ -391,9 +436,23 @@ def run_checks(backend: Backend, site_factor_band: int, requeue_exit_code: int,
     found = check(settings, site_factor_band, requeue_exit_code, partitions, preemption)
     read_qos = getattr(backend, "qos_config", None)
     if preemption == "slurm" and qos and callable(read_qos):
-        found += qos_findings(parse_qos(read_qos()), qos)
+        rows = parse_qos(read_qos())
+        found += qos_findings(rows, qos) + installed_cli_filter_findings(settings, rows, qos)
         found = [f for f in found if f.refuses] + [f for f in found if not f.refuses]
     return found
+
+
+def installed_cli_filter_findings(settings: dict[str, str], rows: dict[str, dict[str, str]],
+                                  qos: str) -> list[Finding]:
+    """cli_filter_policy_findings of the cli_filter.lua next to slurm.conf, when this
+    host has one (it may live on the submit hosts only: then nothing is checked)."""
+    path = cli_filter_path(settings)
+    try:
+        with open(path or "", encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    except OSError:
+        return []
+    return cli_filter_policy_findings(text, qos, qos_grace_s(rows, qos))
 
 
 def report(mode: str, findings: list[Finding], log: logging.Logger) -> bool:

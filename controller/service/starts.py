@@ -44,18 +44,20 @@ class Starts:
 
     def apply(self, plan: Plan, observed: dict[str, ObservedJob], now: float, report: RoundReport,
               cpu_pending: dict[str, ObservedJob] | None = None, requeueing: Container[str] = (),
-              shared: dict[str, ObservedJob] | None = None) -> None:
+              shared: dict[str, ObservedJob] | None = None, kept_from_slurm: Container[str] = ()) -> None:
         """``requeueing``: jobs that ended inside their grace period and are requeued
         this round; they keep their pin (Slurm keeps the ReqNodeList on requeue).
         ``shared``: the jobs that ask for MPS shares and no whole GPU (never in the
-        plan; the pending ones get a band, see shared_bands)."""
+        plan; the pending ones get a band, see shared_bands). ``kept_from_slurm``: under
+        ``preemption: slurm``, the running jobs slurmctld must not preempt
+        (Contract.why_not_slurms; see site_factors)."""
         cfg = self.config
         # 1. SiteFactor bands: queue level -> band, plan order within the band; the
         # pending CPU-only jobs (never in the plan) queue 1's band (see cpu_bands), the
         # pending MPS jobs their own queue's (see shared_bands).
         cpu_pending = cpu_pending or {}
         shared = shared or {}
-        factors = self.site_factors(plan, observed)
+        factors = self.site_factors(plan, observed, kept_from_slurm)
         factors.update(self.cpu_bands(cpu_pending))
         shared_factors, levels = self.shared_bands(shared)
         factors.update(shared_factors)
@@ -159,11 +161,13 @@ class Starts:
         self.pin_causes.pop(job_id, None)
         self.executor.when_acting(lambda: self.store.clear_pin(self.config.cluster, job_id))
 
-    def site_factors(self, plan: Plan, observed: dict[str, ObservedJob]) -> dict[str, int]:
+    def site_factors(self, plan: Plan, observed: dict[str, ObservedJob],
+                     kept_from_slurm: Container[str] = ()) -> dict[str, int]:
         """The pending jobs' SiteFactors (controller.core.bands.site_factors); when
         slurmctld preempts (``preemption: slurm``) the running jobs' in the plan too
         (controller.core.bands.running_site_factors), so that Slurm's priority rule
-        picks victims in the plan's order."""
+        picks victims in the plan's order, and ``kept_from_slurm`` a band above every
+        pending job, so that it never picks them."""
         pending = {j for j, job in observed.items() if job.state == "PENDING"}
         queue_count = len(self.config.queues_gpu_s) + 1
         factors = site_factors(plan.order, plan.levels, pending, self.accounts.started_once, queue_count,
@@ -171,7 +175,8 @@ class Starts:
         if self.config.preemption == "slurm":
             running = [j for j, job in observed.items() if job.state == "RUNNING" and j in plan.levels
                        and not job.array_record]
-            factors.update(running_site_factors(plan.levels, running, queue_count, self.config.site_factor_band))
+            factors.update(running_site_factors(plan.levels, running, queue_count, self.config.site_factor_band,
+                                                [j for j in running if j in kept_from_slurm]))
         return factors
 
     def cpu_bands(self, cpu_pending: dict[str, ObservedJob]) -> dict[str, int]:
