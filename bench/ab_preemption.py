@@ -172,7 +172,7 @@ def summarize(mechanism, jobs, submitted, runs, unfinished, started_within_s) ->
             "extra_gpu_s": run_gpu_s - done_work, "not_completed": len(not_completed)}
 
 
-def predict(jobs: list[dict], mechanism: str, settings: dict, launch_s: float = 0.25) -> dict:
+def predict(jobs: list[dict], mechanism: str, settings: dict, release: str, launch_s: float = 0.25) -> dict:
     """What `tiresias simulate --like-controller CONFIG --slurm-starts --time-limit-min 60`
     says of this workload under ``mechanism`` (controller.cli.simulate.controller_costs:
     under slurm the QOS GraceTime plus slurmctld's requeue lag), on the site's node kinds
@@ -181,6 +181,7 @@ def predict(jobs: list[dict], mechanism: str, settings: dict, launch_s: float = 
     jobs are tpreempt's (``preemptable``), and the undeclared ones preempt them by
     priority when they run in tcrossprio (``--qos=tcrossprio`` in their options), else
     nobody (22.05: WITHIN only)."""
+    from controller.cli.argtypes import slurm_release
     from controller.cli.simulate import controller_costs
     from controller.core.model import JobSpec
     from controller.replay.results import summarize
@@ -191,7 +192,7 @@ def predict(jobs: list[dict], mechanism: str, settings: dict, launch_s: float = 
     with tempfile.TemporaryDirectory(prefix="tiresias-abp-predict-") as tmp:
         config = load(str(write_config(Path(tmp) / "t.yaml", "sqlite:///unused.db", "predict", preemption=mechanism,
                                        preempt_qos="tpreempt", **settings)))
-    costs = controller_costs(config)
+    costs = controller_costs(config, slurm_release(release))
     specs = [JobSpec(str(k), j["gpus"], j["arrival"], float(j["work"]) + launch_s, min_nodes=-(-j["gpus"] // 4),
                      max_nodes=-(-j["gpus"] // 4), partitions=("urgent",) if "urgent" in j["extra"] else ("batch",),
                      gpu_type=j["type"], preemptable="no-requeue" not in j["extra"])
@@ -248,7 +249,7 @@ def main() -> int:
         name = f"ab{mechanism[:4]}{os.getpid() % 10000}"
         # the undeclared jobs' QOS only where slurmctld preempts (the controller's instance has none)
         jobs = site_jobs(base, args.undeclared_qos if mechanism == "slurm" else "")
-        predicted = predict(jobs, mechanism, settings)
+        predicted = predict(jobs, mechanism, settings, release)
         print(f"{mechanism}: the simulator predicts avg JCT {predicted['avg_jct_s']:.1f} s", flush=True)
         if args.save:
             args.save.mkdir(parents=True, exist_ok=True)

@@ -184,10 +184,15 @@ def test_the_simulator_charges_slurms_requeue_lag_and_no_controller_caps_under_s
     from controller.service.config import from_mapping
 
     own = controller_costs(from_mapping({"preempt_grace_s": 10.0}))
-    slurm = controller_costs(from_mapping({"preempt_grace_s": 10.0, "preemption": "slurm"}))
+    config = from_mapping({"preempt_grace_s": 10.0, "preemption": "slurm"})
+    slurm = controller_costs(config)
     assert own["preempt_grace_s"] == 10.0 and own["requeue_ended_in_grace"] and own["preempt_max_per_job"] == 10
-    assert slurm["preempt_grace_s"] == 10.0 + SLURM_REQUEUE_LAG_S
-    assert not slurm["requeue_ended_in_grace"] and slurm["preempt_max_per_job"] is None
+    assert slurm["preempt_grace_s"] == 10.0 + SLURM_REQUEUE_LAG_S and slurm["preempt_max_per_job"] is None
+    # a victim that ends in its grace: requeued from 24.05 (bench/ab_preemption.py saw it rerun on 26.05),
+    # left ended before (22.05: TIMEOUT)
+    assert slurm["requeue_ended_in_grace"] and controller_costs(config, (24, 5))["requeue_ended_in_grace"]
+    assert not controller_costs(config, (22, 5))["requeue_ended_in_grace"]
+    assert not controller_costs(config, (23, 11))["requeue_ended_in_grace"]
 
 
 def test_preflight_reads_the_qos_grace_and_checks_cli_filters_policy_against_it(tmp_path):
@@ -209,3 +214,18 @@ def test_preflight_reads_the_qos_grace_and_checks_cli_filters_policy_against_it(
     assert cli_filter_path(settings) == str(tmp_path / "cli_filter.lua")
     assert len(installed_cli_filter_findings(settings, parse_qos("a|requeue,within|00:00:10||\n"), "a")) == 1
     assert installed_cli_filter_findings({"SLURM_CONF": "/nonexistent/slurm.conf"}, rows, "a") == []
+
+
+def test_simulate_takes_the_slurm_release_and_names_a_bad_one(capsys):
+    import argparse
+
+    from controller.cli.argtypes import slurm_release
+
+    assert slurm_release("22.05") == (22, 5) and slurm_release("26.05.3") == (26, 5)
+    for bad in ("22", "22.5", "v26.05", "26.05.x"):
+        try:
+            slurm_release(bad)
+        except argparse.ArgumentTypeError as err:
+            assert f"'{bad}' is not a Slurm release" in str(err)
+        else:
+            raise AssertionError(bad)

@@ -88,6 +88,14 @@ def thresholds(text: str) -> tuple[float, ...]:
     return values
 
 
+def slurm_release(text: str) -> tuple[int, int]:
+    """A Slurm release as MAJOR.MINOR (22.05, 26.05; a patch level is ignored)."""
+    found = re.fullmatch(r"([0-9]{2})\.([0-9]{2})(?:\.[0-9]{1,3})?", text.strip())
+    if found is None:
+        raise argparse.ArgumentTypeError(f"value '{shorten(text)}' is not a Slurm release like 22.05 or 26.05.3")
+    return int(found.group(1)), int(found.group(2))
+
+
 def objective_weights(text: str) -> tuple[float, float, float]:
     """w1,w2,w3 of the multi-partition objective (C_avg, C_max, 1 - C_util), each >= 0."""
     parts = text.split(",")

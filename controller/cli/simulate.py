@@ -85,6 +85,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                           "(controller.replay.slurm_preemption); a round at every event, as slurmctld schedules")
     sch.add_argument("--time-limit-min", type=argtypes.non_negative_float, default=None,
                      help="with --slurm-starts: every job's --time, which backfill reserves by (default: none)")
+    sch.add_argument("--slurm-release", type=argtypes.slurm_release, default=None, metavar="MAJOR.MINOR",
+                     help="with --like-controller and preemption: slurm: the Slurm release, e.g. 22.05 (before "
+                          "24.05 a victim that ends in its grace is not requeued; default: a current release)")
     sch.add_argument("--placement", choices=("consolidate", "spread", "count"), default="consolidate",
                      help="consolidate skewed jobs (default), spread everything, or count GPUs only")
     sch.add_argument("--pack-limit", type=argtypes.unit_float, default=0.5, help="PACKLIMIT skew (default 0.5)")
@@ -144,9 +147,14 @@ def _load_actuals(args):
 # later scheduling attempt, not at the grace's end): measured 10-11 s with GraceTime 10
 # and 30 on 22.05, 24.11 and 26.05 (docs/slurm-preemption.md, fact 3).
 SLURM_REQUEUE_LAG_S = 10.0
+# From 24.05 slurmctld requeues a job that ends, whatever its exit, while it is in its
+# preemption grace ("assume the job completed on signal": proc_req.c
+# _slurm_rpc_complete_batch_script, GRACE_PREEMPT); 22.05 and 23.x let it end (TIMEOUT
+# or COMPLETED). docs/slurm-preemption.md, fact 7.
+SLURM_REQUEUES_ENDED_IN_GRACE_FROM = (24, 5)
 
 
-def controller_costs(config) -> dict:
+def controller_costs(config, slurm_release: tuple[int, int] | None = None) -> dict:
     """What a controller with this service Config (controller.service.config) costs, as
     SimConfig/EngineConfig keyword values: rounds every interval_s, a victim holds its
     GPUs for preempt_grace_s, then waits requeue_settle_s before its BeginTime is
@@ -157,12 +165,14 @@ def controller_costs(config) -> dict:
     ``preemption: slurm``: slurmctld signals and requeues. preempt_grace_s and
     preempt_min_runtime_s then stand for the QOS's GraceTime and PreemptExemptTime (the
     admin sets them alike), and the victim keeps its GPUs SLURM_REQUEUE_LAG_S beyond the
-    grace; Slurm has no per-job cap and does not requeue a job that ended in its grace."""
+    grace; Slurm has no per-job cap, and requeues a job that ended in its grace from
+    24.05 on (``slurm_release`` (major, minor); None: a current release)."""
     if config.preemption == "slurm":
+        requeues_ended = slurm_release is None or tuple(slurm_release) >= SLURM_REQUEUES_ENDED_IN_GRACE_FROM
         return {"round_interval_s": config.interval_s,
                 "preempt_grace_s": config.preempt_grace_s + SLURM_REQUEUE_LAG_S,
                 "requeue_delay_s": config.requeue_settle_s, "preempt_min_runtime_s": config.preempt_min_runtime_s,
-                "preempt_max_per_job": None, "requeue_ended_in_grace": False}
+                "preempt_max_per_job": None, "requeue_ended_in_grace": requeues_ended}
     return {"round_interval_s": config.interval_s, "preempt_grace_s": config.preempt_grace_s,
             "requeue_delay_s": config.requeue_settle_s, "preempt_min_runtime_s": config.preempt_min_runtime_s,
             "preempt_max_per_job": config.preempt_max_per_job,
@@ -176,7 +186,7 @@ def _costs(args) -> dict:
     if getattr(args, "like_controller", None):
         from controller.service.config import load
 
-        base.update(controller_costs(load(args.like_controller)))
+        base.update(controller_costs(load(args.like_controller), getattr(args, "slurm_release", None)))
     for name in base:
         value = getattr(args, name, None)
         if value is not None:
