@@ -214,8 +214,8 @@ class Contract:
             return f"runs in QOS {job.qos}, not {qos}: slurmctld never preempts it"
         signal = self.declared(job)
         if signal is not None and signal.source == PREEMPTABLE_SOURCE:
-            return (f"opted in by its comment without a --signal of its own, which is all slurmctld sends when "
-                    f"it preempts: kept above every pending job, never preempted")
+            return ("opted in by its comment without a --signal of its own, which is all slurmctld sends when "
+                    "it preempts: kept above every pending job, never preempted")
         lead_s = (signal.lead_s or 0) if signal is not None else 0
         if self.qos_grace_s is None:
             return f"QOS {qos}'s GraceTime not read from slurmdbd yet: kept above every pending job until it is"
