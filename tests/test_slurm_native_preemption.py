@@ -97,9 +97,16 @@ def set_site_factor(inst: Instance, job: str, value: int) -> None:
     inst.run(["scontrol", "update", f"JobId={job}", f"SiteFactor={value}"])
 
 
-def wait_running(inst: Instance, job: str, timeout_s: float = 60) -> dict:
+def wait_running(inst: Instance, job: str, out: Path | None = None, timeout_s: float = 60) -> dict:
+    """The job's record once it runs and, given its output ``out``, once its script has
+    set its traps (its "start" line): squeue says RUNNING before slurmstepd has started
+    bash, and a USR1 that comes first ends the job (bash's default action). On a loaded
+    machine that took over a second, and 26.05 requeued the killed job (fact 7)."""
     wait_for(lambda: rec(inst, job)["job_state"] == "RUNNING", timeout_s, f"job {job} to run",
              seen=seen(inst, job))
+    if out is not None:
+        wait_for(lambda: events(out, "start"), timeout_s, f"job {job}'s script to set its traps",
+                 seen=seen(inst, job))
     return rec(inst, job)
 
 
@@ -186,7 +193,7 @@ def test_within_preempts_only_for_strictly_higher_priority(iso):
     running one only when its priority is strictly higher (preempt_qos.c
     preempt_p_preemptable: ``preemptor->priority > preemptee->priority``)."""
     victim, vout = submit(iso, "victim", qos="tpreempt", signal="B:USR1@5")
-    wait_running(iso, victim)
+    wait_running(iso, victim, vout)
     set_site_factor(iso, victim, 1000)
     vprio = rec(iso, victim)["priority"]
     newcomer, _ = submit(iso, "newcomer", qos="tpreempt", signal="B:USR1@5", user="bob")
@@ -213,7 +220,7 @@ def test_within_alone_leaves_jobs_unpreemptable(iso):
     and WITHIN is masked off; job_test.c skips candidates whose mode is OFF): the mode
     to set is `requeue,within`."""
     victim, vout = submit(iso, "victim", qos="twithin", signal="B:USR1@5")
-    wait_running(iso, victim)
+    wait_running(iso, victim, vout)
     newcomer, _ = submit(iso, "newcomer", qos="twithin", signal="B:USR1@5", user="bob")
     set_site_factor(iso, newcomer, 100000)
     show = seen(iso, victim, newcomer)
@@ -233,7 +240,7 @@ def test_grace_time_sends_the_jobs_own_signal_then_requeues(iso):
     next try, so GraceTime <= signal-to-requeue <= GraceTime + 30 s. The requeued job
     then waits (Reason=BeginTime) cred_expire + 1 s before it may start again."""
     victim, vout = submit(iso, "victim", qos="tpreempt", signal="B:USR1@5")
-    wait_running(iso, victim)
+    wait_running(iso, victim, vout)
     set_site_factor(iso, victim, 1000)
     newcomer, _ = submit(iso, "newcomer", qos="tpreempt", signal="B:USR1@5", user="bob")
     show = seen(iso, victim, newcomer)
@@ -276,7 +283,7 @@ def test_undeclared_job_in_another_qos_is_never_preempted(iso):
     preempt_p_preemptable: same QOS needs WITHIN; another QOS needs the preemptor's
     Preempt list)."""
     undeclared, uout = submit(iso, "undeclared")
-    wait_running(iso, undeclared)
+    wait_running(iso, undeclared, uout)
     declared, _ = submit(iso, "declared", qos="tpreempt", signal="B:USR1@5", user="bob")
     plain, _ = submit(iso, "plain", user="bob")
     set_site_factor(iso, declared, 100000)
@@ -296,7 +303,7 @@ def test_other_qos_preempts_through_its_preempt_list_whatever_the_priority(iso):
     counts (preempt_qos.c preempt_p_preemptable; 25.05+ compares priorities only when
     the preemptor's QOS or the cluster has PreemptMode PRIORITY)."""
     victim, vout = submit(iso, "victim", qos="tpreempt", signal="B:USR1@5")
-    wait_running(iso, victim)
+    wait_running(iso, victim, vout)
     set_site_factor(iso, victim, 100000)
     crosser, _ = submit(iso, "crosser", qos="tcross", user="bob")
     show = seen(iso, victim, crosser)
@@ -311,7 +318,7 @@ def test_priority_mode_makes_the_preempt_list_follow_priority(iso):
     if slurm_version(iso) < (25, 5):
         pytest.skip("PreemptMode=PRIORITY is 25.05+ (sacctmgr refuses it before)")
     victim, vout = submit(iso, "victim", qos="tpreempt", signal="B:USR1@5")
-    wait_running(iso, victim)
+    wait_running(iso, victim, vout)
     set_site_factor(iso, victim, 1000)
     crosser, _ = submit(iso, "crosser", qos="tcrossprio", user="bob")
     show = seen(iso, victim, crosser)
@@ -332,7 +339,7 @@ def test_preempt_exempt_time_protects_a_young_victim(iso):
     acct_policy_is_job_preempt_exempt: now < start + PreemptExemptTime), then
     preempts it (GraceTime 0: signal and requeue at once)."""
     victim, vout = submit(iso, "victim", qos="texempt", signal="B:USR1@5")
-    started = wait_running(iso, victim)["start_time"]
+    started = wait_running(iso, victim, vout)["start_time"]
     set_site_factor(iso, victim, 1000)
     newcomer, _ = submit(iso, "newcomer", qos="texempt", signal="B:USR1@5", user="bob")
     set_site_factor(iso, newcomer, 2000)
