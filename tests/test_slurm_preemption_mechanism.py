@@ -151,15 +151,19 @@ twithin|within|00:00:00||
 """
 
 
-def qos_found(name):
+def qos_found(name, cluster_exempt="00:01:00"):
     from controller.service.preflight import parse_qos, qos_findings
 
-    return {f.setting: f for f in qos_findings(parse_qos(QOS_ROWS), name)}
+    return {f.setting: f for f in qos_findings(parse_qos(QOS_ROWS), name, cluster_exempt)}
 
 
 def test_preflight_checks_the_declared_jobs_qos():
     assert list(qos_found("tpreempt")) == ["QOS tcross Preempt"]  # a Preempt list that ignores the bands: warned
     assert not qos_found("tpreempt")["QOS tcross Preempt"].refuses
+    # no minimum run time, the QOS's nor slurm.conf's: a job may be preempted before it has set its trap
+    no_exempt = qos_found("tpreempt", cluster_exempt="00:00:00")["QOS tpreempt PreemptExemptTime"]
+    assert not no_exempt.refuses and no_exempt.value == "00:00:00"
+    assert "QOS texempt PreemptExemptTime" not in qos_found("texempt", cluster_exempt="")  # its own 00:00:40
     assert qos_found("twithin")["QOS twithin PreemptMode"].refuses  # within alone: never preempted
     assert qos_found("normal")["QOS normal PreemptMode"].refuses
     assert not qos_found("texempt")["QOS texempt GraceTime"].refuses  # no grace: warned

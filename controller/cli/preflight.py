@@ -73,8 +73,8 @@ def run(args) -> int:
     findings = check(settings, config.site_factor_band, REQUEUE_EXIT_CODE, partitions, config.preemption)
     if config.preemption == "slurm" and qos_text is not None:
         rows = parse_qos(qos_text)
-        findings += qos_findings(rows, config.preempt_qos) + installed_cli_filter_findings(settings, rows,
-                                                                                         config.preempt_qos)
+        findings += qos_findings(rows, config.preempt_qos, settings.get("PreemptExemptTime", "")) + \
+            installed_cli_filter_findings(settings, rows, config.preempt_qos)
         findings = [f for f in findings if f.refuses] + [f for f in findings if not f.refuses]
     refusing = sum(f.refuses for f in findings)
     warnings = len(findings) - refusing

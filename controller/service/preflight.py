@@ -286,9 +286,12 @@ def qos_grace_s(rows: dict[str, dict[str, str]], qos: str) -> Optional[float]:
     """QOS ``qos``'s GraceTime in seconds from ``parse_qos`` rows (sacctmgr prints
     ``[D-]HH:MM:SS``; empty is 0); None when the QOS is missing or the time unreadable."""
     row = rows.get(qos)
-    if row is None:
-        return None
-    text = row["GraceTime"].strip()
+    return None if row is None else _duration_s(row["GraceTime"])
+
+
+def _duration_s(text: str) -> Optional[float]:
+    """sacctmgr's and scontrol's ``[D-]HH:MM:SS`` in seconds; empty is 0; None when unreadable."""
+    text = text.strip()
     if not text:
         return 0.0
     found = re.fullmatch(r"(?:([0-9]+)-)?([0-9]+):([0-9]{2}):([0-9]{2})", text)
@@ -298,14 +301,17 @@ def qos_grace_s(rows: dict[str, dict[str, str]], qos: str) -> Optional[float]:
     return float(((days * 24 + hours) * 60 + minutes) * 60 + seconds)
 
 
-def qos_findings(rows: dict[str, dict[str, str]], qos: str) -> list[Finding]:
+def qos_findings(rows: dict[str, dict[str, str]], qos: str, cluster_exempt: str = "") -> list[Finding]:
     """What ``preemption: slurm`` needs of the declared jobs' QOS ``qos``
     (docs/slurm-preemption.md, facts 2-4): it exists; its PreemptMode requeues and
     compares priorities (requeue,within; 25.05+ requeue,priority): ``within`` alone
     leaves its jobs unpreemptable, no within/priority lets none of them preempt
     another; a GraceTime (else the signal and the requeue come in one pass: no time to
     checkpoint; a warning). Warning: another QOS whose Preempt list names it without
-    PRIORITY preempts its jobs whatever their band."""
+    PRIORITY preempts its jobs whatever their band. Warning: no PreemptExemptTime (the
+    QOS's, else slurm.conf's ``cluster_exempt``): a job slurmctld has just started may
+    be preempted before its script has set its signal trap, which the signal then ends,
+    and before the controller has raised its band."""
     setting = f"QOS {qos} PreemptMode"
     row = rows.get(qos)
     if row is None:
@@ -320,6 +326,13 @@ def qos_findings(rows: dict[str, dict[str, str]], qos: str) -> list[Finding]:
     if row["GraceTime"] in ("", "00:00:00", "0"):
         found.append(Finding(f"QOS {qos} GraceTime", row["GraceTime"] or "0", "the checkpoint lead time, e.g. 00:01:00",
                              "with no grace slurmctld signals and requeues in one pass: no time to checkpoint",
+                             refuses=False))
+    exempt = row["PreemptExemptTime"].strip() or cluster_exempt.strip()
+    if not _duration_s(exempt):
+        found.append(Finding(f"QOS {qos} PreemptExemptTime", exempt or "(none)",
+                             "a minimum run time, e.g. 00:01:00 (preempt_min_runtime_s)",
+                             "a job slurmctld has just started may be preempted before its script has set its "
+                             "signal trap (the signal then ends it) and before the controller raised its band",
                              refuses=False))
     for name, other in rows.items():
         if name != qos and qos in other["Preempt"].split(",") and "PRIORITY" not in _modes(other["PreemptMode"]):
@@ -437,7 +450,8 @@ def run_checks(backend: Backend, site_factor_band: int, requeue_exit_code: int,
     read_qos = getattr(backend, "qos_config", None)
     if preemption == "slurm" and qos and callable(read_qos):
         rows = parse_qos(read_qos())
-        found += qos_findings(rows, qos) + installed_cli_filter_findings(settings, rows, qos)
+        found += qos_findings(rows, qos, settings.get("PreemptExemptTime", "")) + \
+            installed_cli_filter_findings(settings, rows, qos)
         found = [f for f in found if f.refuses] + [f for f in found if not f.refuses]
     return found
 
