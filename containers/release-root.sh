@@ -68,9 +68,12 @@ in_chroot() {
 build_root() {
     [ "$(id -u)" = 0 ] || die "need root to build $ROOT"
     if [ ! -f "$DONE" ]; then
+        # Two roots are built at the same time (make test): one apt at a time, or the second
+        # loses apt's lock ("Could not get lock /var/lib/apt/lists/lock") on a fresh machine.
         command -v debootstrap >/dev/null || {
             log "installing debootstrap"
-            apt-get update -q >/dev/null && apt-get install -y -q debootstrap >/dev/null \
+            flock /run/lock/tiresias-apt.lock bash -c 'command -v debootstrap >/dev/null \
+                || { apt-get update -q >/dev/null && apt-get install -y -q debootstrap >/dev/null; }' \
                 || die "apt-get install debootstrap failed"
         }
         local t0=$SECONDS
@@ -158,6 +161,8 @@ enter() {
         mount --rbind /sys "$root/sys"
         mount -t tmpfs tmpfs "$root/run"
         mount -t tmpfs tmpfs "$root/tmp"
+        # a checkout under /tmp: its mount point is on the tmpfs just mounted
+        mkdir -p "$root$repo"
         mount --bind "$repo" "$root$repo"
         if [ -n "$pyv" ]; then
             mount --bind -o ro "/usr/bin/python$pyv" "$root/opt/host-python/bin/python$pyv"

@@ -318,3 +318,40 @@ def test_a_schema_another_process_created_between_our_look_and_our_create_is_use
                         lambda conn: MetaData.create_all(store_module.metadata, conn, checkfirst=False))
     with Store(url) as store:
         assert store.found_version is None and store._stored_version() == store_module.SCHEMA_VERSION
+
+
+def test_an_opener_that_lost_the_create_race_waits_for_the_version_row(tmp_path, monkeypatch):
+    """The creator's tables are visible before its version row (SQLite commits each
+    CREATE TABLE on its own): the opener whose create lost the race waits for the row
+    instead of comparing None with a version (a TypeError in a command started beside
+    a controller's first start)."""
+    import controller.service.store as store_module
+    from sqlalchemy import MetaData
+
+    url = f"sqlite:///{tmp_path}/race.db"
+    Store(url).close()
+    real_version = Store._stored_version
+    looks = []
+
+    def row_visible_from_the_fourth_look(self):
+        looks.append(1)
+        return None if len(looks) < 4 else real_version(self)
+
+    monkeypatch.setattr(Store, "_stored_version", row_visible_from_the_fourth_look)
+    monkeypatch.setattr(store_module.metadata, "create_all",
+                        lambda conn: MetaData.create_all(store_module.metadata, conn, checkfirst=False))
+    with Store(url) as store:
+        assert store.schema_version == store_module.SCHEMA_VERSION and len(looks) >= 4
+
+
+def test_an_opener_whose_racing_creator_never_writes_a_version_gets_one_line(tmp_path, monkeypatch):
+    import controller.service.store as store_module
+    from sqlalchemy import MetaData
+
+    url = f"sqlite:///{tmp_path}/race.db"
+    Store(url).close()
+    monkeypatch.setattr(Store, "_stored_version", lambda self: None)
+    monkeypatch.setattr(store_module.metadata, "create_all",
+                        lambda conn: MetaData.create_all(store_module.metadata, conn, checkfirst=False))
+    with pytest.raises(StoreError, match="wrote no schema_version within 0.2 s"):
+        Store(url, busy_timeout_s=0.2)

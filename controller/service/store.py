@@ -384,7 +384,7 @@ class Store:
                 # schema between our look and our create: theirs stands, read it
                 if "already exists" not in str(err):
                     raise
-            found = self._stored_version()
+            found = self._version_once_created()
         if found > SCHEMA_VERSION:
             raise StoreError(
                 f"database {self.name}: schema version {found} is newer than this controller's {SCHEMA_VERSION}"
@@ -396,6 +396,20 @@ class Store:
             self._upgrade(found)
             found = SCHEMA_VERSION
         self.schema_version = int(found)
+
+    def _version_once_created(self) -> int:
+        """The schema version, waiting (up to ``busy_timeout_s``) for the process that
+        is creating the schema to commit its version row: SQLite commits each CREATE
+        TABLE on its own, so a racing opener may see the tables before that row."""
+        deadline = time.monotonic() + self.busy_timeout_s
+        while True:
+            found = self._stored_version()
+            if found is not None:
+                return found
+            if time.monotonic() >= deadline:
+                raise StoreError(f"database {self.name}: another process created the schema but wrote no "
+                                 f"schema_version within {self.busy_timeout_s:g} s")
+            time.sleep(0.05)
 
     def _stored_version(self) -> Optional[int]:
         """The schema version the database records; None when it holds no schema yet."""
