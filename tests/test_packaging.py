@@ -94,9 +94,13 @@ def test_documented_install_starts_against_the_test_cluster(tmp_path, slurm_clus
     proc = subprocess.run(["bash", "-c", install], cwd=source, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     config = tmp_path / "tiresias.yaml"
-    config.write_text((ROOT / "packaging" / "tiresias.yaml").read_text() + "\n"
-                      f"database_url: sqlite:///{tmp_path}/state/tiresias.db\n"
-                      f"usage_spool_dir: {tmp_path}/spool/usage\nmode: shadow\ncluster: packaging-test\n")
+    # the admin edits the shipped file's own lines (a key written twice is refused)
+    edits = {"database_url": f"sqlite:///{tmp_path}/state/tiresias.db", "usage_spool_dir": f"{tmp_path}/spool/usage",
+             "mode": "shadow", "cluster": "packaging-test"}
+    shipped = (ROOT / "packaging" / "tiresias.yaml").read_text().splitlines()
+    assert all(sum(line.startswith(f"{key}:") for line in shipped) == 1 for key in edits)
+    config.write_text("\n".join(next((f"{key}: {value}" for key, value in edits.items()
+                                       if line.startswith(f"{key}:")), line) for line in shipped) + "\n")
     argv = [arg.replace(INSTALL.group(1), str(prefix)).replace("/etc/tiresias/tiresias.yaml", str(config))
             for arg in _exec_start()] + ["--once"]
     assert Path(argv[0]).is_file()

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -135,3 +136,22 @@ def test_cli_bad_input(argv, expected, capsys):
     assert cli.main(["tune", *argv, "--workers", "1"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("tiresias tune: error:") and expected in err
+
+
+def test_tunes_block_pasted_above_the_shipped_yaml_is_refused_in_one_line_naming_the_key(tmp_path):
+    """The shipped YAML lists every key, so tune's block pasted at its top repeats
+    them: YAML alone would keep the file's later defaults and lose the tuning."""
+    shipped = (Path(__file__).resolve().parent.parent / "packaging" / "tiresias.yaml").read_text()
+    block = yaml_block(Setting(thresholds_gpu_s=(1000.0, 8000.0)), "dlas")
+    assert block.splitlines()[0].startswith("policy: ")
+    policy_line = 1 + len(block.splitlines()) + shipped.splitlines().index(
+        next(line for line in shipped.splitlines() if line.startswith("policy:")))
+    pasted = tmp_path / "tiresias.yaml"
+    pasted.write_text(block + "\n" + shipped)
+    with pytest.raises(InputError) as err:
+        config.load(str(pasted))
+    assert str(err.value) == f"{pasted}:{policy_line}: not valid YAML ('policy' twice, lines 1 and {policy_line})"
+    # pasted in place of the file's own keys, the tuned values are what load gives
+    kept = [line for line in shipped.splitlines() if line.split(":")[0] not in {"policy", "queues_gpu_s", "promote_knob"}]
+    pasted.write_text(block + "\n" + "\n".join(kept) + "\n")
+    assert config.load(str(pasted)).queues_gpu_s == (1000.0, 8000.0)

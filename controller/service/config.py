@@ -420,6 +420,20 @@ def _safe_yaml(text: str, source: str) -> Any:
             finally:
                 self.depth -= 1
 
+        def construct_mapping(self, node, deep=False):
+            # YAML keeps the later of two equal keys without a word: a block pasted above
+            # the shipped file's own keys (tune's output) would then be silently lost
+            first_line: dict = {}
+            for key_node, _ in node.value:
+                if isinstance(key_node, yaml.ScalarNode):
+                    line = key_node.start_mark.line + 1
+                    if key_node.value in first_line:
+                        raise yaml.constructor.ConstructorError(
+                            None, None, f"'{shorten(key_node.value, 40)}' twice, lines {first_line[key_node.value]} and {line}",
+                            key_node.start_mark)
+                    first_line[key_node.value] = line
+            return super().construct_mapping(node, deep=deep)
+
     try:
         return yaml.load(text, Loader=Loader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as err:
