@@ -329,3 +329,17 @@ def test_time_bounds():
     assert parse_time_bound("now-1days", "t", now_s=100000.0) == 13600.0
     assert parse_time_bound("1796060510", "t") == 1796060510.0
     assert parse_time_bound("2026-11-30T17:41:50", "t") == 1796060510.0
+
+
+def test_trace_export_takes_sacct_spellings_of_user_and_partition(tmp_path, capsys):
+    """-u/--user and -r/--partition as sacct spells them select what --users/--partitions do."""
+    outputs = {}
+    for flags in (["--users", "alice"], ["-u", "alice"], ["--user", "alice"]):
+        out = tmp_path / f"{'_'.join(flags)}.csv"
+        assert cli.main(["trace", "export", "--from-file", str(TEXT_2205), "--out", str(out), *flags]) == 0
+        outputs[tuple(flags)] = out.read_text()
+    assert len(set(outputs.values())) == 1 and outputs[("-u", "alice")].count("\n") > 1
+    capsys.readouterr()
+    assert cli.main(["trace", "export", "--from-file", str(TEXT_2205), "--out", str(tmp_path / "r.csv"),
+                     "-r", "no-such-partition"]) == 0
+    assert "no jobs in the window" in capsys.readouterr().err

@@ -1,6 +1,7 @@
 """Slurm's habits in the `tiresias` command line (issue 29, item 4): --version, the
 command list for a bare `tiresias`, squeue's options on `queue`, one free-GPU count for
 `queue` and `explain`, and a --levers replay that says when it stopped early."""
+import dataclasses
 import json
 import re
 import tomllib
@@ -15,6 +16,7 @@ from controller.core.engine import EngineConfig
 from controller.core.model import JobSpec
 from controller.replay.cluster import SimConfig
 from controller.replay.lever_replay import LeverSettings, replay_levers
+from controller.cli.reports import format_elapsed
 from tests.conftest import ROOT
 from tests.test_controller import ScriptedBackend
 from tests.test_queue_explain import cluster  # noqa: F401  (pytest fixture)
@@ -112,7 +114,7 @@ def test_queue_format_names_what_it_does_not_know(cluster, capsys, text, named):
 
 def test_queue_parsable_and_noheader(cluster, capsys):  # noqa: F811
     config_file, _ = cluster
-    parsable = _queue(capsys, config_file, "-p", "-o", "jobid,st,action")
+    parsable = _queue(capsys, config_file, "--parsable", "-o", "jobid,st,action")
     assert parsable == ["JOBID|ST|ACTION|", "2|PD|start|", "1|R|preempt|", "3|PD|wait|"]
     assert _queue(capsys, config_file, "--parsable", "-h", "-o", "%i") == ["2|", "1|", "3|"]
     bare = _queue(capsys, config_file, "-h", "-o", "jobid,st")
@@ -173,3 +175,20 @@ def test_levers_says_when_it_stops_at_its_round_limit():
     assert levers_cut_short(cut).startswith("--levers stopped at 3 rounds with 1 job(s) not finished")
     whole = _lever_replay(max_rounds=100)
     assert whole.unfinished_jobs == 0 and levers_cut_short(whole) == ""
+
+
+def test_queue_takes_squeues_filters_and_its_default_format(cluster, capsys):  # noqa: F811
+    """squeue's -p is --partition and -j --jobs; its default -o works as it is."""
+    config_file, backend = cluster
+    for job_id in ("1", "2"):
+        backend.jobs[job_id] = dataclasses.replace(backend.jobs[job_id], name=f"train{job_id}")
+    backend.jobs["3"] = dataclasses.replace(backend.jobs["3"], partition="other", name="sweep")
+    assert [line.split()[0] for line in _queue(capsys, config_file, "-h", "-o", "%i", "-p", "batch")] == ["2", "1"]
+    assert [line.split()[0] for line in _queue(capsys, config_file, "-h", "-o", "%i", "-p", "other")] == ["3"]
+    assert [line.split()[0] for line in _queue(capsys, config_file, "-h", "-o", "%i", "-j", "3,1")] == ["1", "3"]
+    lines = _queue(capsys, config_file, "-o", "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R")
+    assert lines[0].split() == ["JOBID", "PARTITION", "NAME", "USER", "ST", "TIME", "NODES", "NODELIST(REASON)"]
+    rows = {line.split()[0]: line.split()[1:] for line in lines[1:4]}
+    ran_s = backend.now - backend.jobs["1"].start_time_s
+    assert rows["1"] == ["batch", "train1", "alice", "R", format_elapsed(ran_s), "4", "gpu1,gpu2,gpu3,gpu4"]
+    assert rows["3"] == ["other", "sweep", "alice", "PD", "00:00:00", "1", "(JobHeldUser)"]

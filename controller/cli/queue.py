@@ -13,7 +13,9 @@ squeue's habits: -o/--format takes column names (jobid,user,partition,gpus,st,
 state,priority,level,position,key,action,reason) or squeue's specifiers %i (job
 id), %u (user), %P (partition), %b (GPUs, a count), %t (state code), %T (state),
 %Q (priority: queue:position), %r (reason); widths (%.18i) are accepted, columns
-fit their values. -h is --noheader, as in squeue (--help is help). -p/--parsable
+fit their values; %j (name), %M (time), %D (nodes) and %R (nodes, or the pending
+reason) too, so squeue's default format works as it is. -h is --noheader, as in
+squeue (--help is help); -p is --partition and -j --jobs, as in squeue. --parsable
 prints sacct -p's form: every field followed by '|'.
 """
 from __future__ import annotations
@@ -65,6 +67,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--help", action="help", help="show this help message and exit")
     add_source_arguments(p)
     p.add_argument("-u", "--user", metavar="USER[,USER]", help="only these users' jobs")
+    p.add_argument("-p", "--partition", metavar="PART[,PART]", help="only jobs that may run in these partitions")
+    p.add_argument("-j", "--jobs", metavar="JOBID[,JOBID]",
+                   help="only these jobs (an array's id lists its tasks, as squeue -j does)")
     p.add_argument("-t", "--states", metavar="STATE[,STATE]", help="only these states (PENDING or PD, RUNNING or R)")
     out = p.add_argument_group("output, as squeue's")
     out.add_argument("-o", "--format", metavar="COLUMNS",
@@ -73,7 +78,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                           + reports.QUEUE_DEFAULT_FORMAT + ")")
     out.add_argument("-l", "--long", action="store_true", help="full state names (PENDING) instead of codes (PD)")
     out.add_argument("-h", "--noheader", action="store_true", help="no header line (and no GPU count line)")
-    out.add_argument("-p", "--parsable", action="store_true", help="fields followed by '|', as sacct -p")
+    # long form only: squeue's -p is --partition
+    out.add_argument("--parsable", action="store_true", help="fields followed by '|', as sacct -p")
     out.add_argument("--json", action="store_true",
                      help="one JSON object with every row and the free GPUs (ignores -o, -l, -h, -p)")
     p.epilog = ("PRIORITY(QUEUE:POS): the job's Tiresias queue (1 is served first) and its position in the "
@@ -163,14 +169,24 @@ def queue_rows(view: Preview) -> list[dict]:
             action = "wait"
             reason = plan.wait_reasons.get(job.job_id, job.reason or "")
         level = plan.levels.get(job.job_id)
+        held = job.nodes or tuple(node for node, _ in job.gpus_by_node)
         rows.append({
             "job_id": job.job_id, "user": job.user, "partition": job.partition, "gpus": job.gpus,
             "state": job.state, "level": None if level is None else level + 1, "position": pos,
             "key": plan.keys.get(job.job_id), "action": action, "reason": reason,
-            "slurm_reason": job.reason,
+            "slurm_reason": job.reason, "name": job.name,
+            "time_s": (max(0.0, observation.observed_at_s - job.start_time_s)
+                       if job.state == "RUNNING" and job.start_time_s is not None else 0.0),
+            "node_count": len(held) if job.state == "RUNNING" and held else max(job.min_nodes, 1),
+            "nodelist": ",".join(held),
         })
     rows.sort(key=lambda r: (r["position"] is None, r["position"] or 0, job_sort_key(r["job_id"])))
     return rows
+
+
+def _listed(text: Optional[str]) -> set[str]:
+    """A comma-separated option's values ('' or None: no filter)."""
+    return {item.strip() for item in (text or "").split(",") if item.strip()}
 
 
 def run(args) -> int:
@@ -189,8 +205,12 @@ def run(args) -> int:
         print(f"tiresias queue: Slurm did not answer: {err}", file=sys.stderr)
         return 1
     rows = queue_rows(view)
-    users = {u.strip() for u in (args.user or "").split(",") if u.strip()}
-    rows = [r for r in rows if (not users or r["user"] in users) and (not states or r["state"] in states)]
+    users = _listed(args.user)
+    partitions = _listed(args.partition)
+    jobs = _listed(args.jobs)
+    rows = [r for r in rows if (not users or r["user"] in users) and (not states or r["state"] in states)
+            and (not partitions or partitions & set(r["partition"].split(",")))
+            and (not jobs or r["job_id"] in jobs or r["job_id"].split("_")[0].split("+")[0] in jobs)]
     if view.store_note:
         print(f"tiresias queue: note: {view.store_note}", file=sys.stderr)
     config = view.controller.config

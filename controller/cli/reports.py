@@ -449,11 +449,19 @@ QUEUE_COLUMNS: tuple[QueueColumn, ...] = (
                 "the policy's sort key (MLFQ: the queue index; dgittins: the Gittins index)"),
     QueueColumn("action", "ACTION", "", lambda r: r["action"], "this round: start, preempt, run, wait, or -"),
     QueueColumn("reason", "REASON", "r", lambda r: r["reason"], "why (the plan's reason, or Slurm's)"),
+    QueueColumn("name", "NAME", "j", lambda r: r["name"], "job name"),
+    QueueColumn("time", "TIME", "M", lambda r: format_elapsed(r["time_s"]), "time run so far", right=True),
+    QueueColumn("nodes", "NODES", "D", lambda r: str(r["node_count"]), "nodes held, or asked for", right=True),
+    QueueColumn("nodelist", "NODELIST(REASON)", "R",
+                lambda r: r["nodelist"] if r["state"] == "RUNNING" else f"({r['slurm_reason'] or 'None'})",
+                "nodes of a running job, Slurm's reason of a pending one (squeue's %R)"),
 )
 QUEUE_COLUMNS_BY_NAME = {c.name: c for c in QUEUE_COLUMNS}
 QUEUE_COLUMNS_BY_SPEC = {c.squeue_spec: c for c in QUEUE_COLUMNS if c.squeue_spec}
 QUEUE_DEFAULT_FORMAT = "jobid,user,partition,gpus,st,priority,action,reason"
 QUEUE_LONG_FORMAT = "jobid,user,partition,gpus,state,priority,action,reason"  # --long: full state names
+# squeue's own default -o: accepted as it is, so a habit or a script carries over
+SQUEUE_DEFAULT_FORMAT = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"
 # One squeue specifier: '%', an optional '.' and width (accepted, not used: columns are
 # sized to their values), the letter.
 _SQUEUE_SPEC_RE = re.compile(r"%\.?[0-9]{0,3}([A-Za-z])", re.ASCII)

@@ -63,8 +63,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                              "with --from-file: no limit)")
     export.add_argument("-E", "--endtime", "--end", dest="end", metavar="TIME", default=None,
                         help=f"window end, as sacct -E (default {DEFAULT_END}; with --from-file: no limit)")
-    export.add_argument("--partitions", type=_name_list, default=[], metavar="P,..", help="only these partitions")
-    export.add_argument("--users", type=_name_list, default=[], metavar="U,..", help="only these users")
+    # sacct's spellings (-r/--partition, -u/--user) beside this command's first ones
+    export.add_argument("-r", "--partition", "--partitions", dest="partitions", type=_name_list, default=[],
+                        metavar="P,..", help="only these partitions (as sacct -r)")
+    export.add_argument("-u", "--user", "--users", dest="users", type=_name_list, default=[], metavar="U,..",
+                        help="only these users (as sacct -u)")
     export.add_argument("--from-file", metavar="F",
                         help=f"read a saved `sacct --json -a -X -D` or `sacct -P -a -X -D -o "
                              f"{','.join(SACCT_TEXT_FIELDS)}` output instead of running sacct")
