@@ -44,6 +44,9 @@ from typing import Callable, List, Optional
 
 DEFAULT_SIGNAL = "USR1"
 SIGNAL_ENV = "TIRESIAS_CHECKPOINT_SIGNAL"
+# "1": TERM asks for a checkpoint too. scancel and Slurm's time limit send TERM, then KILL
+# KillWait seconds later (30 s by default); the controller itself never sends TERM.
+ON_TERM_ENV = "TIRESIAS_CHECKPOINT_ON_TERM"
 MARKER_ENV = "TIRESIAS_CHECKPOINT_MARKER"
 # Exit code after a checkpoint on request. Sites can add RequeueExit=85 to slurm.conf
 # so that Slurm itself requeues a job that exits with it before the controller does.
@@ -68,9 +71,17 @@ def signal_number(name: Optional[str] = None) -> int:
         raise ValueError(f"checkpoint signal {name!r} is not a signal name") from None
 
 
-def install(name: Optional[str] = None, on_signal: Optional[Callable[[int], None]] = None) -> int:
+def on_term_wanted() -> bool:
+    """Whether ``$TIRESIAS_CHECKPOINT_ON_TERM`` asks for a checkpoint on TERM too."""
+    return os.environ.get(ON_TERM_ENV, "").strip().lower() in ("1", "yes", "true", "on")
+
+
+def install(name: Optional[str] = None, on_signal: Optional[Callable[[int], None]] = None,
+            on_term: Optional[bool] = None) -> int:
     """Catch the checkpoint signal: ``requested()`` turns True (and ``on_signal(signum)``
-    runs, if given; keep it short, it runs in the signal handler). Main thread only."""
+    runs, if given; keep it short, it runs in the signal handler). ``on_term`` (default:
+    ``$TIRESIAS_CHECKPOINT_ON_TERM``): TERM does the same, so that a job that is
+    cancelled or reaches its time limit saves before Slurm's KILL. Main thread only."""
     signum = signal_number(name)
 
     def handler(received, _frame):
@@ -79,6 +90,8 @@ def install(name: Optional[str] = None, on_signal: Optional[Callable[[int], None
             on_signal(received)
 
     signal.signal(signum, handler)
+    if on_term_wanted() if on_term is None else on_term:
+        signal.signal(signal.SIGTERM, handler)
     return signum
 
 

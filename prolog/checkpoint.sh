@@ -12,6 +12,8 @@
 # sends it to the batch shell, then requeues after a grace period) the trap runs the
 # function, writes the marker the node epilog detects, and exits with
 # $TIRESIAS_REQUEUE_EXIT (default 85; pair it with RequeueExit=85 in slurm.conf).
+# With TIRESIAS_CHECKPOINT_ON_TERM=1 TERM runs it too: scancel and the time limit send
+# TERM, then KILL KillWait seconds later (30 s by default); the controller never sends TERM.
 # bash runs a trap only between foreground commands: run long steps in the
 # background and `wait` for them so the trap fires at once (see examples/).
 
@@ -70,4 +72,7 @@ tiresias_checkpoint_trap() {
     signal_name=${signal_name#SIG}
     # shellcheck disable=SC2064  # expand the function name now, on purpose
     trap "tiresias_on_checkpoint_signal $1" "$signal_name"
+    case ${TIRESIAS_CHECKPOINT_ON_TERM:-} in
+        1 | yes | true | on) trap "tiresias_on_checkpoint_signal $1" TERM ;;
+    esac
 }
