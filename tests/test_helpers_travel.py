@@ -291,6 +291,13 @@ def test_wheel_ships_every_admin_file_and_install_files_lays_them_out(tmp_path):
     assert forced.returncode == 0, forced.stderr
     assert f"replaced {config}" in forced.stdout and f"installed {dest / 'etc/slurm/job_submit.lua'}" in forced.stdout
     assert config.read_bytes() == (ROOT / "packaging" / "tiresias.yaml").read_bytes()
+    backup = config.with_name("tiresias.yaml.bak")
+    assert f"(the old one kept as {backup})" in forced.stdout and backup.read_text().endswith("mode: enforce\n")
+    # a second forced install over a second edit keeps both edits
+    config.write_text(config.read_text() + "mode: shadow\n")
+    assert _install_files(site, dest, "--force", cwd=tmp_path).returncode == 0
+    assert backup.read_text().endswith("mode: enforce\n")
+    assert config.with_name("tiresias.yaml.bak.1").read_text().endswith("mode: shadow\n")
 
 
 def test_admin_guide_documents_the_layout():

@@ -17,7 +17,8 @@ checkout) works the same. The layout, each file's mode in parentheses:
 
 A file already there with the same bytes is left alone; one that differs (an admin's
 edit, an older release) stops the command before anything is written, with one line
-naming it, unless --force. Other files are 0644. Owners are not set: run it as root
+naming it, unless --force, which first keeps the old file as FILE.bak (FILE.bak.1, .2,
+... when that exists: an earlier backup is never overwritten). Other files are 0644. Owners are not set: run it as root
 for `/`.
 """
 from __future__ import annotations
@@ -58,7 +59,8 @@ LAYOUT = (
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("dest", metavar="DEST", help="root to lay the files out under (/ for this host)")
-    p.add_argument("--force", action="store_true", help="overwrite files that differ from the shipped ones")
+    p.add_argument("--force", action="store_true",
+                   help="overwrite files that differ from the shipped ones, keeping each as FILE.bak first")
     p.add_argument("--list", action="store_true", help="print where each file goes and write nothing")
 
 
@@ -113,6 +115,23 @@ def run(args) -> int:
                 os.chmod(target, item.mode)
             print(f"unchanged {target}")
             continue
-        _write(target, data, item.mode)
-        print(f"{'replaced' if current is not None else 'installed'} {target}")
+        if current is not None:
+            backup = _free_backup_name(target)
+            _write(backup, current, target.stat().st_mode & 0o7777)
+            _write(target, data, item.mode)
+            print(f"replaced {target} (the old one kept as {backup})")
+        else:
+            _write(target, data, item.mode)
+            print(f"installed {target}")
     return 0
+
+
+def _free_backup_name(target: Path) -> Path:
+    """FILE.bak, else the first FILE.bak.N not taken: an admin's earlier edit kept by an
+    earlier --force is never the one overwritten."""
+    candidate = target.with_name(target.name + ".bak")
+    n = 0
+    while candidate.exists():
+        n += 1
+        candidate = target.with_name(f"{target.name}.bak.{n}")
+    return candidate
