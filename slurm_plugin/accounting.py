@@ -203,9 +203,7 @@ def runs_from_sacct_json(text: str | bytes, where: str = "sacct --json") -> list
     runs = []
     for record, job in zip(records, jobs):
         tres = record.get("tres") or {}
-        # the type it asked for is what binds it in a replay; the one it got only if no request was kept
-        gpu_type = (_json_gpu_type(tres.get("requested")) if tres.get("requested") is not None
-                    else _json_gpu_type(tres.get("allocated")))
+        gpu_type = _replayed_gpu_type(_json_gpu_type(tres.get("requested")), _json_gpu_type(tres.get("allocated")))
         t = record.get("time") or {}
         try:
             elapsed = slurm_number(t.get("elapsed"), "time.elapsed")
@@ -224,6 +222,15 @@ def runs_from_sacct_json(text: str | bytes, where: str = "sacct --json") -> list
                              allocated=bool(job.nodes), gpu_type=gpu_type, job_name=job.name,
                              node_list=_hostlist_text(record.get("nodes")) if job.nodes else ""))
     return runs
+
+
+def _replayed_gpu_type(requested: str, allocated: str) -> str:
+    """The GPU type a job is replayed on: the one it asked for, else the one Slurm gave
+    it. A job that asked for any GPU ran on one type, the node kinds of its history are
+    read from that, and the same history exported with or without ReqTRES (or a JSON
+    without ``tres.requested``) gives the same trace. Whether another type would have
+    served it the history cannot say: it is replayed where it ran."""
+    return requested or allocated
 
 
 def _hostlist_text(value: Any) -> str:
@@ -332,9 +339,7 @@ def runs_from_sacct_text(text: str, where: str = "sacct -P") -> list[SacctRun]:
             start = None
         if state not in _FINISHED_STATES and state != "REQUEUED":
             end = None
-        # the type it asked for is what binds it in a replay (untyped: any node); the one
-        # it got only when ReqTRES was not saved
-        gpu_type = req_type if "reqtres" in index else alloc_type
+        gpu_type = _replayed_gpu_type(req_type, alloc_type)
         runs.append(SacctRun(job_id=job_id, user=get("User"), partition=get("Partition"), state=state,
                              submit_s=submit, start_s=start, end_s=end, elapsed_s=elapsed,
                              gpus=counts.get("gpu", 0), mps=counts.get("mps", 0), allocated=allocated,

@@ -54,8 +54,8 @@ def test_export_keeps_what_a_replay_needs(tmp_path, capsys):
     assert jobs["1024"].duration_s == 1500.0
     assert "warning: 1 job(s) whose Elapsed disagrees with End - Start" in err and ": 1024" in err
     assert "warning: 1 jobs without whole GPUs" in err and "does not account gres/gpu" in err
-    # the GPU type asked for (ReqTRES), none when the request was untyped
-    assert (jobs["1003"].gpu_type, jobs["1004"].gpu_type, jobs["1001"].gpu_type) == ("a100", "", "v100")
+    # the GPU type asked for (ReqTRES), else the one Slurm gave an untyped request (AllocTRES)
+    assert (jobs["1003"].gpu_type, jobs["1004"].gpu_type, jobs["1001"].gpu_type) == ("a100", "a100", "v100")
     # the array's tasks are jobs of their own (raw ids), the two-node job keeps both nodes
     assert [jobs[i].job_name for i in ("1034", "1035", "1036")] == ["sweep-array"] * 3
     assert (jobs["1008"].num_gpus, actuals["1008"]["node_list"]) == (8, "gpu[1-2]")
@@ -142,3 +142,26 @@ def test_the_doc_section_runs_as_shown(tmp_path, monkeypatch, capsys):
         captured = capsys.readouterr()
         made = (captured.err + captured.out).rstrip("\n").split("\n")  # stderr first: the order a terminal shows
         assert [line.rstrip() for line in made] == [line.rstrip() for line in shown], block[at]
+
+
+def test_one_history_exports_one_trace_with_its_gpu_types_whatever_columns_sacct_saved(tmp_path, capsys):
+    """Users who asked for any GPU ran on a100 or v100 nodes: the trace keeps those types
+    (and the node kinds the hint derives from them) with or without the ReqTRES column."""
+    lines = HISTORY.read_text().splitlines()
+    header = lines[0].split("|")
+    from_end = len(header) - header.index("ReqTRES")  # counted from the end: a JobName may hold a '|'
+
+    def dropped(line: str) -> str:
+        fields = line.split("|")
+        return "|".join(fields[:-from_end] + fields[len(fields) - from_end + 1:])
+
+    without = tmp_path / "no_reqtres.txt"
+    without.write_text("\n".join(dropped(line) for line in lines) + "\n")
+    assert "ReqTRES" not in without.read_text() and "sweep|lr=0.1" in without.read_text()
+    full, _ = _export(tmp_path, capsys)
+    trimmed = tmp_path / "trimmed.csv"
+    assert cli.main(["trace", "export", "--from-file", str(without), "--out", str(trimmed)]) == 0
+    capsys.readouterr()
+    assert full.read_bytes() == trimmed.read_bytes()
+    types = {job.gpu_type for job in load_trace(full)}
+    assert types == {"a100", "v100"}

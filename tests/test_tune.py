@@ -112,7 +112,6 @@ def test_cli_json(capsys):
 
 @pytest.mark.parametrize("argv, expected", [
     (["--nodes", "4", "--gpus-per-node", "4"], "--trace"),
-    (["--trace", str(TRACE60), "--gpus-per-node", "4"], "--nodes"),
     (["--trace", str(TRACE60), "--nodes", "0", "--gpus-per-node", "4"], "--nodes"),
     (["--trace", str(TRACE60), "--nodes", "4", "--gpus-per-node", "4", "--policy", "fifo"], "--policy"),
     (["--trace", str(TRACE60), "--nodes", "4", "--gpus-per-node", "4", "--evaluations", "x"], "--evaluations"),
@@ -131,6 +130,9 @@ def test_cli_usage_errors(argv, expected, capsys):
     (["--trace", "/nonexistent.csv", "--nodes", "4", "--gpus-per-node", "4"], "/nonexistent.csv"),
     (["--trace", str(TRACE60), "--nodes", "1", "--gpus-per-node", "4", "--evaluations", "2"], "GPU"),
     (["--trace", str(TRACE60), "--nodes", "4", "--gpus-per-node", "4", "--max-k", "1"], "max-k value 1"),
+    (["--trace", str(TRACE60), "--gpus-per-node", "4"], "--nodes"),
+    (["--trace", str(TRACE60), "--nodes", "3", "--node-kinds", "2:batch", "--gpus-per-node", "4"],
+     "nodes value 3 differs from the 2 nodes --node-kinds lists"),
 ])
 def test_cli_bad_input(argv, expected, capsys):
     assert cli.main(["tune", *argv, "--workers", "1"]) == 2
@@ -155,3 +157,26 @@ def test_tunes_block_pasted_above_the_shipped_yaml_is_refused_in_one_line_naming
     kept = [line for line in shipped.splitlines() if line.split(":")[0] not in {"policy", "queues_gpu_s", "promote_knob"}]
     pasted.write_text(block + "\n" + "\n".join(kept) + "\n")
     assert config.load(str(pasted)).queues_gpu_s == (1000.0, 8000.0)
+
+
+def test_tune_replays_the_node_kinds_it_is_given_as_simulate_does(tmp_path, capsys):
+    """--node-kinds reaches every replay: tune's default equals simulate's on the same
+    kinds, and differs from the untyped cluster of the same size (v100 jobs then wait
+    for the one v100 node)."""
+    trace = tmp_path / "typed.csv"
+    rows = ["job_id,num_gpus,submit_time_s,duration_s,gpu_type"]
+    rows += [f"{i},4,{10 * i},{600 + 30 * i},{'v100' if i % 2 else 'a100'}" for i in range(12)]
+    trace.write_text("\n".join(rows) + "\n")
+    kinds = "1:batch:v100,3:batch:a100"
+
+    def tuned(*flags):
+        assert cli.main(["tune", "--trace", str(trace), "--gpus-per-node", "4", "--evaluations", "2",
+                         "--workers", "1", "--json", "--quiet", *flags]) == 0
+        return json.loads(capsys.readouterr().out)["default"]["avg_jct_s"]
+
+    with_kinds, untyped = tuned("--node-kinds", kinds), tuned("--nodes", "4")
+    assert cli.main(["simulate", "--trace", str(trace), "--gpus-per-node", "4", "--node-kinds", kinds,
+                     "--policy", "dlas", "--json"]) == 0
+    simulated = json.loads(capsys.readouterr().out)
+    assert with_kinds > untyped
+    assert with_kinds == pytest.approx(simulated["summaries"][0]["avg_jct_s"])

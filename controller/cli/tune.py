@@ -23,6 +23,7 @@ import time
 from controller.cli import argtypes
 from controller.core.model import InputError
 from controller.replay.results import format_duration, format_table
+from controller.replay.cluster import parse_node_kinds
 from controller.replay.tuner import OBJECTIVES, ROUND_SIZE, format_number, tune, yaml_block
 
 YAML_MARKER = "# ready to paste into /etc/tiresias/tiresias.yaml:"
@@ -30,7 +31,8 @@ YAML_MARKER = "# ready to paste into /etc/tiresias/tiresias.yaml:"
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace", required=True, metavar="FILE", help="job trace (any format `simulate` reads)")
-    p.add_argument("--nodes", type=argtypes.nodes, required=True)
+    p.add_argument("--nodes", type=argtypes.nodes, default=None,
+                   help="node count (required unless --node-kinds gives it)")
     p.add_argument("--gpus-per-node", type=argtypes.gpus_per_node, required=True)
     p.add_argument("--policy", choices=("dlas", "dgittins"), default="dlas", help="policy to tune (default dlas)")
     p.add_argument("--evaluations", type=argtypes.int_in(1, 100_000), default=32,
@@ -38,6 +40,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--budget-s", type=argtypes.seconds, default=60.0,
                    help="the whole command's time limit in seconds: no round of replays starts that would "
                         "not fit, and a replay still running when it is spent is cut (default 60)")
+    p.add_argument("--node-kinds", type=parse_node_kinds, default=(), metavar="N:PART[+PART][:TYPE],...",
+                   help="the cluster's node kinds, as simulate takes them (the hint `simulate --trace` prints for "
+                        "an exported history); the node count is their sum")
     p.add_argument("--seed", type=argtypes.seed, default=1, help="search seed (default 1)")
     p.add_argument("--max-k", type=argtypes.int_in(1, 64), default=4, help="largest number of queues (default 4)")
     p.add_argument("--objective", choices=OBJECTIVES, default="avg",
@@ -76,6 +81,13 @@ def _vs(evaluation, default, name: str) -> str:
 
 def run(args) -> int:
     began = time.monotonic()  # the budget covers the whole command, loading the trace included
+    if args.node_kinds:
+        kinds_nodes = sum(count for count, _, _ in args.node_kinds)
+        if args.nodes is not None and args.nodes != kinds_nodes:
+            raise InputError(f"nodes value {args.nodes} differs from the {kinds_nodes} nodes --node-kinds lists")
+        args.nodes = kinds_nodes
+    elif args.nodes is None:
+        raise InputError("tune needs --nodes (or --node-kinds)")
     if args.max_k < 2:
         raise InputError(f"max-k value {args.max_k} must be >= 2")
     from controller.replay.traces import load_trace
@@ -104,7 +116,8 @@ def run(args) -> int:
         result = tune(jobs, nodes=args.nodes, gpus_per_node=args.gpus_per_node, policy=args.policy,
                       evaluations=args.evaluations, max_k=args.max_k, seed=args.seed, budget_s=budget_left_s,
                       objective=args.objective, workers=workers, preempt_cost_s=args.preempt_cost_s,
-                      drop_oversize=args.drop_oversize, progress=progress, evaluate=evaluate)
+                      drop_oversize=args.drop_oversize, node_kinds=args.node_kinds, progress=progress,
+                      evaluate=evaluate)
     best, default = result.best, result.default
     exit_code = 130 if result.interrupted else 0  # interrupted: the best so far, then the usual 130
     if best is None:

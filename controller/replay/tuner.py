@@ -160,10 +160,12 @@ def replay_setting(jobs: list[JobSpec], base: dict, setting: Setting) -> tuple[f
 
 
 def tune_base(policy: str, nodes: int, gpus_per_node: int, preempt_cost_s: float, drop_oversize: bool,
-              placement: str) -> dict:
-    """The fixed part of every replay of one search (plain data: it travels to workers)."""
+              placement: str, node_kinds: Sequence = ()) -> dict:
+    """The fixed part of every replay of one search (plain data: it travels to workers,
+    node kinds as lists [count, [partition, ...], type], as JSON carries them)."""
     return {"policy": policy, "nodes": nodes, "gpus_per_node": gpus_per_node, "preempt_cost_s": preempt_cost_s,
-            "drop_oversize": drop_oversize, "placement": placement}
+            "drop_oversize": drop_oversize, "placement": placement,
+            "node_kinds": [[count, list(parts), gpu_type] for count, parts, gpu_type in node_kinds]}
 
 
 def _replay(setting: Setting, deadline: float = math.inf, on_progress=None) -> tuple[float, float, float, int, int]:
@@ -188,7 +190,9 @@ def _replay(setting: Setting, deadline: float = math.inf, on_progress=None) -> t
                           promote_knob=setting.promote_knob, placement=base["placement"])
     config = SimConfig(nodes=base["nodes"], gpus_per_node=base["gpus_per_node"], engine=engine,
                        preempt_pause_s=base["preempt_cost_s"], preempt_resume_s=0.0,
-                       drop_oversize=base["drop_oversize"])
+                       drop_oversize=base["drop_oversize"],
+                       node_kinds=tuple((count, tuple(parts), gpu_type)
+                                        for count, parts, gpu_type in base.get("node_kinds", ())))
     summary = summarize(Simulation(config, watch=watch).run(_WORKER["jobs"]))
     return (summary["avg_jct_s"], summary["p95_jct_s"], time.perf_counter() - started,
             summary["preemptions"], summary["promotions"])
@@ -253,7 +257,7 @@ def _fresh(space: _Space, make, seen: set, tries: int = 64) -> Optional[Setting]
 def tune(jobs: Sequence[JobSpec], *, nodes: int, gpus_per_node: int, policy: str = "dlas",
          evaluations: int = 32, max_k: int = 4, seed: int = 1, budget_s: float = 60.0,
          objective: str = "avg", workers: int = 1, preempt_cost_s: float = 0.0,
-         drop_oversize: bool = False, placement: str = "consolidate",
+         drop_oversize: bool = False, placement: str = "consolidate", node_kinds: Sequence = (),
          knobs: Sequence[float] = KNOB_CANDIDATES, clock=time.monotonic,
          progress: Optional[Callable[..., None]] = None,
          evaluate: Optional[Callable[[list[Setting], dict], Iterable[tuple]]] = None) -> TuneResult:
@@ -280,11 +284,11 @@ def tune(jobs: Sequence[JobSpec], *, nodes: int, gpus_per_node: int, policy: str
     if not jobs:
         raise InputError("trace: no jobs to replay")
     EngineConfig(policy=policy, placement=placement)  # validate before the first replay
-    SimConfig(nodes=nodes, gpus_per_node=gpus_per_node, preempt_pause_s=preempt_cost_s)
+    SimConfig(nodes=nodes, gpus_per_node=gpus_per_node, preempt_pause_s=preempt_cost_s, node_kinds=tuple(node_kinds))
     grid = threshold_grid(jobs)
     rng = random.Random(seed)
     space = _Space(grid, knobs, max_k, rng)
-    base = tune_base(policy, nodes, gpus_per_node, preempt_cost_s, drop_oversize, placement)
+    base = tune_base(policy, nodes, gpus_per_node, preempt_cost_s, drop_oversize, placement, node_kinds)
     started = clock()
     # The hard stop is on the real clock (worker processes read it too); ``clock`` only
     # feeds the between-round estimate, so a test can fake it.
