@@ -180,3 +180,19 @@ def test_tune_replays_the_node_kinds_it_is_given_as_simulate_does(tmp_path, caps
     simulated = json.loads(capsys.readouterr().out)
     assert with_kinds > untyped
     assert with_kinds == pytest.approx(simulated["summaries"][0]["avg_jct_s"])
+
+
+def test_a_gain_within_the_noise_of_a_short_history_is_said_and_a_clear_one_is_not():
+    from types import SimpleNamespace
+
+    from controller.cli.tune import noise_note
+
+    def jobs(n, spread):
+        return [JobSpec(job_id=str(i), num_gpus=1, submit_time_s=0.0,
+                        duration_s=1000.0 + (spread if i % 2 else -spread)) for i in range(n)]
+
+    default, better = SimpleNamespace(avg_jct_s=1000.0), SimpleNamespace(avg_jct_s=963.0)  # 3.7% better
+    note = noise_note(jobs(38, 900.0), better, default)
+    assert note.startswith("warning: the best gain (+3.7% avg JCT) is within the noise of 38 jobs")
+    assert noise_note(jobs(20000, 900.0), better, default) == ""  # +-1.3%: the gain is clear
+    assert noise_note(jobs(38, 0.0), better, default) == ""  # jobs all alike: no noise to speak of

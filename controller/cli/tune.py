@@ -191,8 +191,34 @@ def run(args) -> int:
                      format_number(default.setting.promote_knob), format_duration(default.avg_jct_s),
                      format_duration(default.p95_jct_s), f"{default.preemptions:,}", "", ""])
     print(format_table(headers, rows))
+    noise = noise_note(jobs, best, default)
+    if noise:
+        print(noise)
     print()
     print(YAML_MARKER)
     print(block)
+    print("# (replace the policy, queues_gpu_s and promote_knob lines of that file with these:"
+          " a key written twice is refused)")
     sys.stdout.flush()
     return exit_code
+
+
+def noise_note(jobs, best, default) -> str:
+    """A warning when the best setting's gain on the average JCT is within twice the
+    standard error of a mean over this many jobs (their durations' spread over the
+    square root of their number): on a short history that gain is noise, not a
+    property of the setting."""
+    if best is None or default is None or default.avg_jct_s <= 0 or len(jobs) < 2:
+        return ""
+    durations = [job.duration_s or 0.0 for job in jobs]
+    mean = sum(durations) / len(durations)
+    if mean <= 0:
+        return ""
+    spread = math.sqrt(sum((d - mean) ** 2 for d in durations) / (len(durations) - 1))
+    noise = 2 * spread / mean / math.sqrt(len(durations))
+    gain = 1 - best.avg_jct_s / default.avg_jct_s
+    if abs(gain) >= noise:
+        return ""
+    return (f"warning: the best gain ({100 * gain:+.1f}% avg JCT) is within the noise of {len(jobs)} jobs "
+            f"(+-{100 * noise:.0f}%: twice the standard error of their mean duration); replay a longer history "
+            "before changing the settings")
