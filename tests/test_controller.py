@@ -265,7 +265,9 @@ def test_skew_hint(comment, value, problem):
 
 
 @pytest.mark.parametrize("data, needle", [
-    ({"bogus": 1}, "unknown key 'bogus'"), ({"mode": "yolo"}, "key 'mode' value 'yolo'"),
+    ({"bogus": 1}, "unknown key 'bogus' \\(known: mode, "),
+    ({"queue_gpu_s": [100]}, "unknown key 'queue_gpu_s' \\(did you mean 'queues_gpu_s'\\?\\)"),
+    ({"mode": "yolo"}, "key 'mode' value 'yolo'"),
     ({"interval_s": -1}, "key 'interval_s' value '-1'"), ({"queues_gpu_s": [10, 5]}, "threshold 5"),
     ({"partitions": "batch"}, "key 'partitions'")])
 def test_bad_config(data, needle):

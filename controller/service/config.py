@@ -5,6 +5,7 @@ An unknown key or a bad value is an InputError naming the key and the value.
 """
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import math
 import os
@@ -334,7 +335,9 @@ def from_mapping(data: dict, where: str = "config") -> Config:
     for key, value in data.items():
         setting = _BY_NAME.get(key) if isinstance(key, str) else None
         if setting is None:
-            raise InputError(f"{where}: unknown key '{shorten(key)}' (known: {', '.join(_BY_NAME)})")
+            close = difflib.get_close_matches(str(key), _BY_NAME, n=1, cutoff=0.6)
+            hint = f"did you mean '{close[0]}'?" if close else f"known: {', '.join(_BY_NAME)}"
+            raise InputError(f"{where}: unknown key '{shorten(key)}' ({hint})")
         values[key] = _coerce(setting, value, where)
     config = Config(**values)
     if config.standby and config.database_url.startswith("sqlite"):
