@@ -343,3 +343,17 @@ def test_trace_export_takes_sacct_spellings_of_user_and_partition(tmp_path, caps
     assert cli.main(["trace", "export", "--from-file", str(TEXT_2205), "--out", str(tmp_path / "r.csv"),
                      "-r", "no-such-partition"]) == 0
     assert "no jobs in the window" in capsys.readouterr().err
+
+
+def test_trace_export_checks_its_out_path_before_reading_sacct(tmp_path, capsys, monkeypatch):
+    """A bad --out is refused before sacct runs (minutes on a big history), not after."""
+    import controller.cli.trace as trace_cmd
+
+    def sacct_must_not_run(*args, **kwargs):
+        raise AssertionError("sacct ran before --out was checked")
+
+    monkeypatch.setattr(trace_cmd, "run_sacct", sacct_must_not_run)
+    assert cli.main(["trace", "export", "--out", str(tmp_path / "no" / "such" / "dir" / "t.csv")]) == 2
+    assert cli.main(["trace", "export", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and all(line.startswith("tiresias trace: error: --out '") for line in err)

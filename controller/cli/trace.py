@@ -28,6 +28,7 @@ from slurm_plugin.accounting import (
 )
 from controller.cli import argtypes
 from controller.core.inputs import shorten
+from controller.cli.out_paths import check_output_file
 from controller.core.model import InputError
 from controller.replay.traces import write_trace
 
@@ -79,6 +80,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args) -> int:
     if getattr(args, "trace_command", None) != "export":
         raise InputError("trace: an action is required: export (see tiresias trace export --help)")
+    check_output_file(args.out)  # before sacct: a bad --out must not cost its minutes
     notes: list[str] = []
     if args.from_file:
         path = Path(args.from_file)
