@@ -540,6 +540,9 @@ cmd_status() {
 #       PreemptMode=requeue,priority).
 #   TIRESIAS_INSTANCE_MEMORY=1  memory is a consumable resource (CR_Core_Memory,
 #       DefMemPerCPU=1000, nodes of 16000 MB), as on most sites (tests/test_slurm_resources.py).
+#   TIRESIAS_INSTANCE_CONF_EXTRA  a site's settings over all of the above, items separated by
+#       ';' or newlines: KEY=VALUE (global), NodeName=ALL|NODE OPT=VAL..., PartitionName=NAME
+#       OPT=VAL... ('{inst}' is the instance's name; containers/conf_extra.py).
 # Unset, empty or "default": the default cluster above, unchanged.
 # ======================================================================================
 
@@ -569,6 +572,10 @@ instance_setup() {
         || die "TIRESIAS_INSTANCE_SLURM_PREEMPT=1 needs TIRESIAS_INSTANCE_ACCOUNTING=1 (QOS live in slurmdbd)"
     [ -z "$I_PARTITIONS" ] || [[ "$I_PARTITIONS" =~ ^[a-z][a-z0-9_]*:[1-4](-[1-4])?(,[a-z][a-z0-9_]*:[1-4](-[1-4])?)*$ ]] \
         || die "TIRESIAS_INSTANCE_PARTITIONS '$I_PARTITIONS': use NAME:FIRST-LAST[,NAME:FIRST-LAST...] over nodes 1-4"
+    # refused before anything is written: a test must run on the settings it names
+    [ -z "${TIRESIAS_INSTANCE_CONF_EXTRA:-}" ] \
+        || python3 "$REPO_DIR/containers/conf_extra.py" "$TIRESIAS_INSTANCE_CONF_EXTRA" "$INST" </dev/null >/dev/null \
+        || die "[$INST] TIRESIAS_INSTANCE_CONF_EXTRA refused (see above)"
     export SLURM_CONF=$I_ETC/slurm.conf
 }
 
@@ -731,7 +738,8 @@ EOF
             node_conf_lines $((I_PORT + 1)) "${I_NODES[@]}"
         fi
         instance_partition_lines
-    } | site_gres_types | instance_memory | write_if_changed "$I_ETC/slurm.conf" 644 root:root && CONFIG_CHANGED=1
+    } | site_gres_types | instance_memory | instance_conf_extra \
+        | write_if_changed "$I_ETC/slurm.conf" 644 root:root && CONFIG_CHANGED=1
     if [ "$I_SITE" = 1 ]; then
         write_node_side_confs "$I_ETC" "${INST}g[1-4]" site_gres_conf_lines
     else
@@ -746,6 +754,14 @@ instance_memory() {
         1) sed 's/^SelectTypeParameters=CR_Core$/SelectTypeParameters=CR_Core_Memory\nDefMemPerCPU=1000/' ;;
         *) die "TIRESIAS_INSTANCE_MEMORY '${TIRESIAS_INSTANCE_MEMORY}': use 0 or 1" ;;
     esac
+}
+
+# TIRESIAS_INSTANCE_CONF_EXTRA: a site's own settings over the generated lines
+# (containers/conf_extra.py says the forms); a malformed item stops `up`.
+instance_conf_extra() {
+    if [ -z "${TIRESIAS_INSTANCE_CONF_EXTRA:-}" ]; then cat; return; fi
+    python3 "$REPO_DIR/containers/conf_extra.py" "$TIRESIAS_INSTANCE_CONF_EXTRA" "$INST" \
+        || die "[$INST] TIRESIAS_INSTANCE_CONF_EXTRA refused (see above)"
 }
 
 # The site-shaped instance (TIRESIAS_INSTANCE_SITE=1): shards need their GresType.

@@ -36,6 +36,7 @@ from typing import Callable, Iterable, Mapping, Optional, Sequence
 
 from controller.service.arrays import Withheld, plan_view
 from controller.service.backend import BackendUnavailable, Observation, ObservedJob
+from controller.service.unmodelled import unmodelled_fields
 from controller.core.model import ALL_MEMORY, Node
 from slurm_plugin.parse import (
     SlurmJob,
@@ -140,32 +141,32 @@ def _asked_per_node(job: SlurmJob, memory_allocated: Callable[[], bool] = lambda
     gpus_per_node = -(-job.gpus // nodes)
     cpus = mem = 0
     if job.cpus is None or job.min_cpus_per_node is None or job.cpus_per_gpu is None:
-        unmodelled.append("its CPUs (not reported, or --cpus-per-gpu of another kind)")
+        unmodelled.append(("cpus", "its CPUs (not reported, or --cpus-per-gpu of another kind)"))
     else:
         cpus = max(job.min_cpus_per_node, -(-job.cpus // nodes), job.cpus_per_gpu * gpus_per_node)
     if None in (job.mem_per_node_mb, job.mem_per_cpu_mb, job.mem_per_gpu_mb):
-        unmodelled.append("its memory (not reported, or --mem-per-gpu of another kind)")
+        unmodelled.append(("memory", "its memory (not reported, or --mem-per-gpu of another kind)"))
     else:
         mem = job.mem_per_node_mb or job.mem_per_cpu_mb * cpus or job.mem_per_gpu_mb * gpus_per_node
         if not (job.mem_per_node_mb or job.mem_per_cpu_mb or job.mem_per_gpu_mb) and memory_allocated():
             mem = ALL_MEMORY
     constraint = job.constraint
     if constraint is None:
-        unmodelled.append("its --constraint (not reported)")
+        unmodelled.append(("unreported_request", "its --constraint (not reported)"))
     elif constraint.form.startswith("unreadable"):
         log.warning("job %s: --constraint %s is not Slurm's grammar: %s", job.job_id,
                     json.dumps(constraint.text), constraint.form)
-        unmodelled.append(f"--constraint={constraint.text}, {constraint.form}")
+        unmodelled.append(("constraint", f"--constraint={constraint.text}, {constraint.form}"))
     elif constraint.form:
-        unmodelled.append(f"--constraint={constraint.text} ({constraint.form}: which nodes satisfy it is"
-                          " Slurm's choice)")
+        unmodelled.append(("constraint", f"--constraint={constraint.text} ({constraint.form}: which nodes"
+                                          " satisfy it is Slurm's choice)"))
     if job.shared is None:
-        unmodelled.append("its --exclusive (not reported)")
+        unmodelled.append(("unreported_request", "its --exclusive (not reported)"))
     elif job.shared not in ("", "exclusive", "oversubscribe"):
-        unmodelled.append(f"--exclusive={job.shared}")
+        unmodelled.append(("exclusive", f"--exclusive={job.shared}"))
     return dict(cpus_per_node=cpus, mem_per_node_mb=mem,
                 features=constraint.features if constraint is not None and not constraint.form else (),
-                exclusive=job.shared == "exclusive", unmodelled="; ".join(unmodelled))
+                exclusive=job.shared == "exclusive", **unmodelled_fields(unmodelled))
 
 
 def _held_by_node(job: SlurmJob) -> tuple[tuple[str, int, int], ...]:

@@ -72,6 +72,8 @@ class ObservedJob:
     features: tuple[str, ...] = ()
     exclusive: bool = False
     unmodelled: str = ""
+    # the codes of ``unmodelled`` (controller.service.unmodelled.REASONS), for counting
+    unmodelled_reasons: tuple[str, ...] = ()
     # A running job: the CPUs and MB of memory it holds on each node, (node, cpus, mb),
     # what its preemption frees there (0 where not reported: counted as freeing nothing).
     held_by_node: tuple[tuple[str, int, int], ...] = ()
