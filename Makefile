@@ -55,6 +55,11 @@ $(VENV)/.installed-fast: $(VENV)/.installed
 test-fast: $(VENV)/.installed-fast
 	$(BIN)/python -m pytest -q -m "not slurm" $(PYTEST_ARGS)
 
+# The checkpoint helper alone, as a wheel users install into their jobs' venvs
+# (dist/tiresias_checkpoint-*.whl; no package index carries it).
+helper-wheel: $(VENV)/.installed
+	$(BIN)/pip wheel -q --no-deps packaging/tiresias-checkpoint -w dist
+
 cluster-up:
 	bash containers/slurm-cluster.sh up
 

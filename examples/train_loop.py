@@ -14,7 +14,7 @@ import sys
 import time
 
 try:
-    import tiresias_checkpoint as checkpoint  # pip install tiresias-checkpoint
+    import tiresias_checkpoint as checkpoint  # pip install PATH/packaging/tiresias-checkpoint
 except ImportError:  # a checkout's examples/, the helper one folder up
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     import tiresias_checkpoint as checkpoint

@@ -186,7 +186,7 @@ def test_bash_example_without_the_helper_stops_before_any_step(bare_bin, tmp_pat
     assert proc.returncode not in (0, checkpoint.REQUEUE_EXIT_CODE), proc
     assert "starting at step" not in proc.stdout and not (job / f"ckpt-demo-{JOB_ID}.txt").exists()
     lines = [line for line in proc.stderr.splitlines() if MISSING_HELPER in line]
-    assert len(lines) == 1 and "pip install tiresias-checkpoint" in lines[0], proc.stderr
+    assert len(lines) == 1 and "pip install the tiresias-checkpoint folder or wheel" in lines[0], proc.stderr
     if extra:
         assert extra["TIRESIAS_CHECKPOINT_SH"] in lines[0]
 
@@ -196,9 +196,25 @@ def test_srun_example_without_the_helper_stops_before_srun(bare_bin, tmp_path):
     proc = subprocess.run(["bash", str(job / "examples" / "srun_train.sbatch")], cwd=job, capture_output=True,
                           text=True, timeout=30, env=_job_env(bare_bin, job))
     assert proc.returncode == 2, proc
-    assert "has no tiresias_checkpoint module: pip install tiresias-checkpoint" in proc.stderr
+    assert "has no tiresias_checkpoint module: pip install the tiresias-checkpoint folder or wheel" in proc.stderr
     assert "srun" not in proc.stderr.replace("srun_train:", "")  # never got as far as srun
     assert f"job {JOB_ID}" not in proc.stdout
+
+
+def test_the_helper_folder_copies_as_plain_files_and_installs_from_the_copy(tmp_path):
+    """Users copy packaging/tiresias-checkpoint with cp -r (which keeps links as links):
+    the folder holds the files themselves, and pip installs the copy."""
+    assert [p.name for p in HELPER_PROJECT.iterdir() if p.is_symlink()] == []
+    copy = tmp_path / "helper"
+    subprocess.run(["cp", "-r", str(HELPER_PROJECT), str(copy)], check=True)
+    (tmp_path / "wheel").mkdir()
+    _pip("wheel", "--no-deps", "--no-build-isolation", "--no-index", str(copy), "-w", str(tmp_path / "wheel"),
+         cwd=tmp_path)
+    (wheel,) = (tmp_path / "wheel").glob("*.whl")
+    assert wheel.name.startswith("tiresias_checkpoint-")
+    with zipfile.ZipFile(wheel) as zipped:
+        names = zipped.namelist()
+    assert "tiresias_checkpoint.py" in names and any(n.endswith("share/tiresias/checkpoint.sh") for n in names)
 
 
 def test_controller_checkpoint_is_the_same_helper():
