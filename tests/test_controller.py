@@ -265,10 +265,10 @@ def test_skew_hint(comment, value, problem):
 
 
 @pytest.mark.parametrize("data, needle", [
-    ({"bogus": 1}, "unknown key 'bogus' \\(known: mode, "),
+    ({"bogus": 1}, "unknown key 'bogus' \\(not one of the [0-9]+ keys: `tiresias show-config` lists them\\)$"),
     ({"queue_gpu_s": [100]}, "unknown key 'queue_gpu_s' \\(did you mean 'queues_gpu_s'\\?\\)"),
     ({"mode": "yolo"}, "key 'mode' value 'yolo'"),
-    ({"interval_s": -1}, "key 'interval_s' value '-1'"), ({"queues_gpu_s": [10, 5]}, "threshold 5"),
+    ({"interval_s": -1}, "key 'interval_s' value '-1'"), ({"queues_gpu_s": [10, 5]}, "^config: key 'queues_gpu_s' value \\[10.0, 5.0\\]: threshold 5"),
     ({"partitions": "batch"}, "key 'partitions'")])
 def test_bad_config(data, needle):
     with pytest.raises(InputError, match=needle):

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from controller.core.inputs import BadValue, check_float, check_int, check_text, shorten
+from controller.core.engine import check_thresholds
 from controller.core.model import InputError
 
 DEFAULT_PATH = "/etc/tiresias/tiresias.yaml"
@@ -336,7 +337,9 @@ def from_mapping(data: dict, where: str = "config") -> Config:
         setting = _BY_NAME.get(key) if isinstance(key, str) else None
         if setting is None:
             close = difflib.get_close_matches(str(key), _BY_NAME, n=1, cutoff=0.6)
-            hint = f"did you mean '{close[0]}'?" if close else f"known: {', '.join(_BY_NAME)}"
+            # every key would be a 1,300-character line: name where they are listed instead
+            hint = (f"did you mean '{close[0]}'?" if close else
+                    f"not one of the {len(_BY_NAME)} keys: `tiresias show-config` lists them")
             raise InputError(f"{where}: unknown key '{shorten(key)}' ({hint})")
         values[key] = _coerce(setting, value, where)
     config = Config(**values)
@@ -353,7 +356,15 @@ def from_mapping(data: dict, where: str = "config") -> Config:
     except ValueError:
         raise InputError(f"{where}: key 'metrics_address' value {shorten(config.metrics_address)!r} is not an IP "
                          f"address (e.g. 127.0.0.1)") from None
-    config.engine_config()  # thresholds increasing, knob > 0, ...
+    try:
+        check_thresholds(config.queues_gpu_s)
+    except InputError as err:
+        raise InputError(f"{where}: key 'queues_gpu_s' value {list(config.queues_gpu_s)}: "
+                         f"{str(err).removeprefix('queues: ')}") from None
+    try:
+        config.engine_config()  # knob > 0, ...
+    except InputError as err:
+        raise InputError(f"{where}: {err}") from None
     try:
         config.colocation_policy()  # tiers 1..100, default/latency tier among them
     except InputError as err:
