@@ -227,3 +227,14 @@ def test_a_changed_default_shows_in_the_rendered_file(monkeypatch):
                     for s in config.SCHEMA)
     monkeypatch.setattr(config, "SCHEMA", changed)
     assert "\nfull_observe_s: 120.0\n" in config.defaults_yaml()
+
+
+def test_no_paragraph_is_printed_twice():
+    """A paragraph pasted twice (docs/simulate.md had one) reads as a different fact."""
+    for page in PAGES:
+        seen: dict[str, int] = {}
+        for number, para in enumerate(page.read_text().split("\n\n")):
+            text = " ".join(para.split())
+            if len(text) > 80 and not text.startswith("```"):
+                assert text not in seen, f"{page.name}: paragraph {number} repeats paragraph {seen[text]}: {text[:80]}"
+                seen[text] = number
