@@ -190,7 +190,8 @@ def test_tiresias_preflight_reports_the_unmodelled_share_of_the_queue_it_sees(mo
     monkeypatch.setattr(slurm_plugin.backend, "SlurmBackend", scripted_slurm(jobs, GOOD.read_text(), partitions))
     assert main(["preflight"]) == 0  # warnings only
     out = capsys.readouterr().out
-    assert "queue: 2 of 4 pending GPU jobs (50%) cannot cause a preemption" in out
+    assert ("queue: 2 of 4 pending GPU jobs (50%) cannot cause a preemption (requests the plan does not model): "
+            f"{NOT_REORDERING}") in out
     assert f"warning: unmodelled pending GPU jobs=2 of 4 (50%): needs at most 20% ({NOT_REORDERING}" in out
     assert "warning: unmodelled constraint=1 of 4 pending GPU jobs" in out and "e.g. job 41: --constraint=a100|v100" in out
     assert "warning: unmodelled exclusive=1 of 4 pending GPU jobs" in out and "--exclusive=user" in out

@@ -4,7 +4,9 @@ Reads the running slurmctld's settings (`scontrol show config` and `scontrol sho
 partition -o`), or saved copies of that output with --from-file (and
 --partitions-from-file), and prints one line per wrong setting: its name, its value
 and the value it needs; a setting enforce mode starts with anyway is a line marked
-"warning:". Exit 0 when no setting refuses enforce (warnings printed after the
+"warning:". Reading Slurm, it also reports the queue it sees: the share of pending
+GPU jobs whose request the plan does not model (controller.service.unmodelled), and
+per reason a warning naming the slurm.conf line or job option behind it. Exit 0 when no setting refuses enforce (warnings printed after the
 verdict), 1 when one does or Slurm did not answer, 2 for a bad flag or config.
 """
 from __future__ import annotations
@@ -84,8 +86,14 @@ def run(args) -> int:
         findings = [f for f in findings if f.refuses] + [f for f in findings if not f.refuses]
     if queue is not None:
         findings += queue_findings(queue, settings, partitions)
-        print(f"queue: {queue.counts()} cannot cause a preemption (requests the plan does not model)"
-              if queue.jobs else f"queue: every one of {queue.pending} pending GPU jobs may cause a preemption")
+        if queue.jobs:
+            print(f"queue: {queue.counts()} cannot cause a preemption (requests the plan does not model)"
+                  + (": the controller is not reordering this site (see the warnings)" if queue.not_reordering
+                     else ""))
+        elif queue.pending:
+            print(f"queue: every one of {queue.pending} pending GPU jobs may cause a preemption")
+        else:
+            print("queue: no pending GPU jobs")
     refusing = sum(f.refuses for f in findings)
     warnings = len(findings) - refusing
     if refusing:
