@@ -86,19 +86,13 @@ def run(args) -> int:
         findings = [f for f in findings if f.refuses] + [f for f in findings if not f.refuses]
     if queue is not None:
         findings += queue_findings(queue, settings, partitions)
-        if queue.jobs:
-            print(f"queue: {queue.counts()} cannot cause a preemption (requests the plan does not model)"
-                  + (": the controller is not reordering this site (see the warnings)" if queue.not_reordering
-                     else ""))
-        elif queue.pending:
-            print(f"queue: every one of {queue.pending} pending GPU jobs may cause a preemption")
-        else:
-            print("queue: no pending GPU jobs")
     refusing = sum(f.refuses for f in findings)
     warnings = len(findings) - refusing
     if refusing:
         for finding in findings:
             print(finding.report())
+        if queue is not None:
+            print(_queue_line(queue))
         print(f"tiresias preflight: {refusing} setting(s) wrong ({source}); enforce mode refuses to start"
               f"{f' ({warnings} more warning(s))' if warnings else ''}", file=sys.stderr)
         return 1
@@ -106,8 +100,20 @@ def run(args) -> int:
           f"{f', with {warnings} warning(s):' if warnings else ''}")
     for finding in findings:
         print(finding.report())
+    if queue is not None:
+        print(_queue_line(queue))
     return 0
 
+
+def _queue_line(queue) -> str:
+    """The share of the queue's pending GPU jobs that cannot cause a preemption, in one line."""
+    if queue.jobs:
+        return (f"queue: {queue.counts()} cannot cause a preemption (requests the plan does not model)"
+                + (": the controller is not reordering this site (see the warnings)" if queue.not_reordering
+                   else ""))
+    if queue.pending:
+        return f"queue: every one of {queue.pending} pending GPU jobs may cause a preemption"
+    return "queue: no pending GPU jobs"
 
 def _expanded_nodes(partitions: dict[str, dict[str, str]]):
     """Partition -> node names of saved `scontrol show partition` output (its Nodes=
