@@ -77,8 +77,10 @@ def run(args) -> int:
     preemption = preemption_text(controller, observed) if observed is not None and observed.state == "RUNNING" else ""
     handoff = (controller.handoffs.holding(job_id, format_timestamp)
                if observed is not None and observed.state == "PENDING" else "")
+    unmodelled = (controller.unmodelled.jobs.get(job_id)  # the census of the read-only round just planned
+                  if observed is not None and observed.state == "PENDING" else None)
     print("\n".join(explain_lines(job_id, observed, record, plan, observation, config, decisions, preemption,
-                                   handoff)))
+                                   handoff, unmodelled)))
     return 0
 
 
@@ -158,10 +160,12 @@ def preemption_text(controller, observed) -> str:
 
 
 def explain_lines(job_id, observed, record, plan, observation, config, decisions, preemption: str = "",
-                  handoff: str = "") -> list[str]:
+                  handoff: str = "", unmodelled=None) -> list[str]:
     """The explanation, one fact per line. Units: seconds, GPU-seconds. ``preemption``:
     the contract's line for a running job (preemption_text); ``handoff``: why no
-    preemption is made for a pending job (its failed handoff: Handoffs.holding)."""
+    preemption is made for a pending job (its failed handoff: Handoffs.holding);
+    ``unmodelled``: a pending job's (reason codes, text) when the plan cannot express
+    its request (controller.service.unmodelled.Census.jobs)."""
     lines: list[str] = []
     thresholds = config.queues_gpu_s
     levels = len(thresholds) + 1
@@ -193,6 +197,10 @@ def explain_lines(job_id, observed, record, plan, observation, config, decisions
         lines.append("  " + preemption)
     if handoff:
         lines.append("  preemption for it: " + handoff)
+    if unmodelled:
+        codes, text = unmodelled
+        lines.append(f"  not modelled: {text} (reason {', '.join(codes)}): no job is preempted for it; Slurm may "
+                     "start it on what is free (docs/admin.md, 'Requests the plan does not model')")
     if record is not None:
         lines.extend(_service_lines(record, thresholds, gpus, config.policy))
     if observed is not None and observed.state == "PENDING" and job_id in plan.order and record is not None:

@@ -4,7 +4,9 @@ Reads the running slurmctld's settings (`scontrol show config` and `scontrol sho
 partition -o`), or saved copies of that output with --from-file (and
 --partitions-from-file), and prints one line per wrong setting: its name, its value
 and the value it needs; a setting enforce mode starts with anyway is a line marked
-"warning:". Exit 0 when no setting refuses enforce (warnings printed after the
+"warning:". Reading Slurm, it also reports the queue it sees: the share of pending
+GPU jobs whose request the plan does not model (controller.service.unmodelled), and
+per reason a warning naming the slurm.conf line or job option behind it. Exit 0 when no setting refuses enforce (warnings printed after the
 verdict), 1 when one does or Slurm did not answer, 2 for a bad flag or config.
 """
 from __future__ import annotations
@@ -39,10 +41,10 @@ def _read_file(path: str, flag: str) -> str:
 def run(args) -> int:
     from controller.service.backend import BackendUnavailable
     from controller.service.preflight import (check, installed_cli_filter_findings, parse_qos, parse_show_config,
-                                              parse_show_partitions, qos_findings)
+                                              parse_show_partitions, qos_findings, queue_census, queue_findings)
 
     config = load(args.config, {})
-    partitions_text = qos_text = None
+    partitions_text = qos_text = partition_nodes = queue = None
     if (args.partitions_from_file or args.qos_from_file) and not args.from_file:
         raise InputError("--partitions-from-file and --qos-from-file go with --from-file (without it all is read "
                          "from Slurm)")
@@ -62,6 +64,9 @@ def run(args) -> int:
             partitions_text = backend.partition_config()
             if config.preemption == "slurm":
                 qos_text = backend.qos_config()
+            observation = backend.observe()  # the queue as the controller would see it now
+            partition_nodes = backend.partition_nodes()
+            queue = queue_census(observation.jobs, observation.nodes)
         except BackendUnavailable as err:
             print(f"tiresias preflight: Slurm did not answer: {err}", file=sys.stderr)
             return 1
@@ -70,17 +75,24 @@ def run(args) -> int:
     if not settings:
         raise InputError(f"{source}: no 'Key = Value' lines (is it `scontrol show config` output?)")
     partitions = parse_show_partitions(partitions_text) if partitions_text is not None else None
-    findings = check(settings, config.site_factor_band, REQUEUE_EXIT_CODE, partitions, config.preemption)
+    if partitions and partition_nodes is None:
+        partition_nodes = _expanded_nodes(partitions)
+    findings = check(settings, config.site_factor_band, REQUEUE_EXIT_CODE, partitions, config.preemption,
+                     partition_nodes, config.partition_moves)
     if config.preemption == "slurm" and qos_text is not None:
         rows = parse_qos(qos_text)
         findings += qos_findings(rows, config.preempt_qos, settings.get("PreemptExemptTime", "")) + \
             installed_cli_filter_findings(settings, rows, config.preempt_qos)
         findings = [f for f in findings if f.refuses] + [f for f in findings if not f.refuses]
+    if queue is not None:
+        findings += queue_findings(queue, settings, partitions)
     refusing = sum(f.refuses for f in findings)
     warnings = len(findings) - refusing
     if refusing:
         for finding in findings:
             print(finding.report())
+        if queue is not None:
+            print(_queue_line(queue))
         print(f"tiresias preflight: {refusing} setting(s) wrong ({source}); enforce mode refuses to start"
               f"{f' ({warnings} more warning(s))' if warnings else ''}", file=sys.stderr)
         return 1
@@ -88,4 +100,27 @@ def run(args) -> int:
           f"{f', with {warnings} warning(s):' if warnings else ''}")
     for finding in findings:
         print(finding.report())
+    if queue is not None:
+        print(_queue_line(queue))
     return 0
+
+
+def _queue_line(queue) -> str:
+    """The share of the queue's pending GPU jobs that cannot cause a preemption, in one line."""
+    if queue.jobs:
+        return (f"queue: {queue.counts()} cannot cause a preemption (requests the plan does not model)"
+                + (": the controller is not reordering this site (see the warnings)" if queue.not_reordering
+                   else ""))
+    if queue.pending:
+        return f"queue: every one of {queue.pending} pending GPU jobs may cause a preemption"
+    return "queue: no pending GPU jobs"
+
+def _expanded_nodes(partitions: dict[str, dict[str, str]]):
+    """Partition -> node names of saved `scontrol show partition` output (its Nodes=
+    hostlists expanded); None when one does not expand (each then compared as written)."""
+    from slurm_plugin.grammar import SlurmParseError, expand_hostlist
+
+    try:
+        return {name: expand_hostlist(values.get("Nodes", "")) for name, values in partitions.items()}
+    except SlurmParseError:
+        return None

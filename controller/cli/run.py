@@ -71,12 +71,14 @@ def _run(args, config) -> int:
     held = single_controller(store, config)  # noqa: F841 - SQLite: the flock, held until this process ends; PostgreSQL: the lease
     backend = SlurmBackend(partitions=list(config.partitions) or None, command_timeout_s=config.command_timeout_s)
     checked = preflight.at_start(config.mode, backend, config.site_factor_band, REQUEUE_EXIT_CODE,
-                                 logging.getLogger("tiresias"), config.preemption, config.preempt_qos)
+                                 logging.getLogger("tiresias"), config.preemption, config.preempt_qos,
+                                 config.partition_moves)
     if checked is False:
         return 1
     pending = None if checked else preflight.Pending(config.mode, backend, config.site_factor_band,
                                                      REQUEUE_EXIT_CODE, logging.getLogger("tiresias"),
-                                                     config.preemption, config.preempt_qos)
+                                                     config.preemption, config.preempt_qos,
+                                                     config.partition_moves)
     metrics = None
     if config.metrics_port:
         from controller.service.metrics import Metrics

@@ -29,7 +29,7 @@ from controller.core.engine import Engine
 from controller.core.conditioned import learn_conditioned
 from controller.core.gittins import ServiceDistribution
 from controller.core.inputs import shorten
-from controller.core.model import MIXED_TYPES, InputError, JobSpec, JobState, Snapshot
+from controller.core.model import InputError, JobSpec, JobState, Snapshot
 from controller.core.placement import set_aside
 from controller.core.plan import Plan
 from controller.core.policies import PolicyContext
@@ -56,6 +56,7 @@ from controller.service.startable import add_waiting, slurm_wait
 from controller.service.starts import Starts
 from controller.service.store import Store, StoreError
 from controller.service.submit_order import SubmitOrder
+from controller.service.unmodelled import Census, CensusLog, census
 
 SLURM_PREEMPTS = ("left to slurmctld (preemption: slurm): it preempts a running job of a lower priority "
                   "for a pending one, by the SiteFactor bands")
@@ -119,6 +120,10 @@ class Controller:
         # until when the last planned round stands (-inf: plan the next round).
         self._repeated: Optional[Observation] = None
         self._stands_until = -math.inf
+        # the last plan's pending jobs whose request it cannot express (metrics, explain),
+        # said in the log at most every LOG_EVERY_S
+        self.unmodelled = Census()
+        self.unmodelled_log = CensusLog(log)
         if config.preempt_undeclared and config.mode != "observe":
             log.warning("preempt_undeclared is on: requeueable jobs that declared no checkpoint signal are "
                         "preempted too (requeued without a signal; they lose the work since their last checkpoint)")
@@ -408,6 +413,7 @@ class Controller:
         # plan
         leaving = self.preemptions.leaving()
         plan = self._plan(observed, observation, now, round_id, leaving)
+        self.unmodelled_log.note(self.unmodelled, now)
         self.accounts.place(plan.levels, plan.positions)
         # apply: every lever through the executor, which alone knows the mode
         self.executor.begin_round()
@@ -493,6 +499,7 @@ class Controller:
             self.accounts.save(quiet=True)
             round_id = self.store.next_round_id(self.config.cluster)
         report = RoundReport(round_id, now, self.last_plan, skipped_reason="nothing new: the last plan stands")
+        self.unmodelled_log.note(self.unmodelled, now)  # the last plan's, which stands
         comments = self.admin_comments
         if comments.backlog or now >= comments.next_refresh_s():  # lines due: as a planned round writes them
             self.executor.begin_round()
@@ -552,14 +559,12 @@ class Controller:
         Slurm (controller.service.startable) added after them: ordered and banded,
         never a reason to preempt."""
         snapshot, waiting, reasons = self._snapshot(observed, observation, now, round_id, leaving, explain=explain)
-        # pending jobs that ask for GPUs of several types (--gres=gpu:a100:4,gpu:v100:4): the
-        # model gives a job one GPU type, so it cannot say where they go; they wait, banded
-        unmodelled = {job.job_id for job in snapshot.jobs if not job.running and job.spec.gpu_type == MIXED_TYPES}
-        # pending jobs asking for what the plan's model cannot express (an OR constraint,
-        # --exclusive=user, a count the release or the nodes do not report): they wait
-        # too, banded; the plan never guesses where Slurm would start them
-        inexpressible = _inexpressible(snapshot, observed)
-        unmodelled.update(inexpressible)
+        # pending jobs asking for what the plan's model cannot express (GPUs of several
+        # types, an OR constraint, --exclusive=user, a count the release or the nodes do
+        # not report): they wait, banded; the plan never guesses where Slurm would start
+        # them. Counted per reason (metrics, the census log line, explain).
+        self.unmodelled = _inexpressible(snapshot, observed)
+        unmodelled = set(self.unmodelled.jobs)
         # jobs whose own nodes (partitions, GPU type, reservation, features) no preemption can free wait
         # too: the core's selection, the one every replay loop makes (controller.core.placement.set_aside)
         aside, unreachable = set_aside(snapshot, unmodelled)
@@ -573,14 +578,15 @@ class Controller:
             for job_id in unreachable:
                 plan.wait_reasons[job_id] = ("its nodes (partitions, GPU type, reservation, features) have too few"
                                              " GPUs free or held by preemptable jobs: no job is preempted for it")
-            for job_id, what in inexpressible.items():
-                plan.wait_reasons[job_id] = (f"asks for what the plan cannot express: {what}; Slurm may start it,"
-                                             " no job is preempted for it")
-            for job_id in unmodelled - inexpressible.keys():
-                job = observed[job_id]
-                plan.wait_reasons[job_id] = (
-                    f"asks for GPUs of several types ({', '.join(job.gpu_types)}; {job.gpus} in all), which the plan"
-                    " cannot place (one GPU type a job): Slurm may start it, no job is preempted for it")
+            for job_id, (codes, what) in self.unmodelled.jobs.items():
+                if codes == ("mixed_gpu_types",):
+                    job = observed[job_id]
+                    plan.wait_reasons[job_id] = (
+                        f"asks for GPUs of several types ({', '.join(job.gpu_types)}; {job.gpus} in all), which the"
+                        " plan cannot place (one GPU type a job): Slurm may start it, no job is preempted for it")
+                else:
+                    plan.wait_reasons[job_id] = (f"asks for what the plan cannot express: {what}; Slurm may start"
+                                                 " it, no job is preempted for it")
         return plan
 
     def _spec_of(self, job_id: str) -> Optional[JobSpec]:
@@ -769,29 +775,11 @@ if tuple(f.name for f in fields(JobState))[:len(_JOB_STATE_FIELDS)] != _JOB_STAT
                       "update _snapshot's positional JobState call")
 
 
-def _inexpressible(snapshot: Snapshot, observed: dict[str, ObservedJob]) -> dict[str, str]:
-    """Pending job id -> what of its request the plan's model cannot express: what the
-    backend says (ObservedJob.unmodelled), or CPUs, memory, features or --exclusive
-    that no available node reports (the plan would guess where it fits). One pass
-    over the jobs that reads a field each, unless some count goes unreported."""
-    available = [n for n in snapshot.nodes if n.available]
-    no_cpus = all(n.cpus_free is None or n.cpus_total is None for n in available)
-    no_mem = all(n.mem_free_mb is None for n in available)
-    no_features = all(n.features is None for n in available)
-    out = {job.job_id: observed[job.job_id].unmodelled for job in snapshot.jobs
-           if not job.running and observed[job.job_id].unmodelled}
-    if not (no_cpus or no_mem or no_features):
-        return out
-    for job in snapshot.jobs:
-        spec = job.spec
-        if job.running or job.job_id in out:
-            continue
-        missing = [what for what, asked, unknown in (("CPUs", spec.cpus_per_node or spec.exclusive, no_cpus),
-                                                     ("memory", spec.mem_per_node_mb, no_mem),
-                                                     ("features", spec.features, no_features)) if asked and unknown]
-        if missing:
-            out[job.job_id] = f"its {' and '.join(missing)}, which no node reports"
-    return out
+def _inexpressible(snapshot: Snapshot, observed: dict[str, ObservedJob]) -> Census:
+    """The pending jobs of the plan whose request its model cannot express, with their
+    reason codes and texts (controller.service.unmodelled.census); ``pending``: the
+    pending jobs the plan weighs (not those waiting on Slurm)."""
+    return census((observed[job.job_id] for job in snapshot.jobs if not job.running), snapshot.nodes)
 
 
 def _with_released(nodes, released) -> list:

@@ -10,6 +10,8 @@ from typing import Mapping, Optional
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from controller.service.unmodelled import REASONS
+
 # Job completion and queueing times: a minute to two weeks.
 DURATION_BUCKETS_S = (60, 300, 600, 1800, 3600, 2 * 3600, 4 * 3600, 8 * 3600, 12 * 3600, 86400, 2 * 86400,
                       4 * 86400, 7 * 86400, 14 * 86400)
@@ -67,6 +69,16 @@ class Metrics:
         # tells an admin the controller stopped while its SiteFactor bands stay frozen.
         self.last_round = Gauge("tiresias_last_round_timestamp_seconds",
                                 "epoch time at which the controller's last round ended", ["mode"], registry=r)
+        # Requests the plan does not model (controller.service.unmodelled): every reason
+        # exported each round, 0 when none, so a reason that had jobs drops to 0.
+        self.unmodelled = Gauge("tiresias_unmodelled_jobs",
+                                "pending GPU jobs whose request the plan cannot express, by reason (a job with "
+                                "two reasons counts under each): none of them causes a preemption",
+                                ["mode", "reason"], registry=r)
+        self.unmodelled_share = Gauge("tiresias_unmodelled_pending_ratio",
+                                      "share of the pending GPU jobs the plan weighs that cannot cause a preemption "
+                                      "(unmodelled); above 0.2 the controller is not reordering this site",
+                                      ["mode"], registry=r)
         self._seen_levels: set[tuple[str, str]] = set()
         self._started: set[str] = set()
 
@@ -125,6 +137,16 @@ class Metrics:
             if entry["kind"] == "handoff" and not entry.get("applied"):
                 self.failed_handoffs.labels(self.mode).inc()
         self.braked_jobs.labels(self.mode).set(len(controller.handoffs.braked))
+        census = getattr(controller, "unmodelled", None)
+        if census is not None:
+            self.observe_unmodelled(census)
+
+    def observe_unmodelled(self, census) -> None:
+        """The round's census (controller.service.unmodelled.Census): jobs per reason, and the share."""
+        by_reason = census.by_reason()
+        for code in REASONS:
+            self.unmodelled.labels(self.mode, code).set(len(by_reason.get(code, ())))
+        self.unmodelled_share.labels(self.mode).set(census.share)
 
     def observe_finished(self, submit_s: float, end_s: float) -> None:
         self.jct.labels(self.mode).observe(max(0.0, end_s - submit_s))

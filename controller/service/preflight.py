@@ -60,9 +60,12 @@ import logging
 import os
 import re
 from dataclasses import dataclass
-from typing import Optional
+from typing import Iterable, Optional
 
-from controller.service.backend import Backend, BackendUnavailable
+from controller.core.model import Node
+from controller.service.backend import Backend, BackendUnavailable, ObservedJob
+from controller.service.startable import slurm_wait
+from controller.service.unmodelled import NOT_REORDERING_SHARE, REASONS, Census, census
 
 # The weighted priority factors of the multifactor plugin, as `scontrol show config` names them.
 PRIORITY_WEIGHTS = ("PriorityWeightAge", "PriorityWeightAssoc", "PriorityWeightFairShare", "PriorityWeightJobSize",
@@ -370,12 +373,144 @@ def cli_filter_policy_findings(lua_text: str, qos: str, grace_s: Optional[float]
     return found
 
 
+def _node_names(value: str) -> set[str]:
+    """A partition's ``Nodes=`` as written, split at the commas outside brackets: the
+    names when no map of expanded names is at hand (a hostlist range then matches only
+    the same range written the same way)."""
+    return {word for word in re.split(r",(?![^\[]*\])", value) if word and word != UNSET}
+
+
+def priority_tier_findings(partitions: dict[str, dict[str, str]],
+                           partition_nodes: Optional[dict[str, Iterable[str]]] = None) -> list[Finding]:
+    """A warning for each pair of partitions of different ``PriorityTier`` that share
+    nodes: slurmctld schedules a higher tier's pending jobs on those nodes before a
+    lower tier's whatever their priority (the SiteFactor bands), so the controller's
+    order does not hold across them. ``partition_nodes``: partition -> node names
+    (expanded: the backend's sinfo map, or the CLI's hostlist expansion); else the
+    ``Nodes=`` words as written."""
+    if partition_nodes:  # the partitions in the controller's scope (the map names those only)
+        partitions = {name: values for name, values in partitions.items() if name in partition_nodes}
+    tiers = {name: values.get("PriorityTier", "1") for name, values in partitions.items()}
+    nodes = {name: set(partition_nodes[name]) if partition_nodes else _node_names(values.get("Nodes", ""))
+             for name, values in partitions.items()}
+    found = []
+    names = sorted(partitions)
+    for i, first in enumerate(names):
+        for second in names[i + 1:]:
+            shared = nodes[first] & nodes[second]
+            if tiers[first] == tiers[second] or not shared:
+                continue
+            listed = ",".join(sorted(shared)[:8]) + (f",... ({len(shared)} nodes)" if len(shared) > 8 else "")
+            found.append(Finding(f"PartitionName={first},{second} PriorityTier",
+                                 f"{tiers[first]},{tiers[second]} (sharing nodes {listed})",
+                                 "one PriorityTier for partitions that share nodes",
+                                 "slurmctld starts the higher tier's pending jobs on those nodes before the lower "
+                                 "tier's, whatever their priority: the controller's order (its SiteFactor bands) does "
+                                 "not hold across these partitions, and a job it preempts for may be overtaken",
+                                 refuses=False))
+    return found
+
+
+def site_findings(settings: dict[str, str], partitions: Optional[dict[str, dict[str, str]]] = None,
+                  partition_nodes: Optional[dict[str, Iterable[str]]] = None,
+                  partition_moves: bool = False) -> list[Finding]:
+    """Site settings the bands and levers depend on, whatever the preemption mechanism:
+    no other writer of SiteFactor (``PrioritySiteFactorPlugin``: a refusal, it would
+    overwrite the bands); PriorityTier partitions sharing nodes (a warning,
+    ``priority_tier_findings``); ``partition_moves`` without associations (a warning:
+    slurmctld refuses a job's partition update with a stale errno, see
+    controller.service.partition_moves)."""
+    found = []
+    plugin = settings.get("PrioritySiteFactorPlugin", "")
+    if plugin not in ("", UNSET):
+        found.append(Finding("PrioritySiteFactorPlugin", plugin, f"{UNSET} (no site factor plugin)",
+                             "the plugin writes every job's SiteFactor, the controller's bands: it would undo the "
+                             "controller's order, or the controller its"))
+    found += priority_tier_findings(partitions or {}, partition_nodes)
+    accounting = settings.get("AccountingStorageType", "")
+    if partition_moves and accounting != "accounting_storage/slurmdbd":
+        found.append(Finding("partition_moves", "true", "AccountingStorageType=accounting_storage/slurmdbd with "
+                             "associations (or partition_moves: false)",
+                             f"AccountingStorageType={accounting or UNSET}: without associations slurmctld refuses "
+                             "a job's partition update with a stale errno (EAGAIN, EINTR) for up to 28 s",
+                             refuses=False))
+    return found
+
+
+# Where each unmodelled reason comes from, for an admin: the job option, or the
+# slurm.conf line when `scontrol show config` shows one that fills it into jobs.
+_JOB_OPTIONS = {
+    "cpus": "the jobs' --cpus-per-gpu / --cpus-per-task",
+    "memory": "the jobs' --mem-per-gpu / --mem-per-cpu",
+    "constraint": "the jobs' --constraint with OR (|), brackets ([]) or counts (*N)",
+    "exclusive": "the jobs' --exclusive=user / mcs / topo",
+    "oversubscribe": "a partition's OverSubscribe=FORCE",
+    "mixed_gpu_types": "the jobs' --gres=gpu:TYPE:N,gpu:OTHER:M (several GPU types)",
+    "het": "het jobs (sbatch ... : ...) whose components ask for different nodes",
+    "per_socket": "the jobs' --gpus-per-socket",
+    "per_task": "the jobs' --ntasks-per-gpu / --gpus-per-task",
+    "unreported_request": "a field of the request this Slurm release does not report",
+    "unreported_nodes": "the nodes: sinfo reports no CPUs, memory or features for them",
+    "other": "the jobs' requests",
+}
+_CONF_DEFAULTS = {"cpus": ("DefCpuPerGPU",), "memory": ("DefMemPerGPU", "DefMemPerCPU", "MaxMemPerCPU")}
+
+
+def unmodelled_source(code: str, settings: dict[str, str],
+                      partitions: Optional[dict[str, dict[str, str]]] = None) -> str:
+    """The slurm.conf line or job option behind unmodelled reason ``code``."""
+    lines = []
+    for key in _CONF_DEFAULTS.get(code, ()):
+        value = settings.get(key, "")  # DefMemPerCPU and MaxMemPerCPU have lines of their own
+        if value not in ("", UNSET, "UNLIMITED", "0"):
+            lines.append(f"{key}={value}")
+        term = re.search(rf"\b{key}=([^,\s]+)", settings.get("JobDefaults", ""))
+        if term:
+            lines.append(f"JobDefaults={key}={term.group(1)}")
+    if code == "oversubscribe":
+        lines += [f"PartitionName={name} OverSubscribe={values['OverSubscribe']}"
+                  for name, values in (partitions or {}).items()
+                  if values.get("OverSubscribe", "").upper().startswith("FORCE")]
+    if lines:
+        return f"slurm.conf {', '.join(lines)} (filled into every job that names none), or {_JOB_OPTIONS[code]}"
+    return _JOB_OPTIONS[code]
+
+
+def queue_census(jobs: Iterable[ObservedJob], nodes: Iterable[Node]) -> Census:
+    """The census of the queue as the plan weighs it: the pending GPU jobs that do not
+    wait on Slurm (a hold, a dependency, a limit: controller.service.startable)."""
+    return census((j for j in jobs if j.gpus > 0 and j.state == "PENDING" and not slurm_wait(j)), nodes)
+
+
+def queue_findings(queue: Census, settings: dict[str, str],
+                   partitions: Optional[dict[str, dict[str, str]]] = None) -> list[Finding]:
+    """Warnings on the queue: per unmodelled reason its count of pending GPU jobs, the
+    slurm.conf line or job option behind it and an example; first, when more than
+    NOT_REORDERING_SHARE of them cannot cause a preemption, that the controller is
+    not reordering this site, and why."""
+    found = []
+    if queue.not_reordering:
+        found.append(Finding("unmodelled pending GPU jobs", f"{len(queue.jobs)} of {queue.pending} "
+                             f"({queue.share:.0%})", f"at most {NOT_REORDERING_SHARE:.0%}",
+                             "the controller is not reordering this site: these jobs cannot cause a preemption, "
+                             f"so Slurm's own order stands; top reasons: {queue.top_reasons()}", refuses=False))
+    for code, ids in queue.by_reason().items():
+        example = queue.jobs[ids[0]][1]
+        found.append(Finding(f"unmodelled {code}", f"{len(ids)} of {queue.pending} pending GPU jobs",
+                             f"a request the plan can express (from {unmodelled_source(code, settings, partitions)})",
+                             f"{REASONS[code]}: no job is preempted for them; e.g. job {ids[0]}: {example}",
+                             refuses=False))
+    return found
+
+
 def check(settings: dict[str, str], site_factor_band: int, requeue_exit_code: int,
-          partitions: Optional[dict[str, dict[str, str]]] = None, preemption: str = "controller") -> list[Finding]:
+          partitions: Optional[dict[str, dict[str, str]]] = None, preemption: str = "controller",
+          partition_nodes: Optional[dict[str, Iterable[str]]] = None, partition_moves: bool = False) -> list[Finding]:
     """Every finding for these settings (``parse_show_config``) and, when given, the
-    partitions' (``parse_show_partitions``), for the preemption mechanism
-    ``preemption`` (controller or slurm); [] when all is right. The refusing
-    findings come first, each group in a fixed order."""
+    partitions' (``parse_show_partitions``; ``partition_nodes`` their node names,
+    expanded), for the preemption mechanism ``preemption`` (controller or slurm) and
+    ``partition_moves``; [] when all is right. The refusing findings come first, each
+    group in a fixed order."""
     found: list[Finding] = []
     weights: dict[str, float] = {}
 
@@ -431,6 +566,7 @@ def check(settings: dict[str, str], site_factor_band: int, requeue_exit_code: in
                                  "Slurm's own preemption picks victims by QOS or partition, not by attained "
                                  "service, and outside the checkpoint contract"))
         found += partition_findings(settings, partitions or {})
+    found += site_findings(settings, partitions, partition_nodes, partition_moves)
     cli_filter = cli_filter_finding(get("CliFilterPlugins"))
     if cli_filter is not None:
         found.append(cli_filter)
@@ -438,7 +574,7 @@ def check(settings: dict[str, str], site_factor_band: int, requeue_exit_code: in
 
 
 def run_checks(backend: Backend, site_factor_band: int, requeue_exit_code: int,
-               preemption: str = "controller", qos: str = "") -> list[Finding]:
+               preemption: str = "controller", qos: str = "", partition_moves: bool = False) -> list[Finding]:
     """Read the running slurmctld's settings through the backend (and its partitions,
     when the backend reads them: ``partition_config``) and check them. Raises
     BackendUnavailable when slurmctld does not answer."""
@@ -446,7 +582,10 @@ def run_checks(backend: Backend, site_factor_band: int, requeue_exit_code: int,
     read_partitions = getattr(backend, "partition_config", None)
     text = read_partitions() if callable(read_partitions) else None
     partitions = parse_show_partitions(text) if isinstance(text, str) else None
-    found = check(settings, site_factor_band, requeue_exit_code, partitions, preemption)
+    read_nodes = getattr(backend, "partition_nodes", None)  # expanded node names (sinfo), when offered
+    nodes = read_nodes() if partitions and callable(read_nodes) else None
+    found = check(settings, site_factor_band, requeue_exit_code, partitions, preemption,
+                  nodes if isinstance(nodes, dict) else None, partition_moves)
     read_qos = getattr(backend, "qos_config", None)
     if preemption == "slurm" and qos and callable(read_qos):
         rows = parse_qos(read_qos())
@@ -483,13 +622,14 @@ def report(mode: str, findings: list[Finding], log: logging.Logger) -> bool:
 
 
 def at_start(mode: str, backend: Backend, site_factor_band: int, requeue_exit_code: int,
-             log: logging.Logger, preemption: str = "controller", qos: str = "") -> Optional[bool]:
+             log: logging.Logger, preemption: str = "controller", qos: str = "",
+             partition_moves: bool = False) -> Optional[bool]:
     """The check at the controller's start: True (start), False (refuse: enforce mode
     with a refusing finding, each logged as an error; other modes log them as
     warnings and start), None when slurmctld does not answer: the check is pending
     (``Pending``): enforce acts on nothing until it has run and passed."""
     try:
-        findings = run_checks(backend, site_factor_band, requeue_exit_code, preemption, qos)
+        findings = run_checks(backend, site_factor_band, requeue_exit_code, preemption, qos, partition_moves)
     except BackendUnavailable as err:
         log.warning("preflight: slurm.conf settings not checked yet, slurmctld did not answer: %s%s", err,
                     "; enforce acts on nothing until they are (retried before every round)"
@@ -505,8 +645,9 @@ class Pending:
     then the findings and the outcome once it does."""
 
     def __init__(self, mode: str, backend: Backend, site_factor_band: int, requeue_exit_code: int,
-                 log: logging.Logger, preemption: str = "controller", qos: str = ""):
+                 log: logging.Logger, preemption: str = "controller", qos: str = "", partition_moves: bool = False):
         self.mode = mode
+        self.partition_moves = partition_moves
         self.preemption = preemption
         self.qos = qos
         self.backend = backend
@@ -520,7 +661,7 @@ class Pending:
         act (enforce: no refusing finding); False: enforce refuses (logged)."""
         try:
             findings = run_checks(self.backend, self.site_factor_band, self.requeue_exit_code, self.preemption,
-                                  self.qos)
+                                  self.qos, self.partition_moves)
         except BackendUnavailable:
             return None
         except Exception as err:  # noqa: BLE001 - odd output or a bug: not run, tried again (logged once)
