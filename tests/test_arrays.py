@@ -238,3 +238,22 @@ def test_a_bad_node_record_withholds_no_job():
     observation = backend.observe()
     assert any(line.startswith("sinfo node") for line in observation.skipped), observation.skipped
     assert not observation.withholds("240_1") and not observation.withholds("99")
+
+
+@pytest.mark.parametrize("field, value", [("job_state", 42), ("array_task_string", "5-x%4")])
+def test_a_malformed_pending_array_record_withholds_its_tasks(tmp_path, field, value):
+    """Issue 35: a pending array record that does not parse (its own fields, or its task
+    string) withholds every task it holds from "gone": they were closed as GONE before."""
+    doc = json.loads((FIXTURES / "squeue_array.json").read_text())
+    record = next(r for r in doc["jobs"] if r.get("array_task_string") and r["array_job_id"] == 240)  # pending
+    record[field] = value
+    observation = _backend(json.dumps(doc)).observe()
+    assert "240_5" in observation.withheld and "240_50" in observation.withheld
+    assert "235_7" not in observation.withheld and "99" not in observation.withheld  # only its own tasks
+    assert not observation.withheld.everything
+
+    accounts = Accounts(Store(f"sqlite:///{tmp_path}/s.db"), "default")
+    waiting = job("240_5", submit_time_s=900.0, array_record="240")
+    accounts.advance({"240_5": waiting}, 1000.0)
+    accounts.finish_gone({}, observation, 1010.0)
+    assert accounts.records["240_5"].end_state is None and accounts.records["240_5"].state == "PENDING"

@@ -44,9 +44,10 @@ _HOLDS_GPUS = {"RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "SIGNALING",
 
 @dataclass
 class Withheld:
-    """Job ids whose absence from an observation is not "gone": ``ids`` exactly, the
-    tasks of ``tasks`` (ArrayJobId -> ranges of task ids), every task of ``arrays``,
-    or everything (a bad record whose id could not be read)."""
+    """Job ids whose absence from an observation is not "gone": ``ids`` exactly (and
+    every task of an ArrayJobId among them), the tasks of ``tasks`` (ArrayJobId ->
+    ranges of task ids), every task of ``arrays``, or everything (a bad record whose id
+    could not be read)."""
 
     ids: set[str] = field(default_factory=set)
     tasks: dict[str, list[range]] = field(default_factory=dict)
@@ -59,7 +60,9 @@ class Withheld:
         head, _, task = str(job_id).partition("_")
         if not task:
             return False
-        if head in self.arrays:
+        # an ArrayJobId among ``ids``: its pending record did not parse (a task record's
+        # own id is "ARRAYID_TASKID"), and which tasks it held is unknown: all are withheld
+        if head in self.arrays or head in self.ids:
             return True
         return task.isdigit() and any(int(task) in r for r in self.tasks.get(head, ()))
 
