@@ -574,7 +574,8 @@ instance_setup() {
         || die "TIRESIAS_INSTANCE_PARTITIONS '$I_PARTITIONS': use NAME:FIRST-LAST[,NAME:FIRST-LAST...] over nodes 1-4"
     # refused before anything is written: a test must run on the settings it names
     [ -z "${TIRESIAS_INSTANCE_CONF_EXTRA:-}" ] \
-        || python3 "$REPO_DIR/containers/conf_extra.py" "$TIRESIAS_INSTANCE_CONF_EXTRA" "$INST" </dev/null >/dev/null \
+        || printf "NodeName=${INST}g%s\n" 1 2 3 4 \
+        | python3 "$REPO_DIR/containers/conf_extra.py" "$TIRESIAS_INSTANCE_CONF_EXTRA" "$INST" >/dev/null \
         || die "[$INST] TIRESIAS_INSTANCE_CONF_EXTRA refused (see above)"
     export SLURM_CONF=$I_ETC/slurm.conf
 }

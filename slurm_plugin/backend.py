@@ -80,6 +80,12 @@ _UNREACHABLE_MARKERS = (
 # Stop one comma list from growing without bound (argv and RPC size); far above
 # any realistic number of jobs that share one SiteFactor value in a round.
 MAX_IDS_PER_UPDATE = 1000
+# 26.05+: `scontrol show job -o ID` (one id a call: 22.05 prints nothing for "1,2") for at
+# most this many pending jobs of unknown --exclusive mode per observation, the rest at the
+# next; each call waits at most SHOW_JOB_TIMEOUT_S (capped by command_timeout_s), and the
+# first that fails to answer ends this observation's reads: a slow slurmctld costs one wait.
+MAX_SHOW_JOB_IDS = 20
+SHOW_JOB_TIMEOUT_S = 5.0
 # The fields an ObservedJob takes from the SlurmJob as they are (same name, same
 # value); _observed_job names the ones it renames or converts.
 _AS_REPORTED = ("job_id", "user", "partition", "state", "reason", "gpus", "time_limit_s", "restart_count", "batch",
@@ -281,10 +287,14 @@ class SlurmBackend:
         # runs again only when a pending job appears that is not among them.
         self._site_factor_known: set[str] = set()
         self._memory_allocated: Optional[bool] = None  # memory_allocated(), once read
-        # 26.05+: the squeue JSON says no job's --exclusive; pending job id -> its mode, from
-        # `scontrol show job -o` (json_says_sharing, _read_sharing)
+        # 26.05+: the squeue JSON says no job's --exclusive; pending job id (planned:
+        # "ARRAYID_TASKID" for a task) -> (its submit time, its mode), from `scontrol show
+        # job -o ID` (json_says_sharing, _read_sharing). An entry stands while the job stays
+        # pending under that submit time: the fields of its record that move every round
+        # (priority, last evaluation) say nothing of the mode, and the JSON that would is gone.
         self._sharing_in_json = True
-        self._sharing: dict[str, str] = {}
+        self._sharing: dict[str, tuple[Optional[float], str]] = {}
+        self._sharing_tried: set[str] = set()  # asked and not answered: after the others next time
         # Partition -> node names from the last ``sinfo --json`` read by observe().
         self._partition_nodes: Optional[dict[str, list[str]]] = None
         # squeue --json records parsed at the last observe(), by their text: only new or
@@ -316,14 +326,16 @@ class SlurmBackend:
 
     # ------------------------------------------------------------------ commands
 
-    def _run(self, argv: list[str]) -> CommandResult:
-        """Run one command; time-outs and a missing tool raise BackendUnavailable."""
+    def _run(self, argv: list[str], timeout_s: Optional[float] = None) -> CommandResult:
+        """Run one command (within ``timeout_s``, default command_timeout_s); time-outs and
+        a missing tool raise BackendUnavailable."""
         self.commands_run[os.path.basename(argv[0])] += 1
+        timeout_s = self.command_timeout_s if timeout_s is None else timeout_s
         try:
-            result = self.runner(argv, self.command_timeout_s, self.env)
+            result = self.runner(argv, timeout_s, self.env)
         except subprocess.TimeoutExpired:
             raise BackendUnavailable(
-                f"{argv[0]} did not answer within {self.command_timeout_s:g} s: {' '.join(argv)}") from None
+                f"{argv[0]} did not answer within {timeout_s:g} s: {' '.join(argv)}") from None
         except OSError as exc:
             raise BackendUnavailable(f"cannot run {argv[0]}: {exc}") from None
         return CommandResult(int(result.returncode), result.stdout or "", result.stderr or "")
@@ -444,13 +456,9 @@ class SlurmBackend:
         sprio = self._read_sprio_site_factors(skipped) if asked else {}
         # 26.05's JSON does not say --exclusive: `scontrol show job -o` does, read when a
         # pending job shows up whose mode is not known yet (as sprio above)
-        sharing = self._sharing
         if not self._sharing_in_json:
-            pending_now = {j.job_id for j in jobs if j.state == "PENDING" and self._in_scope(j.partitions)}
-            if pending_now - sharing.keys():
-                sharing.update(self._read_sharing(skipped))
-            for job_id in sharing.keys() - pending_now:
-                del sharing[job_id]
+            self._learn_sharing({j.job_id: j.submit_time for j in jobs
+                                 if j.state == "PENDING" and self._in_scope(j.partitions)}, skipped)
 
         # One pass over the records for all they say (each pass over 55,000 records costs
         # its cache misses: one pass each was a third of observe()). A record that is the
@@ -721,21 +729,63 @@ class SlurmBackend:
         share, extra = divmod(job.gpus, len(names))
         return tuple((n, share + (1 if i < extra else 0)) for i, n in enumerate(names))
 
-    def _read_sharing(self, skipped: list[str]) -> dict[str, str]:
-        """Each job's --exclusive/--oversubscribe mode from `scontrol show job -o`
-        (parse_show_job_sharing); {} when it fails (those jobs' mode stays unknown)."""
-        result = self._run(["scontrol", "show", "job", "-o"])
-        if result.returncode != 0:
-            if self._unreachable(result):
-                raise BackendUnavailable(f"scontrol show job: slurmctld unreachable: {_one_line(result.stderr)}")
-            skipped.append(f"scontrol show job exited {result.returncode}: {_one_line(result.stderr)}; "
-                           "--exclusive unknown")
-            return {}
-        return parse_show_job_sharing(result.stdout)
+    def _learn_sharing(self, pending: dict[str, Optional[float]], skipped: list[str]) -> None:
+        """Read the --exclusive mode of the pending jobs (id -> submit time) not known yet,
+        at most MAX_SHOW_JOB_IDS of them (never asked first), and forget the jobs that left
+        the queue or came back under a new submit time. Modes not read stay unknown: such a
+        job is never a reason to preempt (its request unreported) until a later read."""
+        sharing, tried = self._sharing, self._sharing_tried
+        for job_id in [k for k, (submitted, _) in sharing.items() if pending.get(k, -1.0) != submitted]:
+            del sharing[job_id]
+        tried.intersection_update(pending)
+        unknown = [job_id for job_id in pending if job_id not in sharing]
+        if not unknown:
+            return
+        unknown.sort(key=lambda job_id: job_id in tried)  # stable: squeue's order within each
+        asked = unknown[:MAX_SHOW_JOB_IDS]
+        modes, reached = self._read_sharing(asked, skipped)
+        for job_id in asked[:reached]:
+            if job_id in modes:
+                sharing[job_id] = (pending[job_id], modes[job_id])
+                tried.discard(job_id)
+            else:
+                tried.add(job_id)
+        if len(unknown) > len(asked):
+            skipped.append(f"scontrol show job: {len(unknown) - len(asked)} pending jobs' --exclusive "
+                           f"left for the next observations (at most {MAX_SHOW_JOB_IDS} read each)")
+
+    def _read_sharing(self, job_ids: list[str], skipped: list[str]) -> tuple[dict[str, str], int]:
+        """The --exclusive/--oversubscribe mode of each of ``job_ids`` (planned ids) that
+        `scontrol show job -o ID` answers (parse_show_job_sharing keys a task's line
+        "ARRAYID_TASKID" as it was asked), and how many of them were asked. A job that has
+        ended answers nothing; a call that times out or cannot reach slurmctld ends the
+        reads (the rest stay unknown, not asked), never the observation."""
+        modes: dict[str, str] = {}
+        timeout_s = min(self.command_timeout_s, SHOW_JOB_TIMEOUT_S)
+        reached = 0
+        for job_id in job_ids:
+            reached += 1
+            try:
+                result = self._run(["scontrol", "show", "job", "-o", job_id], timeout_s)
+            except BackendUnavailable as exc:
+                skipped.append(f"scontrol show job {job_id}: {_one_line(str(exc))}; --exclusive of "
+                               f"{len(job_ids) - len(modes)} pending jobs unknown this round")
+                break
+            if result.returncode != 0:
+                if self._unreachable(result):
+                    skipped.append(f"scontrol show job {job_id}: slurmctld unreachable: "
+                                   f"{_one_line(result.stderr)}; --exclusive unknown this round")
+                    break
+                continue  # ended since squeue read it ("Invalid job id specified")
+            answer = parse_show_job_sharing(result.stdout)
+            if job_id in answer:
+                modes[job_id] = answer[job_id]
+        return modes, reached
 
     def _observed_job(self, job: SlurmJob, site_factor: int | None) -> ObservedJob:
         if job.state == "PENDING" and not self._sharing_in_json:
-            job = replace(job, shared=self._sharing.get(job.job_id))  # None: unknown, never preempted for
+            known = self._sharing.get(job.job_id)
+            job = replace(job, shared=None if known is None else known[1])  # None: unknown, never preempted for
         return ObservedJob(
             **{name: getattr(job, name) for name in _AS_REPORTED},
             nodes=tuple(job.nodes),

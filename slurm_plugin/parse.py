@@ -544,14 +544,20 @@ def parse_show_job_sharing(text: str) -> dict[str, str]:
     """Job id -> its sharing mode as ``SlurmJob.shared`` names it, from `scontrol show job
     -o` (26.05: ``OverSubscribe=NO Exclusive=NODE``; Exclusive NODE is 'exclusive', USER,
     MCS, TOPO their lower-case names, NO with OverSubscribe=YES 'oversubscribe', else '').
-    Lines without both keys are left out."""
+    Keyed as squeue's records are planned: an array task's line (``ArrayTaskId=3``) under
+    "ARRAYJOBID_3", a pending array record's (``ArrayTaskId=5-50%4``) under its ArrayJobId,
+    any other under its JobId. Lines without both keys are left out."""
     out = {}
     for line in text.splitlines():
-        fields = dict(re.findall(r"(?:^|\s)(JobId|OverSubscribe|Exclusive)=(\S*)", line))
+        fields = dict(re.findall(r"(?:^|\s)(JobId|ArrayJobId|ArrayTaskId|OverSubscribe|Exclusive)=(\S*)", line))
         if {"JobId", "OverSubscribe", "Exclusive"} <= fields.keys():
             exclusive = fields["Exclusive"].upper()
-            out[fields["JobId"]] = ("exclusive" if exclusive == "NODE" else exclusive.lower() if exclusive != "NO"
-                                    else "oversubscribe" if fields["OverSubscribe"].upper() == "YES" else "")
+            key = fields["JobId"]
+            if fields.get("ArrayJobId"):
+                task = fields.get("ArrayTaskId", "")
+                key = f"{fields['ArrayJobId']}_{task}" if task.isdigit() else fields["ArrayJobId"]
+            out[key] = ("exclusive" if exclusive == "NODE" else exclusive.lower() if exclusive != "NO"
+                        else "oversubscribe" if fields["OverSubscribe"].upper() == "YES" else "")
     return out
 
 

@@ -8,6 +8,7 @@ the first array cancelled, the second with four tasks running), then ``squeue --
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -238,3 +239,49 @@ def test_a_bad_node_record_withholds_no_job():
     observation = backend.observe()
     assert any(line.startswith("sinfo node") for line in observation.skipped), observation.skipped
     assert not observation.withholds("240_1") and not observation.withholds("99")
+
+
+@pytest.mark.parametrize("field, value", [("job_state", 42), ("array_task_string", "5-x%4")])
+def test_a_malformed_pending_array_record_withholds_its_tasks(tmp_path, field, value):
+    """Issue 35: a pending array record that does not parse (its own fields, or its task
+    string) withholds every task it holds from "gone": they were closed as GONE before."""
+    doc = json.loads((FIXTURES / "squeue_array.json").read_text())
+    record = next(r for r in doc["jobs"] if r.get("array_task_string") and r["array_job_id"] == 240)  # pending
+    record[field] = value
+    observation = _backend(json.dumps(doc)).observe()
+    assert "240_5" in observation.withheld and "240_50" in observation.withheld
+    assert "235_7" not in observation.withheld and "99" not in observation.withheld  # only its own tasks
+    assert not observation.withheld.everything
+
+    accounts = Accounts(Store(f"sqlite:///{tmp_path}/s.db"), "default")
+    waiting = job("240_5", submit_time_s=900.0, array_record="240")
+    accounts.advance({"240_5": waiting}, 1000.0)
+    accounts.finish_gone({}, observation, 1010.0)
+    assert accounts.records["240_5"].end_state is None and accounts.records["240_5"].state == "PENDING"
+
+
+def het(offset, **kw):
+    fields = {"het_job_id": "20", "het_offset": offset, "min_nodes": 1, "max_nodes": 1, **kw}
+    return dataclasses.replace(job(str(20 + offset)), **fields)
+
+
+@pytest.mark.parametrize("component, says", [
+    (dict(features=("v100",)), "--constraint"),
+    (dict(partition="a100"), "partition"),
+    (dict(gpu_type="a100", gpu_types=("a100",)), "GPU type"),
+    (dict(gpus=4), "GPUs per node"),
+    (dict(gpus=4, min_nodes=2, max_nodes=2), "GPUs per node"),
+])
+def test_a_het_job_whose_components_differ_in_their_nodes_is_unmodelled(component, says):
+    """Issue 35: the gang was planned under its leader's request alone, a component's
+    --constraint, partition, GPU type or node count ignored (2 useless preemptions)."""
+    [gang] = plan_view([het(0, gpus=1), het(1, **{"gpus": 1, **component})]).jobs
+    assert gang.unmodelled_reasons == ("het",) and says in gang.unmodelled
+
+
+def test_a_het_job_of_alike_components_is_one_modelled_gang_that_keeps_a_components_reasons():
+    [gang] = plan_view([het(0, gpus=2, features=("a100",)), het(1, gpus=2, features=("a100",))]).jobs
+    assert gang.gpus == 4 and gang.min_nodes == 2 and gang.unmodelled == "" and gang.features == ("a100",)
+    [gang] = plan_view([het(0, gpus=2), het(1, gpus=2, unmodelled="its CPUs (not reported)",
+                                            unmodelled_reasons=("cpus",))]).jobs
+    assert gang.unmodelled_reasons == ("cpus",) and "het component 1: its CPUs" in gang.unmodelled

@@ -176,3 +176,31 @@ def test_slurm_backend_reports_slurmctld_clock_when_the_json_has_it(version, slu
         texts["squeue"] = json.dumps(doc, indent=2)
         assert backend.observe().slurm_now_s == slurm_now + 9
         assert backend.repeat_observation().slurm_now_s is None  # a repeat is no new answer
+
+
+def test_on_22_05_the_over_charge_of_a_job_first_seen_running_is_taken_back_once_measured(store):  # noqa: F811
+    """Issue 35: 22.05 says slurmctld's time only through a job seen starting. A job 10 s
+    old first seen running before that is charged the 120 s of skew too (1,560 GPU-s on
+    12 GPUs, past the 1,000 GPU-s threshold); once a start measures the offset, its run
+    start moves and the over-charge is taken back: it stays in queue 1, ahead of a
+    newcomer that needs its GPUs, and is not preempted (it was, the charge never undone)."""
+    backend = SkewedSlurm(SKEW_S, reports_clock=False)
+    backend.add("1", 12, "RUNNING", start=backend.now - 10.0, nodes=[(f"gpu{i}", 4) for i in range(1, 4)])
+    backend.add("5", 1)
+    c = controller(store, backend, queues_gpu_s=[1000.0])  # no minimum run time: the service decides
+    c.clock = backend.local_now
+    c.run_round()
+    assert c.records["1"].attained_gpu_s == pytest.approx(130.0 * 12, abs=12.0)  # not measurable yet
+    backend.jobs["5"] = dataclasses.replace(backend.jobs["5"], state="RUNNING", start_time_s=backend.now + 2.0,
+                                            gpus_by_node=(("gpu4", 1),))
+    backend.now += 5.0
+    backend.add("2", 4)  # needs job 1's GPUs (gpu4 has 3 free)
+    report = c.run_round()
+    assert c.slurm_clock.offset_s == pytest.approx(SKEW_S, abs=4.0)
+    assert c.records["1"].attained_gpu_s == pytest.approx(15.0 * 12, abs=4.0 * 12)  # 10 s + 5 s, the skew taken back
+    assert c.records["1"].first_start_s == pytest.approx(backend.local_now() - 15.0, abs=4.0)
+    assert signals(backend) == [] and not report.plan.of_kind("preempt")
+    backend.now += 5.0
+    c.run_round()
+    assert signals(backend) == []
+    assert c.records["1"].attained_gpu_s == pytest.approx(20.0 * 12, abs=4.0 * 12)

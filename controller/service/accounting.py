@@ -77,6 +77,11 @@ class Accounts:
         self._seen: dict[str, ObservedJob] = {}  # job id -> the ObservedJob the last advance() read
         self._changed: list[JobRecord] = []  # read whole by advance() since the last save()
         self._placed_levels: dict[str, int] = {}  # the levels the last place() was given
+        # job id -> the start its current run is charged from, and its MLFQ place then,
+        # while it runs: a later observation that moves that start (slurm_clock measured
+        # the clocks' offset only then, as on 22.05) takes back what was charged before
+        # the true start, and the demotion that charge made
+        self._charged_from: dict[str, tuple[float, tuple[Optional[int], Optional[float]]]] = {}
         # the jobs that ever ran (first_start_s set): a pending one is a requeued one,
         # which the SiteFactor bands put first in its level (controller.core.bands)
         self.started_once: set[str] = {job_id for job_id, r in self.records.items() if r.first_start_s is not None}
@@ -150,11 +155,16 @@ class Accounts:
                 # clock says (controller.service.slurm_clock moves Slurm's onto ours; this
                 # bounds what a clock it could not measure yet would charge).
                 run_start = min(run_start if last is None else max(run_start, last), now)
-            record.last_observed_s = max(last, run_start) if same_run else run_start
+            if same_run:
+                self._take_back(record, job, run_start)
+            else:
+                self._charged_from[job.job_id] = (run_start, (record.queue_level, record.queue_entry))
+            record.last_observed_s = max(record.last_observed_s, run_start) if same_run else run_start
             if record.first_start_s is None:
                 record.first_start_s = run_start
                 self.started_once.add(job.job_id)
         else:
+            self._charged_from.pop(job.job_id, None)
             record.last_observed_s = last if last is not None else record.submit_time_s
         if record.last_running and job.state != "RUNNING":
             self.stopped_at.setdefault(job.job_id, now)
@@ -177,6 +187,32 @@ class Accounts:
                          job.job_id, job.partition, record.partition, reset)
             record.partition = reset
         return record
+
+    def _take_back(self, record: JobRecord, job: ObservedJob, run_start: float) -> None:
+        """The run's start moved later than the one it was charged from (its first
+        sight ran on a clock the controller had not measured yet: 22.05 says slurmctld's
+        time only through jobs seen starting): the seconds charged before the true start,
+        up to the last observation, are taken back from every clock they went into, and
+        its MLFQ place is the one it had when the run was first charged (a demotion by
+        the over-charge undone; the next round places it by its corrected service)."""
+        charged = self._charged_from.get(job.job_id)
+        if charged is None or run_start <= charged[0] or record.last_observed_s is None:
+            return
+        charged_from, place = charged
+        self._charged_from[job.job_id] = (run_start, place)
+        over_s = min(run_start, record.last_observed_s) - charged_from
+        if over_s <= 0:
+            return
+        gpu_s = (job.gpus or job.gpu_equivalents) * over_s
+        record.attained_gpu_s = max(0.0, record.attained_gpu_s - gpu_s)
+        record.queue_service_gpu_s = max(0.0, record.queue_service_gpu_s - gpu_s)
+        record.executed_s = max(0.0, record.executed_s - over_s)
+        record.executed_since_promotion_s = max(0.0, record.executed_since_promotion_s - over_s)
+        if record.first_start_s == charged_from:  # this is its first run: it began then too
+            record.first_start_s = run_start
+        record.queue_level, record.queue_entry = place
+        log.info("job %s: its run started %.0f s later than charged (the clocks' offset measured since): "
+                 "%.0f GPU-s taken back", job.job_id, over_s, gpu_s)
 
     def _first_sight(self, job: ObservedJob, now: float) -> JobRecord:
         skew, problem = parse_skew_hint(job.comment)

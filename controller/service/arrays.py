@@ -22,7 +22,10 @@ A het job's components (``het_job_id``, ``het_job_offset``) start together and a
 one gang: planned under the leader's id (a lever on it acts on every component),
 with their GPUs and nodes summed, so it is preempted whole or not at all. It keeps
 ``het_job_id`` set so that nothing pins it (a pin names one node list; each
-component has its own).
+component has its own). The gang is placed by one request: a pending het job whose
+components differ in the nodes they may use or in what they ask per node (a
+component's --constraint, partition, GPU type, GPUs per node) is unmodelled (code
+``het``), never a reason to preempt.
 """
 from __future__ import annotations
 
@@ -33,6 +36,7 @@ from typing import Iterable
 
 from controller.core.model import MIXED_TYPES
 from controller.service.backend import ObservedJob
+from controller.service.unmodelled import unmodelled_fields
 
 __all__ = ["MAX_LISTED_TASKS", "PlanView", "Withheld", "plan_view", "task_ranges"]
 
@@ -44,9 +48,10 @@ _HOLDS_GPUS = {"RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "SIGNALING",
 
 @dataclass
 class Withheld:
-    """Job ids whose absence from an observation is not "gone": ``ids`` exactly, the
-    tasks of ``tasks`` (ArrayJobId -> ranges of task ids), every task of ``arrays``,
-    or everything (a bad record whose id could not be read)."""
+    """Job ids whose absence from an observation is not "gone": ``ids`` exactly (and
+    every task of an ArrayJobId among them), the tasks of ``tasks`` (ArrayJobId ->
+    ranges of task ids), every task of ``arrays``, or everything (a bad record whose id
+    could not be read)."""
 
     ids: set[str] = field(default_factory=set)
     tasks: dict[str, list[range]] = field(default_factory=dict)
@@ -59,7 +64,9 @@ class Withheld:
         head, _, task = str(job_id).partition("_")
         if not task:
             return False
-        if head in self.arrays:
+        # an ArrayJobId among ``ids``: its pending record did not parse (a task record's
+        # own id is "ARRAYID_TASKID"), and which tasks it held is unknown: all are withheld
+        if head in self.arrays or head in self.ids:
             return True
         return task.isdigit() and any(int(task) in r for r in self.tasks.get(head, ()))
 
@@ -117,10 +124,47 @@ def _tasks(record: ObservedJob, taken: int, withheld: Withheld) -> list[Observed
             for task in listed]
 
 
+# What a component says of the nodes it may use, and what it asks of each: the gang is
+# placed under the leader's, so where the components differ in any of these the plan
+# would put some component's GPUs where Slurm will not (a --constraint, a partition, a
+# GPU type, GPUs or CPUs or memory per node of its own): such a het job is unmodelled.
+_NODE_RULES = (("partition", "partition"), ("required_nodes", "--nodelist"), ("excluded_nodes", "--exclude"),
+               ("features", "--constraint"), ("gpu_types", "GPU type"), ("reservation", "--reservation"),
+               ("exclusive", "--exclusive"), ("cpus_per_node", "CPUs per node"),
+               ("mem_per_node_mb", "memory per node"))
+
+
+def _gpus_per_node(job: ObservedJob) -> float:
+    return job.gpus / max(job.min_nodes, 1)
+
+
+def _het_unmodelled(parts: list[ObservedJob]) -> dict:
+    """The unmodelled fields of a pending het job's gang ({} none): ``het`` where its
+    components differ in their node rules or per-node request, and every component's own
+    reasons (the gang is planned under the leader's fields, which would drop them)."""
+    differ = [what for name, what in _NODE_RULES if len({getattr(p, name) for p in parts}) > 1]
+    if len({_gpus_per_node(p) for p in parts}) > 1:
+        differ.append("GPUs per node")
+    texts, codes = [], []
+    if differ:
+        het = unmodelled_fields([("het", f"het job components differ in {', '.join(differ)} "
+                                         "(each would need nodes of its own)")])
+        texts.append(het["unmodelled"])
+        codes.extend(het["unmodelled_reasons"])
+    for part in parts:
+        if part.unmodelled:
+            texts.append(f"het component {part.het_offset}: {part.unmodelled}")
+            codes.extend(part.unmodelled_reasons)
+    return dict(unmodelled="; ".join(texts), unmodelled_reasons=tuple(dict.fromkeys(codes))) if texts else {}
+
+
 def _gang(leader_id: str, parts: list[ObservedJob]) -> ObservedJob:
-    """One job of a het job's components (the leader first): their sums, the leader's rest."""
+    """One job of a het job's components (the leader first): their sums, the leader's
+    rest; a pending one whose components differ in the nodes they may use is unmodelled
+    (code ``het``: never a reason to preempt), as is one with an unmodelled component."""
     parts = sorted(parts, key=lambda j: j.het_offset)
     leader = parts[0]
+    unmodelled = _het_unmodelled(parts) if leader.state == "PENDING" and len(parts) > 1 else {}
     by_node: dict[str, int] = {}
     for part in parts:
         for node, gpus in part.gpus_by_node:
@@ -132,7 +176,7 @@ def _gang(leader_id: str, parts: list[ObservedJob]) -> ObservedJob:
         leader, job_id=leader_id, het_offset=0, gpus=sum(p.gpus for p in parts), mps=sum(p.mps for p in parts),
         gpu_types=types, gpu_type=MIXED_TYPES if len(types) > 1 else leader.gpu_type,
         nodes=nodes, gpus_by_node=tuple(by_node.items()), min_nodes=sum(p.min_nodes for p in parts),
-        max_nodes=0 if any(p.max_nodes == 0 for p in parts) else sum(p.max_nodes for p in parts))
+        max_nodes=0 if any(p.max_nodes == 0 for p in parts) else sum(p.max_nodes for p in parts), **unmodelled)
 
 
 def plan_view(records: Iterable[ObservedJob], withheld: Withheld | None = None) -> PlanView:
