@@ -53,7 +53,7 @@ $(VENV)/.installed-fast: $(VENV)/.installed
 	touch $@
 
 test-fast: $(VENV)/.installed-fast
-	$(BIN)/python -m pytest -q -m "not slurm" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -m "not slurm" -n auto $(PYTEST_ARGS)
 
 # The checkpoint helper alone, as a wheel users install into their jobs' venvs
 # (dist/tiresias_checkpoint-*.whl; no package index carries it).
