@@ -45,3 +45,115 @@ def test_cli_filter_puts_only_whole_gpu_jobs_in_the_preempt_qos(lua, tmp_path):
     """A CPU-only, MPS or shard job that declares --signal is not in the plan: in the QOS
     it could preempt a GPU job by a band that does not follow the plan (issue 35)."""
     assert cli_filter_lines(lua, tmp_path, WHOLE_GPU_CASES) == ["nil"] * 7 + ["ckpt"] * 10
+
+
+# -- bands ---------------------------------------------------------------------------------
+from dataclasses import replace  # noqa: E402
+
+import pytest  # noqa: E402
+
+from controller.core.bands import (index_offset, kept_site_factor, no_cross_gap, running_site_factors,  # noqa: E402
+                                   site_factors)
+from tests.test_colocation_controller import mps_job  # noqa: E402
+from tests.test_controller import ScriptedBackend, controller, store  # noqa: E402,F401  (fixture)
+from tests.test_slurm_preemption_mechanism import QOS_ROW, sent_factors  # noqa: E402
+
+BAND = 100000
+KEPT = 4 * BAND - 1  # (K + 2) x band - 1, K = 2 queues
+NODES = [(f"gpu{i}", 4) for i in range(1, 5)]
+
+
+def cpu_job(backend, job_id, state="PENDING", qos="", gpus=0):
+    backend.add(job_id, gpus, state, start=backend.now if state == "RUNNING" else None)
+    backend.jobs[job_id] = replace(backend.jobs[job_id], qos=qos)
+
+
+def test_a_pending_cpu_or_mps_job_never_outranks_a_running_gpu_job_under_slurm_preemption(store):
+    """Queue 1's band for a pending CPU job was K x band, one above a running queue-2 GPU
+    job's K x band - 1: slurmctld (WITHIN, same QOS) could requeue an 8-GPU job to start
+    it. Now every pending CPU or MPS job that may preempt sits more than no_cross_gap
+    below every running GPU band; one whose QOS preempts nobody keeps queue 1's band."""
+    backend = ScriptedBackend()
+    backend.add("gpu8", 8, "RUNNING", start=0.0, nodes=NODES[:2])
+    backend.qos_config = lambda: QOS_ROW
+    c = controller(store, backend, preemption="slurm")
+    c.run_round()  # 8 GPUs x 1000 s: queue 2
+    cpu_job(backend, "cpu")  # QOS not reported: may be preempt_qos
+    cpu_job(backend, "cpu_ckpt", qos="tiresias_ckpt")
+    cpu_job(backend, "cpu_normal", qos="normal")  # a QOS that preempts nobody
+    mps_job(backend, "mps", 50)
+    backend.now += 5
+    c.run_round()
+    sent = sent_factors(backend)
+    running = sent["gpu8"]
+    assert running == 2 * BAND - 1  # queue 2's running band, the lowest a running GPU job gets
+    for job_id in ("cpu", "cpu_ckpt", "mps"):
+        assert running - sent[job_id] >= no_cross_gap(BAND), (job_id, sent[job_id])
+    assert sent["cpu_normal"] == 2 * BAND  # unchanged: it cannot preempt
+
+
+def test_every_running_job_of_the_preempt_qos_is_banded(store):
+    """A CPU-only or MPS job that asked for the QOS itself kept its pending band while it
+    ran (or none): a pending GPU job of any queue could preempt it for nothing the plan
+    wanted. Now it gets the band above every pending job; a job of another QOS none."""
+    backend = ScriptedBackend()
+    backend.qos_config = lambda: QOS_ROW
+    cpu_job(backend, "cpu_ckpt", "RUNNING", qos="tiresias_ckpt")
+    cpu_job(backend, "cpu_normal", "RUNNING", qos="normal")
+    mps_job(backend, "mps_ckpt", 50, state="RUNNING", nodes=["gpu1"])
+    backend.jobs["mps_ckpt"] = replace(backend.jobs["mps_ckpt"], qos="tiresias_ckpt")
+    c = controller(store, backend, preemption="slurm")
+    c.run_round()
+    sent = sent_factors(backend)
+    assert sent["cpu_ckpt"] == sent["mps_ckpt"] == KEPT == kept_site_factor(2, BAND)
+    assert "cpu_normal" not in sent
+    calls = len([call for call in backend.calls if call[0] == "set_site_factors"])
+    backend.now += 5
+    c.run_round()  # sent once: not again every round
+    assert len([call for call in backend.calls if call[0] == "set_site_factors"]) == calls
+
+
+@pytest.mark.parametrize("index", [1e-12, 1e-9, 1e-6, 1e-3, 0.5, 1.0, 1e3])
+def test_a_dgittins_pending_job_stays_no_cross_gap_below_its_levels_running_jobs(index):
+    """dgittins put a pending job at its band plus an index offset of up to band - 2: 22-44k
+    below the level's running band on the issue's jobs, less than the half band Slurm's
+    own factors may add. Under preemption: slurm the offset keeps to the lower half."""
+    levels = {"run": 1, "new": 1, "up": 0}
+    running = running_site_factors(levels, ["run"], queue_count=3, band=BAND)
+    pending = site_factors(["new", "up"], levels, {"new", "up"}, set(), 3, BAND, indices={"new": index, "up": index},
+                           running_banded=True)
+    assert running["run"] - pending["new"] >= no_cross_gap(BAND)
+    assert pending["up"] > running["run"]  # a level up still outranks it
+    unbanded = site_factors(["new"], levels, {"new"}, set(), 3, BAND, indices={"new": index})
+    assert unbanded["new"] == 2 * BAND + index_offset(index, BAND)  # preemption: controller: as before
+
+
+def test_a_continuous_policys_pending_jobs_stay_below_the_running_band():
+    running = running_site_factors({"run": 0}, ["run"], queue_count=1, band=BAND)
+    pending = site_factors(["a", "b"], {}, {"a", "b"}, set(), 1, BAND, by_level=False, running_banded=True)
+    assert min(running["run"] - v for v in pending.values()) >= no_cross_gap(BAND)
+    assert pending["a"] > pending["b"]  # the plan's order kept
+
+
+# -- slurmctld's requeues and young runs -------------------------------------------------------
+def test_slurmctlds_own_requeues_and_young_runs_protect_a_job_as_the_controllers_do(store):
+    """docs/admin.md promises preempt_max_per_job and preempt_min_runtime_s; slurmctld's
+    requeues were not counted, so a job requeued 12 times, or 40 s old, stayed in queue
+    2's running band, preemptable. Now Slurm's restart count counts, and such a job is
+    banded above every pending job until the rule lets it go."""
+    backend = ScriptedBackend()
+    backend.qos_config = lambda: QOS_ROW
+    backend.add("old", 4, "RUNNING", start=0.0, nodes=NODES[:1], restarts=12)
+    backend.add("fine", 4, "RUNNING", start=0.0, nodes=NODES[1:2], restarts=2)
+    backend.now = 1000.0
+    backend.add("young", 4, "RUNNING", start=960.0, nodes=NODES[2:3], restarts=1)
+    for job_id in ("old", "fine", "young"):
+        backend.jobs[job_id] = replace(backend.jobs[job_id], qos="tiresias_ckpt")
+    c = controller(store, backend, preemption="slurm", preempt_max_per_job=10, preempt_min_runtime_s=60)
+    c.run_round()
+    sent = sent_factors(backend)
+    assert sent["old"] == sent["young"] == KEPT
+    assert sent["fine"] == 2 * BAND - 1  # 4 GPUs x 1000 s: queue 2, slurmctld's to preempt
+    backend.now += 30  # young has run 70 s: its band follows its queue again
+    c.run_round()
+    assert sent_factors(backend)["young"] < KEPT and sent_factors(backend)["old"] == KEPT

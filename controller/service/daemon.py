@@ -385,6 +385,8 @@ class Controller:
         observed: dict[str, ObservedJob] = {}
         cpu_pending: dict[str, ObservedJob] = {}
         shared: dict[str, ObservedJob] = {}
+        cpu_running: dict[str, ObservedJob] = {}  # preemption: slurm: banded when in preempt_qos
+        slurm_preempts = self.config.preemption == "slurm"
         for job in observation.jobs:
             if job.gpus > 0:
                 observed[job.job_id] = job
@@ -392,6 +394,8 @@ class Controller:
                 shared[job.job_id] = job
             elif job.state == "PENDING":
                 cpu_pending[job.job_id] = job
+            elif slurm_preempts and job.state == "RUNNING":
+                cpu_running[job.job_id] = job
         accounted = {**observed, **shared} if shared else observed
         # account: one transaction, committed before anything is done in Slurm
         self.contract.begin_round()
@@ -416,9 +420,13 @@ class Controller:
             self.accounts.promote(action.job_id)
             report.applied.append(entry(action, applied=self.executor.logs_decisions, detail="store"))
         self.handoffs.check(observed, now, report, self.preemptions.grace_for, observation.nodes, self._spec_of)
-        kept_from_slurm = ({j for j, job in observed.items() if job.state == "RUNNING" and self.contract.why_not(job)}
-                           if self.config.preemption == "slurm" else set())
-        self.starts.apply(plan, observed, now, report, cpu_pending, requeueing, shared, kept_from_slurm)
+        # (protected: the contract, and preempt_min_runtime_s / preempt_max_per_job with
+        # slurmctld's own requeues counted, Preemptions.protected)
+        kept_from_slurm = ({j for j, job in observed.items()
+                            if job.state == "RUNNING" and self.preemptions.protected(job, now)}
+                           if slurm_preempts else set())
+        self.starts.apply(plan, observed, now, report, cpu_pending, requeueing, shared, kept_from_slurm,
+                          cpu_running, self.contract.may_preempt_slurms)
         if self.config.preemption == "slurm":
             # slurmctld chooses, signals and requeues by the bands (running jobs' too,
             # Starts.site_factors): the plan's victims are what the controller expects of it
