@@ -157,3 +157,40 @@ def test_slurmctlds_own_requeues_and_young_runs_protect_a_job_as_the_controllers
     backend.now += 30  # young has run 70 s: its band follows its queue again
     c.run_round()
     assert sent_factors(backend)["young"] < KEPT and sent_factors(backend)["old"] == KEPT
+
+
+# -- restore ----------------------------------------------------------------------------------
+PREEMPT_QOS_CONF = "PreemptType = preempt/qos\nPreemptMode = REQUEUE\n"
+
+
+@pytest.mark.parametrize("conf, running_zeroed", [
+    (PREEMPT_QOS_CONF, False),
+    (PREEMPT_QOS_CONF.replace("REQUEUE", "OFF"), True),  # slurmctld preempts nobody: all back to 0
+    ("PreemptType = preempt/none\nPreemptMode = OFF\n", True),
+])
+def test_restore_keeps_running_jobs_above_pending_ones_while_slurmctld_preempts_by_priority(store, conf,
+                                                                                          running_zeroed):
+    """restore zeroed the running jobs' bands while WITHIN stayed on: the pending jobs'
+    age and fair-share then outranked them, a burst of preemptions. Now a running job
+    keeps its band (and its row, for a later run) while preempt/qos preempts."""
+    from controller.service.restore import SITE_FACTOR, restore
+    from tests.test_restore import LeverBackend
+
+    backend = LeverBackend()
+    backend.slurm_config = lambda: conf
+    backend.add("run", 4, "RUNNING", start=0.0, nodes=NODES[:1])
+    backend.add("wait", 4)
+    backend.set_site_factors({"run": 2 * BAND - 1, "wait": 2 * BAND})
+    store.record_levers("default", SITE_FACTOR, {"run": str(2 * BAND - 1), "wait": str(2 * BAND)}, 0.0)
+    report = restore(backend, store, "default")
+    assert backend.jobs["wait"].site_factor == 0
+    if running_zeroed:
+        assert backend.jobs["run"].site_factor == 0 and store.levers("default").get(SITE_FACTOR, {}) == {}
+        return
+    assert backend.jobs["run"].site_factor == 2 * BAND - 1
+    kept = [c for c in report.changes if c.outcome == "kept"]
+    assert [c.job_id for c in kept] == ["run"] and "PreemptType=preempt/none" in kept[0].detail
+    assert list(store.levers("default")[SITE_FACTOR]) == ["run"]  # reset by a later run
+    backend.jobs["run"] = replace(backend.jobs["run"], state="PENDING", start_time_s=None)  # requeued
+    restore(backend, store, "default")
+    assert backend.jobs["run"].site_factor == 0
