@@ -194,3 +194,72 @@ def test_restore_keeps_running_jobs_above_pending_ones_while_slurmctld_preempts_
     backend.jobs["run"] = replace(backend.jobs["run"], state="PENDING", start_time_s=None)  # requeued
     restore(backend, store, "default")
     assert backend.jobs["run"].site_factor == 0
+
+
+# -- preflight: the limits the QOS swap drops; releases before 25.05 ------------------------------
+from controller.service.qos_limits import LIMITS  # noqa: E402
+
+
+def limits_row(name, **values):
+    """One line of `sacctmgr -n -P show qos format=name,<LIMITS>`."""
+    return "|".join([name] + [values.get(limit, "1.000000" if limit == "UsageFactor" else "") for limit in LIMITS])
+
+
+LIMITS_TEXT = "\n".join([
+    limits_row("normal", MaxTRESPerUser="gres/gpu=8", MaxWall="2-00:00:00", UsageFactor="2.000000"),
+    limits_row("tiresias_ckpt", MaxWall="2-00:00:00"),
+    limits_row("long"),
+]) + "\n"
+DEFAULTS_TEXT = "normal\n\nlong\nnormal\n"  # `sacctmgr -n -P show association format=defaultqos`
+
+
+def test_preflight_refuses_enforce_naming_the_default_qos_limits_the_swap_would_drop():
+    """cli_filter.lua's --qos=<preempt_qos> replaces the association's default QOS: its
+    MaxTRESPerUser, MaxWall and UsageFactor stopped applying to every declared job,
+    and preflight passed. Now enforce refuses, naming each limit preempt_qos lacks."""
+    from controller.service.preflight import run_checks
+
+    backend = ScriptedBackend()
+    backend.slurm_config = lambda: PREEMPT_QOS_CONF + "PriorityType = priority/multifactor\nJobRequeue = 1\n"
+    backend.qos_config = lambda: QOS_ROW
+    backend.qos_limits = lambda: (LIMITS_TEXT, DEFAULTS_TEXT)
+    found = {f.setting: f for f in run_checks(backend, BAND, 85, "slurm", "tiresias_ckpt")}
+    lost = found["QOS normal limits"]
+    assert lost.refuses and lost.value == "MaxTRESPerUser=gres/gpu=8 UsageFactor=2.000000"  # MaxWall is the same
+    assert "default QOS of 3 association(s)" in lost.why  # two name it, one names none
+    assert "sacctmgr -i modify qos tiresias_ckpt set MaxTRESPerUser=gres/gpu=8 UsageFactor=2.000000" in lost.needs
+    assert "QOS long limits" not in found  # nothing to lose
+    same = LIMITS_TEXT.replace(limits_row("tiresias_ckpt", MaxWall="2-00:00:00"),
+                               limits_row("tiresias_ckpt", MaxTRESPerUser="gres/gpu=8", MaxWall="2-00:00:00",
+                                          UsageFactor="2.000000"))
+    backend.qos_limits = lambda: (same, DEFAULTS_TEXT)
+    assert not any(f.setting.endswith(" limits") for f in run_checks(backend, BAND, 85, "slurm", "tiresias_ckpt"))
+
+
+def test_tiresias_preflight_reads_the_qos_limits_from_files(tmp_path, capsys):
+    """For a site whose controller host has no sacctmgr access: the saved outputs."""
+    from controller.cli.main import main
+    from tests.test_slurm_preemption_mechanism import QOS_ROWS, SLURM_PREEMPT_CONF
+
+    conf, qos, limits, defaults, config = (tmp_path / n for n in ("c", "q", "l", "d", "t.yaml"))
+    conf.write_text(SLURM_PREEMPT_CONF)
+    qos.write_text(QOS_ROWS)
+    limits.write_text(LIMITS_TEXT.replace("tiresias_ckpt", "tpreempt"))
+    defaults.write_text(DEFAULTS_TEXT)
+    config.write_text("preemption: slurm\npreempt_qos: tpreempt\n")
+    argv = ["preflight", "--config", str(config), "--from-file", str(conf), "--qos-from-file", str(qos)]
+    assert main(argv) == 0
+    assert main(argv + ["--qos-limits-from-file", str(limits), "--default-qos-from-file", str(defaults)]) == 1
+    assert "QOS normal limits=MaxTRESPerUser=gres/gpu=8 UsageFactor=2.000000: needs" in capsys.readouterr().out
+    assert main(argv + ["--qos-limits-from-file", str(limits)]) == 1  # every association's default: normal
+    assert "the default QOS of associations that name none" in capsys.readouterr().out
+
+
+def test_preflight_says_what_an_undeclared_job_at_a_partitions_head_does_before_25_05():
+    from tests.test_slurm_preemption_mechanism import SLURM_PREEMPT_CONF, findings
+
+    old = findings(SLURM_PREEMPT_CONF + "SLURM_VERSION = 22.05.8\n")["SLURM_VERSION"]
+    assert not old.refuses and "takes that partition's nodes out of slurmctld's main pass" in old.why
+    assert "SLURM_VERSION" in findings(SLURM_PREEMPT_CONF + "SLURM_VERSION = 24.11.5\n")
+    assert findings(SLURM_PREEMPT_CONF + "SLURM_VERSION = 25.05.0\n") == {}
+    assert "SLURM_VERSION" not in findings(SLURM_PREEMPT_CONF + "SLURM_VERSION = 22.05.8\n", preemption="controller")
