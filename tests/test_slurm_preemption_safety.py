@@ -263,3 +263,65 @@ def test_preflight_says_what_an_undeclared_job_at_a_partitions_head_does_before_
     assert "SLURM_VERSION" in findings(SLURM_PREEMPT_CONF + "SLURM_VERSION = 24.11.5\n")
     assert findings(SLURM_PREEMPT_CONF + "SLURM_VERSION = 25.05.0\n") == {}
     assert "SLURM_VERSION" not in findings(SLURM_PREEMPT_CONF + "SLURM_VERSION = 22.05.8\n", preemption="controller")
+
+
+# -- on real Slurm (an isolated instance: accounting, preempt/qos, this checkout's cli_filter.lua) --
+from tests.slurm_fixtures import instance_fixture, iso, run, wait_for  # noqa: E402,F401
+
+cluster = instance_fixture("sp", extra_env={"TIRESIAS_INSTANCE_ACCOUNTING": "1", "TIRESIAS_INSTANCE_SLURM_PREEMPT": "1",
+                                            "TIRESIAS_INSTANCE_CLI_FILTER": "1"})
+
+
+def sbatch(iso, user: str, args: str) -> str:
+    """sbatch ARGS as USER with the instance's slurm.conf (and so its cli_filter.lua)."""
+    import shlex
+    import subprocess
+
+    workdir = iso.workdir(user)
+    command = (f"cd {shlex.quote(workdir)} && SLURM_CONF={shlex.quote(iso.conf)} sbatch --parsable "
+               f"--output=%j.out {args} --wrap='sleep 300'")
+    proc = subprocess.run(["su", user, "-c", command], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip().split(";", 1)[0]
+
+
+@pytest.mark.slurm
+def test_cli_filter_leaves_cpu_and_mps_jobs_that_declare_a_signal_in_their_qos_on_real_slurm(iso, run):
+    """sbatch's own options as the real cli_filter.lua sees them (22.05: --gres as given
+    or prefixed "gres:"; --gpus as given): only the whole-GPU jobs enter tpreempt. A
+    CPU job that asks for tpreempt itself runs banded above every pending job."""
+    signal = "--signal=B:USR1@10 --requeue"
+    ids = {
+        "cpu": sbatch(iso, "bob", f"{signal} -c 1"),
+        "mps": sbatch(iso, "bob", f"{signal} --gres=mps:50"),
+        "gres": sbatch(iso, "bob", f"{signal} --gres=gpu:1"),
+        "gpus": sbatch(iso, "bob", f"{signal} --gpus=1"),
+        "cpu_own": sbatch(iso, "bob", f"{signal} -c 1 --qos=tpreempt"),
+    }
+    jobs = iso.squeue()
+    qos = {name: jobs[job_id].get("qos") for name, job_id in ids.items()}
+    assert qos == {"cpu": "normal", "mps": "normal", "gres": "tpreempt", "gpus": "tpreempt", "cpu_own": "tpreempt"}
+    run.start(preemption="slurm", preempt_qos="tpreempt")
+    kept = 4 * BAND - 1  # (K + 2) x band - 1 with the harness's two queues
+
+    def priority(job_id):
+        value = iso.squeue()[job_id].get("priority")
+        return value.get("number", 0) if isinstance(value, dict) else int(value or 0)
+
+    wait_for(lambda: iso.squeue()[ids["cpu_own"]]["job_state"] == "RUNNING" and priority(ids["cpu_own"]) >= kept,
+             60, "the running CPU job of tpreempt to be banded above every pending job",
+             seen=lambda: {name: (iso.squeue()[j]["job_state"], priority(j)) for name, j in ids.items()})
+    assert priority(ids["cpu"]) < kept  # in normal: slurmctld never preempts it, no band needed
+
+
+@pytest.mark.slurm
+def test_the_qos_limits_are_read_from_real_sacctmgr(iso):
+    """The format names sacctmgr takes (every LIMITS field comes back) and the
+    associations' default QOS."""
+    from controller.service.qos_limits import DEFAULT_QOS_COMMAND, QOS_LIMITS_COMMAND, parse_default_qos
+
+    text = iso.run(QOS_LIMITS_COMMAND).stdout
+    rows = [line.split("|") for line in text.splitlines() if line.strip()]
+    assert rows and all(len(row) == len(LIMITS) + 1 for row in rows), text
+    assert {"normal", "tpreempt"} <= {row[0] for row in rows}
+    assert "normal" in parse_default_qos(iso.run(DEFAULT_QOS_COMMAND).stdout)
