@@ -159,6 +159,23 @@ def test_slurmctlds_own_requeues_and_young_runs_protect_a_job_as_the_controllers
     assert sent_factors(backend)["young"] < KEPT and sent_factors(backend)["old"] == KEPT
 
 
+def test_the_plan_expects_slurmctld_to_preempt_no_job_it_has_requeued_preempt_max_per_job_times(store):
+    """The plan's victims are what the controller expects of slurmctld (logged "left to
+    slurmctld"): one whose restart count reached the cap is none of them."""
+    backend = ScriptedBackend()
+    backend.qos_config = lambda: QOS_ROW
+    backend.add("old", 4, "RUNNING", start=0.0, nodes=NODES[:1], restarts=12)
+    backend.add("other", 8, "RUNNING", start=0.0, nodes=NODES[1:3])
+    backend.jobs["old"] = replace(backend.jobs["old"], qos="tiresias_ckpt")
+    backend.jobs["other"] = replace(backend.jobs["other"], qos="normal")  # never slurmctld's
+    c = controller(store, backend, preemption="slurm", preempt_max_per_job=10)
+    backend.now = 1000.0
+    c.run_round()
+    backend.add("new", 8)
+    report = c.run_round()
+    assert not report.plan.of_kind("preempt"), report.plan.of_kind("preempt")
+
+
 # -- restore ----------------------------------------------------------------------------------
 PREEMPT_QOS_CONF = "PreemptType = preempt/qos\nPreemptMode = REQUEUE\n"
 

@@ -674,6 +674,9 @@ class Controller:
         specs: dict[str, tuple] = {}  # this round's JobSpecs (see _job_spec)
         # (the loop runs once per active job: its lookups are bound to locals)
         records, why_not, pins, last_specs = self.records, self.contract.why_not, self.starts.pins, self._specs
+        # preemption: slurm: slurmctld's requeues count against preempt_max_per_job too
+        # (Slurm's restart count; Preemptions.protected)
+        restarts_count = self.config.preemption == "slurm"
         arrival = self.submit_order.ids(observed, lambda job_id: records[job_id].submit_time_s,
                                         lambda job_id: observed[job_id].state in ACTIVE_STATES)
         index = -1
@@ -718,7 +721,9 @@ class Controller:
                 spec, index, record.attained_gpu_s, record.queue_service_gpu_s, record.executed_s,
                 record.executed_since_promotion_s, record.waited_since_promotion_s, 0.0, record.first_start_s,
                 (job.start_time_s if job.start_time_s is not None else now) if running else None, running,
-                job.gpus_by_node if running else (), record.preemptions, 0, None, record.queue_level,
+                job.gpus_by_node if running else (),
+                max(record.preemptions, job.restart_count) if restarts_count else record.preemptions, 0, None,
+                record.queue_level,
                 record.queue_entry))
         self._specs = specs
         nodes = _with_released(observation.nodes, released) if released else observation.nodes
