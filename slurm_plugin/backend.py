@@ -36,6 +36,7 @@ from typing import Callable, Iterable, Mapping, Optional, Sequence
 
 from controller.service.arrays import Withheld, plan_view
 from controller.service.backend import BackendUnavailable, Observation, ObservedJob
+from controller.service.qos_limits import DEFAULT_QOS_COMMAND, QOS_LIMITS_COMMAND
 from controller.service.unmodelled import unmodelled_fields
 from controller.core.model import ALL_MEMORY, Node
 from slurm_plugin.parse import (
@@ -1003,6 +1004,12 @@ class SlurmBackend:
         any failure is BackendUnavailable."""
         return self._read(["sacctmgr", "-n", "-P", "show", "qos",
                            "format=name,preemptmode,gracetime,preemptexempttime,preempt"])
+
+    def qos_limits(self) -> tuple[str, str]:
+        """(every QOS's limits, the associations' default QOS) from slurmdbd, as
+        controller.service.qos_limits reads them (the limits preemption: slurm's QOS swap
+        would drop); any failure is BackendUnavailable."""
+        return self._read(QOS_LIMITS_COMMAND), self._read(DEFAULT_QOS_COMMAND)
 
     def partition_config(self) -> str:
         """`scontrol show partition -o` as printed, one line per partition (the

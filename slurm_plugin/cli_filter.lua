@@ -26,8 +26,9 @@ local PREEMPTABLE_PREFIX = "tiresias:preemptable"
 -- Site policy -------------------------------------------------------------
 -- preemption: slurm (docs/slurm-preemption.md): the QOS whose jobs slurmctld preempts
 -- by priority (PreemptMode requeue,within). A job that declared its checkpoint signal
--- (--signal, any of sbatch's three ways: slurmctld sends it at preemption), may be
--- requeued and asked for no QOS of its own is put in it; every other job keeps its QOS
+-- (--signal, any of sbatch's three ways: slurmctld sends it at preemption), asks for a
+-- whole GPU, may be requeued and asked for no QOS of its own is put in it; every other
+-- job (CPU-only and MPS jobs too) keeps its QOS
 -- and is never preempted. nil (preemption: controller) changes no job's QOS.
 PREEMPTABLE_QOS = nil
 -- That QOS's GraceTime in seconds. slurmctld sends the job's signal when it preempts and
@@ -95,10 +96,54 @@ function tiresias_signal_lead_s(signal)
 	return tonumber(string.match(signal, "@([0-9]+)$")) or 60
 end
 
+-- The whole GPUs one item of a GRES or TRES list asks for ("gpu:2", "gres:gpu:a100:4",
+-- "gres/gpu=1", "gpu" for one), 0 for any other resource ("mps:50", "shard:2", "cpu=4")
+local function gpus_in_item(item)
+	item = string.gsub(item, "^gres[:/]", "")
+	local name = string.match(item, "^([^:=]+)")
+	if name ~= "gpu" then
+		return 0
+	end
+	local count = string.match(item, "[:=]([0-9]+)$")
+	return count ~= nil and tonumber(count) or 1
+end
+
+-- Whether the options ask for at least one whole GPU, in any of sbatch's ways: --gres,
+-- --gpus, --gpus-per-node, --gpus-per-task, --gpus-per-socket, --tres-per-task (23.02+).
+-- Why: slurmctld preempts by priority every job of PREEMPTABLE_QOS, and only a GPU job
+-- has a band that follows its attained service (a CPU-only or MPS job is not in the
+-- controller's plan): such a job in the QOS could preempt a GPU job the plan keeps
+-- running, or be preempted for nothing the plan wanted.
+function tiresias_asks_whole_gpus(options)
+	for _, key in ipairs({ "gres", "tres-per-task" }) do
+		local value = options[key]
+		if type(value) == "string" then
+			for item in string.gmatch(value, "[^,]+") do
+				if gpus_in_item(item) > 0 then
+					return true
+				end
+			end
+		end
+	end
+	for _, key in ipairs({ "gpus", "gpus-per-node", "gpus-per-task", "gpus-per-socket" }) do
+		local value = options[key]
+		-- "[type:]N" as given (unset: nil, or "0" on some releases)
+		local count = type(value) == "string" and tonumber(string.match(value, "([0-9]+)$")) or nil
+		if count ~= nil and count > 0 then
+			return true
+		end
+	end
+	return false
+end
+
 -- The QOS to give a job with these options, or nil (see PREEMPTABLE_QOS): sbatch reports
--- --requeue/--no-requeue as "requeue", "no-requeue" or "unset", and --qos as given.
+-- --requeue/--no-requeue as "requeue", "no-requeue" or "unset", and --qos as given. A
+-- job that asks for no whole GPU (CPU-only, MPS shares, shards) keeps its QOS.
 function tiresias_preemptable_qos(options)
 	if PREEMPTABLE_QOS == nil or tiresias_signal_hint(options["signal"]) == nil then
+		return nil
+	end
+	if not tiresias_asks_whole_gpus(options) then
 		return nil
 	end
 	if tiresias_signal_lead_s(options["signal"]) > PREEMPTABLE_QOS_GRACE_S then

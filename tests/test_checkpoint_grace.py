@@ -194,17 +194,17 @@ local function qos(policy, options, grace_s)
   PREEMPTABLE_QOS_GRACE_S = grace_s or 600
   return tostring(tiresias_preemptable_qos(options))
 end
-print(qos(nil, { signal = "B:USR1@600", requeue = "unset" }))
-print(qos("ckpt", { signal = "B:USR1@600", requeue = "unset" }))
-print(qos("ckpt", { signal = "USR2", requeue = "requeue" }))
-print(qos("ckpt", { signal = "0@0", requeue = "unset" }))
-print(qos("ckpt", { signal = "B:USR1@600", requeue = "no-requeue" }))
-print(qos("ckpt", { signal = "B:USR1@600", requeue = "unset", qos = "long" }))
-print(qos("ckpt", { signal = "KILL@30", requeue = "unset" }))
-print(qos("ckpt", { signal = "B:USR1@601", requeue = "unset" }))
-print(qos("ckpt", { signal = "USR2", requeue = "unset" }, 59))
-print(qos("ckpt", { signal = "USR2", requeue = "unset" }, 60))
-print(qos("ckpt", { signal = "R:USR1@10", requeue = "unset" }, 10))
+print(qos(nil, { signal = "B:USR1@600", requeue = "unset", gres = "gpu:4" }))
+print(qos("ckpt", { signal = "B:USR1@600", requeue = "unset", gres = "gpu:4" }))
+print(qos("ckpt", { signal = "USR2", requeue = "requeue", gres = "gpu:4" }))
+print(qos("ckpt", { signal = "0@0", requeue = "unset", gres = "gpu:4" }))
+print(qos("ckpt", { signal = "B:USR1@600", requeue = "no-requeue", gres = "gpu:4" }))
+print(qos("ckpt", { signal = "B:USR1@600", requeue = "unset", qos = "long", gres = "gpu:4" }))
+print(qos("ckpt", { signal = "KILL@30", requeue = "unset", gres = "gpu:4" }))
+print(qos("ckpt", { signal = "B:USR1@601", requeue = "unset", gres = "gpu:4" }))
+print(qos("ckpt", { signal = "USR2", requeue = "unset", gres = "gpu:4" }, 59))
+print(qos("ckpt", { signal = "USR2", requeue = "unset", gres = "gpu:4" }, 60))
+print(qos("ckpt", { signal = "R:USR1@10", requeue = "unset", gres = "gpu:4" }, 10))
 """
 
 

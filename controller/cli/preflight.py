@@ -17,6 +17,7 @@ import sys
 from controller.checkpoint import REQUEUE_EXIT_CODE
 from controller.core.model import InputError
 from controller.service.config import DEFAULT_PATH, load
+from controller.service.qos_limits import DEFAULT_QOS_COMMAND, IMPLIED_DEFAULT_QOS, QOS_LIMITS_COMMAND
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -28,6 +29,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--qos-from-file", metavar="FILE",
                    help="with --from-file and preemption: slurm: a saved `sacctmgr -n -P show qos "
                         "format=name,preemptmode,gracetime,preemptexempttime,preempt` output")
+    p.add_argument("--qos-limits-from-file", metavar="FILE",
+                   help="with --from-file and preemption: slurm: a saved `" + " ".join(QOS_LIMITS_COMMAND) +
+                        "` output (the limits the QOS swap would drop; with --default-qos-from-file)")
+    p.add_argument("--default-qos-from-file", metavar="FILE",
+                   help="with --qos-limits-from-file: a saved `" + " ".join(DEFAULT_QOS_COMMAND) + "` output "
+                        f"(without it every association's default QOS is {IMPLIED_DEFAULT_QOS})")
 
 
 def _read_file(path: str, flag: str) -> str:
@@ -40,20 +47,28 @@ def _read_file(path: str, flag: str) -> str:
 
 def run(args) -> int:
     from controller.service.backend import BackendUnavailable
-    from controller.service.preflight import (check, installed_cli_filter_findings, parse_qos, parse_show_config,
-                                              parse_show_partitions, qos_findings, queue_census, queue_findings)
+    from controller.service.preflight import (Finding, check, installed_cli_filter_findings, parse_qos,
+                                              parse_show_config, parse_show_partitions, qos_findings, queue_census,
+                                              queue_findings)
+    from controller.service.qos_limits import parse_default_qos, parse_qos_limits, qos_limit_findings
 
     config = load(args.config, {})
-    partitions_text = qos_text = partition_nodes = queue = None
-    if (args.partitions_from_file or args.qos_from_file) and not args.from_file:
-        raise InputError("--partitions-from-file and --qos-from-file go with --from-file (without it all is read "
-                         "from Slurm)")
+    partitions_text = qos_text = limits = partition_nodes = queue = None
+    if (args.partitions_from_file or args.qos_from_file or args.qos_limits_from_file) and not args.from_file:
+        raise InputError("--partitions-from-file, --qos-from-file and --qos-limits-from-file go with --from-file "
+                         "(without it all is read from Slurm)")
+    if args.default_qos_from_file and not args.qos_limits_from_file:
+        raise InputError("--default-qos-from-file goes with --qos-limits-from-file")
     if args.from_file:
         text = _read_file(args.from_file, "--from-file")
         if args.partitions_from_file:
             partitions_text = _read_file(args.partitions_from_file, "--partitions-from-file")
         if args.qos_from_file:
             qos_text = _read_file(args.qos_from_file, "--qos-from-file")
+        if args.qos_limits_from_file:
+            limits = (_read_file(args.qos_limits_from_file, "--qos-limits-from-file"),
+                      _read_file(args.default_qos_from_file, "--default-qos-from-file")
+                      if args.default_qos_from_file else "")
         source = args.from_file
     else:
         from slurm_plugin.backend import SlurmBackend
@@ -64,6 +79,7 @@ def run(args) -> int:
             partitions_text = backend.partition_config()
             if config.preemption == "slurm":
                 qos_text = backend.qos_config()
+                limits = backend.qos_limits()
             observation = backend.observe()  # the queue as the controller would see it now
             partition_nodes = backend.partition_nodes()
             queue = queue_census(observation.jobs, observation.nodes)
@@ -83,9 +99,13 @@ def run(args) -> int:
         rows = parse_qos(qos_text)
         findings += qos_findings(rows, config.preempt_qos, settings.get("PreemptExemptTime", "")) + \
             installed_cli_filter_findings(settings, rows, config.preempt_qos)
-        findings = [f for f in findings if f.refuses] + [f for f in findings if not f.refuses]
+    if config.preemption == "slurm" and limits is not None:
+        defaults = parse_default_qos(limits[1]) if limits[1] else {IMPLIED_DEFAULT_QOS: 0}
+        findings += [Finding(*f) for f in qos_limit_findings(parse_qos_limits(limits[0]), defaults,
+                                                             config.preempt_qos)]
     if queue is not None:
         findings += queue_findings(queue, settings, partitions)
+    findings = [f for f in findings if f.refuses] + [f for f in findings if not f.refuses]
     refusing = sum(f.refuses for f in findings)
     warnings = len(findings) - refusing
     if refusing:

@@ -15,7 +15,7 @@ from controller.core.policies.base import LEVEL_TOLERANCE_GPU_S
 
 def site_factors(order: list[str], levels: Mapping[str, int], pending: Container[str], started: Container[str],
                  queue_count: int, band: int, by_level: bool = True,
-                 indices: Optional[Mapping[str, float]] = None) -> dict[str, int]:
+                 indices: Optional[Mapping[str, float]] = None, running_banded: bool = False) -> dict[str, int]:
     """Job id -> SiteFactor for the ``pending`` jobs of ``order`` (highest priority first).
 
     MLFQ policies (``by_level``): band (K - level) x width, plus half a band for jobs
@@ -27,7 +27,14 @@ def site_factors(order: list[str], levels: Mapping[str, int], pending: Container
     of the half band, so Slurm starts a level's jobs by index; the value is the job's
     own (not its rank), so it changes only when its index does (a distribution
     refresh, or the job's service). Continuous policies: the band minus the rank in the plan
-    order (every job its own value). ``queue_count`` is K; levels are 0-based."""
+    order (every job its own value). ``queue_count`` is K; levels are 0-based.
+
+    ``running_banded`` (``preemption: slurm``: running jobs sit at their band's top,
+    running_site_factors): every offset inside a band stays within the lower half
+    plus one (pending_width), so that a pending job plus Slurm's own factors never
+    passes a running job of its own level (NO_CROSS_GAP); a dgittins index or a
+    continuous rank then spreads over that half."""
+    width = pending_width(band) if running_banded else band
     rank_in_level: dict[int, int] = {}
     factors: dict[str, int] = {}
     for job_id in order:
@@ -37,14 +44,47 @@ def site_factors(order: list[str], levels: Mapping[str, int], pending: Container
         if by_level:
             index = indices.get(job_id, 0.0) if indices is not None else 0.0
             if index > 0:
-                factors[job_id] = (queue_count - level) * band + index_offset(index, band)
+                factors[job_id] = (queue_count - level) * band + index_offset(index, width)
             else:
                 factors[job_id] = (queue_count - level) * band + (band // 2 if job_id in started else 0)
             continue
         rank = rank_in_level.get(level, 0)
         rank_in_level[level] = rank + 1
-        factors[job_id] = (queue_count - level) * band + max(band - 1 - rank, 0)
+        factors[job_id] = (queue_count - level) * band + max(width - 1 - rank, 0)
     return factors
+
+
+def pending_width(band: int) -> int:
+    """The width of a band a pending job's offset may use when running jobs are banded
+    (offsets 0 .. band // 2): above it, up to the running jobs' band - 1, is what
+    preflight leaves Slurm's own weighted factors (their weights add up to less than
+    band // 2). So every pending job of a level stays at least no_cross_gap below the
+    level's running jobs."""
+    return band // 2 + 1
+
+
+def no_cross_gap(band: int) -> int:
+    """The least SiteFactor gap between a running job and a pending job that must not
+    preempt it (``preemption: slurm``; preempt/qos preempts only for a strictly
+    higher priority): Slurm's own factors add at most band // 2 - 1 to the pending
+    job (preflight), so a gap of that keeps it at most level with the running job."""
+    return band // 2 - 1
+
+
+def non_gpu_site_factor(band: int) -> int:
+    """``preemption: slurm``: the SiteFactor of a pending CPU-only or MPS job that may
+    preempt through slurmctld (its QOS is one whose jobs preempt preempt_qos's): the
+    lowest queue's band, more than no_cross_gap below every running GPU job's band
+    (the lowest is 2 x band - 1). Such a job is in no plan: at queue 1's band (what
+    it gets otherwise, Starts.cpu_bands) it outranked a running queue-2 job by one, and
+    slurmctld could requeue an 8-GPU job to start it."""
+    return band
+
+
+def kept_site_factor(queue_count: int, band: int) -> int:
+    """The SiteFactor of a running job slurmctld must not preempt: the top of the band
+    above queue 1's, above every pending job (running_site_factors' ``kept``)."""
+    return (queue_count + 2) * band - 1
 
 
 def running_site_factors(levels: Mapping[str, int], running: Iterable[str], queue_count: int,
@@ -64,7 +104,7 @@ def running_site_factors(levels: Mapping[str, int], running: Iterable[str], queu
     top of the band above queue 1's, (K + 2) x width - 1: above every pending job, so
     no pending job has the strictly higher priority it needs."""
     factors = {job_id: (queue_count - levels.get(job_id, 0)) * band + band - 1 for job_id in running}
-    factors.update({job_id: (queue_count + 2) * band - 1 for job_id in kept})
+    factors.update({job_id: kept_site_factor(queue_count, band) for job_id in kept})
     return factors
 
 

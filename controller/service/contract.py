@@ -104,6 +104,9 @@ class Contract:
         self.reads_per_round = SCRIPT_READS_PER_ROUND
         self.reads_left = SCRIPT_READS_PER_ROUND
         self.qos_grace_s: Optional[float] = None
+        # the QOS whose jobs may preempt preempt_qos's: itself (WITHIN) and any whose
+        # Preempt list names it (25.05+ PRIORITY); None until sacctmgr answered
+        self.preemptor_qos: Optional[set[str]] = None
         self._qos_read_at = -math.inf
 
     def read_qos_grace(self, now: float) -> None:
@@ -119,7 +122,9 @@ class Contract:
         except BackendUnavailable as err:
             self.log_once(f"QOS {qos}: GraceTime not read ({err}); running jobs stay as they were")
             return
-        grace = qos_grace_s(parse_qos(text if isinstance(text, str) else ""), qos)
+        rows = parse_qos(text if isinstance(text, str) else "")
+        grace = qos_grace_s(rows, qos)
+        self.preemptor_qos = {qos} | {name for name, row in rows.items() if qos in row["Preempt"].split(",")}
         if grace is None:
             self.log_once(f"QOS {qos}: no GraceTime in sacctmgr's answer (no such QOS?); slurmctld is left no "
                           "running job to preempt")
@@ -224,6 +229,14 @@ class Contract:
                     "time slurmctld gives from its signal to the requeue: kept above every pending job, never "
                     "preempted")
         return ""
+
+    def may_preempt_slurms(self, job: ObservedJob) -> bool:
+        """Under ``preemption: slurm``, whether slurmctld may preempt one of preempt_qos's
+        jobs for this pending job: its QOS is preempt_qos or names it in its Preempt
+        list (preemptor_qos), or its QOS is not reported; before sacctmgr has answered,
+        any job whose QOS is not known to be another one."""
+        known = self.preemptor_qos if self.preemptor_qos is not None else {self.config.preempt_qos}
+        return not job.qos or job.qos in known
 
     def signal_failed(self, job_id: str, detail: str) -> str:
         """Count a failed signal; after preempt_signal_attempts the job is left alone.

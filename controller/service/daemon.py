@@ -390,6 +390,8 @@ class Controller:
         observed: dict[str, ObservedJob] = {}
         cpu_pending: dict[str, ObservedJob] = {}
         shared: dict[str, ObservedJob] = {}
+        cpu_running: dict[str, ObservedJob] = {}  # preemption: slurm: banded when in preempt_qos
+        slurm_preempts = self.config.preemption == "slurm"
         for job in observation.jobs:
             if job.gpus > 0:
                 observed[job.job_id] = job
@@ -397,6 +399,8 @@ class Controller:
                 shared[job.job_id] = job
             elif job.state == "PENDING":
                 cpu_pending[job.job_id] = job
+            elif slurm_preempts and job.state == "RUNNING":
+                cpu_running[job.job_id] = job
         accounted = {**observed, **shared} if shared else observed
         # account: one transaction, committed before anything is done in Slurm
         self.contract.begin_round()
@@ -422,9 +426,13 @@ class Controller:
             self.accounts.promote(action.job_id)
             report.applied.append(entry(action, applied=self.executor.logs_decisions, detail="store"))
         self.handoffs.check(observed, now, report, self.preemptions.grace_for, observation.nodes, self._spec_of)
-        kept_from_slurm = ({j for j, job in observed.items() if job.state == "RUNNING" and self.contract.why_not(job)}
-                           if self.config.preemption == "slurm" else set())
-        self.starts.apply(plan, observed, now, report, cpu_pending, requeueing, shared, kept_from_slurm)
+        # (protected: the contract, and preempt_min_runtime_s / preempt_max_per_job with
+        # slurmctld's own requeues counted, Preemptions.protected)
+        kept_from_slurm = ({j for j, job in observed.items()
+                            if job.state == "RUNNING" and self.preemptions.protected(job, now)}
+                           if slurm_preempts else set())
+        self.starts.apply(plan, observed, now, report, cpu_pending, requeueing, shared, kept_from_slurm,
+                          cpu_running, self.contract.may_preempt_slurms)
         if self.config.preemption == "slurm":
             # slurmctld chooses, signals and requeues by the bands (running jobs' too,
             # Starts.site_factors): the plan's victims are what the controller expects of it
@@ -672,6 +680,9 @@ class Controller:
         specs: dict[str, tuple] = {}  # this round's JobSpecs (see _job_spec)
         # (the loop runs once per active job: its lookups are bound to locals)
         records, why_not, pins, last_specs = self.records, self.contract.why_not, self.starts.pins, self._specs
+        # preemption: slurm: slurmctld's requeues count against preempt_max_per_job too
+        # (Slurm's restart count; Preemptions.protected)
+        restarts_count = self.config.preemption == "slurm"
         arrival = self.submit_order.ids(observed, lambda job_id: records[job_id].submit_time_s,
                                         lambda job_id: observed[job_id].state in ACTIVE_STATES)
         index = -1
@@ -716,7 +727,9 @@ class Controller:
                 spec, index, record.attained_gpu_s, record.queue_service_gpu_s, record.executed_s,
                 record.executed_since_promotion_s, record.waited_since_promotion_s, 0.0, record.first_start_s,
                 (job.start_time_s if job.start_time_s is not None else now) if running else None, running,
-                job.gpus_by_node if running else (), record.preemptions, 0, None, record.queue_level,
+                job.gpus_by_node if running else (),
+                max(record.preemptions, job.restart_count) if restarts_count else record.preemptions, 0, None,
+                record.queue_level,
                 record.queue_entry))
         self._specs = specs
         nodes = _with_released(observation.nodes, released) if released else observation.nodes

@@ -83,8 +83,12 @@ class Preemptions:
         # An unknown start time counts as a run that just started.
         run_start = job.start_time_s if job.start_time_s is not None else now
         record = self.accounts.records[job.job_id]
-        return why_protected(run_start, record.preemptions, now, cfg.preempt_min_runtime_s,
-                             cfg.preempt_max_per_job)
+        preemptions = record.preemptions
+        if cfg.preemption == "slurm":
+            # slurmctld's preemptions are requeues this controller never counted: Slurm's
+            # restart count holds them (and this controller's, and any other requeue)
+            preemptions = max(preemptions, job.restart_count)
+        return why_protected(run_start, preemptions, now, cfg.preempt_min_runtime_s, cfg.preempt_max_per_job)
 
     def begin(self, plan: Plan, observed: dict[str, ObservedJob], now: float, report: RoundReport,
               kept: Container[str] = ()) -> None:

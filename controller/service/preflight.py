@@ -64,6 +64,7 @@ from typing import Iterable, Optional
 
 from controller.core.model import Node
 from controller.service.backend import Backend, BackendUnavailable, ObservedJob
+from controller.service.qos_limits import parse_default_qos, parse_qos_limits, qos_limit_findings
 from controller.service.startable import slurm_wait
 from controller.service.unmodelled import NOT_REORDERING_SHARE, REASONS, Census, census
 
@@ -270,7 +271,22 @@ def slurm_preemption_findings(settings: dict[str, str], partitions: dict[str, di
         found.append(Finding(f"PartitionName={name} PreemptMode", mode, "REQUEUE (or no PreemptMode of its own)",
                              "slurmctld preempts jobs of this partition by its mode: anything but REQUEUE kills a "
                              "job or keeps its GPUs"))
+    version = _release(settings.get("SLURM_VERSION", ""))
+    if version is not None and version < (25, 5):
+        found.append(Finding("SLURM_VERSION", settings["SLURM_VERSION"],
+                             "25.05+ for undeclared jobs to preempt (their QOS with Preempt=<preempt_qos> and "
+                             "PreemptMode=requeue,priority), or preemption: controller",
+                             "an undeclared job cannot preempt before 25.05; waiting at the head of a partition it "
+                             "takes that partition's nodes out of slurmctld's main pass, so declared jobs behind it "
+                             "never preempt (issue 35: 1.17x stock against 2.88x for preemption: controller, 22.05)",
+                             refuses=False))
     return found
+
+
+def _release(text: str) -> Optional[tuple[int, int]]:
+    """``SLURM_VERSION`` (``22.05.8``) as (22, 5); None when unreadable."""
+    found = re.match(r"\s*([0-9]+)\.([0-9]+)", text)
+    return (int(found.group(1)), int(found.group(2))) if found else None
 
 
 def parse_qos(text: str) -> dict[str, dict[str, str]]:
@@ -591,6 +607,11 @@ def run_checks(backend: Backend, site_factor_band: int, requeue_exit_code: int,
         rows = parse_qos(read_qos())
         found += qos_findings(rows, qos, settings.get("PreemptExemptTime", "")) + \
             installed_cli_filter_findings(settings, rows, qos)
+        read_limits = getattr(backend, "qos_limits", None)
+        answer = read_limits() if callable(read_limits) else None
+        if isinstance(answer, tuple):  # (the QOS limits, the associations' default QOS)
+            found += [Finding(*f) for f in qos_limit_findings(parse_qos_limits(answer[0]),
+                                                              parse_default_qos(answer[1]), qos)]
         found = [f for f in found if f.refuses] + [f for f in found if not f.refuses]
     return found
 

@@ -15,6 +15,12 @@ jobs the observation does not list are looked up whatever their partition
 (``observe_jobs``, when the backend has it) before they are taken as gone. Only the
 levers the store names are touched.
 
+While slurmctld preempts by priority (``PreemptType=preempt/qos`` with a PreemptMode
+other than OFF: ``preemption: slurm``), a running job's band is kept: at 0 it would fall
+below the pending jobs, whose age and fair-share alone would then give them the
+strictly higher priority WITHIN/PRIORITY needs, a burst of preemptions. Its row stays;
+restore resets it once the job waits, or once the admin has turned that off.
+
 Idempotent: a row goes once its lever is reset (or its job is gone), so a second run
 finds nothing to do. A pin on a job that runs now is kept and reported: changing a
 running job's ReqNodeList resizes it. Partition moves, MPS shares, signals and
@@ -35,6 +41,7 @@ from typing import Callable, Optional
 from controller.service.accounting import ACTIVE_STATES, TRANSIENT_STATES, numeric_id
 from controller.service.admin_comment import ours_in, site_part
 from controller.service.backend import Backend, BackendUnavailable, ObservedJob
+from controller.service.preflight import parse_show_config
 from controller.service.startable import HELD_ADMIN, HELD_USER
 from controller.service.store import Store
 
@@ -194,8 +201,25 @@ def _restore_holds(backend, store, cluster, jobs, job_ids: set[str], report) -> 
     store.forget_levers(cluster, HOLD, done)
 
 
+def _running_bands_kept(backend) -> str:
+    """Why running jobs keep their band (slurmctld preempts by priority; see the
+    module docstring), or '' (also when this backend cannot read slurm.conf)."""
+    read = getattr(backend, "slurm_config", None)
+    text = read() if callable(read) else None
+    if not isinstance(text, str):
+        return ""
+    settings = parse_show_config(text)
+    preempt_type, preempt_mode = settings.get("PreemptType", ""), settings.get("PreemptMode", "")
+    if preempt_type != "preempt/qos" or preempt_mode.upper() == "OFF":
+        return ""
+    return (f"running while PreemptType=preempt/qos (PreemptMode={preempt_mode}) preempts by priority: at 0 it "
+            "would fall below pending jobs, whose age and fair-share would then preempt it; reset once it "
+            "waits, or set PreemptType=preempt/none (or PreemptMode=OFF) and run restore again")
+
+
 def _restore_site_factors(backend, store, cluster, jobs, recorded: dict[str, str], report) -> None:
     done, to_zero = [], {}
+    running_kept = None  # read from slurm.conf once, when a running job has a band
     for job_id, value in recorded.items():
         job = jobs.get(job_id)
         if not _alive(job):
@@ -204,6 +228,9 @@ def _restore_site_factors(backend, store, cluster, jobs, recorded: dict[str, str
         elif job.site_factor == 0:
             report.add(job_id, SITE_FACTOR, "already", "0")
             done.append(job_id)
+        elif job.state != "PENDING" and (running_kept := running_kept if running_kept is not None
+                                         else _running_bands_kept(backend)):
+            report.add(job_id, SITE_FACTOR, "kept", running_kept)  # its row stays: reset by a later run
         else:
             to_zero[job_id] = value
     try:

@@ -9,10 +9,10 @@ ArrayJobId, and are never pinned (controller.service.arrays).
 from __future__ import annotations
 
 from collections import ChainMap
-from typing import Container
+from typing import Callable, Container, Optional
 
-from controller.core.bands import (array_bands, band_actions, running_site_factors, shared_levels,
-                                   shared_site_factors, site_factors)
+from controller.core.bands import (array_bands, band_actions, kept_site_factor, non_gpu_site_factor,
+                                   running_site_factors, shared_levels, shared_site_factors, site_factors)
 from controller.core.levers import changed_bands, pin_for_start, release_for_start, unpin_expired
 from controller.core.plan import Plan
 from controller.service.accounting import Accounts
@@ -44,13 +44,17 @@ class Starts:
 
     def apply(self, plan: Plan, observed: dict[str, ObservedJob], now: float, report: RoundReport,
               cpu_pending: dict[str, ObservedJob] | None = None, requeueing: Container[str] = (),
-              shared: dict[str, ObservedJob] | None = None, kept_from_slurm: Container[str] = ()) -> None:
+              shared: dict[str, ObservedJob] | None = None, kept_from_slurm: Container[str] = (),
+              cpu_running: dict[str, ObservedJob] | None = None,
+              may_preempt: Optional[Callable[[ObservedJob], bool]] = None) -> None:
         """``requeueing``: jobs that ended inside their grace period and are requeued
         this round; they keep their pin (Slurm keeps the ReqNodeList on requeue).
         ``shared``: the jobs that ask for MPS shares and no whole GPU (never in the
         plan; the pending ones get a band, see shared_bands). ``kept_from_slurm``: under
         ``preemption: slurm``, the running jobs slurmctld must not preempt
-        (Contract.why_not_slurms; see site_factors)."""
+        (Contract.why_not_slurms; see site_factors). ``cpu_running`` (only under
+        ``preemption: slurm``): the running CPU-only jobs; ``may_preempt``: whether a
+        job's QOS lets it preempt preempt_qos's jobs (see slurm_non_gpu_bands)."""
         cfg = self.config
         # 1. SiteFactor bands: queue level -> band, plan order within the band; the
         # pending CPU-only jobs (never in the plan) queue 1's band (see cpu_bands), the
@@ -61,6 +65,9 @@ class Starts:
         factors.update(self.cpu_bands(cpu_pending))
         shared_factors, levels = self.shared_bands(shared)
         factors.update(shared_factors)
+        cpu_running = cpu_running or {}
+        if cfg.preemption == "slurm":
+            factors.update(self.slurm_non_gpu_bands(cpu_pending, cpu_running, shared, may_preempt))
         levels = ChainMap(levels, plan.levels) if levels else plan.levels
         # the pending tasks still inside an array's record: one value, on the ArrayJobId
         # (a lever on a task's own id would split it off: controller.service.arrays)
@@ -75,11 +82,11 @@ class Starts:
             factors, array_levels = array_bands(factors, arrays, levels)
             levels = ChainMap(array_levels, levels)
         for job_id in (self.site_factors_set.keys() - observed.keys() - cpu_pending.keys() - shared.keys()
-                       - array_now.keys()):
+                       - cpu_running.keys() - array_now.keys()):
             del self.site_factors_set[job_id]  # a CPU job started or gone (GPU jobs: forget)
         changed = changed_bands(factors, self.site_factors_set,
                                 lambda j: array_now[j] if j in array_now else
-                                (observed.get(j) or cpu_pending.get(j) or shared[j]).site_factor)
+                                (observed.get(j) or cpu_pending.get(j) or shared.get(j) or cpu_running[j]).site_factor)
         # Slurm sets an ArrayJobId's value on every record of the array: its pending
         # tasks with records of their own (requeued) get theirs again, after it
         moved = {j for j in changed if j in array_now}
@@ -171,12 +178,45 @@ class Starts:
         pending = {j for j, job in observed.items() if job.state == "PENDING"}
         queue_count = len(self.config.queues_gpu_s) + 1
         factors = site_factors(plan.order, plan.levels, pending, self.accounts.started_once, queue_count,
-                               self.config.site_factor_band, self.by_level, plan.keys if self.by_index else None)
+                               self.config.site_factor_band, self.by_level, plan.keys if self.by_index else None,
+                               running_banded=self.config.preemption == "slurm")
         if self.config.preemption == "slurm":
             running = [j for j, job in observed.items() if job.state == "RUNNING" and j in plan.levels
                        and not job.array_record]
             factors.update(running_site_factors(plan.levels, running, queue_count, self.config.site_factor_band,
                                                 [j for j in running if j in kept_from_slurm]))
+            # every other running job of the QOS (not planned): slurmctld must not pick it
+            # by a band that follows no plan
+            kept = kept_site_factor(queue_count, self.config.site_factor_band)
+            factors.update({j: kept for j, job in observed.items() if job.state == "RUNNING" and j not in factors
+                            and self.in_preempt_qos(job)})
+        return factors
+
+    def in_preempt_qos(self, job: ObservedJob) -> bool:
+        """Whether slurmctld may preempt this job by priority: it runs in preempt_qos (or
+        its QOS is not reported)."""
+        return job.qos in ("", self.config.preempt_qos)
+
+    def slurm_non_gpu_bands(self, cpu_pending: dict[str, ObservedJob], cpu_running: dict[str, ObservedJob],
+                            shared: dict[str, ObservedJob],
+                            may_preempt: Optional[Callable[[ObservedJob], bool]]) -> dict[str, int]:
+        """``preemption: slurm``: the CPU-only and MPS jobs, which no plan holds. A
+        pending one whose QOS lets it preempt preempt_qos's jobs (``may_preempt``; all
+        when not given) gets the lowest queue's band, below every running GPU job's
+        (controller.core.bands.non_gpu_site_factor): slurmctld would otherwise requeue
+        a GPU job the plan keeps for it. A running one in preempt_qos (it asked for
+        the QOS itself) gets the band above every pending job: preempting it was no
+        plan's choice. The others keep Starts.cpu_bands' and shared_bands' values."""
+        band = self.config.site_factor_band
+        low = non_gpu_site_factor(band)
+        kept = kept_site_factor(len(self.config.queues_gpu_s) + 1, band)
+        factors: dict[str, int] = {}
+        for jobs in (cpu_pending, shared, cpu_running):
+            for job_id, job in jobs.items():
+                if job.state == "PENDING" and (may_preempt is None or may_preempt(job)):
+                    factors[job_id] = low
+                elif job.state == "RUNNING" and self.in_preempt_qos(job):
+                    factors[job_id] = kept
         return factors
 
     def cpu_bands(self, cpu_pending: dict[str, ObservedJob]) -> dict[str, int]:
