@@ -15,7 +15,7 @@ failed): a job running then on a node it may use (not one of the victims: what t
 freed was there already) leaves and what it freed could make the job fit, a node it
 may use comes up (or gains GPUs), or its own request changes. "Could make it fit":
 on the nodes it may use, what is free now plus what its victims hold (the preemption
-that would be repeated) reaches its GPUs, each node counted only where its CPUs and
+that would be repeated) and what jobs that came since took of the freed reaches its GPUs, each node counted only where its CPUs and
 memory per node are free too (--exclusive: no other job left there); issue 35: a
 job of an EXCLUSIVE partition whose nodes each kept another job had one victim
 preempted 6 times in an hour, the brake lifted whenever any job there left. A
@@ -65,20 +65,24 @@ class Needs:
     room: tuple = field(default=(), compare=False)
     holding: dict = field(default_factory=dict, compare=False)
 
-    def fits(self, victims: Iterable[str]) -> bool:
-        """The job could start on its nodes with what is free now and what ``victims``
-        hold there freed (True when the holdings are not known)."""
+    def fits(self, victims: Iterable[str], before: Iterable[str] = ()) -> bool:
+        """The job could start on its nodes with what is free now, what ``victims`` hold
+        there and what the jobs that came since ``before`` (the residents' ids then) took
+        of what was freed (True when the holdings are not known): what the departed jobs
+        freed plus what was free, without counting twice what is still free."""
         if not self.ask or not self.holding and self.residents:
             return True
         gpus_needed, cpus_needed, mem_needed, exclusive = self.ask
+        victims, before = set(victims), set(before)
+        came = {job_id for job_id, _ in self.residents if job_id not in before}
         freed: dict[str, list[int]] = {}
-        for victim in victims:
-            for node, gpus, cpus, mem in self.holding.get(victim, ()):
+        for holder in victims | came:
+            for node, gpus, cpus, mem in self.holding.get(holder, ()):
                 got = freed.setdefault(node, [0, 0, 0])
                 got[0] += gpus
                 got[1] += cpus
                 got[2] += mem
-        others = {node for job_id, nodes in self.residents if job_id not in set(victims) for node in nodes}
+        others = {node for job_id, nodes in self.residents if job_id not in victims | came for node in nodes}
         total = 0
         for node, gpus, cpus, cpus_all, mem in self.room:
             more = freed.get(node, (0, 0, 0))
@@ -177,7 +181,7 @@ class Brake:
         if came:
             return f"node {came[0]} it may use came up or gained GPUs"
         left = self.departed(now)
-        if left and now.fits(self.victims):
+        if left and now.fits(self.victims, (job_id for job_id, _ in then.residents)):
             return f"job {left[0]} left the nodes it may use"
         return ""
 
