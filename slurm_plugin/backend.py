@@ -44,6 +44,7 @@ from slurm_plugin.parse import (
     SlurmNode,
     SlurmParseError,
     gres_counts,
+    parse_partition_sharing,
     parse_reservations,
     parse_sinfo_json,
     parse_squeue_json,
@@ -56,7 +57,8 @@ from slurm_plugin.parse import (
 from slurm_plugin.record_cache import RecordCache
 
 log = logging.getLogger(__name__)
-RESERVATIONS_EVERY_S = 60.0  # how stale the reservations may be when no job names a new one
+RESERVATIONS_EVERY_S = 60.0
+PARTITIONS_EVERY_S = 60.0  # how stale the partitions' OverSubscribe may be when no job names a new partition  # how stale the reservations may be when no job names a new one
 
 __all__ = ["SlurmBackend", "LeverFailed", "CommandResult", "subprocess_runner"]
 
@@ -130,7 +132,42 @@ def _allocated(reported: int | None, held: int | None) -> int | None:
     return reported if reported is not None else held
 
 
-def _asked_per_node(job: SlurmJob, memory_allocated: Callable[[], bool] = lambda: False) -> dict:
+def _partition_sharing(job: SlurmJob, modes: Mapping[str, str]) -> tuple[str | None, list[tuple[str, str]]]:
+    """The pending job's sharing mode once its partitions' OverSubscribe is applied
+    (``modes``: partition -> parse_partition_sharing's mode), and why it is beyond the
+    plan (code, text) if it is.
+
+    A job of an OverSubscribe=EXCLUSIVE partition gets whole nodes as --exclusive does
+    (the plan models that); every release says so in its own record only for the job's
+    first partition (24.11 not for a job of several), so the partition decides. FORCE:
+    Slurm shares the cores it gives with other jobs, which the plan's CPU count does not
+    express. YES: as NO unless the job asks --oversubscribe (its own ``shared``). A job
+    of several partitions of which some give whole nodes and some do not gets whole
+    nodes or not by where Slurm starts it: not modelled. A partition not in ``modes``
+    (not read): the job's record stands."""
+    parts = [p for p in job.partitions if p]
+    known = {p: modes[p] for p in parts if p in modes}
+    if not known:
+        return job.shared, []
+    forced = sorted(p for p, mode in known.items() if mode == "FORCE")
+    if forced:
+        return job.shared, [("oversubscribe", f"partition {forced[0]}'s OverSubscribe=FORCE (Slurm shares the"
+                                               " cores it gives)")]
+    other = sorted(p for p, mode in known.items() if mode not in ("NO", "YES", "EXCLUSIVE"))
+    if other:
+        return job.shared, [("exclusive", f"partition {other[0]}'s Exclusive={known[other[0]]}")]
+    whole = sorted(p for p, mode in known.items() if mode == "EXCLUSIVE")
+    if not whole:
+        return job.shared, []
+    if len(whole) == len(parts):
+        return "exclusive", []
+    shared = sorted(set(parts) - set(whole))
+    return job.shared, [("exclusive", f"partitions {','.join(whole)} (OverSubscribe=EXCLUSIVE) and"
+                                      f" {','.join(shared)} (not): whole nodes or not by where Slurm starts it")]
+
+
+def _asked_per_node(job: SlurmJob, memory_allocated: Callable[[], bool] = lambda: False,
+                    partition_modes: Mapping[str, str] = {}) -> dict:
     """The ObservedJob fields of what a pending job asks of each node beyond GPUs.
 
     CPUs per node: the most of its per-node minimum, its CPUs over its nodes (rounded
@@ -167,13 +204,16 @@ def _asked_per_node(job: SlurmJob, memory_allocated: Callable[[], bool] = lambda
     elif constraint.form:
         unmodelled.append(("constraint", f"--constraint={constraint.text} ({constraint.form}: which nodes"
                                           " satisfy it is Slurm's choice)"))
-    if job.shared is None:
+    shared, by_partition = _partition_sharing(job, partition_modes)
+    if by_partition:
+        unmodelled.extend(by_partition)
+    elif shared is None:
         unmodelled.append(("unreported_request", "its --exclusive (not reported)"))
-    elif job.shared not in ("", "exclusive", "oversubscribe"):
-        unmodelled.append(("exclusive", f"--exclusive={job.shared}"))
+    elif shared not in ("", "exclusive", "oversubscribe"):
+        unmodelled.append(("exclusive", f"--exclusive={shared}"))
     return dict(cpus_per_node=cpus, mem_per_node_mb=mem,
                 features=constraint.features if constraint is not None and not constraint.form else (),
-                exclusive=job.shared == "exclusive", **unmodelled_fields(unmodelled))
+                exclusive=shared == "exclusive", **unmodelled_fields(unmodelled))
 
 
 def _held_by_node(job: SlurmJob) -> tuple[tuple[str, int, int], ...]:
@@ -315,6 +355,11 @@ class SlurmBackend:
         # the reservations jobs name change, else once every RESERVATIONS_EVERY_S
         self._reserved: dict[str, str] = {}
         self._reservations_read: Optional[tuple[float, frozenset]] = None
+        # partition -> how it shares nodes (parse_partition_sharing), from `scontrol show
+        # partition -o`, read when pending jobs name a partition not asked about at the
+        # last read, else once every PARTITIONS_EVERY_S while jobs are pending
+        self._partition_modes: dict[str, str] = {}
+        self._partitions_read: Optional[tuple[float, frozenset]] = None
         # For repeat_observation(): the last observe()'s answer, the ids of its plain
         # records (no array, no het job: planned as they are), what the levers since
         # then set that squeue --json would show (job id -> field -> value), and
@@ -461,6 +506,14 @@ class SlurmBackend:
             self._learn_sharing({j.job_id: j.submit_time for j in jobs
                                  if j.state == "PENDING" and self._in_scope(j.partitions)}, skipped)
 
+        # the partitions' OverSubscribe (EXCLUSIVE: whole nodes, FORCE: shared cores), for the
+        # pending jobs whose own record leaves it open; a change re-reads every record
+        named_partitions = frozenset(p for j in fresh if j.state == "PENDING" and self._in_scope(j.partitions)
+                                     and self._sharing_open(j) for p in j.partitions if p)
+        if self._read_partition_modes(named_partitions, any(
+                j.state == "PENDING" and self._sharing_open(j) for j in jobs), observed_at_s):
+            self._observed = {}
+
         # One pass over the records for all they say (each pass over 55,000 records costs
         # its cache misses: one pass each was a third of observe()). A record that is the
         # same object as at the last observe() with the same SiteFactor keeps its ObservedJob.
@@ -586,6 +639,36 @@ class SlurmBackend:
                 for job in last.jobs]
             self._set_since = {}
         return replace(last, observed_at_s=self.clock(), jobs=list(last.jobs), answered_at_s=None, slurm_now_s=None)
+
+    def _sharing_open(self, job: SlurmJob) -> bool:
+        """The pending job's record does not settle how its partitions share nodes. Each
+        release writes the first partition's EXCLUSIVE into the job's own mode (22.05
+        'none', 24.11 ['none'], 26.05's `scontrol show job` Exclusive=NODE), but FORCE
+        only as --oversubscribe would read (26.05: not at all), and a job of several
+        partitions by the first one (24.11: by none). Only such jobs need the partitions
+        read: a cluster whose jobs ask one partition each and no --oversubscribe never
+        runs the command (22.05, 24.11)."""
+        return (not self._sharing_in_json or job.shared == "oversubscribe"
+                or sum(1 for p in job.partitions if p) > 1)
+
+    def _read_partition_modes(self, named: frozenset, pending: bool, now: float) -> bool:
+        """Read the partitions' OverSubscribe (``scontrol show partition -o``) when the
+        pending jobs parsed by this read (``named``: their partitions) name one not
+        asked about at the last read, or PARTITIONS_EVERY_S passed while some job is
+        pending (``pending``): one command a minute at most while nothing new comes.
+        Unreadable: the last answer stays (logged). Returns whether the answer changed."""
+        last = self._partitions_read
+        asked = frozenset() if last is None else last[1]
+        if not (named - asked) and not (pending and last is not None and now - last[0] >= PARTITIONS_EVERY_S):
+            return False
+        self._partitions_read = (now, asked | named)
+        try:
+            modes = parse_partition_sharing(self._read(["scontrol", "show", "partition", "-o"]))
+        except (BackendUnavailable, SlurmParseError) as exc:
+            log.warning("scontrol show partition unreadable, the last answer kept: %s", _one_line(str(exc)))
+            return False
+        changed, self._partition_modes = modes != self._partition_modes, modes
+        return changed
 
     def _reservations(self, by_jobs: set[str], nodes: list[SlurmNode], now: float) -> dict[str, str]:
         """Node -> active reservation. Slurm flags a node in an active reservation
@@ -800,7 +883,7 @@ class SlurmBackend:
             required_nodes=tuple(job.required_nodes),
             excluded_nodes=tuple(job.excluded_nodes),
             min_nodes=job.node_count,
-            **(_asked_per_node(job, self.memory_allocated) if job.state == "PENDING" else {}),
+            **(_asked_per_node(job, self.memory_allocated, self._partition_modes) if job.state == "PENDING" else {}),
             held_by_node=_held_by_node(job) if job.state == "RUNNING" else (),
         )
 

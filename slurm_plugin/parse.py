@@ -686,7 +686,9 @@ def _shared(value: Any) -> str:
     names = sorted({str(item).strip().lower() for item in items if str(item).strip()})
     if any(name in _SHARED_EXCLUSIVE for name in names):
         return "exclusive"
-    if names and all(name in ("oversubscribe", "yes", "ok") for name in names):
+    # 22.05 names --oversubscribe (and a partition's OverSubscribe=FORCE: the backend tells
+    # them apart by the partition) 'shared'
+    if names and all(name in ("oversubscribe", "yes", "ok", "shared") for name in names):
         return "oversubscribe"  # CPUs may be shared: the plan's whole-CPU count is the stricter one
     return ",".join(names)
 
@@ -1112,3 +1114,26 @@ def parse_reservations(text: str) -> dict[str, str]:
         for node in expand_hostlist(_nullish_to_empty(fields.get("Nodes"))):
             held.setdefault(node, name)
     return held
+
+
+def parse_partition_sharing(text: str) -> dict[str, str]:
+    """Partition name -> how it shares nodes, from ``scontrol show partition -o`` (one
+    ``PartitionName=...`` line each): its OverSubscribe upper case without the count
+    ('NO', 'YES', 'EXCLUSIVE', 'FORCE'). 26.05 prints a whole-node partition as
+    ``OverSubscribe=NO Exclusive=NODE`` (22.05 and 24.11: ``OverSubscribe=EXCLUSIVE``):
+    'EXCLUSIVE' too; its other Exclusive modes by their names ('USER', 'TOPO', ...). A
+    line without OverSubscribe says nothing of its partition."""
+    modes: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.startswith("PartitionName="):
+            continue
+        fields = dict(re.findall(r"(?:^|\s)([A-Za-z]+)=(\S*)", line))
+        name, mode = fields.get("PartitionName", ""), fields.get("OverSubscribe", "")
+        if not name:
+            raise SlurmParseError(f"PartitionName: missing in {quoted(line[:80])}")
+        exclusive = fields.get("Exclusive", "NO").upper()
+        if exclusive not in ("", "NO"):
+            modes[name] = "EXCLUSIVE" if exclusive == "NODE" else exclusive
+        elif mode:
+            modes[name] = mode.split(":", 1)[0].upper()
+    return modes

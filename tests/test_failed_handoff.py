@@ -143,8 +143,8 @@ def test_explain_says_why_no_preemption_is_made_for_it(tmp_path, monkeypatch, ca
 
     signalled = format_timestamp(T0 + 20 * INTERVAL)
     assert (f"preemption for it: a preemption for it at {signalled} freed GPUs Slurm did not start it on "
-            "(handoff failed): no further preemption for it until a job running on a node it may use ends, "
-            "such a node comes up, or its request changes") in out
+            "(handoff failed): no further preemption for it until a job running on a node it may use ends and "
+            "frees what it needs, such a node comes up, or its request changes") in out
     # a running job or one without a failed handoff gets no such line
     assert main(["explain", str(VICTIM), "--config", str(config_file)]) == 0
     assert "preemption for it:" not in capsys.readouterr().out

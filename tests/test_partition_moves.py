@@ -294,7 +294,7 @@ def test_slurm_backend_partition_nodes_reuse_the_observation():
     from slurm_plugin.backend import CommandResult, SlurmBackend
 
     outputs = {"squeue": (FIXTURES / "squeue.json").read_text(), "sinfo": (FIXTURES / "sinfo.json").read_text(),
-               "sprio": ""}
+               "sprio": "", "scontrol": ""}  # scontrol: `show partition -o` without partition lines
     calls = []
 
     def run(argv, timeout_s, env):

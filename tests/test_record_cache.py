@@ -80,7 +80,7 @@ def test_compact_or_mis_cut_text_is_read_whole():
     assert json.loads(odd) == json.loads(text)
     assert cache.read(odd, _load, []) is None
     sinfo = _text("22.05", "sinfo.json")
-    runner_texts = {"squeue": odd, "sinfo": sinfo, "sprio": ""}
+    runner_texts = {"squeue": odd, "sinfo": sinfo, "sprio": "", "scontrol": ""}  # scontrol: no partition lines
     backend = SlurmBackend(runner=lambda argv, timeout_s, env: CommandResult(0, runner_texts[argv[0]], ""))
     assert {j.job_id for j in backend.observe().jobs} == {j.job_id for j in parse_squeue_json(text)}
 

@@ -399,7 +399,8 @@ def test_timeout_raises_backend_unavailable():
 # ---------------------------------------------------------------------- recorded output
 
 def _fixture_runner(squeue_text: str, sinfo_text: str, sprio_text: str = ""):
-    outputs = {"squeue": squeue_text, "sinfo": sinfo_text, "sprio": sprio_text}
+    # scontrol: `show partition -o` of a slurmctld without partition lines (nothing known of their sharing)
+    outputs = {"squeue": squeue_text, "sinfo": sinfo_text, "sprio": sprio_text, "scontrol": ""}
 
     def run(argv, timeout_s, env):
         return CommandResult(0, outputs[argv[0]], "")

@@ -12,9 +12,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional
 
-from controller.core.mlfq_round import mlfq_step, static_order_step
+from controller.core.mlfq_round import count_starts, mlfq_step, static_order_step
 from controller.core.model import InputError, JobState, Snapshot
-from controller.core.placement import Eligibility, FreeGpus, NodeTotals, check_mode
+from controller.core.placement import Eligibility, FreeGpus, NodeTotals, check_mode, nodes_are_real
 from controller.core.plan import Plan
 from controller.core.plan_stands import stands_until
 from controller.core.policies import Policy, PolicyContext, get_policy
@@ -168,7 +168,8 @@ class Engine:
         victims = [job for job in ordered if job.running and job.job_id not in selected_ids]
         unplaced: list[JobState] = []
         beneficiary = shortfalls = None
-        if count_mode:
+        on_nodes = not count_mode or nodes_are_real(snapshot.nodes)  # else the replay's pseudo-node
+        if not on_nodes:
             free_total = self._capacity(snapshot) - sum(j.num_gpus for j in walk.selected if j.running)
             free_gpus = NodeTotals(snapshot.nodes)
             starts = []
@@ -182,13 +183,19 @@ class Engine:
         else:
             walk_gpus = sum(job.num_gpus for job in victims)
             choice = choose_victims(newcomers, victims, lambda: ordered, free_by_node,
-                                    place=lambda job, free: writer.place(job, free, max_per_node),
+                                    place=lambda job, free: writer.place_on_nodes(job, free, max_per_node),
                                     fit=lambda job, free: writer.fit(job, free, max_per_node),
                                     allowed=writer.allowed, preemptive=self.policy.preemptive,
-                                    explain=snapshot.detailed and snapshot.explain, room=writer.node_room)
+                                    explain=snapshot.detailed and snapshot.explain, room=writer.node_room,
+                                    per_node=count_mode)
             starts, unplaced, free_gpus = choice.starts, choice.unplaced, choice.free_gpus
             beneficiary, shortfalls = choice.beneficiary, choice.shortfalls
-            if choice.per_node_set:
+            if count_mode:  # the count decides who starts; the victims stay the node-aware ones
+                free_gpus = NodeTotals(snapshot.nodes)
+                starts, unplaced = count_starts(writer, newcomers, free_gpus, max_per_node)
+                free_total = (self._capacity(snapshot) - sum(j.num_gpus for j in walk.selected if j.running)
+                              - sum(job.num_gpus for job, _, _ in starts))
+            elif choice.per_node_set:
                 free_total = free_gpus.total
             else:  # the walk's victims stand (those no placement uses keep running): as counted before
                 released = dict(free_by_node)

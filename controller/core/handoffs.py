@@ -12,9 +12,17 @@ another job that took the GPUs first), so preempting for it again, the same vict
 most likely, would free the same things to the same refusal. No plan preempts for a
 braked job until something it depends on changes (``Needs``, taken when the handoff
 failed): a job running then on a node it may use (not one of the victims: what they
-freed was there already) leaves, a node it may use comes up (or gains GPUs), or its
-own request changes. A job starting there only takes resources away, so it lifts
-nothing. The brake has no clock: a job Slurm will never start on these nodes never
+freed was there already) leaves and what it freed could make the job fit, a node it
+may use comes up (or gains GPUs), or its own request changes. "Could make it fit":
+on the nodes it may use, what is free now plus what its victims hold (the preemption
+that would be repeated) and what jobs that came since took of the freed reaches its GPUs, each node counted only where its CPUs and
+memory per node are free too (--exclusive: no other job left there); issue 35: a
+job of an EXCLUSIVE partition whose nodes each kept another job had one victim
+preempted 6 times in an hour, the brake lifted whenever any job there left. A
+departure that does not make it fit moves the brake's reference to now, so a job
+that came later and leaves later is still seen. Where the caller gives no holdings
+(``ClusterView`` without ``held``), any departure lifts it, as before. A job starting
+there only takes resources away, so it lifts nothing. The brake has no clock: a job Slurm will never start on these nodes never
 costs another preemption. It ends when the job starts or leaves.
 
 Pure state and rule: controller.service.handoff persists each transition and logs
@@ -24,7 +32,7 @@ own view of the cluster, so the simulator holds back the same preemptions.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, NamedTuple, Optional
 
 from controller.core.model import JobSpec, Node
@@ -44,21 +52,64 @@ class Needs:
 
     ``request``: its own request (``request_key``); ``nodes``: (name, GPUs) of the
     available nodes it may use; ``residents``: (job id, its nodes) of the jobs
-    running (or in their grace period) on those nodes."""
+    running (or in their grace period) on those nodes. Seen now only, never stored:
+    ``ask`` (GPUs, CPUs per node, MB per node, --exclusive), ``room`` (node, free GPUs,
+    free CPUs, all CPUs, free MB; None where not reported) of those nodes and
+    ``holding`` (job id -> ((node, GPUs, CPUs, MB), ...)) of their residents, empty
+    when the caller does not know them (``fits`` then says yes)."""
 
     request: str
     nodes: frozenset
     residents: frozenset
+    ask: tuple = field(default=(), compare=False)
+    room: tuple = field(default=(), compare=False)
+    holding: dict = field(default_factory=dict, compare=False)
+
+    def fits(self, victims: Iterable[str], before: Iterable[str] = ()) -> bool:
+        """The job could start on its nodes with what is free now, what ``victims`` hold
+        there and what the jobs that came since ``before`` (the residents' ids then) took
+        of what was freed (True when the holdings are not known): what the departed jobs
+        freed plus what was free, without counting twice what is still free."""
+        if not self.ask or not self.holding and self.residents:
+            return True
+        gpus_needed, cpus_needed, mem_needed, exclusive = self.ask
+        victims, before = set(victims), set(before)
+        came = {job_id for job_id, _ in self.residents if job_id not in before}
+        freed: dict[str, list[int]] = {}
+        for holder in victims | came:
+            for node, gpus, cpus, mem in self.holding.get(holder, ()):
+                got = freed.setdefault(node, [0, 0, 0])
+                got[0] += gpus
+                got[1] += cpus
+                got[2] += mem
+        others = {node for job_id, nodes in self.residents if job_id not in victims | came for node in nodes}
+        total = 0
+        for node, gpus, cpus, cpus_all, mem in self.room:
+            more = freed.get(node, (0, 0, 0))
+            if exclusive and node in others:
+                continue  # another job stays: never a whole node
+            if (cpus_needed or exclusive) and cpus is not None and cpus + more[1] < max(
+                    cpus_needed, cpus_all if exclusive and cpus_all is not None else 0):
+                continue
+            if mem_needed and mem is not None and mem + more[2] < mem_needed:
+                continue
+            total += gpus + more[0]
+        return total >= gpus_needed
 
 
 def request_key(spec: JobSpec, extra: tuple = ()) -> str:
     """The job's own request as one comparable text: size, partitions, GPU type,
-    reservation, node list, exclusions, node count, time limit, and ``extra`` (what
+    reservation, node list, exclusions, node count, time limit, CPUs, memory,
+    --exclusive and features per node, and ``extra`` (what
     the caller sees of the request beyond the JobSpec: the controller adds the
     comment). The controller's own pins are not in a JobSpec, so a pin never counts."""
-    return json.dumps([spec.num_gpus, spec.partition, list(spec.partitions), spec.gpu_type, spec.reservation,
-                       list(spec.required_nodes), list(spec.excluded_nodes), spec.min_nodes, spec.max_nodes,
-                       spec.time_limit_s, [str(x) for x in extra]])
+    key = [spec.num_gpus, spec.partition, list(spec.partitions), spec.gpu_type, spec.reservation,
+           list(spec.required_nodes), list(spec.excluded_nodes), spec.min_nodes, spec.max_nodes,
+           spec.time_limit_s, [str(x) for x in extra]]
+    if spec.cpus_per_node or spec.mem_per_node_mb or spec.exclusive or spec.features:
+        # what it asks of each node (only when it asks: a GPU-only job's key is as before)
+        key.append([spec.cpus_per_node, spec.mem_per_node_mb, spec.exclusive, list(spec.features)])
+    return json.dumps(key)
 
 
 class ClusterView:
@@ -67,9 +118,15 @@ class ClusterView:
     a few jobs: jobs with the same node rule (partitions, GPU type, reservation,
     exclusions) share one pass over the nodes and the holders."""
 
-    def __init__(self, nodes: Iterable[Node], running: Iterable[tuple[str, tuple[str, ...]]]):
+    def __init__(self, nodes: Iterable[Node], running: Iterable[tuple[str, tuple[str, ...]]],
+                 held: Optional[dict] = None, free_gpus: Optional[dict[str, int]] = None):
+        """``held``: job id -> ((node, GPUs, CPUs, MB), ...) of the running jobs (None:
+        not known; a departure then always lifts a brake); ``free_gpus``: node -> its
+        free GPUs now (None: the nodes' own ``gpus_free``)."""
         self.nodes = [node for node in nodes if node.available]
         self.running = running if isinstance(running, list) else list(running)
+        self.held = held
+        self.free_gpus = free_gpus
         self._memo: dict[tuple, tuple[frozenset, frozenset]] = {}
 
     def needs(self, spec: JobSpec, extra: tuple = ()) -> Needs:
@@ -83,7 +140,16 @@ class ClusterView:
                                   if any(n in usable for n in job_nodes))
             self._memo[key] = (frozenset(usable.items()), residents)
         nodes, residents = self._memo[key]
-        return Needs(request_key(spec, extra), nodes, residents)
+        if self.held is None:
+            return Needs(request_key(spec, extra), nodes, residents)
+        names = {name for name, _ in nodes}
+        free = self.free_gpus
+        room = tuple((n.name, n.gpus_free if free is None else free.get(n.name, 0), n.cpus_free, n.cpus_total,
+                      n.mem_free_mb) for n in self.nodes if n.name in names)
+        mem = 0 if spec.mem_per_node_mb < 0 else spec.mem_per_node_mb  # all of it: counted by --exclusive's rule
+        ask = (spec.num_gpus, spec.cpus_per_node, mem, spec.exclusive or spec.mem_per_node_mb < 0)
+        holding = {job_id: self.held.get(job_id, ()) for job_id, _ in residents}
+        return Needs(request_key(spec, extra), nodes, residents, ask, room, holding)
 
 
 def needs_of(spec: JobSpec, nodes: Iterable[Node], running: Iterable[tuple[str, tuple[str, ...]]],
@@ -114,10 +180,17 @@ class Brake:
         came = sorted(name for name, gpus in now.nodes - then.nodes)
         if came:
             return f"node {came[0]} it may use came up or gained GPUs"
-        left = sorted(job_id for job_id, _ in then.residents - now.residents if job_id not in self.victims)
-        if left:
+        left = self.departed(now)
+        if left and now.fits(self.victims, (job_id for job_id, _ in then.residents)):
             return f"job {left[0]} left the nodes it may use"
         return ""
+
+    def departed(self, now: Needs) -> list[str]:
+        """The jobs, not its victims, that ran on its nodes then and are gone now (sorted)."""
+        then = self.needs
+        if then is None:
+            return []
+        return sorted(job_id for job_id, _ in then.residents - now.residents if job_id not in self.victims)
 
     def holding(self, at: str) -> str:
         """Why no preemption is made for the job (``at``: when the preemption was, as
@@ -145,7 +218,8 @@ class Brake:
                        frozenset((job_id, tuple(nodes)) for job_id, nodes in needs["residents"])))
 
 
-UNTIL = "a job running on a node it may use ends, such a node comes up, or its request changes"
+UNTIL = ("a job running on a node it may use ends and frees what it needs, such a node comes up, or its request"
+         " changes")
 
 
 class HandoffEvent(NamedTuple):
@@ -193,6 +267,10 @@ class HandoffBook:
             if changed:
                 del self.braked[job_id]
                 events.append(HandoffEvent("released", job_id, brake=brake, detail=changed))
+            elif brake.departed(seen):
+                # a job left and what it freed does not make it fit: judge the next departure
+                # from now (a job that came since and leaves later is seen)
+                self.braked[job_id] = replace(brake, needs=seen)
         for job_id, watch in list(self.watching.items()):
             state = state_of(job_id)
             if state not in ("PENDING", "RUNNING"):

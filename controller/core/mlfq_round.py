@@ -4,15 +4,17 @@
 snapshot's own (a simulator keeps one alive across rounds) or is built from the
 snapshot's jobs (the controller, every round); the walk, the actions and the new
 places (``Plan.positions``, rule in controller.core.queues) are the same code. Who
-yields to the walk's newcomers is controller.core.victims' to decide (in placement
-modes; count mode keeps the walk's cluster-wide count). The actions are written by
+yields to the walk's newcomers is controller.core.victims' to decide in every mode
+on real nodes (count mode: the walk's count decides who starts, the victims are still
+chosen on the nodes each newcomer may use; only the replay's count on its one
+pseudo-node keeps the walk's victims). The actions are written by
 the engine's ``RoundWriter`` (controller.core.round_writer), with the generic walk's
 reasons and decision ids.
 """
 from __future__ import annotations
 
 from controller.core.model import JobState, Snapshot
-from controller.core.placement import FreeGpus, NodeTotals
+from controller.core.placement import FreeGpus, NodeTotals, nodes_are_real
 from controller.core.plan import Plan
 from controller.core.policies import Policy, PolicyContext
 from controller.core.protection import may_preempt
@@ -44,9 +46,11 @@ def mlfq_step(writer: RoundWriter, snapshot: Snapshot) -> Plan:
                             service=snapshot.service)
     capacity = snapshot.total_gpus
     count_mode = writer.count_mode
+    # real nodes (every mode but the replay's count on its pseudo-node): victims per node
+    on_nodes = not count_mode or nodes_are_real(snapshot.nodes)
     # placement modes: a job that may use only some nodes is taken only if its own nodes
     # hold what it needs, free or held by lower-priority preemptable jobs (OwnNodesReach)
-    free_by_node = None if count_mode else snapshot.free_gpus_by_node()
+    free_by_node = snapshot.free_gpus_by_node() if on_nodes else None
     reach = None if count_mode else OwnNodesReach(book, free_by_node, writer.allowed)
     preempted, selected = book.walk(capacity, reach)
     if not preempted and not selected and not book.entered and not snapshot.detailed:
@@ -60,19 +64,22 @@ def mlfq_step(writer: RoundWriter, snapshot: Snapshot) -> Plan:
     max_per_node = snapshot.max_gpus_per_node
     beneficiary = None
     shortfalls = None
-    if count_mode:  # no nodes: the walk's count decides alone, as in a simulator that models none
+    if not on_nodes:  # no nodes: the walk's count decides alone, as in a simulator that models none
         free_gpus = NodeTotals(snapshot.nodes)
         starts, unplaced = _place_all(writer, newcomers, free_gpus, max_per_node)
     else:
         choice = choose_victims(newcomers, leaving, book.order, free_by_node,
-                                place=lambda job, free: writer.place(job, free, max_per_node),
+                                place=lambda job, free: writer.place_on_nodes(job, free, max_per_node),
                                 fit=lambda job, free: writer.fit(job, free, max_per_node),
                                 allowed=writer.allowed, explain=snapshot.detailed and snapshot.explain,
-                                room=writer.node_room, passed=reach.refused)
+                                room=writer.node_room, passed=reach.refused if reach else (), per_node=count_mode)
         starts, unplaced, free_gpus = choice.starts, choice.unplaced, choice.free_gpus
         leaving, beneficiary, shortfalls = choice.victims, choice.beneficiary, choice.shortfalls
         # the settled running jobs that lose their GPUs, walk order (they wait at their queues' heads)
         preempted = [job for job in leaving if book.group_of(job) == SETTLED_RUNNING]
+        if count_mode:
+            free_gpus = NodeTotals(snapshot.nodes)
+            starts, unplaced = count_starts(writer, newcomers, free_gpus, max_per_node)
     started = [job for job, _, _ in starts]
     writer.preempt(leaving, newcomers, book.level_of, beneficiary)
     for job, slots, rank in starts:
@@ -85,6 +92,13 @@ def mlfq_step(writer: RoundWriter, snapshot: Snapshot) -> Plan:
         waiting_on_nodes = unplaced + reach.refused if reach is not None else unplaced
         _describe(writer, book, ctx, selected, waiting_on_nodes, snapshot, shortfalls)
     return plan
+
+
+def count_starts(writer: RoundWriter, newcomers: list[JobState], totals: NodeTotals, max_per_node: int):
+    """Count mode on real nodes: the count decides which newcomers start (every one that
+    fits its allowed nodes at all), in walk order, on the pseudo-node as ever (the victim
+    rule's placements only chose who yields; names stay out of count mode's starts)."""
+    return _place_all(writer, newcomers, totals, max_per_node)
 
 
 def _place_all(writer: RoundWriter, newcomers: list[JobState], free_gpus, max_per_node: int):

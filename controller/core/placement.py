@@ -6,7 +6,9 @@ Modes
 - ``spread``: topology-aware but skew-blind (every job as an insensitive one), the
   baseline for measuring what consolidation buys.
 - ``count``: topology ignored, only the number of free GPUs matters, to compare with
-  simulators that model no nodes.
+  simulators that model no nodes. On real nodes the count decides which pending jobs
+  start and in what order, but who yields to a newcomer is still chosen on the nodes
+  it may use (controller.core.victims): placement never changes who may be preempted.
 """
 from __future__ import annotations
 
@@ -18,6 +20,13 @@ from controller.core.model import ALL_MEMORY, MIXED_TYPES, InputError, JobSpec, 
 
 PLACEMENT_MODES = ("consolidate", "spread", "count")
 COUNT_NODE = "*"  # the single pseudo-node of count mode
+
+
+def nodes_are_real(nodes) -> bool:
+    """The round's nodes are a cluster's, not count mode's one pseudo-node (the
+    replay's count, where no job has a node): victims are then chosen per node in
+    every mode (controller.core.victims)."""
+    return any(node.name != COUNT_NODE for node in nodes)
 
 
 def check_mode(mode: str) -> str:

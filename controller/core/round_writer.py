@@ -83,11 +83,18 @@ class RoundWriter:
         """Slots for ``job`` on ``free`` (a FreeGpus, taken here), or None: it waits.
         Count mode: ``free`` is the NodeTotals, read only for a constrained job."""
         spec = job.spec
-        allowed = self.allowed(job)
         if self.count_mode:
+            allowed = self.allowed(job)
             if (spec.constrained or allowed is not None) and not free.fits(spec, allowed):
                 return None
             return ((COUNT_NODE, job.num_gpus),)
+        return self.place_on_nodes(job, free, max_per_node)
+
+    def place_on_nodes(self, job: JobState, free, max_per_node: int) -> Optional[Slots]:
+        """``place`` on the round's real nodes, whatever the mode (count mode: as spread,
+        where the victim rule places a newcomer, controller.core.victims)."""
+        spec = job.spec
+        allowed = self.allowed(job)
         consolidate = self.consolidates(job)
         room = self.node_room()
         if room is not None and room.checks(spec):  # only the nodes with its CPUs, memory free (--exclusive)

@@ -21,6 +21,13 @@ GPUs of those nodes. Victims that placement does not need keep running. When no
 set of candidates makes it fit, nobody is preempted for it, and its ``Shortfall``
 says what holds its nodes.
 
+Count mode (``placement: count``) on real nodes: the walk's count decides which
+newcomers start and in what order, but its victims were never placed, so they never
+stand: every newcomer goes the second way (``per_node``), and who yields to it is a
+set on the nodes it may use that makes it fit, as in spread (issue 35: a v100 job
+requeued for an a100-partition job, another victim named every round). Only the
+replay's count on its one pseudo-node, where no job has a node, keeps the walk's.
+
 A newcomer that asks for more CPUs or memory per node than some node has free, or
 for --exclusive (controller.core.placement.NodeRoom.checks), goes the second way
 too, and fits a node only where, once its victims there leave, those are free
@@ -83,7 +90,7 @@ def choose_victims(newcomers: list[JobState], walk_victims: list[JobState],
                    free_by_node: dict[str, int], *, place: Callable, fit: Callable,
                    allowed: Callable[[JobState], Optional[frozenset]], preemptive: bool = True,
                    explain: bool = False, room: Callable[[], Optional[NodeRoom]] = lambda: None,
-                   passed: list[JobState] = ()) -> VictimChoice:
+                   passed: list[JobState] = (), per_node: bool = False) -> VictimChoice:
     """Place the round's ``newcomers`` (walk order) and choose who yields to them.
 
     ``walk_victims``: the running jobs the walk's count left out (walk order);
@@ -96,9 +103,11 @@ def choose_victims(newcomers: list[JobState], walk_victims: list[JobState],
     ``explain``: also build the unplaced newcomers' Shortfalls. ``room()``: the round's
     NodeRoom (None: the nodes report no CPUs or memory), which ``place`` keeps too.
     ``passed``: the waiting jobs the walk passed for want of GPUs within reach on their
-    own nodes (OwnNodesReach); with ``explain``, their Shortfalls too."""
+    own nodes (OwnNodesReach); with ``explain``, their Shortfalls too. ``per_node``:
+    choose per newcomer even where every one may use every node (count mode on real
+    nodes: the count's victims were never placed, so they do not stand)."""
     node_room = room()
-    if not any(_has_own_nodes(job, allowed, node_room) for job in newcomers):
+    if not (per_node and newcomers) and not any(_has_own_nodes(job, allowed, node_room) for job in newcomers):
         choice = _walk_victims_stand(newcomers, walk_victims, free_by_node, place)
         if explain and passed:
             order = list(order())

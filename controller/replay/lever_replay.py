@@ -310,10 +310,12 @@ class LeverRound:
         slurm, view = self.slurm, []
 
         def needs(job_id: str) -> Needs:
-            if not view:
+            if not view:  # what each holder holds and what is free: the brake's fit rule, as the controller's
+                holders = [job for job in slurm.by_id.values() if job.placement]
                 view.append(ClusterView(slurm.cluster.nodes, [
-                    (job.job_id, tuple(node for node, _ in job.placement))
-                    for job in slurm.by_id.values() if job.placement]))
+                    (job.job_id, tuple(node for node, _ in job.placement)) for job in holders],
+                    held={job.job_id: tuple((node, gpus, 0, 0) for node, gpus in job.placement) for job in holders},
+                    free_gpus=slurm.cluster.free_by_node))
             return view[0].needs(slurm.by_id[job_id].spec)
         return needs
 

@@ -83,7 +83,8 @@ SCHEMA: tuple[Setting, ...] = (
             "BeginTime hold (slurmd must finish tearing down the previous run first)", minimum=0.0),
     Setting("handoff_timeout_s", "float", 120.0, "after its victims were signalled, the job a preemption made "
             "room for must start within this long; if not, no preemption is made for it until something it depends "
-            "on changes (a job on the nodes it may use leaves, such a node comes up, its request changes; counted "
+            "on changes (a job on the nodes it may use leaves and what it frees could make it fit, such a node comes "
+            "up, its request changes; counted "
             "and logged)", minimum=1.0),
     Setting("preempt_signal_attempts", "int", 3, "rounds in which a failed checkpoint signal is tried again "
             "before the job is left alone (a job whose signal failed is never requeued)", minimum=1),

@@ -12,8 +12,8 @@ No second preemption for a job whose handoff is pending: once its victims have l
 (requeued) and it still has not started, a round whose plan starts it keeps its
 victims running until the watch ends. A job whose handoff failed is braked: no
 preemption is made for it until something it depends on changes (a job on the nodes
-it may use leaves, such a node comes up, its request changes: the rule is
-controller.core.handoffs'), while the plan's preemptions for other jobs go on. Both
+it may use leaves and what it frees could make it fit, such a node comes up, its
+request changes: the rule is controller.core.handoffs'), while the plan's preemptions for other jobs go on. Both
 are kept in the store (written before the round's preemptions could repeat them), so
 a restarted or standby controller does not signal again for such a job.
 """
@@ -126,8 +126,9 @@ class Handoffs:
 
         def needs(job_id: str) -> Needs:
             if not view:
+                running = [job for job in observed.values() if job.state == "RUNNING"]
                 view.append(ClusterView(nodes, [(job.job_id, tuple(node for node, _ in job.gpus_by_node))
-                                                for job in observed.values() if job.state == "RUNNING"]))
+                                                for job in running], held={job.job_id: _held(job) for job in running}))
             return view[0].needs(spec_of(job_id), extra=(observed[job_id].comment,))
         return needs
 
@@ -149,6 +150,14 @@ class Handoffs:
         causes = tuple(e["decision_id"] for e in preempted)
         for job_id in self.book.expect((a.job_id for a in plan.of_kind("start")), now, victims, causes):
             self.store.save_handoff(self.config.cluster, job_id, now, victims)
+
+
+def _held(job: ObservedJob) -> tuple[tuple[str, int, int, int], ...]:
+    """(node, GPUs, CPUs, MB) the running job holds on each of its nodes (0 where Slurm
+    does not say): what its leaving frees for a braked job (controller.core.handoffs)."""
+    other = {node: (cpus, mem) for node, cpus, mem in job.held_by_node}
+    nodes = dict(job.gpus_by_node)
+    return tuple((node, nodes.get(node, 0), *other.get(node, (0, 0))) for node in sorted(set(nodes) | set(other)))
 
 
 def _spec_of(observed: dict[str, ObservedJob]) -> Callable[[str], JobSpec]:
