@@ -913,8 +913,15 @@ def _node(r: dict) -> SlurmNode:
 
 
 def _feature_list(value: Any, field_name: str) -> tuple[str, ...]:
-    """A node's features, comma-separated ('' none)."""
-    return tuple(sorted({item.strip() for item in _str(value, field_name).split(",") if item.strip()}))
+    """A node's features: comma-separated ('' none; 22.05 and sinfo), or a list of
+    them (``scontrol show nodes --json`` and slurmrestd /nodes of 23.11+)."""
+    if isinstance(value, list):
+        if not all(isinstance(item, str) for item in value):
+            raise SlurmParseError(f"{field_name}: expected a list of feature names, got {quoted(value)}")
+        items = [part for item in value for part in item.split(",")]
+    else:
+        items = _str(value, field_name).split(",")
+    return tuple(sorted({item.strip() for item in items if item.strip()}))
 
 
 def _group_per_node(group: dict, key: str, count: int) -> tuple[int | None, int | None]:
