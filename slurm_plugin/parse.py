@@ -732,8 +732,37 @@ def _per_gpu(r: dict, key: str) -> int | None:
     items = _gres_items_or_none(text, key)
     if not items or any(name != "gpu" for name, _, _, _ in items):
         return None
+    if not all(re.search(r"[:=][0-9]+$", item) for item in text.split(",")):
+        return None  # a per-GPU value always has its number: 'gpu:x' would read as one of type x
     values = {count for _, _, count, _ in items}
     return values.pop() if len(values) == 1 else None
+
+
+def _mem_per_node(r: dict) -> int | None:
+    """--mem in MB (0 not asked, None not said). 24.11 and 26.05 write a job's memory per
+    GPU (``MinMemoryTRES``: --mem-per-gpu or the DefMemPerGPU Slurm filled in) as its
+    ``memory_per_node``, even beside --mem (recorded: --mem=3000 with DefMemPerGPU=1000
+    reads 1000): there --mem is the ``mem=`` of ``tres_req_str`` over its nodes when the
+    flags say EXACT_MEMORY_REQUESTED (the user set it), else none. 22.05 writes --mem."""
+    per_node = _reported(r, "memory_per_node")
+    if not (isinstance(r.get("memory_per_node"), dict) and _per_gpu(r, "memory_per_tres")):
+        return per_node
+    flags = r.get("flags")
+    if not isinstance(flags, list):
+        return None
+    if "EXACT_MEMORY_REQUESTED" not in flags or _reported(r, "memory_per_cpu"):
+        return 0
+    total = _tres_mem_mb(_str(r.get("tres_req_str"), "tres_req_str"))
+    return None if total is None else -(-total // max(1, _count(r.get("node_count"), "node_count")))
+
+
+def _tres_mem_mb(tres: str) -> int | None:
+    """The ``mem=`` of a TRES string in MB (``mem=3000M``, ``mem=62.50G``); None when absent."""
+    found = re.search(r"(?:^|,)mem=([0-9]{1,15}(?:\.[0-9]{1,6})?)([KMGT]?)(?:,|$)", tres)
+    if not found:
+        return None
+    scale = {"K": 1 / 1024, "": 1, "M": 1, "G": 1024, "T": 1024 ** 2}[found.group(2)]
+    return math.ceil(float(found.group(1)) * scale)
 
 
 # the ``shared`` modes a job may carry (22.05 one string; 23.02+ a list of flags)
@@ -768,7 +797,7 @@ def _job_resources_asked(r: dict, job_id: str) -> dict:
         cpus=cpus or None,  # every job has a CPU: 0 is "not said"
         min_cpus_per_node=_reported(r, "minimum_cpus_per_node") or None,
         cpus_per_gpu=_per_gpu(r, "cpus_per_tres"),
-        mem_per_node_mb=_reported(r, "memory_per_node"),
+        mem_per_node_mb=_mem_per_node(r),
         mem_per_cpu_mb=_reported(r, "memory_per_cpu"),
         mem_per_gpu_mb=_per_gpu(r, "memory_per_tres"),
         constraint=constraint,

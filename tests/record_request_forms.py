@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -80,8 +81,17 @@ def state(job: dict) -> str:
     return value if isinstance(value, str) else value[0]
 
 
+def remove_instance(name: str) -> None:
+    """Stop the instance and delete its state: each recording starts from job ids of its own."""
+    cluster_script(name, "down", timeout_s=120)
+    for path in (f"/etc/slurm-{name}", f"/var/spool/slurmctld-{name}", f"/var/spool/slurmd-{name}",
+                 f"/var/log/slurm-{name}"):
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def main(out: Path, name: str = "gdrec") -> None:
     out.mkdir(parents=True, exist_ok=True)
+    remove_instance(name)
     env = {"TIRESIAS_INSTANCE_SITE": "1", "TIRESIAS_INSTANCE_CONF_EXTRA": CONF_EXTRA}
     up = cluster_script(name, "up", extra_env=env)
     if up.returncode != 0:
@@ -119,8 +129,9 @@ def main(out: Path, name: str = "gdrec") -> None:
         (out / "request_forms_RECORDED").write_text("\n".join(lines) + "\n")
     finally:
         instance.cancel_all()
+        instance.cleanup()
         if not os.environ.get("KEEP"):
-            cluster_script(name, "down", timeout_s=120)
+            remove_instance(name)
     print(f"[record_request_forms] wrote {out}")
 
 
