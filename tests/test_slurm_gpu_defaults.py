@@ -47,13 +47,15 @@ def test_a_queue_1_job_whose_partition_runs_queue_2_jobs_gets_its_victim(iso, ru
     wait_for(lambda: running(iso, victims), 30, "bob's 4-GPU jobs to start")
     assert all(iso.squeue()[j]["cpus_per_tres"] in ("gpu:2", "gres:gpu:2", "gres/gpu:2") for j in victims)
     wait_for(lambda: all(attained(run, j) > 40 for j in victims), 60, "bob's jobs to reach queue 2")
-    seen_round = last_round(run)
     job, _ = iso.submit("alice", 4, 5, "urgent", extra="-p urgent --time=10")
+    # the round that first saw it, or a later one if a round ended since
+    wait_for(lambda: run.record(job) is not None, 20, "the controller to see alice's job", interval_s=0.1)
+    seen_round = last_round(run)
     on_urgent = victims[2:]  # on g3 and g4
     done = control_preempts_one(iso, run, job, on_urgent)
     (decision,) = [d for d in run.decisions() if d["kind"] == "preempt" and d["applied"]]
     assert decision["job_id"] == done[0]
-    assert decision["round_id"] <= seen_round + 2, (seen_round, decision)
+    assert decision["round_id"] <= seen_round + 1, (seen_round, decision)  # that round or the next
 
 
 def test_jobs_no_victim_makes_room_for_preempt_nobody(iso, run):
