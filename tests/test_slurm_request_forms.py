@@ -164,3 +164,25 @@ def test_node_features_as_a_list_or_a_string(features, parsed):
     errors: list = []
     (parsed_node,) = parse_sinfo_json({"nodes": [node]}, errors)
     assert (parsed_node.features, errors) == (parsed, [])
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_the_backend_reads_the_defaults_from_config_and_partitions(release):
+    """The cluster's JobDefaults from `scontrol show config`; a partition's own from
+    `scontrol show partition -o` (JobDefaults=(null) there on the recording: the
+    cluster's apply)."""
+    from slurm_plugin.backend import CommandResult, SlurmBackend
+
+    recorded = (FIXTURES / release / "request_forms_config.txt").read_text()
+    partitions = "\n".join(line for line in recorded.splitlines() if line.startswith("PartitionName="))
+    partitions += "\nPartitionName=big Nodes=x TotalCPUs=8 JobDefaults=DefCpuPerGPU=4,DefMemPerGPU=8000 TRES=cpu=8"
+
+    def runner(argv, timeout_s, env):
+        text = {"config": recorded, "partition": partitions}[argv[2]]
+        return CommandResult(0, text, "")
+
+    backend = SlurmBackend(runner=runner)
+    assert backend.gpu_defaults("batch") == (0, 0)  # nothing read yet
+    backend.slurm_config()
+    backend.partition_config()
+    assert [backend.gpu_defaults(p) for p in ("batch", "urgent", "big")] == [(2, 1000), (2, 1000), (4, 8000)]
