@@ -132,6 +132,13 @@ def _allocated(reported: int | None, held: int | None) -> int | None:
     return reported if reported is not None else held
 
 
+def job_defaults(text: str) -> tuple[int, int]:
+    """(DefCpuPerGPU, DefMemPerGPU) of a JobDefaults value (``DefCpuPerGPU=2,DefMemPerGPU=1000``,
+    ``(null)``); 0 for each it does not set or sets to something other than a count."""
+    found = dict(re.findall(r"(DefCpuPerGPU|DefMemPerGPU)=([0-9]{1,12})\b", text or ""))
+    return int(found.get("DefCpuPerGPU", 0)), int(found.get("DefMemPerGPU", 0))
+
+
 def _partition_sharing(job: SlurmJob, modes: Mapping[str, str]) -> tuple[str | None, list[tuple[str, str]]]:
     """The pending job's sharing mode once its partitions' OverSubscribe is applied
     (``modes``: partition -> parse_partition_sharing's mode), and why it is beyond the
@@ -167,32 +174,49 @@ def _partition_sharing(job: SlurmJob, modes: Mapping[str, str]) -> tuple[str | N
 
 
 def _asked_per_node(job: SlurmJob, memory_allocated: Callable[[], bool] = lambda: False,
+                    gpu_defaults: Callable[[str], tuple[int, int]] = lambda partition: (0, 0),
                     partition_modes: Mapping[str, str] = {}) -> dict:
     """The ObservedJob fields of what a pending job asks of each node beyond GPUs.
 
     CPUs per node: the most of its per-node minimum, its CPUs over its nodes (rounded
     up: Slurm may spread them unevenly, so an even share is the least a node must
     hold, and asking it of every node is on the side of preempting less) and
-    --cpus-per-gpu times its GPUs per node. Memory per node: --mem, else
-    --mem-per-cpu times those CPUs, else --mem-per-gpu times its GPUs per node; none of
-    the three set (--mem=0, or no default on the cluster) is all of the node's memory
-    (``ALL_MEMORY``) where Slurm allocates memory (``memory_allocated()``: a
-    SelectTypeParameters of *_Memory), nothing where it does not. A field
-    the record lacks (None), an OR/bracket/count --constraint and an --exclusive mode
-    other than the whole node are ``unmodelled``: the job is never a reason to preempt."""
-    unmodelled = []
+    --cpus-per-gpu times its GPUs per node. Memory per node: the more of --mem (else
+    --mem-per-cpu times those CPUs) and --mem-per-gpu times its GPUs per node: Slurm
+    starts a job only where both fit (recorded on 22.05, 24.11 and 26.05:
+    tests/fixtures/slurm/*/request_forms_memory.txt, a job with --mem=1000 and 3 GPUs
+    under DefMemPerGPU=1000 waits on a node with 2000 MB free, though it is given
+    1000); none of them set (--mem=0, or no default on the cluster) is all of the
+    node's memory (``ALL_MEMORY``) where Slurm allocates memory (``memory_allocated()``:
+    a SelectTypeParameters of *_Memory), nothing where it does not.
+
+    Slurm fills DefCpuPerGPU / DefMemPerGPU into a GPU job's record only when it first
+    tests the job against a partition (a job held since its submission has neither);
+    a record without them takes ``gpu_defaults(partition)`` (the most over the
+    partitions it lists), as Slurm will. A field the record lacks (None), a request
+    whose GPU count is Slurm's choice (per socket, per task), an OR/bracket/count
+    --constraint and an --exclusive mode other than the whole node are ``unmodelled``:
+    the job is never a reason to preempt."""
+    unmodelled = list(job.request_unmodelled)
     nodes = max(job.node_count, 1)
     gpus_per_node = -(-job.gpus // nodes)
+    cpus_per_gpu, mem_per_gpu = job.cpus_per_gpu, job.mem_per_gpu_mb
+    if job.gpus:
+        defaults = [gpu_defaults(partition) for partition in job.partitions or [""]]
+        if cpus_per_gpu == 0:
+            cpus_per_gpu = max(cpu for cpu, _ in defaults)
+        if mem_per_gpu == 0 and not job.mem_per_cpu_mb:
+            mem_per_gpu = max(mem for _, mem in defaults)
     cpus = mem = 0
-    if job.cpus is None or job.min_cpus_per_node is None or job.cpus_per_gpu is None:
+    if job.cpus is None or job.min_cpus_per_node is None or cpus_per_gpu is None:
         unmodelled.append(("cpus", "its CPUs (not reported, or --cpus-per-gpu of another kind)"))
     else:
-        cpus = max(job.min_cpus_per_node, -(-job.cpus // nodes), job.cpus_per_gpu * gpus_per_node)
-    if None in (job.mem_per_node_mb, job.mem_per_cpu_mb, job.mem_per_gpu_mb):
+        cpus = max(job.min_cpus_per_node, -(-job.cpus // nodes), cpus_per_gpu * gpus_per_node)
+    if None in (job.mem_per_node_mb, job.mem_per_cpu_mb, mem_per_gpu):
         unmodelled.append(("memory", "its memory (not reported, or --mem-per-gpu of another kind)"))
     else:
-        mem = job.mem_per_node_mb or job.mem_per_cpu_mb * cpus or job.mem_per_gpu_mb * gpus_per_node
-        if not (job.mem_per_node_mb or job.mem_per_cpu_mb or job.mem_per_gpu_mb) and memory_allocated():
+        mem = max(job.mem_per_node_mb or job.mem_per_cpu_mb * cpus, mem_per_gpu * gpus_per_node)
+        if not mem and memory_allocated():
             mem = ALL_MEMORY
     constraint = job.constraint
     if constraint is None:
@@ -328,6 +352,8 @@ class SlurmBackend:
         # runs again only when a pending job appears that is not among them.
         self._site_factor_known: set[str] = set()
         self._memory_allocated: Optional[bool] = None  # memory_allocated(), once read
+        # JobDefaults (DefCpuPerGPU, DefMemPerGPU) by partition, '' the cluster's: gpu_defaults()
+        self._gpu_defaults: dict[str, tuple[int, int]] = {}
         # 26.05+: the squeue JSON says no job's --exclusive; pending job id (planned:
         # "ARRAYID_TASKID" for a task) -> (its submit time, its mode), from `scontrol show
         # job -o ID` (json_says_sharing, _read_sharing). An entry stands while the job stays
@@ -883,7 +909,8 @@ class SlurmBackend:
             required_nodes=tuple(job.required_nodes),
             excluded_nodes=tuple(job.excluded_nodes),
             min_nodes=job.node_count,
-            **(_asked_per_node(job, self.memory_allocated, self._partition_modes) if job.state == "PENDING" else {}),
+            **(_asked_per_node(job, self.memory_allocated, self.gpu_defaults, self._partition_modes)
+               if job.state == "PENDING" else {}),
             held_by_node=_held_by_node(job) if job.state == "RUNNING" else (),
         )
 
@@ -1079,7 +1106,15 @@ class SlurmBackend:
         text = self._read(["scontrol", "show", "config"])
         found = re.search(r"^SelectTypeParameters\s*=\s*(\S*)", text, re.M)
         self._memory_allocated = bool(found) and "MEMORY" in found.group(1).upper()
+        found = re.search(r"^JobDefaults\s*=\s*(\S*)", text, re.M)
+        self._gpu_defaults[""] = job_defaults(found.group(1) if found else "")
         return text
+
+    def gpu_defaults(self, partition: str) -> tuple[int, int]:
+        """(DefCpuPerGPU, DefMemPerGPU MB) a job of ``partition`` gets from Slurm: the
+        partition's JobDefaults when partition_config() read them, else the cluster's as
+        the last slurm_config() read said; (0, 0) none known."""
+        return self._gpu_defaults.get(partition) or self._gpu_defaults.get("", (0, 0))
 
     def qos_config(self) -> str:
         """Every QOS's preemption settings from slurmdbd, one ``name|preemptmode|gracetime|
@@ -1097,7 +1132,11 @@ class SlurmBackend:
     def partition_config(self) -> str:
         """`scontrol show partition -o` as printed, one line per partition (the
         preflight reads each one's own PreemptMode); any failure is BackendUnavailable."""
-        return self._read(["scontrol", "show", "partition", "-o"])
+        text = self._read(["scontrol", "show", "partition", "-o"])
+        for name, defaults in re.findall(r"^PartitionName=(\S+).*?\sJobDefaults=(\S*)", text, re.M):
+            if job_defaults(defaults) != (0, 0):
+                self._gpu_defaults[name] = job_defaults(defaults)
+        return text
 
     def set_mps_share(self, job_id: str, shares: int) -> None:
         """Set a pending job's MPS share per node (= its percent of one GPU's SMs).

@@ -164,6 +164,9 @@ class SlurmJob:
     # a running job's CPUs and MB of memory on each of ``allocated_nodes`` (() when not said)
     cpus_by_node: tuple[int, ...] = ()
     mem_by_node_mb: tuple[int, ...] = ()
+    # what in its GPU request is Slurm's choice (controller.service.unmodelled codes
+    # per_socket, per_task, with the option): a pending job's only
+    request_unmodelled: tuple[tuple[str, str], ...] = ()
 
     @property
     def partitions(self) -> list[str]:
@@ -339,26 +342,85 @@ def _collect(records: list, parse_one: Callable[[dict], Any], errors: list | Non
 
 
 REQUEST_FIELDS = ("tres_per_job", "tres_per_node", "tres_per_task", "tres_per_socket")
+# the fields Slurm writes a per-GPU request in: a job whose only mention of a GPU is
+# here (22.05's squeue for --ntasks-per-gpu without --gpus) still asks for GPUs
+PER_GPU_FIELDS = ("cpus_per_tres", "memory_per_tres")
 
 
-def _gpus_and_mps_from_request(record: dict, node_count: int, task_count: int) -> tuple[int, int]:
-    """GPUs/MPS a squeue record asks for, from the most specific field present:
-    --gpus (per job), --gres / --gpus-per-node, --gpus-per-task, --gpus-per-socket
-    (``tres_per_socket: "gres/gpu:2"``, times --sockets-per-node, 1 when unset)."""
+def _gpus_and_mps_from_request(record: dict, node_count: int, task_count: int,
+                               state: str = "PENDING") -> tuple[int, int, tuple[tuple[str, str], ...]]:
+    """(GPUs, MPS shares, the request's unmodelled reasons) of a squeue record, from the
+    most specific field present: --gpus (per job), --gres / --gpus-per-node,
+    --gpus-per-task (times the tasks). Every field in every spelling of the GRES
+    grammar (``gres/gpu:2``, 22.05 ``gres:gpu:2``, ``gpu:a100:2``, several items).
+
+    Two forms leave the count to Slurm's choice, and a job that holds its GPUs is
+    counted by what Slurm allocated (``gres_detail``, else ``tres_alloc_str``):
+
+    * --gpus-per-socket (``tres_per_socket``): Slurm picks the sockets, so a pending
+      job is read as one socket's GPUs on each node, never more than Slurm gives it
+      (records of 23.11-25.11 show ``gres/gpu:2`` per socket with two sockets per node
+      and 2 GPUs allocated), and is unmodelled (``per_socket``).
+    * --ntasks-per-gpu without a GPU count (``tasks_per_tres``, 24.11+; 22.05 writes no
+      field of it but ``cpus_per_tres``/``memory_per_tres`` name the GPU it asks for):
+      unmodelled (``per_task``) while pending; with --gpus beside it the count is
+      --gpus and the job is modelled."""
     per = {name: gres_counts(_str(record.get(name), name), field_name=name) for name in REQUEST_FIELDS}
     req = gres_counts(_str(record.get("tres_req_str"), "tres_req_str"), field_name="tres_req_str")
-    sockets = _count(record.get("sockets_per_node"), "sockets_per_node") or 1
     times = {"tres_per_job": 1, "tres_per_node": max(1, node_count), "tres_per_task": max(1, task_count),
-             "tres_per_socket": sockets * max(1, node_count)}
+             "tres_per_socket": max(1, node_count)}
+    reasons: list[tuple[str, str]] = []
+    holds = state not in ("PENDING", "")
     result = []
     for name in ("gpu", "mps"):
         for source in REQUEST_FIELDS:
             if name in per[source]:
-                result.append(per[source][name] * times[source])
+                count = per[source][name] * times[source]
+                if source == "tres_per_socket" and name == "gpu":
+                    allocated = _allocated_gpus(record) if holds else None
+                    if allocated is not None:
+                        count = allocated
+                    elif not holds:
+                        reasons.append(("per_socket", f"--gpus-per-socket={per[source][name]} (which sockets, so "
+                                                      "how many GPUs, is Slurm's choice)"))
+                result.append(count)
                 break
         else:
             result.append(req.get(name, 0))
-    return result[0], result[1]
+    if not result[0] and _asks_gpus_per_task(record):
+        allocated = _allocated_gpus(record) if holds else None
+        if allocated is not None:
+            result[0] = allocated
+        elif not holds:
+            reasons.append(("per_task", "--ntasks-per-gpu without a GPU count (how many GPUs is Slurm's choice)"))
+    return result[0], result[1], tuple(reasons)
+
+
+def _asks_gpus_per_task(record: dict) -> bool:
+    """Whether a record without a GPU count still asks for GPUs by its tasks:
+    --ntasks-per-gpu (``tasks_per_tres``), or a per-GPU field naming a GPU."""
+    if record.get("tasks_per_tres") is not None and _count(record["tasks_per_tres"], "tasks_per_tres"):
+        return True
+    return any(gres == "gpu" for key in PER_GPU_FIELDS
+               for gres, _, _, _ in _gres_items_or_none(_str(record.get(key), key), key) or ())
+
+
+def _allocated_gpus(record: dict) -> int | None:
+    """The GPUs a job holds as Slurm allocated them: summed over ``gres_detail`` (one
+    string per node), else the ``gres/gpu`` of ``tres_alloc_str``; None when neither says."""
+    detail = _gres_detail(record.get("gres_detail"))
+    if detail:
+        return sum(gres_counts(item, field_name="gres_detail").get("gpu", 0) for item in detail)
+    alloc = gres_counts(_str(record.get("tres_alloc_str"), "tres_alloc_str"), field_name="tres_alloc_str")
+    return alloc["gpu"] if "gpu" in alloc else None
+
+
+def _gres_items_or_none(text: str, field_name: str) -> list | None:
+    """gres_items, or None when the value is not the GRES grammar."""
+    try:
+        return gres_items(text, field_name)
+    except SlurmParseError:
+        return None
 
 
 def _gpu_types_requested(record: dict) -> tuple[str, ...]:
@@ -602,7 +664,7 @@ def _squeue_job(r: dict) -> SlurmJob:
     state, flags = _split_state(r.get("job_state"), "job_state")
     node_count = _count(r.get("node_count"), "node_count")
     task_count = _count(r.get("tasks"), "tasks")
-    gpus, mps = _gpus_and_mps_from_request(r, node_count, task_count)
+    gpus, mps, request_unmodelled = _gpus_and_mps_from_request(r, node_count, task_count, state)
     gpu_types = _gpu_types_requested(r)
     start, end = _finish_times(state, _epoch(r.get("start_time"), "start_time"),
                                _epoch(r.get("end_time"), "end_time"))
@@ -647,6 +709,7 @@ def _squeue_job(r: dict) -> SlurmJob:
         gpu_types=gpu_types,
         reservation=_str(r.get("resv_name"), "resv_name"),
         qos=_str(r.get("qos"), "qos"),
+        request_unmodelled=request_unmodelled,
         **_job_resources_asked(r, job_id),
     )
 
@@ -660,18 +723,52 @@ def _reported(r: dict, key: str, absent: int | None = None) -> int | None:
 
 
 def _per_gpu(r: dict, key: str) -> int | None:
-    """--mem-per-gpu / --cpus-per-gpu from ``memory_per_tres`` / ``cpus_per_tres``
-    (``gres/gpu:4096``, 22.05 ``gres:gpu:4096``); 0 when empty; None when the key is
-    absent or names something else (another TRES, a typed GPU): not read as 0."""
+    """--mem-per-gpu / --cpus-per-gpu from ``memory_per_tres`` / ``cpus_per_tres`` in any
+    form Slurm writes (slurm_plugin.grammar.gres_items): ``gres/gpu:4096`` (23.02+),
+    ``gres:gpu:4096`` (22.05), ``gpu:2`` (the DefCpuPerGPU / DefMemPerGPU that Slurm
+    fills into every GPU job it tests against a partition, on 22.05, 24.11 and 26.05),
+    typed (``gpu:a100:2``), several items. 0 when empty; None when the key is absent,
+    the value is not the grammar, names another GRES, or gives GPU types different
+    values: not read as 0 (the job is then unmodelled)."""
     if key not in r:
         return None
     text = _str(r.get(key), key).strip()
     if not text:
         return 0
-    parts = text.replace("gres/", "gres:").split(":")
-    if len(parts) != 3 or parts[:2] != ["gres", "gpu"] or not parts[2].isdigit():
+    items = _gres_items_or_none(text, key)
+    if not items or any(name != "gpu" for name, _, _, _ in items):
         return None
-    return int(parts[2])
+    if not all(re.search(r"[:=][0-9]+$", item) for item in text.split(",")):
+        return None  # a per-GPU value always has its number: 'gpu:x' would read as one of type x
+    values = {count for _, _, count, _ in items}
+    return values.pop() if len(values) == 1 else None
+
+
+def _mem_per_node(r: dict) -> int | None:
+    """--mem in MB (0 not asked, None not said). 24.11 and 26.05 write a job's memory per
+    GPU (``MinMemoryTRES``: --mem-per-gpu or the DefMemPerGPU Slurm filled in) as its
+    ``memory_per_node``, even beside --mem (recorded: --mem=3000 with DefMemPerGPU=1000
+    reads 1000): there --mem is the ``mem=`` of ``tres_req_str`` over its nodes when the
+    flags say EXACT_MEMORY_REQUESTED (the user set it), else none. 22.05 writes --mem."""
+    per_node = _reported(r, "memory_per_node")
+    if not (isinstance(r.get("memory_per_node"), dict) and _per_gpu(r, "memory_per_tres")):
+        return per_node
+    flags = r.get("flags")
+    if not isinstance(flags, list):
+        return None
+    if "EXACT_MEMORY_REQUESTED" not in flags or _reported(r, "memory_per_cpu"):
+        return 0
+    total = _tres_mem_mb(_str(r.get("tres_req_str"), "tres_req_str"))
+    return None if total is None else -(-total // max(1, _count(r.get("node_count"), "node_count")))
+
+
+def _tres_mem_mb(tres: str) -> int | None:
+    """The ``mem=`` of a TRES string in MB (``mem=3000M``, ``mem=62.50G``); None when absent."""
+    found = re.search(r"(?:^|,)mem=([0-9]{1,15}(?:\.[0-9]{1,6})?)([KMGT]?)(?:,|$)", tres)
+    if not found:
+        return None
+    scale = {"K": 1 / 1024, "": 1, "M": 1, "G": 1024, "T": 1024 ** 2}[found.group(2)]
+    return math.ceil(float(found.group(1)) * scale)
 
 
 # the ``shared`` modes a job may carry (22.05 one string; 23.02+ a list of flags)
@@ -708,7 +805,7 @@ def _job_resources_asked(r: dict, job_id: str) -> dict:
         cpus=cpus or None,  # every job has a CPU: 0 is "not said"
         min_cpus_per_node=_reported(r, "minimum_cpus_per_node") or None,
         cpus_per_gpu=_per_gpu(r, "cpus_per_tres"),
-        mem_per_node_mb=_reported(r, "memory_per_node"),
+        mem_per_node_mb=_mem_per_node(r),
         mem_per_cpu_mb=_reported(r, "memory_per_cpu"),
         mem_per_gpu_mb=_per_gpu(r, "memory_per_tres"),
         constraint=constraint,
@@ -853,8 +950,15 @@ def _node(r: dict) -> SlurmNode:
 
 
 def _feature_list(value: Any, field_name: str) -> tuple[str, ...]:
-    """A node's features, comma-separated ('' none)."""
-    return tuple(sorted({item.strip() for item in _str(value, field_name).split(",") if item.strip()}))
+    """A node's features: comma-separated ('' none; 22.05 and sinfo), or a list of
+    them (``scontrol show nodes --json`` and slurmrestd /nodes of 23.11+)."""
+    if isinstance(value, list):
+        if not all(isinstance(item, str) for item in value):
+            raise SlurmParseError(f"{field_name}: expected a list of feature names, got {quoted(value)}")
+        items = [part for item in value for part in item.split(",")]
+    else:
+        items = _str(value, field_name).split(",")
+    return tuple(sorted({item.strip() for item in items if item.strip()}))
 
 
 def _group_per_node(group: dict, key: str, count: int) -> tuple[int | None, int | None]:
@@ -1044,13 +1148,21 @@ def _scontrol_job(r: dict) -> SlurmJob:
         raise SlurmParseError(f"NumNodes: expected a count, got {quoted(num_nodes)}")
     node_count = int(m.group(1))
     max_nodes = int(m.group(2)) if m.group(2) else 0
+    # the squeue record's request fields, from their scontrol keys (NtasksPerTRES: 22.05
+    # prints it where its JSON has no field; AllocTRES: 24.11+, the TRES of a running job)
     fake = {
         "tres_per_job": _nullish_to_empty(r.get("TresPerJob")),
         "tres_per_node": _nullish_to_empty(r.get("TresPerNode")),
         "tres_per_task": _nullish_to_empty(r.get("TresPerTask")),
+        "tres_per_socket": _nullish_to_empty(r.get("TresPerSocket")),
+        "cpus_per_tres": _nullish_to_empty(r.get("CpusPerTres")),
+        "memory_per_tres": _nullish_to_empty(r.get("MemPerTres")),
+        "tasks_per_tres": scontrol_int(r.get("NtasksPerTRES"), "NtasksPerTRES"),
         "tres_req_str": _nullish_to_empty(r.get("ReqTRES") or r.get("TRES")),
+        "tres_alloc_str": _nullish_to_empty(r.get("AllocTRES") or r.get("TRES")) if state != "PENDING" else "",
     }
-    gpus, mps = _gpus_and_mps_from_request(fake, node_count, scontrol_int(r.get("NumTasks"), "NumTasks"))
+    gpus, mps, request_unmodelled = _gpus_and_mps_from_request(
+        fake, node_count, scontrol_int(r.get("NumTasks"), "NumTasks"), state)
     start, end = _finish_times(state, scontrol_time(r.get("StartTime"), "StartTime"),
                                scontrol_time(r.get("EndTime"), "EndTime"))
     user = r.get("UserId", "")
@@ -1084,6 +1196,7 @@ def _scontrol_job(r: dict) -> SlurmJob:
         excluded_nodes=expand_hostlist(r.get("ExcNodeList")),
         time_limit_s=parse_duration_s(r.get("TimeLimit"), "TimeLimit"),
         qos=_nullish_to_empty(r.get("QOS")),
+        request_unmodelled=request_unmodelled,
     )
 
 
