@@ -58,11 +58,14 @@ def test_gpu_count_and_type_in_every_request_form():
         job(1, tres_per_node="gres:gpu:a100:2", node_count=2),   # --gres=gpu:a100:2 -N2
         job(2, tres_per_job="gres:gpu:v100:3"),                  # --gpus=v100:3
         job(3, tres_per_task="gres:gpu:1", tasks=4),             # --gpus-per-task=1 -n4
-        job(4, tres_per_socket="gres/gpu:2", sockets_per_node=2),  # --gpus-per-socket=2
+        # --gpus-per-socket=2 --sockets-per-node=2: pending, one socket's GPUs, never more than
+        # Slurm allocates (2 in records of 23.11-25.11; tests/test_slurm_request_forms.py)
+        job(4, tres_per_socket="gres/gpu:2", sockets_per_node=2),
         job(5, tres_per_socket="gres/gpu:2"),                    # --sockets-per-node unset: one
         job(6, tres_per_node="gres/gpu:4", partition="a,b", resv_name="maint")]})}
     assert {i: (j.gpus, j.gpu_type) for i, j in jobs.items()} == {
-        "1": (4, "a100"), "2": (3, "v100"), "3": (4, ""), "4": (4, ""), "5": (2, ""), "6": (4, "")}
+        "1": (4, "a100"), "2": (3, "v100"), "3": (4, ""), "4": (2, ""), "5": (2, ""), "6": (4, "")}
+    assert [code for code, _ in jobs["4"].request_unmodelled] == ["per_socket"]
     assert jobs["6"].reservation == "maint" and jobs["6"].partitions == ["a", "b"]
 
 
