@@ -132,6 +132,10 @@ def _allocated(reported: int | None, held: int | None) -> int | None:
     return reported if reported is not None else held
 
 
+# Pending reasons Slurm gives a job once it has tried to place it on nodes.
+TESTED_REASONS = frozenset({"Resources"})
+
+
 def job_defaults(text: str) -> tuple[int, int]:
     """(DefCpuPerGPU, DefMemPerGPU) of a JobDefaults value (``DefCpuPerGPU=2,DefMemPerGPU=1000``,
     ``(null)``); 0 for each it does not set or sets to something other than a count."""
@@ -201,7 +205,13 @@ def _asked_per_node(job: SlurmJob, memory_allocated: Callable[[], bool] = lambda
     nodes = max(job.node_count, 1)
     gpus_per_node = -(-job.gpus // nodes)
     cpus_per_gpu, mem_per_gpu = job.cpus_per_gpu, job.mem_per_gpu_mb
-    if job.gpus:
+    # A record Slurm has tested against its nodes (reason Resources: select_nodes ran,
+    # gres_select_util_job_set_defs with it) holds the defaults Slurm applies, and none
+    # where it applies none (a job that gave --cpus-per-task, even -c 1, keeps an empty
+    # cpus_per_tres): it is Slurm's answer. Another record (just submitted, held,
+    # dependent, or passed over for priority) may not have been tested yet: it takes
+    # the partitions' defaults, more CPUs than it may get (on the side of preempting less).
+    if job.gpus and job.reason not in TESTED_REASONS:
         defaults = [gpu_defaults(partition) for partition in job.partitions or [""]]
         if cpus_per_gpu == 0:
             cpus_per_gpu = max(cpu for cpu, _ in defaults)

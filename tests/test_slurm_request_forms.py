@@ -155,6 +155,22 @@ def test_a_released_job_slurm_has_not_tested_takes_its_partitions_defaults():
     assert _asked_per_node(job, lambda: True)["mem_per_node_mb"] == ALL  # no default known: all of it
 
 
+def test_a_job_slurm_tested_with_cpus_per_task_keeps_its_own_cpus():
+    """-c 1 beside DefCpuPerGPU=2: Slurm applies no CPU default (cpus_per_tres stays
+    empty once it has tried the job, reason Resources) and starts it on 3 CPUs; the
+    conformance suite saw the controller ask 6 and preempt nobody. An untested record
+    of the same shape still takes the default (more CPUs: no useless preemption)."""
+    record = {"job_id": 4, "job_state": "PENDING", "partition": "batch", "tres_per_task": "gres:gpu:1",
+              "tasks": 3, "cpus_per_tres": "", "memory_per_tres": "gres:gpu:800", "cpus": 3,
+              "minimum_cpus_per_node": 1, "memory_per_node": None, "memory_per_cpu": None, "features": "",
+              "shared": None}
+    defaults = lambda partition: (2, 1000)  # noqa: E731
+    for reason, cpus in (("Resources", 3), ("Priority", 6), ("None", 6), ("JobHeldUser", 6)):
+        (job,) = parse_squeue_json({"jobs": [{**record, "state_reason": reason}]})
+        asked = _asked_per_node(job, lambda: True, defaults)
+        assert (asked["cpus_per_node"], asked["mem_per_node_mb"]) == (cpus, 2400), reason
+
+
 @pytest.mark.parametrize("features, parsed", [
     (["gpu", "ib"], ("gpu", "ib")), ("ib,gpu", ("gpu", "ib")), ([], ()), ("", ()),
 ])
