@@ -53,7 +53,9 @@ class Case:
 ALL_RELEASES = ("22.05", "24.11", "26.05")
 
 # Per node of 8 CPUs and 16000 MB, after its victim leaves: 3 GPUs, 4 CPUs, 2500 MB free.
-_GPU_DEFAULTS_STAGE = {k: ("--gres=gpu:1 -c 4 --mem=13500", "--gres=gpu:3 --cpus-per-gpu=1 --mem=2500")
+# (Under DefMemPerGPU, Slurm 22.05 fits a job with --mem by the larger of --mem and its
+# GPUs times DefMemPerGPU: the stage's jobs say --mem-per-gpu.)
+_GPU_DEFAULTS_STAGE = {k: ("--gres=gpu:1 -c 4 --mem-per-gpu=13500", "--gres=gpu:3 --cpus-per-gpu=1 --mem-per-gpu=833")
                        for k in (1, 2, 3, 4)}
 # As above with 2000 MB free; node 3: 2 CPUs and 10000 MB free (MaxMemPerCPU raises CPUs).
 _MEM_PER_CPU_STAGE = {1: ("--gres=gpu:1 -c 4 --mem=14000", "--gres=gpu:3 -c 3 --mem=1500"),
@@ -89,26 +91,29 @@ CONFIGS = {
 CASES = [
     # -- CR_Core_Memory, DefCpuPerGPU=2, DefMemPerGPU=1000 (3 GPUs, 4 CPUs, 2500 MB free after a victim)
     Case("def_cpu_per_gpu_core", "gpu_defaults", "`DefCpuPerGPU=2` (CR_Core_Memory)",
-         "--gres=gpu:2 --mem=500", "--gres=gpu:3 --mem=500", (1,), "modelled",
+         "--gres=gpu:2 --mem-per-gpu=500", "--gres=gpu:3 --mem-per-gpu=500", (1,), "modelled",
          "CPUs = 2 per GPU unless the job says its CPUs (Slurm's `cpus_per_tres gpu:2`)"),
     Case("def_mem_per_gpu_core", "gpu_defaults", "`DefMemPerGPU=1000` (CR_Core_Memory)",
          "--gres=gpu:2 --cpus-per-gpu=1", "--gres=gpu:3 --cpus-per-gpu=1", (2,), "modelled",
          "memory = 1000 MB per GPU unless the job says its memory"),
     Case("cpus_per_gpu", "gpu_defaults", "`--cpus-per-gpu=N`",
-         "--gres=gpu:1 --cpus-per-gpu=4 --mem=500", "--gres=gpu:1 --cpus-per-gpu=5 --mem=500", (3,), "modelled",
+         "--gres=gpu:1 --cpus-per-gpu=4 --mem-per-gpu=500", "--gres=gpu:1 --cpus-per-gpu=5 --mem-per-gpu=500", (3,), "modelled",
          "CPUs = N per GPU on each node"),
     Case("mem_per_gpu", "gpu_defaults", "`--mem-per-gpu=N`",
          "--gres=gpu:2 --cpus-per-gpu=1 --mem-per-gpu=1200", "--gres=gpu:2 --cpus-per-gpu=1 --mem-per-gpu=1300",
          (4,), "modelled", "memory = N per GPU on each node"),
+    Case("mem_with_def_mem_per_gpu", "gpu_defaults", "`--mem=N` under `DefMemPerGPU=1000`",
+         "--gres=gpu:2 --cpus-per-gpu=1 --mem=500", "--gres=gpu:3 --cpus-per-gpu=1 --mem=500", (4,), "modelled",
+         "memory = the larger of N and 1000 MB per GPU, as Slurm fits it"),
     Case("gpus_per_task", "gpu_defaults", "`--gpus-per-task=1 -n 3`",
          "-n 3 --gpus-per-task=1 -c 1 --mem-per-gpu=800", "-n 4 --gpus-per-task=1 -c 1 --mem-per-gpu=500",
          (1,), "modelled", "GPUs = per task times tasks"),
     Case("ntasks_per_gpu", "gpu_defaults", "`--gpus=2 --ntasks-per-gpu=N`",
          "--gpus=2 --ntasks-per-gpu=2 --mem-per-gpu=1000", "--gpus=2 --ntasks-per-gpu=3 --mem-per-gpu=1000",
          (2,), "modelled", "CPUs = at least one per task (N per GPU)"),
-    Case("gpus_per_socket", "gpu_defaults", "`--gpus-per-socket=N --sockets-per-node=1`",
-         "--gpus-per-socket=2 --sockets-per-node=1 --cpus-per-gpu=1 --mem-per-gpu=1000",
-         "--gpus-per-socket=4 --sockets-per-node=1 --cpus-per-gpu=1 --mem-per-gpu=500", (3,), "modelled",
+    Case("gpus_per_socket", "gpu_defaults", "`--gpus-per-socket=1 --sockets-per-node=N`",
+         "--gpus-per-socket=1 --sockets-per-node=2 --cpus-per-gpu=1 --mem-per-gpu=1000",
+         "--gpus-per-socket=1 --sockets-per-node=4 --cpus-per-gpu=1 --mem-per-gpu=500", (3,), "modelled",
          "GPUs = N per socket times sockets, as Slurm allocates them"),
     # -- CR_CPU_Memory, DefCpuPerGPU=2, DefMemPerCPU=1000, MaxMemPerCPU=4000
     #    (nodes 1, 2, 4: 3 GPUs, 4 CPUs, 2000 MB free after a victim; node 3: 3 GPUs, 2 CPUs, 10000 MB)

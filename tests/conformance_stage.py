@@ -79,7 +79,7 @@ def observed_reasons(instance: Instance, job_ids) -> dict[str, tuple | None]:
     observation = SlurmBackend(env=instance.env).observe()
     out: dict[str, tuple | None] = {j: None for j in job_ids}
     for job in observation.jobs:
-        if job.running:
+        if job.state != "PENDING":
             continue
         for j in job_ids:
             if _belongs(job, j):
@@ -141,6 +141,7 @@ class Stage:
                  "bob's victims to reach queue 2")
 
     def preemptions(self) -> list[dict]:
+        # (decision ids, not positions: the store lists the newest first)
         return [d for d in self.run.decisions() if d["kind"] == "preempt" and d["applied"]]
 
     def cancel_alice(self) -> None:
@@ -182,7 +183,7 @@ def run_group(instance: Instance, tmp: Path, group: str, prepare=None) -> dict[s
 
 
 def _no_phase(stage: Stage, cases: list[Case], outcomes: dict[str, Outcome]) -> None:
-    before = len(stage.preemptions())
+    before = {d["decision_id"] for d in stage.preemptions()}
     for case in cases:
         try:
             outcomes[case.key].no_id = stage.submit_case(case, "no")
@@ -192,7 +193,7 @@ def _no_phase(stage: Stage, cases: list[Case], outcomes: dict[str, Outcome]) -> 
     time.sleep(3)
     reasons = observed_reasons(stage.instance, ids)
     time.sleep(NO_ROUNDS_S)
-    done = stage.preemptions()[before:]
+    done = [d for d in stage.preemptions() if d["decision_id"] not in before]
     for case in cases:
         out = outcomes[case.key]
         out.no_reasons = reasons.get(out.no_id)
@@ -214,7 +215,7 @@ def _batches(cases: list[Case]) -> list[list[Case]]:
 
 
 def _yes_batch(stage: Stage, batch: list[Case], outcomes: dict[str, Outcome]) -> None:
-    before = len(stage.preemptions())
+    before = {d["decision_id"] for d in stage.preemptions()}
     for case in batch:
         try:
             outcomes[case.key].yes_id = stage.submit_case(case, "yes")
@@ -232,7 +233,7 @@ def _yes_batch(stage: Stage, batch: list[Case], outcomes: dict[str, Outcome]) ->
         time.sleep(max(0.0, submitted_at + NO_ROUNDS_S - time.monotonic()))
         later = observed_reasons(stage.instance, [outcomes[c.key].yes_id for c in submitted])
         reasons = {j: (later.get(j) if reasons.get(j) is None else reasons[j]) for j in reasons}
-    done = stage.preemptions()[before:]
+    done = [d for d in stage.preemptions() if d["decision_id"] not in before]
     by_node = {v: k for k, v in stage.victims.items()}
     charged = set()
     for case in submitted:
