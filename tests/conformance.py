@@ -194,3 +194,7 @@ def render_table() -> str:
         passed = ", ".join(r for r in ALL_RELEASES if r in case.passed_on) or "not yet"
         lines.append(f"| {case.setting} | {config} | {_what(case.expected)} | {case.does} | {passed} |")
     return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":  # `python -m tests.conformance`: the table for docs/admin.md
+    print(render_table(), end="")
