@@ -54,11 +54,13 @@ def _options(instance: Instance, text: str) -> str:
     return text.replace("{inst}", instance.name)
 
 
-def submit(instance: Instance, user: str, options: str, name: str, work_s: int = 30) -> str:
+def submit(instance: Instance, user: str, options: str, name: str, work_s: int = 30, requeue: bool = True) -> str:
     """sbatch the harness's checkpointing job (tests' job.sh) with OPTIONS as USER; a het
-    job's components are separated by ' : ' in OPTIONS (the script goes last)."""
+    job's components are separated by ' : ' in OPTIONS (the script goes last). Without
+    ``requeue`` the job is outside the contract: never a victim itself."""
     workdir = instance.workdir(user)
-    args = (f"-J {shlex.quote(name)} --output=%j.out --open-mode=append --requeue {options}"
+    args = (f"-J {shlex.quote(name)} --output=%j.out --open-mode=append"
+            f" {'--requeue' if requeue else '--no-requeue'} {options}"
             f" ./job.sh {int(work_s)}")
     return sbatch_in(instance, user, workdir, args)
 
@@ -110,8 +112,8 @@ class Stage:
         self.run.start(queues_gpu_s=[THRESHOLD_GPU_S], preempt_grace_s=2.0)
         for k, (kept, _) in self.config.stage.items():
             if kept:
-                self.kept[k] = submit(self.instance, "bob",
-                                      f"--no-requeue -w {node_name(self.instance, k)} {kept}", f"kept{k}", 3600)
+                self.kept[k] = submit(self.instance, "bob", f"-w {node_name(self.instance, k)} {kept}", f"kept{k}",
+                                      3600, requeue=False)
         wait_for(lambda: all(self._state(j) == "RUNNING" for j in self.kept.values()), 40, "bob's kept jobs to start",
                  seen=self.instance.squeue)
         self.refill()
@@ -155,7 +157,9 @@ class Stage:
         options = _options(self.instance, case.yes if side == "yes" else case.no)
         if case.pin and len(case.nodes) == 1 and (side == "yes" or " -w " not in f" {options}"):
             options = f"-w {node_name(self.instance, case.nodes[0])} {options}"
-        job_id = submit(self.instance, "alice", options, f"{case.key}-{side}")
+        # alice's jobs are never victims: a yes job that started first would reach queue 2 and
+        # yield to a slower one of its batch
+        job_id = submit(self.instance, "alice", options, f"{case.key}-{side}", requeue=False)
         if case.setup == "split":
             # Slurm splits a pending task off its array's record on any update naming it
             self.instance.run(["scontrol", "hold", f"{job_id}_0"])
