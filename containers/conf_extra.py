@@ -60,7 +60,8 @@ def apply(conf: str, extra: str, inst: str) -> str:
             hits = [i for i, line in enumerate(lines) if line.lower().startswith(prefix)
                     and (name.upper() == "ALL" and head.lower() == "nodename"
                          or line.split()[0].split("=", 1)[1] == name)]
-            if not hits and head.lower() == "nodename":
+            # (slurm-cluster.sh first checks the items against no conf at all: the form alone)
+            if not hits and head.lower() == "nodename" and any(line.lower().startswith(prefix) for line in lines):
                 raise SystemExit(f"TIRESIAS_INSTANCE_CONF_EXTRA: {item!r}: no node {name!r}")
             if not hits:
                 lines.append(item)

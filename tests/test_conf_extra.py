@@ -43,3 +43,11 @@ def test_a_malformed_item_is_refused_in_one_line_naming_it(extra, says):
     proc = subprocess.run([sys.executable, str(script), extra, "cf"], input=CONF, capture_output=True, text=True)
     assert proc.returncode != 0 and proc.stdout == ""
     assert says in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_named_node_passes_the_check_of_the_form_alone_and_is_refused_where_the_conf_lacks_it():
+    """slurm-cluster.sh checks the items against an empty conf before it writes one: a
+    NodeName=NODE item must pass there, and still be refused against nodes without NODE."""
+    assert "NodeName=x1g3 Weight=10" in apply("", "NodeName={inst}g3 Weight=10", "x1")
+    with pytest.raises(SystemExit, match="no node 'x1g3'"):
+        apply("NodeName=x1g1 CPUs=8\n", "NodeName={inst}g3 Weight=10", "x1")
