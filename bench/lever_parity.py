@@ -63,12 +63,13 @@ def simulated(workload=WORKLOAD, settings=SETTINGS, node_kinds=()) -> list[list[
     their order, as ``controlled`` gives them to the scripted slurmctld (default: one
     partition, "batch"); a workload row may then name its partition (seventh field)."""
     config = from_mapping(dict(settings, usage_spool_dir="/nonexistent"))
-    # a job larger than a node is -N gpus/GPUS_PER_NODE on Slurm: min = max nodes
+    # a job larger than a node is -N gpus/GPUS_PER_NODE on Slurm: min = max nodes; one of
+    # at most a node is --gres=gpu:K, which Slurm places on one node (max 1)
     specs = [JobSpec(str(job[0]), job[2], float(T0 + job[1] * INTERVAL), float(job[3] * INTERVAL), skew=job[5],
                      partition=partition_of(job), user="bob", preemptable=job[4],
                      **({"partitions": (partition_of(job),)} if node_kinds else {}),
                      **({"min_nodes": job[2] // GPUS_PER_NODE, "max_nodes": job[2] // GPUS_PER_NODE}
-                        if job[2] > GPUS_PER_NODE else {}))
+                        if job[2] > GPUS_PER_NODE else {"max_nodes": 1}))
              for job in workload]
     sim = SimConfig(nodes=NODES, gpus_per_node=GPUS_PER_NODE, engine=config.engine_config(),
                     round_interval_s=float(INTERVAL), preempt_grace_s=config.preempt_grace_s, node_kinds=node_kinds)

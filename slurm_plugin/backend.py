@@ -906,6 +906,11 @@ class SlurmBackend:
         if job.state == "PENDING" and not self._sharing_in_json:
             known = self._sharing.get(job.job_id)
             job = replace(job, shared=None if known is None else known[1])  # None: unknown, never preempted for
+        if job.state == "PENDING" and job.gpus_per_node and not job.max_nodes:
+            # --gres=gpu:K: Slurm needs K GPUs on each node and counts them at its node
+            # count; a gang spread over more nodes (3 GPUs here, 1 there) is one Slurm never
+            # starts, so no victim is chosen for such a layout
+            job = replace(job, max_nodes=max(job.node_count, 1))
         return ObservedJob(
             **{name: getattr(job, name) for name in _AS_REPORTED},
             nodes=tuple(job.nodes),

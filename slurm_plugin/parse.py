@@ -110,6 +110,9 @@ class SlurmJob:
     nodes: list[str] = field(default_factory=list)
     node_count: int = 0
     max_nodes: int = 0
+    # GPUs asked per node (--gres=gpu:K, --gpus-per-node): K on every node it gets, so the
+    # gang never spreads over more nodes than its count (the backend bounds it there)
+    gpus_per_node: bool = False
     submit_time: float | None = None
     start_time: float | None = None
     end_time: float | None = None
@@ -394,6 +397,15 @@ def _gpus_and_mps_from_request(record: dict, node_count: int, task_count: int,
         elif not holds:
             reasons.append(("per_task", "--ntasks-per-gpu without a GPU count (how many GPUs is Slurm's choice)"))
     return result[0], result[1], tuple(reasons)
+
+
+def _gpus_per_node(record: dict) -> bool:
+    """Whether the job asks its GPUs per node (--gres=gpu:K, --gpus-per-node:
+    ``tres_per_node`` with no ``tres_per_job``): Slurm then needs K GPUs on every node
+    it gives the job and counts its GPUs at its node count."""
+    per = {name: gres_counts(_str(record.get(name), name), field_name=name) for name in ("tres_per_job",
+                                                                                        "tres_per_node")}
+    return "gpu" in per["tres_per_node"] and "gpu" not in per["tres_per_job"]
 
 
 def _asks_gpus_per_task(record: dict) -> bool:
@@ -684,6 +696,7 @@ def _squeue_job(r: dict) -> SlurmJob:
         nodes=expand_hostlist(_str(r.get("nodes"), "nodes")),
         node_count=node_count,
         max_nodes=_count(r.get("max_nodes"), "max_nodes"),
+        gpus_per_node=_gpus_per_node(r),
         submit_time=_epoch(r.get("submit_time"), "submit_time"),
         start_time=start,
         end_time=end,
@@ -1181,6 +1194,7 @@ def _scontrol_job(r: dict) -> SlurmJob:
         nodes=expand_hostlist(r.get("NodeList")),
         node_count=node_count,
         max_nodes=max_nodes,
+        gpus_per_node=_gpus_per_node(fake),
         submit_time=scontrol_time(r.get("SubmitTime"), "SubmitTime"),
         start_time=start,
         end_time=end,

@@ -20,7 +20,10 @@ only releases it was actually run on.
 """
 from __future__ import annotations
 
+import json
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -47,10 +50,23 @@ class Case:
     does: str  # what the controller does, for the table
     pin: bool = True  # -w the (single) node of ``nodes`` on the yes job, and on the no job unless it has its own
     setup: str = ""  # "split": the yes/no job is an array whose task 0 is split off
-    passed_on: tuple = ()
+
+    @property
+    def passed_on(self) -> tuple:
+        """The releases on which both of its jobs passed, as last recorded (PASSED_FILE)."""
+        return tuple(PASSED.get(self.key, ()))
 
 
 ALL_RELEASES = ("22.05", "24.11", "26.05")
+# Where the runner writes each passed side (tests/conformance_stage.py record_pass), and the
+# committed record of the releases each case passed on, which docs/admin.md's table shows:
+# `python -m tests.conformance --record` merges the first into the second and rewrites the table.
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS_DIR = ROOT / "build" / "conformance"
+PASSED_FILE = ROOT / "tests" / "fixtures" / "conformance_passed.json"
+ADMIN = ROOT / "docs" / "admin.md"
+HEADING = "### Site settings the controller models"
+PASSED: dict[str, list[str]] = json.loads(PASSED_FILE.read_text()) if PASSED_FILE.exists() else {}
 
 # Per node of 8 CPUs and 16000 MB, after its victim leaves: 3 GPUs, 4 CPUs, 2500 MB free.
 # (Under DefMemPerGPU, Slurm 22.05 fits a job with --mem by the larger of --mem and its
@@ -98,10 +114,10 @@ CASES = [
          "memory = 1000 MB per GPU unless the job says its memory"),
     Case("cpus_per_gpu", "gpu_defaults", "`--cpus-per-gpu=N`",
          "--gres=gpu:1 --cpus-per-gpu=4 --mem-per-gpu=500", "--gres=gpu:1 --cpus-per-gpu=5 --mem-per-gpu=500", (3,), "modelled",
-         "CPUs = N per GPU on each node", passed_on=("22.05",)),
+         "CPUs = N per GPU on each node"),
     Case("mem_per_gpu", "gpu_defaults", "`--mem-per-gpu=N`",
          "--gres=gpu:2 --cpus-per-gpu=1 --mem-per-gpu=1200", "--gres=gpu:2 --cpus-per-gpu=1 --mem-per-gpu=1300",
-         (4,), "modelled", "memory = N per GPU on each node", passed_on=("22.05",)),
+         (4,), "modelled", "memory = N per GPU on each node"),
     Case("mem_with_def_mem_per_gpu", "gpu_defaults", "`--mem=N` under `DefMemPerGPU=1000`",
          "--gres=gpu:2 --cpus-per-gpu=1 --mem=500", "--gres=gpu:3 --cpus-per-gpu=1 --mem=500", (4,), "modelled",
          "memory = the larger of N and 1000 MB per GPU, as Slurm fits it"),
@@ -113,8 +129,9 @@ CASES = [
          (2,), "modelled", "CPUs = at least one per task (N per GPU)"),
     Case("gpus_per_socket", "gpu_defaults", "`--gpus-per-socket=1 --sockets-per-node=N`",
          "--gpus-per-socket=1 --sockets-per-node=2 --cpus-per-gpu=1 --mem-per-gpu=1000",
-         "--gpus-per-socket=1 --sockets-per-node=4 --cpus-per-gpu=1 --mem-per-gpu=500", (3,), "modelled",
-         "GPUs = N per socket times sockets, as Slurm allocates them"),
+         "--gpus-per-socket=1 --sockets-per-node=4 --cpus-per-gpu=1 --mem-per-gpu=500", (3,), "unmodelled:per_socket",
+         "reported unmodelled: how many GPUs Slurm gives differs by release (22.05 one socket's, 24.11 every"
+         " socket's, 26.05 keeps it pending); never a reason to preempt"),
     # -- CR_CPU_Memory, DefCpuPerGPU=2, DefMemPerCPU=1000, MaxMemPerCPU=4000
     #    (nodes 1, 2, 4: 3 GPUs, 4 CPUs, 2000 MB free after a victim; node 3: 3 GPUs, 2 CPUs, 10000 MB)
     Case("def_cpu_per_gpu_cpu", "cpu_memory", "`DefCpuPerGPU=2` (CR_CPU_Memory)",
@@ -122,21 +139,21 @@ CASES = [
          "CPUs = 2 per GPU unless the job says its CPUs"),
     Case("def_mem_per_cpu_cpu", "cpu_memory", "`DefMemPerCPU=1000` (CR_CPU_Memory)",
          "--gres=gpu:1 -c 2", "--gres=gpu:1 -c 3", (2,), "modelled",
-         "memory = 1000 MB per CPU unless the job says its memory", passed_on=("22.05",)),
+         "memory = 1000 MB per CPU unless the job says its memory"),
     Case("max_mem_per_cpu_cpu", "cpu_memory", "`MaxMemPerCPU=4000` (CR_CPU_Memory)",
          "--gres=gpu:1 -c 1 --mem-per-cpu=7000", "--gres=gpu:1 -c 1 --mem-per-cpu=9000", (3,), "modelled",
-         "CPUs as Slurm raised them (memory over the maximum per CPU takes more CPUs)", passed_on=("22.05",)),
+         "CPUs as Slurm raised them (memory over the maximum per CPU takes more CPUs)"),
     # -- CR_Core_Memory, DefMemPerCPU=1000, MaxMemPerCPU=4000, partitions over every node
     #    (node 4: a 4-GPU victim alone, so a victim empties it)
     Case("def_mem_per_cpu_core", "partitions", "`DefMemPerCPU=1000` (CR_Core_Memory)",
          "--gres=gpu:1 -c 2", "--gres=gpu:1 -c 3", (1,), "modelled",
-         "memory = 1000 MB per CPU unless the job says its memory", passed_on=("22.05",)),
+         "memory = 1000 MB per CPU unless the job says its memory"),
     Case("max_mem_per_cpu_core", "partitions", "`MaxMemPerCPU=4000` (CR_Core_Memory)",
          "--gres=gpu:1 -c 1 --mem-per-cpu=7000", "--gres=gpu:1 -c 1 --mem-per-cpu=9000", (3,), "modelled",
-         "CPUs as Slurm raised them", passed_on=("22.05",)),
+         "CPUs as Slurm raised them"),
     Case("oversubscribe_exclusive", "partitions", "partition `OverSubscribe=EXCLUSIVE`",
          "-p excl --gres=gpu:1 -c 1 --mem=1000", "-p excl --gres=gpu:1 -c 1 --mem=1000 -w {inst}g2", (4,),
-         "modelled", "a job of the partition takes whole nodes: only a node a preemption empties", passed_on=("22.05",)),
+         "modelled", "a job of the partition takes whole nodes: only a node a preemption empties"),
     Case("oversubscribe_force", "partitions", "partition `OverSubscribe=FORCE:2`",
          "-p force --gres=gpu:1 -c 2 --mem=1000", "-p force --gres=gpu:4 -c 1 --mem=1000", (2,),
          "unmodelled:oversubscribe", "reported unmodelled (Slurm shares the nodes it gives); never a reason to preempt"),
@@ -145,7 +162,7 @@ CASES = [
          "planned as any partition (preflight warns that tiers order before SiteFactor)"),
     Case("partition_qos", "partitions", "partition `QOS=` with `MaxTRESPerUser=gres/gpu=4`",
          "-p qlim --gres=gpu:1 -c 2 --mem=1000", "-p qlim -N 2 --gres=gpu:3 -c 1 --mem=1000 -w {inst}g[1-2]", (2,),
-         "modelled", "a job the QOS holds waits on Slurm's reason; no preemption for it", passed_on=("22.05",)),
+         "modelled", "a job the QOS holds waits on Slurm's reason; no preemption for it"),
     # -- the site-shaped instance (v100 nodes 1-2, a100 nodes 3-4, shards on 4), CR_CPU_Memory,
     #    DefMemPerGPU=1000; node 1 (feature ib) full with a kept job; node 3 feature nvl, Weight=10
     Case("features", "site", "node `Features=` and `--constraint`",
@@ -156,7 +173,7 @@ CASES = [
          "only the reservation's nodes; its jobs alone use them", pin=False),
     Case("shards", "site", "`gres/shard` jobs (`--gres=shard:N`)",
          "--gres=shard:4", "--gres=shard:16", (4,), "not planned",
-         "a shared-GPU job is never planned: no preemption for it (Slurm starts it)", pin=False, passed_on=("22.05",)),
+         "a shared-GPU job is never planned: no preemption for it (Slurm starts it)", pin=False),
     Case("het", "site", "het jobs whose components ask for different nodes",
          "--gres=gpu:1 --constraint=nvl : --gres=gpu:1", "--gres=gpu:4 --constraint=nvl : --gres=gpu:1",
          (3,), "unmodelled:het", "reported unmodelled; never a reason to preempt", pin=False),
@@ -196,5 +213,36 @@ def render_table() -> str:
     return "\n".join(lines) + "\n"
 
 
-if __name__ == "__main__":  # `python -m tests.conformance`: the table for docs/admin.md
-    print(render_table(), end="")
+def record() -> dict[str, list[str]]:
+    """Merge the runs' passed sides (RESULTS_DIR) into PASSED_FILE: a case passed on a
+    release when both its sides did in the latest run there; releases not run keep their
+    record. Then docs/admin.md's table is rewritten from it."""
+    passed = {key: list(releases) for key, releases in PASSED.items()}
+    for results in sorted(RESULTS_DIR.glob("passed-*-*.txt")):
+        release, group = results.stem.removeprefix("passed-").split("-", 1)
+        sides = {tuple(line.split()) for line in results.read_text().splitlines() if line.strip()}
+        for case in cases_of(group):
+            releases = set(passed.get(case.key, ())) - {release}
+            if (case.key, "yes") in sides and (case.key, "no") in sides:
+                releases.add(release)
+            passed[case.key] = [r for r in ALL_RELEASES if r in releases]
+    PASSED_FILE.write_text(json.dumps(passed, indent=1, sort_keys=True) + "\n")
+    PASSED.clear()
+    PASSED.update(passed)
+    text = ADMIN.read_text().split("\n")
+    start = text.index(HEADING)
+    first = next(i for i in range(start, len(text)) if text[i].startswith("|"))
+    last = next(i for i in range(first, len(text)) if not text[i].startswith("|"))
+    text[first:last] = render_table().rstrip("\n").split("\n")
+    ADMIN.write_text("\n".join(text))
+    return passed
+
+
+if __name__ == "__main__":
+    # `python -m tests.conformance`: the table; `--record`: merge the last runs' results
+    # (build/conformance/, cleared by the CI before the suite runs) and rewrite docs/admin.md
+    if sys.argv[1:] == ["--record"]:
+        for key, releases in record().items():
+            print(key, ", ".join(releases) or "none")
+    else:
+        print(render_table(), end="")

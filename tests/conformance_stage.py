@@ -22,7 +22,7 @@ from pathlib import Path
 from bench.slurm_harness import Instance
 from controller.service.backend import ObservedJob
 from slurm_plugin.backend import SlurmBackend
-from tests.conformance import CONFIGS, Case, cases_of
+from tests.conformance import CONFIGS, RESULTS_DIR, Case, cases_of
 from tests.slurm_fixtures import Run, attained, instance_fixture, sbatch_in, wait_for
 
 THRESHOLD_GPU_S = 10.0  # queue 1 -> 2: a 3-GPU victim gets there in about 4 s
@@ -44,6 +44,7 @@ class Outcome:
     yes_reasons: tuple | None = None
     stray: list = field(default_factory=list)  # preemptions in its batch charged to no case
     error: str = ""  # a job that could not be submitted
+    release: str = ""  # the instance's Slurm, "22.05" (where a passed side is recorded)
 
 
 def node_name(instance: Instance, k: int) -> str:
@@ -171,7 +172,11 @@ def run_group(instance: Instance, tmp: Path, group: str, prepare=None) -> dict[s
     """Every case of ``group`` on ``instance``: the outcomes by case key. ``prepare(stage)``
     runs once the stage holds every node (reservations over running jobs)."""
     cases = cases_of(group)
-    outcomes = {case.key: Outcome() for case in cases}
+    version = instance.run(["sinfo", "--version"]).stdout  # "slurm-wlm 22.05.8", "slurm 24.11.5"
+    found = re.search(r"(\d+)\.(\d+)", version)
+    release = f"{int(found.group(1))}.{int(found.group(2)):02d}" if found else "unknown"
+    outcomes = {case.key: Outcome(release=release) for case in cases}
+    (RESULTS_DIR / f"passed-{release}-{group}.txt").unlink(missing_ok=True)  # this run's alone
     stage = Stage(instance, tmp, group)
     stage.start()
     try:
@@ -260,6 +265,7 @@ def check_no(case: Case, out: Outcome) -> None:
     if case.expected.startswith("unmodelled:"):
         code = case.expected.split(":", 1)[1]
         assert out.no_reasons is not None and code in out.no_reasons, (case.key, out.no_reasons)
+    record_pass(case, out, "no")
 
 
 def check_yes(case: Case, out: Outcome) -> None:
@@ -271,11 +277,22 @@ def check_yes(case: Case, out: Outcome) -> None:
         assert out.yes_reasons in (None, ()), f"{case.key}: read as unmodelled {out.yes_reasons}"
         assert out.yes_started, f"{case.key}: did not start; preempted on its nodes: {out.yes_preempted}"
         assert len(out.yes_preempted) == 1, f"{case.key}: {len(out.yes_preempted)} preemptions: {out.yes_preempted}"
+        record_pass(case, out, "yes")
         return
     assert out.yes_preempted == [], f"{case.key}: preempted for an unplanned job: {out.yes_preempted}"
     if case.expected.startswith("unmodelled:"):
         code = case.expected.split(":", 1)[1]
         assert out.yes_reasons is not None and code in out.yes_reasons, (case.key, out.yes_reasons)
+    record_pass(case, out, "yes")
+
+
+def record_pass(case: Case, out: Outcome, side: str) -> None:
+    """One passed side of a case on this release, for the docs table
+    (``python -m tests.conformance --record`` reads RESULTS_DIR; the release roots bind
+    this checkout at its own path, so their results land here too)."""
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    with open(RESULTS_DIR / f"passed-{out.release}-{case.group}.txt", "a") as results:
+        results.write(f"{case.key} {side}\n")
 
 
 def instance_of(group: str):

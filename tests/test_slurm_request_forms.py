@@ -202,3 +202,16 @@ def test_the_backend_reads_the_defaults_from_config_and_partitions(release):
     backend.slurm_config()
     backend.partition_config()
     assert [backend.gpu_defaults(p) for p in ("batch", "urgent", "big")] == [(2, 1000), (2, 1000), (4, 8000)]
+
+
+@pytest.mark.parametrize("field, bound", [("tres_per_node", 1), ("tres_per_job", 0)])
+def test_a_per_node_gpu_request_is_planned_on_its_node_count(field, bound):
+    """--gres=gpu:4 -w g1 (conformance, PriorityTier case): Slurm needs 4 GPUs on one node;
+    the plan spread it as 3 on g1 and 1 on g2 and preempted two victims for a job that
+    never started. --gpus=4 may span nodes: no bound."""
+    from slurm_plugin.backend import SlurmBackend
+
+    (job,) = parse_squeue_json({"jobs": [{"job_id": 5, "job_state": "PENDING", "partition": "tier",
+                                          field: "gres:gpu:4", "node_count": 1, "required_nodes": "g1",
+                                          "cpus": 1, "minimum_cpus_per_node": 1, "features": "", "shared": None}]})
+    assert SlurmBackend()._observed_job(job, None).max_nodes == bound
