@@ -603,12 +603,15 @@ instance_partition_lines() {
 instance_cli_filter_lines() {
     [ "${TIRESIAS_INSTANCE_CLI_FILTER:-0}" = 1 ] || return 0
     install -m 644 -o root -g root "$REPO_DIR/slurm_plugin/cli_filter.lua" "$I_ETC/cli_filter.lua"
-    # with slurmctld preempting: the jobs that declared a --signal whose lead time fits in
-    # tpreempt's GraceTime (10 s) go to QOS tpreempt
-    # (tests/test_slurm_preemption_by_slurm.py, bench/ab_preemption.py)
+    # The site's policy, in the file the lua files read next to themselves: with slurmctld
+    # preempting, the jobs that declared a --signal whose lead time fits in tpreempt's
+    # GraceTime (10 s) go to QOS tpreempt (tests/test_slurm_preemption_by_slurm.py,
+    # bench/ab_preemption.py); else the shipped file, where none is (a test may write its own).
     if [ "${TIRESIAS_INSTANCE_SLURM_PREEMPT:-0}" = 1 ]; then
-        sed -i -e 's/^PREEMPTABLE_QOS = nil$/PREEMPTABLE_QOS = "tpreempt"/' \
-            -e 's/^PREEMPTABLE_QOS_GRACE_S = 60$/PREEMPTABLE_QOS_GRACE_S = 10/' "$I_ETC/cli_filter.lua"
+        printf 'preemptable_qos = tpreempt\npreemptable_qos_grace_s = 10\n' \
+            | write_if_changed "$I_ETC/tiresias-policy.conf" 644 root:root || true
+    elif [ ! -f "$I_ETC/tiresias-policy.conf" ]; then
+        install -m 644 -o root -g root "$REPO_DIR/slurm_plugin/tiresias-policy.conf" "$I_ETC/tiresias-policy.conf"
     fi
     echo "CliFilterPlugins=cli_filter/lua"
 }

@@ -205,15 +205,17 @@ def test_preflight_reads_the_qos_grace_and_checks_cli_filters_policy_against_it(
 
     rows = parse_qos("a|requeue,within|00:01:30||\nb|requeue,within|1-00:00:05||\nc|requeue|||\nd|requeue|soon||\n")
     assert [qos_grace_s(rows, q) for q in "abcde"] == [90.0, 86405.0, 0.0, None, None]
-    shipped = open("slurm_plugin/cli_filter.lua").read()
-    unset = cli_filter_policy_findings(shipped, "a", 90.0)  # as shipped: PREEMPTABLE_QOS = nil
-    assert [(f.setting, f.value, f.refuses) for f in unset] == [("cli_filter.lua PREEMPTABLE_QOS", "nil", False)]
-    site = shipped.replace('PREEMPTABLE_QOS = nil', 'PREEMPTABLE_QOS = "a"')
+    shipped = open("slurm_plugin/tiresias-policy.conf").read()
+    unset = cli_filter_policy_findings(shipped, "a", 90.0)  # as shipped: no preemptable_qos
+    assert [(f.setting, f.value, f.refuses) for f in unset] == [("tiresias-policy.conf preemptable_qos", "(unset)",
+                                                                 False)]
+    site = shipped + "preemptable_qos = a\n"
     assert cli_filter_policy_findings(site, "a", 90.0) == []  # its 60 s fits in a's 90 s
-    assert [f.setting for f in cli_filter_policy_findings(site, "a", 30.0)] == ["cli_filter.lua PREEMPTABLE_QOS_GRACE_S"]
-    assert [f.value for f in cli_filter_policy_findings(site, "b", 90.0)] == ['"a"']
+    assert [f.setting for f in cli_filter_policy_findings(site, "a", 30.0)] == \
+        ["tiresias-policy.conf preemptable_qos_grace_s"]
+    assert [f.value for f in cli_filter_policy_findings(site, "b", 90.0)] == ["a"]
     # found next to the slurm.conf slurmctld names; a host without it checks nothing
-    (tmp_path / "cli_filter.lua").write_text(site)
+    (tmp_path / "tiresias-policy.conf").write_text(site)
     settings = {"SLURM_CONF": str(tmp_path / "slurm.conf")}
     assert cli_filter_path(settings) == str(tmp_path / "cli_filter.lua")
     assert len(installed_cli_filter_findings(settings, parse_qos("a|requeue,within|00:00:10||\n"), "a")) == 1
