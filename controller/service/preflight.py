@@ -263,6 +263,7 @@ def slurm_preemption_findings(settings: dict[str, str], partitions: dict[str, di
                              "preempt_send_user_signal (24.11+: or PreemptParameters=send_user_signal)",
                              "at preemption slurmctld must send the job's own --signal, its checkpoint request; "
                              "without it the job gets SIGTERM and loses its work"))
+    found += accounting_findings(settings)
     for name, values in partitions.items():
         mode = values.get("PreemptMode", "")
         own = _modes(mode)
@@ -280,6 +281,31 @@ def slurm_preemption_findings(settings: dict[str, str], partitions: dict[str, di
                              "takes that partition's nodes out of slurmctld's main pass, so declared jobs behind it "
                              "never preempt (issue 35: 1.17x stock against 2.88x for preemption: controller, 22.05)",
                              refuses=False))
+    return found
+
+
+def accounting_findings(settings: dict[str, str]) -> list[Finding]:
+    """What ``preemption: slurm`` needs of accounting (docs/admin.md, "Install
+    preemption: slurm"): QOS live in slurmdbd (``AccountingStorageType=
+    accounting_storage/slurmdbd``), and ``AccountingStorageEnforce`` with ``associations``
+    and ``qos``, so that a job runs only in a QOS its association was granted: the
+    preempt QOS holds the jobs cli_filter.lua put there, not any job that names it.
+    (slurm.conf's ``qos`` alone also sets associations: `scontrol show config` prints
+    both.) A change of either needs a slurmctld restart, not a reconfigure."""
+    found = []
+    storage = settings.get("AccountingStorageType", "")
+    if storage != "accounting_storage/slurmdbd":
+        found.append(Finding("AccountingStorageType", storage or UNSET, "accounting_storage/slurmdbd",
+                             "preempt/qos preempts by QOS, and QOS live in slurmdbd (restart slurmctld after)"))
+    enforce = settings.get("AccountingStorageEnforce", "")
+    missing = [word for word in ("associations", "qos")
+               if word not in {w.strip().lower() for w in enforce.split(",")}]
+    if missing:
+        found.append(Finding("AccountingStorageEnforce", enforce or UNSET,
+                             f"a list with {' and '.join(missing)} (e.g. associations,qos)",
+                             "a job must run only in a QOS its association was granted: the preempt QOS holds the "
+                             "jobs cli_filter.lua put there (restart slurmctld after: a reconfigure keeps the old "
+                             "value)"))
     return found
 
 
