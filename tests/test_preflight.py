@@ -224,13 +224,13 @@ def config_text(path: Path, **changes) -> str:
     return "\n".join(text) + "\n"
 
 
-@pytest.mark.parametrize("path", [GOOD, GOOD_2605])
 def _checked(path, preemption):
     from controller.cli.preflight import _checked as checked
 
     return checked(path, preemption)
 
 
+@pytest.mark.parametrize("path", [GOOD, GOOD_2605])
 def test_tiresias_preflight_names_a_missing_cli_filter_plugin(path, tmp_path, capsys):
     """Without cli_filter/lua a --signal given only on the command line is invisible: the
     recorded clusters set no CliFilterPlugins, and `tiresias preflight` names it (a
