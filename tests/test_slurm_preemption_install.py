@@ -159,8 +159,9 @@ def test_the_documented_install_makes_slurmctld_preempt_a_declared_job_for_a_hig
     cluster_name = f"t{iso.name}"
     # the sacctmgr block made the rows: associations for alice and bob, with the QOS
     assoc = iso.run(["sacctmgr", "-n", "-P", "list", "assoc", f"cluster={cluster_name}", "format=user,account,qos"])
-    rows = {r.split("|")[0]: r.split("|") for r in assoc.stdout.splitlines() if r.split("|")[0]}
-    assert set(rows) == {"alice", "bob"} and all(qos in r[2].split(",") for r in rows.values()), assoc.stdout
+    rows = {r.split("|")[0]: r.split("|") for r in assoc.stdout.splitlines() if r.split("|")[0] not in ("", "root")}
+    assert set(rows) == {"alice", "bob"}, assoc.stdout  # (root: the cluster's own row)
+    assert all(r[1] == "gpu" and set(r[2].split(",")) == {"normal", qos} for r in rows.values()), assoc.stdout
     shown = iso.run(["sacctmgr", "-n", "-P", "show", "qos", qos, "format=preemptmode,gracetime,preemptexempttime"])
     assert shown.stdout.split() == [f"within,requeue|00:00:{GRACE_S}|{EXEMPT}"], shown.stdout
     config = iso.run(["scontrol", "show", "config"]).stdout
@@ -168,7 +169,7 @@ def test_the_documented_install_makes_slurmctld_preempt_a_declared_job_for_a_hig
     start_controller(run)  # enforce: its preflight passed
     proc = subprocess.run([sys.executable, "-m", "controller.cli.main", "preflight", "--config",
                            str(run.tmp / "tiresias.yaml")], capture_output=True, text=True, timeout=120,
-                          env=iso.env(), cwd=ROOT)
+                          env=iso.env, cwd=ROOT)
     assert proc.returncode == 0 and "preemption: slurm, from" in proc.stdout, proc.stdout + proc.stderr
     assert "tiresias-policy.conf" not in proc.stdout, proc.stdout  # the policy names the QOS, and its grace fits
 
@@ -187,6 +188,9 @@ def test_the_documented_install_makes_slurmctld_preempt_a_declared_job_for_a_hig
     print(f"requeue lag after the grace: {lag:.2f} s (GraceTime {GRACE_S} s)")
     assert -1 <= lag <= 31, out[-2000:]  # the preemptor's next try, or the 30 s periodic pass
     assert not [d for d in run.decisions() if d["kind"] in ("signal", "requeue") and d["applied"]]
+
+
+ENDED = ("COMPLETED", "TIMEOUT", "FAILED", "CANCELLED", "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY")
 
 
 def release(iso) -> tuple[int, int]:
@@ -209,7 +213,7 @@ def test_what_slurmctld_records_of_a_victim_that_finishes_in_its_grace(iso, run)
                        "slurmctld to signal a victim", seen=lambda: job_states(iso, [new] + declared))
     assert len(victims) == 1, victims
     victim = victims[0]
-    wait_for(lambda: not set(declared) & set(iso.squeue()), 150, "bob's jobs to end",
+    wait_for(lambda: all(state in ENDED for state, *_ in job_states(iso, declared).values()), 150, "bob's jobs to end",
              seen=lambda: job_states(iso, [new] + declared))
     out = output_of(workdirs[victim], victim)
     starts = [line for line in out.splitlines() if line.startswith("start ")]
