@@ -527,6 +527,9 @@ cmd_status() {
 #       be up) with AccountingStorageEnforce=limits,qos: cluster tNAME, account research
 #       with alice and bob, who may use QOS gpu4user (MaxTRESPerUser=gres/gpu=4), so
 #       Slurm's own QOS limits hold jobs (QOSMaxGRESPerUser).
+#   TIRESIAS_INSTANCE_ACCOUNTING_SETUP=FILE  (with TIRESIAS_INSTANCE_ACCOUNTING=1) a bash
+#       script makes the cluster, accounts, users and QOS instead of the rows above
+#       (instance_run_accounting_setup).
 #   TIRESIAS_INSTANCE_SLURM_PREEMPT=1  (needs TIRESIAS_INSTANCE_ACCOUNTING=1) slurmctld
 #       preempts by itself (docs/slurm-preemption.md, tests/test_slurm_native_preemption.py):
 #       PreemptType=preempt/qos, PreemptMode=REQUEUE and
@@ -603,12 +606,15 @@ instance_partition_lines() {
 instance_cli_filter_lines() {
     [ "${TIRESIAS_INSTANCE_CLI_FILTER:-0}" = 1 ] || return 0
     install -m 644 -o root -g root "$REPO_DIR/slurm_plugin/cli_filter.lua" "$I_ETC/cli_filter.lua"
-    # with slurmctld preempting: the jobs that declared a --signal whose lead time fits in
-    # tpreempt's GraceTime (10 s) go to QOS tpreempt
-    # (tests/test_slurm_preemption_by_slurm.py, bench/ab_preemption.py)
+    # The site's policy, in the file the lua files read next to themselves: with slurmctld
+    # preempting, the jobs that declared a --signal whose lead time fits in tpreempt's
+    # GraceTime (10 s) go to QOS tpreempt (tests/test_slurm_preemption_by_slurm.py,
+    # bench/ab_preemption.py); else the shipped file, where none is (a test may write its own).
     if [ "${TIRESIAS_INSTANCE_SLURM_PREEMPT:-0}" = 1 ]; then
-        sed -i -e 's/^PREEMPTABLE_QOS = nil$/PREEMPTABLE_QOS = "tpreempt"/' \
-            -e 's/^PREEMPTABLE_QOS_GRACE_S = 60$/PREEMPTABLE_QOS_GRACE_S = 10/' "$I_ETC/cli_filter.lua"
+        printf 'preemptable_qos = tpreempt\npreemptable_qos_grace_s = 10\n' \
+            | write_if_changed "$I_ETC/tiresias-policy.conf" 644 root:root || true
+    elif [ ! -f "$I_ETC/tiresias-policy.conf" ]; then
+        install -m 644 -o root -g root "$REPO_DIR/slurm_plugin/tiresias-policy.conf" "$I_ETC/tiresias-policy.conf"
     fi
     echo "CliFilterPlugins=cli_filter/lua"
 }
@@ -653,6 +659,24 @@ instance_register_accounting() {
                    || die "[$INST] sacctmgr modify user $u cluster=$c qos+=$q failed" ;;
         esac
     done
+}
+
+# TIRESIAS_INSTANCE_ACCOUNTING_SETUP=FILE: a bash script that makes the instance's
+# cluster, accounts, users and QOS rows in slurmdbd, as a site's admin would, in place of
+# the harness's own (instance_register_accounting, instance_register_preempt). It runs
+# before slurmctld starts, with SLURM_CONF set; its output is kept in the instance's log
+# folder. tests/test_slurm_preemption_install.py runs docs/admin.md's commands this way.
+instance_run_accounting_setup() {
+    [ "$I_ACCT" = 1 ] || die "[$INST] TIRESIAS_INSTANCE_ACCOUNTING_SETUP needs TIRESIAS_INSTANCE_ACCOUNTING=1"
+    [ "$I_PREEMPT" = 0 ] || die "[$INST] TIRESIAS_INSTANCE_ACCOUNTING_SETUP replaces TIRESIAS_INSTANCE_SLURM_PREEMPT's QOS rows: set one of them"
+    [ -f "$1" ] || die "[$INST] TIRESIAS_INSTANCE_ACCOUNTING_SETUP '$1': no such file"
+    timeout 5 sacctmgr -n list cluster >/dev/null 2>&1 \
+        || die "[$INST] TIRESIAS_INSTANCE_ACCOUNTING_SETUP needs the default instance's slurmdbd: run '$0 up' first"
+    # Not stopped at a failing command: a rerun's "Nothing new added" exits 1; the test
+    # checks the rows the script was to make.
+    local rc=0
+    timeout 120 bash "$1" >"$I_LOGDIR/accounting-setup.log" 2>&1 || rc=$?
+    log "[$INST] accounting set up by $1 (exit $rc; output in $I_LOGDIR/accounting-setup.log)"
 }
 
 # Slurm's own preemption (TIRESIAS_INSTANCE_SLURM_PREEMPT=1): slurm.conf lines.
@@ -812,8 +836,12 @@ instance_up() {
     prepare_host
     instance_write_configs
     start_munge
-    instance_register_accounting
-    instance_register_preempt
+    if [ -n "${TIRESIAS_INSTANCE_ACCOUNTING_SETUP:-}" ]; then
+        instance_run_accounting_setup "$TIRESIAS_INSTANCE_ACCOUNTING_SETUP"
+    else
+        instance_register_accounting
+        instance_register_preempt
+    fi
     if pid_alive "$I_CTLD_PID"; then
         if [ "$CONFIG_CHANGED" = 1 ]; then
             log "[$INST] slurm.conf changed: scontrol reconfigure"

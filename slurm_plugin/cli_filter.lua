@@ -24,20 +24,69 @@ through unchanged.
 local PREEMPTABLE_PREFIX = "tiresias:preemptable"
 
 -- Site policy -------------------------------------------------------------
+-- The site's values live in tiresias-policy.conf next to this file (shipped as
+-- slurm_plugin/tiresias-policy.conf, which says each key), not here: install-files
+-- lays that file out only where none is, so a reinstall keeps them and this file is
+-- never edited. Without it, or for a key it does not set, the defaults below hold.
+--
 -- preemption: slurm (docs/slurm-preemption.md): the QOS whose jobs slurmctld preempts
 -- by priority (PreemptMode requeue,within). A job that declared its checkpoint signal
 -- (--signal, any of sbatch's three ways: slurmctld sends it at preemption), asks for a
 -- whole GPU, may be requeued and asked for no QOS of its own is put in it; every other
--- job (CPU-only and MPS jobs too) keeps its QOS
--- and is never preempted. nil (preemption: controller) changes no job's QOS.
+-- job (CPU-only and MPS jobs too) keeps its QOS and is never preempted.
+-- nil (preemption: controller; key preemptable_qos) changes no job's QOS.
 PREEMPTABLE_QOS = nil
--- That QOS's GraceTime in seconds. slurmctld sends the job's signal when it preempts and
--- requeues the job one GraceTime later, whatever lead time the job asked for (--signal's
--- @T; sbatch's default is 60 s), so only a job whose lead time fits in the grace is put
--- in the QOS: a longer one could lose its checkpoint, and keeps its QOS (never preempted
--- by slurmctld). tiresias preflight compares it with the QOS's GraceTime.
+-- That QOS's GraceTime in seconds (key preemptable_qos_grace_s). slurmctld sends the
+-- job's signal when it preempts and requeues the job one GraceTime later, whatever lead
+-- time the job asked for (--signal's @T; sbatch's default is 60 s), so only a job whose
+-- lead time fits in the grace is put in the QOS: a longer one could lose its checkpoint,
+-- and keeps its QOS (never preempted by slurmctld). tiresias preflight compares it with
+-- the QOS's GraceTime.
 PREEMPTABLE_QOS_GRACE_S = 60
 -----------------------------------------------------------------------------
+
+-- tiresias-policy.conf next to this script: Slurm loads it from a file, so its chunk
+-- name is "@/etc/slurm/cli_filter.lua"; else next to SLURM_CONF, else in /etc/slurm.
+function tiresias_policy_path()
+	local source = debug.getinfo(1, "S").source or ""
+	local dir = string.match(source, "^@(.*)/[^/]*$")
+	if dir == nil then
+		dir = string.match(os.getenv("SLURM_CONF") or "", "^(.*)/[^/]*$") or "/etc/slurm"
+	end
+	return dir .. "/tiresias-policy.conf"
+end
+
+-- The file's settings as a table (controller/service/preflight.py policy_settings reads
+-- the same grammar and names what it refuses): "key = value" lines, "#" to the end of
+-- a line is a comment; a line that is not a known key with a valid value is skipped,
+-- so that a typo never stops a submission. A missing file is an empty table.
+function tiresias_read_policy(path)
+	local policy = {}
+	local file = io.open(path, "r")
+	if file == nil then
+		return policy
+	end
+	for line in file:lines() do
+		local key, value = string.match(string.gsub(line, "#.*$", ""), "^%s*([a-z_]+)%s*=%s*(.-)%s*$")
+		if key == "preemptable_qos" and string.match(value, "^[A-Za-z0-9_.-]+$") then
+			policy.preemptable_qos = value
+		elseif key == "preemptable_qos_grace_s" and string.match(value, "^[0-9]+$") then
+			policy.preemptable_qos_grace_s = tonumber(value)
+		end
+	end
+	file:close()
+	return policy
+end
+
+do
+	local policy = tiresias_read_policy(tiresias_policy_path())
+	if policy.preemptable_qos ~= nil then
+		PREEMPTABLE_QOS = policy.preemptable_qos
+	end
+	if policy.preemptable_qos_grace_s ~= nil then
+		PREEMPTABLE_QOS_GRACE_S = policy.preemptable_qos_grace_s
+	end
+end
 
 -- The signals the hint grammar takes (controller/core/checkpoint_signal.py: those a job
 -- can trap for a checkpoint, and the numbers it knows): a hint with another one, e.g.

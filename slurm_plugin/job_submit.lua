@@ -25,10 +25,44 @@ REQUEUE_GPU_JOBS = true
 -- tiresias:class= or tiresias:preemptable hint (the controller would ignore it).
 VALIDATE_HINTS = true
 -- preemption: slurm (docs/slurm-preemption.md): the same PREEMPTABLE_QOS as in
--- cli_filter.lua. slurmctld cancels a job it preempts that may not be requeued, so a
--- --no-requeue job asking for this QOS itself is refused. nil: no check.
+-- cli_filter.lua, read from the same tiresias-policy.conf next to this file (key
+-- preemptable_qos; the site's values live there, never here). slurmctld cancels a job
+-- it preempts that may not be requeued, so a --no-requeue job asking for this QOS
+-- itself is refused. nil: no check.
 PREEMPTABLE_QOS = nil
 -----------------------------------------------------------------------------
+
+-- tiresias-policy.conf next to this script (slurmctld loads it from a file: its chunk
+-- name is "@/etc/slurm/job_submit.lua"); else next to SLURM_CONF, else in /etc/slurm.
+-- Read when slurmctld loads the script (at start, or when this file's time changes).
+function tiresias_policy_path()
+	local source = debug.getinfo(1, "S").source or ""
+	local dir = string.match(source, "^@(.*)/[^/]*$")
+	if dir == nil then
+		dir = string.match(os.getenv("SLURM_CONF") or "", "^(.*)/[^/]*$") or "/etc/slurm"
+	end
+	return dir .. "/tiresias-policy.conf"
+end
+
+-- The preemptable_qos of that file (cli_filter.lua reads the same grammar: "key =
+-- value", "#" comments, a line it cannot read skipped), or nil.
+function tiresias_policy_qos(path)
+	local file = io.open(path, "r")
+	if file == nil then
+		return nil
+	end
+	local qos = nil
+	for line in file:lines() do
+		local key, value = string.match(string.gsub(line, "#.*$", ""), "^%s*([a-z_]+)%s*=%s*(.-)%s*$")
+		if key == "preemptable_qos" and string.match(value, "^[A-Za-z0-9_.-]+$") then
+			qos = value
+		end
+	end
+	file:close()
+	return qos
+end
+
+PREEMPTABLE_QOS = tiresias_policy_qos(tiresias_policy_path()) or PREEMPTABLE_QOS
 
 local GPU_FIELDS = { "tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket", "gres" }
 

@@ -38,7 +38,7 @@ DEFAULT_CLUSTER_MODULES = frozenset({
     "tests/test_packaging.py", "tests/test_preflight.py", "tests/test_queue_explain.py",
     "tests/test_slurm_backend.py", "tests/test_slurm_cluster.py", "tests/test_slurm_colocation.py",
     "tests/test_slurm_qos.py", "tests/test_slurm_tune_array.py", "tests/test_slurm_partition_moves.py",
-    "tests/test_slurm_preemption_by_slurm.py",
+    "tests/test_slurm_preemption_by_slurm.py", "tests/test_slurm_preemption_install.py",
     "tests/test_slurm_native_preemption.py",
 })
 

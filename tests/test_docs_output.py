@@ -38,7 +38,8 @@ from tests.test_shadow_diff import cluster as diff_cluster  # noqa: F401  (pytes
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 INPUT_COMMANDS = {"tiresias", "make", "systemctl", "jq", "curl", "sbatch", "srun", "scontrol", "scancel",
                   "squeue", "sacct", "pip", "python", "python3", ".venv/bin/python", "cd", "git", "sudo",
-                  "install", "cp", "bash", "docker", "sacctmgr"}
+                  "install", "cp", "bash", "docker", "sacctmgr", "mariadb", "chown", "chmod"}
+SHELL_ASSIGNMENT = re.compile(r"^[A-Z_][A-Z0-9_]*=\S")  # CLUSTER=mycluster: a variable set for what follows
 INPUT_INFO = {"yaml", "ini", "lua", "python", "conf", "toml"}
 MARKER = re.compile(r"\((?:excerpt|unchecked output) of: `[^`]+`.*\):?$")  # ends the paragraph above
 
@@ -91,7 +92,8 @@ def shows_output(block: Block) -> bool:
         command = stripped.removeprefix("$ ")
         words = command.split()
         continued = previous.rstrip().endswith(("\\", "|"))
-        if stripped and not continued and not command.startswith("#") and words[0] not in INPUT_COMMANDS:
+        if stripped and not continued and not command.startswith("#") and words[0] not in INPUT_COMMANDS \
+                and not SHELL_ASSIGNMENT.match(command):
             return True
         previous = line
     return False

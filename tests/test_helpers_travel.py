@@ -37,6 +37,7 @@ MISSING_HELPER = "no Tiresias checkpoint helper"
 DOCUMENTED_LAYOUT = {
     "etc/slurm/job_submit.lua": 0o644,
     "etc/slurm/cli_filter.lua": 0o644,
+    "etc/slurm/tiresias-policy.conf": 0o644,
     "etc/slurm/tiresias/prolog": 0o755,
     "etc/slurm/tiresias/task_prolog": 0o755,
     "etc/slurm/tiresias/epilog": 0o755,
@@ -262,11 +263,11 @@ def test_wheel_ships_every_admin_file_and_install_files_lays_them_out(tmp_path):
         names = set(archive.namelist())
         site = tmp_path / "site"
         archive.extractall(site)
-    assert {source for source, _, _ in LAYOUT} >= {
+    assert {item.source for item in LAYOUT} >= {
         "slurm_plugin/job_submit.lua", "slurm_plugin/cli_filter.lua", "slurm_plugin/slurm.conf.fragment",
         "prolog/tiresias_prolog.py", "prolog/task_prolog.py", "epilog/tiresias_epilog.py", "prolog/checkpoint.sh",
         "packaging/tiresias.service", "packaging/tiresias.sysusers", "packaging/tiresias.yaml",
-        "tiresias_checkpoint.py"}
+        "tiresias_checkpoint.py", "slurm_plugin/tiresias-policy.conf"}
     missing = [_in_wheel(item.source) for item in LAYOUT if _in_wheel(item.source) not in names]
     assert not missing, missing
 
@@ -292,7 +293,9 @@ def test_wheel_ships_every_admin_file_and_install_files_lays_them_out(tmp_path):
     assert found.stdout.strip() == str(share / "checkpoint.sh"), found
 
     again = _install_files(site, dest, cwd=tmp_path)
-    assert again.returncode == 0 and again.stdout.count("unchanged ") == len(LAYOUT), again.stdout
+    kept = sum(item.kept for item in LAYOUT)  # the site's settings: never compared
+    assert again.returncode == 0 and again.stdout.count("unchanged ") == len(LAYOUT) - kept, again.stdout
+    assert again.stdout.count("kept ") == kept == 1, again.stdout
 
     config = dest / "etc" / "tiresias" / "tiresias.yaml"
     config.write_text(config.read_text() + "mode: enforce\n")  # the admin's edit

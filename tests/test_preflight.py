@@ -206,7 +206,7 @@ def test_preflight_passes_on_the_test_cluster(slurm_cluster):  # noqa: F811
     proc = subprocess.run([sys.executable, "-m", "controller.cli.main", "preflight"], capture_output=True,
                           text=True, timeout=60, cwd=str(Path(__file__).resolve().parents[1]))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.startswith("preflight passed") and "(scontrol show config)" in proc.stdout
+    assert proc.stdout.startswith("preflight passed") and "(scontrol show config; preemption: " in proc.stdout
 
 
 # --- issue 28, item 6: what the preflight checks besides the settings above ------------------------------------
@@ -224,6 +224,12 @@ def config_text(path: Path, **changes) -> str:
     return "\n".join(text) + "\n"
 
 
+def _checked(path, preemption):
+    from controller.cli.preflight import _checked as checked
+
+    return checked(path, preemption)
+
+
 @pytest.mark.parametrize("path", [GOOD, GOOD_2605])
 def test_tiresias_preflight_names_a_missing_cli_filter_plugin(path, tmp_path, capsys):
     """Without cli_filter/lua a --signal given only on the command line is invisible: the
@@ -238,7 +244,8 @@ def test_tiresias_preflight_names_a_missing_cli_filter_plugin(path, tmp_path, ca
         fixed.write_text(config_text(path, CliFilterPlugins=plugins))
         assert main(["preflight", "--from-file", str(fixed)]) == 0
         assert capsys.readouterr().out.splitlines() == [
-            f"preflight passed: every slurm.conf setting the controller depends on is right ({fixed})"]
+            f"preflight passed: every slurm.conf setting the controller depends on is right ({fixed}; "
+            f"{_checked(None, 'controller')})"]
     other = tmp_path / "other.txt"
     other.write_text(config_text(path, CliFilterPlugins="cli_filter/syslog"))
     assert main(["preflight", "--from-file", str(other)]) == 0

@@ -113,6 +113,8 @@ PreemptType = preempt/qos
 PreemptMode = REQUEUE
 SlurmctldParameters = preempt_send_user_signal
 CliFilterPlugins = cli_filter/lua
+AccountingStorageType = accounting_storage/slurmdbd
+AccountingStorageEnforce = associations,qos
 """
 
 
@@ -127,6 +129,25 @@ def test_preflight_for_slurm_preemption_passes_the_documented_settings_and_refus
     assert findings(stock, preemption="controller") == {}
     refused = findings(stock)
     assert refused["PreemptType"].refuses and refused["PreemptMode"].refuses
+
+
+def test_preflight_for_slurm_preemption_names_the_accounting_lines_it_needs():
+    """QOS live in slurmdbd, and AccountingStorageEnforce must hold associations and qos
+    (issue 38): each missing piece refuses, naming the line, its value and the fix."""
+    limits = SLURM_PREEMPT_CONF.replace("associations,qos", "associations,limits,qos,safe")
+    assert findings(limits) == {}
+    for enforce, needs in (("none", "a list with associations and qos"), ("associations,limits", "a list with qos"),
+                           ("qos,limits", "a list with associations")):
+        found = findings(SLURM_PREEMPT_CONF.replace("associations,qos", enforce))
+        assert list(found) == ["AccountingStorageEnforce"] and found["AccountingStorageEnforce"].refuses
+        assert found["AccountingStorageEnforce"].line().startswith(f"AccountingStorageEnforce={enforce}: needs {needs}")
+        assert "restart slurmctld" in found["AccountingStorageEnforce"].why
+    found = findings(SLURM_PREEMPT_CONF.replace("slurmdbd", "none").replace("associations,qos", "none"))
+    assert found["AccountingStorageType"].value == "accounting_storage/none"
+    assert set(found) == {"AccountingStorageType", "AccountingStorageEnforce"}
+    # preemption: controller needs no accounting
+    stock = SLURM_PREEMPT_CONF.replace("preempt/qos", "preempt/none").replace("REQUEUE", "OFF")
+    assert findings(stock.replace("associations,qos", "none"), preemption="controller") == {}
 
 
 def test_preflight_for_slurm_preemption_names_a_mode_that_kills_and_a_missing_user_signal():
@@ -205,15 +226,17 @@ def test_preflight_reads_the_qos_grace_and_checks_cli_filters_policy_against_it(
 
     rows = parse_qos("a|requeue,within|00:01:30||\nb|requeue,within|1-00:00:05||\nc|requeue|||\nd|requeue|soon||\n")
     assert [qos_grace_s(rows, q) for q in "abcde"] == [90.0, 86405.0, 0.0, None, None]
-    shipped = open("slurm_plugin/cli_filter.lua").read()
-    unset = cli_filter_policy_findings(shipped, "a", 90.0)  # as shipped: PREEMPTABLE_QOS = nil
-    assert [(f.setting, f.value, f.refuses) for f in unset] == [("cli_filter.lua PREEMPTABLE_QOS", "nil", False)]
-    site = shipped.replace('PREEMPTABLE_QOS = nil', 'PREEMPTABLE_QOS = "a"')
+    shipped = open("slurm_plugin/tiresias-policy.conf").read()
+    unset = cli_filter_policy_findings(shipped, "a", 90.0)  # as shipped: no preemptable_qos
+    assert [(f.setting, f.value, f.refuses) for f in unset] == [("tiresias-policy.conf preemptable_qos", "(unset)",
+                                                                 False)]
+    site = shipped + "preemptable_qos = a\n"
     assert cli_filter_policy_findings(site, "a", 90.0) == []  # its 60 s fits in a's 90 s
-    assert [f.setting for f in cli_filter_policy_findings(site, "a", 30.0)] == ["cli_filter.lua PREEMPTABLE_QOS_GRACE_S"]
-    assert [f.value for f in cli_filter_policy_findings(site, "b", 90.0)] == ['"a"']
+    assert [f.setting for f in cli_filter_policy_findings(site, "a", 30.0)] == \
+        ["tiresias-policy.conf preemptable_qos_grace_s"]
+    assert [f.value for f in cli_filter_policy_findings(site, "b", 90.0)] == ["a"]
     # found next to the slurm.conf slurmctld names; a host without it checks nothing
-    (tmp_path / "cli_filter.lua").write_text(site)
+    (tmp_path / "tiresias-policy.conf").write_text(site)
     settings = {"SLURM_CONF": str(tmp_path / "slurm.conf")}
     assert cli_filter_path(settings) == str(tmp_path / "cli_filter.lua")
     assert len(installed_cli_filter_findings(settings, parse_qos("a|requeue,within|00:00:10||\n"), "a")) == 1
@@ -233,3 +256,26 @@ def test_simulate_takes_the_slurm_release_and_names_a_bad_one(capsys):
             assert f"'{bad}' is not a Slurm release" in str(err)
         else:
             raise AssertionError(bad)
+
+
+def test_a_plain_preflight_checks_the_mechanism_the_controllers_yaml_names(tmp_path, capsys, monkeypatch):
+    """No --config: the controller's own YAML (/etc/tiresias/tiresias.yaml) says which
+    mechanism to check, and the verdict names the mechanism and the file (issue 38: an
+    admin could not tell which mechanism a plain preflight had checked)."""
+    from controller.cli.main import main
+    from controller.service import config as settings_module
+
+    conf = tmp_path / "show_config"
+    conf.write_text(SLURM_PREEMPT_CONF)
+    installed = tmp_path / "tiresias.yaml"
+    monkeypatch.setattr(settings_module, "DEFAULT_PATH", str(installed))
+    assert main(["preflight", "--from-file", str(conf)]) == 1  # no YAML: the default, controller
+    err = capsys.readouterr().err
+    assert f"preemption: controller, the default: no {installed}; --config names the YAML" in err
+    installed.write_text("preemption: slurm\n")
+    assert main(["preflight", "--from-file", str(conf)]) == 0
+    assert f"(show_config; preemption: slurm, from {installed})" in capsys.readouterr().out.replace(str(conf), "show_config")
+    other = tmp_path / "other.yaml"
+    other.write_text("preemption: controller\n")
+    assert main(["preflight", "--config", str(other), "--from-file", str(conf)]) == 1
+    assert f"preemption: controller, from {other}" in capsys.readouterr().err

@@ -5,6 +5,7 @@ checkout) works the same. The layout, each file's mode in parentheses:
 
   etc/slurm/job_submit.lua                  JobSubmitPlugins=lua (slurmctld host)
   etc/slurm/cli_filter.lua                  CliFilterPlugins=cli_filter/lua (submit hosts)
+  etc/slurm/tiresias-policy.conf            the site's policy both lua files read (kept)
   etc/slurm/tiresias/prolog        (0755)   Prolog=
   etc/slurm/tiresias/task_prolog   (0755)   TaskProlog=
   etc/slurm/tiresias/epilog        (0755)   Epilog=
@@ -18,7 +19,9 @@ checkout) works the same. The layout, each file's mode in parentheses:
 A file already there with the same bytes is left alone; one that differs (an admin's
 edit, an older release) stops the command before anything is written, with one line
 naming it, unless --force, which first keeps the old file as FILE.bak (FILE.bak.1, .2,
-... when that exists: an earlier backup is never overwritten). Other files are 0644. Owners are not set: run it as root
+... when that exists: an earlier backup is never overwritten). A file marked (kept) holds
+the site's own settings: it is laid out only where none is, and one already there is
+never compared or replaced, --force included. Other files are 0644. Owners are not set: run it as root
 for `/`.
 """
 from __future__ import annotations
@@ -40,11 +43,13 @@ class Shipped(NamedTuple):
     source: str  # path in the checkout
     target: str  # path under DEST
     mode: int
+    kept: bool = False  # the site's settings: installed only where none is
 
 
 LAYOUT = (
     Shipped("slurm_plugin/job_submit.lua", "etc/slurm/job_submit.lua", 0o644),
     Shipped("slurm_plugin/cli_filter.lua", "etc/slurm/cli_filter.lua", 0o644),
+    Shipped("slurm_plugin/tiresias-policy.conf", "etc/slurm/tiresias-policy.conf", 0o644, kept=True),
     Shipped("prolog/tiresias_prolog.py", "etc/slurm/tiresias/prolog", 0o755),
     Shipped("prolog/task_prolog.py", "etc/slurm/tiresias/task_prolog", 0o755),
     Shipped("epilog/tiresias_epilog.py", "etc/slurm/tiresias/epilog", 0o755),
@@ -93,7 +98,7 @@ def run(args) -> int:
     dest = Path(args.dest)
     if args.list:
         for item in LAYOUT:
-            print(f"{item.source} -> {dest / item.target} ({item.mode:04o})")
+            print(f"{item.source} -> {dest / item.target} ({item.mode:04o}{', kept' if item.kept else ''})")
         return 0
     if dest.exists() and not dest.is_dir():
         raise InputError(f"DEST {args.dest!r} is not a directory")
@@ -104,12 +109,17 @@ def run(args) -> int:
         if target.is_dir():
             raise InputError(f"{target} is a directory, where {item.source} goes")
         current = target.read_bytes() if target.is_file() else None
+        if current is not None and item.kept:
+            current = data = None  # the site's settings, whatever they are: left as they are
         if current is not None and current != data and not args.force:
             # checked for every file before writing any: a refusal leaves DEST as it was
             raise InputError(f"{target} differs from the shipped {item.source} (changed there?); "
                              f"--force overwrites it")
         plan.append((item, target, data, current))
     for item, target, data, current in plan:
+        if data is None:
+            print(f"kept {target} (the site's settings; the shipped one is {shipped_path(item.source)})")
+            continue
         if current == data:
             if (target.stat().st_mode & 0o7777) != item.mode:
                 os.chmod(target, item.mode)

@@ -12,17 +12,20 @@ verdict), 1 when one does or Slurm did not answer, 2 for a bad flag or config.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from controller.checkpoint import REQUEUE_EXIT_CODE
 from controller.core.model import InputError
+from controller.service import config as settings_module
 from controller.service.config import DEFAULT_PATH, load
 from controller.service.qos_limits import DEFAULT_QOS_COMMAND, IMPLIED_DEFAULT_QOS, QOS_LIMITS_COMMAND
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", metavar="FILE", help=f"YAML settings (default {DEFAULT_PATH} if present): "
-                                                     "site_factor_band sets the weight limit")
+                                                     "preemption picks the mechanism checked, site_factor_band "
+                                                     "the weight limit")
     p.add_argument("--from-file", metavar="FILE", help="check this saved `scontrol show config` output instead")
     p.add_argument("--partitions-from-file", metavar="FILE",
                    help="with --from-file: a saved `scontrol show partition` output (each partition's PreemptMode)")
@@ -53,6 +56,7 @@ def run(args) -> int:
     from controller.service.qos_limits import parse_default_qos, parse_qos_limits, qos_limit_findings
 
     config = load(args.config, {})
+    checked = _checked(args.config, config.preemption)
     partitions_text = qos_text = limits = partition_nodes = queue = None
     if (args.partitions_from_file or args.qos_from_file or args.qos_limits_from_file) and not args.from_file:
         raise InputError("--partitions-from-file, --qos-from-file and --qos-limits-from-file go with --from-file "
@@ -113,16 +117,28 @@ def run(args) -> int:
             print(finding.report())
         if queue is not None:
             print(_queue_line(queue))
-        print(f"tiresias preflight: {refusing} setting(s) wrong ({source}); enforce mode refuses to start"
+        print(f"tiresias preflight: {refusing} setting(s) wrong ({source}; {checked}); enforce mode refuses to start"
               f"{f' ({warnings} more warning(s))' if warnings else ''}", file=sys.stderr)
         return 1
-    print(f"preflight passed: every slurm.conf setting the controller depends on is right ({source})"
+    print(f"preflight passed: every slurm.conf setting the controller depends on is right ({source}; {checked})"
           f"{f', with {warnings} warning(s):' if warnings else ''}")
     for finding in findings:
         print(finding.report())
     if queue is not None:
         print(_queue_line(queue))
     return 0
+
+
+def _checked(path: str | None, preemption: str) -> str:
+    """Which mechanism's settings were checked, and whose word that is: the settings a
+    plain `tiresias preflight` reads are the controller's own (DEFAULT_PATH), so an
+    admin sees at once whether it checked the mechanism the site runs."""
+    default = settings_module.DEFAULT_PATH  # read now: load() reads the same name
+    if path:
+        return f"preemption: {preemption}, from {path}"
+    if os.path.exists(default):
+        return f"preemption: {preemption}, from {default}"
+    return f"preemption: {preemption}, the default: no {default}; --config names the YAML"
 
 
 def _queue_line(queue) -> str:

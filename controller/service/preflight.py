@@ -263,6 +263,7 @@ def slurm_preemption_findings(settings: dict[str, str], partitions: dict[str, di
                              "preempt_send_user_signal (24.11+: or PreemptParameters=send_user_signal)",
                              "at preemption slurmctld must send the job's own --signal, its checkpoint request; "
                              "without it the job gets SIGTERM and loses its work"))
+    found += accounting_findings(settings)
     for name, values in partitions.items():
         mode = values.get("PreemptMode", "")
         own = _modes(mode)
@@ -280,6 +281,31 @@ def slurm_preemption_findings(settings: dict[str, str], partitions: dict[str, di
                              "takes that partition's nodes out of slurmctld's main pass, so declared jobs behind it "
                              "never preempt (issue 35: 1.17x stock against 2.88x for preemption: controller, 22.05)",
                              refuses=False))
+    return found
+
+
+def accounting_findings(settings: dict[str, str]) -> list[Finding]:
+    """What ``preemption: slurm`` needs of accounting (docs/admin.md, "Install
+    preemption: slurm"): QOS live in slurmdbd (``AccountingStorageType=
+    accounting_storage/slurmdbd``), and ``AccountingStorageEnforce`` with ``associations``
+    and ``qos``, so that a job runs only in a QOS its association was granted: the
+    preempt QOS holds the jobs cli_filter.lua put there, not any job that names it.
+    (slurm.conf's ``qos`` alone also sets associations: `scontrol show config` prints
+    both.) A change of either needs a slurmctld restart, not a reconfigure."""
+    found = []
+    storage = settings.get("AccountingStorageType", "")
+    if storage != "accounting_storage/slurmdbd":
+        found.append(Finding("AccountingStorageType", storage or UNSET, "accounting_storage/slurmdbd",
+                             "preempt/qos preempts by QOS, and QOS live in slurmdbd (restart slurmctld after)"))
+    enforce = settings.get("AccountingStorageEnforce", "")
+    missing = [word for word in ("associations", "qos")
+               if word not in {w.strip().lower() for w in enforce.split(",")}]
+    if missing:
+        found.append(Finding("AccountingStorageEnforce", enforce or UNSET,
+                             f"a list with {' and '.join(missing)} (e.g. associations,qos)",
+                             "a job must run only in a QOS its association was granted: the preempt QOS holds the "
+                             "jobs cli_filter.lua put there (restart slurmctld after: a reconfigure keeps the old "
+                             "value)"))
     return found
 
 
@@ -361,29 +387,57 @@ def qos_findings(rows: dict[str, dict[str, str]], qos: str, cluster_exempt: str 
     return found
 
 
-def cli_filter_path(settings: dict[str, str]) -> Optional[str]:
-    """Where sbatch reads cli_filter.lua: next to the slurm.conf slurmctld names
+POLICY_FILE = "tiresias-policy.conf"  # slurm_plugin/tiresias-policy.conf: the lua files' site policy
+POLICY_KEYS = {"preemptable_qos": r"[A-Za-z0-9_.-]+", "preemptable_qos_grace_s": r"[0-9]+"}
+
+
+def cli_filter_path(settings: dict[str, str], name: str = "cli_filter.lua") -> Optional[str]:
+    """Where sbatch reads cli_filter.lua (or ``name``, e.g. POLICY_FILE, which the lua
+    files read next to themselves): next to the slurm.conf slurmctld names
     (``SLURM_CONF``); None when it names none."""
     conf = settings.get("SLURM_CONF", "")
-    return os.path.join(os.path.dirname(conf), "cli_filter.lua") if conf.startswith("/") else None
+    return os.path.join(os.path.dirname(conf), name) if conf.startswith("/") else None
 
 
-def cli_filter_policy_findings(lua_text: str, qos: str, grace_s: Optional[float]) -> list[Finding]:
-    """Warnings on cli_filter.lua's site policy for ``preemption: slurm``, read as text
-    (assignment lines, never run): PREEMPTABLE_QOS must name ``qos``, or no job enters
-    it and slurmctld preempts nobody; PREEMPTABLE_QOS_GRACE_S should not exceed the QOS's
-    GraceTime ``grace_s``, or jobs whose lead time is between the two enter the QOS only
-    to be kept from slurmctld by the controller (never preempted)."""
-    found = []
-    named = re.search(r'^PREEMPTABLE_QOS\s*=\s*(nil|"([^"]*)")', lua_text, re.M)
-    value = named.group(2) if named and named.group(2) is not None else None
+def parse_policy(text: str) -> tuple[dict[str, str], list[tuple[int, str]]]:
+    """tiresias-policy.conf as the lua files read it (``tiresias_read_policy`` in
+    cli_filter.lua): ``key = value`` lines, ``#`` to the end of a line a comment, the
+    last value of a key wins. Returns the values and the (line number, text) of each
+    line the lua files skip (an unknown key, a bad value, no ``=``)."""
+    values: dict[str, str] = {}
+    skipped = []
+    for number, line in enumerate(text.splitlines(), 1):
+        body = line.split("#", 1)[0].strip()
+        if not body:
+            continue
+        found = re.fullmatch(r"([a-z_]+)\s*=\s*(.*?)", body)
+        if found and found.group(1) in POLICY_KEYS and re.fullmatch(POLICY_KEYS[found.group(1)], found.group(2)):
+            values[found.group(1)] = found.group(2)
+        else:
+            skipped.append((number, line.strip()))
+    return values, skipped
+
+
+def cli_filter_policy_findings(policy_text: str, qos: str, grace_s: Optional[float],
+                               where: str = POLICY_FILE) -> list[Finding]:
+    """Warnings on the lua files' site policy for ``preemption: slurm``, read from
+    tiresias-policy.conf's text ``policy_text`` (never run): a line the lua files skip,
+    named by its number; preemptable_qos must name ``qos``, or no job enters it and
+    slurmctld preempts nobody; preemptable_qos_grace_s (default 60) should not exceed the
+    QOS's GraceTime ``grace_s``, or jobs whose lead time is between the two enter the QOS
+    only to be kept from slurmctld by the controller (never preempted)."""
+    values, skipped = parse_policy(policy_text)
+    found = [Finding(f"{where} line {number}", line, "preemptable_qos = NAME or preemptable_qos_grace_s = SECONDS",
+                     "cli_filter.lua and job_submit.lua skip a line they cannot read", refuses=False)
+             for number, line in skipped]
+    value = values.get("preemptable_qos")
     if value != qos:
-        found.append(Finding("cli_filter.lua PREEMPTABLE_QOS", f'"{value}"' if value is not None else "nil",
-                             f'"{qos}" (preempt_qos)', "it puts the declared jobs in that QOS: else slurmctld "
-                             "has none to preempt", refuses=False))
-    limit = re.search(r"^PREEMPTABLE_QOS_GRACE_S\s*=\s*([0-9]+)", lua_text, re.M)
-    if limit is not None and grace_s is not None and int(limit.group(1)) > grace_s:
-        found.append(Finding("cli_filter.lua PREEMPTABLE_QOS_GRACE_S", limit.group(1),
+        found.append(Finding(f"{where} preemptable_qos", value or "(unset)", f"{qos} (preempt_qos)",
+                             "cli_filter.lua puts the declared jobs in that QOS: else slurmctld has none to preempt",
+                             refuses=False))
+    limit = int(values.get("preemptable_qos_grace_s", "60"))
+    if value is not None and grace_s is not None and limit > grace_s:
+        found.append(Finding(f"{where} preemptable_qos_grace_s", str(limit),
                              f"at most QOS {qos}'s GraceTime, {grace_s:g}", "a job whose lead time is longer than "
                              "the grace enters the QOS, and the controller keeps it from slurmctld", refuses=False))
     return found
@@ -618,15 +672,18 @@ def run_checks(backend: Backend, site_factor_band: int, requeue_exit_code: int,
 
 def installed_cli_filter_findings(settings: dict[str, str], rows: dict[str, dict[str, str]],
                                   qos: str) -> list[Finding]:
-    """cli_filter_policy_findings of the cli_filter.lua next to slurm.conf, when this
-    host has one (it may live on the submit hosts only: then nothing is checked)."""
-    path = cli_filter_path(settings)
+    """cli_filter_policy_findings of the tiresias-policy.conf next to slurm.conf, when
+    this host has it or cli_filter.lua (they may live on the submit hosts only: then
+    nothing is checked; cli_filter.lua without the file is its defaults: no QOS)."""
+    path = cli_filter_path(settings, POLICY_FILE)
     try:
         with open(path or "", encoding="utf-8", errors="replace") as f:
             text = f.read()
     except OSError:
-        return []
-    return cli_filter_policy_findings(text, qos, qos_grace_s(rows, qos))
+        if not os.path.isfile(cli_filter_path(settings) or ""):
+            return []
+        text = ""
+    return cli_filter_policy_findings(text, qos, qos_grace_s(rows, qos), path or POLICY_FILE)
 
 
 def report(mode: str, findings: list[Finding], log: logging.Logger) -> bool:
