@@ -107,6 +107,9 @@ class Stage:
         self.run = Run(instance, tmp)
         self.victims: dict[int, str] = {}  # node index -> bob's victim there
         self.kept: dict[int, str] = {}
+        # node index -> the reservation over it (made by a group's prepare): a victim that
+        # replaces one there must be submitted into it, or Slurm keeps it off the node
+        self.reservations: dict[int, str] = {}
 
     def start(self) -> None:
         self.instance.cancel_all()
@@ -135,8 +138,9 @@ class Stage:
                 continue
             if old:
                 self.instance.run(["scancel", old], check=False)
-            self.victims[k] = submit(self.instance, "bob", f"-w {node_name(self.instance, k)} {victim}", f"victim{k}",
-                                     3600)
+            into = f"--reservation={self.reservations[k]} " if k in self.reservations else ""
+            self.victims[k] = submit(self.instance, "bob", f"-w {node_name(self.instance, k)} {into}{victim}",
+                                     f"victim{k}", 3600)
         ids = list(self.victims.values())
         wait_for(lambda: all(self._state(j) == "RUNNING" for j in ids), 40, "bob's victims to start",
                  seen=self.instance.squeue)

@@ -21,12 +21,14 @@ def outcomes(cluster, tmp_path_factory):
 
 def reservations(stage):
     """cf_free over node 2 (a victim there: what it frees is the reservation's), cf_full over
-    node 1 (a kept job holds all of it), both for alice, made over the running jobs."""
+    node 1 (a kept job holds all of it), both for alice and bob (a victim that replaces
+    one that yielded on node 2 runs inside cf_free), made over the running jobs."""
     for name, node in (("cf_free", 2), ("cf_full", 1)):
         stage.instance.run(["scontrol", "delete", f"ReservationName={name}"], check=False)
-        stage.instance.run(["scontrol", "create", "reservation", f"ReservationName={name}", "Users=alice",
+        stage.instance.run(["scontrol", "create", "reservation", f"ReservationName={name}", "Users=alice,bob",
                             f"Nodes={stage.instance.name}g{node}", "StartTime=now", "Duration=60",
                             "Flags=IGNORE_JOBS"])
+        stage.reservations[node] = name
 
 
 @pytest.mark.parametrize("case", cases_of(GROUP), ids=lambda c: c.key)
