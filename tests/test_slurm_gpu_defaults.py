@@ -40,8 +40,11 @@ def test_the_site_defaults_are_in_force(iso):
     assert "DefCpuPerGPU=2,DefMemPerGPU=1000" in conf and "CR_CORE_MEMORY" in conf.upper(), conf[:3000]
 
 
-def test_a_queue_1_job_whose_partition_runs_queue_2_jobs_gets_its_victim(iso, run):
-    run.start(preempt_grace_s=3.0)
+@pytest.mark.parametrize("placement", ["consolidate", "count"])
+def test_a_queue_1_job_whose_partition_runs_queue_2_jobs_gets_its_victim(iso, run, placement):
+    """The same under `placement: count`, whose victims are chosen on the newcomer's own
+    nodes too (a v100 job was once requeued for an a100-partition job that stayed pending)."""
+    run.start(preempt_grace_s=3.0, placement=placement)
     # 4 GPUs: 8 CPUs (all of a node) and 4000 MB by the defaults
     victims = [iso.submit("bob", 4, 600, f"gpu{k}", extra=f"-w {iso.name}g{k}")[0] for k in range(1, 5)]
     wait_for(lambda: running(iso, victims), 30, "bob's 4-GPU jobs to start")

@@ -170,3 +170,24 @@ def test_a_landed_handoff_is_cleared_from_the_store(store):
     backend.now += 2
     c.run_round()
     assert c.handoffs.landed == 1 and store.load_handoffs("default") == []
+
+
+def test_the_none_its_own_band_update_causes_does_not_cost_a_startable_job_a_round(store):
+    """Slurm shows reason None after any update of a pending job, the controller's band
+    included, until its next pass. Alice's job was Priority (startable) when the
+    controller set its band; bob's job becomes preemptable a round later (older than
+    preempt_min_runtime_s), when Slurm shows None: alice's job still gets its victim
+    that round. A None the controller did not
+    cause (a fresh job, tested above) still waits."""
+    backend = ScriptedBackend()
+    backend.add("1", 16, "RUNNING", start=0.0, nodes=FULL)
+    backend.now = 2.0  # bob has run 2 s: too young to yield
+    c = controller(store, backend, preempt_min_runtime_s=5)
+    backend.add("2", 4, reason="Priority")
+    report = c.run_round()
+    assert not report.plan.of_kind("preempt")
+    assert any("2" in call[1] for call in backend.calls if call[0] == "set_site_factors")  # its band: an update
+    backend.now = 10.0  # 10 s: old enough
+    backend.jobs["2"] = dataclasses.replace(backend.jobs["2"], reason="None")
+    report = c.run_round()
+    assert [a.job_id for a in report.plan.of_kind("preempt")] == ["1"]

@@ -29,6 +29,7 @@ from controller.core.engine import Engine
 from controller.core.conditioned import learn_conditioned
 from controller.core.gittins import ServiceDistribution
 from controller.core.inputs import shorten
+from controller.core.actions import SetAdminComment, SetBand
 from controller.core.model import InputError, JobSpec, JobState, Snapshot
 from controller.core.placement import set_aside
 from controller.core.plan import Plan
@@ -111,6 +112,13 @@ class Controller:
         self._calls_mark: dict[str, int] = {}  # backend.commands_run when the current round began
         self.heap = Heap()  # one full garbage collection an hour (controller.service.heap)
         self._specs: dict[str, tuple] = {}  # job id -> (ObservedJob, account key, JobSpec) of the last snapshot
+        # Slurm shows reason None after any `scontrol update` of a pending job until its
+        # next scheduling pass (controller.service.startable): a job this controller
+        # updated (band, AdminComment, pin) while Slurm said it waited only for GPUs still
+        # does, so its own update does not cost it a round (seen: the preemption came a
+        # round later, sometimes two, than the round that first saw the job).
+        self._startable_seen: set[str] = set()  # pending jobs last seen with a startable reason
+        self._updated: set[str] = set()  # pending jobs this controller updated since
         # The light poll's answer taken just before the last full observation, and when
         # that observation was made (controller clock): see observe().
         self._full_signature: Optional[frozenset] = None
@@ -456,6 +464,7 @@ class Controller:
             self.store.log_decisions(self.config.cluster, round_id, now, self.executor.mode,
                                      self.executor.decisions_to_log(report.applied))
         report.levers = self.executor.end_round(round_id)
+        self._note_updates(report.levers, observed)
         logs.log_decisions(log, report.applied, round_id)
         self._prune_decisions(now)
         forgotten = self.accounts.forget_finished()
@@ -513,6 +522,7 @@ class Controller:
             self.executor.begin_round()
             self._write_admin_comments(self.last_plan, observed, now)
             report.levers = self.executor.end_round(round_id)
+            self._note_updates(report.levers, observed)
         self._prune_decisions(now)
         self._collect_usage(now)
         self.last_observation = observation
@@ -597,6 +607,16 @@ class Controller:
                                                  " it, no job is preempted for it")
         return plan
 
+    def _note_updates(self, levers, observed: dict[str, ObservedJob]) -> None:
+        """Remember the pending jobs this round's bands and comments updated in Slurm (enforce only:
+        elsewhere nothing reached Slurm); forget the jobs no longer pending."""
+        if self.executor.acting:  # a band or a comment: neither changes whether Slurm may start it
+            self._updated.update(action.job_id for action in levers if isinstance(action, (SetBand, SetAdminComment))
+                                 and getattr(observed.get(action.job_id), "state", "") == "PENDING")
+        pending = {job_id for job_id, job in observed.items() if job.state == "PENDING"}
+        self._updated &= pending
+        self._startable_seen &= pending
+
     def _spec_of(self, job_id: str) -> Optional[JobSpec]:
         """The JobSpec this round's plan used for ``job_id`` (None: not planned)."""
         kept = self._specs.get(job_id)
@@ -680,6 +700,7 @@ class Controller:
         specs: dict[str, tuple] = {}  # this round's JobSpecs (see _job_spec)
         # (the loop runs once per active job: its lookups are bound to locals)
         records, why_not, pins, last_specs = self.records, self.contract.why_not, self.starts.pins, self._specs
+        startable_seen, updated = self._startable_seen, self._updated
         # preemption: slurm: slurmctld's requeues count against preempt_max_per_job too
         # (Slurm's restart count; Preemptions.protected)
         restarts_count = self.config.preemption == "slurm"
@@ -710,6 +731,12 @@ class Controller:
                 reason, preemptable = "", not why_not(job)
             else:
                 reason, preemptable = slurm_wait(job), True
+                if reason == "None" and job_id in updated and job_id in startable_seen:
+                    reason = ""  # our own update's None: Slurm judged it startable before it
+                elif reason:
+                    startable_seen.discard(job_id)
+                else:
+                    startable_seen.add(job_id)
             record = records[job_id]
             # the JobSpec of the last round while the same ObservedJob has the same account
             # fields and pin (see _job_spec, which builds it otherwise)
