@@ -50,6 +50,12 @@ class Case:
     does: str  # what the controller does, for the table
     pin: bool = True  # -w the (single) node of ``nodes`` on the yes job, and on the no job unless it has its own
     setup: str = ""  # "split": the yes/no job is an array whose task 0 is split off
+    # release -> what is expected there instead of ``expected``: "waits:REASON" (Slurm keeps
+    # the job at REASON, which the controller never preempts for)
+    on: tuple = ()
+
+    def expected_on(self, release: str) -> str:
+        return dict(self.on).get(release, self.expected)
 
     @property
     def passed_on(self) -> tuple:
@@ -179,7 +185,9 @@ CASES = [
          (3,), "unmodelled:het", "reported unmodelled; never a reason to preempt", pin=False),
     Case("split_array", "site", "array tasks split off their array's record",
          "--array=0-1%1 --gres=gpu:a100:3", "--array=0-1%1 --gres=gpu:a100:4", (4,), "modelled",
-         "the split task planned under ARRAYID_TASKID", setup="split"),
+         "the split task planned under ARRAYID_TASKID; on 24.11 Slurm left the split task and its array at reason"
+         " None (never judged) for the whole minute its nodes were full, and the controller preempts for no job"
+         " Slurm has not judged", setup="split", on=(("24.11", "waits:None"),)),
     Case("node_weight", "site", "node `Weight=`",
          "--gres=gpu:a100:3", "--gres=gpu:a100:4", (3, 4), "modelled",
          "planned as any node (Slurm's choice among free nodes)", pin=False),
@@ -195,6 +203,8 @@ def cases_of(group: str) -> list[Case]:
 
 
 def _what(expected: str) -> str:
+    if expected.startswith("waits:"):
+        return f"waits on Slurm (reason {expected.split(':', 1)[1]})"
     if expected == "modelled":
         return "modelled"
     if expected.startswith("unmodelled:"):
@@ -209,7 +219,8 @@ def render_table() -> str:
     for case in CASES:
         config = CONFIGS[case.group].conf.split(";")[0].split("=", 1)[-1]
         passed = ", ".join(r for r in ALL_RELEASES if r in case.passed_on) or "not yet"
-        lines.append(f"| {case.setting} | {config} | {_what(case.expected)} | {case.does} | {passed} |")
+        what = _what(case.expected) + "".join(f"; {release}: {_what(other)}" for release, other in case.on)
+        lines.append(f"| {case.setting} | {config} | {what} | {case.does} | {passed} |")
     return "\n".join(lines) + "\n"
 
 

@@ -33,6 +33,8 @@ def test_every_case_names_a_configuration_an_expectation_and_only_releases_of_th
         assert case.expected == "modelled" or case.expected == "not planned" or case.expected.startswith(
             "unmodelled:"), case.key
         assert set(case.passed_on) <= set(ALL_RELEASES), case.key
+        for release, expected in case.on:
+            assert release in ALL_RELEASES and expected.startswith("waits:"), (case.key, release, expected)
 
 
 def test_an_unmodelled_case_names_a_reason_code_of_the_product():
