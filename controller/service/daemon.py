@@ -486,7 +486,7 @@ class Controller:
         stand. (A failed lever makes the backend observe in full: no repeat.) The
         AdminComment lines are written in quiet rounds too, when due."""
         cfg = self.config
-        if (report.applied or leaving or self.handoffs.watching or (self.starts.bands_waiting and self.executor.acting)
+        if (report.applied or leaving or self.handoffs.watching or self.starts.bands_waiting
                 or self.contract.reads_left <= 0 or cfg.partition_moves or cfg.gpu_sharing):
             return -math.inf
         until = plan.stands_until_s

@@ -8,6 +8,7 @@ ArrayJobId, and are never pinned (controller.service.arrays).
 """
 from __future__ import annotations
 
+import math
 from collections import ChainMap
 from typing import Callable, Container, Optional
 
@@ -101,7 +102,8 @@ class Starts:
             if task and head in moved:
                 changed.setdefault(job_id, value)
         # within Slurm's RPC budget, most urgent first (controller.core.levers, as the simulator)
-        allowance = self.rpc.allowance(now)
+        # (observe and shadow send nothing: no RPC to budget, every band they would set is told)
+        allowance = self.rpc.allowance(now) if self.executor.acting else math.inf
         if len(changed) > allowance:  # (the sets only when the budget holds some back)
             running = {j for jobs in (observed, cpu_running) for j, job in jobs.items() if job.state == "RUNNING"}
             changed, self.bands_waiting = bands_in_budget(changed, current, {a.job_id for a in plan.of_kind("start")},
