@@ -32,6 +32,7 @@ its own process) is left out. Targets (CPU, median): changing round at 10k+2k
 Usage: python bench/bench_round.py [--repeat 5] [--sizes 10000:2000:1000,50000:5000:2500]
        [--profile changing|unchanged [--sort cumulative|tottime]]  (cProfile one round of that
        kind at the first size instead; tottime shows the passes over every job)
+       [--burst 1000,10000]  (instead: a submit burst under Slurm's RPC rate limit, bench/bench_burst.py)
 """
 from __future__ import annotations
 
@@ -132,7 +133,9 @@ def build(pending: int, running: int, nodes: int, tmp: str):
     slurm = ScriptedSlurm(pending, running, nodes=nodes, now=int(time.time()))
     store = Store(f"sqlite:///{tmp}/round-{pending}.db")
     config = from_mapping({"mode": "enforce", "policy": "dlas", "queues_gpu_s": [3600.0, 36000.0],
-                           "preempt_max_per_job": 0, "usage_spool_dir": f"{tmp}/none"})
+                           "preempt_max_per_job": 0, "usage_spool_dir": f"{tmp}/none",
+                           # the CPU of a round, not Slurm's RPC budget (the burst case below)
+                           "slurm_rpc_per_s": 0.0})
     controller = Controller(config, SlurmBackend(runner=slurm), store, clock=time.time)
     return slurm, store, controller
 
@@ -249,7 +252,14 @@ def main() -> int:
                         help="cProfile one round of that kind at the first size instead")
     parser.add_argument("--sort", choices=["cumulative", "tottime"], default="cumulative",
                         help="--profile's order: time with callees, or in the function itself")
+    parser.add_argument("--burst", default="",
+                        help="N,...: instead, the submit-burst case (bench/bench_burst.py): N new jobs under "
+                             "a simulated rl_enable bucket")
     args = parser.parse_args()
+    if args.burst:
+        from bench import bench_burst
+        sys.argv = [sys.argv[0], "--jobs", args.burst]
+        return bench_burst.main()
     sizes = [tuple(int(x) for x in size.split(":")) for size in args.sizes.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
         if args.profile:

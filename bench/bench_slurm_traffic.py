@@ -41,10 +41,12 @@ from slurm_plugin.backend import SlurmBackend  # noqa: E402
 def controller_for(slurm: ScriptedSlurm, store: Store, tmp: str, policy: str, admin_comment: bool,
                    clock: VirtualTime) -> Controller:
     # No preemptions (preempt_max_per_job 0): the scripted cluster does not requeue,
-    # and this measures the queue's cost, not the victims' levers.
+    # and this measures the queue's cost, not the victims' levers. No RPC budget
+    # (slurm_rpc_per_s 0): the commands a state costs, the first round's bands all at
+    # once (bench/bench_burst.py measures the budget spreading them over rounds).
     config = from_mapping({"mode": "enforce", "policy": policy, "queues_gpu_s": [3600.0, 36000.0],
                            "preempt_max_per_job": 0, "usage_spool_dir": f"{tmp}/none",
-                           "admin_comment": admin_comment})
+                           "admin_comment": admin_comment, "slurm_rpc_per_s": 0.0})
     return Controller(config, SlurmBackend(runner=slurm, clock=clock), store, clock=clock)
 
 

@@ -74,7 +74,8 @@ def simulated(workload=WORKLOAD, settings=SETTINGS, node_kinds=()) -> list[list[
     sim = SimConfig(nodes=NODES, gpus_per_node=GPUS_PER_NODE, engine=config.engine_config(),
                     round_interval_s=float(INTERVAL), preempt_grace_s=config.preempt_grace_s, node_kinds=node_kinds)
     lever_settings = LeverSettings(config.site_factor_band, config.pin_expiry_s, config.requeue_settle_s,
-                                     config.handoff_timeout_s, "USR1", True)
+                                     config.handoff_timeout_s, "USR1", True, config.slurm_rpc_per_s,
+                                     config.slurm_rpc_burst)
     out = replay_levers(sim, specs, lever_settings, start_s=float(T0))
     return [[action_row(a) for a in levers] + [("", "start", j, nodes, "") for j, nodes in starts]
             for levers, starts in zip(out.levers, out.starts)]

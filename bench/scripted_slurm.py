@@ -60,6 +60,7 @@ class ScriptedSlurm:
         self.first_submit: dict[int, float] = {}  # job id -> its first submit time (the age order)
         self.signalled_at: dict[int, int] = {}  # running job id -> when its checkpoint signal came
         self.calls: Counter = Counter()
+        self.ids_per_update: list[int] = []  # job ids each SiteFactor update named (one RPC each)
         # job arrays: ArrayJobId -> the task ids still in its pending record, its %N
         # throttle (0: none), the work each task runs for; and the records split off by
         # an update that named a task still in the pending record
@@ -348,6 +349,7 @@ class ScriptedSlurm:
         if argv[:2] == ["scontrol", "update"] and argv[-1].startswith("SiteFactor="):
             self.calls["scontrol update SiteFactor"] += 1
             value = int(argv[-1].split("=", 1)[1])
+            self.ids_per_update.append(len(argv[2].split("=", 1)[1].split(",")))
             for text in argv[2].split("=", 1)[1].split(","):
                 if "_" not in text and self.records_of(int(text)):  # a whole array: every record of it
                     targets = list(self.records_of(int(text)))

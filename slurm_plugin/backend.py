@@ -83,6 +83,12 @@ _UNREACHABLE_MARKERS = (
 # Stop one comma list from growing without bound (argv and RPC size); far above
 # any realistic number of jobs that share one SiteFactor value in a round.
 MAX_IDS_PER_UPDATE = 1000
+# ...and from outliving command_timeout_s: scontrol sends one RPC per id, and under
+# rl_enable (a bucket of 30 refilled 2 a second per user by default; the controller's
+# Operator user is not exempt) a command that finds the bucket empty waits for each id's
+# token. At most this many ids a second of command_timeout_s (half the default refill:
+# the polls take the rest), so such a command still ends in time: 15 ids at 15 s.
+RL_IDS_PER_S = 1.0
 # 26.05+: `scontrol show job -o ID` (one id a call: 22.05 prints nothing for "1,2") for at
 # most this many pending jobs of unknown --exclusive mode per observation, the rest at the
 # next; each call waits at most SHOW_JOB_TIMEOUT_S (capped by command_timeout_s), and the
@@ -995,13 +1001,19 @@ class SlurmBackend:
         if failures:
             raise LeverFailed("; ".join(failures))
 
+    def ids_per_update(self) -> int:
+        """Most job ids one ``scontrol update`` names: MAX_IDS_PER_UPDATE, and no more
+        than RL_IDS_PER_S x command_timeout_s (one RPC per id, rl_enable's refill)."""
+        return max(1, min(MAX_IDS_PER_UPDATE, int(self.command_timeout_s * RL_IDS_PER_S)))
+
     def _send_site_factors(self, groups: dict[int, list[str]], failures: list[str]) -> None:
-        """One ``scontrol update`` per value (at most MAX_IDS_PER_UPDATE ids each); the
-        values sent are known after, those of a failed call forgotten."""
+        """One ``scontrol update`` per value and per ids_per_update() ids; the values
+        sent are known after, those of a failed call forgotten."""
+        per_command = self.ids_per_update()
         for value in sorted(groups):
             ids = sorted(groups[value], key=lambda j: [int(p) for p in j.split("_")])
-            for start in range(0, len(ids), MAX_IDS_PER_UPDATE):
-                chunk = ids[start:start + MAX_IDS_PER_UPDATE]
+            for start in range(0, len(ids), per_command):
+                chunk = ids[start:start + per_command]
                 try:
                     self._lever(["scontrol", "update", f"JobId={','.join(chunk)}", f"SiteFactor={value}"],
                                 f"SiteFactor={value} for job(s) {','.join(chunk)}",

@@ -30,6 +30,16 @@ VALIDATE_HINTS = true
 -- it preempts that may not be requeued, so a --no-requeue job asking for this QOS
 -- itself is refused. nil: no check.
 PREEMPTABLE_QOS = nil
+-- The SiteFactor a new job starts with: the band the controller gives a job that
+-- arrives (queue 1, never started), so that a submit burst costs the controller no
+-- `scontrol update` (one RPC per job id, under Slurm's rl_enable rate limit). It is
+-- (len(queues_gpu_s) + 1) x site_factor_band of tiresias.yaml: 200000 with the
+-- defaults ([3600], 100000); see docs/admin.md ("Slurm's RPC budget"). Only a job
+-- submit plugin may set
+-- SiteFactor at submit. With PREEMPTABLE_QOS set (preemption: slurm) only GPU jobs get
+-- it: a CPU or MPS job that may preempt starts low, where the controller puts it.
+-- nil: none (the controller sets every new job's band, within its RPC budget).
+ARRIVAL_SITE_FACTOR = nil
 -----------------------------------------------------------------------------
 
 -- tiresias-policy.conf next to this script (slurmctld loads it from a file: its chunk
@@ -211,8 +221,12 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
 		return slurm.ERROR
 	end
 	-- requeue is 0 after an explicit --no-requeue: never overridden
-	if REQUEUE_GPU_JOBS and requests_gpus(job_desc) and job_desc.requeue ~= 0 then
+	local gpus = requests_gpus(job_desc)
+	if REQUEUE_GPU_JOBS and gpus and job_desc.requeue ~= 0 then
 		job_desc.requeue = 1
+	end
+	if ARRIVAL_SITE_FACTOR ~= nil and (gpus or PREEMPTABLE_QOS == nil) then
+		job_desc.site_factor = ARRIVAL_SITE_FACTOR
 	end
 	return slurm.SUCCESS
 end

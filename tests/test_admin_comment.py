@@ -115,3 +115,59 @@ def test_slurm_lever_refuses_bad_text_before_running_anything(text):
 
     with pytest.raises(ValueError, match="AdminComment must be one printable line"):
         SlurmBackend(runner=never).set_admin_comment("12", text)
+
+
+class _Plan:
+    def __init__(self, levels):
+        self.levels, self.order, self.round_id = levels, list(levels), 1
+
+
+class _Executor:
+    def __init__(self):
+        self.texts: dict[str, str] = {}
+
+    def apply(self, action):
+        self.texts[action.job_id] = action.text
+        return dataclasses.make_dataclass("Outcome", ["applied"])(True)
+
+
+def test_a_round_looks_at_changed_records_and_due_refreshes_only_within_the_rpc_budget():
+    """Issue 37: the pass touches the jobs whose record or level changed and the
+    refreshes a heap says are due, and writes no more than the RPC budget the bands
+    left (one RPC a line); the rest waits, counted."""
+    from controller.core.levers import RpcBudget
+    budget = RpcBudget(per_s=1.0, burst=20)
+    comments = AdminComments(refresh_s=300, max_per_round=50, budget=budget)
+    observed = {str(j): _job(str(j)) for j in range(100)}
+    plan = _Plan({j: 0 for j in observed})
+    looked: list[str] = []
+
+    def attained(job_id):
+        looked.append(job_id)
+        return 0.0
+
+    executor = _Executor()
+
+    def round_at(now):
+        looked.clear()
+        return comments.apply(plan, observed, attained, 2, lambda job: False, executor, now)
+
+    assert round_at(0) == 20 and comments.waiting == 80 and comments.backlog
+    for job_id, text in executor.texts.items():  # Slurm shows what was written: a new record
+        observed[job_id] = dataclasses.replace(observed[job_id], admin_comment=text)
+    assert round_at(10) == 10  # 1/s over 10 s
+    assert len(looked) == 80  # the 80 still to write; the 20 written and unchanged are not looked at
+    for job_id, text in executor.texts.items():
+        observed[job_id] = dataclasses.replace(observed[job_id], admin_comment=text)
+    for now in range(20, 100, 10):
+        round_at(now)
+        for job_id, text in executor.texts.items():
+            observed[job_id] = dataclasses.replace(observed[job_id], admin_comment=text)
+    assert comments.waiting == 0 and len(executor.texts) == 100
+    round_at(150)
+    assert looked == [] and comments.next_refresh_s() == 300  # nothing changed, nothing due
+    plan.order = list(reversed(plan.order))  # every position changes: written when due, not before
+    round_at(200)
+    assert looked == []
+    round_at(300)
+    assert 0 < len(looked) <= 20 + 10  # the due ones, first the 20 written at 0, then what the budget allows

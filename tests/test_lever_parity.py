@@ -156,3 +156,19 @@ def test_rounds_that_observe_nothing_new_and_are_not_planned_pull_the_same_lever
     assert len(quiet) >= 10, f"only {len(quiet)} quiet rounds of {len(sim)}"
     for round_id, (predicted, done) in enumerate(zip(sim, real), 1):
         assert predicted == done, f"round {round_id} (quiet rounds {quiet})"
+
+
+def test_a_tight_rpc_budget_holds_back_the_same_bands_in_both(tmp_path):
+    """Slurm's RPC budget (controller.core.levers.bands_in_budget) in both executors:
+    at 2 RPCs a round (burst 2, 0.03/s over 60 s rounds) the controller and the
+    simulator send the same bands in the same rounds, and some band goes later than
+    without the budget."""
+    tight = dict(SETTINGS, slurm_rpc_per_s=0.03, slurm_rpc_burst=2)
+    workload = seeded(237, 30)
+    sim = simulated(workload=workload, settings=tight)
+    real = controlled(len(sim), tmp_path, workload=workload, settings=tight)
+    for round_id, (predicted, done) in enumerate(zip(sim, real), 1):
+        assert predicted == done, f"round {round_id}"
+    assert max(sum(1 for row in actions if row[1] == "band") for actions in sim) <= 2
+    free = simulated(workload=workload, settings=dict(SETTINGS, slurm_rpc_per_s=0.0))
+    assert max(sum(1 for row in actions if row[1] == "band") for actions in free) > 2

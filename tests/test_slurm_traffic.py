@@ -13,7 +13,9 @@ from slurm_plugin.backend import CommandResult, SlurmBackend
 
 def test_steady_round_sends_no_scontrol_and_one_start_at_most_five():
     result = rounds("dlas", pending=300, running=60, minutes=True)
-    assert result["first"][1]["scontrol update SiteFactor"] <= 4  # one per (level, class) value, not per job
+    # one per (level, class) value and per 15 ids (command_timeout_s x RL_IDS_PER_S: a
+    # command that finds Slurm's rl_enable bucket empty still ends within its time-out)
+    assert result["first"][1]["scontrol update SiteFactor"] <= 4 + 300 // 15
     assert result["steady"][0] == 0 and "sprio" not in result["steady"][1]
     assert result["after one start"][0] <= 5
     assert result["after one start"][1].get("scontrol write batch_script") == 1  # the new running job's --signal

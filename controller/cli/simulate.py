@@ -331,7 +331,9 @@ def _write_levers(args, config: SimConfig, jobs) -> dict:
 
     service_config = load(args.like_controller)
     settings = LeverSettings(service_config.site_factor_band, service_config.pin_expiry_s,
-                             service_config.requeue_settle_s, service_config.handoff_timeout_s)
+                             service_config.requeue_settle_s, service_config.handoff_timeout_s,
+                             slurm_rpc_per_s=service_config.slurm_rpc_per_s,
+                             slurm_rpc_burst=service_config.slurm_rpc_burst)
     replay = replay_levers(config, jobs, settings)
     counts: Counter = Counter()
     try:

@@ -33,8 +33,8 @@ from controller.core.actions import LeverAction, SetBand
 from controller.core.bands import band_actions, site_factors
 from controller.core.engine import Engine
 from controller.core.handoffs import ClusterView, HandoffBook, Needs
-from controller.core.levers import (LEVERS, changed_bands, pin_for_start, release_for_start, requeue_after_grace,
-                                    signal_for, unpin_expired)
+from controller.core.levers import (LEVERS, RpcBudget, bands_in_budget, changed_bands, pin_for_start,
+                                    release_for_start, requeue_after_grace, signal_for, unpin_expired)
 from controller.core.model import InputError, JobSpec, JobState, Snapshot
 from controller.core.placement import set_aside
 from controller.core.policies import PolicyContext
@@ -52,6 +52,9 @@ class LeverSettings:
     handoff_timeout_s: float = 120.0
     signal_name: str = "USR1"  # the workload's declared checkpoint signal (--signal=B:USR1@...)
     batch_only: bool = True
+    # Slurm's RPC budget for the bands (controller.core.levers.RpcBudget; 0: none)
+    slurm_rpc_per_s: float = 1.0
+    slurm_rpc_burst: int = 20
 
 
 @dataclass
@@ -219,6 +222,8 @@ class LeverRound:
         self.open: dict[str, tuple[float, str]] = {}
         self.handoffs = HandoffBook()
         self.applied: list[LeverAction] = []
+        self.rpc = RpcBudget(settings.slurm_rpc_per_s, settings.slurm_rpc_burst)
+        self.bands_waiting = 0
 
     def apply_bands(self, bands: list[SetBand]) -> None:
         """The round's SiteFactor changes in one call (as LeverExecutor.apply_bands)."""
@@ -249,6 +254,11 @@ class LeverRound:
                                cfg.site_factor_band, self.engine.policy.discretized,
                                plan.keys if self.engine.policy.bands_by_index else None)
         changed = changed_bands(factors, self.sent, slurm.site_factor.get)
+        # within the RPC budget, as the controller (no running job is banded here)
+        changed, self.bands_waiting = bands_in_budget(changed, slurm.site_factor.get,
+                                                      {a.job_id for a in plan.of_kind("start")}, (),
+                                                      self.rpc.allowance(now))
+        self.rpc.spend(len(changed))
         self.apply_bands(band_actions(plan.round_id, changed, plan.levels))
         self.sent.update(changed)
         # 2. the plan's starts: pins, releases

@@ -8,12 +8,14 @@ it is (a site that rewrites the field loses only our part, which the next round 
 back after theirs). Written only when the text differs from what Slurm shows, and
 bounded: a change of queue level or of pending/running goes out in the same round,
 other changes (attained service, position) at most every ``refresh_s`` per job, and
-at most ``max_per_round`` writes per round, level changes first. Only when the
+at most ``max_per_round`` writes per round and what Slurm's RPC budget leaves after
+the bands, level changes first. Only when the
 executor pulls levers: observe and shadow write nothing (this is information, not a
 scheduling decision).
 """
 from __future__ import annotations
 
+import heapq
 import itertools
 import math
 import re
@@ -22,6 +24,7 @@ from functools import lru_cache
 from typing import Callable, Optional
 
 from controller.core.actions import SetAdminComment
+from controller.core.levers import RpcBudget
 from controller.service.backend import ObservedJob
 
 OUR_PART = re.compile(r"\s*\[tiresias: [^\[\]]*\]")
@@ -88,18 +91,29 @@ class _Written:
 
 class AdminComments:
     """Decides which jobs' AdminComment to write this round (the diffing and bounds);
-    the caller carries the writes out through the executor."""
+    the caller carries the writes out through the executor.
 
-    def __init__(self, refresh_s: float = 300.0, max_per_round: int = 50):
+    A round looks only at what changed: a job whose record (the ObservedJob object the
+    backend keeps while the record's text is unchanged) and level are those it was last
+    found up to date with is skipped at one identity test; the routine refreshes come
+    from a heap of due times, not from a pass over every job. The writes share Slurm's
+    RPC budget with the bands (``budget``, controller.core.levers.RpcBudget: one RPC
+    each, after the bands took theirs)."""
+
+    def __init__(self, refresh_s: float = 300.0, max_per_round: int = 50, budget: Optional[RpcBudget] = None):
         self.refresh_s = refresh_s
         self.max_per_round = max_per_round
+        self.budget = budget
         self._written: dict[str, _Written] = {}
-        self.backlog = False  # the last round left lines to write (more than max_per_round)
+        self._due: list[tuple[float, str]] = []  # heap of (written at + refresh_s, job id); stale rows skipped
+        self._positions: tuple[object, dict[str, int]] = (None, {})  # (plan, job id -> place): per plan
+        self.backlog = False  # the last round left lines to write (over max_per_round or the budget)
+        self.waiting = 0  # lines the last round left to write
 
     def updates(self, wanted: dict[str, tuple[str, tuple]], observed: dict[str, ObservedJob],
-                now: float) -> dict[str, str]:
+                now: float, limit: Optional[float] = None) -> dict[str, str]:
         """``wanted``: job id -> (our line, urgent key). Returns job id -> full new
-        AdminComment for the jobs to write now (at most max_per_round)."""
+        AdminComment for the jobs to write now (at most max_per_round, and ``limit``)."""
         urgent, routine = [], []
         for job_id, (line, key) in wanted.items():
             job = observed.get(job_id)
@@ -111,9 +125,18 @@ class AdminComments:
             elif now - last.at_s >= self.refresh_s:
                 routine.append((last.at_s, job_id))
         chosen = urgent + [job_id for _, job_id in sorted(routine)]
-        self.backlog = len(chosen) > self.max_per_round
+        cap = self.max_per_round if limit is None else int(min(self.max_per_round, limit))
+        self.backlog = len(chosen) > cap
+        self.waiting = max(len(chosen) - cap, 0)
         return {job_id: combined(observed[job_id].admin_comment, wanted[job_id][0])
-                for job_id in chosen[:self.max_per_round]}
+                for job_id in chosen[:cap]}
+
+    def _position(self, plan) -> dict[str, int]:
+        """Job id -> its place in the plan order, built once per plan (a quiet round keeps
+        the last plan, and so the map)."""
+        if self._positions[0] is not plan:
+            self._positions = (plan, dict(zip(plan.order, itertools.count(1))))
+        return self._positions[1]
 
     def apply(self, plan, observed: dict[str, ObservedJob], attained_gpu_s: Callable[[str], float], queues: int,
               preemptable, executor, now: float) -> int:
@@ -121,43 +144,71 @@ class AdminComments:
         actions, ids ``r<round>.c<n>``). ``queues``: K, or 0 for a policy without queues;
         ``attained_gpu_s(job_id)``: its service; ``preemptable(job) -> bool`` for running jobs. Returns the
         writes applied."""
-        position = None
-        wanted, written, refresh_s = {}, self._written, self.refresh_s
+        wanted, written = {}, self._written
+
+        def line_of(job_id: str, job: ObservedJob, level: int, running: bool) -> str:
+            return our_line(level, queues, attained_gpu_s(job_id), self._position(plan).get(job_id), running,
+                            running and preemptable(job))
+
         for job_id, level in plan.levels.items():
             job = observed.get(job_id)
             if job is None or job.array_record:  # a write naming the task would split it off its array
                 continue
             last = written.get(job_id)
-            if last is not None and last.checked is job and last.urgent_key[0] == level and now - last.at_s < refresh_s:
-                continue  # found up to date before, and neither the job nor its level changed since
+            if last is not None and last.checked is job and last.urgent_key[0] == level:
+                continue  # found up to date before, and neither the record nor its level changed since
             state = job.state
             if state != "RUNNING" and state != "PENDING":
                 continue
             running = state == "RUNNING"
-            if (last is not None and now - last.at_s < refresh_s and last.urgent_key == (level, running)
-                    and ours_in(job.admin_comment)):
+            if last is not None and last.urgent_key == (level, running) and ours_in(job.admin_comment):
                 last.checked = job
-                continue  # neither urgent nor due (as updates() rules): its line is not even built
-            if position is None:
-                position = dict(zip(plan.order, itertools.count(1)))
-            line = our_line(level, queues, attained_gpu_s(job_id), position.get(job_id), running,
-                            running and preemptable(job))
+                continue  # not urgent (as updates() rules); its refresh comes from the heap when due
+            line = line_of(job_id, job, level, running)
             if ours_in(job.admin_comment) != line:  # what updates() skips, left out before it (most jobs)
                 wanted[job_id] = (line, (level, running))
+            elif last is None:  # Slurm shows our line already (written by a run before this one)
+                self.written(job_id, (level, running), now)
+                written[job_id].checked = job
+        due: list[tuple[float, str]] = []
+        while self._due and self._due[0][0] <= now:  # the routine refreshes now due
+            at, job_id = heapq.heappop(self._due)
+            last, job, level = written.get(job_id), observed.get(job_id), plan.levels.get(job_id)
+            if last is None or last.at_s + self.refresh_s != at or job_id in wanted:
+                continue  # a stale row (rewritten or forgotten since), or already wanted
+            if job is None or level is None or job.array_record or job.state not in ("RUNNING", "PENDING"):
+                continue
+            running = job.state == "RUNNING"
+            line = line_of(job_id, job, level, running)
+            if ours_in(job.admin_comment) != line:
+                wanted[job_id] = (line, (level, running))
+                due.append((at, job_id))
+            else:
+                last.at_s = now  # nothing to write: due again a refresh later (pushed after the loop:
+                due.append((now + self.refresh_s, job_id))  # with refresh_s 0 it would be due again now)
+        limit = self.budget.allowance(now) if self.budget is not None else None
         applied = 0
-        for number, (job_id, text) in enumerate(self.updates(wanted, observed, now).items(), 1):
+        for number, (job_id, text) in enumerate(self.updates(wanted, observed, now, limit).items(), 1):
+            if self.budget is not None:
+                self.budget.spend(1)
             if executor.apply(SetAdminComment(f"r{plan.round_id}.c{number}", job_id, text,
                                               reason="the line users see in scontrol show job")).applied:
                 self.written(job_id, wanted[job_id][1], now)
                 applied += 1
+        for row in due:  # due and not written (the cap, the budget): due still, next round
+            last = written.get(row[1])
+            if last is not None and last.at_s + self.refresh_s == row[0]:
+                heapq.heappush(self._due, row)
         return applied
 
     def next_refresh_s(self) -> float:
-        """When the oldest line written is next due for its routine refresh (inf: none)."""
-        return min((w.at_s for w in self._written.values()), default=math.inf) + self.refresh_s
+        """When the next line is due for its routine refresh (inf: none; a stale row may
+        say sooner, which costs one look)."""
+        return self._due[0][0] if self._due else math.inf
 
     def written(self, job_id: str, key: tuple, now: float) -> None:
         self._written[job_id] = _Written(now, key)
+        heapq.heappush(self._due, (now + self.refresh_s, job_id))
 
     def forget(self, job_id: str) -> None:
         self._written.pop(job_id, None)

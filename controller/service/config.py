@@ -139,6 +139,14 @@ SCHEMA: tuple[Setting, ...] = (
             "position at most this often; a queue change is written at once", minimum=0.0),
     Setting("admin_comment_max_per_round", "int", 50, "at most this many AdminComment writes (one scontrol "
             "each) per round", minimum=0),
+    Setting("slurm_rpc_per_s", "float", 1.0, "RPCs a second the bulk levers may cost (SiteFactor bands, "
+            "AdminComment lines; `scontrol update JobId=a,b,...` costs one RPC per id): rl_enable refills 2 "
+            "tokens a second per user and the controller's Operator user is not exempt; the polls (squeue and "
+            "sinfo every poll_s) take the other half. What the budget holds back goes in later rounds, a job the "
+            "plan starts or a band that must fall first (tiresias_slurm_updates_waiting); 0 = no budget",
+            minimum=0.0),
+    Setting("slurm_rpc_burst", "int", 20, "most RPCs the bulk levers may cost in one round after a quiet spell "
+            "(below rl_enable's bucket of 30, which the polls share)", minimum=1),
     Setting("restore_on_stop", "bool", False, "on a clean stop (SIGTERM), reset every lever the controller set "
             "(SiteFactor 0, its pins cleared, its AdminComment line removed), as `tiresias restore` does, so that "
             "jobs submitted while it is down do not rank below the frozen bands; leave off with standby"),
@@ -210,6 +218,8 @@ class Config:
     admin_comment: bool = True
     admin_comment_refresh_s: float = 300.0
     admin_comment_max_per_round: int = 50
+    slurm_rpc_per_s: float = 1.0
+    slurm_rpc_burst: int = 20
     restore_on_stop: bool = False
     metrics_port: int = 0
     metrics_address: str = "127.0.0.1"
@@ -283,6 +293,7 @@ MAXIMA: dict[str, float] = {
     "service_refresh_s": 1e7, "partition_move_min_gain_s": 1e7, "partition_move_cooldown_s": 1e7,
     "partition_duration_estimate_s": 1e9, "mps_default_tier": 100, "mps_latency_tier": 100, "mps_max_tenants": 64,
     "usage_collect_s": 86400.0, "usage_max_age_s": 100 * 365 * 86400.0, "lease_ttl_s": 86400.0, "command_timeout_s": 3600.0, "metrics_port": 65535,
+    "slurm_rpc_per_s": 1e6, "slurm_rpc_burst": 10**6,
     "decision_log_max_age_s": 100 * 365 * 86400.0, "decision_log_max_rows": 10**9,
 }
 DEFAULT_MAXIMUM = 1e9  # a setting not listed above

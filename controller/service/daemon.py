@@ -152,7 +152,8 @@ class Controller:
         # the holds a previous run set (recorded by RecordingBackend) are still ours to release
         self.sharing = GpuSharing(config, self.executor, self._log_once,
                                   held=store.levers(config.cluster).get(HOLD, {}))
-        self.admin_comments = AdminComments(config.admin_comment_refresh_s, config.admin_comment_max_per_round)
+        self.admin_comments = AdminComments(config.admin_comment_refresh_s, config.admin_comment_max_per_round,
+                                            self.starts.rpc)  # the bands' RPC budget, what they left
         self._stale = False
 
     # -- the loop -----------------------------------------------------------------------
@@ -488,12 +489,13 @@ class Controller:
         plan's own time (controller.core.plan_stands: the next threshold crossing,
         promotion, protection end), and the service's clocks: a pin's expiry, the
         next service-distribution reload. A round that acted, or left work for the
-        next (a preemption or handoff under way, batch scripts still to read), and
+        next (a preemption or handoff under way, batch scripts still to read, bands
+        Slurm's RPC budget held back), and
         the layers planned from the clock (partition moves, GPU sharing) do not
         stand. (A failed lever makes the backend observe in full: no repeat.) The
         AdminComment lines are written in quiet rounds too, when due."""
         cfg = self.config
-        if (report.applied or leaving or self.handoffs.watching
+        if (report.applied or leaving or self.handoffs.watching or self.starts.bands_waiting
                 or self.contract.reads_left <= 0 or cfg.partition_moves or cfg.gpu_sharing):
             return -math.inf
         until = plan.stands_until_s

@@ -79,6 +79,10 @@ class Metrics:
                                       "share of the pending GPU jobs the plan weighs that cannot cause a preemption "
                                       "(unmodelled); above 0.2 the controller is not reordering this site",
                                       ["mode"], registry=r)
+        self.updates_waiting = Gauge("tiresias_slurm_updates_waiting",
+                                     "updates held back by the RPC budget (slurm_rpc_per_s, slurm_rpc_burst) at "
+                                     "the end of the round, by lever (band, admin_comment): sent in later rounds",
+                                     ["mode", "lever"], registry=r)
         self._seen_levels: set[tuple[str, str]] = set()
         self._started: set[str] = set()
 
@@ -137,6 +141,8 @@ class Metrics:
             if entry["kind"] == "handoff" and not entry.get("applied"):
                 self.failed_handoffs.labels(self.mode).inc()
         self.braked_jobs.labels(self.mode).set(len(controller.handoffs.braked))
+        self.updates_waiting.labels(self.mode, "band").set(controller.starts.bands_waiting)
+        self.updates_waiting.labels(self.mode, "admin_comment").set(controller.admin_comments.waiting)
         census = getattr(controller, "unmodelled", None)
         if census is not None:
             self.observe_unmodelled(census)

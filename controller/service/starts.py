@@ -8,12 +8,14 @@ ArrayJobId, and are never pinned (controller.service.arrays).
 """
 from __future__ import annotations
 
+import math
 from collections import ChainMap
 from typing import Callable, Container, Optional
 
 from controller.core.bands import (array_bands, band_actions, kept_site_factor, non_gpu_site_factor,
                                    running_site_factors, shared_levels, shared_site_factors, site_factors)
-from controller.core.levers import changed_bands, pin_for_start, release_for_start, unpin_expired
+from controller.core.levers import (RpcBudget, bands_in_budget, changed_bands, pin_for_start, release_for_start,
+                                   unpin_expired)
 from controller.core.plan import Plan
 from controller.service.accounting import Accounts
 from controller.service.backend import ObservedJob
@@ -41,6 +43,10 @@ class Starts:
         self.pins: dict[str, float] = self.store.load_pins(config.cluster)
         self.pin_causes: dict[str, str] = self.store.pin_decisions(config.cluster)
         self.site_factors_set: dict[str, int] = {}
+        # Slurm's RPC rate limit as kept for the bulk levers (bands here, then the
+        # AdminComment lines: controller.service.admin_comment); one bucket for both
+        self.rpc = RpcBudget(config.slurm_rpc_per_s, config.slurm_rpc_burst)
+        self.bands_waiting = 0  # changed bands the budget held back this round (sent in a later one)
 
     def apply(self, plan: Plan, observed: dict[str, ObservedJob], now: float, report: RoundReport,
               cpu_pending: dict[str, ObservedJob] | None = None, requeueing: Container[str] = (),
@@ -84,9 +90,10 @@ class Starts:
         for job_id in (self.site_factors_set.keys() - observed.keys() - cpu_pending.keys() - shared.keys()
                        - cpu_running.keys() - array_now.keys()):
             del self.site_factors_set[job_id]  # a CPU job started or gone (GPU jobs: forget)
-        changed = changed_bands(factors, self.site_factors_set,
-                                lambda j: array_now[j] if j in array_now else
-                                (observed.get(j) or cpu_pending.get(j) or shared.get(j) or cpu_running[j]).site_factor)
+        def current(j: str) -> int | None:
+            return array_now[j] if j in array_now else \
+                (observed.get(j) or cpu_pending.get(j) or shared.get(j) or cpu_running[j]).site_factor
+        changed = changed_bands(factors, self.site_factors_set, current)
         # Slurm sets an ArrayJobId's value on every record of the array: its pending
         # tasks with records of their own (requeued) get theirs again, after it
         moved = {j for j in changed if j in array_now}
@@ -94,6 +101,16 @@ class Starts:
             head, _, task = job_id.partition("_")
             if task and head in moved:
                 changed.setdefault(job_id, value)
+        # within Slurm's RPC budget, most urgent first (controller.core.levers, as the simulator)
+        # (observe and shadow send nothing: no RPC to budget, every band they would set is told)
+        allowance = self.rpc.allowance(now) if self.executor.acting else math.inf
+        if len(changed) > allowance:  # (the sets only when the budget holds some back)
+            running = {j for jobs in (observed, cpu_running) for j, job in jobs.items() if job.state == "RUNNING"}
+            changed, self.bands_waiting = bands_in_budget(changed, current, {a.job_id for a in plan.of_kind("start")},
+                                                          running, allowance)
+        else:
+            self.bands_waiting = 0
+        self.rpc.spend(len(changed))
         result = self.executor.apply_bands(band_actions(plan.round_id, changed, levels, array_now.keys()))
         if result.applied:
             self.site_factors_set.update(changed)

@@ -150,6 +150,31 @@ for _, case in ipairs({
 	check("rejected job keeps --no-requeue: " .. case.comment, desc.requeue == 0)
 end
 
+-- ARRIVAL_SITE_FACTOR: a new job starts in the band the controller gives an arrival
+-- (no update for a burst); under PREEMPTABLE_QOS only GPU jobs (a CPU job that may
+-- preempt starts low, where the controller puts it).
+do
+	local desc = { tres_per_node = "gres:gpu:1", requeue = NO_VAL16 }
+	submit(desc)
+	check("no ARRIVAL_SITE_FACTOR: site_factor left alone", desc.site_factor == nil)
+	ARRIVAL_SITE_FACTOR = 200000
+	desc = { tres_per_node = "gres:gpu:1", requeue = NO_VAL16 }
+	submit(desc)
+	check("ARRIVAL_SITE_FACTOR set on a GPU job", desc.site_factor == 200000, tostring(desc.site_factor))
+	desc = { min_cpus = 4 }
+	submit(desc)
+	check("ARRIVAL_SITE_FACTOR set on a CPU job", desc.site_factor == 200000, tostring(desc.site_factor))
+	PREEMPTABLE_QOS = "ckpt"
+	desc = { min_cpus = 4 }
+	submit(desc)
+	check("PREEMPTABLE_QOS: no ARRIVAL_SITE_FACTOR on a CPU job", desc.site_factor == nil)
+	desc = { tres_per_node = "gres:gpu:1", requeue = NO_VAL16 }
+	submit(desc)
+	check("PREEMPTABLE_QOS: ARRIVAL_SITE_FACTOR on a GPU job", desc.site_factor == 200000)
+	PREEMPTABLE_QOS = nil
+	ARRIVAL_SITE_FACTOR = nil
+end
+
 -- slurm_job_modify never blocks an update.
 check("slurm_job_modify returns SUCCESS", slurm_job_modify({ comment = "tiresias:skew=9" }, {}, {}, 0) == slurm.SUCCESS)
 
