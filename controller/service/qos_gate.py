@@ -96,7 +96,7 @@ class QosGate:
         self.read_partitions = read_partitions
         self.log_once = log_once
         self.qos: Optional[dict[str, QosGpuLimits]] = None  # None: unknown (not read, or the read failed)
-        self.partitions: dict[str, str] = {}
+        self.partitions: Optional[dict[str, str]] = None  # partition -> its QOS; None: never read
         self.error = "not read yet"
         self._next_read = -math.inf
 
@@ -109,25 +109,37 @@ class QosGate:
         failure, which leaves them unknown)."""
         if not self.on or now < self._next_read:
             return
-        try:
-            limits, partitions = self.read_limits(), self.read_partitions()
+        try:  # the partitions' QOS apart: known even when slurmdbd does not answer
+            partitions = self.read_partitions()
         except BackendUnavailable as err:
+            partitions = None
+            self.log_once(f"partitions' QOS not read ({err}): the last read stands")
+        try:
+            limits = self.read_limits()
+        except BackendUnavailable as err:
+            limits = None
             self.qos, self.error = None, str(err)
-            self._next_read = now + RETRY_S
             self.log_once(f"QOS limits not read ({err}): pending jobs under a QOS cause no preemption until "
                           "sacctmgr answers")
-            return
-        if not isinstance(limits, str) or not isinstance(partitions, str):
+        if limits is None or partitions is None:
+            self._next_read = now + RETRY_S
+        if not isinstance(partitions, (str, type(None))) or not isinstance(limits, (str, type(None))):
             self.read_limits = None  # a backend that answers nothing (a recording stand-in): off
             return
+        if partitions is not None:
+            self.partitions = partition_qos(partitions)
+        if limits is None:
+            return
         self.qos = {name: gpu_limits(row) for name, row in parse_qos_limits(limits).items()}
-        self.partitions = partition_qos(partitions)
         self.error = ""
-        self._next_read = now + READ_EVERY_S
+        if partitions is not None:
+            self._next_read = now + READ_EVERY_S
 
     def applying(self, job: ObservedJob) -> list[tuple[str, str]]:
         """The (partition, QOS) pairs whose limits apply to ``job`` in each partition it
         may run in ('' partition: its own QOS, in every one)."""
+        if self.partitions is None:  # which partitions have a QOS is unknown: every one may
+            return [(p, "?") for p in job.partition.split(",")]
         pairs = [(p, self.partitions[p]) for p in job.partition.split(",") if p in self.partitions]
         if job.qos not in NO_QOS:
             pairs.append(("", job.qos))
@@ -163,6 +175,8 @@ class QosGate:
 
     def _judge(self, job: ObservedJob, held: dict, freeable: dict) -> Verdict:
         pairs = self.applying(job)
+        if self.partitions is None:
+            return Verdict(unmodelled="which partitions have a QOS is unknown (scontrol show partition not read)")
         if self.qos is None:
             names = ", ".join(dict.fromkeys(q for _, q in pairs))
             return Verdict(unmodelled=f"QOS {names}: its limits could not be read ({self.error})")
