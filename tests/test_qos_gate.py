@@ -15,8 +15,11 @@ from controller.service.qos_limits import LIMITS, QOS_LIMITS_COMMAND
 from slurm_plugin.backend import SlurmBackend
 from tests.test_controller import ScriptedBackend, controller, store  # noqa: F401  (fixture)
 
-PARTITIONS = ("PartitionName=batch AllowGroups=ALL Nodes=gpu[1-4] QOS=N/A State=UP\n"
-              "PartitionName=qlim AllowGroups=ALL Nodes=gpu[1-4] QOS=gpu4user State=UP\n")
+# as scontrol show partition -o prints them (22.05: the key is spelled QoS)
+PARTITIONS = ("PartitionName=batch AllowGroups=ALL AllowAccounts=ALL AllowQos=ALL Default=YES QoS=N/A Nodes=gpu[1-4]"
+              " State=UP\n"
+              "PartitionName=qlim AllowGroups=ALL AllowAccounts=ALL AllowQos=ALL Default=NO QoS=gpu4user Nodes=gpu[1-4]"
+              " State=UP\n")
 
 
 def qos_row(name, **limits):
@@ -231,6 +234,7 @@ def test_parsers():
     typed = gpu_limits({"MaxTRES": "gres/gpu:a100=2,gres/gpu=8"})
     assert typed.limits == {"MaxTRES": 8} and typed.unmodelled == ("MaxTRES=gres/gpu:a100=2",)
     assert partition_qos(PARTITIONS) == {"qlim": "gpu4user"}
+    assert partition_qos("PartitionName=p Nodes=n1 QOS=q1\n") == {"p": "q1"}  # slurm.conf's spelling
 
 
 def test_slurm_backend_reads_the_qos_table_and_a_failure_is_unavailable():

@@ -71,9 +71,14 @@ def gpu_limits(row: dict[str, str]) -> QosGpuLimits:
 
 
 def partition_qos(text: str) -> dict[str, str]:
-    """`scontrol show partition -o`'s answer as partition -> its QOS (only those with one)."""
-    return {name: row["QOS"] for name, row in parse_show_partitions(text).items()
-            if row.get("QOS", "") not in NO_QOS}
+    """`scontrol show partition -o`'s answer as partition -> its QOS (only those with one).
+    scontrol spells the key ``QoS`` (22.05, 24.11), slurm.conf ``QOS``: either is read."""
+    out = {}
+    for name, row in parse_show_partitions(text).items():
+        qos = next((value for key, value in row.items() if key.upper() == "QOS"), "")
+        if qos not in NO_QOS:
+            out[name] = qos
+    return out
 
 
 @dataclass(frozen=True)
