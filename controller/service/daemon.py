@@ -833,11 +833,12 @@ if tuple(f.name for f in fields(JobState))[:len(_JOB_STATE_FIELDS)] != _JOB_STAT
 
 
 def _inexpressible(snapshot: Snapshot, observed: dict[str, ObservedJob],
-                   amended: Mapping[str, ObservedJob] = {}) -> Census:
+                   amended: Optional[Mapping[str, ObservedJob]] = None) -> Census:
     """The pending jobs of the plan whose request its model cannot express, with their
     reason codes and texts (controller.service.unmodelled.census); ``pending``: the
     pending jobs the plan weighs (not those waiting on Slurm). ``amended``: jobs with
     reasons the round added (a QOS it cannot judge)."""
+    amended = amended or {}
     return census(((amended.get(job.job_id) or observed[job.job_id]) for job in snapshot.jobs if not job.running),
                   snapshot.nodes)
 
