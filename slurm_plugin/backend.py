@@ -1156,6 +1156,12 @@ class SlurmBackend:
         would drop); any failure is BackendUnavailable."""
         return self._read(QOS_LIMITS_COMMAND), self._read(DEFAULT_QOS_COMMAND)
 
+    def qos_limit_table(self) -> str:
+        """Every QOS's limits from slurmdbd as QOS_LIMITS_COMMAND prints them (the GPU
+        limits of a pending job's QOS: controller.service.qos_gate); any failure (no
+        accounting, slurmdbd down) is BackendUnavailable."""
+        return self._read(QOS_LIMITS_COMMAND)
+
     def partition_config(self) -> str:
         """`scontrol show partition -o` as printed, one line per partition (the
         preflight reads each one's own PreemptMode); any failure is BackendUnavailable."""

@@ -168,7 +168,8 @@ CASES = [
          "planned as any partition (preflight warns that tiers order before SiteFactor)"),
     Case("partition_qos", "partitions", "partition `QOS=` with `MaxTRESPerUser=gres/gpu=4`",
          "-p qlim --gres=gpu:1 -c 2 --mem=1000", "-p qlim -N 2 --gres=gpu:3 -c 1 --mem=1000 -w {inst}g[1-2]", (2,),
-         "modelled", "a job the QOS holds waits on Slurm's reason; no preemption for it"),
+         "modelled", "a job beyond its QOS's GPU limits (per job, node, user, account, QOS) waits, explain names"
+         " the limit; no preemption for it"),
     # -- the site-shaped instance (v100 nodes 1-2, a100 nodes 3-4, shards on 4), CR_CPU_Memory,
     #    DefMemPerGPU=1000; node 1 (feature ib) full with a kept job; node 3 feature nvl, Weight=10
     Case("features", "site", "node `Features=` and `--constraint`",

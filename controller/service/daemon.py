@@ -47,6 +47,7 @@ from controller.service.lease import Lease
 from controller.service.partition_moves import PartitionMover
 from controller.service.preemption import Preemptions
 from controller.service.preflight import Pending
+from controller.service.qos_gate import QosGate, wait_text as qos_wait_text
 from controller.service.report import LogOnce, RoundReport, entry
 from controller.service.restore import HOLD, RecordingBackend, log_report, on_start, restore
 from controller.service.sharing import GpuSharing
@@ -147,6 +148,10 @@ class Controller:
                              by_index=self.engine.policy.bands_by_index)
         self.handoffs = Handoffs(config, store)
         self.contract = Contract(config, self.backend, self._log_once)
+        # the GPU limits of pending jobs' QOS; a backend whose class has not both reads
+        # (the simulator; a stand-in answering any name): none checked
+        self.qos_gate = QosGate(*(getattr(self.backend, name) if callable(getattr(type(self.backend), name, None))
+                                  else None for name in ("qos_limit_table", "partition_config")), self._log_once)
         self.preemptions = Preemptions(config, store, self.executor, self.accounts, self.contract, clock=self.clock)
         self.mover = PartitionMover(config, self.backend, store, self.executor, self.accounts, self._log_once)
         # the holds a previous run set (recorded by RecordingBackend) are still ours to release
@@ -579,11 +584,20 @@ class Controller:
         Slurm (controller.service.startable) added after them: ordered and banded,
         never a reason to preempt."""
         snapshot, waiting, reasons = self._snapshot(observed, observation, now, round_id, leaving, explain=explain)
+        # pending jobs a QOS GPU limit keeps from starting even after every preemption the
+        # plan could make under that QOS wait on Slurm (controller.service.qos_gate): Slurm
+        # shows them Priority until its scheduler judges the limit
+        qos_waits, qos_unmodelled = self._qos_verdicts(snapshot, observed, leaving, now)
+        if qos_waits:
+            held_back = [job for job in snapshot.jobs if job.spec.job_id in qos_waits]
+            snapshot.jobs[:] = [job for job in snapshot.jobs if job.spec.job_id not in qos_waits]
+            waiting = sorted(waiting + held_back, key=lambda job: job.index)
+            reasons.update((job_id, "") for job_id in qos_waits)
         # pending jobs asking for what the plan's model cannot express (GPUs of several
         # types, an OR constraint, --exclusive=user, a count the release or the nodes do
         # not report): they wait, banded; the plan never guesses where Slurm would start
         # them. Counted per reason (metrics, the census log line, explain).
-        self.unmodelled = _inexpressible(snapshot, observed)
+        self.unmodelled = _inexpressible(snapshot, observed, qos_unmodelled)
         unmodelled = set(self.unmodelled.jobs)
         # jobs whose own nodes (partitions, GPU type, reservation, features) no preemption can free wait
         # too: the core's selection, the one every replay loop makes (controller.core.placement.set_aside)
@@ -595,6 +609,8 @@ class Controller:
         if waiting:
             ctx = PolicyContext(now_s=now, thresholds_gpu_s=self.engine.config.thresholds_gpu_s, service=self.service)
             add_waiting(plan, waiting, reasons, self.engine.policy, ctx)
+            for job_id, limit in qos_waits.items():
+                plan.wait_reasons[job_id] = qos_wait_text(limit)
             for job_id in unreachable:
                 plan.wait_reasons[job_id] = ("its nodes (partitions, GPU type, reservation, features) have too few"
                                              " GPUs free or held by preemptable jobs: no job is preempted for it")
@@ -618,6 +634,34 @@ class Controller:
         pending = {job_id for job_id, job in observed.items() if job.state == "PENDING"}
         self._updated &= pending
         self._startable_seen &= pending
+
+    def _qos_verdicts(self, snapshot: Snapshot, observed: dict[str, ObservedJob], leaving: set[str],
+                      now: float) -> tuple[dict[str, str], dict[str, ObservedJob]]:
+        """The QOS gate's verdicts on the plan's pending jobs: job id -> the limit it waits
+        on, and job id -> the job with the ``qos_limits`` reason added (a QOS the gate
+        cannot judge). Running jobs being preempted are not counted (their GPUs leave the
+        QOS's totals); those the plan may preempt are counted as freeable."""
+        gate = self.qos_gate
+        if not gate.on:
+            return {}, {}
+        gate.refresh(now)
+        pending = [observed[job.spec.job_id] for job in snapshot.jobs if not job.running]
+        if not pending:
+            return {}, {}
+        preemptable = {job.spec.job_id for job in snapshot.jobs if job.running and job.spec.preemptable}
+        running = [job for job in observed.values() if job.state == "RUNNING" and job.job_id not in leaving]
+        waits: dict[str, str] = {}
+        unmodelled: dict[str, ObservedJob] = {}
+        for job_id, verdict in gate.judge(pending, running, preemptable.__contains__).items():
+            if verdict.wait:
+                waits[job_id] = verdict.wait
+            else:
+                job = observed[job_id]
+                codes = job.unmodelled_reasons or (("other",) if job.unmodelled else ())
+                unmodelled[job_id] = replace(job, unmodelled="; ".join(filter(None, (job.unmodelled,
+                                                                                     verdict.unmodelled))),
+                                             unmodelled_reasons=tuple(dict.fromkeys(codes + ("qos_limits",))))
+        return waits, unmodelled
 
     def _spec_of(self, job_id: str) -> Optional[JobSpec]:
         """The JobSpec this round's plan used for ``job_id`` (None: not planned)."""
@@ -817,11 +861,15 @@ if tuple(f.name for f in fields(JobState))[:len(_JOB_STATE_FIELDS)] != _JOB_STAT
                       "update _snapshot's positional JobState call")
 
 
-def _inexpressible(snapshot: Snapshot, observed: dict[str, ObservedJob]) -> Census:
+def _inexpressible(snapshot: Snapshot, observed: dict[str, ObservedJob],
+                   amended: Optional[Mapping[str, ObservedJob]] = None) -> Census:
     """The pending jobs of the plan whose request its model cannot express, with their
     reason codes and texts (controller.service.unmodelled.census); ``pending``: the
-    pending jobs the plan weighs (not those waiting on Slurm)."""
-    return census((observed[job.job_id] for job in snapshot.jobs if not job.running), snapshot.nodes)
+    pending jobs the plan weighs (not those waiting on Slurm). ``amended``: jobs with
+    reasons the round added (a QOS it cannot judge)."""
+    amended = amended or {}
+    return census(((amended.get(job.job_id) or observed[job.job_id]) for job in snapshot.jobs if not job.running),
+                  snapshot.nodes)
 
 
 def _with_released(nodes, released) -> list:

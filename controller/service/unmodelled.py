@@ -30,6 +30,7 @@ REASONS: dict[str, str] = {
     "per_task": "a per-task request the release does not report in full (--ntasks-per-gpu)",
     "unreported_request": "a field of the request the release does not report",
     "unreported_nodes": "CPUs, memory or features that no node reports",
+    "qos_limits": "a QOS whose GPU limits cannot be read (sacctmgr) or are not modelled (a typed gres/gpu:TYPE)",
     "other": "another request the plan cannot express",
 }
 
