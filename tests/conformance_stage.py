@@ -17,6 +17,8 @@ import re
 import shlex
 import sys
 import time
+
+import pytest
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -322,3 +324,25 @@ def instance_of(group: str):
     """The module fixture ``cluster``: the group's isolated instance, its slurm.conf lines."""
     config = CONFIGS[group]
     return instance_fixture(config.prefix, extra_env={"TIRESIAS_INSTANCE_CONF_EXTRA": config.conf, **config.env})
+
+
+def group_module(group: str, prepare=None) -> tuple:
+    """What a tests/test_conformance_<group>.py module holds: its instance fixture
+    ``cluster``, the module fixture ``outcomes`` (one run of the group's stage), and the
+    two tests every case gets, by side. ``prepare(stage)`` as in run_group."""
+    cluster = instance_of(group)
+
+    @pytest.fixture(scope="module")
+    def outcomes(cluster, tmp_path_factory):
+        return run_group(cluster, tmp_path_factory.mktemp(group), group, prepare=prepare)
+
+    @pytest.mark.parametrize("case", cases_of(group), ids=lambda c: c.key)
+    def test_a_job_slurm_would_not_start_preempts_nobody(case, outcomes):
+        check_no(case, outcomes[case.key])
+
+    @pytest.mark.parametrize("case", cases_of(group), ids=lambda c: c.key)
+    def test_a_job_slurm_would_start_on_one_victim_gets_exactly_one(case, outcomes):
+        check_yes(case, outcomes[case.key])
+
+    return (cluster, outcomes, test_a_job_slurm_would_not_start_preempts_nobody,
+            test_a_job_slurm_would_start_on_one_victim_gets_exactly_one)

@@ -6,17 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conformance import cases_of
-from tests.conformance_stage import check_no, check_yes, instance_of, run_group
+from tests.conformance_stage import group_module
 
 pytestmark = pytest.mark.slurm
-GROUP = "site"
-cluster = instance_of(GROUP)
-
-
-@pytest.fixture(scope="module")
-def outcomes(cluster, tmp_path_factory):
-    return run_group(cluster, tmp_path_factory.mktemp(GROUP), GROUP, prepare=reservations)
 
 
 def reservations(stage):
@@ -31,11 +23,5 @@ def reservations(stage):
         stage.reservations[node] = name
 
 
-@pytest.mark.parametrize("case", cases_of(GROUP), ids=lambda c: c.key)
-def test_a_job_slurm_would_not_start_preempts_nobody(case, outcomes):
-    check_no(case, outcomes[case.key])
-
-
-@pytest.mark.parametrize("case", cases_of(GROUP), ids=lambda c: c.key)
-def test_a_job_slurm_would_start_on_one_victim_gets_exactly_one(case, outcomes):
-    check_yes(case, outcomes[case.key])
+(cluster, outcomes, test_a_job_slurm_would_not_start_preempts_nobody,
+ test_a_job_slurm_would_start_on_one_victim_gets_exactly_one) = group_module("site", prepare=reservations)
