@@ -38,6 +38,10 @@ def test_a_job_slurm_would_not_start_preempts_nobody_but_keeps_its_band(store, r
     # None is not a wait of its own: the owner reads that Slurm has not looked at the job yet
     assert ("has not looked at it" in report.plan.wait_reasons["2"]) == (reason == "None")
     factors = [call[1] for call in backend.calls if call[0] == "set_site_factors"]
+    if reason == "None":  # first seen unjudged: no update until Slurm's judgement (or the next round)
+        assert not any("2" in f for f in factors)
+        c.run_round()
+        factors = [call[1] for call in backend.calls if call[0] == "set_site_factors"]
     assert any("2" in f for f in factors)  # its SiteFactor band is set, ready for when Slurm lifts the reason
 
 
@@ -191,3 +195,22 @@ def test_the_none_its_own_band_update_causes_does_not_cost_a_startable_job_a_rou
     backend.jobs["2"] = dataclasses.replace(backend.jobs["2"], reason="None")
     report = c.run_round()
     assert [a.job_id for a in report.plan.of_kind("preempt")] == ["1"]
+
+
+def test_a_job_first_seen_unjudged_gets_no_update_until_slurm_judged_it(store):
+    """26.05 judges a job a pass after its submission: first seen at None, the controller
+    writes it no band (nor comment) that round, so the next round reads Slurm's own
+    judgement (Priority) and preempts for it there, not a round later."""
+    backend = ScriptedBackend()
+    backend.add("1", 16, "RUNNING", start=0.0, nodes=FULL)
+    backend.now = 10.0
+    c = controller(store, backend)
+    c.run_round()
+    backend.add("2", 4, reason="None")
+    report = c.run_round()
+    assert not report.plan.of_kind("preempt")
+    assert not any("2" in call[1] for call in backend.calls if call[0] in ("set_site_factors", "set_admin_comment"))
+    backend.jobs["2"] = dataclasses.replace(backend.jobs["2"], reason="Priority")  # Slurm's judgement
+    report = c.run_round()
+    assert [a.job_id for a in report.plan.of_kind("preempt")] == ["1"]
+    assert any("2" in call[1] for call in backend.calls if call[0] == "set_site_factors")  # banded now

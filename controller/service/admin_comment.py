@@ -104,6 +104,7 @@ class AdminComments:
         self.refresh_s = refresh_s
         self.max_per_round = max_per_round
         self.budget = budget
+        self.hold: set[str] = set()  # job ids no line is written to this round (the controller's)
         self._written: dict[str, _Written] = {}
         self._due: list[tuple[float, str]] = []  # heap of (written at + refresh_s, job id); stale rows skipped
         self._positions: tuple[object, dict[str, int]] = (None, {})  # (plan, job id -> place): per plan
@@ -153,6 +154,8 @@ class AdminComments:
         for job_id, level in plan.levels.items():
             job = observed.get(job_id)
             if job is None or job.array_record:  # a write naming the task would split it off its array
+                continue
+            if job_id in self.hold:  # first seen unjudged: Slurm's judgement first (Controller.first_seen_unjudged)
                 continue
             last = written.get(job_id)
             if last is not None and last.checked is job and last.urgent_key[0] == level:

@@ -159,6 +159,13 @@ class Controller:
                                   held=store.levers(config.cluster).get(HOLD, {}))
         self.admin_comments = AdminComments(config.admin_comment_refresh_s, config.admin_comment_max_per_round,
                                             self.starts.rpc)  # the bands' RPC budget, what they left
+        # Pending jobs first seen this round at reason None (Slurm has not judged them yet):
+        # no band or comment is written to them this round, so that Slurm's first
+        # judgement, not the None our update would cause, is what the next round reads
+        # (26.05 judges a job a pass after its submission: with the update at first sight
+        # its preemption came two rounds after it, not one). Starts and the comments read it.
+        self.first_seen_unjudged: set[str] = set()
+        self.starts.hold = self.admin_comments.hold = self.first_seen_unjudged  # one set, refilled each round
         self._stale = False
 
     # -- the loop -----------------------------------------------------------------------
@@ -747,6 +754,8 @@ class Controller:
         # (the loop runs once per active job: its lookups are bound to locals)
         records, why_not, pins, last_specs = self.records, self.contract.why_not, self.starts.pins, self._specs
         startable_seen, updated = self._startable_seen, self._updated
+        unjudged = self.first_seen_unjudged
+        unjudged.clear()
         # preemption: slurm: slurmctld's requeues count against preempt_max_per_job too
         # (Slurm's restart count; Preemptions.protected)
         restarts_count = self.config.preemption == "slurm"
@@ -779,6 +788,8 @@ class Controller:
                 reason, preemptable = slurm_wait(job), True
                 if reason == "None" and job_id in updated and job_id in startable_seen:
                     reason = ""  # our own update's None: Slurm judged it startable before it
+                elif reason == "None" and job_id not in last_specs:
+                    unjudged.add(job_id)
                 elif reason:
                     startable_seen.discard(job_id)
                 else:

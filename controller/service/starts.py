@@ -37,6 +37,7 @@ class Starts:
         self.config = config
         self.executor = executor
         self.accounts = accounts
+        self.hold: set[str] = set()  # job ids no band is written to this round (the controller's)
         self.by_level = by_level
         self.by_index = by_index  # dgittins: inside a level by the plan's index (core.bands)
         self.store = accounts.store
@@ -94,6 +95,8 @@ class Starts:
             return array_now[j] if j in array_now else \
                 (observed.get(j) or cpu_pending.get(j) or shared.get(j) or cpu_running[j]).site_factor
         changed = changed_bands(factors, self.site_factors_set, current)
+        for job_id in self.hold:  # first seen unjudged: Slurm's judgement first (Controller.first_seen_unjudged)
+            changed.pop(job_id, None)
         # Slurm sets an ArrayJobId's value on every record of the array: its pending
         # tasks with records of their own (requeued) get theirs again, after it
         moved = {j for j in changed if j in array_now}
