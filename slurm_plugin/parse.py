@@ -396,6 +396,13 @@ def _gpus_and_mps_from_request(record: dict, node_count: int, task_count: int,
             result[0] = allocated
         elif not holds:
             reasons.append(("per_task", "--ntasks-per-gpu without a GPU count (how many GPUs is Slurm's choice)"))
+    elif result[0] and not holds and _count(record.get("tasks_per_tres"), "tasks_per_tres"):
+        # --ntasks-per-gpu beside --gpus (24.11+ say so): how Slurm lays the tasks out over
+        # nodes is its choice, and on 24.11 the conformance suite saw the plan preempt for
+        # such a job (-w g2 --gpus=2 --ntasks-per-gpu=3) that one victim could not fit, in
+        # 2 of 3 runs, not yet explained: not modelled until it is
+        reasons.append(("per_task", f"--ntasks-per-gpu={_count(record['tasks_per_tres'], 'tasks_per_tres')} beside"
+                                    " a GPU count (the tasks' layout over nodes is Slurm's choice)"))
     return result[0], result[1], tuple(reasons)
 
 

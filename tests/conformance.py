@@ -132,7 +132,9 @@ CASES = [
          (1,), "modelled", "GPUs = per task times tasks"),
     Case("ntasks_per_gpu", "gpu_defaults", "`--gpus=2 --ntasks-per-gpu=N`",
          "--gpus=2 --ntasks-per-gpu=2 --mem-per-gpu=1000", "--gpus=2 --ntasks-per-gpu=3 --mem-per-gpu=1000",
-         (2,), "modelled", "CPUs = at least one per task (N per GPU)"),
+         (2,), "modelled", "CPUs = at least one per task (N per GPU); 24.11 and 26.05 say --ntasks-per-gpu in the"
+         " record, and there it is not modelled: on 24.11 the plan preempted for the job one victim could not fit"
+         " (2 of 3 runs, not yet explained)", on=(("24.11", "unmodelled:per_task"), ("26.05", "unmodelled:per_task"))),
     Case("gpus_per_socket", "gpu_defaults", "`--gpus-per-socket=1 --sockets-per-node=N`",
          "--gpus-per-socket=1 --sockets-per-node=2 --cpus-per-gpu=1 --mem-per-gpu=1000",
          "--gpus-per-socket=1 --sockets-per-node=4 --cpus-per-gpu=1 --mem-per-gpu=500", (3,), "unmodelled:per_socket",

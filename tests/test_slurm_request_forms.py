@@ -36,13 +36,27 @@ EXPECTED = {
     "mem_per_gpu": (2, "", 4, 4000, ()),           # --mem-per-gpu=2000
     "mem": (2, "", 4, 3000, ()),                   # --mem=3000: more than 2 x DefMemPerGPU
     "mem_small": (1, "", 2, 1000, ()),             # --mem=500: Slurm still needs DefMemPerGPU x 1 free
-    "ntasks_per_gpu_count": (2, "", 4, 2000, ()),  # --ntasks-per-gpu=1 --gpus=2
+    # --ntasks-per-gpu=1 --gpus=2: not modelled where the record says --ntasks-per-gpu
+    # (24.11+ JSON, every scontrol line; TASKS_PER_GPU_SAID), modelled where it cannot know
+    "ntasks_per_gpu_count": (2, "", 4, 2000, ()),
     "held": (2, "", 4, 2000, ()),                  # held since submission: no defaults in its record
     # --gpus-per-socket=1 --sockets-per-node=2: one socket's GPUs per node at most
     "per_socket": (1, "", None, None, ("per_socket",)),
     # --ntasks-per-gpu=2 -n 4: how many GPUs is Slurm's choice
     "ntasks_per_gpu": (0, "", None, None, ("per_task",)),
 }
+# the forms whose --ntasks-per-gpu the record says: (release, source) -> forms
+TASKS_PER_GPU_SAID = {("24.11", "squeue"): {"ntasks_per_gpu_count"}, ("26.05", "squeue"): {"ntasks_per_gpu_count"},
+                      **{(r, "scontrol"): {"ntasks_per_gpu_count"} for r in RELEASES}}
+
+
+def expected(form: str, release: str, source: str) -> tuple:
+    gpus, gpu_type, cpus, mem, codes = EXPECTED[form]
+    if form in TASKS_PER_GPU_SAID.get((release, source), ()):
+        codes = ("per_task",)
+    return gpus, gpu_type, cpus, mem, codes
+
+
 # form -> GPUs Slurm allocated, per release, where it ran (request_forms_running.json)
 ALLOCATED = {
     "22.05": {"per_socket": 2, "ntasks_per_gpu": 2, "per_task": 2, "plain": 2, "typed": 1},
@@ -68,7 +82,7 @@ def _defaults(release: str) -> tuple[int, int]:
 def test_a_pending_form_reads_as_what_slurm_needs(release, form):
     job = _records(release, "pending")[form]
     assert job.state == "PENDING"
-    gpus, gpu_type, cpus, mem, codes = EXPECTED[form]
+    gpus, gpu_type, cpus, mem, codes = expected(form, release, "squeue")
     asked = _asked_per_node(job, lambda: True, lambda partition: _defaults(release))
     assert (job.gpus, job.gpu_type, asked["unmodelled_reasons"]) == (gpus, gpu_type, codes)
     if not codes:
@@ -81,7 +95,7 @@ def test_scontrol_says_the_same_gpus_and_codes(release, form):
     line = next(line for line in (FIXTURES / release / "request_forms_pending.txt").read_text().splitlines()
                 if f" JobName={form} " in line)
     (job,) = parse_scontrol_show_job(line)
-    gpus, _, _, _, codes = EXPECTED[form]
+    gpus, _, _, _, codes = expected(form, release, "scontrol")
     assert (job.gpus, tuple(code for code, _ in job.request_unmodelled)) == (gpus, codes)
 
 
