@@ -57,8 +57,8 @@ from slurm_plugin.parse import (
 from slurm_plugin.record_cache import RecordCache
 
 log = logging.getLogger(__name__)
-RESERVATIONS_EVERY_S = 60.0
-PARTITIONS_EVERY_S = 60.0  # how stale the partitions' OverSubscribe may be when no job names a new partition  # how stale the reservations may be when no job names a new one
+RESERVATIONS_EVERY_S = 60.0  # how stale the reservations may be when no job names a new one
+PARTITIONS_EVERY_S = 60.0  # how stale the partitions' OverSubscribe may be when no job names a new partition
 
 __all__ = ["SlurmBackend", "LeverFailed", "CommandResult", "subprocess_runner"]
 
