@@ -128,8 +128,9 @@ CASES = [
          "--gres=gpu:2 --cpus-per-gpu=1 --mem=500", "--gres=gpu:3 --cpus-per-gpu=1 --mem=500", (4,), "modelled",
          "memory = the larger of N and 1000 MB per GPU, as Slurm fits it"),
     Case("gpus_per_task", "gpu_defaults", "`--gpus-per-task=1 -n 3`",
-         "-n 3 --gpus-per-task=1 -c 1 --mem-per-gpu=800", "-n 4 --gpus-per-task=1 -c 1 --mem-per-gpu=500",
-         (1,), "modelled", "GPUs = per task times tasks"),
+         "-n 3 --gpus-per-task=1 -c 1 --mem-per-gpu=800", "-N 1 -n 4 --gpus-per-task=1 -c 1 --mem-per-gpu=500",
+         (1,), "modelled", "GPUs = per task times tasks; without -N the tasks may spread over nodes, as Slurm"
+         " spreads them (24.11 could start `-n 4` on one victim's node and another's)"),
     Case("ntasks_per_gpu", "gpu_defaults", "`--gpus=2 --ntasks-per-gpu=N`",
          "--gpus=2 --ntasks-per-gpu=2 --mem-per-gpu=1000", "--gpus=2 --ntasks-per-gpu=3 --mem-per-gpu=1000",
          (2,), "modelled", "CPUs = at least one per task (N per GPU); 24.11 and 26.05 say --ntasks-per-gpu in the"

@@ -50,6 +50,9 @@ def test_a_users_short_history_gets_her_job_through_first(cluster, tmp_path, pol
             bob, _ = cluster.submit("bob", 16, 5, "sweep")
             controller.run_round()
             alice, _ = cluster.submit("alice", 16, 5, "quick")
+            # Slurm's judgement first: a job still at reason None waits on Slurm, outside the
+            # walk that gives the plan's index sources (seen once under load in CI)
+            wait_for(lambda: cluster.squeue()[alice]["state_reason"] != "None", 30, "Slurm to judge alice's job")
             plan, _ = controller.preview()
             print(f"{policy}: order {plan.order}, keys {plan.keys}, sources {plan.index_sources}")
             names = {bob: "bob", alice: "alice"}
