@@ -144,7 +144,10 @@ def build(pending: int, running: int, nodes: int, tmp: str, shape: str = "22.05"
 
 def change(slurm: ScriptedSlurm) -> None:
     """One job ends, and Slurm's scheduler starts what fits in the GPUs it left (by
-    the SiteFactor bands the controller set)."""
+    the SiteFactor bands the controller set). Slurm's clock is the controller's (time.time),
+    as NTP keeps them: a frozen one would put the clocks further apart every round and
+    move every job's times onto the controller's clock again (controller.service.slurm_clock)."""
+    slurm.now = int(time.time())
     slurm.finish_one()
     slurm.schedule()
 

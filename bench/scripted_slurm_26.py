@@ -9,10 +9,10 @@ prints it (tests/fixtures/slurm/26.05):
   ``shared: []`` for every job (data_parser v0.0.45: the JSON does not say
   --exclusive), about 10 KB a record as 26.05 prints it;
 - every read is a later pass of slurmctld's scheduler: each pending record's
-  ``last_sched_evaluation``, ``priority`` and ``priority_by_partition`` move (the age
-  factor grows), as they do between two reads of a real 26.05 with
-  PriorityType=priority/multifactor (tests/fixtures/slurm/26.05/rounds), and the
-  document's ``last_backfill`` / ``last_update``;
+  ``priority`` and ``priority_by_partition`` move (the age factor grows) and its
+  ``last_sched_evaluation`` is the clock's (``now``), as between two reads of a real
+  26.05 with PriorityType=priority/multifactor (tests/fixtures/slurm/26.05/rounds), and
+  the document's ``last_backfill`` / ``last_update`` (slurmctld's clock) are ``now``;
 - ``scontrol show job -o ID``: the line 26.05 prints, trimmed to the fields the
   backend reads (JobId, ArrayJobId, ArrayTaskId, OverSubscribe, Exclusive); one job
   in EXCLUSIVE_EVERY asked --exclusive.
@@ -109,7 +109,7 @@ class ScriptedSlurm26(ScriptedSlurm):
         if which not in self._texts:
             self._update_array_records()
             self.passes += 1
-            evaluated = str(self.now + self.passes)
+            evaluated = str(self.now)
             texts = []
             for job_id, record in self.jobs.items():
                 pieces = self._pieces(job_id, record)
@@ -120,8 +120,8 @@ class ScriptedSlurm26(ScriptedSlurm):
                     texts.append(pieces[0] + evaluated + pieces[1] + priority + pieces[2] + priority + pieces[3])
             for gone in self._rendered.keys() - self.jobs.keys():
                 del self._rendered[gone]
-            tail = json.dumps({**self.meta26, "last_backfill": _number(self.now + self.passes),
-                               "last_update": _number(self.now + self.passes)}, indent=2)
+            tail = json.dumps({**self.meta26, "last_backfill": _number(self.now), "last_update": _number(self.now)},
+                              indent=2)
             self._texts[which] = _HEAD + ",\n".join(texts) + "\n  ],\n" + tail[2:]
         return self._texts[which]
 
