@@ -123,9 +123,9 @@ class RecordCache(Generic[T]):
         # the node name) and kept only when its digest is the same; its length says where
         # it ends when it comes again where it was.
         self._id_marker = f'"{id_field}": '
-        self._last: dict[str, tuple[int, int, T]] = {}  # id text -> (length, digest, value), of the last read
         # The last read's kept records in document order (id text, length, digest, value),
-        # and each id text's place in it: the walk predicts the next record from them.
+        # and each id text's place in it: the walk predicts the next record from them,
+        # and looks a record that moved up by its place.
         self._order: list[tuple[str, int, int, T]] = []
         self._place: dict[str, int] = {}
         # the values the last read decoded and parsed (new or changed records; the rest
@@ -176,8 +176,8 @@ class RecordCache(Generic[T]):
             return None  # the list's end was not where the cut put it
         load(rest)  # the caller's checks of the document (an errors entry: an outage)
         digest = self._digester(text, separator[1:-3])
-        last, order, place = self._last, self._order, self._place
-        current, out, kept_order, fresh = {}, [], [], []
+        order, place = self._order, self._place
+        out, kept_order, fresh = [], [], []
         marker, skip, find, same, step = self._id_marker, len(self._id_marker), text.find, text.startswith, \
             len(separator)
         following = 0  # where in the last read's order the record after the previous one was
@@ -196,7 +196,6 @@ class RecordCache(Generic[T]):
                     now = digest(at, stop)
                     if now == was:
                         following += 1
-                        current[ident] = (length, was, value)
                         kept_order.append((ident, length, was, value))
                         out.append(value)
                         if stop == end:
@@ -218,14 +217,14 @@ class RecordCache(Generic[T]):
             else:
                 ident = text[at:stop]
             length = stop - at
-            kept = last.get(ident)
+            was_at = place.get(ident)
             value = None
-            if kept is not None:  # (a moving field may have changed the length: the digest says)
+            if was_at is not None:  # (a moving field may have changed the length: the digest says)
                 if now is None:
                     now = digest(at, stop)
-                if kept[1] == now:
-                    value = kept[2]
-            following = place.get(ident, following - 1) + 1
+                if order[was_at][2] == now:
+                    value = order[was_at][3]
+            following = (following - 1 if was_at is None else was_at) + 1
             if value is None:
                 try:
                     record = json.loads(text[at:stop] + "}")
@@ -247,16 +246,15 @@ class RecordCache(Generic[T]):
                 if value is not None and now is None:
                     now = digest(at, stop)
             if value is not None:
-                current[ident] = (length, now, value)
                 kept_order.append((ident, length, now, value))
                 out.append(value)
             if cut < 0:
                 break
             at = cut + step
         self._order, self._place = kept_order, {ident: i for i, (ident, _, _, _) in enumerate(kept_order)}
-        self._last, self.fresh = current, fresh
+        self.fresh = fresh
         return out
 
     def forget(self) -> None:
-        self._last, self.fresh = {}, []
+        self.fresh = []
         self._order, self._place = [], {}
