@@ -132,30 +132,31 @@ class RecordCache(Generic[T]):
         # are the very values of the read before)
         self.fresh: list[T] = []
 
-    def _digester(self, text: str, inner: str) -> Callable[[int, int], int]:
+    def _digester(self, text: str, inner: str, first: int, first_stop: int) -> Callable[[int, int], int]:
         """digest(start, stop): the digest of the record text[start:stop], its moving
-        fields left out (each from its key's line to the next key at the same indent)."""
+        fields left out (each from its key's line to the next key at the same indent).
+        The fields are looked for in the order the first record (text[first:first_stop])
+        has them, each after the one before: one scan of a record, not one per field. A
+        record that has them in another order keeps the others in its digest: it is
+        parsed again when they move, never taken for another."""
         if not self.moving:
             return lambda start, stop: hash(text[start:stop])
         indent = "\n" + inner + "  "
-        heads = [f'{indent}"{key}": ' for key in self.moving]
-        next_key = indent + '"'
         find = text.find
+        found = [(find(head, first, first_stop), head) for head in (f'{indent}"{key}": ' for key in self.moving)]
+        heads = [head for at, head in sorted(found) if at >= 0]
+        next_key = indent + '"'
 
         def digest(start: int, stop: int) -> int:
-            cuts = []
-            for head in heads:
-                at = find(head, start, stop)
-                if at >= 0:
-                    after = find(next_key, at + len(head), stop)
-                    cuts.append((at, stop if after < 0 else after))
-            if not cuts:
-                return hash(text[start:stop])
-            cuts.sort()
             parts, at = [], start
-            for cut_from, cut_to in cuts:
-                parts.append(text[at:cut_from])
-                at = cut_to
+            for head in heads:
+                cut_from = find(head, at, stop)
+                if cut_from >= 0:
+                    cut_to = find(next_key, cut_from + len(head), stop)
+                    parts.append(text[at:cut_from])
+                    at = stop if cut_to < 0 else cut_to
+            if not parts:
+                return hash(text[start:stop])
             parts.append(text[at:stop])
             return hash(tuple(parts))
         return digest
@@ -175,7 +176,8 @@ class RecordCache(Generic[T]):
         except (ValueError, AttributeError):
             return None  # the list's end was not where the cut put it
         load(rest)  # the caller's checks of the document (an errors entry: an outage)
-        digest = self._digester(text, separator[1:-3])
+        first_stop = text.find(separator, at, end)
+        digest = self._digester(text, separator[1:-3], at, end if first_stop < 0 else first_stop)
         order, place = self._order, self._place
         out, kept_order, fresh = [], [], []
         marker, skip, find, same, step = self._id_marker, len(self._id_marker), text.find, text.startswith, \
