@@ -6,9 +6,10 @@ and parsing all of them again was most of a round (json.loads alone ~285 ms at 1
 jobs). Slurm pretty-prints its documents (22.05's json-c and the serializer of 24.11
 and 26.05 all put every record of the top-level list on lines of its own, indented one
 level deeper than the list's key), so the list can be cut into one text per record
-with ``str.split``; a record whose text is exactly the one of the last read is the same
-record, and its parsed value from then is reused. Only new or changed texts are
-decoded and parsed, by the same per-record parser as a full read.
+with ``str.split``; a record whose text has the digest of the last read's (the fields
+slurmctld's scheduler stamps on every pending record left out: SQUEUE_MOVING_FIELDS)
+is the same record, and its parsed value from then is reused. Only new or changed
+texts are decoded and parsed, by the same per-record parser as a full read.
 
 Cutting is checked, never trusted: the separator ``\\n<indent>},\\n`` cannot occur
 inside a JSON string (raw newlines are escaped) and at that indent only between
@@ -16,7 +17,8 @@ records; a cut in the wrong place leaves a piece whose braces do not balance, so
 fails to decode and the whole document is read the ordinary way (json.loads and every
 record parsed). A document that is not laid out this way (compact JSON, no records,
 another key order) is read the ordinary way too. Either way the result is what
-``parse_squeue_json`` / ``parse_sinfo_json`` give for the same text.
+``parse_squeue_json`` / ``parse_sinfo_json`` give for the same text (but a reused
+record's SlurmJob.priority, a moving field: tests/test_record_cache_rounds.py).
 """
 from __future__ import annotations
 
