@@ -48,9 +48,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import slurm_plugin.backend as slurm_backend  # noqa: E402
 from bench.scripted_slurm import ScriptedSlurm  # noqa: E402
-from bench.scripted_slurm_26 import ScriptedSlurm26  # noqa: E402
 from controller.service.config import from_mapping  # noqa: E402
 from controller.service.daemon import Controller  # noqa: E402
 from controller.service.store import Store  # noqa: E402
@@ -130,12 +128,9 @@ class Phases:
         self.wrap(slurm, "_answer", SLURMCTLD)
 
 
-SHAPES = {"22.05": ScriptedSlurm, "26.05": ScriptedSlurm26}  # release -> the scripted slurmctld answering in its JSON
-
-
-def build(pending: int, running: int, nodes: int, tmp: str, shape: str = "22.05"):
+def build(pending: int, running: int, nodes: int, tmp: str):
     # the controller's clock (time.time) and Slurm's agree: the jobs' service spreads over the queues
-    slurm = SHAPES[shape](pending, running, nodes=nodes, now=int(time.time()))
+    slurm = ScriptedSlurm(pending, running, nodes=nodes, now=int(time.time()))
     store = Store(f"sqlite:///{tmp}/round-{pending}.db")
     config = from_mapping({"mode": "enforce", "policy": "dlas", "queues_gpu_s": [3600.0, 36000.0],
                            "preempt_max_per_job": 0, "usage_spool_dir": f"{tmp}/none",
@@ -147,10 +142,7 @@ def build(pending: int, running: int, nodes: int, tmp: str, shape: str = "22.05"
 
 def change(slurm: ScriptedSlurm) -> None:
     """One job ends, and Slurm's scheduler starts what fits in the GPUs it left (by
-    the SiteFactor bands the controller set). Slurm's clock is the controller's (time.time),
-    as NTP keeps them: a frozen one would put the clocks further apart every round and
-    move every job's times onto the controller's clock again (controller.service.slurm_clock)."""
-    slurm.now = int(time.time())
+    the SiteFactor bands the controller set)."""
     slurm.finish_one()
     slurm.schedule()
 
@@ -171,14 +163,11 @@ def warm_up(slurm: ScriptedSlurm, controller: Controller) -> None:
     when its job starts. Then Slurm's scheduler takes the GPUs left free."""
     comments, controller.admin_comments.max_per_round = controller.admin_comments.max_per_round, 10 ** 9
     scripts, controller.contract.reads_per_round = controller.contract.reads_per_round, 10 ** 9
-    # 26.05: every pending job's --exclusive read (`scontrol show job`, 20 a round) as for the lines
-    show_jobs, slurm_backend.MAX_SHOW_JOB_IDS = slurm_backend.MAX_SHOW_JOB_IDS, 10 ** 9
     for _ in range(3):
         change(slurm)
         slurm._text("squeue")  # the scripted slurmctld renders its answer outside the timing
         one_round(controller)
     controller.admin_comments.max_per_round, controller.contract.reads_per_round = comments, scripts
-    slurm_backend.MAX_SHOW_JOB_IDS = show_jobs
     for _ in range(2):  # the GPUs its first bands left free are taken, as Slurm takes them
         change(slurm)
         slurm._text("squeue")
@@ -191,11 +180,9 @@ def counts(slurm: ScriptedSlurm) -> tuple[int, int]:
     return states.count("PENDING"), states.count("RUNNING")
 
 
-def measure(pending: int, running: int, nodes: int, repeat: int, kinds: tuple[str, ...], tmp: str,
-            shape: str = "22.05") -> dict:
-    """kind -> list of (phase -> (cpu_s, wall_s)) per round, the whole round under "round";
-    "kb_per_job": what the controller keeps between rounds (retained_bytes) per job."""
-    slurm, store, controller = build(pending, running, nodes, tmp, shape)
+def measure(pending: int, running: int, nodes: int, repeat: int, kinds: tuple[str, ...], tmp: str) -> dict:
+    """kind -> list of (phase -> (cpu_s, wall_s)) per round, the whole round under "round"."""
+    slurm, store, controller = build(pending, running, nodes, tmp)
     warm_up(slurm, controller)
     phases = Phases()
     phases.instrument(controller, slurm)
@@ -219,30 +206,8 @@ def measure(pending: int, running: int, nodes: int, repeat: int, kinds: tuple[st
             row["rest of the round"] = (cpu - sum(c for c, _ in row.values()), wall - sum(w for _, w in row.values()))
             row["round"] = (cpu, wall)
             results[kind].append(row)
-    results["kb_per_job"] = retained_bytes(controller, exclude=(slurm,)) / 1024 / max(len(slurm.jobs), 1)
     store.close()
     return results
-
-
-def retained_bytes(root, exclude=()) -> int:
-    """The bytes of every Python object reachable from ``root`` (sys.getsizeof, each object
-    once), leaving out ``exclude`` (the scripted slurmctld: Slurm's own memory), modules,
-    classes and functions (the code, not the data): what the controller keeps between
-    rounds. SQLite's own pages are not Python objects (the store's file is on disk)."""
-    import gc
-    import types
-    skip = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.CodeType,
-            types.MethodType, types.FrameType)
-    seen = {id(x) for x in exclude}
-    stack, total = [root], 0
-    while stack:
-        obj = stack.pop()
-        if id(obj) in seen or isinstance(obj, skip):
-            continue
-        seen.add(id(obj))
-        total += sys.getsizeof(obj)
-        stack.extend(gc.get_referents(obj))
-    return total
 
 
 def report(title: str, rounds: list[dict], target_s: float) -> bool:
@@ -261,11 +226,11 @@ def report(title: str, rounds: list[dict], target_s: float) -> bool:
     return met
 
 
-def profile(pending: int, running: int, nodes: int, tmp: str, kind: str, sort: str, shape: str = "22.05") -> None:
+def profile(pending: int, running: int, nodes: int, tmp: str, kind: str, sort: str) -> None:
     import cProfile
     import pstats
 
-    slurm, store, controller = build(pending, running, nodes, tmp, shape)
+    slurm, store, controller = build(pending, running, nodes, tmp)
     warm_up(slurm, controller)
     if kind == "changing":
         change(slurm)
@@ -278,49 +243,13 @@ def profile(pending: int, running: int, nodes: int, tmp: str, kind: str, sort: s
     store.close()
 
 
-SIZE_NAMES = {1200: "1.2k", 12000: "12k", 55000: "55k", 110000: "110k", 220000: "220k"}
-# issue 37's goals: the changing round's CPU median per total jobs, both JSON shapes; KB per job at 110k
-GOALS_S = {12000: 0.200, 55000: 1.0, 110000: 2.0, 220000: 4.0}
-GOAL_KB_PER_JOB = 4.0
-
-
-def summary(table: dict) -> None:
-    """Per shape and size: each phase of the changing round (CPU ms, median), the share of
-    unchanged rounds that were quiet, KB per job; then the slope from 55k to 110k (and 220k):
-    log(cost ratio) / log(size ratio), 1.0 for a cost that grows as the queue."""
-    phases = [*PHASES, "rest of the round", "round"]
-    for shape, sizes in table.items():
-        print(f"\n== {shape} JSON: changing round, CPU ms (median) per phase ==")
-        print(f"{'phase':<22}" + "".join(f"{SIZE_NAMES.get(total, total):>10}" for total in sizes))
-        for phase in phases:
-            print(f"{phase:<22}" + "".join(f"{statistics.median(r[phase][0] for r in res['changing']) * 1000:10.0f}"
-                                           for res in sizes.values()))
-        print(f"{'quiet unchanged':<22}" + "".join(f"{sum(res['quiet']):>7}/{len(res['quiet'])}" + " "
-                                                  for res in sizes.values()))
-        print(f"{'KB per job':<22}" + "".join(f"{res['kb_per_job']:10.1f}" for res in sizes.values()))
-        costs = {total: statistics.median(r["round"][0] for r in res["changing"]) for total, res in sizes.items()}
-        for big in (110000, 220000):
-            if 55000 in costs and big in costs:
-                import math
-                print(f"slope 55k -> {SIZE_NAMES[big]}: {math.log(costs[big] / costs[55000]) / math.log(big / 55000):.2f}")
-        for total, goal in GOALS_S.items():
-            if total in costs:
-                met = "met" if costs[total] <= goal else "NOT met"
-                print(f"goal {SIZE_NAMES[total]} changing round <= {goal * 1000:.0f} ms: {costs[total] * 1000:.0f} ms, {met}")
-        if 110000 in sizes:
-            kb = sizes[110000]["kb_per_job"]
-            print(f"goal <= {GOAL_KB_PER_JOB:.0f} KB per job at 110k: {kb:.1f} KB, {'met' if kb <= GOAL_KB_PER_JOB else 'NOT met'}")
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--sizes", default="1000:200:100,10000:2000:1000,50000:5000:2500,100000:10000:5000",
-                        help="PENDING:RUNNING:NODES,... (8 GPUs per node; 200000:20000:10000 is 220k)")
-    parser.add_argument("--shapes", default="22.05,26.05",
-                        help="the releases whose JSON the scripted slurmctld answers in: " + ", ".join(SHAPES))
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--sizes", default="10000:2000:1000,50000:5000:2500",
+                        help="PENDING:RUNNING:NODES,... (8 GPUs per node); the first gets both kinds of round")
     parser.add_argument("--profile", choices=["changing", "unchanged"],
-                        help="cProfile one round of that kind at the first size (and shape) instead")
+                        help="cProfile one round of that kind at the first size instead")
     parser.add_argument("--sort", choices=["cumulative", "tottime"], default="cumulative",
                         help="--profile's order: time with callees, or in the function itself")
     parser.add_argument("--burst", default="",
@@ -332,32 +261,27 @@ def main() -> int:
         sys.argv = [sys.argv[0], "--jobs", args.burst]
         return bench_burst.main()
     sizes = [tuple(int(x) for x in size.split(":")) for size in args.sizes.split(",")]
-    shapes = args.shapes.split(",")
     with tempfile.TemporaryDirectory() as tmp:
         if args.profile:
-            profile(*sizes[0], tmp, args.profile, args.sort, shapes[0])
+            profile(*sizes[0], tmp, args.profile, args.sort)
             return 0
         verdicts = []
-        table: dict[str, dict[int, dict]] = {}
-        for shape in shapes:
-            for index, (pending, running, nodes) in enumerate(sizes):
-                results = measure(pending, running, nodes, args.repeat, ("changing", "unchanged"), tmp, shape)
-                table.setdefault(shape, {})[pending + running] = results
-                now_pending, now_running = results["jobs"]
-                label = (f"{shape} JSON, {pending:,} pending + {running:,} running on {nodes:,} nodes "
-                         f"({now_pending:,} + {now_running:,} once Slurm started what fits)")
-                changing = "one job ended, Slurm started what fits in its GPUs"
-                target = GOALS_S.get(pending + running, TARGETS_S["changing"] if index == 0 else TARGET_LARGE_S)
-                verdicts.append(report(f"whole round, {label}, {changing}", results["changing"], target))
-                stands = sorted(results["stands_s"])
-                print(f"  its plan stood (the next time-driven change) for median {statistics.median(stands):.1f} s"
-                      f" (min {stands[0]:.1f}, max {stands[-1]:.1f}): rounds within it that observe nothing new are"
-                      " quiet")
+        for index, (pending, running, nodes) in enumerate(sizes):
+            kinds = ("changing", "unchanged") if index == 0 else ("changing",)
+            results = measure(pending, running, nodes, args.repeat, kinds, tmp)
+            now_pending, now_running = results["jobs"]
+            label = (f"{pending:,} pending + {running:,} running on {nodes:,} nodes ({now_pending:,} + "
+                     f"{now_running:,} once Slurm started what fits)")
+            changing = "one job ended, Slurm started what fits in its GPUs"
+            verdicts.append(report(f"whole round, {label}, {changing}", results["changing"],
+                                   TARGETS_S["changing"] if index == 0 else TARGET_LARGE_S))
+            stands = sorted(results["stands_s"])
+            print(f"  its plan stood (the next time-driven change) for median {statistics.median(stands):.1f} s"
+                  f" (min {stands[0]:.1f}, max {stands[-1]:.1f}): rounds within it that observe nothing new are quiet")
+            if index == 0:
                 verdicts.append(report(f"unchanged round, {label}", results["unchanged"], TARGETS_S["unchanged"]))
                 print(f"  quiet (not planned again: its plan stood): {sum(results['quiet'])} of "
-                      f"{len(results['quiet'])} rounds; the controller keeps {results['kb_per_job']:.1f} KB per job",
-                      flush=True)
-        summary(table)
+                      f"{len(results['quiet'])} rounds")
     print(f"targets met: {sum(verdicts)} of {len(verdicts)}")
     return 0
 

@@ -422,18 +422,14 @@ class ScriptedSlurm:
             return "draining" if self.nodes[name] else "drained"
         return self._node_state(name)
 
-    def _update_array_records(self) -> None:
-        """The pending array records' task lists and reasons, as the next read shows them."""
-        for array_id, tasks in self.array_tasks.items():
-            throttle = self.array_throttle[array_id]
-            self.jobs[array_id].update(
-                array_task_string=_task_string(tasks) + (f"%{throttle}" if throttle else ""),
-                state_reason="JobArrayTaskLimit" if self._throttled(self.jobs[array_id]) else "Priority")
-
     def _text(self, which: str) -> str:
         if which not in self._texts:
             if which == "squeue":
-                self._update_array_records()
+                for array_id, tasks in self.array_tasks.items():  # the pending records' task lists
+                    throttle = self.array_throttle[array_id]
+                    self.jobs[array_id].update(
+                        array_task_string=_task_string(tasks) + (f"%{throttle}" if throttle else ""),
+                        state_reason="JobArrayTaskLimit" if self._throttled(self.jobs[array_id]) else "Priority")
                 doc = {**self.meta, "jobs": list(self.jobs.values())}
             else:
                 doc = {**self.sinfo_meta, "nodes": [

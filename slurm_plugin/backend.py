@@ -54,7 +54,7 @@ from slurm_plugin.parse import (
     parse_squeue_record,
     squeue_clock,
 )
-from slurm_plugin.record_cache import SQUEUE_MOVING_FIELDS, RecordCache
+from slurm_plugin.record_cache import RecordCache
 
 log = logging.getLogger(__name__)
 RESERVATIONS_EVERY_S = 60.0  # how stale the reservations may be when no job names a new one
@@ -94,7 +94,6 @@ RL_IDS_PER_S = 1.0
 # next; each call waits at most SHOW_JOB_TIMEOUT_S (capped by command_timeout_s), and the
 # first that fails to answer ends this observation's reads: a slow slurmctld costs one wait.
 MAX_SHOW_JOB_IDS = 20
-_IN_RECORD = "(the record's)"  # a job's --exclusive mode is its record's (not read apart: _observed_job)
 SHOW_JOB_TIMEOUT_S = 5.0
 # The fields an ObservedJob takes from the SlurmJob as they are (same name, same
 # value); _observed_job names the ones it renames or converts.
@@ -382,15 +381,11 @@ class SlurmBackend:
         # Partition -> node names from the last ``sinfo --json`` read by observe().
         self._partition_nodes: Optional[dict[str, list[str]]] = None
         # squeue --json records parsed at the last observe(), by their text: only new or
-        # changed records are parsed again (slurm_plugin.record_cache), the scheduler's
-        # stamps on a pending record aside.
-        self._squeue_records: RecordCache[SlurmJob] = RecordCache("jobs", parse_squeue_record, "job_id",
-                                                                  moving=SQUEUE_MOVING_FIELDS)
+        # changed records are parsed again (slurm_plugin.record_cache).
+        self._squeue_records: RecordCache[SlurmJob] = RecordCache("jobs", parse_squeue_record, "job_id")
         self._sinfo_records: RecordCache[SlurmNode] = RecordCache("nodes", parse_sinfo_record, "name")
-        # id(SlurmJob) -> (that job, its site factor, its --exclusive mode as read apart
-        # (26.05: _sharing; None unknown, _IN_RECORD where the record says), its
-        # ObservedJob), of the last observe()
-        self._observed: dict[int, tuple[SlurmJob, Optional[int], Optional[str], ObservedJob]] = {}
+        # id(SlurmJob) -> (that job, its site factor, its ObservedJob), of the last observe()
+        self._observed: dict[int, tuple[SlurmJob, Optional[int], ObservedJob]] = {}
         # ArrayJobIds of the pending array records last observed: only a SiteFactor goes
         # to one (the tasks in the record share it: controller.service.arrays); any other
         # lever would act on every task of the array. And per ArrayJobId, the ids of its
@@ -563,9 +558,7 @@ class SlurmBackend:
 
         # One pass over the records for all they say (each pass over 55,000 records costs
         # its cache misses: one pass each was a third of observe()). A record that is the
-        # same object as at the last observe() with the same SiteFactor and the same
-        # --exclusive mode (26.05: a pending job's is read apart, and learned later than
-        # its record) keeps its ObservedJob.
+        # same object as at the last observe() with the same SiteFactor keeps its ObservedJob.
         pending: set[str] = set()
         arrays: set[str] = set()
         task_records: dict[str, set[str]] = {}
@@ -592,18 +585,18 @@ class SlurmBackend:
                     task_records.setdefault(job.array_job_id, set()).add(job_id)
             if job.reservation:
                 named.add(job.reservation)
-            mode = self._mode_apart(job)
             kept = last.get(id(job))
-            if kept is not None and kept[0] is job and kept[1] == site_factor and kept[2] == mode:
-                observed = kept[3]  # the same record as last time: the same ObservedJob
+            if kept is not None and kept[0] is job and kept[1] == site_factor and (
+                    self._sharing_in_json or job.state != "PENDING"):  # 26.05: its mode may be learned later
+                observed = kept[2]  # the same record as last time: the same ObservedJob
             else:
                 try:
-                    observed = self._observed_job(job, site_factor, mode)
+                    observed = self._observed_job(job, site_factor)
                 except (SlurmParseError, TypeError, ValueError) as exc:
                     skipped.append(f"squeue job {job_id}: {_one_line(str(exc))}")
                     withheld.ids.add(job.het_job_id or job_id)
                     continue
-            kept_now[id(job)] = (job, site_factor, mode, observed)
+            kept_now[id(job)] = (job, site_factor, observed)
             observed_jobs.append(observed)
             if site_factor is not None:
                 observed_factors[job_id] = site_factor
@@ -652,7 +645,7 @@ class SlurmBackend:
         jobs = []
         for job in records:
             try:
-                jobs.append(self._observed_job(job, job.site_factor, self._mode_apart(job)))
+                jobs.append(self._observed_job(job, job.site_factor))
             except (SlurmParseError, TypeError, ValueError):
                 continue
         found = [job for job in plan_view(jobs, Withheld()).jobs if job.job_id in wanted]
@@ -915,18 +908,10 @@ class SlurmBackend:
                 modes[job_id] = answer[job_id]
         return modes, reached
 
-    def _mode_apart(self, job: SlurmJob) -> Optional[str]:
-        """The --exclusive mode of a pending job on 26.05+ (its record does not say): as
-        `scontrol show job` read it, None while unknown; else _IN_RECORD."""
-        if self._sharing_in_json or job.state != "PENDING":
-            return _IN_RECORD
-        known = self._sharing.get(job.job_id)
-        return None if known is None else known[1]
-
-    def _observed_job(self, job: SlurmJob, site_factor: int | None, mode: Optional[str]) -> ObservedJob:
-        """``mode``: _mode_apart(job) (None: unknown, the job never a reason to preempt)."""
-        if mode is not _IN_RECORD:
-            job = replace(job, shared=mode)
+    def _observed_job(self, job: SlurmJob, site_factor: int | None) -> ObservedJob:
+        if job.state == "PENDING" and not self._sharing_in_json:
+            known = self._sharing.get(job.job_id)
+            job = replace(job, shared=None if known is None else known[1])  # None: unknown, never preempted for
         if job.state == "PENDING" and job.gpus_per_node and not job.max_nodes:
             # --gres=gpu:K: Slurm needs K GPUs on each node and counts them at its node
             # count; a gang spread over more nodes (3 GPUs here, 1 there) is one Slurm never

@@ -36,7 +36,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
@@ -93,8 +92,7 @@ class SlurmJob:
     ``start_time`` of a pending job and ``end_time`` of an unfinished job are
     Slurm's estimates and are reported as ``None``. ``time_limit_s`` is ``None``
     for UNLIMITED. ``requeue`` is ``None`` where the source does not say (sacct).
-    Node lists are tuples (a job kept between rounds holds no empty lists). ``node_count``
-    of a pending job is the fewest nodes it accepts (1 unless -N or
+    ``node_count`` of a pending job is the fewest nodes it accepts (1 unless -N or
     --nodelist asks for more; of a running job, the nodes it holds); ``max_nodes``
     the most (0: no maximum; -N N gives both N).
     """
@@ -109,7 +107,7 @@ class SlurmJob:
     reason: str = ""
     gpus: int = 0
     mps: int = 0
-    nodes: tuple[str, ...] = ()
+    nodes: list[str] = field(default_factory=list)
     node_count: int = 0
     max_nodes: int = 0
     # GPUs asked per node (--gres=gpu:K, --gpus-per-node): K on every node it gets, so the
@@ -128,13 +126,13 @@ class SlurmJob:
     admin_comment: str = ""
     priority: int | None = None
     site_factor: int | None = None
-    required_nodes: tuple[str, ...] = ()
-    excluded_nodes: tuple[str, ...] = ()
+    required_nodes: list[str] = field(default_factory=list)
+    excluded_nodes: list[str] = field(default_factory=list)
     time_limit_s: float | None = None
     # squeue only: the nodes a running job holds in allocation order, and the GRES it
     # holds on each, aligned with them when Slurm says (else [])
-    allocated_nodes: tuple[str, ...] = ()
-    gres_detail: tuple[str, ...] = ()
+    allocated_nodes: list[str] = field(default_factory=list)
+    gres_detail: list[str] = field(default_factory=list)
     # squeue only: an array task's job_id is "ARRAYID_TASKID" (Slurm's own levers match a
     # bare ArrayJobId to every task); a pending array record keeps the ArrayJobId and
     # carries its pending tasks (``array_tasks``, e.g. "5-50%4") and throttle. A het
@@ -302,19 +300,7 @@ def _split_state(value: Any, field_name: str) -> tuple[str, frozenset[str]]:
         # "COMPLETING"]: the same state, so that neither release shows a requeued job
         # PENDING (reason None) before it really waits.
         base = "COMPLETING"
-    flags = [v for v in items if v != base]
-    return sys.intern(base), frozenset(flags) if flags else _NO_FLAGS
-
-
-# The empty flag set every job without flags shares (frozenset() is a new object each
-# call: 216 bytes a job), and the job's strings that many jobs repeat (user, account,
-# partition, reason, QOS, ...; json.loads makes a new string of each): each interned once
-# (_common), so a controller keeping 110,000 jobs keeps one "PENDING", not 110,000.
-_NO_FLAGS: frozenset[str] = frozenset()
-
-
-def _common(r: dict, key: str) -> str:
-    return sys.intern(_str(r.get(key), key))
+    return base, frozenset(v for v in items if v != base)
 
 
 def _load_document(text: str | bytes | dict, list_keys: Iterable[str], what: str) -> tuple[str, list]:
@@ -705,16 +691,16 @@ def _squeue_job(r: dict) -> SlurmJob:
     site = r.get("site_factor")
     return SlurmJob(
         job_id=job_id,
-        name=_common(r, "name"),
-        user=_common(r, "user_name"),
-        account=_common(r, "account"),
-        partition=_common(r, "partition"),
+        name=_str(r.get("name"), "name"),
+        user=_str(r.get("user_name"), "user_name"),
+        account=_str(r.get("account"), "account"),
+        partition=_str(r.get("partition"), "partition"),
         state=state,
         state_flags=flags,
-        reason=_common(r, "state_reason"),
+        reason=_str(r.get("state_reason"), "state_reason"),
         gpus=gpus,
         mps=mps,
-        nodes=tuple(expand_hostlist(_str(r.get("nodes"), "nodes"))),
+        nodes=expand_hostlist(_str(r.get("nodes"), "nodes")),
         node_count=node_count,
         max_nodes=_count(r.get("max_nodes"), "max_nodes"),
         gpus_per_node=_gpus_per_node(r),
@@ -729,11 +715,11 @@ def _squeue_job(r: dict) -> SlurmJob:
         admin_comment=_str(r.get("admin_comment"), "admin_comment"),
         priority=_int(r.get("priority"), "priority") if r.get("priority") is not None else None,
         site_factor=_int(site, "site_factor") if site is not None else None,
-        required_nodes=tuple(expand_hostlist(_str(r.get("required_nodes"), "required_nodes"))),
-        excluded_nodes=tuple(expand_hostlist(_str(r.get("excluded_nodes"), "excluded_nodes"))),
+        required_nodes=expand_hostlist(_str(r.get("required_nodes"), "required_nodes")),
+        excluded_nodes=expand_hostlist(_str(r.get("excluded_nodes"), "excluded_nodes")),
         time_limit_s=_limit_s(limit_min),
-        allocated_nodes=tuple(_allocated_nodes(r.get("job_resources"))),
-        gres_detail=tuple(_gres_detail(r.get("gres_detail"))),
+        allocated_nodes=_allocated_nodes(r.get("job_resources")),
+        gres_detail=_gres_detail(r.get("gres_detail")),
         array_job_id=str(array_id) if array_id else "",
         array_tasks=_str(r.get("array_task_string"), "array_task_string") if "_" not in job_id else "",
         array_max_tasks=_count(r.get("array_max_tasks"), "array_max_tasks"),
@@ -741,8 +727,8 @@ def _squeue_job(r: dict) -> SlurmJob:
         het_offset=_count(r.get("het_job_offset"), "het_job_offset"),
         gpu_type=_gpu_type_of(gpu_types),
         gpu_types=gpu_types,
-        reservation=_common(r, "resv_name"),
-        qos=_common(r, "qos"),
+        reservation=_str(r.get("resv_name"), "resv_name"),
+        qos=_str(r.get("qos"), "qos"),
         request_unmodelled=request_unmodelled,
         **_job_resources_asked(r, job_id),
     )
@@ -1133,7 +1119,7 @@ def _sacct_job(r: dict) -> SlurmJob:
         reason=_str(st.get("reason"), "state.reason"),
         gpus=counts.get("gpu", 0),
         mps=counts.get("mps", 0),
-        nodes=tuple(names),
+        nodes=names,
         node_count=_count(r.get("allocation_nodes"), "allocation_nodes") or len(names),
         submit_time=_epoch(t.get("submission"), "time.submission"),
         start_time=start,
@@ -1212,7 +1198,7 @@ def _scontrol_job(r: dict) -> SlurmJob:
         reason=_nullish_to_empty(r.get("Reason")),
         gpus=gpus,
         mps=mps,
-        nodes=tuple(expand_hostlist(r.get("NodeList"))),
+        nodes=expand_hostlist(r.get("NodeList")),
         node_count=node_count,
         max_nodes=max_nodes,
         gpus_per_node=_gpus_per_node(fake),
@@ -1227,8 +1213,8 @@ def _scontrol_job(r: dict) -> SlurmJob:
         admin_comment=_nullish_to_empty(r.get("AdminComment")),
         priority=scontrol_int(r.get("Priority"), "Priority") if "Priority" in r else None,
         site_factor=scontrol_int(site, "SiteFactor") if site not in (None, "") else None,
-        required_nodes=tuple(expand_hostlist(r.get("ReqNodeList"))),
-        excluded_nodes=tuple(expand_hostlist(r.get("ExcNodeList"))),
+        required_nodes=expand_hostlist(r.get("ReqNodeList")),
+        excluded_nodes=expand_hostlist(r.get("ExcNodeList")),
         time_limit_s=parse_duration_s(r.get("TimeLimit"), "TimeLimit"),
         qos=_nullish_to_empty(r.get("QOS")),
         request_unmodelled=request_unmodelled,

@@ -66,7 +66,7 @@ def test_recorded_jobs_read_their_cpus_memory_features_and_sharing(version):
     assert (pending.constraint.text, pending.constraint.features, pending.shared) == ("", (), "")
     assert jobs["10"].cpus == 4  # -N 4: a CPU on each
     running = jobs["5"]  # on gpu1: its CPU and the memory Slurm allocated (CR_Core: none)
-    assert (running.allocated_nodes, running.cpus_by_node, running.mem_by_node_mb) == (("gpu1",), (1,), (0,))
+    assert (running.allocated_nodes, running.cpus_by_node, running.mem_by_node_mb) == (["gpu1"], (1,), (0,))
 
 
 @pytest.mark.parametrize("version", VERSIONS)

@@ -70,7 +70,7 @@ def test_squeue_running_gpu_job_with_comment(version):
     assert job.partition == "batch"
     assert job.state == "RUNNING"
     assert job.gpus == 2 and job.mps == 0
-    assert job.nodes == ("gpu1",) and job.node_count == 1
+    assert job.nodes == ["gpu1"] and job.node_count == 1
     assert job.comment == "tiresias: ckpt every 10m, lr=0.1"
     assert job.submit_time == RECORDED[version]["submit5"]
     assert job.start_time == RECORDED[version]["start5"]
@@ -89,7 +89,7 @@ def test_squeue_pending_multi_partition_gpu_job(version):
     assert job.partitions == ["batch", "urgent"]
     assert job.node_count == 4
     assert job.gpus == 16  # gres:gpu:4 per node x 4 nodes
-    assert job.nodes == ()
+    assert job.nodes == []
     assert job.start_time is None and job.end_time is None  # estimates dropped
     assert job.time_limit_s is None  # UNLIMITED
 
@@ -102,7 +102,7 @@ def test_squeue_node_constraints(version):
     assert (jobs["10"].node_count, jobs["10"].max_nodes) == (4, 4)  # sbatch -N 4 --gres=gpu:4
     assert (jobs["11"].node_count, jobs["11"].max_nodes) == (1, RECORDED[version]["held_max_nodes"])
     assert (jobs["4"].node_count, jobs["4"].max_nodes) == (1, 0)  # no -N: any number of nodes
-    assert jobs["8"].required_nodes == ("gpu4",) and jobs["8"].excluded_nodes == ("gpu3",)
+    assert jobs["8"].required_nodes == ["gpu4"] and jobs["8"].excluded_nodes == ["gpu3"]
 
 
 def test_squeue_max_nodes_wrapped_and_bad():
@@ -157,7 +157,7 @@ def test_squeue_gpu_sources_mps_per_job_pinned_held(version):
     jobs = by_id(parse_squeue_json(read(version, "squeue.json")))
     assert (jobs["6"].gpus, jobs["6"].mps) == (0, 50)          # --gres=mps:50
     assert (jobs["7"].gpus, jobs["7"].partition) == (3, "small")  # --gpus=3 (tres_per_job)
-    assert jobs["8"].required_nodes == ("gpu4",) and jobs["8"].excluded_nodes == ("gpu3",)
+    assert jobs["8"].required_nodes == ["gpu4"] and jobs["8"].excluded_nodes == ["gpu3"]
     assert jobs["11"].reason == "JobHeldUser" and jobs["11"].priority == 0
     assert jobs["11"].time_limit_s == 600
     assert jobs["3"].state == "FAILED" and jobs["3"].gpus == 0
@@ -289,10 +289,10 @@ def test_sacct_records(version):
     assert errors == []
     assert [r.job_id for r in records] == RECORDED[version]["sacct_order"]
     requeued, rerun = [r for r in records if r.job_id == "4"]
-    assert requeued.state == "REQUEUED" and requeued.nodes == ("gpu1",)  # 24.11: ["PENDING", "REQUEUED"]
+    assert requeued.state == "REQUEUED" and requeued.nodes == ["gpu1"]  # 24.11: ["PENDING", "REQUEUED"]
 
     assert (requeued.start_time, requeued.end_time) == RECORDED[version]["requeued_run"]
-    assert rerun.state == "RUNNING" and rerun.nodes == (RECORDED[version]["rerun_node"],) and rerun.end_time is None
+    assert rerun.state == "RUNNING" and rerun.nodes == [RECORDED[version]["rerun_node"]] and rerun.end_time is None
     assert requeued.gpus == rerun.gpus == 1
     # 22.05 sacct has no restart_cnt; 23.02+ does.
     assert rerun.restart_count == (0 if version == "22.05" else 1)
@@ -303,7 +303,7 @@ def test_sacct_records(version):
     assert jobs["7"].gpus == 3 and jobs["7"].partition == "small"
     assert jobs["5"].time_limit_s == 7200 and jobs["5"].batch is True
     assert jobs["10"].state == "PENDING" and jobs["10"].gpus == 16  # from tres.requested
-    assert jobs["10"].nodes == () and jobs["10"].partition == "batch,urgent"
+    assert jobs["10"].nodes == [] and jobs["10"].partition == "batch,urgent"
     assert jobs["1"].requeue is None
 
 
@@ -361,7 +361,7 @@ def test_scontrol_free_text_with_key_like_words():
     assert job.requeue is False and job.restart_count == 2
     assert job.time_limit_s == 26 * 3600
     assert job.node_count == 2 and job.gpus == 4  # 2 per node x 2 nodes
-    assert job.required_nodes == ("n01", "n02") and job.excluded_nodes == ()
+    assert job.required_nodes == ["n01", "n02"] and job.excluded_nodes == []
     assert job.site_factor == 1000 and job.submit_time is None
 
 
@@ -491,7 +491,7 @@ def test_squeue_array_tasks_and_pending_record(version):
     assert sorted(int(j.job_id) for j in jobs if not j.array_job_id) == list(range(1, 12))
     array = sorted((j for j in jobs if j.array_job_id == "12"), key=lambda j: j.job_id)
     assert [(j.job_id, j.state, j.nodes, j.gres_detail, j.gpus) for j in array[1:]] == [
-        (f"12_{t}", "RUNNING", ("gpu4",), (f"gpu:1(IDX:{t - 1})",), 1) for t in range(1, 5)]
+        (f"12_{t}", "RUNNING", ["gpu4"], [f"gpu:1(IDX:{t - 1})"], 1) for t in range(1, 5)]
     pending = array[0]
     assert (pending.job_id, pending.state, pending.array_tasks, pending.array_max_tasks, pending.gpus) == \
         ("12", "PENDING", "5-50%4", 4, 1)
@@ -503,9 +503,9 @@ def test_squeue_allocated_nodes_and_gres_detail(version):
     """Both job_resources shapes (22.05 allocated_nodes[].nodename, 24.05+
     nodes.allocation[].name) give the same allocation list; the backend reads only it."""
     jobs = by_id(parse_squeue_json(read(version, "squeue.json")))
-    assert jobs["5"].allocated_nodes == ("gpu1",) and jobs["5"].gres_detail == ("gpu:2(IDX:2-3)",)
-    assert jobs["7"].allocated_nodes == ("gpu2",) and jobs["7"].gres_detail == (RECORDED[version]["idx7"],)
-    assert jobs["4"].allocated_nodes == () and jobs["4"].gres_detail == ()  # pending: no job_resources
+    assert jobs["5"].allocated_nodes == ["gpu1"] and jobs["5"].gres_detail == ["gpu:2(IDX:2-3)"]
+    assert jobs["7"].allocated_nodes == ["gpu2"] and jobs["7"].gres_detail == [RECORDED[version]["idx7"]]
+    assert jobs["4"].allocated_nodes == [] and jobs["4"].gres_detail == []  # pending: no job_resources
 
 
 def test_squeue_allocation_order_is_slurms_not_the_hostlists():
@@ -515,13 +515,13 @@ def test_squeue_allocation_order_is_slurms_not_the_hostlists():
     record["gres_detail"] = ["gpu:1(IDX:0)", "gpu:3(IDX:0-2)"]
     record["job_resources"]["nodes"]["allocation"] = [{"name": "gpu2"}, {"name": "gpu1"}]
     (job,) = parse_squeue_json({"jobs": [record]})
-    assert job.nodes == ("gpu1", "gpu2") and job.allocated_nodes == ("gpu2", "gpu1")
+    assert job.nodes == ["gpu1", "gpu2"] and job.allocated_nodes == ["gpu2", "gpu1"]
     old = dict(record, job_resources={"allocated_nodes": [{"nodename": "gpu2"}, {"nodename": "gpu1"}]})
-    assert parse_squeue_json({"jobs": [old]})[0].allocated_nodes == ("gpu2", "gpu1")
+    assert parse_squeue_json({"jobs": [old]})[0].allocated_nodes == ["gpu2", "gpu1"]
     unnamed = dict(record, job_resources={"nodes": {"allocation": [{"name": "gpu2"}, {"name": ""}]}},
                    gres_detail=[1, 2])
     (job,) = parse_squeue_json({"jobs": [unnamed]})
-    assert job.allocated_nodes == () and job.gres_detail == ()
+    assert job.allocated_nodes == [] and job.gres_detail == []
 
 
 def test_a_job_being_torn_down_is_completing_on_both_releases():

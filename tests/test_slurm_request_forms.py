@@ -228,5 +228,4 @@ def test_a_per_node_gpu_request_is_planned_on_its_node_count(field, bound):
     (job,) = parse_squeue_json({"jobs": [{"job_id": 5, "job_state": "PENDING", "partition": "tier",
                                           field: "gres:gpu:4", "node_count": 1, "required_nodes": "g1",
                                           "cpus": 1, "minimum_cpus_per_node": 1, "features": "", "shared": None}]})
-    backend = SlurmBackend()
-    assert backend._observed_job(job, None, backend._mode_apart(job)).max_nodes == bound
+    assert SlurmBackend()._observed_job(job, None).max_nodes == bound
