@@ -51,7 +51,11 @@ def test_a_queue_1_job_whose_partition_runs_queue_2_jobs_gets_its_victim(iso, ru
     assert all(iso.squeue()[j]["cpus_per_tres"] in ("gpu:2", "gres:gpu:2", "gres/gpu:2") for j in victims)
     wait_for(lambda: all(attained(run, j) > 40 for j in victims), 60, "bob's jobs to reach queue 2")
     job, _ = iso.submit("alice", 4, 5, "urgent", extra="-p urgent --time=10")
-    # the round that first saw it, or a later one if a round ended since
+    # the round that first saw it judged by Slurm (a reason other than None: until then the
+    # controller preempts for nobody, startable.py), or a later one if a round ended since;
+    # Slurm takes a pass or two after the submission, longer than this test's 1 s rounds
+    wait_for(lambda: iso.squeue()[job]["state_reason"] not in ("None", ""), 30, "Slurm to judge alice's job",
+             interval_s=0.1)
     wait_for(lambda: run.record(job) is not None, 20, "the controller to see alice's job", interval_s=0.1)
     seen_round = last_round(run)
     on_urgent = victims[2:]  # on g3 and g4
