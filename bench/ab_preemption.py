@@ -187,7 +187,7 @@ def predict(jobs: list[dict], mechanism: str, settings: dict, release: str, laun
     from controller.replay.results import summarize
     from controller.replay.simulator import SimConfig, Simulation
     from controller.replay.slurm_preemption import SlurmQos
-    from controller.service.config import load
+    from controller.service.ops.config import load
 
     with tempfile.TemporaryDirectory(prefix="tiresias-abp-predict-") as tmp:
         config = load(str(write_config(Path(tmp) / "t.yaml", "sqlite:///unused.db", "predict", preemption=mechanism,

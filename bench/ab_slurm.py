@@ -95,7 +95,7 @@ def predict(jobs, settings: dict, restart_cost_s: float, config_path: Path, resu
     from controller.core.model import JobSpec
     from controller.replay.results import summarize
     from controller.replay.simulator import SimConfig, Simulation
-    from controller.service.config import load
+    from controller.service.ops.config import load
 
     controller = load(str(write_config(config_path, "sqlite:///unused.db", "predict", **settings)))
     costs = controller_costs(controller)
@@ -141,8 +141,8 @@ def describe_prediction(figures: dict, restart_cost_s: float) -> str:
 def handoff_figures(url: str, cluster: str) -> str:
     """The controller run's handoffs from its decision log: how many beneficiaries
     started (and how long after their victims' signal), how many did not in time."""
-    from controller.service.handoff import started_delay_s
-    from controller.service.store import Store
+    from controller.service.round.handoff import started_delay_s
+    from controller.service.state.store import Store
 
     with Store(url) as store:
         rows = [d for d in store.decisions(cluster, limit=10**6) if d["kind"] == "handoff"]

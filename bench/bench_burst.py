@@ -34,9 +34,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.scripted_slurm import ScriptedSlurm, VirtualTime  # noqa: E402
-from controller.service.config import from_mapping  # noqa: E402
-from controller.service.daemon import Controller  # noqa: E402
-from controller.service.store import Store  # noqa: E402
+from controller.service.ops.config import from_mapping  # noqa: E402
+from controller.service.round.daemon import Controller  # noqa: E402
+from controller.service.state.store import Store  # noqa: E402
 from slurm_plugin.backend import SlurmBackend  # noqa: E402
 
 BUCKET, REFILL_PER_S = 30, 2.0  # rl_enable's defaults: rl_bucket_size, rl_refill_rate per rl_refill_period 1 s

@@ -35,7 +35,7 @@ from controller.replay.traces import load_trace  # noqa: E402
 
 TRACES = ROOT.parent / "shared" / "traces"
 ITP = dict(thresholds_gpu_s=(3250.0, 7200.0), placement="count")
-# the controller's defaults (controller.service.config): preempt_grace_s, requeue_settle_s,
+# the controller's defaults (controller.service.ops.config): preempt_grace_s, requeue_settle_s,
 # preempt_min_runtime_s, preempt_max_per_job
 COSTS = dict(preempt_grace_s=30.0, requeue_delay_s=5.0)
 PROTECTION = dict(preempt_min_runtime_s=60.0, preempt_max_per_job=10)

@@ -1,6 +1,6 @@
 """What one whole controller round costs: observe + parse, account, plan, apply, store.
 
-The real controller (controller.service.daemon), Slurm backend and parser
+The real controller (controller.service.round.daemon), Slurm backend and parser
 (slurm_plugin), and a SQLite store run against the scripted slurmctld of
 bench/scripted_slurm.py (22.05 JSON shapes), on the controller's clock: 10,000
 pending + 2,000 running GPU jobs on 1,000 nodes x 8 GPUs (started 100 s to 25 h
@@ -49,9 +49,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.scripted_slurm import ScriptedSlurm  # noqa: E402
-from controller.service.config import from_mapping  # noqa: E402
-from controller.service.daemon import Controller  # noqa: E402
-from controller.service.store import Store  # noqa: E402
+from controller.service.ops.config import from_mapping  # noqa: E402
+from controller.service.round.daemon import Controller  # noqa: E402
+from controller.service.state.store import Store  # noqa: E402
 from slurm_plugin.backend import SlurmBackend  # noqa: E402
 
 SLURMCTLD = "scripted slurmctld (left out)"

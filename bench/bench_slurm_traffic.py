@@ -1,6 +1,6 @@
 """Slurm traffic of the controller: commands sent to slurmctld per round and per minute.
 
-The real controller (controller.service.daemon) and the real Slurm backend
+The real controller (controller.service.round.daemon) and the real Slurm backend
 (slurm_plugin.backend, parser included) run against a scripted slurmctld: a command
 runner that answers ``squeue``/``sinfo``/``sprio``/``scontrol`` from an in-memory
 cluster of 10,000 pending and 2,000 running GPU jobs on 1,000 nodes x 8 GPUs, in the
@@ -31,9 +31,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from controller.service.config import from_mapping  # noqa: E402
-from controller.service.daemon import Controller  # noqa: E402
-from controller.service.store import Store  # noqa: E402
+from controller.service.ops.config import from_mapping  # noqa: E402
+from controller.service.round.daemon import Controller  # noqa: E402
+from controller.service.state.store import Store  # noqa: E402
 from bench.scripted_slurm import ScriptedSlurm, VirtualTime  # noqa: E402
 from slurm_plugin.backend import SlurmBackend  # noqa: E402
 
@@ -52,7 +52,7 @@ def controller_for(slurm: ScriptedSlurm, store: Store, tmp: str, policy: str, ad
 
 def rounds(policy: str, pending: int, running: int, admin_comment: bool = False, minutes: bool = False) -> dict:
     """Counts per round; ``admin_comment``: also write the per-job AdminComment line
-    (controller.service.admin_comment: its own budget, admin_comment_max_per_round);
+    (controller.service.round.admin_comment: its own budget, admin_comment_max_per_round);
     ``minutes``: then a minute of Controller.run_forever, steady and with changes."""
     slurm = ScriptedSlurm(pending, running)
     clock = VirtualTime(float(slurm.now))

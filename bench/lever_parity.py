@@ -25,9 +25,9 @@ from controller.core.levers import action_row  # noqa: E402
 from controller.core.model import JobSpec  # noqa: E402
 from controller.replay.cluster import SimConfig  # noqa: E402
 from controller.replay.lever_replay import LeverSettings, replay_levers  # noqa: E402
-from controller.service.config import from_mapping  # noqa: E402
-from controller.service.daemon import Controller  # noqa: E402
-from controller.service.store import Store  # noqa: E402
+from controller.service.ops.config import from_mapping  # noqa: E402
+from controller.service.round.daemon import Controller  # noqa: E402
+from controller.service.state.store import Store  # noqa: E402
 from slurm_plugin.backend import SlurmBackend  # noqa: E402
 
 T0 = 1_000_020  # a multiple of the interval: the simulator's grid

@@ -16,7 +16,7 @@ JSON has no ``site_factor`` and ``scontrol show job`` does not print
 only), so it is read when some pending job lacks a site factor.
 
 Failure policy: a command that times out or cannot reach slurmctld raises
-:class:`controller.service.backend.BackendUnavailable`; the observation is then
+:class:`controller.service.acting.backend.BackendUnavailable`; the observation is then
 discarded whole, never returned partially. 22.05's ``squeue --json`` exits 0
 with an empty job list and a non-empty ``errors`` list when slurmctld is down,
 so that list is checked too. A lever that Slurm refuses (job gone, no longer
@@ -34,10 +34,10 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Mapping, Optional, Sequence
 
-from controller.service.arrays import Withheld, plan_view
-from controller.service.backend import BackendUnavailable, Observation, ObservedJob
-from controller.service.qos_limits import DEFAULT_QOS_COMMAND, QOS_LIMITS_COMMAND
-from controller.service.unmodelled import unmodelled_fields
+from controller.service.round.arrays import Withheld, plan_view
+from controller.service.acting.backend import BackendUnavailable, Observation, ObservedJob
+from controller.service.ops.qos_limits import DEFAULT_QOS_COMMAND, QOS_LIMITS_COMMAND
+from controller.service.ops.unmodelled import unmodelled_fields
 from controller.core.model import ALL_MEMORY, Node
 from slurm_plugin.parse import (
     SlurmJob,
@@ -331,7 +331,7 @@ def _check_name(value: object, what: str) -> str:
 
 
 class SlurmBackend:
-    """controller.service.backend.Backend over Slurm's CLI.
+    """controller.service.acting.backend.Backend over Slurm's CLI.
 
     ``partitions``: only jobs (and nodes) in these partitions are observed; None
     means all. ``command_timeout_s``: per command, in seconds. ``runner``: how a
@@ -353,7 +353,7 @@ class SlurmBackend:
         # The controller's clock (epoch s): when an observation was taken and answered
         # (a scripted slurmctld on a virtual clock passes that clock).
         self.clock = clock
-        # The controller's lease check (controller.service.lease.Lease.guard), run just
+        # The controller's lease check (controller.service.acting.lease.Lease.guard), run just
         # before every lever command: a lease lost between two scontrol chunks of one
         # call stops the next chunk.
         self.fence: Optional[Callable[[], None]] = None
@@ -387,7 +387,7 @@ class SlurmBackend:
         # id(SlurmJob) -> (that job, its site factor, its ObservedJob), of the last observe()
         self._observed: dict[int, tuple[SlurmJob, Optional[int], ObservedJob]] = {}
         # ArrayJobIds of the pending array records last observed: only a SiteFactor goes
-        # to one (the tasks in the record share it: controller.service.arrays); any other
+        # to one (the tasks in the record share it: controller.service.round.arrays); any other
         # lever would act on every task of the array. And per ArrayJobId, the ids of its
         # tasks that have records of their own ("ARRAYID_TASKID"): a lever may name
         # those, never a task still inside the pending record (Slurm would split it off).
@@ -509,7 +509,7 @@ class SlurmBackend:
         except BaseException:
             self._squeue_records.forget()  # its records were not all taken in: read them all again next time
             raise
-        # the clock evidence (controller.service.slurm_clock): slurmctld's time inside the answer
+        # the clock evidence (controller.service.round.slurm_clock): slurmctld's time inside the answer
         observation.answered_at_s, observation.slurm_now_s = answered_at_s, self._slurm_now
         return observation
 
@@ -668,7 +668,7 @@ class SlurmBackend:
         levers since then set (SiteFactor, AdminComment) laid over them: what observe()
         would return now were nothing else changed in Slurm, without reading squeue
         --json or sinfo --json. Its caller knows that nothing else changed (the light
-        poll's answer is the one of before that observe(), controller.service.daemon).
+        poll's answer is the one of before that observe(), controller.service.round.daemon).
         None: no observe() yet, or a lever since then changed a record in a way not
         known here (a pin, a move, a requeue, a hold, a failed lever)."""
         last = self._last_observation
@@ -739,7 +739,7 @@ class SlurmBackend:
         (compact state, pending reason) of every job, from one ``squeue -h -o "%i %t
         %r"`` (no JSON, no nodes, no sprio), as a set (split in C: a tuple per line was
         80% of it at 55,000 jobs). The reason is in it because it decides whether a
-        pending job may cause a preemption (controller.service.startable): a fresh
+        pending job may cause a preemption (controller.service.round.startable): a fresh
         job's ``None`` turns into ``Resources`` with no change of state."""
         argv = ["squeue", "-h", "-o", "%i %t %r"]
         if self.partitions is not None:
@@ -749,7 +749,7 @@ class SlurmBackend:
 
     def poll_nodes(self) -> frozenset:
         """The nodes' half of the change check, taken only when a round would reuse the
-        last observation (controller.service.daemon.Controller.observe): the lines
+        last observation (controller.service.round.daemon.Controller.observe): the lines
         ``STATE NODES`` of one ``sinfo -h -o "%T %N"`` (nodes grouped by state: a few
         lines, however many nodes), so a drained or downed node is never planned on
         from a reused observation."""
@@ -940,7 +940,7 @@ class SlurmBackend:
     def _task_id(self, job_id: object, array_ok: bool = False) -> str:
         """A checked id to send a lever to. Never a pending task still inside its array's
         record ("ARRAYID_TASKID" without a record of its own): Slurm would split it off
-        into a record of its own (controller.service.arrays). A pending array's bare
+        into a record of its own (controller.service.round.arrays). A pending array's bare
         ArrayJobId only with ``array_ok`` (its SiteFactor): Slurm applies any other lever
         on it to every task of the array."""
         text = _check_job_id(job_id)
@@ -1152,13 +1152,13 @@ class SlurmBackend:
 
     def qos_limits(self) -> tuple[str, str]:
         """(every QOS's limits, the associations' default QOS) from slurmdbd, as
-        controller.service.qos_limits reads them (the limits preemption: slurm's QOS swap
+        controller.service.ops.qos_limits reads them (the limits preemption: slurm's QOS swap
         would drop); any failure is BackendUnavailable."""
         return self._read(QOS_LIMITS_COMMAND), self._read(DEFAULT_QOS_COMMAND)
 
     def qos_limit_table(self) -> str:
         """Every QOS's limits from slurmdbd as QOS_LIMITS_COMMAND prints them (the GPU
-        limits of a pending job's QOS: controller.service.qos_gate); any failure (no
+        limits of a pending job's QOS: controller.service.ops.qos_gate); any failure (no
         accounting, slurmdbd down) is BackendUnavailable."""
         return self._read(QOS_LIMITS_COMMAND)
 

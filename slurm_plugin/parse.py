@@ -136,7 +136,7 @@ class SlurmJob:
     # squeue only: an array task's job_id is "ARRAYID_TASKID" (Slurm's own levers match a
     # bare ArrayJobId to every task); a pending array record keeps the ArrayJobId and
     # carries its pending tasks (``array_tasks``, e.g. "5-50%4") and throttle. A het
-    # job component carries its leader's id and its offset (controller.service.arrays).
+    # job component carries its leader's id and its offset (controller.service.round.arrays).
     array_job_id: str = ""
     array_tasks: str = ""
     array_max_tasks: int = 0
@@ -167,7 +167,7 @@ class SlurmJob:
     # a running job's CPUs and MB of memory on each of ``allocated_nodes`` (() when not said)
     cpus_by_node: tuple[int, ...] = ()
     mem_by_node_mb: tuple[int, ...] = ()
-    # what in its GPU request is Slurm's choice (controller.service.unmodelled codes
+    # what in its GPU request is Slurm's choice (controller.service.ops.unmodelled codes
     # per_socket, per_task, with the option): a pending job's only
     request_unmodelled: tuple[tuple[str, str], ...] = ()
 
@@ -456,7 +456,7 @@ def _gpu_types_requested(record: dict) -> tuple[str, ...]:
 
 def _gpu_type_of(types: tuple[str, ...]) -> str:
     """A request's one GPU type ('' any; MIXED_TYPES when it names several, which the
-    plan cannot place: controller.service.daemon keeps such a job out of preemption)."""
+    plan cannot place: controller.service.round.daemon keeps such a job out of preemption)."""
     return types[0] if len(types) == 1 else MIXED_TYPES if types else ""
 
 
@@ -514,7 +514,7 @@ def _gpus_held(gres: Any, gres_used: Any, total: int, used: int) -> tuple[int, i
     twice), else summed (24.11 and 26.05 never give one GPU both whole and shared). A
     GPU counted busy that is not costs a delayed start; one counted free that is not
     costs a preemption for nothing. The GPUs in use only through MPS are the pool MPS
-    jobs share (controller.service.sharing).
+    jobs share (controller.service.round.sharing).
 
     ``gres_used`` per release, as recorded (tests/fixtures/slurm) and as Slurm's
     gres.c prints it:

@@ -5,7 +5,7 @@ must do with them.
 - ``yes``: a queue-1 job Slurm would start on what one victim frees: the controller
   preempts exactly one victim for it and it starts (expected ``modelled``); or, for a
   request the product deliberately does not model, it is reported unmodelled with the
-  reason code (controller/service/unmodelled.py) and nobody is preempted for it
+  reason code (controller/service/ops/unmodelled.py) and nobody is preempted for it
   (``unmodelled:CODE``); or it is a shared-GPU job the plan never places (``not planned``:
   no preemption, no code).
 - ``no``: a job Slurm would not start on what any one victim frees: no preemption.

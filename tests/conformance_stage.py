@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.slurm_harness import Instance
-from controller.service.backend import ObservedJob
+from controller.service.acting.backend import ObservedJob
 from slurm_plugin.backend import SlurmBackend
 from tests.conformance import CONFIGS, RESULTS_DIR, Case, cases_of
 from tests.slurm_fixtures import Run, attained, instance_fixture, sbatch_in, wait_for

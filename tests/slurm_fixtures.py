@@ -25,7 +25,7 @@ from typing import Callable
 import pytest
 
 from bench.slurm_harness import ControllerProcess, Instance, cluster_script, write_config
-from controller.service.store import Store, preemptions
+from controller.service.state.store import Store, preemptions
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CLUSTER_SCRIPT = REPO_ROOT / "containers" / "slurm-cluster.sh"

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from controller.cli import main as cli
-from controller.service.config import Config
+from controller.service.ops.config import Config
 from slurm_plugin.accounting import SACCT_TEXT_FIELDS, build_export, runs_from_sacct_json, runs_from_sacct_text
 from controller.replay.traces import load_actuals, load_trace
 from tests.slurm_fixtures import slurm_cluster, submit_as, wait_for  # noqa: F401  (pytest fixtures)

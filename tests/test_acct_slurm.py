@@ -16,7 +16,7 @@ import pytest
 import _strptime  # noqa: F401 - time.strptime imports it lazily; alice cannot read root's Python
 import slurm_plugin.accounting  # noqa: F401 - imported before the fork, for the same reason
 from controller.cli.main import main
-from controller.service.store import JobRecord, Store
+from controller.service.state.store import JobRecord, Store
 from tests.slurm_fixtures import slurm_cluster, submit_as, wait_for  # noqa: F401  (pytest fixtures)
 
 pytestmark = pytest.mark.slurm

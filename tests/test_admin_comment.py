@@ -1,15 +1,15 @@
 """The AdminComment line: its text, the site's part kept, written only on change and
-within bounds, nothing outside enforce mode (controller.service.admin_comment)."""
+within bounds, nothing outside enforce mode (controller.service.round.admin_comment)."""
 from __future__ import annotations
 
 import dataclasses
 
 import pytest
 
-from controller.service.admin_comment import AdminComments, combined, our_line, ours_in, rounded_gpu_s, site_part
-from controller.service.backend import ObservedJob
-from controller.service.config import from_mapping
-from controller.service.daemon import Controller
+from controller.service.round.admin_comment import AdminComments, combined, our_line, ours_in, rounded_gpu_s, site_part
+from controller.service.acting.backend import ObservedJob
+from controller.service.ops.config import from_mapping
+from controller.service.round.daemon import Controller
 from tests.test_controller import ScriptedBackend, store  # noqa: F401  (fixture)
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from controller.service.metrics import Metrics
+from controller.service.ops.metrics import Metrics
 from tests.test_grafana_dashboard import check, exported_names
 
 RULES = Path(__file__).resolve().parent.parent / "packaging" / "prometheus" / "tiresias-alerts.yml"
@@ -33,9 +33,9 @@ def test_rules_are_well_formed_and_query_exported_metrics():
 
 def test_heartbeat_is_the_time_of_the_last_round():
     """The gauge the alert reads is set by every round, to the controller's clock."""
-    from controller.service.daemon import Controller
-    from controller.service.config import from_mapping
-    from controller.service.store import Store
+    from controller.service.round.daemon import Controller
+    from controller.service.ops.config import from_mapping
+    from controller.service.state.store import Store
     from tests.test_controller import ScriptedBackend
 
     backend = ScriptedBackend()

@@ -16,16 +16,16 @@ import pytest
 
 from bench.scripted_slurm import ScriptedSlurm, VirtualTime
 from controller.core.plan import Plan
-from controller.service.accounting import Accounts
-from controller.service.config import from_mapping
-from controller.service.daemon import Controller
-from controller.service.executor import LeverExecutor
-from controller.service.partition_moves import PartitionMover
-from controller.service.report import RoundReport
-from controller.service.restore import restore
-from controller.service.sharing import GpuSharing
-from controller.service.starts import Starts
-from controller.service.store import Store
+from controller.service.round.accounting import Accounts
+from controller.service.ops.config import from_mapping
+from controller.service.round.daemon import Controller
+from controller.service.acting.executor import LeverExecutor
+from controller.service.round.partition_moves import PartitionMover
+from controller.service.ops.report import RoundReport
+from controller.service.acting.restore import restore
+from controller.service.round.sharing import GpuSharing
+from controller.service.round.starts import Starts
+from controller.service.state.store import Store
 from slurm_plugin.backend import SlurmBackend
 from tests.test_colocation_controller import mps_job
 from tests.test_controller import ScriptedBackend, store  # noqa: F401  (fixture)

@@ -1,4 +1,4 @@
-"""Arrays and het jobs in the plan (controller.service.arrays), the per-job
+"""Arrays and het jobs in the plan (controller.service.round.arrays), the per-job
 withholding of "gone", and the recorded 22.05 array fixture through the real backend
 (and the 24.11 and 26.05 ones, recorded by tests/fixtures/slurm/record.sh).
 
@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from controller.service.accounting import Accounts
-from controller.service.arrays import MAX_LISTED_TASKS, Withheld, plan_view, task_ranges
-from controller.service.backend import Observation, ObservedJob
-from controller.service.store import Store
+from controller.service.round.accounting import Accounts
+from controller.service.round.arrays import MAX_LISTED_TASKS, Withheld, plan_view, task_ranges
+from controller.service.acting.backend import Observation, ObservedJob
+from controller.service.state.store import Store
 from slurm_plugin.backend import CommandResult, LeverFailed, SlurmBackend
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "slurm" / "22.05"
@@ -73,7 +73,7 @@ def test_a_het_job_is_one_gang_under_its_leader():
     assert [j.job_id for j in view.jobs] == ["30", "20"]
     gang = view.jobs[1]
     assert gang.gpus == 3 and gang.nodes == ("gpu1", "gpu2") and dict(gang.gpus_by_node) == {"gpu1": 1, "gpu2": 2}
-    assert gang.het_job_id == "20"  # nothing pins it (controller.service.starts)
+    assert gang.het_job_id == "20"  # nothing pins it (controller.service.round.starts)
 
 
 def test_a_het_job_without_its_leader_is_not_planned_in_part():

@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 
 from bench.slurm_harness import ControllerProcess, Instance, write_config
-from controller.service.store import Store, preemptions, round_counters
+from controller.service.state.store import Store, preemptions, round_counters
 from tests.slurm_fixtures import ACTIVE, instance_fixture, wait_for
 
 pytestmark = pytest.mark.slurm

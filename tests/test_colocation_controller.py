@@ -1,12 +1,12 @@
-"""GPU sharing applied by the controller (controller.service.sharing): a scripted
+"""GPU sharing applied by the controller (controller.service.round.sharing): a scripted
 backend, a real SQLite store. The policy itself is controller.core.colocation; the real
 Slurm end-to-end test is tests/test_slurm_colocation.py."""
 from dataclasses import replace
 
 import pytest
 
-from controller.service.backend import ObservedJob
-from controller.service.config import from_mapping
+from controller.service.acting.backend import ObservedJob
+from controller.service.ops.config import from_mapping
 from controller.core.model import InputError
 from tests.test_controller import ScriptedBackend, controller, store  # noqa: F401  (fixture)
 
@@ -158,7 +158,7 @@ def test_garbage_comments_never_crash_the_round(store, comment):
 
 
 def test_a_planning_error_skips_sharing_not_the_round(store, monkeypatch):
-    import controller.service.sharing as sharing_module
+    import controller.service.round.sharing as sharing_module
 
     def broken(*args, **kwargs):
         raise ZeroDivisionError("boom")
@@ -212,7 +212,7 @@ def _holds(backend):
 def test_a_refused_job_is_held_released_when_a_gpu_admits_it_and_restore_releases(store):  # noqa: F811
     """mps_allow_multi_user false: a second user's job is held (main only logged it, and
     Slurm started it on bob's GPU); released once the GPU is free; recorded for restore."""
-    from controller.service.restore import restore
+    from controller.service.acting.restore import restore
 
     backend = ScriptedBackend()
     backend.nodes = [replace(backend.nodes[0], gpus_total=1, gpus_free=1)]
@@ -277,7 +277,7 @@ def test_a_pending_mps_job_gets_the_band_of_its_service_in_gpu_equivalents(store
 def test_a_users_own_hold_is_never_taken_over_nor_released(store):  # noqa: F811
     """sbatch -H (JobHeldUser): the controller's hold (an operator's) would turn it into
     JobHeldAdmin, its release then started the job the user held."""
-    from controller.service.restore import restore
+    from controller.service.acting.restore import restore
 
     backend = ScriptedBackend()
     backend.nodes = [replace(backend.nodes[0], gpus_total=1, gpus_free=1)]

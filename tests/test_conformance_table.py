@@ -38,7 +38,7 @@ def test_every_case_names_a_configuration_an_expectation_and_only_releases_of_th
 
 
 def test_an_unmodelled_case_names_a_reason_code_of_the_product():
-    from controller.service.unmodelled import REASONS
+    from controller.service.ops.unmodelled import REASONS
 
     for case in CASES:
         if case.expected.startswith("unmodelled:"):

@@ -4,12 +4,12 @@ import dataclasses
 
 import pytest
 
-from controller.service.backend import BackendUnavailable, Observation, ObservedJob
-from controller.service.config import from_mapping
-from controller.service.accounting import parse_skew_hint
-from controller.service.daemon import Controller
+from controller.service.acting.backend import BackendUnavailable, Observation, ObservedJob
+from controller.service.ops.config import from_mapping
+from controller.service.round.accounting import parse_skew_hint
+from controller.service.round.daemon import Controller
 from controller.core.model import InputError, Node
-from controller.service.store import Store, StoreError
+from controller.service.state.store import Store, StoreError
 
 
 class ScriptedBackend:
@@ -279,7 +279,7 @@ def test_metrics_scraped_over_http(store):
     import socket
     import urllib.request
 
-    from controller.service.metrics import Metrics
+    from controller.service.ops.metrics import Metrics
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -338,7 +338,7 @@ def test_queue_places_survive_a_restart(store):
 def test_version_1_database_is_upgraded(tmp_path):
     import sqlite3
 
-    from controller.service.store import SCHEMA_VERSION, JobRecord
+    from controller.service.state.store import SCHEMA_VERSION, JobRecord
 
     path = tmp_path / "old.db"
     with Store(f"sqlite:///{path}") as s:

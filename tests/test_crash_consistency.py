@@ -6,9 +6,9 @@ import time
 
 import pytest
 
-from controller.service.daemon import Controller
-from controller.service.lease import Lease
-from controller.service.store import Fence, LeaseLost, Store, StoreError
+from controller.service.round.daemon import Controller
+from controller.service.acting.lease import Lease
+from controller.service.state.store import Fence, LeaseLost, Store, StoreError
 from tests.test_controller import ScriptedBackend, controller, store  # noqa: F401  (fixture)
 
 
@@ -108,7 +108,7 @@ def test_lease_one_holder_epochs_and_a_deposed_leader_is_refused(tmp_path):
 
 def test_standby_needs_postgresql(tmp_path):
     from controller.core.model import InputError
-    from controller.service.config import from_mapping
+    from controller.service.ops.config import from_mapping
 
     with pytest.raises(InputError, match="standby"):
         from_mapping({"standby": True, "database_url": f"sqlite:///{tmp_path}/x.db"})
@@ -121,7 +121,7 @@ def test_standby_needs_postgresql(tmp_path):
 
 
 def test_two_controllers_one_store_only_the_leaseholder_acts(tmp_path):
-    from controller.service.config import from_mapping
+    from controller.service.ops.config import from_mapping
 
     url = f"sqlite:///{tmp_path}/pair.db"
     settings = {"mode": "enforce", "preempt_min_runtime_s": 0, "preempt_grace_s": 10, "queues_gpu_s": [100.0],

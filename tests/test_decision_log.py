@@ -2,7 +2,7 @@
 decision once per change (issue 12, item 7)."""
 from __future__ import annotations
 
-from controller.service.decision_log import ShadowRepeats
+from controller.service.state.decision_log import ShadowRepeats
 from tests.test_controller import ScriptedBackend, controller, store  # noqa: F401 - store is a fixture
 
 

@@ -30,7 +30,7 @@ import pytest
 import yaml
 
 from controller.cli.main import main
-from controller.service.config import REGENERATE_DEFAULTS, Config, defaults_yaml, from_mapping
+from controller.service.ops.config import REGENERATE_DEFAULTS, Config, defaults_yaml, from_mapping
 from tests.conftest import ROOT
 from tests.test_queue_explain import cluster as queue_cluster  # noqa: F401  (pytest fixture)
 from tests.test_shadow_diff import cluster as diff_cluster  # noqa: F401  (pytest fixture)
@@ -223,7 +223,7 @@ def test_the_packaged_config_is_the_built_in_defaults():
 
 def test_a_changed_default_shows_in_the_rendered_file(monkeypatch):
     """The check above would catch a drifted default: the rendering follows SCHEMA."""
-    from controller.service import config
+    from controller.service.ops import config
 
     changed = tuple(dataclasses.replace(s, default=120.0) if s.name == "full_observe_s" else s
                     for s in config.SCHEMA)

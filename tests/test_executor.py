@@ -1,4 +1,4 @@
-"""controller.service.executor: the typed action table, the read-only backend that is
+"""controller.service.acting.executor: the typed action table, the read-only backend that is
 observe and shadow, bounded shadow memory, and the causal decision ids the round
 writes (a requeue cites its preemption, a handoff the preemptions that made room,
 a pin's expiry the start that pinned the job), read back by ``explain --story``."""
@@ -12,8 +12,8 @@ from controller.cli import queue as cmd_queue
 from controller.cli.main import main
 from controller.core import actions as A
 from controller.core.model import InputError
-from controller.service.backend import Backend, BackendUnavailable
-from controller.service.executor import LEVERS, SHADOW_MEMORY, LeverExecutor, ReadOnlyBackend
+from controller.service.acting.backend import Backend, BackendUnavailable
+from controller.service.acting.executor import LEVERS, SHADOW_MEMORY, LeverExecutor, ReadOnlyBackend
 from tests.test_controller import ScriptedBackend, controller, store  # noqa: F401  (fixture)
 
 # One action of every lever type, and the backend call each must become.
@@ -164,7 +164,7 @@ def preemption_story(tmp_path) -> tuple[Path, str]:
     """A store holding one preemption's chain: job 1 preempted for job 2, requeued after
     its 10 s grace, job 2 started in its place (the handoff). Returns the config file
     that reads it and the store URL."""
-    from controller.service.store import Store
+    from controller.service.state.store import Store
 
     url = f"sqlite:///{tmp_path}/t.db"
     config_file = tmp_path / "c.yaml"
@@ -188,7 +188,7 @@ def preemption_story(tmp_path) -> tuple[Path, str]:
 
 
 def test_explain_story_prints_the_chain_oldest_first_with_ids_and_causes(tmp_path, monkeypatch, capsys):
-    from controller.service.store import Store
+    from controller.service.state.store import Store
 
     config_file, url = preemption_story(tmp_path)
     with Store(url) as s:

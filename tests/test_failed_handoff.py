@@ -19,10 +19,10 @@ from controller.cli.main import main
 from controller.core.handoffs import Brake, HandoffBook, Needs, needs_of
 from controller.core.model import JobSpec, Node
 from controller.core.plan import Plan, Preempt, Start
-from controller.service.config import from_mapping
-from controller.service.daemon import Controller
-from controller.service.metrics import Metrics
-from controller.service.store import Store
+from controller.service.ops.config import from_mapping
+from controller.service.round.daemon import Controller
+from controller.service.ops.metrics import Metrics
+from controller.service.state.store import Store
 from slurm_plugin.backend import SlurmBackend
 
 T0, INTERVAL = 1_000_020, 60
@@ -206,7 +206,7 @@ def test_a_failed_handoff_an_older_store_recorded_brakes_from_the_first_round(tm
     whose needs the first round takes (nothing changed before it was read)."""
     from sqlalchemy import update
 
-    from controller.service.store import handoffs as handoffs_table
+    from controller.service.state.store import handoffs as handoffs_table
 
     cluster = Cluster(tmp_path)
     cluster.run(20)  # job 1 in queue 2 by now

@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 
 from controller.core.actions import SetBand
-from controller.service.executor import LeverExecutor
-from controller.service.lease import ControllerLock, Lease
-from controller.service.store import LeaseLost, Store, StoreError
+from controller.service.acting.executor import LeverExecutor
+from controller.service.acting.lease import ControllerLock, Lease
+from controller.service.state.store import LeaseLost, Store, StoreError
 from slurm_plugin.backend import MAX_IDS_PER_UPDATE, CommandResult, SlurmBackend
 from tests.pg_server import postgres_url  # noqa: F401  (fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
-HOLD = ("import sys, time; from controller.service.lease import ControllerLock; "
+HOLD = ("import sys, time; from controller.service.acting.lease import ControllerLock; "
         "ControllerLock(sys.argv[1]).acquire(); print('held', flush=True); time.sleep(60)")
 
 
@@ -86,7 +86,7 @@ def test_a_lease_lost_mid_set_site_factors_stops_the_next_scontrol_chunk(tmp_pat
 
 
 def test_the_lease_margin_is_the_command_time_out_and_always_taken_on_postgresql():
-    from controller.service.config import from_mapping
+    from controller.service.ops.config import from_mapping
 
     config = from_mapping({"database_url": "postgresql+psycopg2://u@h/db", "interval_s": 10})
     assert config.fence_margin() == 16.0 and config.lease_ttl() == 24.0 > config.command_timeout_s + 1
@@ -96,8 +96,8 @@ def test_the_lease_margin_is_the_command_time_out_and_always_taken_on_postgresql
 
 STALLS_IN_A_TRANSACTION = """
 import sys, time
-from controller.service.lease import Lease
-from controller.service.store import JobRecord, Store
+from controller.service.acting.lease import Lease
+from controller.service.state.store import JobRecord, Store
 stalled = float(sys.argv[2]) or None
 store = Store(sys.argv[1], stalled_tx_s=stalled)
 lease = Lease(store, "c", ttl_s=1.0, holder="a", margin_s=0.5)
@@ -117,7 +117,7 @@ def test_a_leader_stopped_inside_a_transaction_keeps_the_standby_out_only_until_
     once it sat idle for the lease TTL; without that bound the standby stays out."""
     from sqlalchemy import create_engine
 
-    from controller.service.store import metadata
+    from controller.service.state.store import metadata
     engine = create_engine(postgres_url)
     metadata.drop_all(engine)
     engine.dispose()

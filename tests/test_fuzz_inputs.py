@@ -37,7 +37,7 @@ from controller.core.expr import parse_expression
 from controller.core.hints import parse_hints
 from controller.core.model import InputError
 from controller.replay.traces import load_trace
-from controller.service import config as config_mod
+from controller.service.ops import config as config_mod
 from slurm_plugin.accounting import runs_from_sacct_json, runs_from_sacct_text
 from slurm_plugin.parse import (MAX_HOSTS, SlurmParseError, expand_hostlist, parse_scontrol_show_job,
                                 parse_squeue_json)
@@ -481,8 +481,8 @@ def test_fuzz_scontrol_text(rows):
 @within_10s
 def test_fuzz_signal_specs_and_job_ids(spec, job_id):
     from controller import checkpoint
-    from controller.service.accounting import numeric_id
-    from controller.service.contract import parse_signal_spec
+    from controller.service.round.accounting import numeric_id
+    from controller.service.round.contract import parse_signal_spec
 
     CASES["slurm"] += 1
     signal_, why = parse_signal_spec(spec, "fuzz")

@@ -17,10 +17,10 @@ from controller.cli import queue as cmd_queue
 from controller.cli.main import main
 from controller.core.engine import Engine, EngineConfig
 from controller.core.model import MIXED_TYPES, JobSpec, JobState, Node, Snapshot
-from controller.service.arrays import plan_view
-from controller.service.backend import ObservedJob
-from controller.service.config import from_mapping
-from controller.service.sharing import shared_gpus
+from controller.service.round.arrays import plan_view
+from controller.service.acting.backend import ObservedJob
+from controller.service.ops.config import from_mapping
+from controller.service.round.sharing import shared_gpus
 from slurm_plugin.backend import CommandResult, SlurmBackend
 from slurm_plugin.parse import parse_sinfo_json, parse_squeue_json
 from tests.test_controller import ScriptedBackend, controller, store  # noqa: F401  (fixture)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.service.metrics import Metrics
+from controller.service.ops.metrics import Metrics
 
 DASHBOARD = Path(__file__).resolve().parent.parent / "packaging" / "grafana" / "tiresias.json"
 

@@ -11,7 +11,7 @@ from bench.lever_parity import SETTINGS, SIZES, WITH_TWO_NODES, WORKLOAD, contro
 from controller.core.model import JobSpec
 from controller.replay import lever_replay
 from controller.replay.cluster import SimConfig
-from controller.service.config import from_mapping
+from controller.service.ops.config import from_mapping
 
 
 def kinds(rounds: list[list[tuple]]) -> set[str]:

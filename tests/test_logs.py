@@ -10,8 +10,8 @@ import re
 
 import pytest
 
-from controller.service import logs
-from controller.service.config import from_mapping
+from controller.service.ops import logs
+from controller.service.ops.config import from_mapping
 from controller.core.model import InputError
 from tests.test_controller import ScriptedBackend, controller, store  # noqa: F401 - store is a fixture
 

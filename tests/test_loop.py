@@ -4,7 +4,7 @@ and the fallback for a backend without poll()."""
 import dataclasses
 
 from bench.scripted_slurm import VirtualTime
-from controller.service.backend import BackendUnavailable
+from controller.service.acting.backend import BackendUnavailable
 from tests.test_controller import ScriptedBackend, controller, store  # noqa: F401 - store is a fixture
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from controller.service.backend import BackendUnavailable
-from controller.service.daemon import Controller
-from controller.service.metrics import Metrics
+from controller.service.acting.backend import BackendUnavailable
+from controller.service.round.daemon import Controller
+from controller.service.ops.metrics import Metrics
 from tests.test_controller import ScriptedBackend, controller, store  # noqa: F401 - store is a fixture
 
 
@@ -64,7 +64,7 @@ def test_started_jobs_set_stays_bounded(store):  # noqa: F811
 
 def test_metrics_address_is_configurable_and_checked():
     from controller.core.model import InputError
-    from controller.service.config import from_mapping
+    from controller.service.ops.config import from_mapping
 
     assert from_mapping({}).metrics_address == "127.0.0.1"
     assert from_mapping({"metrics_address": "::1"}).metrics_address == "::1"
@@ -87,11 +87,11 @@ def test_metrics_served_on_the_configured_address():
 
 
 def test_handoff_delays_stay_bounded(tmp_path):
-    from controller.service.store import Store
-    from controller.service.backend import ObservedJob
-    from controller.service.config import from_mapping
-    from controller.service.handoff import MAX_DELAYS_KEPT, Handoffs, Watch
-    from controller.service.report import RoundReport
+    from controller.service.state.store import Store
+    from controller.service.acting.backend import ObservedJob
+    from controller.service.ops.config import from_mapping
+    from controller.service.round.handoff import MAX_DELAYS_KEPT, Handoffs, Watch
+    from controller.service.ops.report import RoundReport
 
     handoffs = Handoffs(from_mapping({}), Store(f"sqlite:///{tmp_path / 'store.db'}"))
     for n in range(MAX_DELAYS_KEPT + 50):
@@ -110,7 +110,7 @@ def test_rounds_that_fail_on_a_locked_store_are_counted_and_the_heartbeat_stops(
     import sqlite3
 
     from bench.scripted_slurm import VirtualTime
-    from controller.service.store import Store
+    from controller.service.state.store import Store
 
     path = tmp_path / "t.db"
     with Store(f"sqlite:///{path}", busy_timeout_s=0.05) as store:  # noqa: F811

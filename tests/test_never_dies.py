@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 
-from controller.service.backend import Observation
+from controller.service.acting.backend import Observation
 from tests.conftest import ROOT
 from tests.test_controller import ScriptedBackend, controller, store  # noqa: F401 - store is a fixture
 

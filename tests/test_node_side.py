@@ -19,10 +19,10 @@ from controller import checkpoint
 
 from controller.core import colocation
 
-from controller.service import skew
+from controller.service.ops import skew
 from controller.core.model import InputError
-from controller.service.spool import collect_spool
-from controller.service.store import Store
+from controller.service.state.spool import collect_spool
+from controller.service.state.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 PROLOG = ROOT / "prolog" / "tiresias_prolog.py"
@@ -345,10 +345,10 @@ def test_controller_down_records_wait(node, tmp_path):
 
     class DownStore:
         def add_usage_record(self, record_id, fields):
-            from controller.service.store import StoreError
+            from controller.service.state.store import StoreError
             raise StoreError("database down")
 
-    from controller.service.store import StoreError
+    from controller.service.state.store import StoreError
     with pytest.raises(StoreError):
         collect_spool(str(node.spool_dir), DownStore())
     assert len(node.records()) == 5, "nothing rotated or deleted while the store is down"
@@ -525,7 +525,7 @@ def test_skew_bad_inputs(tmp_path):
 
 def test_profile_skew_cli_stores_for_known_job(tmp_path, capsys):
     from controller.cli.main import main
-    from controller.service.store import JobRecord
+    from controller.service.state.store import JobRecord
 
     _safetensors(tmp_path / "m.safetensors", {"emb": 700, "w": 300})
     url = f"sqlite:///{tmp_path}/store.db"
@@ -544,7 +544,7 @@ def test_profile_skew_cli_stores_for_known_job(tmp_path, capsys):
 def test_the_controller_collects_and_prunes_old_usage_records(node, tmp_path):
     """A round collects the spool and deletes this cluster's records older than
     usage_max_age_s (never another cluster's)."""
-    from controller.service.store import usage_records
+    from controller.service.state.store import usage_records
     from tests.test_controller import ScriptedBackend, controller
 
     store = _store(tmp_path)

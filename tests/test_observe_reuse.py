@@ -6,9 +6,9 @@ of bench/scripted_slurm.py, driven through Controller.run_forever on a virtual c
 import pytest
 
 from bench.scripted_slurm import ScriptedSlurm, VirtualTime
-from controller.service.config import from_mapping
-from controller.service.daemon import Controller
-from controller.service.store import Store
+from controller.service.ops.config import from_mapping
+from controller.service.round.daemon import Controller
+from controller.service.state.store import Store
 from slurm_plugin.backend import CommandResult, LeverFailed, SlurmBackend
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.service.config import SCHEMA
+from controller.service.ops.config import SCHEMA
 from tests.conftest import ROOT
 from tests.slurm_fixtures import slurm_cluster  # noqa: F401 - fixture
 

@@ -255,7 +255,7 @@ def test_backend_without_a_partition_map_moves_nothing(store, caplog):
 
 
 def test_moves_are_off_by_default_and_counted_in_metrics(store):
-    from controller.service.metrics import Metrics
+    from controller.service.ops.metrics import Metrics
 
     backend = PartitionBackend()
     backend.add_in("1", 8, "left", "RUNNING", start=990.0, nodes=[("gpu1", 4), ("gpu2", 4)])

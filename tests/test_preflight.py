@@ -1,4 +1,4 @@
-"""Preflight (controller.service.preflight, `tiresias preflight`, the check at `tiresias run`'s start).
+"""Preflight (controller.service.ops.preflight, `tiresias preflight`, the check at `tiresias run`'s start).
 
 tests/fixtures/slurm/22.05/scontrol_show_config.txt is `scontrol show config` of the
 test cluster (containers/slurm-cluster.sh up, Slurm 22.05.8), recorded with
@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from controller.cli.main import main
-from controller.service.backend import BackendUnavailable
-from controller.service.preflight import (PRIORITY_WEIGHTS, Pending, at_start, check, exit_codes, parse_show_config,
+from controller.service.acting.backend import BackendUnavailable
+from controller.service.ops.preflight import (PRIORITY_WEIGHTS, Pending, at_start, check, exit_codes, parse_show_config,
                                          parse_show_partitions)
 from tests.slurm_fixtures import slurm_cluster  # noqa: F401  (pytest fixture)
 

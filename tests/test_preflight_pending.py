@@ -6,10 +6,10 @@ scripted backend of tests/test_controller.py."""
 import logging
 
 from bench.scripted_slurm import VirtualTime
-from controller.service.backend import BackendUnavailable
-from controller.service.config import from_mapping
-from controller.service.daemon import Controller
-from controller.service.preflight import Pending
+from controller.service.acting.backend import BackendUnavailable
+from controller.service.ops.config import from_mapping
+from controller.service.round.daemon import Controller
+from controller.service.ops.preflight import Pending
 from tests.test_controller import ScriptedBackend, store  # noqa: F401 - store is a fixture
 from tests.test_preflight import BROKEN, GOOD, config_text
 

@@ -18,9 +18,9 @@ import pytest
 
 import slurm_plugin.backend
 from controller.cli.main import main
-from controller.service.preflight import at_start, check, parse_show_config, parse_show_partitions, \
+from controller.service.ops.preflight import at_start, check, parse_show_config, parse_show_partitions, \
     queue_findings, unmodelled_source
-from controller.service.unmodelled import Census
+from controller.service.ops.unmodelled import Census
 from slurm_plugin.backend import CommandResult, SlurmBackend
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "slurm" / "22.05"

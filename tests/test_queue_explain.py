@@ -7,9 +7,9 @@ import pytest
 
 from controller.cli import queue as cmd_queue
 from controller.cli.main import main
-from controller.service.config import from_mapping
-from controller.service.daemon import Controller
-from controller.service.store import Store
+from controller.service.ops.config import from_mapping
+from controller.service.round.daemon import Controller
+from controller.service.state.store import Store
 from tests.slurm_fixtures import slurm_cluster, submit_as  # noqa: F401  (pytest fixtures)
 from tests.test_controller import ScriptedBackend
 

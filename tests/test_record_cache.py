@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.service.backend import BackendUnavailable
+from controller.service.acting.backend import BackendUnavailable
 from slurm_plugin.backend import CommandResult, SlurmBackend
 from slurm_plugin.parse import (SlurmParseError, parse_sinfo_json, parse_sinfo_record, parse_squeue_json,
                                 parse_squeue_record)

@@ -12,9 +12,9 @@ from controller.cli import acct as cmd_acct
 
 from controller.cli import reports
 from controller.cli.main import main
-from controller.service.config import SCHEMA, load
+from controller.service.ops.config import SCHEMA, load
 from controller.core.model import InputError
-from controller.service.store import JobRecord, Store
+from controller.service.state.store import JobRecord, Store
 
 ROOT = Path(__file__).resolve().parents[1]
 T0 = 1714557600.0  # 2024-05-01T10:00:00Z
@@ -232,7 +232,7 @@ def test_show_config_table_and_yaml_roundtrip(tmp_path, capsys):
 
 def test_show_config_default_yaml_loads_to_defaults(tmp_path, capsys, monkeypatch):
     from controller.cli import show_config as cmd_show_config
-    from controller.service import config as config_module
+    from controller.service.ops import config as config_module
     monkeypatch.setattr(cmd_show_config, "DEFAULT_PATH", str(tmp_path / "absent.yaml"))
     monkeypatch.setattr(config_module, "DEFAULT_PATH", str(tmp_path / "absent.yaml"))
     assert main(["show-config", "--yaml"]) == 0

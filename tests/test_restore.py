@@ -13,10 +13,10 @@ import pytest
 from controller.cli import queue as cmd_queue
 from controller.cli.main import main
 from controller.core.model import InputError
-from controller.service.config import from_mapping
-from controller.service.daemon import Controller
-from controller.service.restore import ADMIN_COMMENT, PIN, SITE_FACTOR, restore
-from controller.service.store import Store
+from controller.service.ops.config import from_mapping
+from controller.service.round.daemon import Controller
+from controller.service.acting.restore import ADMIN_COMMENT, PIN, SITE_FACTOR, restore
+from controller.service.state.store import Store
 from tests.test_controller import ScriptedBackend
 
 

@@ -1,14 +1,14 @@
 """What makes a round cheap without changing what it decides: pending jobs' clock-only
-rows written an eighth a round (controller.service.accounting), a restart catching the
-lag up; the heap frozen between rounds (controller.service.heap); JobSpecs kept across
-rounds only while nothing they hold changed (controller.service.daemon)."""
+rows written an eighth a round (controller.service.round.accounting), a restart catching the
+lag up; the heap frozen between rounds (controller.service.ops.heap); JobSpecs kept across
+rounds only while nothing they hold changed (controller.service.round.daemon)."""
 import dataclasses
 import gc
 
 import pytest
 
-from controller.service.accounting import CLOCKS_EVERY_ROUNDS
-from controller.service.heap import Heap
+from controller.service.round.accounting import CLOCKS_EVERY_ROUNDS
+from controller.service.ops.heap import Heap
 from tests.test_controller import ScriptedBackend, controller, store  # noqa: F401  (fixture)
 
 

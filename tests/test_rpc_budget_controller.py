@@ -5,10 +5,10 @@ metric, and every band is set in the rounds the budget allows."""
 from __future__ import annotations
 
 from bench.scripted_slurm import ScriptedSlurm, VirtualTime
-from controller.service.config import from_mapping
-from controller.service.daemon import Controller
-from controller.service.metrics import Metrics
-from controller.service.store import Store
+from controller.service.ops.config import from_mapping
+from controller.service.round.daemon import Controller
+from controller.service.ops.metrics import Metrics
+from controller.service.state.store import Store
 from slurm_plugin.backend import SlurmBackend
 
 T0 = 1_000_000

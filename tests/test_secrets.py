@@ -11,8 +11,8 @@ import pytest
 
 from controller.cli import main as cli
 from controller.core.model import InputError
-from controller.service import config as config_mod
-from controller.service.secrets import RedactingFilter, redact_url
+from controller.service.ops import config as config_mod
+from controller.service.state.secrets import RedactingFilter, redact_url
 
 PASSWORD = "S3cr@t-pw"
 URL_WITH = "postgresql+psycopg2://tiresias:S3cr%40t-pw@127.0.0.1:1/tiresias"

@@ -1,11 +1,11 @@
-"""controller.service.accounting on its own: attained service advanced from observations,
+"""controller.service.round.accounting on its own: attained service advanced from observations,
 kept in a real SQLite store across a process restart, ended jobs closed."""
 import dataclasses
 
 import pytest
 
-from controller.service.accounting import Accounts, numeric_id
-from controller.service.backend import Observation
+from controller.service.round.accounting import Accounts, numeric_id
+from controller.service.acting.backend import Observation
 from tests.test_controller import ScriptedBackend, store  # noqa: F401  (fixture)
 
 
@@ -99,8 +99,8 @@ def test_what_save_writes_is_what_memory_holds_though_unchanged_jobs_are_not_rea
     those, the running ones and an eighth of the pending ones: after each round the
     store holds every record's facts and every running job's clocks as memory does,
     and a pending job's clocks at most CLOCKS_EVERY_ROUNDS rounds behind."""
-    from controller.service.accounting import CLOCKS_EVERY_ROUNDS
-    from controller.service.store import JOB_FIELDS
+    from controller.service.round.accounting import CLOCKS_EVERY_ROUNDS
+    from controller.service.state.store import JOB_FIELDS
     clocks = {"attained_gpu_s", "queue_service_gpu_s", "executed_s", "executed_since_promotion_s",
               "waited_since_promotion_s", "last_observed_s"}
     backend = ScriptedBackend()

@@ -1,14 +1,14 @@
-"""controller.service.partition_moves on its own: the round glue around the pure planner
+"""controller.service.round.partition_moves on its own: the round glue around the pure planner
 (partition map from the backend, pinned jobs frozen, cooldown read back from the store)."""
 import dataclasses
 import math
 
 from controller.core.plan import Plan
-from controller.service.accounting import Accounts
-from controller.service.config import from_mapping
-from controller.service.executor import LeverExecutor
-from controller.service.partition_moves import PartitionMover
-from controller.service.report import RoundReport
+from controller.service.round.accounting import Accounts
+from controller.service.ops.config import from_mapping
+from controller.service.acting.executor import LeverExecutor
+from controller.service.round.partition_moves import PartitionMover
+from controller.service.ops.report import RoundReport
 from tests.test_controller import ScriptedBackend, store  # noqa: F401  (fixture)
 from tests.test_partition_moves import PartitionBackend
 

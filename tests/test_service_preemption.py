@@ -1,15 +1,15 @@
-"""controller.service.preemption on its own: the persisted signal -> grace -> requeue
-state machine and the preemption contract (controller.service.contract), driven with
+"""controller.service.round.preemption on its own: the persisted signal -> grace -> requeue
+state machine and the preemption contract (controller.service.round.contract), driven with
 a real SQLite store and a scripted backend."""
 import pytest
 
 from controller.core.plan import Plan, Preempt
-from controller.service.accounting import Accounts
-from controller.service.config import from_mapping
-from controller.service.contract import Contract, parse_signal_spec, signal_from_script
-from controller.service.executor import LeverExecutor
-from controller.service.preemption import Preemptions
-from controller.service.report import RoundReport
+from controller.service.round.accounting import Accounts
+from controller.service.ops.config import from_mapping
+from controller.service.round.contract import Contract, parse_signal_spec, signal_from_script
+from controller.service.acting.executor import LeverExecutor
+from controller.service.round.preemption import Preemptions
+from controller.service.ops.report import RoundReport
 from tests.test_controller import ScriptedBackend, store  # noqa: F401  (fixture)
 
 FULL = [(f"gpu{i}", 4) for i in range(1, 5)]
@@ -241,7 +241,7 @@ def test_with_the_read_budget_spent_only_a_recorded_signal_counts(store):
 
 
 def test_handoff_landed_is_logged_with_its_delay_and_a_failed_one_blocks_further_preemptions(store):
-    from controller.service.handoff import Handoffs
+    from controller.service.round.handoff import Handoffs
     from tests.test_controller import controller as make_controller
 
     backend = ScriptedBackend()
@@ -295,7 +295,7 @@ def test_handoff_landed(store):
     assert landed["applied"] and landed["detail"] == "started 15s after the victims' signal"
     assert c.handoffs.landed == 1 and c.handoffs.delays_s == [15.0]
     # what the A/B bench reads back from the decision log
-    from controller.service.handoff import started_delay_s
+    from controller.service.round.handoff import started_delay_s
 
     [logged] = [d for d in store.decisions("default", job_id="2") if d["kind"] == "handoff"]
     assert started_delay_s(logged["detail"]) == 15.0 and started_delay_s("not started 120s after") is None

@@ -1,10 +1,10 @@
-"""controller.service.sharing on its own: the round's MPS decisions from an observation,
+"""controller.service.round.sharing on its own: the round's MPS decisions from an observation,
 each logged once; the GPU pool built from nodes' free GPUs."""
 from controller.core.model import Node
-from controller.service.config import from_mapping
-from controller.service.executor import LeverExecutor
-from controller.service.report import RoundReport
-from controller.service.sharing import GpuSharing, shared_gpus
+from controller.service.ops.config import from_mapping
+from controller.service.acting.executor import LeverExecutor
+from controller.service.ops.report import RoundReport
+from controller.service.round.sharing import GpuSharing, shared_gpus
 from tests.test_colocation_controller import mps_job
 from tests.test_controller import ScriptedBackend
 

@@ -1,15 +1,15 @@
-"""controller.service.starts on its own: SiteFactor bands sent only on change, pins for
+"""controller.service.round.starts on its own: SiteFactor bands sent only on change, pins for
 skew-sensitive jobs and their expiry, a requeued job's BeginTime released after settling."""
 import dataclasses
 
 import pytest
 
 from controller.core.plan import Plan, Start
-from controller.service.accounting import Accounts
-from controller.service.config import from_mapping
-from controller.service.executor import LeverExecutor
-from controller.service.report import RoundReport
-from controller.service.starts import Starts
+from controller.service.round.accounting import Accounts
+from controller.service.ops.config import from_mapping
+from controller.service.acting.executor import LeverExecutor
+from controller.service.ops.report import RoundReport
+from controller.service.round.starts import Starts
 from tests.test_controller import ScriptedBackend, store  # noqa: F401  (fixture)
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from controller.cli import queue as cmd_queue
 from controller.cli.main import main
-from controller.service.store import JobRecord, Store
+from controller.service.state.store import JobRecord, Store
 from tests.test_controller import ScriptedBackend
 
 

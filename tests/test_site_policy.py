@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 from controller.cli import install_files
-from controller.service.preflight import cli_filter_policy_findings, installed_cli_filter_findings, parse_policy, \
+from controller.service.ops.preflight import cli_filter_policy_findings, installed_cli_filter_findings, parse_policy, \
     parse_qos
 from tests.test_job_submit_lua import lua  # noqa: F401  (fixture)
 

@@ -13,10 +13,10 @@ import time
 
 import pytest
 
-from controller.service.config import from_mapping
-from controller.service.daemon import Controller
-from controller.service.metrics import Metrics
-from controller.service.store import Store
+from controller.service.ops.config import from_mapping
+from controller.service.round.daemon import Controller
+from controller.service.ops.metrics import Metrics
+from controller.service.state.store import Store
 from slurm_plugin.backend import SlurmBackend, subprocess_runner
 from tests.slurm_fixtures import instance_fixture, wait_for
 

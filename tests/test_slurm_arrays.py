@@ -25,9 +25,9 @@ cluster = instance_fixture("ta")
 
 @pytest.fixture
 def controller(iso, tmp_path):
-    from controller.service.config import from_mapping
-    from controller.service.daemon import Controller
-    from controller.service.store import Store
+    from controller.service.ops.config import from_mapping
+    from controller.service.round.daemon import Controller
+    from controller.service.state.store import Store
     from slurm_plugin.backend import SlurmBackend
 
     backend = SlurmBackend(env={"SLURM_CONF": iso.conf})

@@ -20,7 +20,7 @@ from typing import Callable
 
 import pytest
 
-from controller.service.backend import BackendUnavailable
+from controller.service.acting.backend import BackendUnavailable
 from slurm_plugin.backend import CommandResult, LeverFailed, SlurmBackend, subprocess_runner
 from tests.slurm_fixtures import slurm_cluster, submit_as, wait_for  # noqa: F401  (pytest fixtures)
 
@@ -279,7 +279,7 @@ def test_signal_requeue_release_cycle(jobs, alice_dir):
 
     # As the controller does (requeue_settle_s): let slurmd finish tearing down the
     # previous run, or it refuses the relaunch ("already killed") and the job fails.
-    from controller.service.config import Config
+    from controller.service.ops.config import Config
 
     time.sleep(Config().requeue_settle_s)
     released_at = time.monotonic()

@@ -2,7 +2,7 @@
 minutes ahead, a job 10 s old was charged its 10 s plus the 120 s of skew per GPU
 (2,080 GPU-s on 16 GPUs) and preempted although preempt_min_runtime_s protected it.
 Now Slurm's job times are moved onto the controller's clock as each observation comes
-in (controller.service.slurm_clock): measured from slurmctld's own time in the answer
+in (controller.service.round.slurm_clock): measured from slurmctld's own time in the answer
 (24.11+) or from jobs seen going from pending to running (22.05)."""
 import dataclasses
 import json
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from controller.service.backend import Observation, ObservedJob
-from controller.service.slurm_clock import TOLERANCE_S, SlurmClock
+from controller.service.acting.backend import Observation, ObservedJob
+from controller.service.round.slurm_clock import TOLERANCE_S, SlurmClock
 from slurm_plugin.backend import CommandResult, SlurmBackend
 from tests.test_controller import ScriptedBackend, controller, store  # noqa: F401 - store is a fixture
 

@@ -13,9 +13,9 @@ import subprocess
 
 import pytest
 
-from controller.service.config import from_mapping
-from controller.service.daemon import Controller
-from controller.service.store import Store
+from controller.service.ops.config import from_mapping
+from controller.service.round.daemon import Controller
+from controller.service.state.store import Store
 from slurm_plugin.backend import LeverFailed, SlurmBackend
 from bench.slurm_harness import plain_squeue_records
 from slurm_plugin.parse import gres_counts
@@ -130,7 +130,7 @@ def test_a_refused_colocation_is_held_off_the_gpu_and_restore_releases_it(submit
     PENDING past its begin time while bob's still runs, and restore releases it."""
     import time
 
-    from controller.service.restore import restore
+    from controller.service.acting.restore import restore
 
     jobs: list[str] = []
     try:

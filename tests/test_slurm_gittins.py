@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import pytest
 
-from controller.service.config import from_mapping
-from controller.service.daemon import Controller
-from controller.service.store import Store
+from controller.service.ops.config import from_mapping
+from controller.service.round.daemon import Controller
+from controller.service.state.store import Store
 from slurm_plugin.backend import SlurmBackend
 from tests.slurm_fixtures import instance_fixture, wait_for
 

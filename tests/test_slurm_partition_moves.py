@@ -18,7 +18,7 @@ import time
 import pytest
 
 from bench.slurm_harness import ControllerProcess, Instance, write_config
-from controller.service.store import Store
+from controller.service.state.store import Store
 
 from tests.slurm_fixtures import ACTIVE, isolated_instance, iso, slurm_cluster, wait_for  # noqa: F401  (fixtures)
 
@@ -36,7 +36,7 @@ BLOCKER_WORK_S = 30
 # 22.05 to 26.05 alike): 24.11 and 26.05, whose RPC threads read non-blocking sockets,
 # refused 4 of 17 runs' moves with a stale EAGAIN ("Resource temporarily unavailable")
 # or EINTR, for as long as 28 s. The controller retries such a refusal with backoff
-# (controller.service.partition_moves); docs/admin.md tells admins.
+# (controller.service.round.partition_moves); docs/admin.md tells admins.
 @pytest.fixture(scope="module")
 def cluster(slurm_cluster):  # the default cluster's slurmdbd keeps the associations
     yield from isolated_instance(os.environ.get("TIRESIAS_TEST_MOVES_INSTANCE") or f"tp{os.getpid()}",

@@ -119,9 +119,9 @@ def test_a_drained_node_with_a_job_on_it_causes_no_preemption(iso, run):
 
 def test_a_failed_signal_causes_no_requeue(iso, tmp_path):
     """Real Slurm; only `scancel` is made to fail (a stand-in for a refused signal)."""
-    from controller.service.config import from_mapping
-    from controller.service.daemon import Controller
-    from controller.service.store import Store
+    from controller.service.ops.config import from_mapping
+    from controller.service.round.daemon import Controller
+    from controller.service.state.store import Store
     from slurm_plugin.backend import CommandResult, SlurmBackend, subprocess_runner
 
     def runner(argv, timeout_s, env):

@@ -5,7 +5,7 @@ with the scripted backend; the real-Slurm facts are in tests/test_slurm_native_p
 from dataclasses import replace
 
 from controller.core.bands import running_site_factors, site_factors
-from controller.service.preflight import check, parse_show_config
+from controller.service.ops.preflight import check, parse_show_config
 from tests.test_controller import ScriptedBackend, controller, store  # noqa: F401  (fixture)
 
 BAND = 100000
@@ -173,7 +173,7 @@ twithin|within|00:00:00||
 
 
 def qos_found(name, cluster_exempt="00:01:00"):
-    from controller.service.preflight import parse_qos, qos_findings
+    from controller.service.ops.preflight import parse_qos, qos_findings
 
     return {f.setting: f for f in qos_findings(parse_qos(QOS_ROWS), name, cluster_exempt)}
 
@@ -206,7 +206,7 @@ def test_tiresias_preflight_reads_the_qos_from_a_file(tmp_path, capsys):
 
 def test_the_simulator_charges_slurms_requeue_lag_and_no_controller_caps_under_slurm_preemption():
     from controller.cli.simulate import SLURM_REQUEUE_LAG_S, controller_costs
-    from controller.service.config import from_mapping
+    from controller.service.ops.config import from_mapping
 
     own = controller_costs(from_mapping({"preempt_grace_s": 10.0}))
     config = from_mapping({"preempt_grace_s": 10.0, "preemption": "slurm"})
@@ -221,7 +221,7 @@ def test_the_simulator_charges_slurms_requeue_lag_and_no_controller_caps_under_s
 
 
 def test_preflight_reads_the_qos_grace_and_checks_cli_filters_policy_against_it(tmp_path):
-    from controller.service.preflight import (cli_filter_path, cli_filter_policy_findings,
+    from controller.service.ops.preflight import (cli_filter_path, cli_filter_policy_findings,
                                               installed_cli_filter_findings, parse_qos, qos_grace_s)
 
     rows = parse_qos("a|requeue,within|00:01:30||\nb|requeue,within|1-00:00:05||\nc|requeue|||\nd|requeue|soon||\n")
@@ -263,7 +263,7 @@ def test_a_plain_preflight_checks_the_mechanism_the_controllers_yaml_names(tmp_p
     mechanism to check, and the verdict names the mechanism and the file (issue 38: an
     admin could not tell which mechanism a plain preflight had checked)."""
     from controller.cli.main import main
-    from controller.service import config as settings_module
+    from controller.service.ops import config as settings_module
 
     conf = tmp_path / "show_config"
     conf.write_text(SLURM_PREEMPT_CONF)

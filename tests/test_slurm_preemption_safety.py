@@ -190,7 +190,7 @@ def test_restore_keeps_running_jobs_above_pending_ones_while_slurmctld_preempts_
     """restore zeroed the running jobs' bands while WITHIN stayed on: the pending jobs'
     age and fair-share then outranked them, a burst of preemptions. Now a running job
     keeps its band (and its row, for a later run) while preempt/qos preempts."""
-    from controller.service.restore import SITE_FACTOR, restore
+    from controller.service.acting.restore import SITE_FACTOR, restore
     from tests.test_restore import LeverBackend
 
     backend = LeverBackend()
@@ -214,7 +214,7 @@ def test_restore_keeps_running_jobs_above_pending_ones_while_slurmctld_preempts_
 
 
 # -- preflight: the limits the QOS swap drops; releases before 25.05 ------------------------------
-from controller.service.qos_limits import LIMITS  # noqa: E402
+from controller.service.ops.qos_limits import LIMITS  # noqa: E402
 
 
 def limits_row(name, **values):
@@ -234,7 +234,7 @@ def test_preflight_refuses_enforce_naming_the_default_qos_limits_the_swap_would_
     """cli_filter.lua's --qos=<preempt_qos> replaces the association's default QOS: its
     MaxTRESPerUser, MaxWall and UsageFactor stopped applying to every declared job,
     and preflight passed. Now enforce refuses, naming each limit preempt_qos lacks."""
-    from controller.service.preflight import run_checks
+    from controller.service.ops.preflight import run_checks
 
     backend = ScriptedBackend()
     backend.slurm_config = lambda: PREEMPT_QOS_CONF + "PriorityType = priority/multifactor\nJobRequeue = 1\n"
@@ -335,7 +335,7 @@ def test_cli_filter_leaves_cpu_and_mps_jobs_that_declare_a_signal_in_their_qos_o
 def test_the_qos_limits_are_read_from_real_sacctmgr(iso):
     """The format names sacctmgr takes (every LIMITS field comes back) and the
     associations' default QOS."""
-    from controller.service.qos_limits import DEFAULT_QOS_COMMAND, QOS_LIMITS_COMMAND, parse_default_qos
+    from controller.service.ops.qos_limits import DEFAULT_QOS_COMMAND, QOS_LIMITS_COMMAND, parse_default_qos
 
     text = iso.run(QOS_LIMITS_COMMAND).stdout
     rows = [line.split("|") for line in text.splitlines() if line.strip()]

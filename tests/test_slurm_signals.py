@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from controller.service.config import Config
-from controller.service.contract import Contract
+from controller.service.ops.config import Config
+from controller.service.round.contract import Contract
 from slurm_plugin.backend import SlurmBackend
 from tests.slurm_fixtures import (  # noqa: F401  (iso, run: pytest fixtures)
     all_finished, attained, instance_fixture, iso, output_of, run, sbatch_in, wait_for)

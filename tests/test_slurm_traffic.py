@@ -7,7 +7,7 @@ import pytest
 
 from bench.bench_slurm_traffic import rounds
 from bench.scripted_slurm import ScriptedSlurm
-from controller.service.backend import BackendUnavailable
+from controller.service.acting.backend import BackendUnavailable
 from slurm_plugin.backend import CommandResult, SlurmBackend
 
 

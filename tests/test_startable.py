@@ -1,12 +1,12 @@
-"""Only a pending job Slurm would start can make another job yield (controller.service.startable),
+"""Only a pending job Slurm would start can make another job yield (controller.service.round.startable),
 and a handoff pending or failed is never followed by a second preemption, across restarts too.
 Scripted backend (tests.test_controller), real SQLite store, virtual clock; the same on real
 Slurm is tests/test_slurm_startable.py."""
 import dataclasses
 import pytest
 
-from controller.service.backend import ObservedJob
-from controller.service.startable import STARTABLE_REASONS, slurm_wait
+from controller.service.acting.backend import ObservedJob
+from controller.service.round.startable import STARTABLE_REASONS, slurm_wait
 from tests.test_controller import ScriptedBackend, controller, store  # noqa: F401  (pytest fixture)
 
 FULL = [(f"gpu{i}", 4) for i in range(1, 5)]

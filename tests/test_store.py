@@ -1,4 +1,4 @@
-"""controller.service.store against SQLite and a real PostgreSQL server (tests/pg_server.py)."""
+"""controller.service.state.store against SQLite and a real PostgreSQL server (tests/pg_server.py)."""
 from __future__ import annotations
 
 import subprocess
@@ -10,7 +10,7 @@ from sqlalchemy import create_engine, text
 
 from controller.core.model import InputError
 from controller.core.plan import Preempt, Promote, Start
-from controller.service.store import SCHEMA_VERSION, JobRecord, PendingPreemption, Store, StoreBusy, StoreError, metadata
+from controller.service.state.store import SCHEMA_VERSION, JobRecord, PendingPreemption, Store, StoreBusy, StoreError, metadata
 from tests.pg_server import postgres_url  # noqa: F401
 
 
@@ -281,7 +281,7 @@ def test_postgres_unavailable_fails_under_ci_and_skips_otherwise(monkeypatch):
 def test_usage_records_per_cluster_and_pruned(tmp_path):
     """Usage records are found by cluster (the record_id's first part, a name with
     LIKE's wildcards in it too) and retention deletes only the old ones of that cluster."""
-    from controller.service.store import Store, usage_records
+    from controller.service.state.store import Store, usage_records
     store = Store(f"sqlite:///{tmp_path}/u.db")
     for record_id in ("tc/1/gpu1/0", "tc/2/gpu1/0", "t_/3/gpu1/0", "other/1/gpu1/0"):
         store.add_usage_record(record_id, {"record_id": record_id})
@@ -300,7 +300,7 @@ def test_a_schema_another_process_created_between_our_look_and_our_create_is_use
     """Two processes opening a new database at once (the controller and a test or a
     command): both find no schema, one creates it, the other's create then fails with
     "already exists". The second takes the schema the first made."""
-    import controller.service.store as store_module
+    import controller.service.state.store as store_module
     from sqlalchemy import MetaData
 
     url = f"sqlite:///{tmp_path}/race.db"
@@ -325,7 +325,7 @@ def test_an_opener_that_lost_the_create_race_waits_for_the_version_row(tmp_path,
     CREATE TABLE on its own): the opener whose create lost the race waits for the row
     instead of comparing None with a version (a TypeError in a command started beside
     a controller's first start)."""
-    import controller.service.store as store_module
+    import controller.service.state.store as store_module
     from sqlalchemy import MetaData
 
     url = f"sqlite:///{tmp_path}/race.db"
@@ -345,7 +345,7 @@ def test_an_opener_that_lost_the_create_race_waits_for_the_version_row(tmp_path,
 
 
 def test_an_opener_whose_racing_creator_never_writes_a_version_gets_one_line(tmp_path, monkeypatch):
-    import controller.service.store as store_module
+    import controller.service.state.store as store_module
     from sqlalchemy import MetaData
 
     url = f"sqlite:///{tmp_path}/race.db"

@@ -9,7 +9,7 @@ import stat
 import pytest
 
 from controller.cli.main import main
-from controller.service.store import SCHEMA_VERSION, JobRecord, Store, StoreError
+from controller.service.state.store import SCHEMA_VERSION, JobRecord, Store, StoreError
 from tests.pg_server import postgres_url  # noqa: F401  (fixture)
 
 
@@ -108,7 +108,7 @@ def test_store_file_is_the_service_users_alone(tmp_path):
 def test_postgresql_read_only_and_an_older_schema(postgres_url):  # noqa: F811
     from sqlalchemy import create_engine, text
 
-    from controller.service.store import metadata
+    from controller.service.state.store import metadata
 
     engine = create_engine(postgres_url)
     metadata.drop_all(engine)

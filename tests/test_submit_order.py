@@ -1,10 +1,10 @@
-"""The controller's arrival order (controller.service.submit_order): kept across rounds,
+"""The controller's arrival order (controller.service.round.submit_order): kept across rounds,
 new jobs sorted in (one by one, or all again when many come), ended ones dropped;
 always the order of (first-sight submit time, numeric job id)."""
 import random
 
-from controller.service.accounting import numeric_id
-from controller.service.submit_order import SORTED_AGAIN_ABOVE, SubmitOrder
+from controller.service.round.accounting import numeric_id
+from controller.service.round.submit_order import SORTED_AGAIN_ABOVE, SubmitOrder
 
 
 def test_the_order_kept_across_rounds_is_the_sorted_one():

@@ -11,7 +11,7 @@ import yaml
 
 from controller.cli import main as cli
 
-from controller.service import config
+from controller.service.ops import config
 from controller.core.model import InputError, JobSpec
 from controller.replay.traces import load_trace
 from controller.replay.tuner import DEFAULT_SETTING, Setting, round_sig, threshold_grid, tune, yaml_block

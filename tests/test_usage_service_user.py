@@ -22,8 +22,8 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the hooks run as root
 
 COLLECT = """
 import json, sys
-from controller.service.spool import collect_spool
-from controller.service.store import Store
+from controller.service.state.spool import collect_spool
+from controller.service.state.store import Store
 store = Store(sys.argv[2])
 print(json.dumps({"counts": collect_spool(sys.argv[1], store),
                   "records": [r["record_id"] for r in store.usage_records("tc")]}))

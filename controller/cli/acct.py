@@ -22,14 +22,14 @@ import os
 import sys
 import time
 
-from controller.service.accounting import (ACTIVE_STATES, CENSORED_SAMPLE_STATES, COMPLETE_SAMPLE_STATES,
+from controller.service.round.accounting import (ACTIVE_STATES, CENSORED_SAMPLE_STATES, COMPLETE_SAMPLE_STATES,
                                            TRANSIENT_STATES)
-from controller.service.config import DEFAULT_PATH, load
+from controller.service.ops.config import DEFAULT_PATH, load
 from controller.core.inputs import shorten
 from controller.core.model import InputError
 from controller.cli import argtypes, reports
 from slurm_plugin.parse import JOB_BASE_STATES
-from controller.service.secrets import redact_url
+from controller.service.state.secrets import redact_url
 
 # Which test may pretend to be another user: the uid the access rule reads.
 _getuid = os.getuid
@@ -231,7 +231,7 @@ def _own_rows(args, start: float | None, end: float | None):
 def _store_rows(args):
     """(rows, source) from the store (admins); or an exit code after printing why
     there is nothing."""
-    from controller.service.store import StoreError
+    from controller.service.state.store import StoreError
 
     config = load(args.config, {"database_url": args.database_url, "cluster": args.cluster})
     store = open_store(config.store_url())
@@ -257,7 +257,7 @@ def open_store(url: str):
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 
-    from controller.service.store import Store, StoreError
+    from controller.service.state.store import Store, StoreError
 
     try:
         parsed = make_url(url)

@@ -23,7 +23,7 @@ from controller.cli import argtypes
 from controller.cli import queue as cmd_queue
 from controller.core.model import InputError
 from controller.cli.reports import format_timestamp, free_gpus
-from controller.service.secrets import redact_url
+from controller.service.state.secrets import redact_url
 
 JOB_ID_RE = re.compile(r"[0-9]{1,19}(?:_[0-9]{1,9})?", re.ASCII)
 
@@ -47,7 +47,7 @@ def _seconds(value: float) -> str:
 
 
 def run(args) -> int:
-    from controller.service.backend import BackendUnavailable
+    from controller.service.acting.backend import BackendUnavailable
 
     job_id = args.job_id.strip()
     if not JOB_ID_RE.fullmatch(job_id):
@@ -88,7 +88,7 @@ STORY_MAX_DECISIONS = 10_000  # the newest this many; a job with more says so
 
 
 def run_story(args, job_id: str) -> int:
-    from controller.service.config import load
+    from controller.service.ops.config import load
 
     config = load(args.config, {"database_url": args.database_url, "cluster": args.cluster})
     store, note = cmd_queue.open_store(config)
@@ -142,7 +142,7 @@ def story_lines(job_id: str, decisions: list[dict], causes: dict[str, dict], eff
 
 
 def preemption_text(controller, observed) -> str:
-    """What the preemption contract (controller.service.contract) says of a running job;
+    """What the preemption contract (controller.service.round.contract) says of a running job;
     under ``preemption: slurm`` slurmctld decides, by its QOS and the bands."""
     if controller.config.preemption == "slurm":
         return ("preemption: slurmctld's (preemption: slurm): a pending job of a strictly higher priority (a "
@@ -165,7 +165,7 @@ def explain_lines(job_id, observed, record, plan, observation, config, decisions
     the contract's line for a running job (preemption_text); ``handoff``: why no
     preemption is made for a pending job (its failed handoff: Handoffs.holding);
     ``unmodelled``: a pending job's (reason codes, text) when the plan cannot express
-    its request (controller.service.unmodelled.Census.jobs)."""
+    its request (controller.service.ops.unmodelled.Census.jobs)."""
     lines: list[str] = []
     thresholds = config.queues_gpu_s
     levels = len(thresholds) + 1

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from controller.service.config import DEFAULT_PATH, load
+from controller.service.ops.config import DEFAULT_PATH, load
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -29,7 +29,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args) -> int:
     """Exit 0: up to date or upgraded; 1: --check found an upgrade due, the store cannot
     be read, or PostgreSQL without --backed-up (nothing changed)."""
-    from controller.service.store import SCHEMA_VERSION, Store, StoreError, backup_sqlite
+    from controller.service.state.store import SCHEMA_VERSION, Store, StoreError, backup_sqlite
 
     config = load(args.config, {"database_url": args.database_url})
     try:

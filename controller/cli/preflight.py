@@ -1,11 +1,11 @@
-"""Check the slurm.conf settings the controller depends on (controller.service.preflight).
+"""Check the slurm.conf settings the controller depends on (controller.service.ops.preflight).
 
 Reads the running slurmctld's settings (`scontrol show config` and `scontrol show
 partition -o`), or saved copies of that output with --from-file (and
 --partitions-from-file), and prints one line per wrong setting: its name, its value
 and the value it needs; a setting enforce mode starts with anyway is a line marked
 "warning:". Reading Slurm, it also reports the queue it sees: the share of pending
-GPU jobs whose request the plan does not model (controller.service.unmodelled), and
+GPU jobs whose request the plan does not model (controller.service.ops.unmodelled), and
 per reason a warning naming the slurm.conf line or job option behind it. Exit 0 when no setting refuses enforce (warnings printed after the
 verdict), 1 when one does or Slurm did not answer, 2 for a bad flag or config.
 """
@@ -17,9 +17,9 @@ import sys
 
 from controller.checkpoint import REQUEUE_EXIT_CODE
 from controller.core.model import InputError
-from controller.service import config as settings_module
-from controller.service.config import DEFAULT_PATH, load
-from controller.service.qos_limits import DEFAULT_QOS_COMMAND, IMPLIED_DEFAULT_QOS, QOS_LIMITS_COMMAND
+from controller.service.ops import config as settings_module
+from controller.service.ops.config import DEFAULT_PATH, load
+from controller.service.ops.qos_limits import DEFAULT_QOS_COMMAND, IMPLIED_DEFAULT_QOS, QOS_LIMITS_COMMAND
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -49,11 +49,11 @@ def _read_file(path: str, flag: str) -> str:
 
 
 def run(args) -> int:
-    from controller.service.backend import BackendUnavailable
-    from controller.service.preflight import (Finding, check, installed_cli_filter_findings, parse_qos,
+    from controller.service.acting.backend import BackendUnavailable
+    from controller.service.ops.preflight import (Finding, check, installed_cli_filter_findings, parse_qos,
                                               parse_show_config, parse_show_partitions, qos_findings, queue_census,
                                               queue_findings)
-    from controller.service.qos_limits import parse_default_qos, parse_qos_limits, qos_limit_findings
+    from controller.service.ops.qos_limits import parse_default_qos, parse_qos_limits, qos_limit_findings
 
     config = load(args.config, {})
     checked = _checked(args.config, config.preemption)

@@ -10,7 +10,7 @@ import argparse
 import re
 
 from controller.core.model import InputError
-from controller.service.secrets import redact_url
+from controller.service.state.secrets import redact_url
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -22,8 +22,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from controller.service.accounting import parse_skew_hint
-    from controller.service.skew import profile
+    from controller.service.round.accounting import parse_skew_hint
+    from controller.service.ops.skew import profile
 
     result = profile(args.file)
     hint = f"tiresias:skew={result.skew:.4f}"
@@ -37,8 +37,8 @@ def run(args) -> int:
         return 0
     if not re.fullmatch(r"[0-9]{1,19}(?:_[0-9]{1,9})?", args.job, re.ASCII):
         raise InputError(f"--job {args.job!r} is not a Slurm job id")
-    from controller.service.config import load
-    from controller.service.store import Store
+    from controller.service.ops.config import load
+    from controller.service.state.store import Store
 
     config = load(args.config, {"database_url": args.database_url, "cluster": args.cluster})
     with Store(config.store_url()) as store:

@@ -5,7 +5,7 @@ planning round (nothing is written, nothing in Slurm changes). PRIORITY(QUEUE:PO
 is the job's Tiresias queue (1 is served first) and its position in the
 controller's order (1 is first): 2:3 is queue 2, third in line. ACTION is what the
 controller would do this round: start, preempt, run (keeps running) or wait. A job
-Slurm would not start now (held, dependent, limited: controller.service.startable)
+Slurm would not start now (held, dependent, limited: controller.service.round.startable)
 only waits, with Slurm's reason. ST is squeue's state code (PD, R); --long prints
 the full name. The last line counts the free GPUs as explain does.
 
@@ -28,13 +28,13 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from controller.service.backend import BackendUnavailable
-from controller.service.config import DEFAULT_PATH, Config, load
+from controller.service.acting.backend import BackendUnavailable
+from controller.service.ops.config import DEFAULT_PATH, Config, load
 from controller.core.inputs import shorten
 from controller.core.model import InputError
 from controller.cli import reports
 from controller.cli.reports import emit, job_sort_key
-from controller.service.secrets import redact_url
+from controller.service.state.secrets import redact_url
 
 log = logging.getLogger("tiresias.queue")
 
@@ -107,8 +107,8 @@ def preview(args) -> Preview:
     reports now (and the note says so). Raises BackendUnavailable when Slurm does
     not answer.
     """
-    from controller.service.daemon import Controller
-    from controller.service.store import Store
+    from controller.service.round.daemon import Controller
+    from controller.service.state.store import Store
 
     config = load(args.config, {"database_url": args.database_url, "cluster": args.cluster})
     store, note = open_store(config)
@@ -122,7 +122,7 @@ def preview(args) -> Preview:
 def open_store(config: Config):
     """(the configured store, '') or (None, why it cannot be read). A missing SQLite
     file is not created: reading must not leave an empty store behind."""
-    from controller.service.store import Store, StoreError
+    from controller.service.state.store import Store, StoreError
 
     path = sqlite_path(config.database_url)
     if path is not None and not os.path.exists(path):
@@ -190,7 +190,7 @@ def _listed(text: Optional[str]) -> set[str]:
 
 
 def run(args) -> int:
-    from controller.service.backend import BackendUnavailable
+    from controller.service.acting.backend import BackendUnavailable
 
     columns = reports.parse_queue_format(args.format or (reports.QUEUE_LONG_FORMAT if args.long
                                                           else reports.QUEUE_DEFAULT_FORMAT))

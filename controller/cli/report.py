@@ -22,10 +22,10 @@ from controller.cli import argtypes
 from controller.cli import acct as cmd_acct
 
 from controller.cli import reports
-from controller.service.config import DEFAULT_PATH, load
+from controller.service.ops.config import DEFAULT_PATH, load
 from controller.core.model import InputError
 from controller.replay.results import plot_jct_cdf
-from controller.service.secrets import redact_url
+from controller.service.state.secrets import redact_url
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

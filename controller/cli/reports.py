@@ -536,7 +536,7 @@ class FreeGpus:
 
 def free_gpus(observation: Any, plan: Any) -> FreeGpus:
     """The one free-GPU count of ``queue`` and ``explain``: ``observation`` is the
-    backend's (controller.service.backend.Observation), ``plan`` the round planned on it.
+    backend's (controller.service.acting.backend.Observation), ``plan`` the round planned on it.
 
     A running job the plan leaves out while none of its nodes is down is being
     preempted (in its grace period): the controller counts its GPUs as the

@@ -22,10 +22,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from controller.service.backend import BackendUnavailable
-    from controller.service.config import load
-    from controller.service.restore import restore
-    from controller.service.store import Store, StoreError
+    from controller.service.acting.backend import BackendUnavailable
+    from controller.service.ops.config import load
+    from controller.service.acting.restore import restore
+    from controller.service.state.store import Store, StoreError
 
     config = load(args.config, {"database_url": args.database_url, "cluster": args.cluster})
     path = cmd_queue.sqlite_path(config.database_url)

@@ -12,7 +12,7 @@ import sys
 import threading
 
 from controller.cli import argtypes
-from controller.service.config import DEFAULT_PATH, MODES, load
+from controller.service.ops.config import DEFAULT_PATH, MODES, load
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -41,13 +41,13 @@ def run(args) -> int:
     enforce mode when the preflight finds a wrong slurm.conf setting (one line each),
     at start or, when slurmctld did not answer then, once it does (until then enforce
     acts on nothing)."""
-    from controller.service.store import StoreError
+    from controller.service.state.store import StoreError
 
     config = load(args.config, overrides_from(args))
-    from controller.service import logs
+    from controller.service.ops import logs
 
     logs.setup(config.log_format, config.log_level, sys.stderr)
-    from controller.service.secrets import install_log_redaction
+    from controller.service.state.secrets import install_log_redaction
 
     install_log_redaction(config.secrets())  # no log line carries the store password, whatever logs it
     try:
@@ -59,12 +59,12 @@ def run(args) -> int:
 
 def _run(args, config) -> int:
     from controller.core.model import InputError
-    from controller.service.backend import BackendUnavailable
+    from controller.service.acting.backend import BackendUnavailable
     from controller.checkpoint import REQUEUE_EXIT_CODE
-    from controller.service import preflight
-    from controller.service.daemon import Controller, PreflightRefused
-    from controller.service.lease import single_controller
-    from controller.service.store import Store, StoreError
+    from controller.service.ops import preflight
+    from controller.service.round.daemon import Controller, PreflightRefused
+    from controller.service.acting.lease import single_controller
+    from controller.service.state.store import Store, StoreError
     from slurm_plugin.backend import SlurmBackend
 
     store = Store(config.store_url(), stalled_tx_s=config.lease_ttl())  # a stopped leader's row locks end with its lease
@@ -81,7 +81,7 @@ def _run(args, config) -> int:
                                                      config.partition_moves)
     metrics = None
     if config.metrics_port:
-        from controller.service.metrics import Metrics
+        from controller.service.ops.metrics import Metrics
 
         metrics = Metrics(mode=config.mode)
         try:

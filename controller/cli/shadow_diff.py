@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from controller.cli import argtypes
 from controller.cli import queue as cmd_queue
 from controller.cli.reports import emit, format_plain_table
-from controller.service.accounting import numeric_id
+from controller.service.round.accounting import numeric_id
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -76,7 +76,7 @@ def shadow_diff(plan, observation, priorities: dict[str, int], queues: int) -> D
 
 
 def run(args) -> int:
-    from controller.service.backend import BackendUnavailable
+    from controller.service.acting.backend import BackendUnavailable
 
     try:
         view = cmd_queue.preview(args)

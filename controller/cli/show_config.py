@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from controller.service.config import DEFAULT_PATH, SCHEMA, effective, load, yaml_value
+from controller.service.ops.config import DEFAULT_PATH, SCHEMA, effective, load, yaml_value
 from controller.cli.reports import emit, format_plain_table
 
 

@@ -155,7 +155,7 @@ SLURM_REQUEUES_ENDED_IN_GRACE_FROM = (24, 5)
 
 
 def controller_costs(config, slurm_release: tuple[int, int] | None = None) -> dict:
-    """What a controller with this service Config (controller.service.config) costs, as
+    """What a controller with this service Config (controller.service.ops.config) costs, as
     SimConfig/EngineConfig keyword values: rounds every interval_s, a victim holds its
     GPUs for preempt_grace_s, then waits requeue_settle_s before its BeginTime is
     released (at a round), and the engine's victim protection; ``requeue_ended_in_grace``
@@ -184,7 +184,7 @@ def _costs(args) -> dict:
     base = {"round_interval_s": None, "preempt_grace_s": 0.0, "requeue_delay_s": 0.0,
             "preempt_min_runtime_s": 0.0, "preempt_max_per_job": None, "requeue_ended_in_grace": False}
     if getattr(args, "like_controller", None):
-        from controller.service.config import load
+        from controller.service.ops.config import load
 
         base.update(controller_costs(load(args.like_controller), getattr(args, "slurm_release", None)))
     for name in base:
@@ -200,7 +200,7 @@ def slurm_preemption_of(args):
     preempting nobody (requeue,within alone: docs/slurm-preemption.md's setup); else None."""
     if not (getattr(args, "like_controller", None) and getattr(args, "slurm_starts", False)):
         return None
-    from controller.service.config import load
+    from controller.service.ops.config import load
 
     return SlurmQos() if load(args.like_controller).preemption == "slurm" else None
 
@@ -327,7 +327,7 @@ def _write_levers(args, config: SimConfig, jobs) -> dict:
 
     from controller.core.levers import action_row
     from controller.replay.lever_replay import LeverSettings, replay_levers
-    from controller.service.config import load
+    from controller.service.ops.config import load
 
     service_config = load(args.like_controller)
     settings = LeverSettings(service_config.site_factor_band, service_config.pin_expiry_s,

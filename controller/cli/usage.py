@@ -10,8 +10,8 @@ import time
 
 from controller.cli import reports
 from controller.cli.acct import open_store
-from controller.service.config import DEFAULT_PATH, load
-from controller.service.secrets import redact_url
+from controller.service.ops.config import DEFAULT_PATH, load
+from controller.service.state.secrets import redact_url
 
 COLUMNS = (("JobID", "job_id", 10), ("Node", "node", 10), ("User", "user", 10), ("Restarts", "restart_count", 8),
            ("GPUs", "gpus", 8), ("MPS%", "mps_percent", 5), ("MPS", "mps_status", 11), ("Exit", "exit_code", 4),

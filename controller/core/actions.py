@@ -7,7 +7,7 @@ Each carries the decision id it is logged under and a reason; ``cause_id`` names
 decision that made it necessary (a requeue cites its preemption, a pin's expiry the
 start that pinned it), so ``tiresias explain JOBID --story`` can follow the chain.
 
-Executors apply them: controller.service.executor to a Backend (observe and shadow
+Executors apply them: controller.service.acting.executor to a Backend (observe and shadow
 through a read-only wrapper), the simulator to its simulated cluster. Pure data:
 nothing here does I/O.
 """

@@ -1,6 +1,6 @@
 """SiteFactor bands from the plan: how the plan's order becomes Slurm's priority order.
 
-Pure: the service (controller.service.starts) sends only the values that changed,
+Pure: the service (controller.service.round.starts) sends only the values that changed,
 the simulator can start jobs in the same order.
 """
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A job's checkpoint signal: Slurm's ``--signal`` spec, defined once.
 
-Used by the preemption contract (controller/service/contract.py) for a job's
+Used by the preemption contract (controller/service/round/contract.py) for a job's
 ``#SBATCH --signal=...`` and by the hint grammar (controller/core/hints.py) for
 ``--comment=tiresias:preemptable=SPEC``; ``slurm_plugin/job_submit.lua`` checks the
 same spec at submission (tests/fixtures/hint_cases.tsv holds both to it).

@@ -25,7 +25,7 @@ that came later and leaves later is still seen. Where the caller gives no holdin
 there only takes resources away, so it lifts nothing. The brake has no clock: a job Slurm will never start on these nodes never
 costs another preemption. It ends when the job starts or leaves.
 
-Pure state and rule: controller.service.handoff persists each transition and logs
+Pure state and rule: controller.service.round.handoff persists each transition and logs
 it; the lever replay (controller.replay.lever_replay) keeps the same book with its
 own view of the cluster, so the simulator holds back the same preemptions.
 """

@@ -1,6 +1,6 @@
 """The lever producers both executors share: from a round's plan to its lever actions.
 
-The service (controller.service.starts, .preemption) and the simulator
+The service (controller.service.round.starts, .preemption) and the simulator
 (controller.replay.lever_replay) call these same functions with what each knows
 about a job, so the simulator predicts the bands, pins, releases, signals and
 requeues the controller makes, with the same decision ids. ``LEVERS`` says which

@@ -151,7 +151,7 @@ class Node:
     of any type use it); ``reservation``: the active reservation holding it ('' none).
     GPUs with shards or MPS shares in use are not free (the backend reports them so):
     no whole-GPU job may have them. ``gpus_mps``: those in use only through MPS shares,
-    the GPUs MPS jobs may still share (controller.service.sharing)."""
+    the GPUs MPS jobs may still share (controller.service.round.sharing)."""
 
     name: str
     gpus_total: int

@@ -6,7 +6,7 @@ that changes a plan only at a few instants: a running job's service crosses its
 queue's threshold (it enters the next queue and is judged there), a waiting
 job's wait reaches its starvation promotion, a running job outgrows
 preempt_min_runtime_s. Until the first of them, planning again yields the plan
-already made, so the controller (controller.service.daemon) does not plan again
+already made, so the controller (controller.service.round.daemon) does not plan again
 (most of a round's cost when nothing changed). A plan that moves anything (an
 action, a new queue place: ``Plan.positions``) does not stand: the next round sees
 its effect. A continuous policy's order drifts every second: its plans never stand.

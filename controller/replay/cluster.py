@@ -4,7 +4,7 @@ run's configuration, its results, each job's run state.
 ``SimCluster`` is written once for controller.replay.simulator (the generic loop)
 and controller.replay.mlfq_replay (the loop with a queue book kept alive): nodes and
 their free GPUs, each job's counters (synced lazily), starts, stops, completions at
-their exact times, and the controller's preemption (controller.service.preemption)
+their exact times, and the controller's preemption (controller.service.round.preemption)
 as the simulator charges it: a signalled victim keeps its GPUs through its grace
 period (``leaving``), is then requeued and waits out the requeue delay
 (``settling``) before it may start again. The loops only decide when rounds happen
@@ -54,7 +54,7 @@ class SimConfig:
     round_interval_s: Optional[float] = None  # None: event-driven rounds
     preempt_pause_s: float = 0.0  # checkpoint time, charged when the job resumes
     preempt_resume_s: float = 0.0  # restore time
-    # What the controller's preemption costs (controller.service.preemption): a victim
+    # What the controller's preemption costs (controller.service.round.preemption): a victim
     # keeps its GPUs for the grace period after the signal (its work after the signal's
     # checkpoint is lost), and after its requeue waits requeue_delay_s (settle +
     # BeginTime) before it may start again. Rounds then start only jobs whose GPUs are

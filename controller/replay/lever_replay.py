@@ -44,7 +44,7 @@ from controller.replay.cluster import EPS, RunState, SimCluster, SimConfig, plan
 
 @dataclass(frozen=True)
 class LeverSettings:
-    """The controller's settings the levers need (controller.service.config names)."""
+    """The controller's settings the levers need (controller.service.ops.config names)."""
 
     site_factor_band: int = 100000
     pin_expiry_s: float = 300.0
@@ -80,7 +80,7 @@ MAX_LEVER_ROUNDS = 100_000  # a replay this long is a mistake (a tiny interval),
 
 class SimSlurm:
     """The simulated slurmctld an executor acts on: the lever methods of the service's
-    backend port (controller.service.backend), carried out on a SimCluster.
+    backend port (controller.service.acting.backend), carried out on a SimCluster.
 
     ``site_factor``, ``pins`` (ReqNodeList), ``held`` (requeued, BeginTime not yet
     released), ``partition``, ``mps_share``, ``admin_comment``: what the levers set;
@@ -206,7 +206,7 @@ class SimSlurm:
 
 
 class LeverRound:
-    """The controller's per-job lever state, kept as controller.service.starts,
+    """The controller's per-job lever state, kept as controller.service.round.starts,
     .preemption and .handoff keep it: bands sent, pins set (expiry, cause), when a
     job stopped, the open preemptions (signalled at, decision id), the handoffs."""
 
@@ -247,7 +247,7 @@ class LeverRound:
         self.applied = []
         leaving = set(self.open)  # signalled before this round (the controller's Preemptions.leaving)
         self.handoffs.check(self._state, now, cfg.handoff_timeout_s, self._needs())
-        # 1. bands (controller.service.starts.Starts.apply)
+        # 1. bands (controller.service.round.starts.Starts.apply)
         pending = slurm.pending
         started = {j for j, job in pending.items() if job.first_start_s is not None}
         factors = site_factors(plan.order, plan.levels, pending, started, len(engine_cfg.thresholds_gpu_s) + 1,
@@ -287,7 +287,7 @@ class LeverRound:
                 self.apply(unpin_expired(plan.round_id, expired, job_id, expiry, now,
                                          self.pin_causes.get(job_id, "")))
                 self._drop_pin(job_id)
-        # 4. the plan's victims: signalled (controller.service.preemption.Preemptions.begin),
+        # 4. the plan's victims: signalled (controller.service.round.preemption.Preemptions.begin),
         # but those the handoff rule keeps (a job the plan starts already had its preemption)
         start_ids = [action.job_id for action in plan.of_kind("start")]
         kept = self.handoffs.kept(plan, lambda job_id: [node for node, _ in slurm.by_id[job_id].placement], leaving)

@@ -1,6 +1,6 @@
 """Preemption as a small persisted state machine: signal, grace period, requeue.
 
-Only jobs the contract allows (controller.service.contract: requeueable and declared
+Only jobs the contract allows (controller.service.round.contract: requeueable and declared
 how they checkpoint) are touched. A preemption is opened in the store once its
 signal was delivered and closed when the job was requeued (or ended, or requeued
 itself), so a killed and restarted controller never requeues a job twice and still
@@ -28,13 +28,13 @@ from controller.core.checkpoint_signal import grace_s
 from controller.core.levers import requeue_after_grace, signal_for
 from controller.core.plan import Plan
 from controller.core.protection import why_protected
-from controller.service.accounting import ACTIVE_STATES, TRANSIENT_STATES, Accounts
-from controller.service.backend import ObservedJob
-from controller.service.config import Config
-from controller.service.contract import Contract
-from controller.service.executor import LeverExecutor
-from controller.service.report import RoundReport, entry
-from controller.service.store import Store
+from controller.service.round.accounting import ACTIVE_STATES, TRANSIENT_STATES, Accounts
+from controller.service.acting.backend import ObservedJob
+from controller.service.ops.config import Config
+from controller.service.round.contract import Contract
+from controller.service.acting.executor import LeverExecutor
+from controller.service.ops.report import RoundReport, entry
+from controller.service.state.store import Store
 
 
 # end states a job reaches by itself during its grace period (its handler exited)

@@ -38,7 +38,7 @@ import socket
 import time
 from typing import Callable, Optional
 
-from controller.service.store import Fence, LeaseLost, Store, StoreError
+from controller.service.state.store import Fence, LeaseLost, Store, StoreError
 
 log = logging.getLogger("tiresias.lease")
 

@@ -6,7 +6,7 @@ One ``Store`` wraps one SQLAlchemy engine (SQLite by default, PostgreSQL works
 too). Every public method runs in its own transaction, or in the caller's when it
 is inside ``with store.transaction():`` (the controller's round bookkeeping), so a
 crash or a lock never leaves half a round written. With ``fence`` set (a standby
-pair on PostgreSQL, see controller.service.lease), every transaction first checks,
+pair on PostgreSQL, see controller.service.acting.lease), every transaction first checks,
 holding the lease row's lock, that this process still holds the lease at its epoch:
 a deposed leader's writes are refused (``LeaseLost``). Units: times are epoch
 seconds, service GPU-seconds.
@@ -37,7 +37,7 @@ from sqlalchemy.exc import (
 )
 
 from controller.core.model import InputError
-from controller.service.secrets import redact_url
+from controller.service.state.secrets import redact_url
 
 SCHEMA_VERSION = 6  # 2: job_service.queue_level/queue_entry (the MLFQ place); 3: service_samples.censored;
 # 4: the decision that caused a decision (decision_log.cause_id), an open preemption's and a pin's decision;
@@ -196,7 +196,7 @@ pins = Table(
     Column("decision_id", String(128)),  # the start that pinned the job (its expiry cites it)
 )
 
-# Handoffs (controller.service.handoff): the job a preemption made room for, watched
+# Handoffs (controller.service.round.handoff): the job a preemption made room for, watched
 # until it starts, and, once it did not start in time, what must change before a
 # preemption is made for it again (controller.core.handoffs.Brake). Kept here so that
 # a restarted or standby controller does not signal again for a job whose handoff is
@@ -211,7 +211,7 @@ handoffs = Table(
     Column("brake", Text),  # a failed handoff's brake (JSON, Brake.to_json); NULL while pending
 )
 
-# The levers on Slurm jobs that ``tiresias restore`` undoes (controller.service.restore):
+# The levers on Slurm jobs that ``tiresias restore`` undoes (controller.service.acting.restore):
 # one row per job and lever ("site_factor", "pin", "admin_comment"), written before the
 # lever is carried out; ``value`` is what was set (the SiteFactor, the pinned nodes
 # comma-joined; "ours" for an AdminComment line, whose text restore reads from Slurm).

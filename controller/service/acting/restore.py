@@ -38,12 +38,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from controller.service.accounting import ACTIVE_STATES, TRANSIENT_STATES, numeric_id
-from controller.service.admin_comment import ours_in, site_part
-from controller.service.backend import Backend, BackendUnavailable, ObservedJob
-from controller.service.preflight import parse_show_config
-from controller.service.startable import HELD_ADMIN, HELD_USER
-from controller.service.store import Store
+from controller.service.round.accounting import ACTIVE_STATES, TRANSIENT_STATES, numeric_id
+from controller.service.round.admin_comment import ours_in, site_part
+from controller.service.acting.backend import Backend, BackendUnavailable, ObservedJob
+from controller.service.ops.preflight import parse_show_config
+from controller.service.round.startable import HELD_ADMIN, HELD_USER
+from controller.service.state.store import Store
 
 log = logging.getLogger("tiresias.restore")
 

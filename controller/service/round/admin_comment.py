@@ -25,7 +25,7 @@ from typing import Callable, Optional
 
 from controller.core.actions import SetAdminComment
 from controller.core.levers import RpcBudget
-from controller.service.backend import ObservedJob
+from controller.service.acting.backend import ObservedJob
 
 OUR_PART = re.compile(r"\s*\[tiresias: [^\[\]]*\]")
 SEPARATOR = " · "

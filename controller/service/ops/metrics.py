@@ -10,7 +10,7 @@ from typing import Mapping, Optional
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-from controller.service.unmodelled import REASONS
+from controller.service.ops.unmodelled import REASONS
 
 # Job completion and queueing times: a minute to two weeks.
 DURATION_BUCKETS_S = (60, 300, 600, 1800, 3600, 2 * 3600, 4 * 3600, 8 * 3600, 12 * 3600, 86400, 2 * 86400,
@@ -69,7 +69,7 @@ class Metrics:
         # tells an admin the controller stopped while its SiteFactor bands stay frozen.
         self.last_round = Gauge("tiresias_last_round_timestamp_seconds",
                                 "epoch time at which the controller's last round ended", ["mode"], registry=r)
-        # Requests the plan does not model (controller.service.unmodelled): every reason
+        # Requests the plan does not model (controller.service.ops.unmodelled): every reason
         # exported each round, 0 when none, so a reason that had jobs drops to 0.
         self.unmodelled = Gauge("tiresias_unmodelled_jobs",
                                 "pending GPU jobs whose request the plan cannot express, by reason (a job with "
@@ -148,7 +148,7 @@ class Metrics:
             self.observe_unmodelled(census)
 
     def observe_unmodelled(self, census) -> None:
-        """The round's census (controller.service.unmodelled.Census): jobs per reason, and the share."""
+        """The round's census (controller.service.ops.unmodelled.Census): jobs per reason, and the share."""
         by_reason = census.by_reason()
         for code in REASONS:
             self.unmodelled.labels(self.mode, code).set(len(by_reason.get(code, ())))

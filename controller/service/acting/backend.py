@@ -2,7 +2,7 @@
 
 A backend observes (jobs and nodes, normalized) and carries out primitive
 levers. The controller turns a Plan into lever calls; observe/shadow/enforce are
-properties of the executor that wraps a backend (see ``controller.service.executor``),
+properties of the executor that wraps a backend (see ``controller.service.acting.executor``),
 never branches inside policies.
 """
 from __future__ import annotations
@@ -58,7 +58,7 @@ class ObservedJob:
     gpu_types: tuple[str, ...] = ()
     reservation: str = ""  # the reservation it names ('' none)
     # its QOS ('' not reported): under preemption: slurm only the jobs of preempt_qos are
-    # slurmctld's to preempt (controller.service.contract.Contract.why_not)
+    # slurmctld's to preempt (controller.service.round.contract.Contract.why_not)
     qos: str = ""
     # What a pending job asks of each node beyond GPUs (the plan preempts only for a job
     # Slurm would start on what the preemption frees): CPUs and MB of memory per node
@@ -72,7 +72,7 @@ class ObservedJob:
     features: tuple[str, ...] = ()
     exclusive: bool = False
     unmodelled: str = ""
-    # the codes of ``unmodelled`` (controller.service.unmodelled.REASONS), for counting
+    # the codes of ``unmodelled`` (controller.service.ops.unmodelled.REASONS), for counting
     unmodelled_reasons: tuple[str, ...] = ()
     # A running job: the CPUs and MB of memory it holds on each node, (node, cpus, mb),
     # what its preemption frees there (0 where not reported: counted as freeing nothing).
@@ -83,7 +83,7 @@ class ObservedJob:
     signal: str = ""  # the job's --signal spec when the cluster manager reports it ("B:USR1@90"); '' unknown
     # A pending array record (job_id the ArrayJobId): its pending tasks ("5-50%4") and
     # throttle; a het job component: its leader's id and offset. The backend plans
-    # both through controller.service.arrays.plan_view, which clears these fields, and
+    # both through controller.service.round.arrays.plan_view, which clears these fields, and
     # ``het_job_id`` stays set on the one gang it makes of a het job (never pinned).
     array_tasks: str = ""
     array_max_tasks: int = 0
@@ -112,10 +112,10 @@ class Observation:
     nodes: list[Node]
     skipped: list[str] = field(default_factory=list)  # one line per record that could not be read
     # The job ids whose absence is not "gone" (a record that failed to parse, the array
-    # tasks not listed: controller.service.arrays.Withheld). None: any skipped line
+    # tasks not listed: controller.service.round.arrays.Withheld). None: any skipped line
     # withholds every job (a backend that does not say which).
     withheld: Optional[Container[str]] = None
-    # Clock evidence (controller.service.slurm_clock): observed_at_s is taken just
+    # Clock evidence (controller.service.round.slurm_clock): observed_at_s is taken just
     # before the cluster manager is asked; answered_at_s just after it answered (None:
     # observed_at_s); slurm_now_s is its own clock when it answered (None: not reported).
     answered_at_s: Optional[float] = None
@@ -129,7 +129,7 @@ class Observation:
 
 class Backend(Protocol):
     # Called just before every command that changes the cluster; raises (LeaseLost)
-    # when this process must not act any more (controller.service.lease). None: no check.
+    # when this process must not act any more (controller.service.acting.lease). None: no check.
     fence: Optional[Callable[[], None]]
 
     def observe(self) -> Observation: ...
@@ -156,7 +156,7 @@ class Backend(Protocol):
     def move_partition(self, job_id: str, partition: str) -> None: ...
 
     def set_admin_comment(self, job_id: str, text: str) -> None:
-        """Replace the job's AdminComment with ``text`` (controller.service.admin_comment
+        """Replace the job's AdminComment with ``text`` (controller.service.round.admin_comment
         builds it keeping the site's part)."""
 
     def set_mps_share(self, job_id: str, shares: int) -> None:
@@ -170,7 +170,7 @@ class Backend(Protocol):
 
     def slurm_config(self) -> str:
         """The running slurmctld's settings as `scontrol show config` prints them
-        (controller.service.preflight reads them)."""
+        (controller.service.ops.preflight reads them)."""
         ...
 
     def partition_config(self) -> str:

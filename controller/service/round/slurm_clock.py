@@ -37,7 +37,7 @@ from collections import deque
 from dataclasses import fields, replace
 from typing import Optional
 
-from controller.service.backend import Observation, ObservedJob
+from controller.service.acting.backend import Observation, ObservedJob
 
 log = logging.getLogger("tiresias.controller")
 

@@ -11,7 +11,7 @@ explains each line):
   ``...JobSize``, ``...Partition``, ``...QOS``, each ``PriorityWeightTRES`` term)
   add up to less than half a band (``site_factor_band`` / 2): each factor is at most
   1 times its weight, and half a band is the step between a queue's started and
-  never-started jobs (controller.service.starts), so no weighted factor can reorder
+  never-started jobs (controller.service.round.starts), so no weighted factor can reorder
   the bands.
 - ``JobRequeue=1``: batch jobs are requeueable unless submitted ``--no-requeue``.
 - ``RequeueExit`` contains the checkpoint helpers' exit code (85): a job that
@@ -51,7 +51,7 @@ Warnings (``Finding.refuses`` False: enforce starts; every mode logs them):
 Enforce refuses to start with any refusing finding; shadow and observe log them as
 warnings and start (controller.cli.run). A slurmctld that does not answer at start
 leaves the preflight pending: enforce then acts on nothing until it has run and passed
-(``Pending``, retried before every round by controller.service.daemon). ``tiresias
+(``Pending``, retried before every round by controller.service.round.daemon). ``tiresias
 preflight`` prints them all for an admin.
 """
 from __future__ import annotations
@@ -63,10 +63,10 @@ from dataclasses import dataclass
 from typing import Iterable, Optional
 
 from controller.core.model import Node
-from controller.service.backend import Backend, BackendUnavailable, ObservedJob
-from controller.service.qos_limits import parse_default_qos, parse_qos_limits, qos_limit_findings
-from controller.service.startable import slurm_wait
-from controller.service.unmodelled import NOT_REORDERING_SHARE, REASONS, Census, census
+from controller.service.acting.backend import Backend, BackendUnavailable, ObservedJob
+from controller.service.ops.qos_limits import parse_default_qos, parse_qos_limits, qos_limit_findings
+from controller.service.round.startable import slurm_wait
+from controller.service.ops.unmodelled import NOT_REORDERING_SHARE, REASONS, Census, census
 
 # The weighted priority factors of the multifactor plugin, as `scontrol show config` names them.
 PRIORITY_WEIGHTS = ("PriorityWeightAge", "PriorityWeightAssoc", "PriorityWeightFairShare", "PriorityWeightJobSize",
@@ -489,7 +489,7 @@ def site_findings(settings: dict[str, str], partitions: Optional[dict[str, dict[
     overwrite the bands); PriorityTier partitions sharing nodes (a warning,
     ``priority_tier_findings``); ``partition_moves`` without associations (a warning:
     slurmctld refuses a job's partition update with a stale errno, see
-    controller.service.partition_moves)."""
+    controller.service.round.partition_moves)."""
     found = []
     plugin = settings.get("PrioritySiteFactorPlugin", "")
     if plugin not in ("", UNSET):
@@ -548,7 +548,7 @@ def unmodelled_source(code: str, settings: dict[str, str],
 
 def queue_census(jobs: Iterable[ObservedJob], nodes: Iterable[Node]) -> Census:
     """The census of the queue as the plan weighs it: the pending GPU jobs that do not
-    wait on Slurm (a hold, a dependency, a limit: controller.service.startable)."""
+    wait on Slurm (a hold, a dependency, a limit: controller.service.round.startable)."""
     return census((j for j in jobs if j.gpus > 0 and j.state == "PENDING" and not slurm_wait(j)), nodes)
 
 

@@ -233,7 +233,7 @@ class Config:
         open, never to print (print redact_url(database_url) or Store.name)."""
         if not self.database_password_file:
             return self.database_url
-        from controller.service.secrets import read_password_file, with_password
+        from controller.service.state.secrets import read_password_file, with_password
 
         return with_password(self.database_url, read_password_file(self.database_password_file))
 
@@ -241,7 +241,7 @@ class Config:
         """The password as it may appear in text (plain and URL-quoted), for log redaction."""
         from urllib.parse import quote, quote_plus
 
-        from controller.service.secrets import url_password
+        from controller.service.state.secrets import url_password
 
         password = url_password(self.store_url())
         return [] if not password else sorted({password, quote(password, safe=""), quote_plus(password)})
@@ -388,7 +388,7 @@ def _check_password_file(config: Config, where: str) -> None:
     """database_password_file goes with a PostgreSQL URL that names no password, and
     must be readable by its owner alone (checked now: one line at start, not at the
     first round)."""
-    from controller.service.secrets import url_password
+    from controller.service.state.secrets import url_password
 
     if not config.database_url.startswith("postgresql"):
         raise InputError(f"{where}: key 'database_password_file' needs a PostgreSQL database_url "
@@ -406,7 +406,7 @@ def _check_config_secrecy(target: Path, data: Any, mode: Optional[int]) -> None:
     """A config that anyone on the host can read must not hold the store password:
     refused when it would run with mode enforce, a warning otherwise (an observe or
     shadow trial should not stop on it, but the password is already exposed)."""
-    from controller.service.secrets import url_password
+    from controller.service.state.secrets import url_password
 
     url = data.get("database_url") if isinstance(data, dict) else None
     if mode is None or not mode & 0o004 or not isinstance(url, str) or url_password(url) is None:
@@ -505,7 +505,7 @@ def load(path: Optional[str] = None, overrides: Optional[dict] = None) -> Config
 
 def effective(config: Config) -> list[tuple[str, Any, str]]:
     """(key, value, doc) for show-config; a password in database_url shows as ***."""
-    from controller.service.secrets import redact_url
+    from controller.service.state.secrets import redact_url
 
     return [(f.name, redact_url(getattr(config, f.name)) if f.name == "database_url" else getattr(config, f.name),
              _BY_NAME[f.name].doc) for f in fields(config)]
@@ -523,7 +523,7 @@ SECTION_HEADINGS = {
     "usage_spool_dir": "usage records", "standby": "operations", "metrics_port": "metrics and logs",
     "decision_log_max_age_s": "decision log",
 }
-REGENERATE_DEFAULTS = ".venv/bin/python -m controller.service.config > packaging/tiresias.yaml"
+REGENERATE_DEFAULTS = ".venv/bin/python -m controller.service.ops.config > packaging/tiresias.yaml"
 _WIDTH = 88  # columns of a rendered comment line
 
 
@@ -546,7 +546,7 @@ def defaults_yaml() -> str:
     import textwrap
 
     lines = ["# /etc/tiresias/tiresias.yaml: settings of the tiresias controller.",
-             "# Every key is listed with its built-in default (controller/service/config.py),",
+             "# Every key is listed with its built-in default (controller/service/ops/config.py),",
              "# so this file changes nothing until you edit it. `tiresias show-config --config FILE`",
              "# prints what a file makes effective; an unknown key or a bad value stops the",
              "# controller with one line naming the key. Start in mode shadow, read the decision",

@@ -7,7 +7,7 @@ GPU admits now is held (``HoldJob``: Slurm would otherwise start it on a GPU
 the policy refused, e.g. a second user's job with mps_allow_multi_user false) and
 released (``ReleaseHold``) once a GPU admits it; restore releases what is left. Only
 the holds this controller set are ever released: they are recorded in the store
-(controller.service.restore.RecordingBackend), so a restarted controller knows them. A
+(controller.service.acting.restore.RecordingBackend), so a restarted controller knows them. A
 job someone else holds (``sbatch -H``, a user's or an admin's ``scontrol hold``) gets
 its tier like any pending job but is never held nor released: an operator's hold on it
 would turn the user's hold into the controller's, and its release would then drop it. Running jobs are never changed: a
@@ -29,14 +29,14 @@ import logging
 from typing import Callable, Iterable, Optional
 
 from controller.core.actions import HoldJob, ReleaseHold, SetMpsShare
-from controller.service.accounting import numeric_id
-from controller.service.startable import HELD_REASONS, HELD_USER, slurm_wait
-from controller.service.backend import Observation, ObservedJob
+from controller.service.round.accounting import numeric_id
+from controller.service.round.startable import HELD_REASONS, HELD_USER, slurm_wait
+from controller.service.acting.backend import Observation, ObservedJob
 from controller.core.colocation import ShareRequest, SharedGpu, Tenant, choose_tier, job_class, plan_colocation, \
     quota_change
-from controller.service.config import Config
-from controller.service.executor import LeverExecutor
-from controller.service.report import RoundReport, entry
+from controller.service.ops.config import Config
+from controller.service.acting.executor import LeverExecutor
+from controller.service.ops.report import RoundReport, entry
 
 log = logging.getLogger("tiresias.controller")
 

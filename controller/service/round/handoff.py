@@ -27,10 +27,10 @@ from typing import Callable, Iterable, Optional
 from controller.core.handoffs import UNTIL, Brake, ClusterView, HandoffBook, Needs, Watch  # noqa: F401
 from controller.core.model import JobSpec, Node
 from controller.core.plan import Plan
-from controller.service.backend import ObservedJob
-from controller.service.config import Config
-from controller.service.report import RoundReport
-from controller.service.store import Store
+from controller.service.acting.backend import ObservedJob
+from controller.service.ops.config import Config
+from controller.service.ops.report import RoundReport
+from controller.service.state.store import Store
 
 log = logging.getLogger(__name__)
 MAX_DELAYS_KEPT = 1000  # handoff delays kept for reports (the latest)

@@ -22,12 +22,12 @@ from controller.core.actions import MovePartition
 from controller.core.plan import Plan
 from controller.partitions.moves import MoveSettings, PendingGpuJob, RunningGpuJob, is_candidate, plan_moves, \
     split_partitions
-from controller.service.accounting import Accounts
-from controller.service.backend import Backend, ObservedJob
-from controller.service.config import Config
-from controller.service.executor import LeverExecutor
-from controller.service.report import RoundReport, entry
-from controller.service.store import Store
+from controller.service.round.accounting import Accounts
+from controller.service.acting.backend import Backend, ObservedJob
+from controller.service.ops.config import Config
+from controller.service.acting.executor import LeverExecutor
+from controller.service.ops.report import RoundReport, entry
+from controller.service.state.store import Store
 
 log = logging.getLogger("tiresias.controller")
 

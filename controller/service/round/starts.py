@@ -4,7 +4,7 @@ node pins (ReqNodeList) for consolidation, and the release of a requeued job's B
 Slurm's own scheduler still starts the jobs: the bands make its priority order the
 plan's order, a pin makes it place a skew-sensitive job where the plan placed it. The
 pending tasks still inside a job array's record share one band, set on the
-ArrayJobId, and are never pinned (controller.service.arrays).
+ArrayJobId, and are never pinned (controller.service.round.arrays).
 """
 from __future__ import annotations
 
@@ -17,12 +17,12 @@ from controller.core.bands import (array_bands, band_actions, kept_site_factor, 
 from controller.core.levers import (RpcBudget, bands_in_budget, changed_bands, pin_for_start, release_for_start,
                                    unpin_expired)
 from controller.core.plan import Plan
-from controller.service.accounting import Accounts
-from controller.service.backend import ObservedJob
-from controller.service.config import Config
-from controller.service.executor import LeverExecutor
-from controller.service.report import RoundReport, entry
-from controller.service.startable import requeue_delay
+from controller.service.round.accounting import Accounts
+from controller.service.acting.backend import ObservedJob
+from controller.service.ops.config import Config
+from controller.service.acting.executor import LeverExecutor
+from controller.service.ops.report import RoundReport, entry
+from controller.service.round.startable import requeue_delay
 
 
 class Starts:
@@ -45,7 +45,7 @@ class Starts:
         self.pin_causes: dict[str, str] = self.store.pin_decisions(config.cluster)
         self.site_factors_set: dict[str, int] = {}
         # Slurm's RPC rate limit as kept for the bulk levers (bands here, then the
-        # AdminComment lines: controller.service.admin_comment); one bucket for both
+        # AdminComment lines: controller.service.round.admin_comment); one bucket for both
         self.rpc = RpcBudget(config.slurm_rpc_per_s, config.slurm_rpc_burst)
         self.bands_waiting = 0  # changed bands the budget held back this round (sent in a later one)
 
@@ -77,7 +77,7 @@ class Starts:
             factors.update(self.slurm_non_gpu_bands(cpu_pending, cpu_running, shared, may_preempt))
         levels = ChainMap(levels, plan.levels) if levels else plan.levels
         # the pending tasks still inside an array's record: one value, on the ArrayJobId
-        # (a lever on a task's own id would split it off: controller.service.arrays)
+        # (a lever on a task's own id would split it off: controller.service.round.arrays)
         arrays: dict[str, str] = {}  # task id -> ArrayJobId
         array_now: dict[str, int | None] = {}  # ArrayJobId -> its record's SiteFactor as observed
         for jobs in (observed, cpu_pending, shared):

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
 from controller.core.model import MIXED_TYPES, Node
-from controller.service.backend import ObservedJob
+from controller.service.acting.backend import ObservedJob
 
 # code -> what the admin reads beside a count of jobs (metric help, log, preflight)
 REASONS: dict[str, str] = {

@@ -13,8 +13,8 @@ from typing import Callable, Optional
 
 from controller.core.hints import parse_skew_hint  # the one hint grammar (controller.core.hints)
 from controller.partitions.moves import allowed_after_observation
-from controller.service.backend import Observation, ObservedJob
-from controller.service.store import JobRecord, Store
+from controller.service.acting.backend import Observation, ObservedJob
+from controller.service.state.store import JobRecord, Store
 
 log = logging.getLogger("tiresias.controller")
 
@@ -38,7 +38,7 @@ CENSORED_SAMPLE_STATES = {"CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "DEA
 CLOCKS_EVERY_ROUNDS = 8
 TRANSIENT_STATES = {"COMPLETING", "CONFIGURING", "SUSPENDED", "REQUEUED", "RESIZING", "SIGNALING", "STAGE_OUT"}
 _NOT_ENDED = frozenset(ACTIVE_STATES | TRANSIENT_STATES)
-# Which pending jobs Slurm would start (the rest wait in the plan): controller.service.startable.
+# Which pending jobs Slurm would start (the rest wait in the plan): controller.service.round.startable.
 
 
 @lru_cache(maxsize=1 << 17)  # every round sorts every active job by it
@@ -89,7 +89,7 @@ class Accounts:
     def advance(self, observed: dict[str, ObservedJob], now: float, quiet: bool = False) -> None:
         """Advance attained service and the starvation clocks to ``now`` (epoch s).
         ``quiet``: ``observed`` shows the jobs in the states of the last call (a repeated
-        observation: controller.service.daemon's quiet round), so only the clocks move,
+        observation: controller.service.round.daemon's quiet round), so only the clocks move,
         for the jobs that call found running or pending (a loop over 12,000 jobs less).
         Otherwise a job whose ObservedJob is the very object of the last call (the
         backend keeps it while Slurm's record is unchanged: most jobs) moves its clocks
@@ -152,7 +152,7 @@ class Accounts:
             if not same_run:
                 # Another run: it began after the last observation of the job (pending, or
                 # in its last run) and not after now, whatever a start time from another
-                # clock says (controller.service.slurm_clock moves Slurm's onto ours; this
+                # clock says (controller.service.round.slurm_clock moves Slurm's onto ours; this
                 # bounds what a clock it could not measure yet would charge).
                 run_start = min(run_start if last is None else max(run_start, last), now)
             if same_run:

@@ -5,7 +5,7 @@ the job shows ``Priority`` or ``Resources`` like any other (the conformance suit
 it: a ``-N 2 --gres=gpu:3`` job under a partition QOS of ``MaxTRESPerUser=gres/gpu=4``
 was shown ``Priority``, two victims were preempted for it, and Slurm never started
 it). So the controller reads the limits itself: every QOS's from slurmdbd
-(``sacctmgr``, controller.service.qos_limits' command) and each partition's ``QOS=``
+(``sacctmgr``, controller.service.ops.qos_limits' command) and each partition's ``QOS=``
 (``scontrol show partition``), at the first round and every ``READ_EVERY_S``.
 
 The QOS that apply to a pending job are its partition's QOS and its own (Slurm applies
@@ -30,9 +30,9 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Iterable, Optional
 
-from controller.service.backend import BackendUnavailable, ObservedJob
-from controller.service.preflight import parse_show_partitions
-from controller.service.qos_limits import parse_qos_limits
+from controller.service.acting.backend import BackendUnavailable, ObservedJob
+from controller.service.ops.preflight import parse_show_partitions
+from controller.service.ops.qos_limits import parse_qos_limits
 
 READ_EVERY_S = 300.0  # QOS limits and partition QOS change rarely (an admin's sacctmgr)
 RETRY_S = 30.0  # after a failed read: the jobs under a QOS are unmodelled until it answers

@@ -1,10 +1,10 @@
 """The controller loop: observe -> account -> plan -> apply, every interval and on change.
 
 One round, in run_round: read the cluster (backend.observe), advance the accounts
-(controller.service.accounting), let the engine plan (controller.core.engine), then
-apply: starts (controller.service.starts), the preemption state machine
-(controller.service.preemption), partition moves (controller.service.partition_moves)
-and GPU sharing (controller.service.sharing). Every decision goes to the store's log.
+(controller.service.round.accounting), let the engine plan (controller.core.engine), then
+apply: starts (controller.service.round.starts), the preemption state machine
+(controller.service.round.preemption), partition moves (controller.service.round.partition_moves)
+and GPU sharing (controller.service.round.sharing). Every decision goes to the store's log.
 
 Crash consistency: the round's accounts (service advanced, ended jobs closed with
 their service samples, the round id) commit in one transaction before anything is
@@ -12,7 +12,7 @@ done in Slurm, and its decisions with the accounts again in one at the end; an
 action's intent (an open preemption, a pin) commits before the action. When a
 transaction fails, the in-memory state is dropped and reloaded from the store
 before the next round, exactly as after a restart, so no round acts on state the
-store does not hold. With ``standby`` (controller.service.lease) only the lease
+store does not hold. With ``standby`` (controller.service.acting.lease) only the lease
 holder runs rounds, and it reloads from the store whenever it gains the lease.
 """
 from __future__ import annotations
@@ -34,31 +34,31 @@ from controller.core.model import InputError, JobSpec, JobState, Snapshot
 from controller.core.placement import set_aside
 from controller.core.plan import Plan
 from controller.core.policies import PolicyContext
-from controller.service.admin_comment import AdminComments
-from controller.service.accounting import ACTIVE_STATES, Accounts
-from controller.service.backend import Backend, BackendUnavailable, Observation, ObservedJob
-from controller.service.config import Config
-from controller.service.contract import Contract
-from controller.service.decision_log import PRUNE_EVERY_S
-from controller.service.executor import LeverExecutor
-from controller.service.handoff import Handoffs
-from controller.service.heap import Heap
-from controller.service.lease import Lease
-from controller.service.partition_moves import PartitionMover
-from controller.service.preemption import Preemptions
-from controller.service.preflight import Pending
-from controller.service.qos_gate import QosGate, wait_text as qos_wait_text
-from controller.service.report import LogOnce, RoundReport, entry
-from controller.service.restore import HOLD, RecordingBackend, log_report, on_start, restore
-from controller.service.sharing import GpuSharing
-from controller.service.slurm_clock import SlurmClock
-from controller.service.spool import collect_spool
-from controller.service import logs
-from controller.service.startable import add_waiting, slurm_wait
-from controller.service.starts import Starts
-from controller.service.store import Store, StoreError
-from controller.service.submit_order import SubmitOrder
-from controller.service.unmodelled import Census, CensusLog, census
+from controller.service.round.admin_comment import AdminComments
+from controller.service.round.accounting import ACTIVE_STATES, Accounts
+from controller.service.acting.backend import Backend, BackendUnavailable, Observation, ObservedJob
+from controller.service.ops.config import Config
+from controller.service.round.contract import Contract
+from controller.service.state.decision_log import PRUNE_EVERY_S
+from controller.service.acting.executor import LeverExecutor
+from controller.service.round.handoff import Handoffs
+from controller.service.ops.heap import Heap
+from controller.service.acting.lease import Lease
+from controller.service.round.partition_moves import PartitionMover
+from controller.service.round.preemption import Preemptions
+from controller.service.ops.preflight import Pending
+from controller.service.ops.qos_gate import QosGate, wait_text as qos_wait_text
+from controller.service.ops.report import LogOnce, RoundReport, entry
+from controller.service.acting.restore import HOLD, RecordingBackend, log_report, on_start, restore
+from controller.service.round.sharing import GpuSharing
+from controller.service.round.slurm_clock import SlurmClock
+from controller.service.state.spool import collect_spool
+from controller.service.ops import logs
+from controller.service.round.startable import add_waiting, slurm_wait
+from controller.service.round.starts import Starts
+from controller.service.state.store import Store, StoreError
+from controller.service.round.submit_order import SubmitOrder
+from controller.service.ops.unmodelled import Census, CensusLog, census
 
 SLURM_PREEMPTS = ("left to slurmctld (preemption: slurm): it preempts a running job of a lower priority "
                   "for a pending one, by the SiteFactor bands")
@@ -76,7 +76,7 @@ class Controller:
     def __init__(self, config: Config, backend: Backend, store: Store, clock: Callable[[], float] = time.time,
                  metrics=None, preflight: Optional[Pending] = None):
         """``preflight``: the slurm.conf check that could not run at start (slurmctld
-        did not answer, controller.service.preflight.at_start): tried again before
+        did not answer, controller.service.ops.preflight.at_start): tried again before
         every round; enforce runs no round (acts on nothing) until it has run and
         passed, and stops (``preflight_refused``) when it refuses."""
         self.config = config
@@ -90,7 +90,7 @@ class Controller:
             self.lease = Lease(store, config.cluster, config.lease_ttl(), margin_s=config.fence_margin())
             backend.fence = self.lease.guard  # checked just before every Slurm command that acts
         # The executor acts through a RecordingBackend, so the store knows every lever
-        # `tiresias restore` must undo (controller.service.restore).
+        # `tiresias restore` must undo (controller.service.acting.restore).
         self.executor = LeverExecutor(RecordingBackend(backend, store, config.cluster, clock), config.mode,
                                       guard=self.lease.guard if self.lease else None)
         self._log_once = LogOnce(log)
@@ -111,10 +111,10 @@ class Controller:
         self.usage_collected_at = -math.inf
         self._usage_failing = False
         self._calls_mark: dict[str, int] = {}  # backend.commands_run when the current round began
-        self.heap = Heap()  # one full garbage collection an hour (controller.service.heap)
+        self.heap = Heap()  # one full garbage collection an hour (controller.service.ops.heap)
         self._specs: dict[str, tuple] = {}  # job id -> (ObservedJob, account key, JobSpec) of the last snapshot
         # Slurm shows reason None after any `scontrol update` of a pending job until its
-        # next scheduling pass (controller.service.startable): a job this controller
+        # next scheduling pass (controller.service.round.startable): a job this controller
         # updated (band, AdminComment, pin) while Slurm said it waited only for GPUs still
         # does, so its own update does not cost it a round (seen: the preemption came a
         # round later, sometimes two, than the round that first saw the job).
@@ -241,7 +241,7 @@ class Controller:
 
     def note_mode(self) -> bool:
         """Before the first round: a start in shadow/observe after enforce restores
-        every lever the controller set (controller.service.restore). False: not done
+        every lever the controller set (controller.service.acting.restore). False: not done
         (Slurm or the store did not answer), tried again next poll."""
         try:
             if on_start(self.backend, self.store, self.config.cluster, self.config.mode, self.clock()) is not None:
@@ -588,11 +588,11 @@ class Controller:
     def _plan(self, observed: dict[str, ObservedJob], observation: Observation, now: float, round_id: int,
               leaving: set[str], explain: bool = False) -> Plan:
         """The engine's plan of the jobs Slurm could start, with the jobs that wait on
-        Slurm (controller.service.startable) added after them: ordered and banded,
+        Slurm (controller.service.round.startable) added after them: ordered and banded,
         never a reason to preempt."""
         snapshot, waiting, reasons = self._snapshot(observed, observation, now, round_id, leaving, explain=explain)
         # pending jobs a QOS GPU limit keeps from starting even after every preemption the
-        # plan could make under that QOS wait on Slurm (controller.service.qos_gate): Slurm
+        # plan could make under that QOS wait on Slurm (controller.service.ops.qos_gate): Slurm
         # shows them Priority until its scheduler judges the limit
         qos_waits, qos_unmodelled = self._qos_verdicts(snapshot, observed, leaving, now)
         if qos_waits:
@@ -730,7 +730,7 @@ class Controller:
                   leaving: set[str], explain: bool = False) -> tuple[Snapshot, list[JobState], dict[str, str]]:
         """The engine's input: active GPU jobs in submit order with their accounts, and
         the capacity (available nodes' GPUs); and, apart, the pending jobs that wait on
-        Slurm (held, dependent, limited, ...: controller.service.startable) with
+        Slurm (held, dependent, limited, ...: controller.service.round.startable) with
         their Slurm reasons: they are not the engine's to start or preempt for.
 
         A job being preempted (signalled, in its grace period) is left out and its GPUs
@@ -875,7 +875,7 @@ if tuple(f.name for f in fields(JobState))[:len(_JOB_STATE_FIELDS)] != _JOB_STAT
 def _inexpressible(snapshot: Snapshot, observed: dict[str, ObservedJob],
                    amended: Optional[Mapping[str, ObservedJob]] = None) -> Census:
     """The pending jobs of the plan whose request its model cannot express, with their
-    reason codes and texts (controller.service.unmodelled.census); ``pending``: the
+    reason codes and texts (controller.service.ops.unmodelled.census); ``pending``: the
     pending jobs the plan weighs (not those waiting on Slurm). ``amended``: jobs with
     reasons the round added (a QOS it cannot judge)."""
     amended = amended or {}

@@ -22,10 +22,10 @@ from typing import Any, Callable, Iterable, Optional, TypeVar
 from controller.core.actions import LeverAction, SetBand
 from controller.core.levers import LEVERS, Lever  # noqa: F401 - the typed table, shared with the simulator
 from controller.core.model import InputError
-from controller.service.backend import Backend, BackendUnavailable
-from controller.service.config import MODES
-from controller.service.decision_log import ShadowRepeats
-from controller.service.store import StoreError
+from controller.service.acting.backend import Backend, BackendUnavailable
+from controller.service.ops.config import MODES
+from controller.service.state.decision_log import ShadowRepeats
+from controller.service.state.store import StoreError
 
 log = logging.getLogger("tiresias.executor")
 
@@ -113,7 +113,7 @@ class ReadOnlyBackend:
 class LeverExecutor:
     """``guard`` is called before every lever that reaches the backend; it raises
     (LeaseLost) when this process must not act, e.g. a standby controller's lease
-    ran out (controller.service.lease)."""
+    ran out (controller.service.acting.lease)."""
 
     def __init__(self, backend: Backend, mode: str, guard: Optional[Callable[[], None]] = None,
                  memory_size: int = SHADOW_MEMORY):

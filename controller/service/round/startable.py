@@ -38,7 +38,7 @@ from controller.core.model import JobState
 from controller.core.plan import Plan
 from controller.core.policies import Policy, PolicyContext
 from controller.core.round_writer import list_after
-from controller.service.backend import ObservedJob
+from controller.service.acting.backend import ObservedJob
 
 # Slurm's reasons from which its scheduler starts the job once resources free up
 # (https://slurm.schedmd.com/job_reason_codes.html); '' when a backend reports no
@@ -61,7 +61,7 @@ REQUEUE_DELAY_MAX_S = 300.0
 def requeue_delay(job: ObservedJob) -> bool:
     """True when a pending ``job`` waits only on the BeginTime Slurm put on it when it
     was requeued, which this controller lifts itself (``StartTime=now``) when the plan
-    starts the job (controller.service.starts). A BeginTime of a job that never ran
+    starts the job (controller.service.round.starts). A BeginTime of a job that never ran
     (``--begin``), or one beyond ``REQUEUE_DELAY_MAX_S`` after its requeue, is the
     user's or an admin's: False. A backend that does not report the BeginTime
     (``eligible_time_s`` None) leaves only the restart count to go by."""

@@ -43,9 +43,9 @@ from typing import Callable, Optional
 # core so that the comment-hint grammar (controller.core.hints) shares the spec grammar
 from controller.core.checkpoint_signal import CheckpointSignal, parse_signal_spec  # noqa: F401 - re-exported
 from controller.core.hints import PREEMPTABLE_PREFIX, PREEMPTABLE_SOURCE, Hints, parse_hints
-from controller.service.backend import Backend, BackendUnavailable, ObservedJob
-from controller.service.config import Config
-from controller.service.preflight import parse_qos, qos_grace_s
+from controller.service.acting.backend import Backend, BackendUnavailable, ObservedJob
+from controller.service.ops.config import Config
+from controller.service.ops.preflight import parse_qos, qos_grace_s
 
 log = logging.getLogger("tiresias.controller")
 
