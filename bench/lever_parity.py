@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.scripted_slurm import ScriptedSlurm, VirtualTime  # noqa: E402
-from controller.core.levers import action_row  # noqa: E402
+from controller.core.levers.table import action_row
 from controller.core.model import JobSpec  # noqa: E402
 from controller.replay.cluster import SimConfig  # noqa: E402
 from controller.replay.lever_replay import LeverSettings, replay_levers  # noqa: E402

@@ -135,7 +135,7 @@ def test_a_round_looks_at_changed_records_and_due_refreshes_only_within_the_rpc_
     """Issue 37: the pass touches the jobs whose record or level changed and the
     refreshes a heap says are due, and writes no more than the RPC budget the bands
     left (one RPC a line); the rest waits, counted."""
-    from controller.core.levers import RpcBudget
+    from controller.core.levers.bands import RpcBudget
     budget = RpcBudget(per_s=1.0, burst=20)
     comments = AdminComments(refresh_s=300, max_per_round=50, budget=budget)
     observed = {str(j): _job(str(j)) for j in range(100)}

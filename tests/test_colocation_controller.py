@@ -1,5 +1,5 @@
 """GPU sharing applied by the controller (controller.service.round.sharing): a scripted
-backend, a real SQLite store. The policy itself is controller.core.colocation; the real
+backend, a real SQLite store. The policy itself is controller.core.levers.colocation; the real
 Slurm end-to-end test is tests/test_slurm_colocation.py."""
 from dataclasses import replace
 

@@ -433,7 +433,7 @@ def test_dgittins_orders_users_by_their_own_histories(store, policy, first):
 
 
 def test_dgittins_bands_put_the_higher_index_first_inside_a_level():
-    from controller.core.bands import site_factors
+    from controller.core.levers.bands import site_factors
 
     order, levels = ["a", "b", "c"], {"a": 0, "b": 0, "c": 1}
     factors = site_factors(order, levels, {"a", "b", "c"}, set(), 2, 1000, True, {"a": 1 / 60, "b": 1e-5, "c": 0.3})

@@ -2,7 +2,7 @@
 preemption freed (a request the plan does not model: --constraint, --mem beyond a
 node's, --exclusive) got the same victim preempted again and again (at 30 s, 1,380 s
 and 2,730 s), braked only by the handoff time-out. Now its failed handoff brakes it
-(controller.core.handoffs.Brake) until something it depends on changes.
+(controller.core.levers.handoffs.Brake) until something it depends on changes.
 
 The controller runs against the scripted slurmctld (bench.scripted_slurm, with the
 real backend, parser and store) on a virtual clock, one round a minute; slurmctld
@@ -16,7 +16,7 @@ from bench.lever_parity import SETTINGS
 from bench.scripted_slurm import ScriptedSlurm, VirtualTime
 from controller.cli import queue as cmd_queue
 from controller.cli.main import main
-from controller.core.handoffs import Brake, HandoffBook, Needs, needs_of
+from controller.core.levers.handoffs import Brake, HandoffBook, Needs, needs_of
 from controller.core.model import JobSpec, Node
 from controller.core.plan import Plan, Preempt, Start
 from controller.service.ops.config import from_mapping
@@ -150,7 +150,7 @@ def test_explain_says_why_no_preemption_is_made_for_it(tmp_path, monkeypatch, ca
     assert "preemption for it:" not in capsys.readouterr().out
 
 
-# -- the rule itself (controller.core.handoffs) -------------------------------------------------
+# -- the rule itself (controller.core.levers.handoffs) -------------------------------------------------
 
 NODES = [Node("a", 4, 0), Node("b", 4, 0), Node("c", 4, 4, available=False)]
 

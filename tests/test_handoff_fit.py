@@ -9,7 +9,7 @@ free plus what its victims hold reaches its need (GPUs; CPUs and memory per node
 it asks; --exclusive: no other job left on the node)."""
 from __future__ import annotations
 
-from controller.core.handoffs import Brake, ClusterView, HandoffBook
+from controller.core.levers.handoffs import Brake, ClusterView, HandoffBook
 from controller.core.model import JobSpec, Node
 
 

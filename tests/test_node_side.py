@@ -17,7 +17,7 @@ import pytest
 
 from controller import checkpoint
 
-from controller.core import colocation
+from controller.core.levers import colocation
 
 from controller.service.ops import skew
 from controller.core.model import InputError

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from controller.core.levers import RpcBudget, band_urgency, bands_in_budget
+from controller.core.levers.bands import RpcBudget, band_urgency, bands_in_budget
 
 
 def test_the_bucket_refills_at_its_rate_up_to_its_burst():

@@ -4,7 +4,7 @@ preempt/qos's priority rule (WITHIN, PRIORITY) follows the Tiresias levels. Unit
 with the scripted backend; the real-Slurm facts are in tests/test_slurm_native_preemption.py."""
 from dataclasses import replace
 
-from controller.core.bands import running_site_factors, site_factors
+from controller.core.levers.bands import running_site_factors, site_factors
 from controller.service.ops.preflight import check, parse_show_config
 from tests.test_controller import ScriptedBackend, controller, store  # noqa: F401  (fixture)
 

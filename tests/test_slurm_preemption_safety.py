@@ -52,7 +52,7 @@ from dataclasses import replace  # noqa: E402
 
 import pytest  # noqa: E402
 
-from controller.core.bands import (index_offset, kept_site_factor, no_cross_gap, running_site_factors,  # noqa: E402
+from controller.core.levers.bands import (index_offset, kept_site_factor, no_cross_gap, running_site_factors,  # noqa: E402
                                    site_factors)
 from tests.test_colocation_controller import mps_job  # noqa: E402
 from tests.test_controller import ScriptedBackend, controller, store  # noqa: E402,F401  (fixture)

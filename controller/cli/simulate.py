@@ -325,7 +325,7 @@ def _write_levers(args, config: SimConfig, jobs) -> dict:
     import csv
     from collections import Counter
 
-    from controller.core.levers import action_row
+    from controller.core.levers.table import action_row
     from controller.replay.lever_replay import LeverSettings, replay_levers
     from controller.service.ops.config import load
 

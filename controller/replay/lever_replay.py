@@ -3,10 +3,10 @@
 The other replay loops execute the engine's Start / Preempt on the simulated
 cluster directly. This one does what the controller does (controller.service.
 daemon ``Controller._round``): rounds on a fixed grid; each round's plan is turned
-into lever actions by the same producers (controller.core.bands for the SiteFactor
+into lever actions by the same producers (controller.core.levers.bands for the SiteFactor
 bands, controller.core.levers for pins, their expiry, the BeginTime release, the
 checkpoint signal and the requeue after the grace period), in the controller's
-order, and applied through the same typed table (controller.core.levers.LEVERS) to
+order, and applied through the same typed table (controller.core.levers.table.LEVERS) to
 ``SimSlurm``, a simulated slurmctld. Then, as slurmctld's multifactor priority and
 scheduler would, ``SimSlurm.schedule`` starts the pending jobs in SiteFactor order
 (ties: the older job first), each where it fits, a pinned job only on its pin, a
@@ -15,7 +15,7 @@ a wrong band changes what starts.
 
 tests/test_lever_parity.py runs one workload through this and through the
 controller against a scripted slurmctld and asserts the same actions in the same
-rounds. The handoff rule (controller.core.handoffs) holds back the same preemptions
+rounds. The handoff rule (controller.core.levers.handoffs) holds back the same preemptions
 as in the controller: a handoff fails here when SimSlurm does not start the job the
 preemption was for (another job took the GPUs first), and the job is then braked
 until a job on its nodes leaves, as in the controller. Not produced here: partition
@@ -30,11 +30,13 @@ from dataclasses import dataclass, field
 from typing import Iterable, Optional
 
 from controller.core.actions import LeverAction, SetBand
-from controller.core.bands import band_actions, site_factors
+from controller.core.levers.bands import band_actions, site_factors
 from controller.core.engine import Engine
-from controller.core.handoffs import ClusterView, HandoffBook, Needs
-from controller.core.levers import (LEVERS, RpcBudget, bands_in_budget, changed_bands, pin_for_start,
-                                    release_for_start, requeue_after_grace, signal_for, unpin_expired)
+from controller.core.levers.handoffs import ClusterView, HandoffBook, Needs
+from controller.core.levers.bands import RpcBudget, bands_in_budget, changed_bands
+from controller.core.levers.preemption import requeue_after_grace, signal_for
+from controller.core.levers.starts import pin_for_start, release_for_start, unpin_expired
+from controller.core.levers.table import LEVERS
 from controller.core.model import InputError, JobSpec, JobState, Snapshot
 from controller.core.placement import set_aside
 from controller.core.policies import PolicyContext
@@ -315,7 +317,7 @@ class LeverRound:
         return self.applied
 
     def _needs(self):
-        """job id -> what its start depends on now (controller.core.handoffs.Needs), from
+        """job id -> what its start depends on now (controller.core.levers.handoffs.Needs), from
         the jobs holding GPUs (running or leaving), listed once per round when asked."""
         slurm, view = self.slurm, []
 

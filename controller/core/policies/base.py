@@ -134,7 +134,7 @@ class Policy:
     drifts_while_running = False  # priority changes continuously: needs a quantum
     uses_service_distribution = False
     conditions_service = False  # reads a distribution per job (controller.core.conditioned)
-    bands_by_index = False  # SiteFactor inside a level from the plan's index (controller.core.bands)
+    bands_by_index = False  # SiteFactor inside a level from the plan's index (controller.core.levers.bands)
 
     def waiting_order(self, jobs: list[JobState], levels: list[int], groups: list[int], ctx: PolicyContext):
         """MLFQ policies: a value per job that orders the waiting jobs of a queue before

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional, TypeVar
 
 from controller.core.actions import LeverAction, SetBand
-from controller.core.levers import LEVERS, Lever  # noqa: F401 - the typed table, shared with the simulator
+from controller.core.levers.table import LEVERS, Lever
 from controller.core.model import InputError
 from controller.service.acting.backend import Backend, BackendUnavailable
 from controller.service.ops.config import MODES

@@ -109,7 +109,7 @@ SCHEMA: tuple[Setting, ...] = (
     Setting("partition_duration_estimate_s", "float", 3600.0, "run time assumed for a job when predicting "
             "starts (durations are unknown to the controller)", minimum=1.0),
     Setting("gpu_sharing", "bool", False, "apply the MPS co-location policy to pending MPS jobs (--gres=mps:N): "
-            "set each one's share to its SM-quota tier (controller.core.colocation)"),
+            "set each one's share to its SM-quota tier (controller.core.levers.colocation)"),
     Setting("mps_tiers", "list[int]", [10, 25, 50, 75, 100], "allowed MPS SM-quota tiers, percent of one GPU "
             "(each 1..100)"),
     Setting("mps_default_tier", "int", 25, "tier of a job that asked for no tier (one of mps_tiers)", minimum=1),
@@ -267,8 +267,8 @@ class Config:
                             preempt_max_per_job=self.preempt_max_per_job)
 
     def colocation_policy(self):
-        """The MPS co-location policy (controller.core.colocation); InputError when inconsistent."""
-        from controller.core.colocation import ColocationPolicy
+        """The MPS co-location policy (controller.core.levers.colocation); InputError when inconsistent."""
+        from controller.core.levers.colocation import ColocationPolicy
 
         tiers = tuple(self.mps_tiers)
         if not tiers or any(not 1 <= t <= 100 for t in tiers):

@@ -83,7 +83,7 @@ class Accounts:
         # the true start, and the demotion that charge made
         self._charged_from: dict[str, tuple[float, tuple[Optional[int], Optional[float]]]] = {}
         # the jobs that ever ran (first_start_s set): a pending one is a requeued one,
-        # which the SiteFactor bands put first in its level (controller.core.bands)
+        # which the SiteFactor bands put first in its level (controller.core.levers.bands)
         self.started_once: set[str] = {job_id for job_id, r in self.records.items() if r.first_start_s is not None}
 
     def advance(self, observed: dict[str, ObservedJob], now: float, quiet: bool = False) -> None:

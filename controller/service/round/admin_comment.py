@@ -24,7 +24,7 @@ from functools import lru_cache
 from typing import Callable, Optional
 
 from controller.core.actions import SetAdminComment
-from controller.core.levers import RpcBudget
+from controller.core.levers.bands import RpcBudget
 from controller.service.acting.backend import ObservedJob
 
 OUR_PART = re.compile(r"\s*\[tiresias: [^\[\]]*\]")

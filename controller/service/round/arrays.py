@@ -14,7 +14,7 @@ ArrayJobId): any ``scontrol update``, hold or release naming "ARRAYID_TASKID" ma
 Slurm split that task off into a record of its own (slurmctld's update_job_str ->
 job_array_split), and split tasks multiply slurmctld's records (MaxJobCount) and were
 seen to run past the array's throttle. So no lever names such a task: the array's
-tasks share one SiteFactor, set on the ArrayJobId (controller.core.bands.array_bands),
+tasks share one SiteFactor, set on the ArrayJobId (controller.core.levers.bands.array_bands),
 which Slurm applies to the pending record whole. Running and split-off tasks have
 records of their own and keep their own levers.
 

@@ -13,7 +13,7 @@ No second preemption for a job whose handoff is pending: once its victims have l
 victims running until the watch ends. A job whose handoff failed is braked: no
 preemption is made for it until something it depends on changes (a job on the nodes
 it may use leaves and what it frees could make it fit, such a node comes up, its
-request changes: the rule is controller.core.handoffs'), while the plan's preemptions for other jobs go on. Both
+request changes: the rule is controller.core.levers.handoffs'), while the plan's preemptions for other jobs go on. Both
 are kept in the store (written before the round's preemptions could repeat them), so
 a restarted or standby controller does not signal again for such a job.
 """
@@ -24,7 +24,7 @@ import re
 from typing import Callable, Iterable, Optional
 
 # The rule, shared with the simulator; Watch is re-exported for the callers that build one.
-from controller.core.handoffs import UNTIL, Brake, ClusterView, HandoffBook, Needs, Watch  # noqa: F401
+from controller.core.levers.handoffs import UNTIL, Brake, ClusterView, HandoffBook, Needs, Watch  # noqa: F401
 from controller.core.model import JobSpec, Node
 from controller.core.plan import Plan
 from controller.service.acting.backend import ObservedJob
@@ -51,7 +51,7 @@ def started_delay_s(detail: str) -> Optional[float]:
 class Handoffs:
     """The watched handoffs (``watching``: beneficiary job id -> its watch) and the
     failed ones (``braked``: job id -> its Brake), loaded from the store; the rule is
-    controller.core.handoffs.HandoffBook's, this class persists and logs it."""
+    controller.core.levers.handoffs.HandoffBook's, this class persists and logs it."""
 
     def __init__(self, config: Config, store: Store):
         self.config = config
@@ -154,7 +154,7 @@ class Handoffs:
 
 def _held(job: ObservedJob) -> tuple[tuple[str, int, int, int], ...]:
     """(node, GPUs, CPUs, MB) the running job holds on each of its nodes (0 where Slurm
-    does not say): what its leaving frees for a braked job (controller.core.handoffs)."""
+    does not say): what its leaving frees for a braked job (controller.core.levers.handoffs)."""
     other = {node: (cpus, mem) for node, cpus, mem in job.held_by_node}
     nodes = dict(job.gpus_by_node)
     return tuple((node, nodes.get(node, 0), *other.get(node, (0, 0))) for node in sorted(set(nodes) | set(other)))

@@ -25,7 +25,7 @@ from typing import Callable, Container
 
 from controller.core.actions import Requeue
 from controller.core.checkpoint_signal import grace_s
-from controller.core.levers import requeue_after_grace, signal_for
+from controller.core.levers.preemption import requeue_after_grace, signal_for
 from controller.core.plan import Plan
 from controller.core.protection import why_protected
 from controller.service.round.accounting import ACTIVE_STATES, TRANSIENT_STATES, Accounts

@@ -1,4 +1,4 @@
-"""The round's GPU sharing: controller.core.colocation applied to MPS jobs
+"""The round's GPU sharing: controller.core.levers.colocation applied to MPS jobs
 (``--gres=mps:N``, 100 shares per GPU).
 
 Pending MPS jobs whose planned tier differs from their request get it through
@@ -32,7 +32,7 @@ from controller.core.actions import HoldJob, ReleaseHold, SetMpsShare
 from controller.service.round.accounting import numeric_id
 from controller.service.round.startable import HELD_REASONS, HELD_USER, slurm_wait
 from controller.service.acting.backend import Observation, ObservedJob
-from controller.core.colocation import ShareRequest, SharedGpu, Tenant, choose_tier, job_class, plan_colocation, \
+from controller.core.levers.colocation import ShareRequest, SharedGpu, Tenant, choose_tier, job_class, plan_colocation, \
     quota_change
 from controller.service.ops.config import Config
 from controller.service.acting.executor import LeverExecutor

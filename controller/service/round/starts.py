@@ -12,10 +12,10 @@ import math
 from collections import ChainMap
 from typing import Callable, Container, Optional
 
-from controller.core.bands import (array_bands, band_actions, kept_site_factor, non_gpu_site_factor,
+from controller.core.levers.bands import (array_bands, band_actions, kept_site_factor, non_gpu_site_factor,
                                    running_site_factors, shared_levels, shared_site_factors, site_factors)
-from controller.core.levers import (RpcBudget, bands_in_budget, changed_bands, pin_for_start, release_for_start,
-                                   unpin_expired)
+from controller.core.levers.bands import RpcBudget, bands_in_budget, changed_bands
+from controller.core.levers.starts import pin_for_start, release_for_start, unpin_expired
 from controller.core.plan import Plan
 from controller.service.round.accounting import Accounts
 from controller.service.acting.backend import ObservedJob
@@ -190,9 +190,9 @@ class Starts:
 
     def site_factors(self, plan: Plan, observed: dict[str, ObservedJob],
                      kept_from_slurm: Container[str] = ()) -> dict[str, int]:
-        """The pending jobs' SiteFactors (controller.core.bands.site_factors); when
+        """The pending jobs' SiteFactors (controller.core.levers.bands.site_factors); when
         slurmctld preempts (``preemption: slurm``) the running jobs' in the plan too
-        (controller.core.bands.running_site_factors), so that Slurm's priority rule
+        (controller.core.levers.bands.running_site_factors), so that Slurm's priority rule
         picks victims in the plan's order, and ``kept_from_slurm`` a band above every
         pending job, so that it never picks them."""
         pending = {j for j, job in observed.items() if job.state == "PENDING"}
@@ -223,7 +223,7 @@ class Starts:
         """``preemption: slurm``: the CPU-only and MPS jobs, which no plan holds. A
         pending one whose QOS lets it preempt preempt_qos's jobs (``may_preempt``; all
         when not given) gets the lowest queue's band, below every running GPU job's
-        (controller.core.bands.non_gpu_site_factor): slurmctld would otherwise requeue
+        (controller.core.levers.bands.non_gpu_site_factor): slurmctld would otherwise requeue
         a GPU job the plan keeps for it. A running one in preempt_qos (it asked for
         the QOS itself) gets the band above every pending job: preempting it was no
         plan's choice. The others keep Starts.cpu_bands' and shared_bands' values."""
@@ -256,7 +256,7 @@ class Starts:
         (MPS shares, no whole GPU): the band of the queue their attained service puts
         them in, counted in GPU-equivalents (shares / 100 x seconds run: the accounts
         keep an MPS job's service so), half a band more had they run before, as a GPU
-        job of that queue (controller.core.bands.shared_site_factors). Left at 0 they
+        job of that queue (controller.core.levers.bands.shared_site_factors). Left at 0 they
         waited below every CPU job. A job without a record yet has no service."""
         records = self.accounts.records
         service = {}

@@ -198,7 +198,7 @@ pins = Table(
 
 # Handoffs (controller.service.round.handoff): the job a preemption made room for, watched
 # until it starts, and, once it did not start in time, what must change before a
-# preemption is made for it again (controller.core.handoffs.Brake). Kept here so that
+# preemption is made for it again (controller.core.levers.handoffs.Brake). Kept here so that
 # a restarted or standby controller does not signal again for a job whose handoff is
 # pending or failed.
 handoffs = Table(

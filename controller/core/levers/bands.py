@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from typing import Container, Iterable, Mapping, Optional, Sequence
+from typing import Callable, Container, Iterable, Mapping, Optional, Sequence
 
 from controller.core.actions import SetBand
 from controller.core.policies.base import LEVEL_TOLERANCE_GPU_S
@@ -169,3 +169,69 @@ def band_actions(round_id: int, factors: Mapping[str, int], levels: Mapping[str,
                     reason=f"queue {levels.get(job_id, 0) + 1}: SiteFactor {value}"
                     + (f" for the pending tasks in array {job_id}'s record" if job_id in arrays else ""))
             for number, (job_id, value) in enumerate(factors.items(), 1)]
+
+
+def changed_bands(factors: Mapping[str, int], sent: Mapping[str, int],
+                  current: Callable[[str], Optional[int]]) -> dict[str, int]:
+    """The SiteFactors to send: those that differ from what was sent last and from the
+    job's ``current`` value (what the cluster manager reports)."""
+    return {j: v for j, v in factors.items() if sent.get(j) != v and current(j) != v}
+
+
+class RpcBudget:
+    """Slurm's RPC rate limit (``SlurmctldParameters=rl_enable``: a bucket per user of
+    30 tokens refilled 2 a second by default, one token per RPC, and the controller's
+    Operator user is not exempt) as the controller keeps it for its bulk levers, the
+    SiteFactor bands and the AdminComment lines: ``per_s`` tokens a second, at most
+    ``burst`` at once. ``scontrol update JobId=a,b,c ...`` is one command but one RPC
+    per id, so every id costs a token. Time is the round's ``now`` (no clock), so the
+    simulator, replaying the controller's rounds, holds back what the controller does.
+    ``per_s`` 0: no budget (every update goes at once)."""
+
+    def __init__(self, per_s: float, burst: int):
+        if per_s < 0 or burst < 0:
+            raise ValueError(f"RPC budget: per_s {per_s!r} and burst {burst!r} must be >= 0")
+        self.per_s = per_s
+        self.burst = burst
+        self.tokens = float(burst)
+        self.at_s: Optional[float] = None
+
+    def allowance(self, now: float) -> float:
+        """The RPCs that may go now (inf without a budget); the bucket refilled up to ``now``."""
+        if not self.per_s:
+            return math.inf
+        if self.at_s is not None and now > self.at_s:
+            self.tokens = min(float(self.burst), self.tokens + (now - self.at_s) * self.per_s)
+        if self.at_s is None or now > self.at_s:
+            self.at_s = now
+        return math.floor(max(self.tokens, 0.0))
+
+    def spend(self, rpcs: int) -> None:
+        self.tokens -= rpcs
+
+
+def band_urgency(job_id: str, value: int, current: Optional[int], starts: Container[str],
+                 running: Container[str]) -> int:
+    """0: a job the plan starts (Slurm must see it first); 1: a band that must not
+    wait: a running job's (``preemption: slurm``: below its band a pending job may
+    preempt it) or one that falls (a stale higher value lets Slurm start, or preempt
+    for, the job ahead of its turn); 2: a band that rises (late, the job only waits
+    below its place a little longer, as before the controller raised it)."""
+    if job_id in starts:
+        return 0
+    if job_id in running or (current is not None and value < current):
+        return 1
+    return 2
+
+
+def bands_in_budget(changed: Mapping[str, int], current: Callable[[str], Optional[int]], starts: Container[str],
+                    running: Container[str], allowance: float) -> tuple[dict[str, int], int]:
+    """(the bands to send this round, how many wait for a later one): at most
+    ``allowance`` ids (one RPC each), the most urgent first (band_urgency), in
+    ``changed``'s order within one urgency (the plan's order). What waits is sent again
+    next round, as changed_bands still finds it changed; both executors call this."""
+    if len(changed) <= allowance:
+        return dict(changed), 0
+    ranked = sorted(changed, key=lambda j: band_urgency(j, changed[j], current(j), starts, running))
+    chosen = ranked[:max(int(allowance), 0)]
+    return {job_id: changed[job_id] for job_id in chosen}, len(changed) - len(chosen)
