@@ -17,6 +17,7 @@ from controller.core.placement import (COUNT_NODE, Eligibility, NodeRoom, descri
 from controller.core.plan import Plan, Preempt, Promote, Start
 from controller.core.policies import Policy, PolicyContext
 from controller.core.policies.base import STARVATION_TOLERANCE_S
+from controller.core.ids import decision_id
 
 Slots = tuple[tuple[str, int], ...]
 
@@ -52,7 +53,7 @@ class RoundWriter:
 
     def decision_id(self) -> str:
         """The id of the next action: ``r<round>.<n>``."""
-        return f"r{self.plan.round_id}.{len(self.plan.actions) + 1}"
+        return decision_id(self.plan.round_id, "engine", len(self.plan.actions) + 1)
 
     def consolidates(self, job: JobState) -> bool:
         """The gang must sit on as few nodes as possible (skew above PACKLIMIT)."""

@@ -42,6 +42,7 @@ from controller.core.placement import set_aside
 from controller.core.policies import PolicyContext
 from controller.core.round_writer import list_after
 from controller.replay.cluster import EPS, RunState, SimCluster, SimConfig, plannable_free
+from controller.core.ids import decision_id
 
 
 @dataclass(frozen=True)
@@ -312,7 +313,7 @@ class LeverRound:
             if now >= signalled_s + self.grace_s:
                 requeued += 1
                 del self.open[job_id]
-                if self.apply(requeue_after_grace(f"r{plan.round_id}.q{requeued}", job_id, self.grace_s, cause)):
+                if self.apply(requeue_after_grace(decision_id(plan.round_id, "requeue", requeued), job_id, self.grace_s, cause)):
                     self.stopped_at[job_id] = now
         return self.applied
 

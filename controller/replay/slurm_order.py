@@ -8,6 +8,7 @@ import math
 
 from controller.core.placement import node_fits
 from controller.core.plan import Start
+from controller.core.ids import decision_id
 
 
 class SlurmOrder:
@@ -83,7 +84,7 @@ class SlurmOrder:
                 for node in nodes:
                     free[node] -= gpus
                     on_node[node].append((snapshot.now_s + (self.limit_s or 0.0), gpus))
-                starts.append(Start(f"r{snapshot.round_id}.slurm{len(starts)}", job.job_id,
+                starts.append(Start(decision_id(snapshot.round_id, "slurm_start", len(starts)), job.job_id,
                                     tuple((node, gpus) for node in nodes), "Slurm: priority order"))
                 continue
             if self.limit_s is not None:

@@ -76,6 +76,7 @@ from typing import Callable, Iterable, Optional
 from controller.core.model import InputError, JobState, Node
 from controller.core.placement import node_fits
 from controller.core.plan import Preempt, Start
+from controller.core.ids import caused_id, decision_id
 
 UNDECLARED = ("none", "priority", "any")
 
@@ -225,12 +226,12 @@ class SlurmPreempts:
                 taken.add(victim.index)
                 for node, gpus in victim.placement:
                     free[node] += gpus
-                preempts.append(Preempt(f"r{snapshot.round_id}.slurmpre{len(preempts)}", victim.job_id,
+                preempts.append(Preempt(decision_id(snapshot.round_id, "slurm_preempt", len(preempts)), victim.job_id,
                                         f"Slurm preempt/qos: for {job.job_id}"))
             for node, gpus in slots:
                 free[node] -= gpus
                 reserved.add(node)
-            gains.append(Start(f"r{snapshot.round_id}.slurmpre{len(preempts)}.start", job.job_id, slots,
+            gains.append(Start(caused_id(decision_id(snapshot.round_id, "slurm_preempt", len(preempts)), "slurm_gain"), job.job_id, slots,
                                "Slurm: on its preemption's GPUs"))
         kept = [a for a in plan.actions if a.kind not in ("start", "preempt")]
         plan.actions = kept + preempts + starts + gains

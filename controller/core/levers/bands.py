@@ -11,6 +11,7 @@ from typing import Callable, Container, Iterable, Mapping, Optional, Sequence
 
 from controller.core.actions import SetBand
 from controller.core.policies.base import LEVEL_TOLERANCE_GPU_S
+from controller.core.ids import decision_id
 
 
 def site_factors(order: list[str], levels: Mapping[str, int], pending: Container[str], started: Container[str],
@@ -165,7 +166,7 @@ def band_actions(round_id: int, factors: Mapping[str, int], levels: Mapping[str,
                  arrays: Container[str] = ()) -> list[SetBand]:
     """One SetBand per job of ``factors`` (the values to send), ids ``r<round>.b<n>``;
     ``arrays``: the ArrayJobIds among them (array_bands)."""
-    return [SetBand(f"r{round_id}.b{number}", job_id, value,
+    return [SetBand(decision_id(round_id, "band", number), job_id, value,
                     reason=f"queue {levels.get(job_id, 0) + 1}: SiteFactor {value}"
                     + (f" for the pending tasks in array {job_id}'s record" if job_id in arrays else ""))
             for number, (job_id, value) in enumerate(factors.items(), 1)]

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from controller.core.actions import Requeue, Signal
 from controller.core.plan import Preempt
+from controller.core.ids import caused_id
 
 
 def signal_for(preempt: Preempt, signal_name: str, batch_only: bool, how: str) -> Signal:
     """The checkpoint signal a preemption sends before its requeue."""
-    return Signal(f"{preempt.decision_id}.signal", preempt.job_id, signal_name, batch_only,
+    return Signal(caused_id(preempt.decision_id, "signal"), preempt.job_id, signal_name, batch_only,
                   reason=f"checkpoint before the requeue: {how}", cause_id=preempt.decision_id)
 
 

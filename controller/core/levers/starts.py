@@ -7,6 +7,7 @@ from typing import Iterable, Optional
 from controller.core.actions import PinNodes, ReleaseBeginTime, UnpinNodes
 from controller.core.placement import COUNT_NODE
 from controller.core.plan import Start
+from controller.core.ids import caused_id, decision_id
 
 
 def pin_for_start(start: Start, *, skew: float, pack_limit: float, consolidate: bool,
@@ -29,7 +30,7 @@ def pin_for_start(start: Start, *, skew: float, pack_limit: float, consolidate: 
                                                      f"--exclude of {','.join(excluded)}") + " is kept"
     if required == nodes:
         return None, ""
-    return PinNodes(f"{start.decision_id}.pin", start.job_id, tuple(nodes), expires_s,
+    return PinNodes(caused_id(start.decision_id, "pin"), start.job_id, tuple(nodes), expires_s,
                     reason=f"skew {skew:.2f} > PACKLIMIT {pack_limit:g}: placed where the plan placed it",
                     cause_id=start.decision_id), ""
 
@@ -40,7 +41,7 @@ def release_for_start(start: Start, stopped_s: float, now: float, settle_s: floa
     ``settle_s`` passed since it stopped (``stopped_s``); before that it is kept: slurmd
     refuses to relaunch a job whose previous run it is still tearing down."""
     if now - stopped_s >= settle_s:
-        return ReleaseBeginTime(f"{start.decision_id}.release", start.job_id,
+        return ReleaseBeginTime(caused_id(start.decision_id, "release"), start.job_id,
                                 reason=f"requeued {now - stopped_s:.0f}s ago: settled",
                                 cause_id=start.decision_id), ""
     return None, (f"BeginTime kept {settle_s - (now - stopped_s):.0f}s more: "
@@ -50,5 +51,5 @@ def release_for_start(start: Start, stopped_s: float, now: float, settle_s: floa
 def unpin_expired(round_id: int, number: int, job_id: str, expiry_s: float, now: float, cause_id: str) -> UnpinNodes:
     """The ``number``-th pin of the round cleared because the job waits past its expiry;
     it cites the start that pinned the job."""
-    return UnpinNodes(f"r{round_id}.u{number}", job_id,
+    return UnpinNodes(decision_id(round_id, "unpin", number), job_id,
                       reason=f"pin expired {now - expiry_s:.0f}s ago and the job waits", cause_id=cause_id)

@@ -26,6 +26,7 @@ from typing import Callable, Optional
 from controller.core.actions import SetAdminComment
 from controller.core.levers.bands import RpcBudget
 from controller.service.acting.backend import ObservedJob
+from controller.core.ids import decision_id
 
 OUR_PART = re.compile(r"\s*\[tiresias: [^\[\]]*\]")
 SEPARATOR = " · "
@@ -194,7 +195,7 @@ class AdminComments:
         for number, (job_id, text) in enumerate(self.updates(wanted, observed, now, limit).items(), 1):
             if self.budget is not None:
                 self.budget.spend(1)
-            if executor.apply(SetAdminComment(f"r{plan.round_id}.c{number}", job_id, text,
+            if executor.apply(SetAdminComment(decision_id(plan.round_id, "comment", number), job_id, text,
                                               reason="the line users see in scontrol show job")).applied:
                 self.written(job_id, wanted[job_id][1], now)
                 applied += 1

@@ -31,6 +31,7 @@ from controller.service.acting.backend import ObservedJob
 from controller.service.ops.config import Config
 from controller.service.ops.report import RoundReport
 from controller.service.state.store import Store
+from controller.core.ids import decision_id
 
 log = logging.getLogger(__name__)
 MAX_DELAYS_KEPT = 1000  # handoff delays kept for reports (the latest)
@@ -98,7 +99,7 @@ class Handoffs:
             job = observed[job_id]
             victims = ",".join(watch.victims)
             checked += 1
-            decision = {"decision_id": f"r{report.round_id}.h{checked}", "job_id": job_id, "kind": "handoff",
+            decision = {"decision_id": decision_id(report.round_id, "handoff", checked), "job_id": job_id, "kind": "handoff",
                         "cause_id": ",".join(watch.causes), "reason": f"made room for by preempting {victims}"}
             if event.kind == "landed":
                 delay = max(0.0, (job.start_time_s or now) - watch.signalled_s)

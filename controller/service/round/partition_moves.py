@@ -28,6 +28,7 @@ from controller.service.ops.config import Config
 from controller.service.acting.executor import LeverExecutor
 from controller.service.ops.report import RoundReport, entry
 from controller.service.state.store import Store
+from controller.core.ids import decision_id
 
 log = logging.getLogger("tiresias.controller")
 
@@ -101,7 +102,7 @@ class PartitionMover:
             self.log_once(f"partition moves skipped: {type(err).__name__}: {err}")
             return
         for number, move in enumerate(moves.moves, 1):
-            action = MovePartition(f"r{report.round_id}.m{number}", move.job_id, move.from_partition,
+            action = MovePartition(decision_id(report.round_id, "move", number), move.job_id, move.from_partition,
                                    move.to_partition, reason=f"{move.from_partition} -> {move.to_partition}: {move.reason}")
             outcome = self.executor.apply(action)
             if outcome.failed:

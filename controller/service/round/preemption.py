@@ -35,6 +35,7 @@ from controller.service.round.contract import Contract
 from controller.service.acting.executor import LeverExecutor
 from controller.service.ops.report import RoundReport, entry
 from controller.service.state.store import Store
+from controller.core.ids import caused_id, decision_id
 
 
 # end states a job reaches by itself during its grace period (its handler exited)
@@ -118,7 +119,7 @@ class Preemptions:
             opened = self.executor.when_acting(lambda: self.store.begin_preemption(
                 cfg.cluster, job.job_id, now, job.restart_count, decision_id=action.decision_id))
             if opened is None:  # a read-only executor: the requeue after the grace is only said
-                self.executor.apply(requeue_after_grace(f"{action.decision_id}.requeue", job.job_id,
+                self.executor.apply(requeue_after_grace(caused_id(action.decision_id, "requeue_after_grace"), job.job_id,
                                                         grace, action.decision_id))
                 report.applied.append(entry(action, applied=False, detail=self.executor.would_text(how)))
             elif opened:
@@ -166,7 +167,7 @@ class Preemptions:
     def _requeue(self, job: ObservedJob, pending, now: float, report: RoundReport, number: int, why: str) -> None:
         """Close the preemption (counted) ahead, then requeue the job, citing the preemption."""
         self._close_requeued(job.job_id, now)
-        requeue = Requeue(f"r{report.round_id}.q{number}", job.job_id, reason=why, cause_id=pending.decision_id)
+        requeue = Requeue(decision_id(report.round_id, "requeue", number), job.job_id, reason=why, cause_id=pending.decision_id)
         outcome = self.executor.apply(requeue)
         if outcome.applied:
             self.accounts.stopped_at[job.job_id] = now

@@ -37,6 +37,7 @@ from controller.core.levers.colocation import ShareRequest, SharedGpu, Tenant, c
 from controller.service.ops.config import Config
 from controller.service.acting.executor import LeverExecutor
 from controller.service.ops.report import RoundReport, entry
+from controller.core.ids import decision_id as mint
 
 log = logging.getLogger("tiresias.controller")
 
@@ -63,7 +64,7 @@ class GpuSharing:
             self.log_once(f"GPU sharing skipped: {type(err).__name__}: {err}")
             return
         for number, (job_id, signature, reason, tier) in enumerate(decisions, 1):
-            decision_id = f"r{report.round_id}.s{number}"
+            decision_id = mint(report.round_id, "share", number)
             if tier is not None:
                 action = SetMpsShare(decision_id, job_id, tier, reason=reason)
                 outcome = self.executor.apply(action)
@@ -76,10 +77,10 @@ class GpuSharing:
 
     def _holds(self, report: RoundReport) -> None:
         """Hold the jobs no GPU admits; release those a GPU admits again."""
-        actions = [HoldJob(f"r{report.round_id}.h{n}", job_id, reason="no GPU admits it under the sharing "
+        actions = [HoldJob(mint(report.round_id, "hold", n), job_id, reason="no GPU admits it under the sharing "
                            "policy now: held so that Slurm does not start it there")
                    for n, job_id in enumerate(sorted(self.waiting - self.held, key=numeric_id), 1)]
-        actions += [ReleaseHold(f"r{report.round_id}.hr{n}", job_id, reason="a GPU admits it now")
+        actions += [ReleaseHold(mint(report.round_id, "release_hold", n), job_id, reason="a GPU admits it now")
                     for n, job_id in enumerate(sorted(self.held & self.placed, key=numeric_id), 1)]
         for action in actions:
             outcome = self.executor.apply(action)
