@@ -22,7 +22,7 @@ from controller.core.model import InputError
 from controller.replay.results import bin_table, comparison_table, handoff_line, summarize, write_outputs
 from controller.replay.cluster import parse_node_kinds
 from controller.replay.simulator import SimConfig, Simulation
-from controller.replay.slurm_preemption import SlurmQos
+from controller.replay.slurmctld import SlurmQos
 
 DEFAULT_POLICIES = "fifo,dlas,dgittins,srsf"
 DEFAULT_SYNTHETIC_JOBS = 600

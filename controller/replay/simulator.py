@@ -26,7 +26,8 @@ from controller.core.policies.base import PolicyContext
 from controller.core.plan_stands import threshold_above
 from controller.core.protection import run_time_over_s
 from controller.replay.slurm_order import SlurmOrder
-from controller.replay.slurm_preemption import SlurmPreempts, SlurmQos
+from controller.replay.slurm_preemption import SlurmPreempts
+from controller.replay.slurmctld import SlurmQos
 from controller.replay import mlfq_replay
 from controller.replay.cluster import (EPS, JobOutcome, learner_for, ReplayCut, RunState, SimCluster,  # noqa: F401
                                        SimConfig, SimResult, WATCH_EVERY)
