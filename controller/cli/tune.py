@@ -24,7 +24,7 @@ from controller.cli import argtypes
 from controller.core.model import InputError
 from controller.core.policies import MLFQ_POLICIES
 from controller.replay.results import format_duration, format_table
-from controller.replay.cluster import parse_node_kinds
+from controller.replay.run_config import parse_node_kinds
 from controller.replay.tuner import OBJECTIVES, ROUND_SIZE, format_number, tune, yaml_block
 
 YAML_MARKER = "# ready to paste into /etc/tiresias/tiresias.yaml:"

@@ -41,7 +41,8 @@ from controller.core.model import InputError, JobSpec, JobState, Snapshot
 from controller.core.placement import set_aside
 from controller.core.policies import PolicyContext
 from controller.core.round_writer import list_after
-from controller.replay.cluster import EPS, RunState, SimCluster, SimConfig, plannable_free
+from controller.replay.cluster import plannable_free, RunState, SimCluster
+from controller.replay.run_config import EPS, SimConfig
 from controller.replay.slurmctld import SimSlurm
 from controller.core.ids import decision_id
 

@@ -29,8 +29,8 @@ from controller.replay.slurm_order import SlurmOrder
 from controller.replay.slurm_preemption import SlurmPreempts
 from controller.replay.slurmctld import SlurmQos
 from controller.replay import mlfq_replay
-from controller.replay.cluster import (EPS, JobOutcome, learner_for, ReplayCut, RunState, SimCluster,  # noqa: F401
-                                       SimConfig, SimResult, WATCH_EVERY)
+from controller.replay.cluster import learner_for, RunState, SimCluster  # noqa: F401
+from controller.replay.run_config import EPS, JobOutcome, ReplayCut, SimConfig, SimResult, WATCH_EVERY  # noqa: F401
 
 
 class Simulation:

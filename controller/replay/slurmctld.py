@@ -87,7 +87,8 @@ from typing import Callable, Hashable, Iterable, Mapping, Optional, TypeVar
 
 from controller.core.model import InputError, JobState, Node
 from controller.core.placement import node_fits
-from controller.replay.cluster import EPS, SimCluster
+from controller.replay.cluster import SimCluster
+from controller.replay.run_config import EPS
 
 Job = TypeVar("Job")
 
