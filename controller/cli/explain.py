@@ -22,6 +22,7 @@ import sys
 from controller.cli import argtypes
 from controller.cli import queue as cmd_queue
 from controller.core.model import InputError
+from controller.core.policies import MLFQ_POLICIES
 from controller.cli.queue_table import free_gpus
 from controller.cli.reports import format_timestamp
 from controller.service.state.secrets import redact_url
@@ -178,7 +179,7 @@ def explain_lines(job_id, observed, record, plan, observation, config, decisions
     if level is None and record is not None:
         level = record.level
     head = f"job {job_id} ({user}, {partition}, {gpus} GPUs): {state}"
-    if level is not None and config.policy in ("dlas", "dgittins"):
+    if level is not None and config.policy in MLFQ_POLICIES:
         head += f" in queue {level + 1} of {levels}"
     lines.append(head + f"  [policy {config.policy}, mode {config.mode}]")
 
@@ -265,7 +266,7 @@ def _service_lines(record, thresholds, gpus, policy) -> list[str]:
     queue_service = record.queue_service_gpu_s
     text = (f"  service: attained {_gpu_s(record.attained_gpu_s)} over {_seconds(record.executed_s)} of running"
             f" (queue service {_gpu_s(queue_service)})")
-    if policy in ("dlas", "dgittins"):
+    if policy in MLFQ_POLICIES:
         index = bisect.bisect_right(thresholds, queue_service)
         if index >= len(thresholds):
             text += f"; in the last queue (thresholds {', '.join(f'{t:g}' for t in thresholds)} GPU-s)"
