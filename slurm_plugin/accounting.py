@@ -5,7 +5,7 @@ runs, merged and sorted by one set of rules; splitting them would split those ru
 
 ``tiresias trace export`` reads ``sacct -a -X -D`` (one row per allocation *run*:
 with ``-D`` a requeued job appears once per run, earlier runs in state REQUEUED)
-either as ``--json`` (needs slurmdbd; parsed by ``slurm_plugin.parse.parse_sacct_json``)
+either as ``--json`` (needs slurmdbd; parsed by ``slurm_plugin.parse_history.parse_sacct_json``)
 or as ``-P`` parsable text. Both become :class:`SacctRun` records, which are merged
 per job into :class:`AccountedJob` and then sorted into the trace or one of the
 excluded categories (never silently dropped):
@@ -50,7 +50,8 @@ from controller.core.inputs import MAX_SECONDS, shorten
 from controller.core.model import InputError, JobSpec
 from slurm_plugin.grammar import (SlurmParseError, expand_hostlist, gres_counts, gres_items, parse_duration_s,
                                   scontrol_time)
-from slurm_plugin.parse import parse_sacct_json, slurm_number
+from slurm_plugin.parse_history import parse_sacct_json
+from slurm_plugin.records import slurm_number
 
 __all__ = [
     "SACCT_TEXT_FIELDS",

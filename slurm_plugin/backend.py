@@ -39,21 +39,11 @@ from controller.service.acting.backend import BackendUnavailable, Observation, O
 from controller.service.ops.qos_limits import DEFAULT_QOS_COMMAND, QOS_LIMITS_COMMAND
 from controller.service.ops.unmodelled import unmodelled_fields
 from controller.core.model import ALL_MEMORY, Node
-from slurm_plugin.parse import (
-    SlurmJob,
-    SlurmNode,
-    SlurmParseError,
-    gres_counts,
-    parse_partition_sharing,
-    parse_reservations,
-    parse_sinfo_json,
-    parse_squeue_json,
-    parse_sinfo_record,
-    json_says_sharing,
-    parse_show_job_sharing,
-    parse_squeue_record,
-    squeue_clock,
-)
+from slurm_plugin.grammar import SlurmParseError, gres_counts
+from slurm_plugin.parse_jobs import (json_says_sharing, parse_show_job_sharing, parse_squeue_json,
+    parse_squeue_record, squeue_clock)
+from slurm_plugin.parse_nodes import parse_partition_sharing, parse_reservations, parse_sinfo_json, parse_sinfo_record
+from slurm_plugin.records import SlurmJob, SlurmNode
 from slurm_plugin.record_cache import RecordCache
 
 log = logging.getLogger(__name__)

@@ -81,7 +81,7 @@ def test_a_pending_task_is_asked_once_under_its_own_id_and_planned_with_its_mode
 
 
 def test_an_exclusive_task_and_an_array_record_are_keyed_as_planned():
-    from slurm_plugin.parse import parse_show_job_sharing
+    from slurm_plugin.parse_jobs import parse_show_job_sharing
 
     text = show_line(20, "NODE", (12, 3)) + show_line(21, "NO", (12, "5-50%4")) + show_line(22, "YES")
     assert parse_show_job_sharing(text) == {"12_3": "exclusive", "12": "", "22": "oversubscribe"}

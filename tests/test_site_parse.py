@@ -8,7 +8,8 @@ import json
 
 from controller.core.model import MIXED_TYPES
 from slurm_plugin.backend import CommandResult, SlurmBackend
-from slurm_plugin.parse import parse_reservations, parse_sinfo_json, parse_squeue_json
+from slurm_plugin.parse_jobs import parse_squeue_json
+from slurm_plugin.parse_nodes import parse_reservations, parse_sinfo_json
 
 RESERVATION_LINE = (
     "ReservationName=maint StartTime=2026-12-03T07:08:08 EndTime=2026-12-03T07:13:08 Duration=00:05:00"

@@ -465,7 +465,7 @@ def test_gpus_by_node_from_gres_detail_and_even_split():
 
 
 def test_gpus_by_node_from_2411_allocation_order():
-    """24.05+ job_resources (nodes.allocation[].name), normalized by parse.py: gres_detail
+    """24.05+ job_resources (nodes.allocation[].name), normalized by parse_jobs.py: gres_detail
     is read against Slurm's allocation order, not the sorted hostlist."""
     squeue = json.loads((FIXTURES.parent / "24.11" / "squeue.json").read_text())
     record = next(j for j in squeue["jobs"] if j["job_id"] == 5)

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from slurm_plugin.backend import _asked_per_node, job_defaults
-from slurm_plugin.parse import parse_scontrol_show_job, parse_sinfo_json, parse_squeue_json
+from slurm_plugin.parse_jobs import parse_scontrol_show_job, parse_squeue_json
+from slurm_plugin.parse_nodes import parse_sinfo_json
 
 FIXTURES = Path(__file__).parent / "fixtures" / "slurm"
 RELEASES = ("22.05", "24.11", "26.05")
