@@ -29,7 +29,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from slurm_plugin.backend import CommandResult
+from slurm_plugin.commands import CommandResult
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "slurm" / "22.05"

@@ -4,7 +4,7 @@ field readers the parsers share (parse_jobs, parse_nodes, parse_history).
 Every record shape Slurm prints (two JSON generations, scontrol text) is read here
 (parse_jobs: squeue and scontrol show job; parse_nodes: sinfo, reservations,
 partitions; parse_history: sacct) and nowhere else, so a version drift is fixed in one file and the rest of the code
-never sees it (slurm_plugin/backend.py reads only these dataclasses). The string
+never sees it (slurm_plugin/observe.py reads only these dataclasses). The string
 grammars inside the records (hostlists, GRES, durations, timestamps, scontrol's
 ``Key=Value`` line) are in slurm_plugin.grammar.
 

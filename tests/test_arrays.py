@@ -18,7 +18,8 @@ from controller.service.round.accounting import Accounts
 from controller.service.round.arrays import MAX_LISTED_TASKS, Withheld, plan_view, task_ranges
 from controller.service.acting.backend import Observation, ObservedJob
 from controller.service.state.store import Store
-from slurm_plugin.backend import CommandResult, LeverFailed, SlurmBackend
+from slurm_plugin.backend import SlurmBackend
+from slurm_plugin.commands import CommandResult, LeverFailed
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "slurm" / "22.05"
 

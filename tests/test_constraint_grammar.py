@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from slurm_plugin.backend import CommandResult, SlurmBackend
+from slurm_plugin.backend import SlurmBackend
+from slurm_plugin.commands import CommandResult
 from slurm_plugin.grammar import SlurmParseError, parse_constraint
 from slurm_plugin.parse_jobs import parse_squeue_json
 

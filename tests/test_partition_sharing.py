@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from slurm_plugin.backend import CommandResult, SlurmBackend
+from slurm_plugin.backend import SlurmBackend
+from slurm_plugin.commands import CommandResult
 from slurm_plugin.parse_nodes import parse_partition_sharing
 
 ROOT = Path(__file__).parent / "fixtures" / "slurm"

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from controller.core.model import ALL_MEMORY, Node
-from slurm_plugin.backend import CommandResult, SlurmBackend
+from slurm_plugin.backend import SlurmBackend
+from slurm_plugin.commands import CommandResult
 from slurm_plugin.parse_jobs import parse_squeue_json
 from slurm_plugin.parse_nodes import parse_sinfo_json
 from tests.test_controller import ScriptedBackend, controller, store  # noqa: F401  (fixture)

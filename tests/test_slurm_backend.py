@@ -21,7 +21,8 @@ from typing import Callable
 import pytest
 
 from controller.service.acting.backend import BackendUnavailable
-from slurm_plugin.backend import CommandResult, LeverFailed, SlurmBackend, subprocess_runner
+from slurm_plugin.backend import SlurmBackend
+from slurm_plugin.commands import CommandResult, LeverFailed, subprocess_runner
 from tests.slurm_fixtures import slurm_cluster, submit_as, wait_for  # noqa: F401  (pytest fixtures)
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "slurm" / "22.05"
