@@ -33,12 +33,12 @@ from collections import Counter
 from typing import Callable, Mapping, Optional
 
 from controller.service.acting.backend import Observation, ObservedJob
-from controller.service.ops.qos_limits import DEFAULT_QOS_COMMAND, QOS_LIMITS_COMMAND
 from slurm_plugin.parse_jobs import parse_squeue_record
 from slurm_plugin.parse_nodes import parse_sinfo_record
 from slurm_plugin.records import SlurmJob, SlurmNode
 from slurm_plugin.record_cache import RecordCache
-from slurm_plugin.commands import Runner, SlurmCommands, check_name, subprocess_runner
+from slurm_plugin.commands import (DEFAULT_QOS_COMMAND, QOS_LIMITS_COMMAND, Runner, SlurmCommands, check_name,
+                                   subprocess_runner)
 from slurm_plugin.job_request import job_defaults
 from slurm_plugin.observe import SlurmObserver
 

@@ -13,7 +13,7 @@ import subprocess
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Optional, Sequence
 
-from controller.service.acting.backend import BackendUnavailable
+from controller.service.acting.backend import QOS_LIMIT_FIELDS, BackendUnavailable
 
 JOB_ID_RE = re.compile(r"[0-9]{1,19}(?:_[0-9]{1,9})?", re.ASCII)
 _NAME_RE = re.compile(r"[A-Za-z0-9_.\-\[\],]+")
@@ -33,6 +33,10 @@ _UNREACHABLE_MARKERS = (
     "zero bytes were transmitted or received",
     "slurm_persist_conn",
 )
+# sacctmgr's QOS limit table (controller.service.ops.qos_limits reads it) and the associations'
+# default QOS, as qos_limits() and qos_limit_table() read them
+QOS_LIMITS_COMMAND = ["sacctmgr", "-n", "-P", "show", "qos", "format=name," + ",".join(QOS_LIMIT_FIELDS)]
+DEFAULT_QOS_COMMAND = ["sacctmgr", "-n", "-P", "show", "association", "format=defaultqos"]
 # Stop one comma list from growing without bound (argv and RPC size); far above
 # any realistic number of jobs that share one SiteFactor value in a round.
 MAX_IDS_PER_UPDATE = 1000

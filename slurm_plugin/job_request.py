@@ -9,8 +9,8 @@ import logging
 import re
 from typing import Callable, Mapping
 
-from controller.service.ops.unmodelled import unmodelled_fields
 from controller.core.model import ALL_MEMORY
+from controller.service.acting.backend import unmodelled_fields
 from slurm_plugin.records import SlurmJob
 
 log = logging.getLogger(__name__)

@@ -8,7 +8,7 @@ never branches inside policies.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Container, Optional, Protocol
+from typing import Callable, Container, Iterable, Optional, Protocol
 
 from controller.core.model import Node
 
@@ -72,7 +72,7 @@ class ObservedJob:
     features: tuple[str, ...] = ()
     exclusive: bool = False
     unmodelled: str = ""
-    # the codes of ``unmodelled`` (controller.service.ops.unmodelled.REASONS), for counting
+    # the codes of ``unmodelled`` (UNMODELLED_REASONS below), for counting
     unmodelled_reasons: tuple[str, ...] = ()
     # A running job: the CPUs and MB of memory it holds on each node, (node, cpus, mb),
     # what its preemption frees there (0 where not reported: counted as freeing nothing).
@@ -181,3 +181,40 @@ class Backend(Protocol):
     def priorities(self) -> dict[str, int]:
         """The cluster manager's own priority of each pending job (Slurm: ``sprio``),
         higher first; read only by ``tiresias shadow-diff``."""
+
+
+# Why a pending job's request is beyond the plan's model (ObservedJob.unmodelled_reasons): code ->
+# what the admin reads beside a count of jobs (metric help, log, preflight; controller.service.ops.unmodelled)
+UNMODELLED_REASONS: dict[str, str] = {
+    "cpus": "CPUs the record does not report, or a --cpus-per-gpu form not read",
+    "memory": "memory the record does not report, or a --mem-per-gpu form not read",
+    "constraint": "a --constraint with OR, brackets or counts (which nodes satisfy it is Slurm's choice)",
+    "exclusive": "an --exclusive mode other than the whole node (user, mcs, topo)",
+    "oversubscribe": "a partition's OverSubscribe=FORCE (Slurm shares the nodes it gives)",
+    "mixed_gpu_types": "GPUs of several types in one request (the plan gives a job one type)",
+    "het": "a het job whose components ask for different nodes (features, partitions, GPU types)",
+    "per_socket": "GPUs per socket (--gpus-per-socket: which sockets is Slurm's choice)",
+    "per_task": "a per-task request the release does not report in full (--ntasks-per-gpu)",
+    "unreported_request": "a field of the request the release does not report",
+    "unreported_nodes": "CPUs, memory or features that no node reports",
+    "qos_limits": "a QOS whose GPU limits cannot be read (sacctmgr) or are not modelled (a typed gres/gpu:TYPE)",
+    "other": "another request the plan cannot express",
+}
+
+
+def unmodelled_fields(reasons: Iterable[tuple[str, str]]) -> dict:
+    """The ObservedJob fields of a job's (code, text) reasons: ``unmodelled`` the
+    texts joined for people, ``unmodelled_reasons`` the codes, in order, for counting.
+    An unknown code is a programming error: it would be counted under no name."""
+    pairs = list(reasons)
+    unknown = [code for code, _ in pairs if code not in UNMODELLED_REASONS]
+    if unknown:
+        raise ValueError(f"unmodelled reason code {unknown[0]!r} is not one of {sorted(UNMODELLED_REASONS)}")
+    return dict(unmodelled="; ".join(text for _, text in pairs),
+                unmodelled_reasons=tuple(dict.fromkeys(code for code, _ in pairs)))
+
+
+# The limits a QOS puts on its jobs and users (as sacctmgr names them), the columns after the
+# QOS name in a backend's qos_limits() and qos_limit_table() text (controller.service.ops.qos_limits)
+QOS_LIMIT_FIELDS = ("MaxTRESPerUser", "MaxTRESPerAccount", "MaxTRES", "MaxTRESPerNode", "MaxWall",
+                    "MaxJobsPerUser", "MaxSubmitJobsPerUser", "GrpTRES", "GrpJobs", "GrpSubmitJobs", "UsageFactor")
