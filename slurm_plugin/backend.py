@@ -102,7 +102,7 @@ class SlurmBackend(SlurmObserver, SlurmCommands):
         # id(SlurmJob) -> (that job, its site factor, its ObservedJob), of the last observe()
         self._observed: dict[int, tuple[SlurmJob, Optional[int], ObservedJob]] = {}
         # ArrayJobIds of the pending array records last observed: only a SiteFactor goes
-        # to one (the tasks in the record share it: controller.service.round.arrays); any other
+        # to one (the tasks in the record share it: slurm_plugin.arrays); any other
         # lever would act on every task of the array. And per ArrayJobId, the ids of its
         # tasks that have records of their own ("ARRAYID_TASKID"): a lever may name
         # those, never a task still inside the pending record (Slurm would split it off).

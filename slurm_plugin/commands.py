@@ -179,7 +179,7 @@ class SlurmCommands:
     def _task_id(self, job_id: object, array_ok: bool = False) -> str:
         """A checked id to send a lever to. Never a pending task still inside its array's
         record ("ARRAYID_TASKID" without a record of its own): Slurm would split it off
-        into a record of its own (controller.service.round.arrays). A pending array's bare
+        into a record of its own (slurm_plugin.arrays). A pending array's bare
         ArrayJobId only with ``array_ok`` (its SiteFactor): Slurm applies any other lever
         on it to every task of the array."""
         text = check_job_id(job_id)

@@ -11,9 +11,9 @@ import re
 from dataclasses import replace
 from typing import Iterable, Optional
 
-from controller.service.round.arrays import Withheld, plan_view
 from controller.service.acting.backend import BackendUnavailable, Observation, ObservedJob
 from controller.core.model import Node
+from slurm_plugin.arrays import Withheld, plan_view
 from slurm_plugin.grammar import SlurmParseError, gres_counts
 from slurm_plugin.parse_jobs import json_says_sharing, parse_show_job_sharing, parse_squeue_json, squeue_clock
 from slurm_plugin.parse_nodes import parse_partition_sharing, parse_reservations, parse_sinfo_json

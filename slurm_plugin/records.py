@@ -120,7 +120,7 @@ class SlurmJob:
     # squeue only: an array task's job_id is "ARRAYID_TASKID" (Slurm's own levers match a
     # bare ArrayJobId to every task); a pending array record keeps the ArrayJobId and
     # carries its pending tasks (``array_tasks``, e.g. "5-50%4") and throttle. A het
-    # job component carries its leader's id and its offset (controller.service.round.arrays).
+    # job component carries its leader's id and its offset (slurm_plugin.arrays).
     array_job_id: str = ""
     array_tasks: str = ""
     array_max_tasks: int = 0

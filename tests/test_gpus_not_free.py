@@ -17,7 +17,7 @@ from controller.cli import queue as cmd_queue
 from controller.cli.main import main
 from controller.core.engine import Engine, EngineConfig
 from controller.core.model import MIXED_TYPES, JobSpec, JobState, Node, Snapshot
-from controller.service.round.arrays import plan_view
+from slurm_plugin.arrays import plan_view
 from controller.service.acting.backend import ObservedJob
 from controller.service.ops.config import from_mapping
 from controller.service.round.sharing import shared_gpus

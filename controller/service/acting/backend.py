@@ -83,7 +83,7 @@ class ObservedJob:
     signal: str = ""  # the job's --signal spec when the cluster manager reports it ("B:USR1@90"); '' unknown
     # A pending array record (job_id the ArrayJobId): its pending tasks ("5-50%4") and
     # throttle; a het job component: its leader's id and offset. The backend plans
-    # both through controller.service.round.arrays.plan_view, which clears these fields, and
+    # both through slurm_plugin.arrays.plan_view, which clears these fields, and
     # ``het_job_id`` stays set on the one gang it makes of a het job (never pinned).
     array_tasks: str = ""
     array_max_tasks: int = 0
@@ -112,7 +112,7 @@ class Observation:
     nodes: list[Node]
     skipped: list[str] = field(default_factory=list)  # one line per record that could not be read
     # The job ids whose absence is not "gone" (a record that failed to parse, the array
-    # tasks not listed: controller.service.round.arrays.Withheld). None: any skipped line
+    # tasks not listed: slurm_plugin.arrays.Withheld). None: any skipped line
     # withholds every job (a backend that does not say which).
     withheld: Optional[Container[str]] = None
     # Clock evidence (controller.service.round.slurm_clock): observed_at_s is taken just
