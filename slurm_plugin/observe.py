@@ -17,6 +17,7 @@ from slurm_plugin.arrays import Withheld, plan_view
 from slurm_plugin.grammar import SlurmParseError, gres_counts
 from slurm_plugin.parse_jobs import json_says_sharing, parse_show_job_sharing, parse_squeue_json, squeue_clock
 from slurm_plugin.parse_nodes import parse_partition_sharing, parse_reservations, parse_sinfo_json
+from slurm_plugin.reasons import judged
 from slurm_plugin.records import SlurmJob, SlurmNode
 from slurm_plugin.commands import JOB_ID_RE, one_line
 from slurm_plugin.job_request import asked_per_node, held_by_node
@@ -344,7 +345,7 @@ class SlurmObserver:
         (compact state, pending reason) of every job, from one ``squeue -h -o "%i %t
         %r"`` (no JSON, no nodes, no sprio), as a set (split in C: a tuple per line was
         80% of it at 55,000 jobs). The reason is in it because it decides whether a
-        pending job may cause a preemption (controller.service.round.startable): a fresh
+        pending job may cause a preemption (slurm_plugin.reasons): a fresh
         job's ``None`` turns into ``Resources`` with no change of state."""
         argv = ["squeue", "-h", "-o", "%i %t %r"]
         if self.partitions is not None:
@@ -522,7 +523,7 @@ class SlurmObserver:
             # count; a gang spread over more nodes (3 GPUs here, 1 there) is one Slurm never
             # starts, so no victim is chosen for such a layout
             job = replace(job, max_nodes=max(job.node_count, 1))
-        return ObservedJob(
+        return judged(ObservedJob(
             **{name: getattr(job, name) for name in _AS_REPORTED},
             nodes=tuple(job.nodes),
             gpus_by_node=self._gpus_by_node(job),
@@ -538,4 +539,4 @@ class SlurmObserver:
             **(asked_per_node(job, self.memory_allocated, self.gpu_defaults, self._partition_modes)
                if job.state == "PENDING" else {}),
             held_by_node=held_by_node(job) if job.state == "RUNNING" else (),
-        )
+        ))

@@ -133,7 +133,7 @@ def test_squeue_begin_time_tells_the_requeues_delay_from_a_begin_the_user_set(ve
     cred_expire + 1 s later (AuthInfo=cred_expire=10 on the test cluster); job 9's
     --begin=now+3600 is an hour after its submission."""
     from controller.service.acting.backend import ObservedJob
-    from controller.service.round.startable import requeue_delay
+    from slurm_plugin.reasons import requeue_delay
 
     jobs = by_id(parse_squeue_json(read(version, "squeue.json")))
     requeued, begin = jobs["4"], jobs["9"]

@@ -96,6 +96,14 @@ class ObservedJob:
     # record without splitting it. '' for every other job (a running or split-off
     # task has its own record and its own levers).
     array_record: str = ""
+    # What a pending job waits for, as the backend judges its cluster manager's reason (Slurm's:
+    # slurm_plugin.reasons): "resources" (it starts once resources free up: the only wait a
+    # preemption may lift; every job of a backend that reports no reasons), "begin_time_after_requeue"
+    # (only the start delay a requeue put on it, which the controller lifts when the plan starts
+    # it), "unjudged" (the scheduler has not looked at it since its submission or last update),
+    # "admin_hold", "user_hold", "begin_time" (a later start someone set) or "other" (any other
+    # wait no preemption lifts). ``reason`` keeps the manager's own word, for people.
+    waits_for: str = "resources"
 
     @property
     def gpu_equivalents(self) -> float:

@@ -22,7 +22,6 @@ from controller.service.acting.backend import ObservedJob
 from controller.service.ops.config import Config
 from controller.service.acting.executor import LeverExecutor
 from controller.service.ops.report import RoundReport, entry
-from controller.service.round.startable import requeue_delay
 
 
 class Starts:
@@ -151,7 +150,7 @@ class Starts:
                     self.pin_causes[job.job_id] = pin.cause_id
             # never a BeginTime the user or an admin set; a task in its array's record never
             # ran (and a release naming it would split it off)
-            if requeue_delay(job) and not job.array_record:
+            if job.waits_for == "begin_time_after_requeue" and not job.array_record:
                 # Unknown when it stopped (this process started after the requeue):
                 # count the settle time from now rather than risk the relaunch.
                 stopped = self.accounts.stopped_at.setdefault(job.job_id, now)
