@@ -54,7 +54,7 @@ from controller.service.round.sharing import GpuSharing
 from controller.service.round.slurm_clock import SlurmClock
 from controller.service.state.spool import collect_spool
 from controller.service.ops import logs
-from controller.service.round.startable import add_waiting, slurm_wait
+from controller.service.round.startable import UNJUDGED, add_waiting, slurm_wait
 from controller.service.round.starts import Starts
 from controller.service.state.store import Store, StoreError
 from controller.service.round.submit_order import SubmitOrder
@@ -786,9 +786,9 @@ class Controller:
                 reason, preemptable = "", not why_not(job)
             else:
                 reason, preemptable = slurm_wait(job), True
-                if reason == "None" and job_id in updated and job_id in startable_seen:
+                if reason == UNJUDGED and job_id in updated and job_id in startable_seen:
                     reason = ""  # our own update's None: Slurm judged it startable before it
-                elif reason == "None" and job_id not in last_specs:
+                elif reason == UNJUDGED and job_id not in last_specs:
                     unjudged.add(job_id)
                 elif reason:
                     startable_seen.discard(job_id)

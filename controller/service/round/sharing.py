@@ -30,7 +30,7 @@ from typing import Callable, Iterable, Optional
 
 from controller.core.actions import HoldJob, ReleaseHold, SetMpsShare
 from controller.service.round.accounting import numeric_id
-from controller.service.round.startable import HELD_REASONS, HELD_USER, slurm_wait
+from controller.service.round.startable import slurm_wait
 from controller.service.acting.backend import Observation, ObservedJob
 from controller.core.levers.colocation import ShareRequest, SharedGpu, Tenant, choose_tier, job_class, plan_colocation, \
     quota_change
@@ -95,7 +95,7 @@ class GpuSharing:
         then it is forgotten, and never released."""
         if job.job_id not in self.held:
             return False
-        if job.reason == HELD_USER:
+        if job.waits_for == "user_hold":
             self.held.discard(job.job_id)
             return False
         return True
@@ -115,7 +115,7 @@ class GpuSharing:
                     self.log_once(f"array {job.array_record}: the MPS share and hold of the pending tasks in "
                                   "its record are left to Slurm until they run")
                     continue
-                if job.reason in HELD_REASONS and not self._our_hold(job):
+                if job.waits_for in ("admin_hold", "user_hold") and not self._our_hold(job):
                     held_by_others.add(job.job_id)  # its tier is set; never held nor released by us
                 if job.mps > 100:
                     self.log_once(f"job {job.job_id}: asks for {job.mps} MPS shares, more than one GPU's "

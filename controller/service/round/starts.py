@@ -4,7 +4,7 @@ node pins (ReqNodeList) for consolidation, and the release of a requeued job's B
 Slurm's own scheduler still starts the jobs: the bands make its priority order the
 plan's order, a pin makes it place a skew-sensitive job where the plan placed it. The
 pending tasks still inside a job array's record share one band, set on the
-ArrayJobId, and are never pinned (controller.service.round.arrays).
+ArrayJobId, and are never pinned (slurm_plugin.arrays).
 """
 from __future__ import annotations
 
@@ -22,7 +22,6 @@ from controller.service.acting.backend import ObservedJob
 from controller.service.ops.config import Config
 from controller.service.acting.executor import LeverExecutor
 from controller.service.ops.report import RoundReport, entry
-from controller.service.round.startable import requeue_delay
 
 
 class Starts:
@@ -77,7 +76,7 @@ class Starts:
             factors.update(self.slurm_non_gpu_bands(cpu_pending, cpu_running, shared, may_preempt))
         levels = ChainMap(levels, plan.levels) if levels else plan.levels
         # the pending tasks still inside an array's record: one value, on the ArrayJobId
-        # (a lever on a task's own id would split it off: controller.service.round.arrays)
+        # (a lever on a task's own id would split it off: slurm_plugin.arrays)
         arrays: dict[str, str] = {}  # task id -> ArrayJobId
         array_now: dict[str, int | None] = {}  # ArrayJobId -> its record's SiteFactor as observed
         for jobs in (observed, cpu_pending, shared):
@@ -151,7 +150,7 @@ class Starts:
                     self.pin_causes[job.job_id] = pin.cause_id
             # never a BeginTime the user or an admin set; a task in its array's record never
             # ran (and a release naming it would split it off)
-            if requeue_delay(job) and not job.array_record:
+            if job.waits_for == "begin_time_after_requeue" and not job.array_record:
                 # Unknown when it stopped (this process started after the requeue):
                 # count the settle time from now rather than risk the relaunch.
                 stopped = self.accounts.stopped_at.setdefault(job.job_id, now)
