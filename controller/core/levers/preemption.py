@@ -234,6 +234,7 @@ class ControllerPreempts:
 
     name = "controller"
     running_banded = False  # slurmctld picks no victim: running jobs need no band
+    by_qos = False  # slurmctld preempts no job: preempt_qos (its GraceTime, who may preempt it) is not read
 
     def counted_preemptions(self, counted: int, restart_count: int) -> int:
         """The preemptions preempt_max_per_job counts: the controller's own."""
@@ -261,7 +262,8 @@ class SlurmPreempts(ControllerPreempts):
     jobs' too); the plan's victims are what the controller expects of it."""
 
     name = "slurm"
-    running_banded = True
+    running_banded = True  # slurmctld picks victims by priority: running jobs banded in the plan's order
+    by_qos = True  # ... among preempt_qos's jobs, for jobs whose QOS may preempt it, after its GraceTime
 
     def counted_preemptions(self, counted: int, restart_count: int) -> int:
         # slurmctld's preemptions are requeues this controller never counted: Slurm's
@@ -290,8 +292,8 @@ class SlurmPreempts(ControllerPreempts):
                     book.logged.add(band.decision_id)
                     entries.append({"decision_id": band.decision_id, "job_id": job_id, "kind": band.kind,
                                     "reason": band.reason, "applied": bands_applied,
-                                    "detail": f"SiteFactor {band.site_factor}: slurmctld ranks running and pending "
-                                              "jobs by it (preemption: slurm)", "cause_id": ""})
+                                    "detail": "logged when a victim first cites it: slurmctld ranks running "
+                                              "and pending jobs by the bands (preemption: slurm)", "cause_id": ""})
             entries.append({"decision_id": action.decision_id, "job_id": action.job_id, "kind": action.kind,
                             "reason": action.reason, "applied": False, "detail": SLURM_PREEMPTS,
                             "cause_id": ",".join(dict.fromkeys(cited))})

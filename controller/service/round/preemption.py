@@ -53,8 +53,12 @@ class Preemptions:
         self.executor = executor
         self.accounts = accounts
         self.contract = contract
-        self.strategy = strategy_for(config.preemption)
         self.settings = RequeueSettings(config.preempt_requeue_ended, config.interval_s)
+
+    @property
+    def strategy(self):
+        """Who carries out the plan's victims (controller.core.levers.preemption.strategy_for)."""
+        return strategy_for(self.config.preemption)
 
     def book(self) -> PreemptionBook:
         """The open preemptions, as the store keeps them (read in every mode)."""
