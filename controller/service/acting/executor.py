@@ -169,6 +169,10 @@ class LeverExecutor:
             return LeverResult(False, f"failed: {err}")
         return LeverResult(True, text)
 
+    def pulled(self) -> tuple[LeverAction, ...]:
+        """The round's actions so far (applied or not, in order): what end_round will return."""
+        return tuple(self._round)
+
     def when_acting(self, bookkeeping: Callable[[], T]) -> Optional[T]:
         """Run ``bookkeeping`` (a store write that goes with levers really pulled: a
         pin's row, an open preemption) only in enforce; None otherwise."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Optional
 
+from controller.core.levers.preemption import strategy_for
 from controller.service.acting.backend import Backend, BackendUnavailable
 from controller.service.ops.preempt_qos import installed_cli_filter_findings, parse_qos, qos_findings
 from controller.service.ops.qos_limits import parse_default_qos, parse_qos_limits, qos_limit_findings
@@ -33,7 +34,7 @@ def run_checks(backend: Backend, site_factor_band: int, requeue_exit_code: int,
     found = check(settings, site_factor_band, requeue_exit_code, partitions, preemption,
                   nodes if isinstance(nodes, dict) else None, partition_moves)
     read_qos = getattr(backend, "qos_config", None)
-    if preemption == "slurm" and qos and callable(read_qos):
+    if strategy_for(preemption).by_qos and qos and callable(read_qos):
         rows = parse_qos(read_qos())
         found += qos_findings(rows, qos, settings.get("PreemptExemptTime", "")) + \
             installed_cli_filter_findings(settings, rows, qos)

@@ -46,6 +46,7 @@ from controller.service.ops.heap import Heap
 from controller.service.acting.lease import Lease
 from controller.service.round.partition_moves import PartitionMover
 from controller.service.round.preemption import Preemptions
+from controller.core.levers.preemption import SlurmBook
 from controller.service.ops.preflight import Pending
 from controller.service.ops.qos_gate import QosGate, wait_text as qos_wait_text
 from controller.service.ops.report import LogOnce, RoundReport, entry
@@ -60,8 +61,6 @@ from controller.service.state.store import Store, StoreError
 from controller.service.round.submit_order import SubmitOrder
 from controller.service.ops.unmodelled import Census, CensusLog, census
 
-SLURM_PREEMPTS = ("left to slurmctld (preemption: slurm): it preempts a running job of a lower priority "
-                  "for a pending one, by the SiteFactor bands")
 
 
 log = logging.getLogger("tiresias.controller")
@@ -153,6 +152,7 @@ class Controller:
         self.qos_gate = QosGate(*(getattr(self.backend, name) if callable(getattr(type(self.backend), name, None))
                                   else None for name in ("qos_limit_table", "partition_config")), self._log_once)
         self.preemptions = Preemptions(config, store, self.executor, self.accounts, self.contract, clock=self.clock)
+        self.slurm_book = SlurmBook()  # preemption: slurm: the victims left to slurmctld, the bands they cite
         self.mover = PartitionMover(config, self.backend, store, self.executor, self.accounts, self._log_once)
         # the holds a previous run set (recorded by RecordingBackend) are still ours to release
         self.sharing = GpuSharing(config, self.executor, self._log_once,
@@ -412,7 +412,8 @@ class Controller:
         cpu_pending: dict[str, ObservedJob] = {}
         shared: dict[str, ObservedJob] = {}
         cpu_running: dict[str, ObservedJob] = {}  # preemption: slurm: banded when in preempt_qos
-        slurm_preempts = self.config.preemption == "slurm"
+        strategy = self.preemptions.strategy  # who carries out the plan's victims (core.levers.preemption)
+        running_banded = strategy.running_banded
         for job in observation.jobs:
             if job.gpus > 0:
                 observed[job.job_id] = job
@@ -420,7 +421,7 @@ class Controller:
                 shared[job.job_id] = job
             elif job.state == "PENDING":
                 cpu_pending[job.job_id] = job
-            elif slurm_preempts and job.state == "RUNNING":
+            elif running_banded and job.state == "RUNNING":
                 cpu_running[job.job_id] = job
         accounted = {**observed, **shared} if shared else observed
         # account: one transaction, committed before anything is done in Slurm
@@ -447,19 +448,16 @@ class Controller:
             self.accounts.promote(action.job_id)
             report.applied.append(entry(action, applied=self.executor.logs_decisions, detail="store"))
         self.handoffs.check(observed, now, report, self.preemptions.grace_for, observation.nodes, self._spec_of)
-        # (protected: the contract, and preempt_min_runtime_s / preempt_max_per_job with
-        # slurmctld's own requeues counted, Preemptions.protected)
-        kept_from_slurm = ({j for j, job in observed.items()
-                            if job.state == "RUNNING" and self.preemptions.protected(job, now)}
-                           if slurm_preempts else set())
+        kept_from_slurm = strategy.kept_running(observed, lambda job: self.preemptions.protected(job, now))
         self.starts.apply(plan, observed, now, report, cpu_pending, requeueing, shared, kept_from_slurm,
                           cpu_running, self.contract.may_preempt_slurms)
-        if self.config.preemption == "slurm":
-            # slurmctld chooses, signals and requeues by the bands (running jobs' too,
-            # Starts.site_factors): the plan's victims are what the controller expects of it
-            for action in plan.of_kind("preempt"):
-                report.applied.append(entry(action, applied=False, detail=SLURM_PREEMPTS))
-        else:
+        # preemption: slurm: slurmctld chooses, signals and requeues by the bands (running
+        # jobs' too, Starts.site_factors): the plan's victims are what the controller
+        # expects of it, citing the bands sent; its requeues are logged when observed
+        self.slurm_book.note_bands(self.executor.pulled())
+        report.applied.extend(strategy.requeues_seen(observed, self.slurm_book, round_id))
+        report.applied.extend(strategy.left_to_slurm(plan, observed, self.slurm_book, self.executor.acting))
+        if strategy.own_victims(plan):  # the controller's own: signal, grace, requeue
             kept = self.handoffs.kept(plan, observed, leaving)  # the handoff rule: no preemption repeated in vain
             for action in plan.of_kind("preempt"):
                 if action.job_id in kept:
@@ -485,6 +483,7 @@ class Controller:
         for job_id in forgotten:
             self.starts.forget(job_id)
             self.mover.forget(job_id)
+            self.slurm_book.forget(job_id)
             self.contract.forget(job_id)
             self.admin_comments.forget(job_id)
         self._collect_usage(now)
@@ -758,7 +757,7 @@ class Controller:
         unjudged.clear()
         # preemption: slurm: slurmctld's requeues count against preempt_max_per_job too
         # (Slurm's restart count; Preemptions.protected)
-        restarts_count = self.config.preemption == "slurm"
+        counted = self.preemptions.strategy.counted_preemptions
         arrival = self.submit_order.ids(observed, lambda job_id: records[job_id].submit_time_s,
                                         lambda job_id: observed[job_id].state in ACTIVE_STATES)
         index = -1
@@ -812,7 +811,7 @@ class Controller:
                 record.executed_since_promotion_s, record.waited_since_promotion_s, 0.0, record.first_start_s,
                 (job.start_time_s if job.start_time_s is not None else now) if running else None, running,
                 job.gpus_by_node if running else (),
-                max(record.preemptions, job.restart_count) if restarts_count else record.preemptions, 0, None,
+                counted(record.preemptions, job.restart_count), 0, None,
                 record.queue_level,
                 record.queue_entry))
         self._specs = specs
