@@ -23,7 +23,8 @@ from controller.cli import argtypes
 from controller.cli import queue as cmd_queue
 from controller.core.model import InputError
 from controller.core.policies import MLFQ_POLICIES
-from controller.cli.reports import format_timestamp, free_gpus
+from controller.cli.queue_table import free_gpus
+from controller.cli.reports import format_timestamp
 from controller.service.state.secrets import redact_url
 
 JOB_ID_RE = re.compile(r"[0-9]{1,19}(?:_[0-9]{1,9})?", re.ASCII)
@@ -247,7 +248,7 @@ def _planned_lines(job_id, observed, record, plan, observation, config) -> list[
     if source is not None:
         lines.append(f"  index: {plan.keys.get(job_id, 0.0):.3g} (Gittins, from the distribution of key {source[0]}:"
                      f" {source[1]} samples)")
-    # the count 'tiresias queue' prints too (reports.free_gpus), so the two never disagree
+    # the count 'tiresias queue' prints too (queue_table.free_gpus), so the two never disagree
     lines.append(f"  GPUs: needs {observed.gpus}, {free_gpus(observation, plan).text()}")
     skew = record.skew if record is not None else 0.0
     reason = plan.wait_reasons.get(job_id, "")

@@ -41,7 +41,7 @@ from typing import Callable, Optional
 from controller.service.round.accounting import ACTIVE_STATES, TRANSIENT_STATES, numeric_id
 from controller.service.round.admin_comment import ours_in, site_part
 from controller.service.acting.backend import Backend, BackendUnavailable, ObservedJob
-from controller.service.ops.preflight import parse_show_config
+from controller.service.ops.slurm_conf import parse_show_config
 from controller.service.round.startable import HELD_ADMIN, HELD_USER
 from controller.service.state.store import Store
 
