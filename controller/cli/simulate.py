@@ -82,7 +82,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      help="Slurm starts the jobs, not the plan: priority order, and backfill reserving nodes for "
                           "a waiting job (controller.replay.slurm_order); the plan still preempts, unless "
                           "--like-controller's config says preemption: slurm: then slurmctld picks the victims "
-                          "(controller.replay.slurm_preemption); a round at every event, as slurmctld schedules")
+                          "(controller.replay.slurmctld: preempt/qos); a round at every event, as slurmctld schedules")
     sch.add_argument("--time-limit-min", type=argtypes.non_negative_float, default=None,
                      help="with --slurm-starts: every job's --time, which backfill reserves by (default: none)")
     sch.add_argument("--slurm-release", type=argtypes.slurm_release, default=None, metavar="MAJOR.MINOR",

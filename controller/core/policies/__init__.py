@@ -39,4 +39,5 @@ def get_policy(name: str, priority_expression: str | None = None) -> Policy:
     return POLICIES[name]()
 
 
-__all__ = ["CONTROLLER_POLICIES", "MLFQ_POLICIES", "POLICIES", "STOCK_POLICIES", "Policy", "PolicyContext", "get_policy"]
+__all__ = ["CONTROLLER_POLICIES", "MLFQ_POLICIES", "POLICIES", "STOCK_POLICIES", "Policy", "PolicyContext",
+           "get_policy"]
