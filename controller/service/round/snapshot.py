@@ -9,9 +9,10 @@ jobs Slurm could start, with the jobs that wait on Slurm after them) and
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
-from typing import Callable, Mapping, Optional
+from typing import Callable, Container, Mapping, Optional
 
 from controller.core.actions import SetAdminComment, SetBand
+from controller.core.levers.view import LeverView
 from controller.core.model import InputError, JobSpec, JobState, Snapshot
 from controller.core.placement import set_aside
 from controller.core.plan import Plan
@@ -20,7 +21,7 @@ from controller.service.acting.backend import Observation, ObservedJob
 from controller.service.ops.qos_gate import wait_text as qos_wait_text
 from controller.service.ops.unmodelled import Census, census
 from controller.service.round.accounting import ACTIVE_STATES
-from controller.service.round.startable import add_waiting, slurm_wait
+from controller.service.round.startable import add_waiting, requeue_delay, slurm_wait
 
 
 @dataclass
@@ -319,6 +320,33 @@ class RoundInput:
         pending = {job_id for job_id, job in observed.items() if job.state == "PENDING"}
         self.updated &= pending
         self.startable_seen &= pending
+
+
+
+def lever_view(now: float, observed: Mapping[str, ObservedJob], accounts, *,
+               cpu_pending: Optional[Mapping[str, ObservedJob]] = None,
+               shared: Optional[Mapping[str, ObservedJob]] = None,
+               cpu_running: Optional[Mapping[str, ObservedJob]] = None, requeueing: Container[str] = (),
+               kept_from_slurm: Container[str] = (), may_preempt: Optional[Callable[[ObservedJob], bool]] = None,
+               unjudged: Container[str] = (), acting: bool = True,
+               preemptable: Optional[Callable[[ObservedJob], bool]] = None) -> LeverView:
+    """What the lever planner may know this round (controller.core.levers.view), from the
+    observation and the accounts: the ObservedJobs as they are (they carry the view's
+    neutral flags), the accounts' skew, service and stop times. ``acting``: the levers
+    reach Slurm (the executor's word), so they are held to its RPC budget."""
+    records = accounts.records
+
+    def shared_service(job_id: str) -> Optional[float]:
+        record = records.get(job_id)
+        return record.queue_service_gpu_s if record is not None else None
+
+    return LeverView(now=now, gpu=observed, cpu_pending=cpu_pending or {}, shared=shared or {},
+                     cpu_running=cpu_running or {}, skew=lambda job_id: records[job_id].skew,
+                     started_once=accounts.started_once, shared_service=shared_service, requeueing=requeueing,
+                     kept_from_slurm=kept_from_slurm, may_preempt=may_preempt, unjudged=unjudged,
+                     begin_time_ours=requeue_delay, stopped_at=accounts.stopped_at, rpc_budgeted=acting,
+                     attained_gpu_s=lambda job_id: records[job_id].attained_gpu_s,
+                     preemptable=preemptable or (lambda job: False))
 
 
 # JobState's leading fields as RoundInput.snapshot passes them, by position: checked here, so a
