@@ -96,6 +96,9 @@ class LeverBook:
             outcome = done.of(unpin)
             if outcome is None or not outcome.failed:
                 self._drop_pin(unpin.job_id, delta)
+        if levers.comments or levers.comment_due:
+            self.comments.settle(levers.comments, levers.comment_keys, levers.comment_due,
+                                 lambda action: bool(getattr(done.of(action), "applied", False)), levers.now)
         return delta
 
     def _drop_pin(self, job_id: str, delta: BookDelta) -> None:

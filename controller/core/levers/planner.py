@@ -47,7 +47,10 @@ class LeverPlan:
     pins_forgotten: list[str] = field(default_factory=list)
     stopped_seen: dict[str, float] = field(default_factory=dict)  # job id -> now: its stop time first set
     rpc_spent: int = 0
+    now: float = 0.0
     comments: list[SetAdminComment] = field(default_factory=list)
+    comment_keys: dict[str, tuple] = field(default_factory=dict)  # job id -> the line's urgent key
+    comment_due: list[tuple] = field(default_factory=list)  # the due refreshes looked at (CommentBook.settle)
 
     def pins(self) -> list[PinNodes]:
         return [part for _, parts in self.starts for part in parts if isinstance(part, PinNodes)]
@@ -91,7 +94,7 @@ class LeverPlanner:
 
     def step(self, plan: Plan, view: LeverView, book: LeverBook, ids=None) -> LeverPlan:
         cfg = self.config
-        out = LeverPlan(plan.round_id)
+        out = LeverPlan(plan.round_id, now=view.now)
         # 1. SiteFactor bands, within Slurm's RPC budget (observe and shadow send nothing:
         # no RPC to budget, every band they would set is told)
         allowance = book.rpc.allowance(view.now) if view.rpc_budgeted else math.inf
@@ -111,5 +114,12 @@ class LeverPlanner:
 
     def comments(self, plan: Optional[Plan], view: LeverView, book: LeverBook, ids=None) -> LeverPlan:
         """The AdminComment lines due this round (controller.core.levers.comments), within
-        what Slurm's RPC budget leaves after the bands."""
-        raise NotImplementedError
+        what Slurm's RPC budget leaves after the bands (one RPC a line); ``view.unjudged``
+        gets none this round. Information, not a decision: the service plans them only
+        when its levers reach Slurm."""
+        out = LeverPlan(plan.round_id, now=view.now)
+        out.comments, out.comment_keys, out.comment_due = book.comments.plan(
+            plan, view.gpu, view.attained_gpu_s, self.config.comment_queues, view.preemptable, view.now,
+            book.rpc.allowance(view.now), hold=view.unjudged)
+        out.rpc_spent = len(out.comments)
+        return out

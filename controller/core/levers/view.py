@@ -19,7 +19,8 @@ class JobFacts(Protocol):
     ArrayJobId of the array record a pending task is still in ('' otherwise: a lever
     naming the task would split it off); ``het_job_id``: its het job ('' otherwise);
     ``required_nodes`` / ``excluded_nodes``: its node lists as Slurm shows them (a pin
-    this controller set included); ``qos``: its QOS ('' when not reported)."""
+    this controller set included); ``qos``: its QOS ('' when not reported);
+    ``admin_comment``: its AdminComment as Slurm shows it."""
 
     job_id: str
     state: str
@@ -29,6 +30,7 @@ class JobFacts(Protocol):
     required_nodes: tuple
     excluded_nodes: tuple
     qos: str
+    admin_comment: str
 
 
 @dataclass(frozen=True)

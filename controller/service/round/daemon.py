@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import threading
 import time
 from typing import Callable, Mapping, Optional
@@ -29,7 +28,6 @@ from controller.core.conditioned import learn_conditioned
 from controller.core.gittins import ServiceDistribution
 from controller.core.inputs import shorten
 from controller.core.plan import Plan
-from controller.service.round.admin_comment import AdminComments
 from controller.service.round.accounting import Accounts
 from controller.service.acting.backend import Backend, BackendUnavailable, Observation, ObservedJob
 from controller.service.ops.config import Config
@@ -47,7 +45,7 @@ from controller.service.ops.report import LogOnce, RoundReport, entry
 from controller.service.acting.restore import HOLD, RecordingBackend, log_report, on_start, restore
 from controller.service.round.sharing import GpuSharing
 from controller.service.round.slurm_clock import SlurmClock
-from controller.service.state.spool import collect_spool
+from controller.service.state.usage import UsageCollector
 from controller.service.ops import logs
 from controller.service.round.starts import Starts
 from controller.service.round.snapshot import RoundInput
@@ -91,7 +89,6 @@ class Controller:
         self._log_once = LogOnce(log)
         self._failures_seen: set[str] = set()
         self._decisions_pruned_at = -math.inf
-        self._usage_pruned_at = -math.inf
         self._stale = True
         self.inputs = RoundInput(config, self.engine, self._log_once)  # observation -> Snapshot (round/snapshot)
         if self.lease is None:
@@ -104,8 +101,7 @@ class Controller:
         self.preflight = preflight
         self.preflight_refused = False
         self.slurm_clock = SlurmClock(log)  # Slurm's job times on this controller's clock
-        self.usage_collected_at = -math.inf
-        self._usage_failing = False
+        self.usage = UsageCollector(config, store)  # the epilog spool (state/usage)
         self._calls_mark: dict[str, int] = {}  # backend.commands_run when the current round began
         self.heap = Heap()  # one full garbage collection an hour (controller.service.ops.heap)
         # The light poll's answer taken just before the last full observation, and when
@@ -144,11 +140,10 @@ class Controller:
         # the holds a previous run set (recorded by RecordingBackend) are still ours to release
         self.sharing = GpuSharing(config, self.executor, self._log_once,
                                   held=store.levers(config.cluster).get(HOLD, {}))
-        self.admin_comments = AdminComments(config.admin_comment_refresh_s, config.admin_comment_max_per_round,
-                                            self.starts.rpc)  # the bands' RPC budget, what they left
+        self.admin_comments = self.starts.book.comments  # the lines' book (core.levers.comments)
         # the jobs first seen unjudged (RoundInput.first_seen_unjudged): one set, refilled each round
         self.inputs.first_seen_unjudged = set()
-        self.starts.hold = self.admin_comments.hold = self.inputs.first_seen_unjudged
+        self.starts.hold = self.inputs.first_seen_unjudged
         self.inputs.bind(self.records, self.submit_order, self.contract, self.qos_gate, self.starts.pins)
         self._stale = False
 
@@ -457,7 +452,7 @@ class Controller:
             self.mover.forget(job_id)
             self.contract.forget(job_id)
             self.admin_comments.forget(job_id)
-        self._collect_usage(now)
+        self.usage.collect(now)
         self.last_plan = plan
         self.last_observation = observation
         self._stands_until = self._round_stands_until(plan, report, now, leaving)
@@ -508,7 +503,7 @@ class Controller:
             report.levers = self.executor.end_round(round_id)
             self.inputs.note_updates(report.levers, observed, self.executor.acting)
         self._prune_decisions(now)
-        self._collect_usage(now)
+        self.usage.collect(now)
         self.last_observation = observation
         if self.metrics is not None:
             self.metrics.observe_round(self, self.last_plan, report, time.perf_counter() - started,
@@ -518,9 +513,7 @@ class Controller:
     def _write_admin_comments(self, plan: Plan, observed: dict[str, ObservedJob], now: float) -> None:
         """Information, not a decision: a read-only executor (observe, shadow) skips it."""
         if self.config.admin_comment and self.executor.acting:
-            self.admin_comments.apply(plan, observed, lambda job_id: self.records[job_id].attained_gpu_s,
-                                      self._queue_count(), lambda job: not self.preemptions.protected(job, now),
-                                      self.executor, now)
+            self.starts.write_comments(plan, observed, now, lambda job: not self.preemptions.protected(job, now))
 
     def _prune_decisions(self, now: float) -> None:
         """Decision-log retention (decision_log_max_age_s / _max_rows), hourly."""
@@ -537,10 +530,6 @@ class Controller:
             return
         if deleted:
             log.info("decision log: %d old decision(s) deleted", deleted)
-
-    def _queue_count(self) -> int:
-        """K of the MLFQ, or 0 for a policy without queues (its levels mean nothing)."""
-        return len(self.config.queues_gpu_s) + 1 if self.engine.policy.discretized else 0
 
     def preview(self) -> tuple[Plan, Observation]:
         """A read-only round for ``queue`` and ``explain``: the plan the controller
@@ -576,45 +565,6 @@ class Controller:
             samples, censored = self.store.service_samples_censored(self.config.cluster)
             self.service = ServiceDistribution(samples, censored=censored, learned=True) if samples else None
         self.service_loaded_at = now
-
-    # -- usage records --------------------------------------------------------------------------
-    def _collect_usage(self, now: float) -> None:
-        """Collect the epilog usage spool every usage_collect_s, when the directory exists.
-        A failure is logged once (until collection works again) and never ends the round."""
-        cfg = self.config
-        if now - self.usage_collected_at < cfg.usage_collect_s or not os.path.isdir(cfg.usage_spool_dir):
-            return
-        self.usage_collected_at = now
-        try:
-            added, duplicates, bad = collect_spool(cfg.usage_spool_dir, self.store)
-        except Exception as err:  # store down, permissions: collection only waits
-            if not self._usage_failing:
-                log.warning("usage spool %s not collected (retrying every %gs): %s: %s", cfg.usage_spool_dir,
-                            cfg.usage_collect_s, type(err).__name__, err)
-            self._usage_failing = True
-            return
-        if self._usage_failing:
-            log.warning("usage spool %s collected again", cfg.usage_spool_dir)
-            self._usage_failing = False
-        if added or bad:
-            log.info("usage spool: %d records stored, %d already stored, %d unreadable lines", added, duplicates,
-                     bad)
-        self._prune_usage()
-
-    def _prune_usage(self) -> None:
-        """Usage-record retention (usage_max_age_s), hourly; on the store's clock
-        (``added_s`` is the wall time the record was stored)."""
-        wall = time.time()
-        if not self.config.usage_max_age_s or wall - self._usage_pruned_at < PRUNE_EVERY_S:
-            return
-        self._usage_pruned_at = wall
-        try:
-            deleted = self.store.prune_usage_records(self.config.cluster, before_s=wall - self.config.usage_max_age_s)
-        except StoreError as err:  # retried in an hour
-            log.warning("usage records not pruned: %s", err)
-            return
-        if deleted:
-            log.info("usage records: %d older than %gs deleted", deleted, self.config.usage_max_age_s)
 
 
 def _one_line(err: Exception) -> str:

@@ -16,6 +16,7 @@ from typing import Callable, Container, Optional
 from controller.core.actions import PinNodes
 from controller.core.levers.bands import RpcBudget
 from controller.core.levers.book import Done, LeverBook
+from controller.core.levers.comments import CommentBook
 from controller.core.levers.planner import LeverPlan, LeverPlanner
 from controller.core.levers.view import LeverConfig
 from controller.core.plan import Plan
@@ -34,7 +35,7 @@ def lever_config(config: Config, by_level: bool = True, by_index: bool = False) 
                        slurm_preempts=config.preemption == "slurm", preempt_qos=config.preempt_qos,
                        consolidate=config.placement == "consolidate", pack_limit=config.pack_limit,
                        pin_expiry_s=config.pin_expiry_s, requeue_settle_s=config.requeue_settle_s,
-                       comment_queues=len(config.queues_gpu_s) + 1 if by_level else 0)
+                       comment_queues=len(config.queues_gpu_s) + 1 if by_level else 0)  # 0: levels mean nothing
 
 
 class Starts:
@@ -57,7 +58,8 @@ class Starts:
         # Slurm's RPC rate limit as kept for the bulk levers (bands here, then the
         # AdminComment lines: controller.service.round.admin_comment); one bucket for both
         self.book = LeverBook(RpcBudget(config.slurm_rpc_per_s, config.slurm_rpc_burst),
-                              self.store.load_pins(config.cluster), self.store.pin_decisions(config.cluster))
+                              self.store.load_pins(config.cluster), self.store.pin_decisions(config.cluster),
+                              CommentBook(config.admin_comment_refresh_s, config.admin_comment_max_per_round))
         self.planner = LeverPlanner(lever_config(config, by_level, by_index))
 
     @property
@@ -102,6 +104,17 @@ class Starts:
         for action, applied, detail in levers.entries(done):
             report.applied.append(entry(action, applied=applied, detail=detail))
         return levers
+
+    def write_comments(self, plan: Plan, observed: dict[str, ObservedJob], now: float,
+                       preemptable: Callable[[ObservedJob], bool]) -> int:
+        """This round's AdminComment lines (LeverPlanner.comments), carried out; returns
+        the lines written. Information, not a decision: the caller asks only when the
+        executor pulls levers."""
+        view = lever_view(now, observed, self.accounts, unjudged=self.hold, acting=self.executor.acting,
+                          preemptable=preemptable)
+        levers = self.planner.comments(plan, view, self.book)
+        done = self.carry_out(levers)
+        return sum(1 for action in levers.comments if getattr(done.of(action), "applied", False))
 
     def carry_out(self, levers: LeverPlan) -> Done:
         """Every lever of ``levers`` through the executor, in order, and the book settled
