@@ -78,7 +78,7 @@ def non_gpu_site_factor(band: int) -> int:
     preempt through slurmctld (its QOS is one whose jobs preempt preempt_qos's): the
     lowest queue's band, more than no_cross_gap below every running GPU job's band
     (the lowest is 2 x band - 1). Such a job is in no plan: at queue 1's band (what
-    it gets otherwise, Starts.cpu_bands) it outranked a running queue-2 job by one, and
+    it gets otherwise, cpu_bands) it outranked a running queue-2 job by one, and
     slurmctld could requeue an 8-GPU job to start it."""
     return band
 

@@ -421,7 +421,7 @@ class Controller:
                           cpu_running, self.contract.may_preempt_slurms)
         if self.config.preemption == "slurm":
             # slurmctld chooses, signals and requeues by the bands (running jobs' too,
-            # Starts.site_factors): the plan's victims are what the controller expects of it
+            # core.levers.bands.gpu_site_factors): the plan's victims are what the controller expects of it
             for action in plan.of_kind("preempt"):
                 report.applied.append(entry(action, applied=False, detail=SLURM_PREEMPTS))
         else:

@@ -56,7 +56,7 @@ class Starts:
         self.by_index = by_index  # dgittins: inside a level by the plan's index (core.bands)
         self.store = accounts.store
         # Slurm's RPC rate limit as kept for the bulk levers (bands here, then the
-        # AdminComment lines: controller.service.round.admin_comment); one bucket for both
+        # AdminComment lines: controller.core.levers.comments); one bucket for both
         self.book = LeverBook(RpcBudget(config.slurm_rpc_per_s, config.slurm_rpc_burst),
                               self.store.load_pins(config.cluster), self.store.pin_decisions(config.cluster),
                               CommentBook(config.admin_comment_refresh_s, config.admin_comment_max_per_round))
