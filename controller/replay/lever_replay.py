@@ -3,13 +3,13 @@
 The other replay loops execute the engine's Start / Preempt on the simulated
 cluster directly. This one does what the controller does (controller.service.
 daemon ``Controller._round``): rounds on a fixed grid; each round's plan is turned
-into lever actions by the same producers (controller.core.levers.bands for the SiteFactor
-bands, controller.core.levers for pins, their expiry, the BeginTime release, the
-checkpoint signal and the requeue after the grace period), in the controller's
-order, and applied through the same typed table (controller.core.levers.table.LEVERS) to
-``SimSlurm``, the simulated slurmctld (controller.replay.slurmctld). Then, as
-slurmctld's multifactor priority and scheduler would, ``SimSlurm.schedule`` starts the
-pending jobs in SiteFactor order (ties: the older job first), each where it fits, a pinned job only on its pin, a
+into lever actions by the same planner (controller.core.levers.planner.LeverPlanner: the
+SiteFactor bands, pins, their expiry, the BeginTime release) and the same producers
+(controller.core.levers.preemption: the checkpoint signal and the requeue after the
+grace period), in the controller's order, and applied through the same typed table (controller.core.levers.table.LEVERS) to
+``SimSlurm``, the simulated slurmctld (controller.replay.slurmctld). Then, as slurmctld's multifactor priority and
+scheduler would, ``SimSlurm.schedule`` starts the pending jobs in SiteFactor order
+(ties: the older job first), each where it fits, a pinned job only on its pin, a
 requeued job only once released. So the bands are the simulator's start order, and
 a wrong band changes what starts.
 
@@ -30,13 +30,14 @@ from dataclasses import dataclass, field
 from typing import Iterable, Optional
 
 from controller.core.actions import LeverAction, SetBand
-from controller.core.levers.bands import band_actions, site_factors
 from controller.core.engine import Engine
+from controller.core.levers.bands import RpcBudget
+from controller.core.levers.book import Done, LeverBook
 from controller.core.levers.handoffs import ClusterView, HandoffBook, Needs
-from controller.core.levers.bands import RpcBudget, bands_in_budget, changed_bands
+from controller.core.levers.planner import LeverPlanner
 from controller.core.levers.preemption import requeue_after_grace, signal_for
-from controller.core.levers.starts import pin_for_start, release_for_start, unpin_expired
 from controller.core.levers.table import LEVERS
+from controller.core.levers.view import LeverConfig, LeverView
 from controller.core.model import InputError, JobSpec, JobState, Snapshot
 from controller.core.placement import set_aside
 from controller.core.policies import PolicyContext
@@ -83,25 +84,81 @@ class LeverReplay:
 MAX_LEVER_ROUNDS = 100_000  # a replay this long is a mistake (a tiny interval), not a study
 
 
+@dataclass(frozen=True)
+class _SimJob:
+    """A job of SimSlurm as the lever planner sees it (controller.core.levers.view.JobFacts)."""
+
+    job_id: str
+    state: str
+    site_factor: Optional[int]
+    required_nodes: tuple
+    array_record: str = ""
+    het_job_id: str = ""
+    excluded_nodes: tuple = ()
+    qos: str = ""
+    admin_comment: str = ""
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """What SimSlurm did of a lever (controller.core.levers.book.Outcome): a lever it
+    refuses (the job no longer in the state the lever needs) is not applied, and not a
+    failure Slurm may have carried out all the same."""
+
+    applied: bool
+    failed: bool = False
+    detail: str = ""
+
+
 class LeverRound:
-    """The controller's per-job lever state, kept as controller.service.round.starts,
-    .preemption and .handoff keep it: bands sent, pins set (expiry, cause), when a
-    job stopped, the open preemptions (signalled at, decision id), the handoffs."""
+    """The controller's round of levers on SimSlurm: the bands, the starts' pins and
+    releases and the pins' expiry planned by the controller's own LeverPlanner
+    (controller.core.levers.planner) from a view of SimSlurm, its LeverBook kept here
+    as the service keeps it; then the preemptions (signalled at, decision id), as
+    controller.service.round.preemption and .handoff keep them."""
 
     def __init__(self, settings: LeverSettings, engine: Engine, slurm: SimSlurm, grace_s: float):
         self.settings = settings
         self.engine = engine
         self.slurm = slurm
         self.grace_s = grace_s
-        self.sent: dict[str, int] = {}
-        self.pins: dict[str, float] = {}
-        self.pin_causes: dict[str, str] = {}
         self.stopped_at: dict[str, float] = {}
         self.open: dict[str, tuple[float, str]] = {}
         self.handoffs = HandoffBook()
         self.applied: list[LeverAction] = []
-        self.rpc = RpcBudget(settings.slurm_rpc_per_s, settings.slurm_rpc_burst)
-        self.bands_waiting = 0
+        self.book = LeverBook(RpcBudget(settings.slurm_rpc_per_s, settings.slurm_rpc_burst))
+        cfg = engine.config
+        self.planner = LeverPlanner(LeverConfig(
+            queue_count=len(cfg.thresholds_gpu_s) + 1, site_factor_band=settings.site_factor_band,
+            thresholds_gpu_s=tuple(cfg.thresholds_gpu_s), by_level=engine.policy.discretized,
+            by_index=engine.policy.bands_by_index, consolidate=cfg.placement == "consolidate",
+            pack_limit=cfg.pack_limit, pin_expiry_s=settings.pin_expiry_s,
+            requeue_settle_s=settings.requeue_settle_s))
+
+    @property
+    def pins(self) -> dict[str, float]:
+        return self.book.pins
+
+    @property
+    def bands_waiting(self) -> int:
+        return self.book.bands_waiting
+
+    def view(self, now: float) -> LeverView:
+        """What the planner may know of SimSlurm's jobs: the pending, running and
+        signalled ones, with their band and node list as SimSlurm holds them."""
+        slurm = self.slurm
+        jobs: dict[str, _SimJob] = {}
+        for job_id, job in slurm.by_id.items():
+            if job_id in slurm.pending:
+                state = "PENDING"
+            elif job.running or job_id in slurm.leaving:
+                state = "RUNNING"
+            else:
+                continue
+            jobs[job_id] = _SimJob(job_id, state, slurm.site_factor.get(job_id), slurm.pins.get(job_id, ()))
+        return LeverView(now=now, gpu=jobs, skew=lambda job_id: slurm.by_id[job_id].spec.skew,
+                         started_once={j for j, job in slurm.pending.items() if job.first_start_s is not None},
+                         begin_time_ours=lambda job: job.job_id in slurm.held, stopped_at=self.stopped_at)
 
     def apply_bands(self, bands: list[SetBand]) -> None:
         """The round's SiteFactor changes in one call (as LeverExecutor.apply_bands)."""
@@ -121,50 +178,22 @@ class LeverRound:
         return True
 
     def run(self, plan, now: float) -> list[LeverAction]:
-        cfg, slurm, engine_cfg = self.settings, self.slurm, self.engine.config
+        cfg, slurm = self.settings, self.slurm
         self.applied = []
         leaving = set(self.open)  # signalled before this round (the controller's Preemptions.leaving)
         self.handoffs.check(self._state, now, cfg.handoff_timeout_s, self._needs())
-        # 1. bands (controller.service.round.starts.Starts.apply)
-        pending = slurm.pending
-        started = {j for j, job in pending.items() if job.first_start_s is not None}
-        factors = site_factors(plan.order, plan.levels, pending, started, len(engine_cfg.thresholds_gpu_s) + 1,
-                               cfg.site_factor_band, self.engine.policy.discretized,
-                               plan.keys if self.engine.policy.bands_by_index else None)
-        changed = changed_bands(factors, self.sent, slurm.site_factor.get)
-        # within the RPC budget, as the controller (no running job is banded here)
-        changed, self.bands_waiting = bands_in_budget(changed, slurm.site_factor.get,
-                                                      {a.job_id for a in plan.of_kind("start")}, (),
-                                                      self.rpc.allowance(now))
-        self.rpc.spend(len(changed))
-        self.apply_bands(band_actions(plan.round_id, changed, plan.levels))
-        self.sent.update(changed)
-        # 2. the plan's starts: pins, releases
-        for action in plan.of_kind("start"):
-            job = slurm.by_id[action.job_id]
-            pin, _ = pin_for_start(action, skew=job.spec.skew, pack_limit=engine_cfg.pack_limit,
-                                   consolidate=engine_cfg.placement == "consolidate",
-                                   required_nodes=slurm.pins.get(job.job_id, ()), excluded_nodes=(),
-                                   pinned_here=job.job_id in self.pins, expires_s=now + cfg.pin_expiry_s)
-            if pin is not None and self.apply(pin):
-                self.pins[job.job_id] = pin.expires_s
-                self.pin_causes[job.job_id] = pin.cause_id
-            if job.job_id in slurm.held:
-                release, _ = release_for_start(action, self.stopped_at.setdefault(job.job_id, now), now,
-                                               cfg.requeue_settle_s)
-                if release is not None:
-                    self.apply(release)
-        # 3. expired pins of jobs that still wait; forgotten when the job is gone
-        expired = 0
-        for job_id, expiry in list(self.pins.items()):
-            job = slurm.by_id[job_id]
-            if job.finish_time_s is not None:
-                self._drop_pin(job_id)
-            elif job_id in pending and now >= expiry:
-                expired += 1
-                self.apply(unpin_expired(plan.round_id, expired, job_id, expiry, now,
-                                         self.pin_causes.get(job_id, "")))
-                self._drop_pin(job_id)
+        # 1-3. the bands, the starts' pins and releases, the expired pins: the controller's
+        # planner (controller.core.levers.planner), carried out on SimSlurm, its book settled
+        levers = self.planner.step(plan, self.view(now), self.book)
+        done = Done()
+        if levers.bands:
+            self.apply_bands(levers.bands)
+            done.bands = _Outcome(True)
+        for lever in [*levers.start_levers(), *levers.unpins]:
+            done.by_id[lever.decision_id] = _Outcome(self.apply(lever))
+        for job_id, stopped in levers.stopped_seen.items():
+            self.stopped_at.setdefault(job_id, stopped)
+        self.book.settle(levers, done)
         # 4. the plan's victims: signalled (controller.service.round.preemption.Preemptions.begin),
         # but those the handoff rule keeps (a job the plan starts already had its preemption)
         start_ids = [action.job_id for action in plan.of_kind("start")]
@@ -213,10 +242,6 @@ class LeverRound:
         if job.running or job_id in self.slurm.leaving:
             return "RUNNING"
         return "PENDING" if job_id in self.slurm.pending else "COMPLETED"
-
-    def _drop_pin(self, job_id: str) -> None:
-        self.pins.pop(job_id, None)
-        self.pin_causes.pop(job_id, None)
 
 
 def replay_levers(cfg: SimConfig, specs: Iterable[JobSpec], settings: LeverSettings = LeverSettings(),

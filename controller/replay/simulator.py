@@ -161,7 +161,7 @@ class Simulation:
                     round_id=rounds, sync=sync_all, allow_fast_path=True, detailed=False,
                     free_by_node=cluster.plannable_free(), waiting=list(waiting.values()),
                     demand_gpus=demand, capacity_gpus=cfg.capacity_gpus, max_gpus_per_node=cluster.max_per_node)
-                # the controller's selection (its round: Controller._plan): jobs beyond reach wait outside the walk
+                # the controller's selection (its round: RoundInput.plan): jobs beyond reach wait outside the walk
                 aside = ({job.index for job in set_aside(snapshot, eligible=cluster.eligible)[0]}
                          if cluster.reach_binds() else set())
                 plan = self.engine.step(snapshot)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections import ChainMap
 from typing import Callable, Container, Iterable, Mapping, Optional, Sequence
 
 from controller.core.actions import SetBand
@@ -77,7 +78,7 @@ def non_gpu_site_factor(band: int) -> int:
     preempt through slurmctld (its QOS is one whose jobs preempt preempt_qos's): the
     lowest queue's band, more than no_cross_gap below every running GPU job's band
     (the lowest is 2 x band - 1). Such a job is in no plan: at queue 1's band (what
-    it gets otherwise, Starts.cpu_bands) it outranked a running queue-2 job by one, and
+    it gets otherwise, cpu_bands) it outranked a running queue-2 job by one, and
     slurmctld could requeue an 8-GPU job to start it."""
     return band
 
@@ -236,3 +237,143 @@ def bands_in_budget(changed: Mapping[str, int], current: Callable[[str], Optiona
     ranked = sorted(changed, key=lambda j: band_urgency(j, changed[j], current(j), starts, running))
     chosen = ranked[:max(int(allowance), 0)]
     return {job_id: changed[job_id] for job_id in chosen}, len(changed) - len(chosen)
+
+
+# -- the bands family of the lever planner (controller.core.levers.planner) ------------------
+# Moved from controller.service.round.starts.Starts: the service and the simulator plan the
+# round's bands here, from the view (controller.core.levers.view) and the book's bands sent.
+
+def in_preempt_qos(job, cfg) -> bool:
+    """Whether slurmctld may preempt this job by priority: it runs in preempt_qos (or
+    its QOS is not reported)."""
+    return job.qos in ("", cfg.preempt_qos)
+
+
+def gpu_site_factors(plan, view, cfg) -> dict[str, int]:
+    """The pending jobs' SiteFactors (site_factors); when slurmctld preempts
+    (``preemption: slurm``) the running jobs' in the plan too (running_site_factors), so
+    that Slurm's priority rule picks victims in the plan's order, and
+    ``view.kept_from_slurm`` a band above every pending job, so that it never picks them."""
+    observed = view.gpu
+    pending = {j for j, job in observed.items() if job.state == "PENDING"}
+    factors = site_factors(plan.order, plan.levels, pending, view.started_once, cfg.queue_count,
+                           cfg.site_factor_band, cfg.by_level, plan.keys if cfg.by_index else None,
+                           running_banded=cfg.slurm_preempts)
+    if cfg.slurm_preempts:
+        running = [j for j, job in observed.items() if job.state == "RUNNING" and j in plan.levels
+                   and not job.array_record]
+        factors.update(running_site_factors(plan.levels, running, cfg.queue_count, cfg.site_factor_band,
+                                            [j for j in running if j in view.kept_from_slurm]))
+        # every other running job of the QOS (not planned): slurmctld must not pick it
+        # by a band that follows no plan
+        kept = kept_site_factor(cfg.queue_count, cfg.site_factor_band)
+        factors.update({j: kept for j, job in observed.items() if job.state == "RUNNING" and j not in factors
+                        and in_preempt_qos(job, cfg)})
+    return factors
+
+
+def slurm_non_gpu_bands(view, cfg) -> dict[str, int]:
+    """``preemption: slurm``: the CPU-only and MPS jobs, which no plan holds. A pending
+    one whose QOS lets it preempt preempt_qos's jobs (``view.may_preempt``; all when not
+    given) gets the lowest queue's band, below every running GPU job's
+    (non_gpu_site_factor): slurmctld would otherwise requeue a GPU job the plan keeps for
+    it. A running one in preempt_qos (it asked for the QOS itself) gets the band above
+    every pending job: preempting it was no plan's choice. The others keep cpu_bands'
+    and shared_bands' values."""
+    band = cfg.site_factor_band
+    low = non_gpu_site_factor(band)
+    kept = kept_site_factor(cfg.queue_count, band)
+    may_preempt = view.may_preempt
+    factors: dict[str, int] = {}
+    for jobs in (view.cpu_pending, view.shared, view.cpu_running):
+        for job_id, job in jobs.items():
+            if job.state == "PENDING" and (may_preempt is None or may_preempt(job)):
+                factors[job_id] = low
+            elif job.state == "RUNNING" and in_preempt_qos(job, cfg):
+                factors[job_id] = kept
+    return factors
+
+
+def cpu_bands(cpu_pending: Iterable[str], cfg) -> dict[str, int]:
+    """SiteFactor of the pending jobs that ask for no GPU: queue 1's band.
+
+    Left at 0 they would sit below every GPU job (whose bands start at one band,
+    100,000 by default) and starve in a partition they share with GPU jobs. A job
+    with no GPU service is where least-attained-service puts any new job: queue 1;
+    inside that band Slurm's own factors (age, fairshare, QOS) order it against
+    the GPU jobs there, as without the controller, and it never waits behind a
+    lower queue. It takes no GPU, so no GPU job yields for it (it is not in the plan)."""
+    top = cfg.queue_count * cfg.site_factor_band
+    return {job_id: top for job_id in cpu_pending}
+
+
+def shared_bands(view, cfg) -> tuple[dict[str, int], dict[str, int]]:
+    """(job id -> SiteFactor, job id -> level) of the pending MPS jobs (shares, no whole
+    GPU): the band of the queue their attained service puts them in, counted in
+    GPU-equivalents (shares / 100 x seconds run: the accounts keep an MPS job's service
+    so), half a band more had they run before, as a GPU job of that queue
+    (shared_site_factors). Left at 0 they waited below every CPU job. A job without a
+    record yet has no service."""
+    service = {}
+    for job_id, job in view.shared.items():
+        if job.state == "PENDING":
+            value = view.shared_service(job_id)
+            service[job_id] = value if value is not None else 0.0
+    if not service:
+        return {}, {}
+    levels = shared_levels(service, cfg.thresholds_gpu_s, cfg.by_level)
+    return shared_site_factors(levels, view.started_once, cfg.queue_count, cfg.site_factor_band,
+                               cfg.by_level), levels
+
+
+def plan_bands(plan, view, sent: Mapping[str, int], allowance: float, cfg
+               ) -> tuple[list[SetBand], dict[str, int], int, list[str]]:
+    """The round's SiteFactor changes: (the SetBand actions, job id -> value sent, how
+    many changed bands the RPC budget holds back, the ids no longer banded whose entry
+    in ``sent`` is forgotten). Queue level -> band, plan order within the band; the
+    pending CPU-only jobs (never in the plan) queue 1's band (cpu_bands), the pending
+    MPS jobs their own queue's (shared_bands); ``allowance``: the RPCs the budget lets go."""
+    observed, cpu_pending, shared, cpu_running = view.gpu, view.cpu_pending, view.shared, view.cpu_running
+    factors = gpu_site_factors(plan, view, cfg)
+    factors.update(cpu_bands(cpu_pending, cfg))
+    shared_factors, levels = shared_bands(view, cfg)
+    factors.update(shared_factors)
+    if cfg.slurm_preempts:
+        factors.update(slurm_non_gpu_bands(view, cfg))
+    levels = ChainMap(levels, plan.levels) if levels else plan.levels
+    # the pending tasks still inside an array's record: one value, on the ArrayJobId
+    # (a lever on a task's own id would split it off: controller.service.round.arrays)
+    arrays: dict[str, str] = {}  # task id -> ArrayJobId
+    array_now: dict[str, Optional[int]] = {}  # ArrayJobId -> its record's SiteFactor as observed
+    for jobs in (observed, cpu_pending, shared):
+        for job_id, job in jobs.items():
+            if job.array_record:
+                arrays[job_id] = job.array_record
+                array_now[job.array_record] = job.site_factor
+    if arrays:
+        factors, array_levels = array_bands(factors, arrays, levels)
+        levels = ChainMap(array_levels, levels)
+    # a CPU job started or gone (GPU jobs: forgotten with their records)
+    gone = [job_id for job_id in sent.keys() - observed.keys() - cpu_pending.keys() - shared.keys()
+            - cpu_running.keys() - array_now.keys()]
+
+    def current(j: str) -> Optional[int]:
+        return array_now[j] if j in array_now else \
+            (observed.get(j) or cpu_pending.get(j) or shared.get(j) or cpu_running[j]).site_factor
+    changed = changed_bands(factors, sent, current)
+    for job_id in view.unjudged:  # first seen unjudged: Slurm's judgement first (RoundInput.first_seen_unjudged)
+        changed.pop(job_id, None)
+    # Slurm sets an ArrayJobId's value on every record of the array: its pending
+    # tasks with records of their own (requeued) get theirs again, after it
+    moved = {j for j in changed if j in array_now}
+    for job_id, value in factors.items() if moved else ():
+        head, _, task = job_id.partition("_")
+        if task and head in moved:
+            changed.setdefault(job_id, value)
+    # within Slurm's RPC budget, most urgent first (as the simulator)
+    waiting = 0
+    if len(changed) > allowance:  # (the sets only when the budget holds some back)
+        running = {j for jobs in (observed, cpu_running) for j, job in jobs.items() if job.state == "RUNNING"}
+        changed, waiting = bands_in_budget(changed, current, {a.job_id for a in plan.of_kind("start")}, running,
+                                           allowance)
+    return band_actions(plan.round_id, changed, levels, array_now.keys()), changed, waiting, gone

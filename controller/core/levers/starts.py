@@ -2,7 +2,7 @@
 BeginTime release. Pure."""
 from __future__ import annotations
 
-from typing import Iterable, Optional
+from typing import Iterable, Mapping, Optional
 
 from controller.core.actions import PinNodes, ReleaseBeginTime, UnpinNodes
 from controller.core.placement import COUNT_NODE
@@ -53,3 +53,64 @@ def unpin_expired(round_id: int, number: int, job_id: str, expiry_s: float, now:
     it cites the start that pinned the job."""
     return UnpinNodes(decision_id(round_id, "unpin", number), job_id,
                       reason=f"pin expired {now - expiry_s:.0f}s ago and the job waits", cause_id=cause_id)
+
+
+# -- the starts family of the lever planner (controller.core.levers.planner) ------------------
+# Moved from controller.service.round.starts.Starts: pins for consolidation, the release of a
+# requeued job's BeginTime, a pin's expiry; the service and the simulator plan them here.
+
+START_DETAIL = "decision: left to Slurm's scheduler (SiteFactor band)"
+# the states in which a pin this controller set is still the job's (else it is forgotten)
+PINNED_STATES = ("PENDING", "RUNNING", "REQUEUED", "COMPLETING", "CONFIGURING")
+
+
+def plan_starts(plan, view, pins: Mapping[str, float], cfg) -> tuple[list[tuple], dict[str, float]]:
+    """The plan's starts and their levers: [(start, [notes and levers in order])], and
+    the jobs whose stop time is first set now (unknown when it stopped: this process
+    started after the requeue; the settle time counts from now rather than risk the
+    relaunch). A note is a string; a lever's own outcome is told where it stands."""
+    out, stopped_seen = [], {}
+    for action in plan.of_kind("start"):
+        job = view.gpu[action.job_id]
+        parts: list = []
+        skew = view.skew(action.job_id)
+        # a het job's components each have their own node list; a task inside its
+        # array's record would be split off by a pin
+        pin, why_not = pin_for_start(action, skew=skew, pack_limit=cfg.pack_limit,
+                                     consolidate=cfg.consolidate and not job.het_job_id and not job.array_record,
+                                     required_nodes=job.required_nodes, excluded_nodes=job.excluded_nodes,
+                                     pinned_here=action.job_id in pins, expires_s=view.now + cfg.pin_expiry_s)
+        if why_not:
+            parts.append(why_not)
+        elif job.array_record and cfg.consolidate and skew > cfg.pack_limit:
+            parts.append(f"not pinned: a pending task of array {job.array_record} (a pin would split it "
+                         "off the array's record)")
+        if pin is not None:
+            parts.append(pin)
+        # never a BeginTime the user or an admin set; a task in its array's record never
+        # ran (and a release naming it would split it off)
+        if view.begin_time_ours(job) and not job.array_record:
+            stopped = view.stopped_at.get(action.job_id)
+            if stopped is None:
+                stopped = stopped_seen[action.job_id] = view.now
+            release, kept = release_for_start(action, stopped, view.now, cfg.requeue_settle_s)
+            parts.append(release if release is not None else kept)
+        out.append((action, parts))
+    return out, stopped_seen
+
+
+def plan_unpins(round_id: int, view, pins: Mapping[str, float], causes: Mapping[str, str]
+                ) -> tuple[list[UnpinNodes], list[str]]:
+    """Expired pins: cleared once the job waits past the expiry (a requeued job must
+    not keep the nodes it was pinned to), each a decision of its own citing the start
+    that pinned the job; and the pins to forget, their job gone (but not one requeued
+    this round: Slurm keeps the ReqNodeList on requeue)."""
+    unpins, forget = [], []
+    for job_id, expiry in pins.items():
+        job = view.gpu.get(job_id)
+        if job is None or (job.state not in PINNED_STATES and job_id not in view.requeueing):
+            forget.append(job_id)
+        elif job.state == "PENDING" and view.now >= expiry:
+            unpins.append(unpin_expired(round_id, len(unpins) + 1, job_id, expiry, view.now,
+                                        causes.get(job_id, "")))
+    return unpins, forget

@@ -164,7 +164,7 @@ class Backend(Protocol):
     def move_partition(self, job_id: str, partition: str) -> None: ...
 
     def set_admin_comment(self, job_id: str, text: str) -> None:
-        """Replace the job's AdminComment with ``text`` (controller.service.round.admin_comment
+        """Replace the job's AdminComment with ``text`` (controller.core.levers.comments
         builds it keeping the site's part)."""
 
     def set_mps_share(self, job_id: str, shares: int) -> None:

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from controller.service.round.accounting import ACTIVE_STATES, TRANSIENT_STATES, numeric_id
-from controller.service.round.admin_comment import ours_in, site_part
+from controller.core.levers.comments import ours_in, site_part
 from controller.service.acting.backend import Backend, BackendUnavailable, ObservedJob
 from controller.service.ops.slurm_conf import parse_show_config
 from controller.service.state.store import Store

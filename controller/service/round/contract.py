@@ -219,7 +219,7 @@ class Contract:
         (docs/slurm-preemption.md), and it preempts only preempt_qos's jobs. So a job is
         left to it only in that QOS, with its own --signal, whose lead time fits in the
         grace. Every other running job is kept a band above every pending job
-        (Starts.site_factors): slurmctld's priority rule then never picks it."""
+        (controller.core.levers.bands.gpu_site_factors): slurmctld's priority rule then never picks it."""
         qos = self.config.preempt_qos
         if job.qos and job.qos != qos:
             return f"runs in QOS {job.qos}, not {qos}: slurmctld never preempts it"

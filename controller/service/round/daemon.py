@@ -19,23 +19,16 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import threading
 import time
-from dataclasses import fields, replace
 from typing import Callable, Mapping, Optional
 
 from controller.core.engine import Engine
 from controller.core.conditioned import learn_conditioned
 from controller.core.gittins import ServiceDistribution
 from controller.core.inputs import shorten
-from controller.core.actions import SetAdminComment, SetBand
-from controller.core.model import InputError, JobSpec, JobState, Snapshot
-from controller.core.placement import set_aside
 from controller.core.plan import Plan
-from controller.core.policies import PolicyContext
-from controller.service.round.admin_comment import AdminComments
-from controller.service.round.accounting import ACTIVE_STATES, Accounts
+from controller.service.round.accounting import Accounts
 from controller.service.acting.backend import Backend, BackendUnavailable, Observation, ObservedJob
 from controller.service.ops.config import Config
 from controller.service.round.contract import Contract
@@ -48,18 +41,18 @@ from controller.service.round.partition_moves import PartitionMover
 from controller.service.round.preemption import Preemptions
 from controller.core.levers.preemption import SlurmBook
 from controller.service.ops.preflight import Pending
-from controller.service.ops.qos_gate import QosGate, wait_text as qos_wait_text
+from controller.service.ops.qos_gate import QosGate
 from controller.service.ops.report import LogOnce, RoundReport, entry
 from controller.service.acting.restore import HOLD, RecordingBackend, log_report, on_start, restore
 from controller.service.round.sharing import GpuSharing
 from controller.service.round.slurm_clock import SlurmClock
-from controller.service.state.spool import collect_spool
+from controller.service.state.usage import UsageCollector
 from controller.service.ops import logs
-from controller.service.round.startable import UNJUDGED, add_waiting, slurm_wait
 from controller.service.round.starts import Starts
+from controller.service.round.snapshot import RoundInput
 from controller.service.state.store import Store, StoreError
 from controller.service.round.submit_order import SubmitOrder
-from controller.service.ops.unmodelled import Census, CensusLog, census
+from controller.service.ops.unmodelled import CensusLog
 
 
 
@@ -95,8 +88,8 @@ class Controller:
         self._log_once = LogOnce(log)
         self._failures_seen: set[str] = set()
         self._decisions_pruned_at = -math.inf
-        self._usage_pruned_at = -math.inf
         self._stale = True
+        self.inputs = RoundInput(config, self.engine, self._log_once)  # observation -> Snapshot (round/snapshot)
         if self.lease is None:
             self._load_state()
         self.service: Optional[ServiceDistribution] = None
@@ -107,18 +100,9 @@ class Controller:
         self.preflight = preflight
         self.preflight_refused = False
         self.slurm_clock = SlurmClock(log)  # Slurm's job times on this controller's clock
-        self.usage_collected_at = -math.inf
-        self._usage_failing = False
+        self.usage = UsageCollector(config, store)  # the epilog spool (state/usage)
         self._calls_mark: dict[str, int] = {}  # backend.commands_run when the current round began
         self.heap = Heap()  # one full garbage collection an hour (controller.service.ops.heap)
-        self._specs: dict[str, tuple] = {}  # job id -> (ObservedJob, account key, JobSpec) of the last snapshot
-        # Slurm shows reason None after any `scontrol update` of a pending job until its
-        # next scheduling pass (controller.service.round.startable): a job this controller
-        # updated (band, AdminComment, pin) while Slurm said it waited only for GPUs still
-        # does, so its own update does not cost it a round (seen: the preemption came a
-        # round later, sometimes two, than the round that first saw the job).
-        self._startable_seen: set[str] = set()  # pending jobs last seen with a startable reason
-        self._updated: set[str] = set()  # pending jobs this controller updated since
         # The light poll's answer taken just before the last full observation, and when
         # that observation was made (controller clock): see observe().
         self._full_signature: Optional[frozenset] = None
@@ -128,9 +112,8 @@ class Controller:
         # until when the last planned round stands (-inf: plan the next round).
         self._repeated: Optional[Observation] = None
         self._stands_until = -math.inf
-        # the last plan's pending jobs whose request it cannot express (metrics, explain),
-        # said in the log at most every LOG_EVERY_S
-        self.unmodelled = Census()
+        # the last plan's pending jobs whose request it cannot express, said in the log at
+        # most every LOG_EVERY_S
         self.unmodelled_log = CensusLog(log)
         if config.preempt_undeclared and config.mode != "observe":
             log.warning("preempt_undeclared is on: requeueable jobs that declared no checkpoint signal are "
@@ -157,15 +140,11 @@ class Controller:
         # the holds a previous run set (recorded by RecordingBackend) are still ours to release
         self.sharing = GpuSharing(config, self.executor, self._log_once,
                                   held=store.levers(config.cluster).get(HOLD, {}))
-        self.admin_comments = AdminComments(config.admin_comment_refresh_s, config.admin_comment_max_per_round,
-                                            self.starts.rpc)  # the bands' RPC budget, what they left
-        # Pending jobs first seen this round at reason None (Slurm has not judged them yet):
-        # no band or comment is written to them this round, so that Slurm's first
-        # judgement, not the None our update would cause, is what the next round reads
-        # (26.05 judges a job a pass after its submission: with the update at first sight
-        # its preemption came two rounds after it, not one). Starts and the comments read it.
-        self.first_seen_unjudged: set[str] = set()
-        self.starts.hold = self.admin_comments.hold = self.first_seen_unjudged  # one set, refilled each round
+        self.admin_comments = self.starts.book.comments  # the lines' book (core.levers.comments)
+        # the jobs first seen unjudged (RoundInput.first_seen_unjudged): one set, refilled each round
+        self.inputs.first_seen_unjudged = set()
+        self.starts.hold = self.inputs.first_seen_unjudged
+        self.inputs.bind(self.records, self.submit_order, self.contract, self.qos_gate, self.starts.pins)
         self._stale = False
 
     # -- the loop -----------------------------------------------------------------------
@@ -405,25 +384,10 @@ class Controller:
         if observation is self._repeated and now < self._stands_until:
             return self._quiet_round(observation, started)
         self._stands_until = -math.inf  # until this round has planned and applied
-        # the GPU jobs, the pending CPU-only jobs (their SiteFactor band: Starts.cpu_bands)
-        # and the MPS-only jobs (accounted in GPU-equivalents, banded: Starts.shared_bands;
-        # never planned), in one pass
-        observed: dict[str, ObservedJob] = {}
-        cpu_pending: dict[str, ObservedJob] = {}
-        shared: dict[str, ObservedJob] = {}
-        cpu_running: dict[str, ObservedJob] = {}  # preemption: slurm: banded when in preempt_qos
+        jobs = self.inputs.split(observation)  # GPU, pending CPU-only, MPS-only, running CPU-only jobs
+        observed, cpu_pending, shared, cpu_running = jobs.observed, jobs.cpu_pending, jobs.shared, jobs.cpu_running
         strategy = self.preemptions.strategy  # who carries out the plan's victims (core.levers.preemption)
-        running_banded = strategy.running_banded
-        for job in observation.jobs:
-            if job.gpus > 0:
-                observed[job.job_id] = job
-            elif job.mps > 0:
-                shared[job.job_id] = job
-            elif job.state == "PENDING":
-                cpu_pending[job.job_id] = job
-            elif running_banded and job.state == "RUNNING":
-                cpu_running[job.job_id] = job
-        accounted = {**observed, **shared} if shared else observed
+        accounted = jobs.accounted
         # account: one transaction, committed before anything is done in Slurm
         self.contract.begin_round()
         self.contract.read_qos_grace(now)
@@ -438,7 +402,7 @@ class Controller:
         self._refresh_service(now)
         # plan
         leaving = self.preemptions.leaving()
-        plan = self._plan(observed, observation, now, round_id, leaving)
+        plan = self.inputs.plan(observed, observation, now, round_id, leaving, self.service)
         self.unmodelled_log.note(self.unmodelled, now)
         self.accounts.place(plan.levels, plan.positions)
         # apply: every lever through the executor, which alone knows the mode
@@ -447,7 +411,7 @@ class Controller:
         for action in plan.of_kind("promote"):  # the store's, in every mode: the accounts are kept even in observe
             self.accounts.promote(action.job_id)
             report.applied.append(entry(action, applied=self.executor.logs_decisions, detail="store"))
-        self.handoffs.check(observed, now, report, self.preemptions.grace_for, observation.nodes, self._spec_of)
+        self.handoffs.check(observed, now, report, self.preemptions.grace_for, observation.nodes, self.inputs.spec_of)
         kept_from_slurm = strategy.kept_running(observed, lambda job: self.preemptions.protected(job, now))
         self.starts.apply(plan, observed, now, report, cpu_pending, requeueing, shared, kept_from_slurm,
                           cpu_running, self.contract.may_preempt_slurms)
@@ -475,7 +439,7 @@ class Controller:
             self.store.log_decisions(self.config.cluster, round_id, now, self.executor.mode,
                                      self.executor.decisions_to_log(report.applied))
         report.levers = self.executor.end_round(round_id)
-        self._note_updates(report.levers, observed)
+        self.inputs.note_updates(report.levers, observed, self.executor.acting)
         logs.log_decisions(log, report.applied, round_id)
         self._prune_decisions(now)
         forgotten = self.accounts.forget_finished()
@@ -486,7 +450,7 @@ class Controller:
             self.slurm_book.forget(job_id)
             self.contract.forget(job_id)
             self.admin_comments.forget(job_id)
-        self._collect_usage(now)
+        self.usage.collect(now)
         self.last_plan = plan
         self.last_observation = observation
         self._stands_until = self._round_stands_until(plan, report, now, leaving)
@@ -535,9 +499,9 @@ class Controller:
             self.executor.begin_round()
             self._write_admin_comments(self.last_plan, observed, now)
             report.levers = self.executor.end_round(round_id)
-            self._note_updates(report.levers, observed)
+            self.inputs.note_updates(report.levers, observed, self.executor.acting)
         self._prune_decisions(now)
-        self._collect_usage(now)
+        self.usage.collect(now)
         self.last_observation = observation
         if self.metrics is not None:
             self.metrics.observe_round(self, self.last_plan, report, time.perf_counter() - started,
@@ -547,9 +511,7 @@ class Controller:
     def _write_admin_comments(self, plan: Plan, observed: dict[str, ObservedJob], now: float) -> None:
         """Information, not a decision: a read-only executor (observe, shadow) skips it."""
         if self.config.admin_comment and self.executor.acting:
-            self.admin_comments.apply(plan, observed, lambda job_id: self.records[job_id].attained_gpu_s,
-                                      self._queue_count(), lambda job: not self.preemptions.protected(job, now),
-                                      self.executor, now)
+            self.starts.write_comments(plan, observed, now, lambda job: not self.preemptions.protected(job, now))
 
     def _prune_decisions(self, now: float) -> None:
         """Decision-log retention (decision_log_max_age_s / _max_rows), hourly."""
@@ -567,10 +529,6 @@ class Controller:
         if deleted:
             log.info("decision log: %d old decision(s) deleted", deleted)
 
-    def _queue_count(self) -> int:
-        """K of the MLFQ, or 0 for a policy without queues (its levels mean nothing)."""
-        return len(self.config.queues_gpu_s) + 1 if self.engine.policy.discretized else 0
-
     def preview(self) -> tuple[Plan, Observation]:
         """A read-only round for ``queue`` and ``explain``: the plan the controller
         would make now, from Slurm's state and the stored accounts; writes nothing."""
@@ -581,136 +539,17 @@ class Controller:
         self.accounts.advance(observed, observation.observed_at_s)
         self._refresh_service(observation.observed_at_s)
         self.contract.read_qos_grace(observation.observed_at_s)
-        return self._plan(observed, observation, observation.observed_at_s, 0, self.preemptions.leaving(),
-                          explain=True), observation
+        return self.inputs.plan(observed, observation, observation.observed_at_s, 0, self.preemptions.leaving(),
+                                self.service, explain=True), observation
 
-    def _plan(self, observed: dict[str, ObservedJob], observation: Observation, now: float, round_id: int,
-              leaving: set[str], explain: bool = False) -> Plan:
-        """The engine's plan of the jobs Slurm could start, with the jobs that wait on
-        Slurm (controller.service.round.startable) added after them: ordered and banded,
-        never a reason to preempt."""
-        snapshot, waiting, reasons = self._snapshot(observed, observation, now, round_id, leaving, explain=explain)
-        # pending jobs a QOS GPU limit keeps from starting even after every preemption the
-        # plan could make under that QOS wait on Slurm (controller.service.ops.qos_gate): Slurm
-        # shows them Priority until its scheduler judges the limit
-        qos_waits, qos_unmodelled = self._qos_verdicts(snapshot, observed, leaving, now)
-        if qos_waits:
-            held_back = [job for job in snapshot.jobs if job.spec.job_id in qos_waits]
-            snapshot.jobs[:] = [job for job in snapshot.jobs if job.spec.job_id not in qos_waits]
-            waiting = sorted(waiting + held_back, key=lambda job: job.index)
-            reasons.update((job_id, "") for job_id in qos_waits)
-        # pending jobs asking for what the plan's model cannot express (GPUs of several
-        # types, an OR constraint, --exclusive=user, a count the release or the nodes do
-        # not report): they wait, banded; the plan never guesses where Slurm would start
-        # them. Counted per reason (metrics, the census log line, explain).
-        self.unmodelled = _inexpressible(snapshot, observed, qos_unmodelled)
-        unmodelled = set(self.unmodelled.jobs)
-        # jobs whose own nodes (partitions, GPU type, reservation, features) no preemption can free wait
-        # too: the core's selection, the one every replay loop makes (controller.core.placement.set_aside)
-        aside, unreachable = set_aside(snapshot, unmodelled)
-        if aside:
-            waiting += aside
-            reasons.update((job.job_id, "") for job in aside)
-        plan = self.engine.step(snapshot)
-        if waiting:
-            ctx = PolicyContext(now_s=now, thresholds_gpu_s=self.engine.config.thresholds_gpu_s, service=self.service)
-            add_waiting(plan, waiting, reasons, self.engine.policy, ctx)
-            for job_id, limit in qos_waits.items():
-                plan.wait_reasons[job_id] = qos_wait_text(limit)
-            for job_id in unreachable:
-                plan.wait_reasons[job_id] = ("its nodes (partitions, GPU type, reservation, features) have too few"
-                                             " GPUs free or held by preemptable jobs: no job is preempted for it")
-            for job_id, (codes, what) in self.unmodelled.jobs.items():
-                if codes == ("mixed_gpu_types",):
-                    job = observed[job_id]
-                    plan.wait_reasons[job_id] = (
-                        f"asks for GPUs of several types ({', '.join(job.gpu_types)}; {job.gpus} in all), which the"
-                        " plan cannot place (one GPU type a job): Slurm may start it, no job is preempted for it")
-                else:
-                    plan.wait_reasons[job_id] = (f"asks for what the plan cannot express: {what}; Slurm may start"
-                                                 " it, no job is preempted for it")
-        return plan
+    @property
+    def unmodelled(self):
+        """The last plan's pending jobs whose request it cannot express (RoundInput.unmodelled)."""
+        return self.inputs.unmodelled
 
-    def _note_updates(self, levers, observed: dict[str, ObservedJob]) -> None:
-        """Remember the pending jobs this round's bands and comments updated in Slurm (enforce only:
-        elsewhere nothing reached Slurm); forget the jobs no longer pending."""
-        if self.executor.acting:  # a band or a comment: neither changes whether Slurm may start it
-            self._updated.update(action.job_id for action in levers if isinstance(action, (SetBand, SetAdminComment))
-                                 and getattr(observed.get(action.job_id), "state", "") == "PENDING")
-        pending = {job_id for job_id, job in observed.items() if job.state == "PENDING"}
-        self._updated &= pending
-        self._startable_seen &= pending
-
-    def _qos_verdicts(self, snapshot: Snapshot, observed: dict[str, ObservedJob], leaving: set[str],
-                      now: float) -> tuple[dict[str, str], dict[str, ObservedJob]]:
-        """The QOS gate's verdicts on the plan's pending jobs: job id -> the limit it waits
-        on, and job id -> the job with the ``qos_limits`` reason added (a QOS the gate
-        cannot judge). Running jobs being preempted are not counted (their GPUs leave the
-        QOS's totals); those the plan may preempt are counted as freeable."""
-        gate = self.qos_gate
-        if not gate.on:
-            return {}, {}
-        gate.refresh(now)
-        pending = [observed[job.spec.job_id] for job in snapshot.jobs if not job.running]
-        if not pending:
-            return {}, {}
-        preemptable = {job.spec.job_id for job in snapshot.jobs if job.running and job.spec.preemptable}
-        running = [job for job in observed.values() if job.state == "RUNNING" and job.job_id not in leaving]
-        waits: dict[str, str] = {}
-        unmodelled: dict[str, ObservedJob] = {}
-        for job_id, verdict in gate.judge(pending, running, preemptable.__contains__).items():
-            if verdict.wait:
-                waits[job_id] = verdict.wait
-            else:
-                job = observed[job_id]
-                codes = job.unmodelled_reasons or (("other",) if job.unmodelled else ())
-                unmodelled[job_id] = replace(job, unmodelled="; ".join(filter(None, (job.unmodelled,
-                                                                                     verdict.unmodelled))),
-                                             unmodelled_reasons=tuple(dict.fromkeys(codes + ("qos_limits",))))
-        return waits, unmodelled
-
-    def _spec_of(self, job_id: str) -> Optional[JobSpec]:
-        """The JobSpec this round's plan used for ``job_id`` (None: not planned)."""
-        kept = self._specs.get(job_id)
-        return None if kept is None else kept[2]
-
-    def _job_spec(self, job: ObservedJob, record, key: tuple, specs: dict[str, tuple]) -> JobSpec:
-        """The engine's JobSpec of ``job``, kept in ``specs`` with ``key`` (submit time,
-        skew, preemptable, pinned): _snapshot takes the one of the last round while the
-        same ObservedJob (the backend keeps it while Slurm's record is unchanged) has
-        the same key (building 12,000 specs was a third of a round).
-
-        A pending job carries its own --nodelist / --exclude / -N, which the plan's
-        placement honours. A node list this controller wrote (a pin, kept in
-        Starts.pins) is not the job's own. Constraints Slurm would not hold together
-        are left out (logged once): the job is then planned as any other, never the
-        round lost."""
-        preemptable, pinned = key[2], key[3]
-        spec = None
-        # where Slurm may run it: its partitions (a pending job may list several), its
-        # GPU type, its reservation (controller.core.placement.Eligibility)
-        kind = dict(partitions=tuple(p for p in job.partition.split(",") if p), gpu_type=job.gpu_type,
-                    reservation=job.reservation, cpus_per_node=job.cpus_per_node,
-                    mem_per_node_mb=job.mem_per_node_mb, features=job.features, exclusive=job.exclusive,
-                    held_by_node=job.held_by_node)
-        if job.state == "PENDING" and (job.required_nodes or job.excluded_nodes or job.min_nodes > 1
-                                       or job.max_nodes > 0):
-            try:
-                spec = JobSpec(job.job_id, job.gpus, record.submit_time_s, None, skew=record.skew,
-                               partition=job.partition, user=job.user, preemptable=preemptable,
-                               account=job.account, job_name=job.name, time_limit_s=job.time_limit_s, **kind,
-                               required_nodes=() if pinned else job.required_nodes,
-                               excluded_nodes=job.excluded_nodes,
-                               min_nodes=job.min_nodes if job.min_nodes > 1 else None,
-                               max_nodes=job.max_nodes or None)
-            except InputError as err:
-                self._log_once(f"job {job.job_id}: its node constraints are left out of the plan: {err}")
-        if spec is None:
-            spec = JobSpec(job.job_id, job.gpus, record.submit_time_s, None, skew=record.skew,
-                           partition=job.partition, user=job.user, preemptable=preemptable,
-                           account=job.account, job_name=job.name, time_limit_s=job.time_limit_s, **kind)
-        specs[job.job_id] = (job, key, spec)
-        return spec
+    @property
+    def _specs(self) -> dict[str, tuple]:
+        return self.inputs.specs
 
     def _refresh_service(self, now: float) -> None:
         if not self.engine.policy.uses_service_distribution:
@@ -724,176 +563,6 @@ class Controller:
             samples, censored = self.store.service_samples_censored(self.config.cluster)
             self.service = ServiceDistribution(samples, censored=censored, learned=True) if samples else None
         self.service_loaded_at = now
-
-    def _snapshot(self, observed: dict[str, ObservedJob], observation: Observation, now: float, round_id: int,
-                  leaving: set[str], explain: bool = False) -> tuple[Snapshot, list[JobState], dict[str, str]]:
-        """The engine's input: active GPU jobs in submit order with their accounts, and
-        the capacity (available nodes' GPUs); and, apart, the pending jobs that wait on
-        Slurm (held, dependent, limited, ...: controller.service.round.startable) with
-        their Slurm reasons: they are not the engine's to start or preempt for.
-
-        A job being preempted (signalled, in its grace period) is left out and its GPUs
-        count as free: they are already promised to the job its preemption made room
-        for, which the plan then places there (a start Slurm makes once they are free).
-        Counting them as busy instead made the next round preempt a second victim for
-        the same waiting job. The simulator plans the same way.
-
-        Running jobs on unavailable (drained, down) nodes are left out: their GPUs are
-        busy capacity that no plan can hand out, not demand that could push another
-        running job out. Running jobs outside the preemption contract keep their GPUs
-        (JobSpec.preemptable=False)."""
-        jobs: list[JobState] = []
-        waiting: list[JobState] = []
-        reasons: dict[str, str] = {}
-        held_gpus = 0
-        released: list[tuple[tuple[str, int, int], ...]] = []  # the CPUs, memory of jobs being preempted
-        unavailable = {n.name for n in observation.nodes if not n.available}
-        free_by_node = {n.name: n.gpus_free for n in observation.nodes if n.available}
-        specs: dict[str, tuple] = {}  # this round's JobSpecs (see _job_spec)
-        # (the loop runs once per active job: its lookups are bound to locals)
-        records, why_not, pins, last_specs = self.records, self.contract.why_not, self.starts.pins, self._specs
-        startable_seen, updated = self._startable_seen, self._updated
-        unjudged = self.first_seen_unjudged
-        unjudged.clear()
-        # preemption: slurm: slurmctld's requeues count against preempt_max_per_job too
-        # (Slurm's restart count; Preemptions.protected)
-        counted = self.preemptions.strategy.counted_preemptions
-        arrival = self.submit_order.ids(observed, lambda job_id: records[job_id].submit_time_s,
-                                        lambda job_id: observed[job_id].state in ACTIVE_STATES)
-        index = -1
-        for job_id in arrival:
-            job = observed.get(job_id)
-            if job is None:
-                continue
-            state = job.state
-            running = state == "RUNNING"
-            if not running and state != "PENDING":
-                continue
-            index += 1
-            if running:
-                if job_id in leaving:
-                    for node, gpus in job.gpus_by_node:  # being preempted: its GPUs are the beneficiary's
-                        if node in free_by_node:
-                            free_by_node[node] += gpus
-                    if job.held_by_node:  # and so are its CPUs and memory
-                        released.append(job.held_by_node)
-                    continue
-                if unavailable and any(node in unavailable for node, _ in job.gpus_by_node):
-                    # Its GPUs on available nodes (if it spans some) are busy too.
-                    held_gpus += sum(gpus for node, gpus in job.gpus_by_node if node not in unavailable)
-                    continue
-                reason, preemptable = "", not why_not(job)
-            else:
-                reason, preemptable = slurm_wait(job), True
-                if reason == UNJUDGED and job_id in updated and job_id in startable_seen:
-                    reason = ""  # our own update's None: Slurm judged it startable before it
-                elif reason == UNJUDGED and job_id not in last_specs:
-                    unjudged.add(job_id)
-                elif reason:
-                    startable_seen.discard(job_id)
-                else:
-                    startable_seen.add(job_id)
-            record = records[job_id]
-            # the JobSpec of the last round while the same ObservedJob has the same account
-            # fields and pin (see _job_spec, which builds it otherwise)
-            key = (record.submit_time_s, record.skew, preemptable, job_id in pins)
-            kept = last_specs.get(job_id)
-            if kept is not None and kept[0] is job and kept[1] == key:
-                specs[job_id] = kept
-                spec = kept[2]
-            else:
-                spec = self._job_spec(job, record, key, specs)
-            if reason:
-                reasons[job_id] = reason
-            # by position, in _JOB_STATE_FIELDS order (a keyword call cost twice as much)
-            (waiting if reason else jobs).append(JobState(
-                spec, index, record.attained_gpu_s, record.queue_service_gpu_s, record.executed_s,
-                record.executed_since_promotion_s, record.waited_since_promotion_s, 0.0, record.first_start_s,
-                (job.start_time_s if job.start_time_s is not None else now) if running else None, running,
-                job.gpus_by_node if running else (),
-                counted(record.preemptions, job.restart_count), 0, None,
-                record.queue_level,
-                record.queue_entry))
-        self._specs = specs
-        nodes = _with_released(observation.nodes, released) if released else observation.nodes
-        capacity = sum(n.gpus_total for n in nodes if n.available) - held_gpus
-        return Snapshot(now_s=now, jobs=jobs, nodes=nodes, service=self.service, round_id=round_id,
-                        capacity_gpus=max(capacity, 0), explain=explain, free_by_node=free_by_node), waiting, reasons
-
-    # -- usage records --------------------------------------------------------------------------
-    def _collect_usage(self, now: float) -> None:
-        """Collect the epilog usage spool every usage_collect_s, when the directory exists.
-        A failure is logged once (until collection works again) and never ends the round."""
-        cfg = self.config
-        if now - self.usage_collected_at < cfg.usage_collect_s or not os.path.isdir(cfg.usage_spool_dir):
-            return
-        self.usage_collected_at = now
-        try:
-            added, duplicates, bad = collect_spool(cfg.usage_spool_dir, self.store)
-        except Exception as err:  # store down, permissions: collection only waits
-            if not self._usage_failing:
-                log.warning("usage spool %s not collected (retrying every %gs): %s: %s", cfg.usage_spool_dir,
-                            cfg.usage_collect_s, type(err).__name__, err)
-            self._usage_failing = True
-            return
-        if self._usage_failing:
-            log.warning("usage spool %s collected again", cfg.usage_spool_dir)
-            self._usage_failing = False
-        if added or bad:
-            log.info("usage spool: %d records stored, %d already stored, %d unreadable lines", added, duplicates,
-                     bad)
-        self._prune_usage()
-
-    def _prune_usage(self) -> None:
-        """Usage-record retention (usage_max_age_s), hourly; on the store's clock
-        (``added_s`` is the wall time the record was stored)."""
-        wall = time.time()
-        if not self.config.usage_max_age_s or wall - self._usage_pruned_at < PRUNE_EVERY_S:
-            return
-        self._usage_pruned_at = wall
-        try:
-            deleted = self.store.prune_usage_records(self.config.cluster, before_s=wall - self.config.usage_max_age_s)
-        except StoreError as err:  # retried in an hour
-            log.warning("usage records not pruned: %s", err)
-            return
-        if deleted:
-            log.info("usage records: %d older than %gs deleted", deleted, self.config.usage_max_age_s)
-
-
-# JobState's leading fields as _snapshot passes them, by position: checked here, so a
-# model that reorders them fails at import, not in a plan.
-_JOB_STATE_FIELDS = ("spec", "index", "attained_gpu_s", "queue_service_gpu_s", "executed_s",
-                     "executed_since_promotion_s", "waited_since_promotion_s", "progress_s", "first_start_s",
-                     "run_start_s", "running", "placement", "preemptions", "promotions", "finish_time_s",
-                     "queue_level", "queue_entry")
-if tuple(f.name for f in fields(JobState))[:len(_JOB_STATE_FIELDS)] != _JOB_STATE_FIELDS:
-    raise ImportError(f"controller.core.model.JobState's fields are no longer {_JOB_STATE_FIELDS}: "
-                      "update _snapshot's positional JobState call")
-
-
-def _inexpressible(snapshot: Snapshot, observed: dict[str, ObservedJob],
-                   amended: Optional[Mapping[str, ObservedJob]] = None) -> Census:
-    """The pending jobs of the plan whose request its model cannot express, with their
-    reason codes and texts (controller.service.ops.unmodelled.census); ``pending``: the
-    pending jobs the plan weighs (not those waiting on Slurm). ``amended``: jobs with
-    reasons the round added (a QOS it cannot judge)."""
-    amended = amended or {}
-    return census(((amended.get(job.job_id) or observed[job.job_id]) for job in snapshot.jobs if not job.running),
-                  snapshot.nodes)
-
-
-def _with_released(nodes, released) -> list:
-    """``nodes`` with the CPUs and memory of the jobs being preempted counted free: they
-    are promised to the job each preemption made room for, as their GPUs are."""
-    cpus: dict[str, int] = {}
-    mem: dict[str, int] = {}
-    for held in released:
-        for node, held_cpus, held_mb in held:
-            cpus[node] = cpus.get(node, 0) + held_cpus
-            mem[node] = mem.get(node, 0) + held_mb
-    return [replace(n, cpus_free=None if n.cpus_free is None else n.cpus_free + cpus.get(n.name, 0),
-                    mem_free_mb=None if n.mem_free_mb is None else n.mem_free_mb + mem.get(n.name, 0))
-            if n.name in cpus else n for n in nodes]
 
 
 def _one_line(err: Exception) -> str:
