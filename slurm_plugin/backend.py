@@ -35,7 +35,7 @@ from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Mapping, Optional, Sequence
 
 from controller.service.round.arrays import Withheld, plan_view
-from controller.service.acting.backend import BackendUnavailable, Observation, ObservedJob
+from controller.service.acting.backend import Backend, BackendUnavailable, Observation, ObservedJob
 from controller.service.ops.qos_limits import DEFAULT_QOS_COMMAND, QOS_LIMITS_COMMAND
 from controller.service.ops.unmodelled import unmodelled_fields
 from controller.core.model import ALL_MEMORY, Node
@@ -330,7 +330,7 @@ def _check_name(value: object, what: str) -> str:
     return value
 
 
-class SlurmBackend:
+class SlurmBackend(Backend):
     """controller.service.acting.backend.Backend over Slurm's CLI.
 
     ``partitions``: only jobs (and nodes) in these partitions are observed; None

@@ -37,6 +37,7 @@ from controller.core.levers.bands import RpcBudget, bands_in_budget, changed_ban
 from controller.core.levers.preemption import requeue_after_grace, signal_for
 from controller.core.levers.starts import pin_for_start, release_for_start, unpin_expired
 from controller.core.levers.table import LEVERS
+from controller.core.levers.target import LeverTarget
 from controller.core.model import InputError, JobSpec, JobState, Snapshot
 from controller.core.placement import set_aside
 from controller.core.policies import PolicyContext
@@ -81,7 +82,7 @@ class LeverReplay:
 MAX_LEVER_ROUNDS = 100_000  # a replay this long is a mistake (a tiny interval), not a study
 
 
-class SimSlurm:
+class SimSlurm(LeverTarget):
     """The simulated slurmctld an executor acts on: the lever methods of the service's
     backend port (controller.service.acting.backend), carried out on a SimCluster.
 

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional, TypeVar
 
 from controller.core.actions import LeverAction, SetBand
-from controller.core.levers.table import LEVERS, Lever
+from controller.core.levers.table import BAND_LEVER, LEVERS, Lever
 from controller.core.model import InputError
-from controller.service.acting.backend import Backend, BackendUnavailable
+from controller.service.acting.backend import BackendUnavailable, LeverRelay, LeverTarget
 from controller.service.ops.config import MODES
 from controller.service.state.decision_log import ShadowRepeats
 from controller.service.state.store import StoreError
@@ -65,7 +65,15 @@ def call_text(name: str, job_id: str, args: tuple) -> str:
     return f"{name}({job_id}{''.join(', ' + repr(a) for a in args)})"
 
 
-class ReadOnlyBackend:
+def lever_text(name: str, *args) -> str:
+    """A target's lever call as logs and the shadow memory show it: the batched band
+    call by its size, any other with its job id and arguments."""
+    if name == BAND_LEVER.name:
+        return f"{name}({len(args[0])} jobs)"
+    return call_text(name, args[0], args[1:])
+
+
+class ReadOnlyBackend(LeverRelay):
     """Takes every lever call and carries none out; with ``memory``, remembers them.
 
     Only the levers: observation and reads go to the real backend (the service's
@@ -74,40 +82,9 @@ class ReadOnlyBackend:
     def __init__(self, memory: Optional[ShadowMemory] = None):
         self.memory = memory
 
-    def _would(self, name: str, job_id: str, *args) -> None:
+    def lever(self, name: str, *args) -> None:
         if self.memory is not None:
-            self.memory.add(call_text(name, job_id, args))
-
-    def set_site_factors(self, factors: dict[str, int]) -> None:
-        if self.memory is not None:
-            self.memory.add(f"set_site_factors({len(factors)} jobs)")
-
-    def pin_nodes(self, job_id: str, nodes: list[str]) -> None:
-        self._would("pin_nodes", job_id, nodes)
-
-    def signal(self, job_id: str, signal_name: str, batch_only: bool) -> None:
-        self._would("signal", job_id, signal_name, batch_only)
-
-    def requeue(self, job_id: str) -> None:
-        self._would("requeue", job_id)
-
-    def release_begin_time(self, job_id: str) -> None:
-        self._would("release_begin_time", job_id)
-
-    def move_partition(self, job_id: str, partition: str) -> None:
-        self._would("move_partition", job_id, partition)
-
-    def set_admin_comment(self, job_id: str, text: str) -> None:
-        self._would("set_admin_comment", job_id, text)
-
-    def set_mps_share(self, job_id: str, shares: int) -> None:
-        self._would("set_mps_share", job_id, shares)
-
-    def hold(self, job_id: str) -> None:
-        self._would("hold", job_id)
-
-    def release_hold(self, job_id: str) -> None:
-        self._would("release_hold", job_id)
+            self.memory.add(lever_text(name, *args))
 
 
 class LeverExecutor:
@@ -115,7 +92,7 @@ class LeverExecutor:
     (LeaseLost) when this process must not act, e.g. a standby controller's lease
     ran out (controller.service.acting.lease)."""
 
-    def __init__(self, backend: Backend, mode: str, guard: Optional[Callable[[], None]] = None,
+    def __init__(self, backend: LeverTarget, mode: str, guard: Optional[Callable[[], None]] = None,
                  memory_size: int = SHADOW_MEMORY):
         if mode not in MODES:
             raise InputError(f"mode: {mode!r} is not one of {', '.join(MODES)}")
@@ -148,9 +125,9 @@ class LeverExecutor:
         """All of a round's SiteFactor changes in one backend call."""
         if not bands:
             return LeverResult(True, "")
-        factors = {band.job_id: band.site_factor for band in bands}
+        args = BAND_LEVER.args(bands)
         self._round.extend(bands)
-        return self._carry(f"set_site_factors({len(factors)} jobs)", lambda target: target.set_site_factors(factors),
+        return self._carry(lever_text(BAND_LEVER.name, *args), lambda target: BAND_LEVER.method(target)(*args),
                            "site factors")
 
     def _carry(self, text: str, call: Callable[[Any], None], what: str) -> LeverResult:

@@ -649,20 +649,17 @@ def run_checks(backend: Backend, site_factor_band: int, requeue_exit_code: int,
     when the backend reads them: ``partition_config``) and check them. Raises
     BackendUnavailable when slurmctld does not answer."""
     settings = parse_show_config(backend.slurm_config())
-    read_partitions = getattr(backend, "partition_config", None)
-    text = read_partitions() if callable(read_partitions) else None
+    text = backend.partition_config() if backend.offers("partition_config") else None
     partitions = parse_show_partitions(text) if isinstance(text, str) else None
-    read_nodes = getattr(backend, "partition_nodes", None)  # expanded node names (sinfo), when offered
-    nodes = read_nodes() if partitions and callable(read_nodes) else None
+    # expanded node names (sinfo), when offered
+    nodes = backend.partition_nodes() if partitions and backend.offers("partition_nodes") else None
     found = check(settings, site_factor_band, requeue_exit_code, partitions, preemption,
                   nodes if isinstance(nodes, dict) else None, partition_moves)
-    read_qos = getattr(backend, "qos_config", None)
-    if preemption == "slurm" and qos and callable(read_qos):
-        rows = parse_qos(read_qos())
+    if preemption == "slurm" and qos and backend.offers("qos_config"):
+        rows = parse_qos(backend.qos_config())
         found += qos_findings(rows, qos, settings.get("PreemptExemptTime", "")) + \
             installed_cli_filter_findings(settings, rows, qos)
-        read_limits = getattr(backend, "qos_limits", None)
-        answer = read_limits() if callable(read_limits) else None
+        answer = backend.qos_limits() if backend.offers("qos_limits") else None
         if isinstance(answer, tuple):  # (the QOS limits, the associations' default QOS)
             found += [Finding(*f) for f in qos_limit_findings(parse_qos_limits(answer[0]),
                                                               parse_default_qos(answer[1]), qos)]

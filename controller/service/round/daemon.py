@@ -148,10 +148,11 @@ class Controller:
                              by_index=self.engine.policy.bands_by_index)
         self.handoffs = Handoffs(config, store)
         self.contract = Contract(config, self.backend, self._log_once)
-        # the GPU limits of pending jobs' QOS; a backend whose class has not both reads
-        # (the simulator; a stand-in answering any name): none checked
-        self.qos_gate = QosGate(*(getattr(self.backend, name) if callable(getattr(type(self.backend), name, None))
-                                  else None for name in ("qos_limit_table", "partition_config")), self._log_once)
+        # the GPU limits of pending jobs' QOS; a backend that does not offer both reads: none checked
+        backend = self.backend
+        self.qos_gate = QosGate(backend.qos_limit_table if backend.offers("qos_limit_table") else None,
+                                backend.partition_config if backend.offers("partition_config") else None,
+                                self._log_once)
         self.preemptions = Preemptions(config, store, self.executor, self.accounts, self.contract, clock=self.clock)
         self.mover = PartitionMover(config, self.backend, store, self.executor, self.accounts, self._log_once)
         # the holds a previous run set (recorded by RecordingBackend) are still ours to release
@@ -178,7 +179,7 @@ class Controller:
         stop = stop or threading.Event()
         last_signature = None
         next_full = -math.inf
-        poll = getattr(self.backend, "poll", None)
+        poll = self.backend.poll if self.backend.offers("poll") else None
 
         def due(signature) -> bool:
             return signature != last_signature or started >= next_full or self._stale
@@ -279,7 +280,7 @@ class Controller:
 
     def _slurm_calls_since_mark(self) -> Optional[dict[str, int]]:
         """Commands the backend ran since the last mark (None: it does not count them)."""
-        counts = getattr(self.backend, "commands_run", None)
+        counts = self.backend.commands_run
         if not isinstance(counts, Mapping):
             return None
         since = {name: n - self._calls_mark.get(name, 0) for name, n in counts.items()}
@@ -299,8 +300,8 @@ class Controller:
         by the next full observation, within full_observe_s. A change between that
         poll and the full observation makes the next poll differ: one more full
         observation, never a change missed."""
-        repeat = getattr(self.backend, "repeat_observation", None)
-        poll_nodes = getattr(self.backend, "poll_nodes", None)
+        repeat = self.backend.repeat_observation if self.backend.offers("repeat_observation") else None
+        poll_nodes = self.backend.poll_nodes if self.backend.offers("poll_nodes") else None
         now = self.clock()
         reusing = self.config.full_observe_s > 0 and callable(repeat) and signature is not None
         nodes = self._from_backend(poll_nodes) if reusing and callable(poll_nodes) else None

@@ -52,8 +52,7 @@ class PartitionMover:
     def partition_nodes(self) -> Optional[dict[str, list[str]]]:
         """Partition name -> node names from the backend (``sinfo``), limited to the
         configured partitions; None when the backend offers no such map."""
-        reader = getattr(self.backend, "partition_nodes", None)
-        members = reader() if callable(reader) else None
+        members = self.backend.partition_nodes() if self.backend.offers("partition_nodes") else None
         if not isinstance(members, dict):
             self.log_once("the backend offers no partition map (partition_nodes): no partition moves")
             return None
