@@ -6,8 +6,6 @@ Each check prints what it found, so a drift names its places."""
 import ast
 from pathlib import Path
 
-import pytest
-
 from controller.core.levers.table import LEVERS
 from controller.service.acting.backend import Backend
 from controller.service.ops.config import MODES
@@ -17,8 +15,19 @@ PACKAGE = ROOT / "controller"
 EXECUTOR = PACKAGE / "service" / "acting" / "executor.py"
 # Choosing the mode from the config and validating the configured value is not deciding what a mode does.
 NOT_DECIDING = {PACKAGE / "service" / "ops" / "config.py"}
-# What asks the executor about its mode without naming it: the executor's answers only
+# Left for now, each with why. The store's default ``applied`` for a caller that passes none (the
+# round passes the executor's results; tests call it bare): it cannot ask the executor, which
+# imports the store (an import circle); it goes when the store is split (state/, the design's target).
+KNOWN = {"controller/service/state/store.py"}
+# The executor's own mode flags: read outside it, they decide by the mode
 MODE_ATTRIBUTES = {"acting", "logs_decisions"}
+
+
+def _is_mode_value(node: ast.AST) -> bool:
+    """A mode constant, or a run's mode (``config.mode``, ``executor.mode``)."""
+    if isinstance(node, ast.Attribute) and node.attr == "mode":
+        return any(name in ast.unparse(node.value) for name in ("config", "executor"))
+    return _is_mode_constant(node)
 
 
 def _trees(under: Path):
@@ -42,10 +51,10 @@ def mode_decisions() -> list[str]:
     """Places outside the executor that compare a run mode, or read the executor's mode flags."""
     found = []
     for path, tree in _trees(PACKAGE):
-        if path == EXECUTOR or path in NOT_DECIDING:
+        if path == EXECUTOR or path in NOT_DECIDING or str(path.relative_to(ROOT)) in KNOWN:
             continue
         for node in ast.walk(tree):
-            if isinstance(node, ast.Compare) and any(map(_is_mode_constant, [node.left, *node.comparators])):
+            if isinstance(node, ast.Compare) and any(map(_is_mode_value, [node.left, *node.comparators])):
                 found.append(_where(path, node))
             elif isinstance(node, ast.Attribute) and node.attr in MODE_ATTRIBUTES and isinstance(node.ctx, ast.Load):
                 found.append(_where(path, node))
@@ -113,7 +122,6 @@ def hand_written_lever_methods() -> list[str]:
     return found
 
 
-@pytest.mark.xfail(strict=True, reason="step 2: the mode sites move into the executor")
 def test_the_mode_is_decided_in_the_executor_only():
     found = mode_decisions()
     print(f"mode decided outside the executor: {len(found)}", *found, sep="\n  ")

@@ -61,6 +61,15 @@ class ShadowMemory:
         self.total += 1
 
 
+def acts(mode: str) -> bool:
+    """Whether a controller run in ``mode`` pulls levers on the cluster (enforce): what
+    the slurm.conf preflight guards (enforce refuses to start on a wrong setting) and
+    what restore undoes at a switch away from it. The one place a mode is compared
+    outside ``LeverExecutor``: the preflight and the commands that read the store's
+    last mode have no executor."""
+    return mode == "enforce"
+
+
 def call_text(name: str, job_id: str, args: tuple) -> str:
     return f"{name}({job_id}{''.join(', ' + repr(a) for a in args)})"
 
@@ -100,7 +109,7 @@ class LeverExecutor:
         self.mode = mode
         self.guard = guard
         self.memory = ShadowMemory(memory_size)
-        self.acting = mode == "enforce"
+        self.acting = acts(mode)
         self._read_only = None if self.acting else ReadOnlyBackend(self.memory if mode == "shadow" else None)
         self._repeats = ShadowRepeats()
         self._round: list[LeverAction] = []  # this round's actions, in the order applied (or not)
@@ -151,6 +160,28 @@ class LeverExecutor:
         pin's row, an open preemption) only in enforce; None otherwise."""
         return bookkeeping() if self.acting else None
 
+    @property
+    def needs_preflight(self) -> bool:
+        """Whether rounds wait for the slurm.conf preflight to pass (and stop at its
+        refusal): when levers reach the cluster; the others plan from what they see."""
+        return self.acting
+
+    def skips(self, action_type: type) -> bool:
+        """Whether actions of ``action_type`` are not even planned: an informational
+        lever (the LEVERS row says so: the AdminComment line) when no lever is pulled."""
+        return LEVERS[action_type].informational and not self.acting
+
+    def in_store(self) -> LeverResult:
+        """The result of an action the service carries out in its own store (a
+        promotion: the accounts are kept in every mode), as its decision reports it."""
+        return LeverResult(self.logs_decisions, "store", would=not self.logs_decisions)
+
+    def is_ours(self, logged: dict) -> bool:
+        """Whether a decision-log row is a lever of this run's kind: logged in this mode,
+        and pulled (enforce) or not pulled by design (shadow); a lever that failed
+        (refused) is none."""
+        return logged["mode"] == self.mode and (bool(logged["applied"]) or not self.acting)
+
     def would_text(self, what: str) -> str:
         """The detail of a decision whose levers were not pulled by design."""
         return f"{self.mode}: would {what}"
@@ -159,6 +190,12 @@ class LeverExecutor:
     def logs_decisions(self) -> bool:
         """False in observe: the controller only keeps accounts, and logs no decision."""
         return self.mode != "observe"
+
+    @property
+    def makes_decisions(self) -> bool:
+        """Whether decisions (preemptions, moves, bands) are made and told at all: not
+        where the controller only keeps accounts."""
+        return self.logs_decisions
 
     def decisions_to_log(self, entries: Iterable[dict]) -> list[dict]:
         """The round's decision-log entries to store: all in enforce, none in observe;

@@ -41,6 +41,7 @@ from typing import Callable, Optional
 from controller.core.levers.table import BY_NAME
 from controller.service.round.accounting import ACTIVE_STATES, TRANSIENT_STATES, numeric_id
 from controller.service.round.admin_comment import ours_in, site_part
+from controller.service.acting.executor import acts
 from controller.service.acting.backend import (
     Backend, BackendUnavailable, LeverRelay, LeverTarget, ObservedJob,
 )
@@ -313,7 +314,7 @@ def on_start(backend: Backend, store: Store, cluster: str, mode: str, now_s: flo
     restores again."""
     last = store.last_mode(cluster)
     report = None
-    if last == "enforce" and mode != "enforce":
+    if acts(last) and not acts(mode):
         log.warning("cluster %s ran in enforce last and now runs in %s: restoring the levers it set", cluster, mode)
         report = restore(backend, store, cluster)
         log_report(report)

@@ -64,6 +64,7 @@ from typing import Iterable, Optional
 
 from controller.core.model import Node
 from controller.service.acting.backend import Backend, BackendUnavailable, ObservedJob
+from controller.service.acting.executor import acts
 from controller.service.ops.qos_limits import parse_default_qos, parse_qos_limits, qos_limit_findings
 from controller.service.round.startable import slurm_wait
 from controller.service.ops.unmodelled import NOT_REORDERING_SHARE, REASONS, Census, census
@@ -686,7 +687,7 @@ def installed_cli_filter_findings(settings: dict[str, str], rows: dict[str, dict
 def report(mode: str, findings: list[Finding], log: logging.Logger) -> bool:
     """Log the findings: False (refuse) in enforce mode with a refusing finding, each
     logged as an error; warnings, and every finding in other modes, as warnings."""
-    refuse = mode == "enforce" and any(f.refuses for f in findings)
+    refuse = acts(mode) and any(f.refuses for f in findings)
     for finding in findings:
         (log.error if refuse and finding.refuses else log.warning)("preflight: %s", finding.report())
     if refuse:
@@ -708,7 +709,7 @@ def at_start(mode: str, backend: Backend, site_factor_band: int, requeue_exit_co
     except BackendUnavailable as err:
         log.warning("preflight: slurm.conf settings not checked yet, slurmctld did not answer: %s%s", err,
                     "; enforce acts on nothing until they are (retried before every round)"
-                    if mode == "enforce" else "; retried before every round")
+                    if acts(mode) else "; retried before every round")
         return None
     return report(mode, findings, log)
 
@@ -748,5 +749,5 @@ class Pending:
         if passed:
             self.log.warning("preflight: slurmctld answers: slurm.conf settings checked (%s)%s",
                              f"{len(findings)} finding(s)" if findings else "all right",
-                             ", enforce acts from now on" if self.mode == "enforce" else "")
+                             ", enforce acts from now on" if acts(self.mode) else "")
         return passed

@@ -133,7 +133,7 @@ class Controller:
         # said in the log at most every LOG_EVERY_S
         self.unmodelled = Census()
         self.unmodelled_log = CensusLog(log)
-        if config.preempt_undeclared and config.mode != "observe":
+        if config.preempt_undeclared and self.executor.makes_decisions:
             log.warning("preempt_undeclared is on: requeueable jobs that declared no checkpoint signal are "
                         "preempted too (requeued without a signal; they lose the work since their last checkpoint)")
 
@@ -263,7 +263,7 @@ class Controller:
         if pending is not None:
             outcome = pending.attempt()
             if outcome is None:  # slurmctld still does not answer
-                return self.config.mode != "enforce"
+                return not self.executor.needs_preflight
             self.preflight = None
             self.preflight_refused = not outcome
         return not self.preflight_refused
@@ -355,7 +355,7 @@ class Controller:
         mode with the preflight still pending (``preflight_passed``) it raises
         BackendUnavailable (not run: slurmctld has not answered it yet) or
         PreflightRefused, before anything is observed."""
-        if self.config.mode == "enforce" and (self.preflight is not None or self.preflight_refused) \
+        if self.executor.needs_preflight and (self.preflight is not None or self.preflight_refused) \
                 and not self.preflight_passed():
             if self.preflight_refused:
                 raise PreflightRefused("the slurm.conf preflight found a wrong setting: enforce refuses to act")
@@ -446,7 +446,8 @@ class Controller:
         report = RoundReport(round_id, now, plan)
         for action in plan.of_kind("promote"):  # the store's, in every mode: the accounts are kept even in observe
             self.accounts.promote(action.job_id)
-            report.applied.append(entry(action, applied=self.executor.logs_decisions, detail="store"))
+            kept = self.executor.in_store()
+            report.applied.append(entry(action, applied=kept.applied, detail=kept.detail))
         self.handoffs.check(observed, now, report, self.preemptions.grace_for, observation.nodes, self._spec_of)
         # (protected: the contract, and preempt_min_runtime_s / preempt_max_per_job with
         # slurmctld's own requeues counted, Preemptions.protected)
@@ -548,7 +549,7 @@ class Controller:
 
     def _write_admin_comments(self, plan: Plan, observed: dict[str, ObservedJob], now: float) -> None:
         """Information, not a decision: a read-only executor (observe, shadow) skips it."""
-        if self.config.admin_comment and self.executor.acting:
+        if self.config.admin_comment and not self.executor.skips(SetAdminComment):
             self.admin_comments.apply(plan, observed, lambda job_id: self.records[job_id].attained_gpu_s,
                                       self._queue_count(), lambda job: not self.preemptions.protected(job, now),
                                       self.executor, now)
@@ -636,9 +637,10 @@ class Controller:
     def _note_updates(self, levers, observed: dict[str, ObservedJob]) -> None:
         """Remember the pending jobs this round's bands and comments updated in Slurm (enforce only:
         elsewhere nothing reached Slurm); forget the jobs no longer pending."""
-        if self.executor.acting:  # a band or a comment: neither changes whether Slurm may start it
-            self._updated.update(action.job_id for action in levers if isinstance(action, (SetBand, SetAdminComment))
-                                 and getattr(observed.get(action.job_id), "state", "") == "PENDING")
+        # a band or a comment: neither changes whether Slurm may start it
+        self.executor.when_acting(lambda: self._updated.update(
+            action.job_id for action in levers if isinstance(action, (SetBand, SetAdminComment))
+            and getattr(observed.get(action.job_id), "state", "") == "PENDING"))
         pending = {job_id for job_id, job in observed.items() if job.state == "PENDING"}
         self._updated &= pending
         self._startable_seen &= pending

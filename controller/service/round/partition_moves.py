@@ -119,8 +119,7 @@ class PartitionMover:
         last = -math.inf
         for logged in self.store.decisions(self.config.cluster, job_id=job_id, limit=200):
             # a would-move counts in shadow only; a refused move counts nowhere
-            if logged["kind"] == "move" and logged["mode"] == self.executor.mode and \
-                    (logged["applied"] or not self.executor.acting):
+            if logged["kind"] == "move" and self.executor.is_ours(logged):
                 last = float(logged["now_s"])
                 break
         self.last_move_s[job_id] = last

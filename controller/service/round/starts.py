@@ -106,7 +106,8 @@ class Starts:
                 changed.setdefault(job_id, value)
         # within Slurm's RPC budget, most urgent first (controller.core.levers, as the simulator)
         # (observe and shadow send nothing: no RPC to budget, every band they would set is told)
-        allowance = self.rpc.allowance(now) if self.executor.acting else math.inf
+        allowance = self.executor.when_acting(lambda: self.rpc.allowance(now))
+        allowance = math.inf if allowance is None else allowance
         if len(changed) > allowance:  # (the sets only when the budget holds some back)
             running = {j for jobs in (observed, cpu_running) for j, job in jobs.items() if job.state == "RUNNING"}
             changed, self.bands_waiting = bands_in_budget(changed, current, {a.job_id for a in plan.of_kind("start")},
