@@ -186,7 +186,7 @@ def predict(jobs: list[dict], mechanism: str, settings: dict, release: str, laun
     from controller.core.model import JobSpec
     from controller.replay.results import summarize
     from controller.replay.simulator import SimConfig, Simulation
-    from controller.replay.slurm_preemption import SlurmQos
+    from controller.replay.slurmctld import SlurmQos
     from controller.service.ops.config import load
 
     with tempfile.TemporaryDirectory(prefix="tiresias-abp-predict-") as tmp:

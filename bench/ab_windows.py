@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.ab_slurm import predict, workload  # noqa: E402
+from controller.core.policies import STOCK_POLICIES  # noqa: E402
 from controller.replay.traces import load_trace  # noqa: E402
 
 
@@ -52,7 +53,7 @@ def main() -> int:
                              "counts as heavy-tailed in the summary")
     parser.add_argument("--references", action="store_true",
                         help="also cost-free dlas and clairvoyant srtf against the same stock (average JCT)")
-    parser.add_argument("--stock", choices=("fifo-skip", "fifo"), default="fifo-skip",
+    parser.add_argument("--stock", choices=STOCK_POLICIES, default="fifo-skip",
                         help="which stock model the ratios are against (fifo-skip: the kinder one)")
     args = parser.parse_args()
     settings = {"queues_gpu_s": [float(q) for q in args.queues.split(",")], "preempt_grace_s": 3.0,

@@ -15,6 +15,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from controller.replay import trace_rows as R  # noqa: E402
 from controller.replay import traces as T  # noqa: E402
 
 TRACES = Path(os.environ.get("TIRESIAS_TRACES", ROOT.parent / "shared" / "traces"))
@@ -67,14 +68,14 @@ def checks():
     for rel in ("itp/cluster05.csv", "muri-raw/trace3.csv", "tiresias-format/tiresias_60_job.csv",
                 "philly_pollux.csv"):
         path = TRACES / rel
-        table = T._Table(path)
-        fast = T._bulk_parse(table)
-        bulk = T._bulk_parse
+        table = R.Table(path)
+        fast = R.bulk_parse(table)
+        bulk = R.bulk_parse
         try:
-            T._bulk_parse = lambda _table: None  # force the row-by-row reader
-            slow = T._parse_rows(table)
+            R.bulk_parse = lambda _table: None  # force the row-by-row reader
+            slow = R.parse_rows(table)
         finally:
-            T._bulk_parse = bulk
+            R.bulk_parse = bulk
         yield f"{rel}: fast reader = row reader", fast is not None and fast == slow, ""
 
 

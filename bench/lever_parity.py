@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 from bench.scripted_slurm import ScriptedSlurm, VirtualTime  # noqa: E402
 from controller.core.levers.table import action_row
 from controller.core.model import JobSpec  # noqa: E402
-from controller.replay.cluster import SimConfig  # noqa: E402
+from controller.replay.run_config import SimConfig  # noqa: E402
 from controller.replay.lever_replay import LeverSettings, replay_levers  # noqa: E402
 from controller.service.ops.config import from_mapping  # noqa: E402
 from controller.service.round.daemon import Controller  # noqa: E402

@@ -29,6 +29,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from controller.replay.slurmctld import by_site_factor, pick_nodes, start_walk
 from slurm_plugin.backend import CommandResult
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -208,47 +209,49 @@ class ScriptedSlurm:
         return done
 
     def schedule(self) -> list[tuple[int, str]]:
-        """What slurmctld's multifactor priority and scheduler do: pending jobs not held
+        """What slurmctld's multifactor priority and scheduler do: the start rule of the
+        simulated slurmctld (controller.replay.slurmctld.start_walk): pending jobs not held
         (a requeued job waits on its BeginTime until released) by priority, here the
         SiteFactor, then age (the older first), then job id; each starts on the node with
         the fewest free GPUs it fits on (a job of N nodes: the N such nodes, listed by
         name), within its ReqNodeList if set; one that fits nowhere waits and the next
         is tried. Returns (job id, nodes) per start."""
         pending = [j for j, r in self.jobs.items() if r["job_state"] == "PENDING" and r["state_reason"] != "BeginTime"]
-        pending.sort(key=lambda j: (-self.site_factors.get(j, 0), self.first_submit.get(j, self.jobs[j]["submit_time"]), j))
         started = []
-        for job_id in pending:
-            # an array's pending record starts its tasks one by one, each as a record of its own
-            while self.jobs.get(job_id, {}).get("job_state") == "PENDING":
-                record = self.jobs[job_id]
-                if self._throttled(record):
-                    break
-                gpus, count = self._gpus(record), record["node_count"]
-                allowed = record["required_nodes"].split(",") if record["required_nodes"] else list(self.nodes)
-                partitions = record["partition"].split(",")
-                allowed = [n for n in allowed if self.node_partitions.get(n, "batch") in partitions]
-                fits = sorted((self.gpus_per_node - self.nodes[n], n) for n in allowed
-                              if n in self.nodes and self.nodes[n] + gpus <= self.gpus_per_node)
-                if len(fits) < count:
-                    break
-                task_id = job_id
-                if job_id in self.array_tasks and record.get("array_task_id") is None:
-                    task_id = self._split(job_id, self.array_tasks[job_id][0])
-                    record = self.jobs[task_id]
-                chosen = sorted(n for _, n in fits[:count])
-                for node in chosen:
-                    self.nodes[node] += gpus
-                running = self._running(task_id, chosen[0], gpus, self.now)
-                running.update(nodes=",".join(chosen), node_count=count,
-                               gres_detail=running["gres_detail"] * count)
-                running["job_resources"]["allocated_nodes"] = [{"nodename": node} for node in chosen]
-                for key in ("submit_time", "comment", "requeue", "user_name", "restart_cnt", "required_nodes",
-                            "partition", "max_nodes", "array_job_id", "array_task_id", "array_max_tasks"):
-                    running[key] = record[key]
-                self.jobs[task_id] = running
-                started.append((task_id, tuple(chosen)))
-                if task_id == job_id:
-                    break
+
+        def place(job_id: int, reserved: set[str]):
+            record = self.jobs[job_id]
+            if self._throttled(record):
+                return None
+            allowed = record["required_nodes"].split(",") if record["required_nodes"] else list(self.nodes)
+            partitions = record["partition"].split(",")
+            free = {n: self.gpus_per_node - self.nodes[n] for n in allowed
+                    if n in self.nodes and self.node_partitions.get(n, "batch") in partitions}
+            return pick_nodes(free, free, self._gpus(record), record["node_count"])
+
+        def start(job_id: int, chosen: tuple[str, ...]) -> None:
+            record = self.jobs[job_id]
+            gpus, count = self._gpus(record), record["node_count"]
+            task_id = job_id
+            if job_id in self.array_tasks and record.get("array_task_id") is None:
+                task_id = self._split(job_id, self.array_tasks[job_id][0])
+                record = self.jobs[task_id]
+            for node in chosen:
+                self.nodes[node] += gpus
+            running = self._running(task_id, chosen[0], gpus, self.now)
+            running.update(nodes=",".join(chosen), node_count=count,
+                           gres_detail=running["gres_detail"] * count)
+            running["job_resources"]["allocated_nodes"] = [{"nodename": node} for node in chosen]
+            for key in ("submit_time", "comment", "requeue", "user_name", "restart_cnt", "required_nodes",
+                        "partition", "max_nodes", "array_job_id", "array_task_id", "array_max_tasks"):
+                running[key] = record[key]
+            self.jobs[task_id] = running
+            started.append((task_id, chosen))
+
+        # an array's pending record starts its tasks one by one, each as a record of its own
+        start_walk(pending, by_site_factor(lambda j: self.site_factors.get(j, 0),
+                                           lambda j: self.first_submit.get(j, self.jobs[j]["submit_time"])),
+                   place, start, again=lambda j: self.jobs.get(j, {}).get("job_state") == "PENDING")
         if started:
             self._texts.clear()
         return started
@@ -287,7 +290,7 @@ class ScriptedSlurm:
     def start_one(self) -> int:
         """The pending job with the highest SiteFactor starts on a node with room."""
         pending = [j for j, r in self.jobs.items() if r["job_state"] == "PENDING"]
-        job_id = max(pending, key=lambda j: (self.site_factors.get(j, 0), -j))
+        job_id = min(pending, key=by_site_factor(lambda j: self.site_factors.get(j, 0), age=lambda j: j))
         gpus = int(self.jobs[job_id]["tres_per_node"].rsplit(":", 1)[1])
         node = next(n for n, used in self.nodes.items() if used + gpus <= self.gpus_per_node)
         self.nodes[node] += gpus

@@ -25,7 +25,8 @@ from typing import Callable
 import pytest
 
 from bench.slurm_harness import ControllerProcess, Instance, cluster_script, write_config
-from controller.service.state.store import Store, preemptions
+from controller.service.state.lever_rows import preemptions
+from controller.service.state.store import Store
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CLUSTER_SCRIPT = REPO_ROOT / "containers" / "slurm-cluster.sh"

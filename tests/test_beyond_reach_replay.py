@@ -15,7 +15,8 @@ from controller.core.engine import EngineConfig
 from controller.core.model import JobSpec
 from controller.core.queue_book import QueueBook
 from controller.replay import lever_replay, mlfq_replay, simulator
-from controller.replay.cluster import SimCluster, SimConfig
+from controller.replay.cluster import SimCluster
+from controller.replay.run_config import SimConfig
 from controller.replay.simulator import Simulation
 
 DLAS = EngineConfig(policy="dlas", thresholds_gpu_s=(1000.0,))

@@ -30,7 +30,9 @@ from pathlib import Path
 import pytest
 
 from bench.slurm_harness import ControllerProcess, Instance, write_config
-from controller.service.state.store import Store, preemptions, round_counters
+from controller.service.state.clusters import round_counters
+from controller.service.state.lever_rows import preemptions
+from controller.service.state.store import Store
 from tests.slurm_fixtures import ACTIVE, instance_fixture, wait_for
 
 pytestmark = pytest.mark.slurm

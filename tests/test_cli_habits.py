@@ -14,7 +14,7 @@ from controller.cli.main import SUBCOMMANDS, main, package_version
 from controller.cli.simulate import levers_cut_short
 from controller.core.engine import EngineConfig
 from controller.core.model import JobSpec
-from controller.replay.cluster import SimConfig
+from controller.replay.run_config import SimConfig
 from controller.replay.lever_replay import LeverSettings, replay_levers
 from controller.cli.reports import format_elapsed
 from tests.conftest import ROOT

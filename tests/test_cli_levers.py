@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from controller.core.engine import EngineConfig
-from controller.replay.cluster import SimConfig
+from controller.replay.run_config import SimConfig
 from controller.replay.lever_replay import LeverSettings, replay_levers
 from controller.replay.synthetic import generate
 

@@ -206,7 +206,7 @@ def test_a_failed_handoff_an_older_store_recorded_brakes_from_the_first_round(tm
     whose needs the first round takes (nothing changed before it was read)."""
     from sqlalchemy import update
 
-    from controller.service.state.store import handoffs as handoffs_table
+    from controller.service.state.lever_rows import handoffs as handoffs_table
 
     cluster = Cluster(tmp_path)
     cluster.run(20)  # job 1 in queue 2 by now

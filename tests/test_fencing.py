@@ -117,7 +117,7 @@ def test_a_leader_stopped_inside_a_transaction_keeps_the_standby_out_only_until_
     once it sat idle for the lease TTL; without that bound the standby stays out."""
     from sqlalchemy import create_engine
 
-    from controller.service.state.store import metadata
+    from controller.service.state.engine import metadata
     engine = create_engine(postgres_url)
     metadata.drop_all(engine)
     engine.dispose()

@@ -10,7 +10,7 @@ import pytest
 from bench.lever_parity import SETTINGS, SIZES, WITH_TWO_NODES, WORKLOAD, controlled, seeded, simulated
 from controller.core.model import JobSpec
 from controller.replay import lever_replay
-from controller.replay.cluster import SimConfig
+from controller.replay.run_config import SimConfig
 from controller.service.ops.config import from_mapping
 
 

@@ -544,7 +544,7 @@ def test_profile_skew_cli_stores_for_known_job(tmp_path, capsys):
 def test_the_controller_collects_and_prunes_old_usage_records(node, tmp_path):
     """A round collects the spool and deletes this cluster's records older than
     usage_max_age_s (never another cluster's)."""
-    from controller.service.state.store import usage_records
+    from controller.service.state.jobs import usage_records
     from tests.test_controller import ScriptedBackend, controller
 
     store = _store(tmp_path)

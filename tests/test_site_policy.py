@@ -11,8 +11,8 @@ import subprocess
 from pathlib import Path
 
 from controller.cli import install_files
-from controller.service.ops.preflight import cli_filter_policy_findings, installed_cli_filter_findings, parse_policy, \
-    parse_qos
+from controller.service.ops.preempt_qos import (cli_filter_policy_findings, installed_cli_filter_findings,
+                                                parse_policy, parse_qos)
 from tests.test_job_submit_lua import lua  # noqa: F401  (fixture)
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -5,7 +5,7 @@ import pytest
 
 from controller.core.engine import EngineConfig
 from controller.core.model import InputError
-from controller.replay.cluster import parse_node_kinds
+from controller.replay.run_config import parse_node_kinds
 from controller.replay.simulator import SimConfig, Simulation
 from controller.replay.traces import load_trace
 

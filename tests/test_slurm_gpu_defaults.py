@@ -17,7 +17,8 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import select
 
-from controller.service.state.store import Store, round_counters
+from controller.service.state.clusters import round_counters
+from controller.service.state.store import Store
 from tests.slurm_fixtures import attained, instance_fixture, iso, run, wait_for  # noqa: F401  (pytest fixtures)
 from tests.test_slurm_resources import applied_preemptions, control_preempts_one, preempts_nobody, running
 

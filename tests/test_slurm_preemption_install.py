@@ -23,7 +23,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from controller.service.ops.preflight import parse_policy, slurm_preemption_findings
+from controller.service.ops.preempt_qos import parse_policy
+from controller.service.ops.slurm_conf import slurm_preemption_findings
 from tests.slurm_fixtures import attained, isolated_instance, iso, output_of, run, slurm_cluster, wait_for  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -5,7 +5,7 @@ with the scripted backend; the real-Slurm facts are in tests/test_slurm_native_p
 from dataclasses import replace
 
 from controller.core.levers.bands import running_site_factors, site_factors
-from controller.service.ops.preflight import check, parse_show_config
+from controller.service.ops.slurm_conf import check, parse_show_config
 from tests.test_controller import ScriptedBackend, controller, store  # noqa: F401  (fixture)
 
 BAND = 100000
@@ -173,7 +173,7 @@ twithin|within|00:00:00||
 
 
 def qos_found(name, cluster_exempt="00:01:00"):
-    from controller.service.ops.preflight import parse_qos, qos_findings
+    from controller.service.ops.preempt_qos import parse_qos, qos_findings
 
     return {f.setting: f for f in qos_findings(parse_qos(QOS_ROWS), name, cluster_exempt)}
 
@@ -221,8 +221,8 @@ def test_the_simulator_charges_slurms_requeue_lag_and_no_controller_caps_under_s
 
 
 def test_preflight_reads_the_qos_grace_and_checks_cli_filters_policy_against_it(tmp_path):
-    from controller.service.ops.preflight import (cli_filter_path, cli_filter_policy_findings,
-                                              installed_cli_filter_findings, parse_qos, qos_grace_s)
+    from controller.service.ops.preempt_qos import (cli_filter_path, cli_filter_policy_findings,
+                                                    installed_cli_filter_findings, parse_qos, qos_grace_s)
 
     rows = parse_qos("a|requeue,within|00:01:30||\nb|requeue,within|1-00:00:05||\nc|requeue|||\nd|requeue|soon||\n")
     assert [qos_grace_s(rows, q) for q in "abcde"] == [90.0, 86405.0, 0.0, None, None]

@@ -8,7 +8,7 @@ import pytest
 from controller.core.engine import EngineConfig
 from controller.core.model import InputError, JobSpec, JobState
 from controller.replay.simulator import SimConfig, Simulation
-from controller.replay.slurm_preemption import SlurmQos, choose_victims, may_preempt, slurm_fit
+from controller.replay.slurmctld import SlurmQos, choose_victims, may_preempt, slurm_fit
 
 LONG = 1000.0
 GRACE_S = 5.0

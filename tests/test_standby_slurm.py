@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from bench.slurm_harness import ControllerProcess, Instance, write_config
-from controller.service.state.store import Store, preemptions
+from controller.service.state.lever_rows import preemptions
+from controller.service.state.store import Store
 from tests.pg_server import postgres_url  # noqa: F401  (fixture)
 from tests.slurm_fixtures import ACTIVE, instance_fixture, wait_for
 

@@ -10,7 +10,8 @@ from sqlalchemy import create_engine, text
 
 from controller.core.model import InputError
 from controller.core.plan import Preempt, Promote, Start
-from controller.service.state.store import SCHEMA_VERSION, JobRecord, PendingPreemption, Store, StoreBusy, StoreError, metadata
+from controller.service.state.engine import metadata
+from controller.service.state.store import SCHEMA_VERSION, JobRecord, PendingPreemption, Store, StoreBusy, StoreError
 from tests.pg_server import postgres_url  # noqa: F401
 
 
@@ -281,7 +282,7 @@ def test_postgres_unavailable_fails_under_ci_and_skips_otherwise(monkeypatch):
 def test_usage_records_per_cluster_and_pruned(tmp_path):
     """Usage records are found by cluster (the record_id's first part, a name with
     LIKE's wildcards in it too) and retention deletes only the old ones of that cluster."""
-    from controller.service.state.store import Store, usage_records
+    from controller.service.state.jobs import usage_records
     store = Store(f"sqlite:///{tmp_path}/u.db")
     for record_id in ("tc/1/gpu1/0", "tc/2/gpu1/0", "t_/3/gpu1/0", "other/1/gpu1/0"):
         store.add_usage_record(record_id, {"record_id": record_id})
@@ -300,7 +301,7 @@ def test_a_schema_another_process_created_between_our_look_and_our_create_is_use
     """Two processes opening a new database at once (the controller and a test or a
     command): both find no schema, one creates it, the other's create then fails with
     "already exists". The second takes the schema the first made."""
-    import controller.service.state.store as store_module
+    import controller.service.state.engine as engine_module
     from sqlalchemy import MetaData
 
     url = f"sqlite:///{tmp_path}/race.db"
@@ -314,10 +315,10 @@ def test_a_schema_another_process_created_between_our_look_and_our_create_is_use
 
     monkeypatch.setattr(Store, "_stored_version", no_schema_at_the_first_look)
     # its create as it runs after a look that found nothing: no second check
-    monkeypatch.setattr(store_module.metadata, "create_all",
-                        lambda conn: MetaData.create_all(store_module.metadata, conn, checkfirst=False))
+    monkeypatch.setattr(engine_module.metadata, "create_all",
+                        lambda conn: MetaData.create_all(engine_module.metadata, conn, checkfirst=False))
     with Store(url) as store:
-        assert store.found_version is None and store._stored_version() == store_module.SCHEMA_VERSION
+        assert store.found_version is None and store._stored_version() == SCHEMA_VERSION
 
 
 def test_an_opener_that_lost_the_create_race_waits_for_the_version_row(tmp_path, monkeypatch):
@@ -325,7 +326,7 @@ def test_an_opener_that_lost_the_create_race_waits_for_the_version_row(tmp_path,
     CREATE TABLE on its own): the opener whose create lost the race waits for the row
     instead of comparing None with a version (a TypeError in a command started beside
     a controller's first start)."""
-    import controller.service.state.store as store_module
+    import controller.service.state.engine as engine_module
     from sqlalchemy import MetaData
 
     url = f"sqlite:///{tmp_path}/race.db"
@@ -338,20 +339,20 @@ def test_an_opener_that_lost_the_create_race_waits_for_the_version_row(tmp_path,
         return None if len(looks) < 4 else real_version(self)
 
     monkeypatch.setattr(Store, "_stored_version", row_visible_from_the_fourth_look)
-    monkeypatch.setattr(store_module.metadata, "create_all",
-                        lambda conn: MetaData.create_all(store_module.metadata, conn, checkfirst=False))
+    monkeypatch.setattr(engine_module.metadata, "create_all",
+                        lambda conn: MetaData.create_all(engine_module.metadata, conn, checkfirst=False))
     with Store(url) as store:
-        assert store.schema_version == store_module.SCHEMA_VERSION and len(looks) >= 4
+        assert store.schema_version == SCHEMA_VERSION and len(looks) >= 4
 
 
 def test_an_opener_whose_racing_creator_never_writes_a_version_gets_one_line(tmp_path, monkeypatch):
-    import controller.service.state.store as store_module
+    import controller.service.state.engine as engine_module
     from sqlalchemy import MetaData
 
     url = f"sqlite:///{tmp_path}/race.db"
     Store(url).close()
     monkeypatch.setattr(Store, "_stored_version", lambda self: None)
-    monkeypatch.setattr(store_module.metadata, "create_all",
-                        lambda conn: MetaData.create_all(store_module.metadata, conn, checkfirst=False))
+    monkeypatch.setattr(engine_module.metadata, "create_all",
+                        lambda conn: MetaData.create_all(engine_module.metadata, conn, checkfirst=False))
     with pytest.raises(StoreError, match="wrote no schema_version within 0.2 s"):
         Store(url, busy_timeout_s=0.2)

@@ -108,7 +108,7 @@ def test_store_file_is_the_service_users_alone(tmp_path):
 def test_postgresql_read_only_and_an_older_schema(postgres_url):  # noqa: F811
     from sqlalchemy import create_engine, text
 
-    from controller.service.state.store import metadata
+    from controller.service.state.engine import metadata
 
     engine = create_engine(postgres_url)
     metadata.drop_all(engine)

@@ -256,23 +256,23 @@ def test_header_case_and_bom(tmp_path):
 
 
 def _fast_equals_slow(path):
-    from controller.replay import traces as T
+    from controller.replay import trace_rows as T
 
-    table = T._Table(path)
-    fast = T._bulk_parse(table)
+    table = T.Table(path)
+    fast = T.bulk_parse(table)
     assert fast is not None
-    orig = T._bulk_parse
+    orig = T.bulk_parse
     try:
-        T._bulk_parse = lambda _t: None
-        slow = T._parse_rows(table)
+        T.bulk_parse = lambda _t: None
+        slow = T.parse_rows(table)
     finally:
-        T._bulk_parse = orig
+        T.bulk_parse = orig
     assert fast == slow
 
 
 from hypothesis import given, settings, strategies as st  # noqa: E402
 
-_text = st.text(alphabet=st.characters(blacklist_categories=("Cs", "Cc", "Zs", "Zl", "Zp")), max_size=8)
+text_field = st.text(alphabet=st.characters(blacklist_categories=("Cs", "Cc", "Zs", "Zl", "Zp")), max_size=8)
 
 
 @settings(max_examples=60, deadline=None)
@@ -281,7 +281,7 @@ _text = st.text(alphabet=st.characters(blacklist_categories=("Cs", "Cc", "Zs", "
     st.floats(0, 1e7, allow_nan=False),
     st.one_of(st.none(), st.floats(0, 1e7, allow_nan=False)),
     st.floats(0, 1, allow_nan=False),
-    st.integers(0, 5), _text, _text, _text,
+    st.integers(0, 5), text_field, text_field, text_field,
 ), min_size=1, max_size=20))
 def test_round_trip_property(rows):
     import tempfile

@@ -9,7 +9,8 @@ import pytest
 from controller.core.engine import EngineConfig
 from controller.core.model import JobSpec, JobState
 from controller.core.plan import Plan, Preempt, Start
-from controller.replay.cluster import RunState, SimCluster, SimConfig
+from controller.replay.cluster import RunState, SimCluster
+from controller.replay.run_config import SimConfig
 from controller.replay.lever_replay import LeverSettings, replay_levers
 from controller.replay.results import handoff_line, summarize
 from controller.replay.simulator import Simulation

@@ -22,7 +22,9 @@ import sys
 from controller.cli import argtypes
 from controller.cli import queue as cmd_queue
 from controller.core.model import InputError
-from controller.cli.reports import format_timestamp, free_gpus
+from controller.core.policies import MLFQ_POLICIES
+from controller.cli.queue_table import free_gpus
+from controller.cli.reports import format_timestamp
 from controller.service.state.secrets import redact_url
 
 JOB_ID_RE = re.compile(r"[0-9]{1,19}(?:_[0-9]{1,9})?", re.ASCII)
@@ -177,7 +179,7 @@ def explain_lines(job_id, observed, record, plan, observation, config, decisions
     if level is None and record is not None:
         level = record.level
     head = f"job {job_id} ({user}, {partition}, {gpus} GPUs): {state}"
-    if level is not None and config.policy in ("dlas", "dgittins"):
+    if level is not None and config.policy in MLFQ_POLICIES:
         head += f" in queue {level + 1} of {levels}"
     lines.append(head + f"  [policy {config.policy}, mode {config.mode}]")
 
@@ -246,7 +248,7 @@ def _planned_lines(job_id, observed, record, plan, observation, config) -> list[
     if source is not None:
         lines.append(f"  index: {plan.keys.get(job_id, 0.0):.3g} (Gittins, from the distribution of key {source[0]}:"
                      f" {source[1]} samples)")
-    # the count 'tiresias queue' prints too (reports.free_gpus), so the two never disagree
+    # the count 'tiresias queue' prints too (queue_table.free_gpus), so the two never disagree
     lines.append(f"  GPUs: needs {observed.gpus}, {free_gpus(observation, plan).text()}")
     skew = record.skew if record is not None else 0.0
     reason = plan.wait_reasons.get(job_id, "")
@@ -264,7 +266,7 @@ def _service_lines(record, thresholds, gpus, policy) -> list[str]:
     queue_service = record.queue_service_gpu_s
     text = (f"  service: attained {_gpu_s(record.attained_gpu_s)} over {_seconds(record.executed_s)} of running"
             f" (queue service {_gpu_s(queue_service)})")
-    if policy in ("dlas", "dgittins"):
+    if policy in MLFQ_POLICIES:
         index = bisect.bisect_right(thresholds, queue_service)
         if index >= len(thresholds):
             text += f"; in the last queue (thresholds {', '.join(f'{t:g}' for t in thresholds)} GPU-s)"

@@ -1,4 +1,4 @@
-"""Check the slurm.conf settings the controller depends on (controller.service.ops.preflight).
+"""Check the slurm.conf settings the controller depends on (controller.service.ops.slurm_conf).
 
 Reads the running slurmctld's settings (`scontrol show config` and `scontrol show
 partition -o`), or saved copies of that output with --from-file (and
@@ -50,9 +50,9 @@ def _read_file(path: str, flag: str) -> str:
 
 def run(args) -> int:
     from controller.service.acting.backend import BackendUnavailable
-    from controller.service.ops.preflight import (Finding, check, installed_cli_filter_findings, parse_qos,
-                                              parse_show_config, parse_show_partitions, qos_findings, queue_census,
-                                              queue_findings)
+    from controller.service.ops.preempt_qos import installed_cli_filter_findings, parse_qos, qos_findings
+    from controller.service.ops.queue_census import queue_census, queue_findings
+    from controller.service.ops.slurm_conf import Finding, check, parse_show_config, parse_show_partitions
     from controller.service.ops.qos_limits import parse_default_qos, parse_qos_limits, qos_limit_findings
 
     config = load(args.config, {})

@@ -32,7 +32,7 @@ from controller.service.acting.backend import BackendUnavailable
 from controller.service.ops.config import DEFAULT_PATH, Config, load
 from controller.core.inputs import shorten
 from controller.core.model import InputError
-from controller.cli import reports
+from controller.cli import queue_table
 from controller.cli.reports import emit, job_sort_key
 from controller.service.state.secrets import redact_url
 
@@ -73,9 +73,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-t", "--states", metavar="STATE[,STATE]", help="only these states (PENDING or PD, RUNNING or R)")
     out = p.add_argument_group("output, as squeue's")
     out.add_argument("-o", "--format", metavar="COLUMNS",
-                     help="columns: names separated by commas (" + ",".join(reports.QUEUE_COLUMNS_BY_NAME)
+                     help="columns: names separated by commas (" + ",".join(queue_table.QUEUE_COLUMNS_BY_NAME)
                           + ") or squeue's %%i %%u %%P %%b %%t %%T %%Q %%r (default "
-                          + reports.QUEUE_DEFAULT_FORMAT + ")")
+                          + queue_table.QUEUE_DEFAULT_FORMAT + ")")
     out.add_argument("-l", "--long", action="store_true", help="full state names (PENDING) instead of codes (PD)")
     out.add_argument("-h", "--noheader", action="store_true", help="no header line (and no GPU count line)")
     # long form only: squeue's -p is --partition
@@ -192,8 +192,8 @@ def _listed(text: Optional[str]) -> set[str]:
 def run(args) -> int:
     from controller.service.acting.backend import BackendUnavailable
 
-    columns = reports.parse_queue_format(args.format or (reports.QUEUE_LONG_FORMAT if args.long
-                                                          else reports.QUEUE_DEFAULT_FORMAT))
+    columns = queue_table.parse_queue_format(args.format or (queue_table.QUEUE_LONG_FORMAT if args.long
+                                                              else queue_table.QUEUE_DEFAULT_FORMAT))
     states = {s.strip().upper() for s in (args.states or "").split(",") if s.strip()}
     states = {{"PD": "PENDING", "R": "RUNNING"}.get(s, s) for s in states}
     unknown = sorted(states - {"PENDING", "RUNNING"})
@@ -214,7 +214,7 @@ def run(args) -> int:
     if view.store_note:
         print(f"tiresias queue: note: {view.store_note}", file=sys.stderr)
     config = view.controller.config
-    free = reports.free_gpus(view.observation, view.plan)
+    free = queue_table.free_gpus(view.observation, view.plan)
     if args.json:
         print(json.dumps({"cluster": config.cluster, "policy": config.policy, "mode": config.mode,
                           "observed_at_s": view.observation.observed_at_s,
@@ -226,7 +226,7 @@ def run(args) -> int:
         if not machine_read:  # a script reading -h or -p output gets nothing, as from squeue
             print(f"no pending or running GPU jobs (policy {config.policy}, cluster {config.cluster})")
         return 0
-    emit(reports.format_queue(columns, rows, header=not args.noheader, parsable=args.parsable))
+    emit(queue_table.format_queue(columns, rows, header=not args.noheader, parsable=args.parsable))
     if not machine_read:
         emit(f"GPUs: {free.text()}")
     return 0

@@ -20,9 +20,9 @@ from controller.partitions.priority_file import read_expression_text
 from controller.replay.traces import load_service_distribution
 from controller.core.model import InputError
 from controller.replay.results import bin_table, comparison_table, handoff_line, summarize, write_outputs
-from controller.replay.cluster import parse_node_kinds
+from controller.replay.run_config import parse_node_kinds
 from controller.replay.simulator import SimConfig, Simulation
-from controller.replay.slurm_preemption import SlurmQos
+from controller.replay.slurmctld import SlurmQos
 
 DEFAULT_POLICIES = "fifo,dlas,dgittins,srsf"
 DEFAULT_SYNTHETIC_JOBS = 600

@@ -22,8 +22,9 @@ import time
 
 from controller.cli import argtypes
 from controller.core.model import InputError
+from controller.core.policies import MLFQ_POLICIES
 from controller.replay.results import format_duration, format_table
-from controller.replay.cluster import parse_node_kinds
+from controller.replay.run_config import parse_node_kinds
 from controller.replay.tuner import OBJECTIVES, ROUND_SIZE, format_number, tune, yaml_block
 
 YAML_MARKER = "# ready to paste into /etc/tiresias/tiresias.yaml:"
@@ -34,7 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nodes", type=argtypes.nodes, default=None,
                    help="node count (required unless --node-kinds gives it)")
     p.add_argument("--gpus-per-node", type=argtypes.gpus_per_node, required=True)
-    p.add_argument("--policy", choices=("dlas", "dgittins"), default="dlas", help="policy to tune (default dlas)")
+    p.add_argument("--policy", choices=MLFQ_POLICIES, default="dlas", help="policy to tune (default dlas)")
     p.add_argument("--evaluations", type=argtypes.int_in(1, 100_000), default=32,
                    help="replays to run, the default setting included (default 32)")
     p.add_argument("--budget-s", type=argtypes.seconds, default=60.0,

@@ -7,9 +7,9 @@ into lever actions by the same producers (controller.core.levers.bands for the S
 bands, controller.core.levers for pins, their expiry, the BeginTime release, the
 checkpoint signal and the requeue after the grace period), in the controller's
 order, and applied through the same typed table (controller.core.levers.table.LEVERS) to
-``SimSlurm``, a simulated slurmctld. Then, as slurmctld's multifactor priority and
-scheduler would, ``SimSlurm.schedule`` starts the pending jobs in SiteFactor order
-(ties: the older job first), each where it fits, a pinned job only on its pin, a
+``SimSlurm``, the simulated slurmctld (controller.replay.slurmctld). Then, as
+slurmctld's multifactor priority and scheduler would, ``SimSlurm.schedule`` starts the
+pending jobs in SiteFactor order (ties: the older job first), each where it fits, a pinned job only on its pin, a
 requeued job only once released. So the bands are the simulator's start order, and
 a wrong band changes what starts.
 
@@ -37,12 +37,13 @@ from controller.core.levers.bands import RpcBudget, bands_in_budget, changed_ban
 from controller.core.levers.preemption import requeue_after_grace, signal_for
 from controller.core.levers.starts import pin_for_start, release_for_start, unpin_expired
 from controller.core.levers.table import LEVERS
-from controller.core.levers.target import LeverTarget
 from controller.core.model import InputError, JobSpec, JobState, Snapshot
 from controller.core.placement import set_aside
 from controller.core.policies import PolicyContext
 from controller.core.round_writer import list_after
-from controller.replay.cluster import EPS, RunState, SimCluster, SimConfig, plannable_free
+from controller.replay.cluster import plannable_free, RunState, SimCluster
+from controller.replay.run_config import EPS, SimConfig
+from controller.replay.slurmctld import SimSlurm
 from controller.core.ids import decision_id
 
 
@@ -80,133 +81,6 @@ class LeverReplay:
 
 
 MAX_LEVER_ROUNDS = 100_000  # a replay this long is a mistake (a tiny interval), not a study
-
-
-class SimSlurm(LeverTarget):
-    """The simulated slurmctld an executor acts on: the lever methods of the service's
-    backend port (controller.service.acting.backend), carried out on a SimCluster.
-
-    ``site_factor``, ``pins`` (ReqNodeList), ``held`` (requeued, BeginTime not yet
-    released), ``partition``, ``mps_share``, ``admin_comment``: what the levers set;
-    ``leaving``: signalled jobs (signalled at, when their work ends if not requeued first)."""
-
-    def __init__(self, cluster: SimCluster, jobs: Iterable[JobState]):
-        self.cluster = cluster
-        self.by_id = {job.job_id: job for job in jobs}
-        self.now = 0.0
-        self.pending: dict[str, JobState] = {}  # submitted, not running, not leaving
-        self.site_factor: dict[str, int] = {}
-        self.pins: dict[str, tuple[str, ...]] = {}
-        self.held: set[str] = set()
-        self.admin_held: set[str] = set()  # hold(): kept pending until release_hold()
-        self.partition: dict[str, str] = {}
-        self.mps_share: dict[str, int] = {}
-        self.admin_comment: dict[str, str] = {}
-        self.leaving: dict[str, tuple[float, float]] = {}
-        self.ended: list[JobState] = []  # ended at a requeue, not yet told to the loop
-
-    def _pending_job(self, job_id: str) -> JobState:
-        if job_id not in self.pending:
-            raise RuntimeError(f"job {job_id} is not PENDING")
-        return self.pending[job_id]
-
-    # -- the levers (the backend port's names and arguments) ------------------------
-    def set_site_factors(self, factors: dict[str, int]) -> None:
-        self.site_factor.update(factors)
-
-    def pin_nodes(self, job_id: str, nodes: list[str]) -> None:
-        self._pending_job(job_id)
-        if nodes:
-            self.pins[job_id] = tuple(nodes)
-        else:
-            self.pins.pop(job_id, None)
-
-    def release_begin_time(self, job_id: str) -> None:
-        self._pending_job(job_id)
-        self.held.discard(job_id)
-
-    def move_partition(self, job_id: str, partition: str) -> None:
-        self._pending_job(job_id)
-        self.partition[job_id] = partition
-
-    def set_mps_share(self, job_id: str, shares: int) -> None:
-        self._pending_job(job_id)
-        self.mps_share[job_id] = shares
-
-    def set_admin_comment(self, job_id: str, text: str) -> None:
-        self.admin_comment[job_id] = text
-
-    def hold(self, job_id: str) -> None:
-        self._pending_job(job_id)
-        self.admin_held.add(job_id)
-
-    def release_hold(self, job_id: str) -> None:
-        self.admin_held.discard(job_id)
-
-    def signal(self, job_id: str, signal_name: str, batch_only: bool) -> None:
-        job = self.by_id[job_id]
-        if not job.running:
-            raise RuntimeError(f"job {job_id} is not RUNNING; nothing sent")
-        # It runs on through the grace period: work that ends before the requeue ends
-        # the job (finish_leaving), whether or not it keeps the work done after the
-        # signal for a restart (SimConfig.grace_work_kept: not here).
-        self.cluster.sync(job, self.now)
-        done_s = self.cluster.completion_time(job)
-        self.cluster.signal_now(job, self.now)
-        self.leaving[job_id] = (self.now, done_s)
-
-    def finish_leaving(self) -> list[JobState]:
-        """Signalled jobs whose work ended by now, before their requeue: they end (and
-        any a requeue found ended)."""
-        ended, self.ended = self.ended, []
-        for job_id, (signalled_s, done_s) in list(self.leaving.items()):
-            if done_s <= self.now + EPS:
-                del self.leaving[job_id]
-                self.cluster.release(self.by_id[job_id], signalled_s, done_s, self.now)
-                ended.append(self.by_id[job_id])
-        return ended
-
-    def requeue(self, job_id: str) -> None:
-        """Back to PENDING, held (BeginTime) until released; its GPUs are free now and
-        its work since the signal's checkpoint is lost (SimCluster.release)."""
-        if job_id not in self.leaving:
-            raise RuntimeError(f"job {job_id} is not RUNNING")
-        signalled_s, done_s = self.leaving.pop(job_id)
-        job = self.by_id[job_id]
-        self.cluster.release(job, signalled_s, done_s, self.now)
-        self.cluster.settling.clear()  # slurmctld's requeue delay is the BeginTime hold below
-        if job.finish_time_s is None:
-            self.pending[job_id] = job
-            self.held.add(job_id)
-        else:
-            self.ended.append(job)
-
-    # -- slurmctld's scheduler --------------------------------------------------------
-    def schedule(self) -> list[tuple[str, tuple[str, ...]]]:
-        """Start the pending jobs by priority (SiteFactor, then the older job), each on
-        the node with the fewest free GPUs it fits on (its pin's nodes only, if pinned;
-        a job larger than a node: that many whole nodes, ``--gres=gpu:G -N N``, the N
-        fullest that fit, listed by name); a job that fits nowhere waits and the next
-        one is tried; only on the nodes of its partitions, GPU type, reservation)."""
-        free = self.cluster.free_by_node
-        eligible = self.cluster.eligible
-        per_node = self.cluster.cfg.gpus_per_node
-        order = sorted((job for job_id, job in self.pending.items()
-                        if job_id not in self.held and job_id not in self.admin_held),
-                       key=lambda job: (-self.site_factor.get(job.job_id, 0), job.spec.submit_time_s, job.index))
-        started = []
-        for job in order:
-            gpus = min(job.num_gpus, per_node)
-            count = job.num_gpus // gpus
-            allowed = self.pins.get(job.job_id) or (eligible is not None and eligible.allowed(job.spec)) or free
-            fits = sorted((free[node], node) for node in allowed if free.get(node, 0) >= gpus)
-            if len(fits) < count:
-                continue
-            nodes = tuple(sorted(node for _, node in fits[:count]))
-            self.cluster.start(job, tuple((node, gpus) for node in nodes), self.now)
-            del self.pending[job.job_id]
-            started.append((job.job_id, nodes))
-        return started
 
 
 class LeverRound:

@@ -61,7 +61,8 @@ from controller.core.protection import run_time_over_s, why_protected
 from controller.core.queue_book import QueueBook
 from controller.core.queues import ENTERED, SETTLED_WAITING
 from controller.core.policies.base import STARVATION_TOLERANCE_S
-from controller.replay.cluster import EPS, learner_for, RunState, SimCluster, SimConfig, SimResult, WATCH_EVERY
+from controller.replay.cluster import learner_for, RunState, SimCluster
+from controller.replay.run_config import EPS, SimConfig, SimResult, WATCH_EVERY
 
 
 class _Places:

@@ -26,10 +26,11 @@ from controller.core.policies.base import PolicyContext
 from controller.core.plan_stands import threshold_above
 from controller.core.protection import run_time_over_s
 from controller.replay.slurm_order import SlurmOrder
-from controller.replay.slurm_preemption import SlurmPreempts, SlurmQos
+from controller.replay.slurm_preemption import SlurmPreempts
+from controller.replay.slurmctld import SlurmQos
 from controller.replay import mlfq_replay
-from controller.replay.cluster import (EPS, JobOutcome, learner_for, ReplayCut, RunState, SimCluster,  # noqa: F401
-                                       SimConfig, SimResult, WATCH_EVERY)
+from controller.replay.cluster import learner_for, RunState, SimCluster  # noqa: F401
+from controller.replay.run_config import EPS, JobOutcome, ReplayCut, SimConfig, SimResult, WATCH_EVERY  # noqa: F401
 
 
 class Simulation:

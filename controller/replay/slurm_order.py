@@ -4,11 +4,10 @@ order, backfill's reservations). ``SimConfig.slurm_starts``; `tiresias simulate
 --like-controller CONFIG --slurm-starts`; bench/ab_slurm.py's prediction."""
 from __future__ import annotations
 
-import math
-
 from controller.core.placement import node_fits
 from controller.core.plan import Start
 from controller.core.ids import decision_id
+from controller.replay.slurmctld import by_band, gang, pick_nodes, reservation, start_walk
 
 
 class SlurmOrder:
@@ -26,8 +25,8 @@ class SlurmOrder:
     only on nodes no waiting job above it reserved. A requeued job is held (its
     BeginTime) until the plan starts it. Each job takes the node with the fewest free
     GPUs it fits on among the nodes it may use (partitions, GPU type: node_fits), a gang
-    of N nodes N whole ones, as SimSlurm
-    (controller.replay.lever_replay) does. Measured on the 60-job A/B (controller run):
+    of N nodes N whole ones: the start rule of controller.replay.slurmctld, which SimSlurm
+    follows too. Measured on the 60-job A/B (controller run):
     small queue-1 jobs waited 15-60 s behind a waiting 8- or 4-GPU job with 3-8 GPUs
     free, where the skipping walk started them within a round.
 
@@ -53,7 +52,6 @@ class SlurmOrder:
         def level(job):
             return plan.levels.get(job.job_id, sum(1 for t in thresholds if job.queue_service_gpu_s >= t))
 
-        pending.sort(key=lambda j: (level(j), j.first_start_s is None, j.spec.submit_time_s, j.index))
         on_node: dict[str, list[tuple[float, int]]] = {node.name: [] for node in snapshot.nodes}
         for job in snapshot.jobs:
             if job.running:
@@ -62,33 +60,24 @@ class SlurmOrder:
         free = snapshot.free_gpus_by_node()
         per_node = max(node.gpus_total for node in snapshot.nodes)
         node_of = {node.name: node for node in snapshot.nodes}
-
-        def available_at(node: str, gpus: int) -> float:
-            """When ``gpus`` GPUs of the node are free, by the running jobs' time limits."""
-            have, at = free.get(node, 0), snapshot.now_s
-            for end, held in sorted(on_node[node]):
-                if have >= gpus:
-                    break
-                have, at = have + held, end
-            return at if have >= gpus else math.inf
-
-        reserved: set[str] = set()
+        usable_now: list[list[str]] = [[]]  # the nodes the job being placed may use
         starts = []
-        for job in pending:
-            gpus = min(job.num_gpus, per_node)
-            count = -(-job.num_gpus // gpus)
-            usable = [node for node in on_node if node not in reserved and node_fits(node_of[node], job.spec)]
-            fits = sorted((free.get(node, 0), node) for node in usable if free.get(node, 0) >= gpus)
-            if len(fits) >= count:
-                nodes = sorted(node for _, node in fits[:count])
-                for node in nodes:
-                    free[node] -= gpus
-                    on_node[node].append((snapshot.now_s + (self.limit_s or 0.0), gpus))
-                starts.append(Start(decision_id(snapshot.round_id, "slurm_start", len(starts)), job.job_id,
-                                    tuple((node, gpus) for node in nodes), "Slurm: priority order"))
-                continue
-            if self.limit_s is not None:
-                choice = sorted((available_at(node, gpus), node) for node in usable)[:count]
-                reserved.update(node for _, node in choice)
+
+        def place(job, reserved):
+            usable_now[0] = [node for node in on_node if node not in reserved and node_fits(node_of[node], job.spec)]
+            return pick_nodes(free, usable_now[0], *gang(job.num_gpus, per_node))
+
+        def start(job, nodes):
+            gpus, _ = gang(job.num_gpus, per_node)
+            for node in nodes:
+                free[node] -= gpus
+                on_node[node].append((snapshot.now_s + (self.limit_s or 0.0), gpus))
+            starts.append(Start(decision_id(snapshot.round_id, "slurm_start", len(starts)), job.job_id,
+                                tuple((node, gpus) for node in nodes), "Slurm: priority order"))
+
+        def reserve(job, reserved):
+            return reservation(usable_now[0], free, on_node, snapshot.now_s, *gang(job.num_gpus, per_node))
+
+        start_walk(pending, by_band(level), place, start, reserve if self.limit_s is not None else None)
         plan.actions = [a for a in plan.actions if a.kind != "start"] + starts
         return plan

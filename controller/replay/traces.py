@@ -1,7 +1,8 @@
 """Job-trace readers and writer.
 
-One module on purpose (over 600 lines): the five formats share header detection,
-the number rules and the FILE:LINE error path; split per format they would repeat them.
+The formats share header detection, the number rules and the FILE:LINE error path,
+which live in controller.replay.trace_rows (a trace file's rows); this module turns the
+rows into JobSpecs, reads the actual runs and service samples, and writes traces.
 
 ``load_trace(path)`` reads every trace format found under ``shared/traces/``; the
 format is detected from the header row (column names are matched case-insensitively,
@@ -43,16 +44,14 @@ import dataclasses
 import gc
 import math
 import os
-import re
-from datetime import datetime, timezone
-from typing import Any, Callable, Iterable, Mapping, Optional
+from typing import Any, Iterable, Mapping, Optional
 
-from controller.core.inputs import MAX_JOB_GPUS, MAX_SECONDS, BadValue, is_ascii_int, parse_float, parse_int, shorten
+from controller.core.inputs import shorten
 from controller.core.model import InputError, JobSpec, skew_for_model
+from controller.replay.trace_rows import (FieldError, Table, field_failure, nonneg_float, nonneg_int, norm_header,
+                                          parse_rows, text_field)
 
 __all__ = [
-    "FORMATS",
-    "detect_format",
     "load_trace",
     "load_actuals",
     "time_base_s",
@@ -76,403 +75,6 @@ LAST_START_COLUMN = "last_start_s"
 # what Slurm knows at submit besides the above (dgittins conditions on it): optional
 # project columns, written only when some job has one
 FEATURE_COLUMNS = ("account", "job_name", "time_limit_s")
-
-# name -> (required columns, signature columns that must also be present).
-# Checked in this order: the Muri raw header is a superset of the Tiresias one.
-FORMATS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "project": (("job_id", "num_gpus", "submit_time_s", "duration_s"), ()),
-    "muri-raw": (("job_id", "num_gpu", "submit_time", "model_name", "duration", "priority"),
-                 ("batch_size", "iteration_time")),
-    "tiresias": (("job_id", "num_gpu", "submit_time", "model_name", "duration"),
-                 ("iterations", "interval")),
-    "itp": (("job_id", "submission_time", "duration", "num_gpu"), ()),
-    "philly-pollux": (("timestamp", "duration", "num_gpus", "cluster"), ()),
-}
-
-_FORMAT_HELP = (
-    "project (job_id,num_gpus,submit_time_s,duration_s,...), "
-    "tiresias (job_id,num_gpu,submit_time,iterations,model_name,duration,interval), "
-    "itp (job_id,submission_time,duration,num_gpu), "
-    "philly-pollux (timestamp,duration,num_gpus,gpu_time,cluster), "
-    "muri-raw (job_id,num_gpu,submit_time,iterations,model_name,batch_size,duration,"
-    "interval,iteration_time,resource_time_0..2,priority; milliseconds)"
-)
-
-_EPOCH = datetime(1970, 1, 1)
-
-
-# --------------------------------------------------------------------------- fields
-class _FieldError(Exception):
-    def __init__(self, field: str, value: str, what: str):
-        super().__init__(field, value, what)
-        self.field, self.value, self.what = field, value, what
-
-
-def _positive_int(field: str, s: str, hi: int = MAX_JOB_GPUS) -> int:
-    """1..hi in ASCII digits; ``8.0`` is taken as 8 (some exports write integers so)."""
-    if not s:
-        raise _FieldError(field, s, "is empty")
-    what = f"is not a positive integer (1..{hi})"
-    if is_ascii_int(s):
-        v = int(s)
-    else:
-        try:
-            f = parse_float(s, 0.0, float(hi))
-        except BadValue:
-            raise _FieldError(field, s, what) from None
-        if not f.is_integer():
-            raise _FieldError(field, s, what)
-        v = int(f)
-    if not 1 <= v <= hi:
-        raise _FieldError(field, s, what)
-    return v
-
-
-def _nonneg_int(field: str, s: str, hi: int = 1_000_000) -> int:
-    try:
-        return parse_int(s, 0, hi, what=f"is not a non-negative integer (0..{hi})")
-    except BadValue as e:
-        raise _FieldError(field, s, e.what) from None
-
-
-def _nonneg_float(field: str, s: str, hi: float = MAX_SECONDS) -> float:
-    try:
-        return parse_float(s, 0.0, hi, what=f"is not a non-negative number (0..{hi:g})")
-    except BadValue as e:
-        raise _FieldError(field, s, e.what) from None
-
-
-def _finite_float(field: str, s: str) -> float:
-    try:
-        return parse_float(s, -MAX_SECONDS, MAX_SECONDS, what="is not a number")
-    except BadValue as e:
-        raise _FieldError(field, s, e.what) from None
-
-
-def _datetime_s(field: str, s: str) -> float:
-    """Seconds since 1970-01-01 (naive times are taken as UTC); ASCII digits only."""
-    if not s:
-        raise _FieldError(field, s, "is empty")
-    what = "is not a datetime (YYYY-MM-DD HH:MM:SS)"
-    if not s.isascii() or len(s) > 40 or "_" in s:
-        raise _FieldError(field, s, what)
-    try:
-        dt = datetime.fromisoformat(s)
-    except ValueError:
-        raise _FieldError(field, s, what) from None
-    if dt.tzinfo is not None:
-        dt = dt.astimezone(timezone.utc).replace(tzinfo=None)
-    return (dt - _EPOCH).total_seconds()
-
-
-MAX_TEXT_CHARS = 256  # a job id, partition, user or model name
-
-
-def _text(field: str, s: str) -> str:
-    if s == "":
-        raise _FieldError(field, s, "is empty")
-    if len(s) > MAX_TEXT_CHARS or not s.isprintable():
-        raise _FieldError(field, s, f"is not printable text of at most {MAX_TEXT_CHARS} characters")
-    return s
-
-
-# --------------------------------------------------------------------------- reading
-def _norm_header(row: list[str]) -> list[str]:
-    return [c.strip().lstrip("\ufeff").strip().lower() for c in row]
-
-
-def detect_format(header: Iterable[str], *, where: str = "trace") -> str:
-    """Name of the trace format whose columns the header holds (see ``FORMATS``)."""
-    cols = set(header)
-    for name, (required, signature) in FORMATS.items():
-        if cols.issuperset(required) and cols.issuperset(signature):
-            return name
-    # Near miss: name the format the header resembles and the columns it lacks.
-    best, best_score = None, 0.0
-    for name, (required, signature) in FORMATS.items():
-        need = set(required) | set(signature)
-        score = len(cols & need) / len(need)
-        if score > best_score:
-            best, best_score = name, score
-    shown = ",".join(header)
-    if best is not None and best_score >= 0.5:
-        required, signature = FORMATS[best]
-        missing = [c for c in (*required, *signature) if c not in cols]
-        raise InputError(
-            f"{where}: header '{shown}' looks like the {best} format but lacks column(s) "
-            f"{', '.join(repr(m) for m in missing)}"
-        )
-    raise InputError(f"{where}: unknown trace header '{shown}'; known formats: {_FORMAT_HELP}")
-
-
-class _Table:
-    """A CSV file read once: normalized header, detected format, non-blank data rows.
-
-    Line numbers are only needed for error messages, so they are found lazily by
-    reading the file a second time (``line_of``).
-    """
-
-    def __init__(self, path: str | os.PathLike[str]):
-        self.path = os.fspath(path)
-        self.name = self.path
-        self._lines: Optional[list[int]] = None
-        try:
-            fh = open(self.path, newline="", encoding="utf-8-sig")
-        except OSError as exc:
-            raise InputError(f"{self.name}: cannot read trace: {exc.strerror or exc}") from None
-        with fh:
-            reader = csv.reader(fh)
-            try:
-                rows = [r for r in reader if r and (len(r) > 1 or r[0].strip())]
-            except csv.Error as exc:
-                raise InputError(f"{self.name}:{reader.line_num}: malformed CSV: {exc}") from None
-            except UnicodeDecodeError:
-                raise InputError(f"{self.name}: not a UTF-8 text file") from None
-        if not rows:
-            raise InputError(f"{self.name}:1: empty file, expected a header row; known formats: {_FORMAT_HELP}")
-        header = _norm_header(rows[0])
-        self.header = header
-        try:
-            self.format = detect_format(header, where=f"{self.name}:1")
-        except InputError:
-            self.format = detect_format(header, where=f"{self.name}:{self.line_of(-1)}")
-        self.index: dict[str, int] = {}
-        for i, c in enumerate(header):
-            self.index.setdefault(c, i)
-        self.rows = rows[1:]
-        self.width = len(header)
-
-    def line_of(self, k: int) -> int:
-        """Physical line number of data row ``k`` (0-based; -1 is the header)."""
-        if self._lines is None:
-            lines = []
-            with open(self.path, newline="", encoding="utf-8-sig") as fh:
-                reader = csv.reader(fh)
-                for r in reader:
-                    if r and (len(r) > 1 or r[0].strip()):
-                        lines.append(reader.line_num)
-            self._lines = lines
-        return self._lines[k + 1]
-
-    def fail(self, k: int, msg: str) -> InputError:
-        return InputError(f"{self.name}:{self.line_of(k)}: {msg}")
-
-    def check_width(self, row: list[str], k: int) -> None:
-        n = len(row)
-        if n == self.width:
-            return
-        if n > self.width and not any(c.strip() for c in row[self.width:]):
-            return
-        raise self.fail(k, f"row has {n} fields, the header has {self.width}")
-
-
-def _convert(table: _Table, convert: Callable[[list[str]], tuple]) -> list[tuple]:
-    """Row-by-row conversion: the reference path, and the one that names bad rows."""
-    out = []
-    width = table.width
-    for k, row in enumerate(table.rows):
-        if len(row) != width:
-            table.check_width(row, k)  # raises unless only empty extra fields
-        try:
-            out.append(convert(row))
-        except _FieldError as e:
-            raise _field_failure(table, k, e) from None
-    return out
-
-
-def _field_failure(table: _Table, k: int, e: _FieldError) -> InputError:
-    return table.fail(k, f"field '{e.field}' value '{shorten(e.value)}' {e.what}")
-
-
-_INF = math.inf
-
-
-# Whole-column spellings the fast path accepts (ASCII digits, bounded length); any
-# other column goes through the row path, which accepts or names the bad value.
-_INT_COLUMN = re.compile(r"(?:[0-9]{1,7}\n)*[0-9]{1,7}", re.ASCII)
-_REAL = r"[0-9]{1,20}(?:\.[0-9]{0,20})?(?:[eE][+-]?[0-9]{1,3})?"
-_REAL_COLUMN = re.compile(rf"(?:{_REAL}\n)*{_REAL}", re.ASCII)
-
-
-def _bulk_floats(col: tuple[str, ...], scale: float = 1.0) -> Optional[list[float]]:
-    if _REAL_COLUMN.fullmatch("\n".join(col)) is None:
-        return None
-    vals = list(map(float, col))
-    if scale != 1.0:
-        vals = [v * scale for v in vals]
-    if vals and max(vals) > MAX_SECONDS:
-        return None
-    return vals
-
-
-def _bulk_ints(col: tuple[str, ...], hi: int = MAX_JOB_GPUS) -> Optional[list[int]]:
-    if _INT_COLUMN.fullmatch("\n".join(col)) is None:
-        return None
-    vals = list(map(int, col))
-    if vals and (min(vals) <= 0 or max(vals) > hi):
-        return None
-    return vals
-
-
-def _bulk_texts(col: tuple[str, ...]) -> Optional[list[str]]:
-    vals = list(map(str.strip, col))
-    if "" in vals or max(map(len, vals), default=0) > MAX_TEXT_CHARS or not "".join(vals).isprintable():
-        return None
-    return vals
-
-
-def _bulk_parse(table: _Table) -> Optional[list[tuple]]:
-    """Column-at-a-time conversion of the common, clean case (C-speed ``map``).
-
-    Returns ``None`` whenever anything is unusual (a bad value, ragged rows, a
-    timezone, an integer written as ``8.0``...): the caller then runs the row path,
-    which accepts or names the offending row.
-    """
-    fmt = table.format
-    if fmt == "project" or not table.rows:
-        return None
-    width = table.width
-    rows = table.rows
-    for r in rows:
-        if len(r) != width:
-            return None
-    cols = list(zip(*rows))
-    ix = table.index
-    n = len(rows)
-    try:
-        if fmt in ("tiresias", "muri-raw"):
-            scale = 1e-3 if fmt == "muri-raw" else 1.0
-            t = _bulk_floats(cols[ix["submit_time"]], scale)
-            ids = _bulk_texts(cols[ix["job_id"]])
-            g = _bulk_ints(cols[ix["num_gpu"]])
-            d = _bulk_floats(cols[ix["duration"]], scale)
-            models = list(map(str.strip, cols[ix["model_name"]]))
-            if fmt == "muri-raw":
-                if _INT_COLUMN.fullmatch("\n".join(cols[ix["priority"]])) is None:
-                    return None
-                pr = list(map(int, cols[ix["priority"]]))
-                if pr and max(pr) > 1_000_000:
-                    return None
-                prio = [p + 1 for p in pr]
-            else:
-                prio = [1] * n
-            parts = ["default"] * n
-        elif fmt == "itp":
-            t = _bulk_floats(cols[ix["submission_time"]])
-            ids = _bulk_texts(cols[ix["job_id"]])
-            g = _bulk_ints(cols[ix["num_gpu"]])
-            d = _bulk_floats(cols[ix["duration"]])
-            models, prio, parts = [""] * n, [1] * n, ["default"] * n
-        elif fmt == "philly-pollux":
-            raw = list(map(str.strip, cols[ix["timestamp"]]))
-            joined = "".join(raw)
-            if not joined.isascii() or "_" in joined or max(map(len, raw)) > 40:
-                return None
-            stamps = list(map(datetime.fromisoformat, raw))
-            for x in stamps:
-                if x.tzinfo is not None:
-                    return None
-            epoch = _EPOCH
-            t = [(x - epoch).total_seconds() for x in stamps]
-            ids = [None] * n
-            g = _bulk_ints(cols[ix["num_gpus"]])
-            d = _bulk_floats(cols[ix["duration"]])
-            parts = _bulk_texts(cols[ix["cluster"]])
-            models, prio = [""] * n, [1] * n
-        else:  # pragma: no cover
-            return None
-    except (ValueError, TypeError, OverflowError):
-        return None
-    if t is None or ids is None or g is None or d is None or parts is None:
-        return None
-    none = [None] * n
-    users = [""] * n
-    return list(zip(t, ids, g, d, none, prio, parts, users, models))
-
-
-def _parse_rows(table: _Table) -> list[tuple]:
-    """(submit_raw, job_id|None, num_gpus, duration|None, skew|None, user_priority,
-    partition, user, model_name) per data row, in file order, times in seconds."""
-    fmt = table.format
-    ix = table.index
-    strip = str.strip
-
-    if fmt in ("tiresias", "muri-raw"):
-        i_id, i_g, i_t, i_d, i_m = (ix["job_id"], ix["num_gpu"], ix["submit_time"],
-                                    ix["duration"], ix["model_name"])
-        i_p = ix.get("priority") if fmt == "muri-raw" else None
-        scale = 1e-3 if fmt == "muri-raw" else 1.0
-
-        def conv(r):
-            model = strip(r[i_m])
-            prio = 1
-            if i_p is not None:
-                prio = _nonneg_int("priority", strip(r[i_p])) + 1
-            return (
-                _nonneg_float("submit_time", strip(r[i_t]), MAX_SECONDS / scale) * scale,
-                _text("job_id", strip(r[i_id])),
-                _positive_int("num_gpu", strip(r[i_g])),
-                _nonneg_float("duration", strip(r[i_d]), MAX_SECONDS / scale) * scale,
-                None, prio, "default", "", model,
-            )
-    elif fmt == "itp":
-        i_id, i_g, i_t, i_d = ix["job_id"], ix["num_gpu"], ix["submission_time"], ix["duration"]
-
-        def conv(r):
-            return (
-                _nonneg_float("submission_time", strip(r[i_t])),
-                _text("job_id", strip(r[i_id])),
-                _positive_int("num_gpu", strip(r[i_g])),
-                _nonneg_float("duration", strip(r[i_d])),
-                None, 1, "default", "", "",
-            )
-    elif fmt == "philly-pollux":
-        i_ts, i_g, i_d, i_c = ix["timestamp"], ix["num_gpus"], ix["duration"], ix["cluster"]
-
-        def conv(r):
-            return (
-                _datetime_s("timestamp", strip(r[i_ts])),
-                None,
-                _positive_int("num_gpus", strip(r[i_g])),
-                _nonneg_float("duration", strip(r[i_d])),
-                None, 1, _text("cluster", strip(r[i_c])), "", "",
-            )
-    elif fmt == "project":
-        i_id, i_g, i_t, i_d = ix["job_id"], ix["num_gpus"], ix["submit_time_s"], ix["duration_s"]
-        i_sk, i_up, i_pa, i_us, i_m = (ix.get("skew"), ix.get("user_priority"), ix.get("partition"),
-                                       ix.get("user"), ix.get("model_name"))
-
-        def conv(r):
-            d = strip(r[i_d])
-            skew = None
-            if i_sk is not None:
-                s = strip(r[i_sk])
-                if s:
-                    skew = _finite_float("skew", s)
-                    if not 0.0 <= skew <= 1.0:
-                        raise _FieldError("skew", s, "is not a number in [0, 1]")
-            prio = 1
-            if i_up is not None:
-                s = strip(r[i_up])
-                if s:
-                    prio = _nonneg_int("user_priority", s)
-            part = strip(r[i_pa]) if i_pa is not None else ""
-            return (
-                _nonneg_float("submit_time_s", strip(r[i_t])),
-                _text("job_id", strip(r[i_id])),
-                _positive_int("num_gpus", strip(r[i_g])),
-                _nonneg_float("duration_s", d) if d else None,
-                skew, prio, part or "default",
-                strip(r[i_us]) if i_us is not None else "",
-                strip(r[i_m]) if i_m is not None else "",
-            )
-    else:  # pragma: no cover - detect_format only returns known names
-        raise InputError(f"{table.name}: unsupported format {fmt}")
-
-    fast = _bulk_parse(table)
-    if fast is not None:
-        return fast
-    return _convert(table, conv)
 
 
 def _check_time_scale(time_scale: float) -> float:
@@ -500,8 +102,8 @@ def load_trace(path: str | os.PathLike[str], *, time_scale: float = 1.0) -> list
 
 
 def _load_trace(path: str | os.PathLike[str], ts: float) -> list[JobSpec]:
-    table = _Table(path)
-    parsed = _parse_rows(table)
+    table = Table(path)
+    parsed = parse_rows(table)
     if not parsed:
         return []
     base = min(p[0] for p in parsed)
@@ -543,7 +145,7 @@ def _load_trace(path: str | os.PathLike[str], ts: float) -> list[JobSpec]:
     return _with_kinds(table, specs, order)
 
 
-def _with_kinds(table: _Table, specs: list[JobSpec], order: list[int]) -> list[JobSpec]:
+def _with_kinds(table: Table, specs: list[JobSpec], order: list[int]) -> list[JobSpec]:
     """A project trace's jobs with its optional ``gpu_type`` column (empty: any type).
     The ``partition`` column (several as ``a,b``) is JobSpec.partition already; the
     simulator reads both when it has --node-kinds (else every node is every job's)."""
@@ -555,14 +157,14 @@ def _with_kinds(table: _Table, specs: list[JobSpec], order: list[int]) -> list[J
         row = table.rows[k]
         raw = row[i_ty].strip() if i_ty < len(row) else ""
         try:
-            gpu_type = _text("gpu_type", raw) if raw else ""
-        except _FieldError as e:
+            gpu_type = text_field("gpu_type", raw) if raw else ""
+        except FieldError as e:
             raise table.fail(k, f"field '{e.field}' value '{shorten(e.value)}' {e.what}") from None
         out.append(dataclasses.replace(spec, gpu_type=gpu_type) if gpu_type else spec)
     return out
 
 
-def _features(table: _Table, order: list[int], ts: float) -> Optional[list[tuple]]:
+def _features(table: Table, order: list[int], ts: float) -> Optional[list[tuple]]:
     """(account, job name, time limit s) per job in ``order``, from the project format's
     optional FEATURE_COLUMNS; None when the trace has none of them."""
     ix = table.index
@@ -577,10 +179,10 @@ def _features(table: _Table, order: list[int], ts: float) -> Optional[list[tuple
         row = table.rows[k]
         try:
             account, name, limit = field(row, i_a), field(row, i_n), field(row, i_l)
-            return (_text("account", account) if account else "", _text("job_name", name) if name else "",
-                    _nonneg_float("time_limit_s", limit) * ts if limit else None)
-        except _FieldError as e:
-            raise _field_failure(table, k, e) from None
+            return (text_field("account", account) if account else "", text_field("job_name", name) if name else "",
+                    nonneg_float("time_limit_s", limit) * ts if limit else None)
+        except FieldError as e:
+            raise field_failure(table, k, e) from None
     return [one(k) for k in order]
 
 
@@ -596,10 +198,10 @@ def load_actuals(path: str | os.PathLike[str], *, time_scale: float = 1.0) -> di
     Returns ``{}`` for a file without any of these columns.
     """
     ts = _check_time_scale(time_scale)
-    table = _Table(path)
+    table = Table(path)
     if table.format != "project" or not any(c in table.index for c in ACTUAL_COLUMNS):
         return {}
-    parsed = _parse_rows(table)  # validates the whole row, finds the time base
+    parsed = parse_rows(table)  # validates the whole row, finds the time base
     if not parsed:
         return {}
     base = min(p[0] for p in parsed)
@@ -615,17 +217,17 @@ def load_actuals(path: str | os.PathLike[str], *, time_scale: float = 1.0) -> di
         try:
             for name, i in (("actual_start_s", i_s), ("actual_end_s", i_e)):
                 s = row[i].strip() if i is not None else ""
-                rec[name] = (_nonneg_float(name, s) - base) * ts if s else None
+                rec[name] = (nonneg_float(name, s) - base) * ts if s else None
             s = row[i_r].strip() if i_r is not None else ""
-            rec["requeues"] = _nonneg_int("requeues", s) if s else 0
+            rec["requeues"] = nonneg_int("requeues", s) if s else 0
             rec["state"] = row[i_st].strip() if i_st is not None else ""
             if i_nodes is not None:  # no key for a trace without the column: nothing recorded
                 nodes = row[i_nodes].strip() if i_nodes < len(row) else ""
-                rec[NODE_LIST_COLUMN] = _text(NODE_LIST_COLUMN, nodes) if nodes else ""
+                rec[NODE_LIST_COLUMN] = text_field(NODE_LIST_COLUMN, nodes) if nodes else ""
             if i_last is not None:
                 s = row[i_last].strip() if i_last < len(row) else ""
-                rec[LAST_START_COLUMN] = (_nonneg_float(LAST_START_COLUMN, s) - base) * ts if s else None
-        except _FieldError as e:
+                rec[LAST_START_COLUMN] = (nonneg_float(LAST_START_COLUMN, s) - base) * ts if s else None
+        except FieldError as e:
             raise table.fail(k, f"field '{e.field}' value '{shorten(e.value)}' {e.what}") from None
         if rec["actual_start_s"] is not None and rec["actual_end_s"] is not None \
                 and rec["actual_end_s"] < rec["actual_start_s"]:
@@ -638,7 +240,7 @@ def time_base_s(path: str | os.PathLike[str]) -> Optional[float]:
     """The first submit time as the file writes it: what ``load_trace`` and
     ``load_actuals`` subtract. For a ``trace export`` (absolute epoch seconds) it
     turns replayed times back into dates; None for an empty trace."""
-    parsed = _parse_rows(_Table(path))
+    parsed = parse_rows(Table(path))
     return min(p[0] for p in parsed) if parsed else None
 
 
@@ -660,14 +262,14 @@ def load_service_samples(path: str | os.PathLike[str]) -> list[float]:
             if not row or not "".join(row).strip():
                 continue
             if header is None:
-                header = _norm_header(row)
+                header = norm_header(row)
                 if "duration" not in header:
                     raise InputError(f"{p}:{reader.line_num}: header '{','.join(header)}' lacks column 'duration'")
                 col = header.index("duration")
                 continue
             try:
-                out.append(_nonneg_float("duration", row[col].strip() if col < len(row) else ""))
-            except _FieldError as e:
+                out.append(nonneg_float("duration", row[col].strip() if col < len(row) else ""))
+            except FieldError as e:
                 raise InputError(f"{p}:{reader.line_num}: field '{e.field}' value '{shorten(e.value)}' {e.what}") from None
     if header is None:
         raise InputError(f"{p}:1: empty file, expected a header row")

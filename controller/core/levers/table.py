@@ -39,9 +39,13 @@ LEVERS: dict[type, Lever] = {
     SetAdminComment: Lever("set_admin_comment", lambda b: b.set_admin_comment, lambda a: (a.text,),
                            informational=True),
 }
+def _band_args(bands) -> tuple:
+    factors = {band.job_id: band.site_factor for band in bands}
+    return (factors,)
+
+
 # The batched row: a round's SetBand actions, one call with {job id: site factor}.
-BAND_LEVER = Lever("set_site_factors", lambda b: b.set_site_factors,
-                   lambda bands: ({band.job_id: band.site_factor for band in bands},))
+BAND_LEVER = Lever("set_site_factors", lambda b: b.set_site_factors, _band_args)
 # Every method of an executor's target (the backend port's lever half), by name.
 BY_NAME: dict[str, Lever] = {lever.name: lever for lever in (BAND_LEVER, *LEVERS.values())}
 LEVER_NAMES = tuple(BY_NAME)

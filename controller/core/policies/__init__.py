@@ -1,4 +1,6 @@
-"""Policy registry: one module per policy, looked up by its CLI name."""
+"""Policy registry: one module per policy, looked up by its CLI name. The one list of
+policy names: every other place (the config's choices, the CLIs' choices, explain, the
+tuner, the benches' baselines) reads it or a subset of it by a policy's own flags."""
 from controller.core.model import InputError
 from controller.core.policies.base import Policy, PolicyContext
 from controller.core.policies.dgittins import DiscretizedGittins
@@ -12,10 +14,17 @@ from controller.core.policies.srsf import Srsf
 from controller.core.policies.srtf import Srtf
 from controller.core.policies.timeshare import TimeShare
 
+# in the order the config documents them: the controller's own first, the baselines after
 POLICIES: dict[str, type[Policy]] = {
     cls.name: cls
-    for cls in (Fifo, FifoSkip, Srtf, Srsf, Las, Gittins, DiscretizedLas, DiscretizedGittins, TimeShare, Learned)
+    for cls in (DiscretizedLas, DiscretizedGittins, Las, Gittins, FifoSkip, Fifo, Srtf, Srsf, TimeShare, Learned)
 }
+# what the controller may run: every policy that does not read the true duration
+CONTROLLER_POLICIES: tuple[str, ...] = tuple(name for name, cls in POLICIES.items() if not cls.needs_duration)
+# MLFQ policies: their levels are queues (explain's "queue 2 of 3"), their thresholds tunable
+MLFQ_POLICIES: tuple[str, ...] = tuple(name for name, cls in POLICIES.items() if cls.discretized)
+# stock Slurm's own order as a policy: FIFO with backfill (fifo-skip) and strict FIFO (fifo)
+STOCK_POLICIES: tuple[str, ...] = tuple(name for name, cls in POLICIES.items() if cls.static_order)
 
 
 def get_policy(name: str, priority_expression: str | None = None) -> Policy:
@@ -30,4 +39,4 @@ def get_policy(name: str, priority_expression: str | None = None) -> Policy:
     return POLICIES[name]()
 
 
-__all__ = ["POLICIES", "Policy", "PolicyContext", "get_policy"]
+__all__ = ["CONTROLLER_POLICIES", "MLFQ_POLICIES", "POLICIES", "STOCK_POLICIES", "Policy", "PolicyContext", "get_policy"]

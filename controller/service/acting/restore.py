@@ -45,7 +45,7 @@ from controller.service.acting.executor import acts
 from controller.service.acting.backend import (
     Backend, BackendUnavailable, LeverRelay, LeverTarget, ObservedJob,
 )
-from controller.service.ops.preflight import parse_show_config
+from controller.service.ops.slurm_conf import parse_show_config
 from controller.service.round.startable import HELD_ADMIN, HELD_USER
 from controller.service.state.store import Store
 

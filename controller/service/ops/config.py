@@ -16,6 +16,7 @@ from typing import Any, Optional
 from controller.core.inputs import BadValue, check_float, check_int, check_text, shorten
 from controller.core.engine import check_thresholds
 from controller.core.model import InputError
+from controller.core.policies import CONTROLLER_POLICIES
 
 DEFAULT_PATH = "/etc/tiresias/tiresias.yaml"
 MODES = ("observe", "shadow", "enforce")
@@ -51,7 +52,7 @@ SCHEMA: tuple[Setting, ...] = (
             minimum=0.0),
     Setting("policy", "choice", "dlas", "priority policy: dlas (no duration knowledge) or dgittins "
             "(learned service distribution); las, gittins, fifo-skip for comparison",
-            ("dlas", "dgittins", "las", "gittins", "fifo-skip", "fifo", "timeshare", "learned")),
+            CONTROLLER_POLICIES),
     Setting("priority_file", "str", "", "expression file of policy 'learned' (tiresias learn); "
             "empty = the published example"),
     Setting("queues_gpu_s", "list[float]", [3600.0], "MLFQ thresholds in GPU-seconds, increasing (K = len + 1)"),

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Optional
 
 from controller.service.acting.backend import BackendUnavailable, ObservedJob
-from controller.service.ops.preflight import parse_show_partitions
+from controller.service.ops.slurm_conf import parse_show_partitions
 from controller.service.ops.qos_limits import parse_qos_limits
 
 READ_EVERY_S = 300.0  # QOS limits and partition QOS change rarely (an admin's sacctmgr)

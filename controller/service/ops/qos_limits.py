@@ -55,7 +55,7 @@ def parse_default_qos(text: str) -> dict[str, int]:
 
 def qos_limit_findings(limits: dict[str, dict[str, str]], defaults: dict[str, int],
                        qos: str) -> list[tuple[str, str, str, str]]:
-    """One refusing finding (preflight.Finding's setting, value, needs, why) per default
+    """One refusing finding (slurm_conf.Finding's setting, value, needs, why) per default
     QOS whose limits the swap to ``qos`` would drop: each limit it sets that ``qos``
     does not set to the same value."""
     found = []

@@ -45,7 +45,7 @@ from controller.core.checkpoint_signal import CheckpointSignal, parse_signal_spe
 from controller.core.hints import PREEMPTABLE_PREFIX, PREEMPTABLE_SOURCE, Hints, parse_hints
 from controller.service.acting.backend import Backend, BackendUnavailable, ObservedJob
 from controller.service.ops.config import Config
-from controller.service.ops.preflight import parse_qos, qos_grace_s
+from controller.service.ops.preempt_qos import parse_qos, qos_grace_s
 
 log = logging.getLogger("tiresias.controller")
 
