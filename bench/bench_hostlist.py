@@ -1,4 +1,4 @@
-"""Slurm hostlist expansion: slurm_plugin.parse.expand_hostlist against python-hostlist.
+"""Slurm hostlist expansion: slurm_plugin.grammar.expand_hostlist against python-hostlist.
 
 Prints microseconds per call for typical hostlists (a job's nodes, a partition's
 nodes) and how long refusing a hostile one takes. python-hostlist is only compared
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from slurm_plugin.parse import SlurmParseError, expand_hostlist
+from slurm_plugin.grammar import SlurmParseError, expand_hostlist
 
 CASES = ["gpu[001-004]", "gpu[1-3,5],login01", "rack[1-8]-n[01-32]", "node[0001-2048]"]
 HOSTILE = ["gpu[1-99999999]", "a[1-1000]b[1-1000]"]

@@ -30,7 +30,7 @@ from collections import Counter
 from pathlib import Path
 
 from controller.replay.slurmctld import by_site_factor, pick_nodes, start_walk
-from slurm_plugin.backend import CommandResult
+from slurm_plugin.commands import CommandResult
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "slurm" / "22.05"

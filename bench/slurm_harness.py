@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from slurm_plugin.parse import parse_squeue_record
+from slurm_plugin.parse_jobs import parse_squeue_record
 
 ROOT = Path(__file__).resolve().parents[1]
 CLUSTER_SCRIPT = ROOT / "containers" / "slurm-cluster.sh"

@@ -1,11 +1,11 @@
 """Slurm accounting (sacct) -> a replayable job trace with what really happened.
 
-(About 500 lines in one module: the JSON and the text form of sacct become the same
-runs, merged and sorted by one set of rules; splitting them would split those rules.)
+(One module: the JSON and the text form of sacct become the same runs, merged and
+sorted by one set of rules; splitting them would split those rules.)
 
 ``tiresias trace export`` reads ``sacct -a -X -D`` (one row per allocation *run*:
 with ``-D`` a requeued job appears once per run, earlier runs in state REQUEUED)
-either as ``--json`` (needs slurmdbd; parsed by ``slurm_plugin.parse.parse_sacct_json``)
+either as ``--json`` (needs slurmdbd; parsed by ``slurm_plugin.parse_history.parse_sacct_json``)
 or as ``-P`` parsable text. Both become :class:`SacctRun` records, which are merged
 per job into :class:`AccountedJob` and then sorted into the trace or one of the
 excluded categories (never silently dropped):
@@ -28,9 +28,8 @@ A job's duration is the sum of its runs' End - Start, the times the replay
 compares against; where sacct's Elapsed says otherwise (suspended time, clock
 steps) the job is counted in ``elapsed_disagrees`` and the export warns.
 
-:func:`history_shape` reads the cluster back out of the history (nodes, GPUs per
-node, GPU types, partitions, the peak of GPUs in use at once) and suggests the
-``simulate`` cluster flags that replay it.
+What the history shows beyond the trace (the cluster it ran on, the actual JCTs) is in
+slurm_plugin.history_shape.
 """
 from __future__ import annotations
 
@@ -44,13 +43,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional, Sequence
 
-import numpy as np
 
 from controller.core.inputs import MAX_SECONDS, shorten
 from controller.core.model import InputError, JobSpec
 from slurm_plugin.grammar import (SlurmParseError, expand_hostlist, gres_counts, gres_items, parse_duration_s,
                                   scontrol_time)
-from slurm_plugin.parse import parse_sacct_json, slurm_number
+from slurm_plugin.parse_history import parse_sacct_json
+from slurm_plugin.records import slurm_number
 
 __all__ = [
     "SACCT_TEXT_FIELDS",
@@ -64,11 +63,6 @@ __all__ = [
     "build_export",
     "run_sacct",
     "parse_time_bound",
-    "actual_summary",
-    "HistoryShape",
-    "history_shape",
-    "actual_jcts",
-    "ACTUAL_LABEL",
 ]
 
 # Fields asked from `sacct -P` when --json is not available. JobName is the one free
@@ -81,7 +75,6 @@ _FREE_TEXT_COLUMNS = ("jobname", "comment", "admincomment", "systemcomment", "wo
 ELAPSED_TOLERANCE_S = 1.0
 _REQUIRED_TEXT = ("State", "Submit", "Start", "End", "Elapsed")
 SACCT_TIMEOUT_S = 300
-ACTUAL_LABEL = "actual (Slurm)"
 
 # Final states of a job that will not run again (a REQUEUED run is followed by another row).
 _FINISHED_STATES = frozenset({"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
@@ -237,7 +230,7 @@ def _hostlist_text(value: Any) -> str:
     return value.strip() if isinstance(value, str) and value.strip() not in ("None assigned", "(null)") else ""
 
 
-def _one_type(types: Iterable[str]) -> str:
+def one_gpu_type(types: Iterable[str]) -> str:
     """The GPU type when the GPUs are all of one type, else '' (untyped, or mixed)."""
     found = {t for t in types if t}
     return found.pop() if len(found) == 1 else ""
@@ -247,13 +240,13 @@ def _json_gpu_type(items: Any) -> str:
     # parse_sacct_json already checked these lists; gres items are {"type": "gres", "name": "gpu:a100"}
     if not isinstance(items, list):
         return ""
-    return _one_type(str(item.get("name", "")).partition(":")[2] for item in items
+    return one_gpu_type(str(item.get("name", "")).partition(":")[2] for item in items
                      if isinstance(item, dict) and item.get("type") == "gres"
                      and str(item.get("name", "")).partition(":")[0] == "gpu")
 
 
 def _text_gpu_type(spec: str, field_name: str) -> str:
-    return _one_type(gtype for name, gtype, _, _ in gres_items(spec, field_name) if name == "gpu")
+    return one_gpu_type(gtype for name, gtype, _, _ in gres_items(spec, field_name) if name == "gpu")
 
 
 def _split_text_lines(text: str) -> list[tuple[int, str]]:
@@ -398,11 +391,11 @@ def merge_runs(runs: Iterable[SacctRun]) -> list[AccountedJob]:
             last_start_s=allocated_runs[-1].start_s if allocated_runs else None,
             run_s=(float(sum(max(r.end_s - r.start_s, 0.0) for r in timed))
                    if allocated_runs and len(timed) == len(allocated_runs) else None)))
-    out.sort(key=lambda j: (j.submit_s, _id_key(j.job_id)))
+    out.sort(key=lambda j: (j.submit_s, id_key(j.job_id)))
     return out
 
 
-def _id_key(job_id: str) -> tuple:
+def id_key(job_id: str) -> tuple:
     return tuple((0, int(p), "") if p.isascii() and p.isdigit() else (1, 0, p)
                  for p in re.split(r"([0-9]{1,30})", job_id))
 
@@ -572,171 +565,3 @@ def own_recent_job_ids(squeue: str = "squeue", timeout_s: float = 30.0) -> list[
     if proc.returncode != 0:
         return []
     return [word for word in proc.stdout.split() if word.isdigit()]
-
-
-# --------------------------------------------------------------------------- the cluster the history shows
-@dataclass
-class HistoryShape:
-    """The cluster a history ran on, as far as its jobs show it. GPU counts are whole
-    GPUs; ``gpus_per_node`` is the most GPUs one node had in use at once (a lower
-    bound on its size; 0 when the history names no nodes)."""
-
-    jobs: int
-    nodes: list[str]
-    gpus_per_node: int
-    node_kinds: list[tuple[int, tuple[str, ...], str]]  # (count, partitions, GPU type), as simulate --node-kinds
-    gpu_types: dict[str, int]  # type ('' untyped) -> jobs
-    partitions: dict[str, int]  # partition -> jobs
-    peak_gpus: int
-    held: list[tuple[float, float, int]]  # (from, to, GPUs) per job: the time it held its GPUs
-
-    def suggested_flags(self) -> str:
-        """The ``simulate`` cluster flags that replay this history."""
-        if not self.nodes:
-            # no NodeList: the smallest cluster of 8-GPU nodes (or the largest job's size) that held the peak
-            largest = max((g for _, _, g in self.held), default=1)
-            per_node = min(largest, 8)
-            return f"--nodes {max(-(-self.peak_gpus // per_node), 1)} --gpus-per-node {per_node}"
-        if len(self.node_kinds) > 1 or any(kind[2] for kind in self.node_kinds):
-            kinds = ",".join(f"{count}:{'+'.join(parts)}" + (f":{gpu_type}" if gpu_type else "")
-                             for count, parts, gpu_type in self.node_kinds)
-            return f"--node-kinds {kinds} --gpus-per-node {self.gpus_per_node}"
-        return f"--nodes {len(self.nodes)} --gpus-per-node {self.gpus_per_node}"
-
-    def lines(self) -> list[str]:
-        """What the history shows, for stderr."""
-        def counted(items: dict[str, int]) -> str:
-            return ", ".join(f"{name or 'untyped'} ({n} jobs)" for name, n in sorted(items.items(),
-                                                                                     key=lambda kv: (-kv[1], kv[0])))
-        shown = ",".join(self.nodes[:8]) + (",..." if len(self.nodes) > 8 else "")
-        nodes = (f"{len(self.nodes)} ({shown}), up to {self.gpus_per_node} GPUs in use on one node"
-                 if self.nodes else "not recorded (no NodeList)")
-        return [f"history: {self.jobs} GPU job(s); nodes: {nodes}",
-                f"  GPU types: {counted(self.gpu_types)}",
-                f"  partitions: {counted(self.partitions)}",
-                f"  peak: {self.peak_gpus} GPUs in use at once",
-                f"  replay it on: {self.suggested_flags()}"]
-
-    def capacity_warning(self, capacity_gpus: int) -> Optional[str]:
-        """A line when the history had more GPUs in use at once than ``capacity_gpus``,
-        with the number of job starts that went past it; else None."""
-        if self.peak_gpus <= capacity_gpus:
-            return None
-        in_use, starts = 0, 0
-        for _, delta in _usage_events(self.held):
-            in_use += delta
-            if delta > 0 and in_use > capacity_gpus:
-                starts += 1
-        return (f"warning: the history had up to {self.peak_gpus} GPUs in use at once, more than the replay "
-                f"cluster's {capacity_gpus}: {starts} job start(s) went past it (the replay queues them longer; "
-                f"replay it on {self.suggested_flags()})")
-
-
-def _usage_events(held: Sequence[tuple[float, float, int]]) -> list[tuple[float, int]]:
-    # at one instant an end frees GPUs before a start takes them, as Slurm hands them over
-    events = [(t0, g) for t0, _, g in held] + [(t1, -g) for _, t1, g in held]
-    events.sort(key=lambda e: (e[0], e[1]))
-    return events
-
-
-def _peak(held: Sequence[tuple[float, float, int]]) -> int:
-    in_use = peak = 0
-    for _, delta in _usage_events(held):
-        in_use += delta
-        peak = max(peak, in_use)
-    return peak
-
-
-def history_shape(jobs: Sequence[JobSpec], actuals: dict[str, dict[str, Any]]) -> HistoryShape:
-    """The cluster ``jobs`` ran on, from their recorded start, end and nodes.
-
-    A job holds its GPUs for its duration up to its actual end. A requeued job
-    with a recorded ``last_start_s`` holds them in its last run, on its nodes, and
-    for the rest of its duration from its first start (exact for one requeue; the
-    earlier runs of several requeues count as one stretch); without it, as one
-    stretch ending at its end, on no node (its node list is the last run's only).
-    Its GPUs count evenly on each of its nodes. A node's partitions and GPU type
-    are those of the jobs that ran on it."""
-    held, on_node = [], {}
-    node_parts: dict[str, set[str]] = {}
-    node_types: dict[str, set[str]] = {}
-    gpu_types: dict[str, int] = {}
-    partitions: dict[str, int] = {}
-    for job in jobs:
-        gpu_types[job.gpu_type] = gpu_types.get(job.gpu_type, 0) + 1
-        partitions[job.partition] = partitions.get(job.partition, 0) + 1
-        rec = actuals.get(job.job_id) or {}
-        start, end = rec.get("actual_start_s"), rec.get("actual_end_s")
-        if start is None or end is None:
-            continue
-        last_start = rec.get("last_start_s") if rec.get("requeues") else start
-        if last_start is None:  # requeued, its last run unknown: one stretch, on no node
-            held.append((max(start, end - (job.duration_s or 0.0)), end, job.num_gpus))
-            continue
-        if job.duration_s is not None:
-            last_start = max(last_start, end - job.duration_s)
-            earlier_s = job.duration_s - (end - last_start)
-            if last_start > start and earlier_s > 0:
-                held.append((start, min(start + earlier_s, last_start), job.num_gpus))
-        held.append((last_start, end, job.num_gpus))
-        try:
-            names = expand_hostlist(rec.get("node_list") or "")
-        except SlurmParseError:
-            names = []
-        for name in names:
-            on_node.setdefault(name, []).append((last_start, end, -(-job.num_gpus // len(names))))
-            node_parts.setdefault(name, set()).add(job.partition)
-            node_types.setdefault(name, set()).add(job.gpu_type)
-    nodes = sorted(on_node, key=_id_key)
-    kinds: dict[tuple[tuple[str, ...], str], int] = {}
-    for name in nodes:
-        key = (tuple(sorted(node_parts[name])), _one_type(node_types[name]))
-        kinds[key] = kinds.get(key, 0) + 1
-    return HistoryShape(jobs=len(jobs), nodes=nodes,
-                        gpus_per_node=max((_peak(on_node[n]) for n in nodes), default=0),
-                        node_kinds=[(count, parts, gpu_type) for (parts, gpu_type), count in kinds.items()],
-                        gpu_types=gpu_types, partitions=partitions, peak_gpus=_peak(held), held=held)
-
-
-# --------------------------------------------------------------------------- actual figures
-def actual_jcts(jobs: Sequence[JobSpec], actuals: dict[str, dict[str, Any]],
-                exclude: Iterable[str] = ()) -> tuple[list[JobSpec], np.ndarray, np.ndarray]:
-    """(jobs, JCTs, queueing delays) in seconds of the jobs whose actual start and end are known.
-
-    JCT = actual end - submit; queueing = first actual start - submit."""
-    skip = set(exclude)
-    kept, jct, queue = [], [], []
-    for job in jobs:
-        rec = actuals.get(job.job_id)
-        if job.job_id in skip or not rec or rec.get("actual_start_s") is None or rec.get("actual_end_s") is None:
-            continue
-        kept.append(job)
-        jct.append(rec["actual_end_s"] - job.submit_time_s)
-        queue.append(max(rec["actual_start_s"] - job.submit_time_s, 0.0))
-    return kept, np.array(jct, dtype=float), np.array(queue, dtype=float)
-
-
-def actual_summary(jobs: Sequence[JobSpec], actuals: dict[str, dict[str, Any]], capacity_gpus: int,
-                   exclude: Iterable[str] = ()) -> dict:
-    """What Slurm really achieved, with the keys of ``results.summarize`` (seconds, 0..1).
-
-    ``preemptions`` is the number of requeues; utilization uses ``capacity_gpus``
-    (the simulated cluster) and the trace durations (run times)."""
-    kept, jct, queue = actual_jcts(jobs, actuals, exclude)
-    if kept:
-        first = min(j.submit_time_s for j in kept)
-        makespan = max(actuals[j.job_id]["actual_end_s"] for j in kept) - first
-        busy = sum(j.num_gpus * (j.duration_s or 0.0) for j in kept)
-        util = busy / (capacity_gpus * makespan) if makespan > 0 and capacity_gpus > 0 else 0.0
-    else:
-        makespan = util = 0.0
-    pct = (lambda q: float(np.percentile(jct, q))) if jct.size else (lambda q: 0.0)
-    return {
-        "policy": ACTUAL_LABEL, "jobs": len(kept),
-        "avg_jct_s": float(jct.mean()) if jct.size else 0.0, "median_jct_s": pct(50), "p95_jct_s": pct(95),
-        "max_jct_s": float(jct.max()) if jct.size else 0.0,
-        "avg_queueing_s": float(queue.mean()) if queue.size else 0.0, "makespan_s": float(makespan),
-        "preemptions": int(sum(actuals[j.job_id].get("requeues") or 0 for j in kept)),
-        "preemption_overhead_s": 0.0, "promotions": 0, "gpu_utilization": float(util),
-        "dropped_oversize": 0, "rounds": 0,
-    }

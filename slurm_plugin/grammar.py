@@ -3,7 +3,7 @@ timestamps, and the ``Key=Value`` line of ``scontrol show job -o``.
 
 Each is a function from one string to a value, with a one-line SlurmParseError
 naming the field and the value when the string is not that grammar. The record
-parsers (slurm_plugin.parse) and the sacct reader (slurm_plugin.accounting) use
+parsers (slurm_plugin.parse_jobs, parse_nodes, parse_history) and the sacct reader (slurm_plugin.accounting) use
 them; nothing here knows a JSON shape.
 """
 

@@ -25,7 +25,7 @@ import re
 from typing import Callable, Generic, Optional, TypeVar
 
 from slurm_plugin.grammar import SlurmParseError
-from slurm_plugin.parse import error_job_id  # a bad record withholds only its own job
+from slurm_plugin.records import error_job_id  # a bad record withholds only its own job
 
 __all__ = ["RecordCache", "record_spans", "split_records"]
 

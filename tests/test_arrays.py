@@ -1,4 +1,4 @@
-"""Arrays and het jobs in the plan (controller.service.round.arrays), the per-job
+"""Arrays and het jobs in the plan (slurm_plugin.arrays), the per-job
 withholding of "gone", and the recorded 22.05 array fixture through the real backend
 (and the 24.11 and 26.05 ones, recorded by tests/fixtures/slurm/record.sh).
 
@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 
 from controller.service.round.accounting import Accounts
-from controller.service.round.arrays import MAX_LISTED_TASKS, Withheld, plan_view, task_ranges
+from slurm_plugin.arrays import MAX_LISTED_TASKS, Withheld, plan_view, task_ranges
 from controller.service.acting.backend import Observation, ObservedJob
 from controller.service.state.store import Store
-from slurm_plugin.backend import CommandResult, LeverFailed, SlurmBackend
+from slurm_plugin.backend import SlurmBackend
+from slurm_plugin.commands import CommandResult, LeverFailed
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "slurm" / "22.05"
 

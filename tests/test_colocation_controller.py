@@ -158,7 +158,7 @@ def test_garbage_comments_never_crash_the_round(store, comment):
 
 
 def test_a_planning_error_skips_sharing_not_the_round(store, monkeypatch):
-    import controller.service.round.sharing as sharing_module
+    import controller.core.levers.sharing as sharing_module  # the rule, where plan_colocation is called
 
     def broken(*args, **kwargs):
         raise ZeroDivisionError("boom")

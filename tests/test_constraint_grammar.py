@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from slurm_plugin.backend import CommandResult, SlurmBackend
+from slurm_plugin.backend import SlurmBackend
+from slurm_plugin.commands import CommandResult
 from slurm_plugin.grammar import SlurmParseError, parse_constraint
-from slurm_plugin.parse import parse_squeue_json
+from slurm_plugin.parse_jobs import parse_squeue_json
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "slurm"
 

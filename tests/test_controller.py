@@ -10,6 +10,7 @@ from controller.service.round.accounting import parse_skew_hint
 from controller.service.round.daemon import Controller
 from controller.core.model import InputError, Node
 from controller.service.state.store import Store, StoreError
+from slurm_plugin.reasons import judged
 
 
 class ScriptedBackend(LeverRelay, Backend):
@@ -32,7 +33,8 @@ class ScriptedBackend(LeverRelay, Backend):
                 for node, gpus in job.gpus_by_node:
                     used[node] = used.get(node, 0) + gpus
         nodes = [dataclasses.replace(n, gpus_free=n.gpus_total - used.get(n.name, 0)) for n in self.nodes]
-        return Observation(self.now, list(self.jobs.values()), nodes)
+        # the neutral facts a Slurm backend delivers (ObservedJob.waits_for from the reason)
+        return Observation(self.now, [judged(job) for job in self.jobs.values()], nodes)
 
     def lever(self, name, *args):
         self.calls.append((name, *args))

@@ -245,7 +245,7 @@ def test_the_read_only_backend_remembers_each_lever_as_before():
 def test_the_executor_answers_the_rounds_questions_by_its_mode(mode):
     executor = LeverExecutor(ScriptedBackend(), mode)
     acting = mode == "enforce"
-    assert executor.needs_preflight is acting
+    assert executor.needs_preflight is acting and executor.sends(A.SetBand) is acting
     assert executor.skips(A.SetAdminComment) is not acting and not executor.skips(A.Signal)
     assert executor.in_store().applied is (mode != "observe") and executor.makes_decisions is (mode != "observe")
     assert executor.is_ours({"mode": mode, "applied": True})

@@ -14,7 +14,8 @@ from controller.core.actions import SetBand
 from controller.service.acting.executor import LeverExecutor
 from controller.service.acting.lease import ControllerLock, Lease
 from controller.service.state.store import LeaseLost, Store, StoreError
-from slurm_plugin.backend import MAX_IDS_PER_UPDATE, CommandResult, SlurmBackend
+from slurm_plugin.backend import SlurmBackend
+from slurm_plugin.commands import CommandResult, MAX_IDS_PER_UPDATE
 from tests.pg_server import postgres_url  # noqa: F401  (fixture)
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -39,8 +39,8 @@ from controller.core.model import InputError
 from controller.replay.traces import load_trace
 from controller.service.ops import config as config_mod
 from slurm_plugin.accounting import runs_from_sacct_json, runs_from_sacct_text
-from slurm_plugin.parse import (MAX_HOSTS, SlurmParseError, expand_hostlist, parse_scontrol_show_job,
-                                parse_squeue_json)
+from slurm_plugin.grammar import MAX_HOSTS, SlurmParseError, expand_hostlist
+from slurm_plugin.parse_jobs import parse_scontrol_show_job, parse_squeue_json
 
 ROOT = Path(__file__).resolve().parents[1]
 CASES: collections.Counter = collections.Counter()

@@ -17,12 +17,14 @@ from controller.cli import queue as cmd_queue
 from controller.cli.main import main
 from controller.core.engine import Engine, EngineConfig
 from controller.core.model import MIXED_TYPES, JobSpec, JobState, Node, Snapshot
-from controller.service.round.arrays import plan_view
+from slurm_plugin.arrays import plan_view
 from controller.service.acting.backend import ObservedJob
 from controller.service.ops.config import from_mapping
 from controller.service.round.sharing import shared_gpus
-from slurm_plugin.backend import CommandResult, SlurmBackend
-from slurm_plugin.parse import parse_sinfo_json, parse_squeue_json
+from slurm_plugin.backend import SlurmBackend
+from slurm_plugin.commands import CommandResult
+from slurm_plugin.parse_jobs import parse_squeue_json
+from slurm_plugin.parse_nodes import parse_sinfo_json
 from tests.test_controller import ScriptedBackend, controller, store  # noqa: F401  (fixture)
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "slurm"

@@ -9,7 +9,8 @@ from bench.scripted_slurm import ScriptedSlurm, VirtualTime
 from controller.service.ops.config import from_mapping
 from controller.service.round.daemon import Controller
 from controller.service.state.store import Store
-from slurm_plugin.backend import CommandResult, LeverFailed, SlurmBackend
+from slurm_plugin.backend import SlurmBackend
+from slurm_plugin.commands import CommandResult, LeverFailed
 
 
 @pytest.fixture

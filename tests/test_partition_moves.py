@@ -273,7 +273,8 @@ def test_moves_are_off_by_default_and_counted_in_metrics(store):
 
 
 def test_slurm_backend_partition_nodes_from_sinfo():
-    from slurm_plugin.backend import CommandResult, SlurmBackend
+    from slurm_plugin.backend import SlurmBackend
+    from slurm_plugin.commands import CommandResult
 
     sinfo = (FIXTURES / "sinfo.json").read_text()
     calls = []
@@ -291,7 +292,8 @@ def test_slurm_backend_partition_nodes_from_sinfo():
 
 
 def test_slurm_backend_partition_nodes_reuse_the_observation():
-    from slurm_plugin.backend import CommandResult, SlurmBackend
+    from slurm_plugin.backend import SlurmBackend
+    from slurm_plugin.commands import CommandResult
 
     outputs = {"squeue": (FIXTURES / "squeue.json").read_text(), "sinfo": (FIXTURES / "sinfo.json").read_text(),
                "sprio": "", "scontrol": ""}  # scontrol: `show partition -o` without partition lines

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from slurm_plugin.backend import CommandResult, SlurmBackend
-from slurm_plugin.parse import parse_partition_sharing
+from slurm_plugin.backend import SlurmBackend
+from slurm_plugin.commands import CommandResult
+from slurm_plugin.parse_nodes import parse_partition_sharing
 
 ROOT = Path(__file__).parent / "fixtures" / "slurm"
 RELEASES = sorted(p.parent.parent.name for p in ROOT.glob("*/oversubscribe/RECORDED"))

@@ -23,7 +23,8 @@ from controller.service.ops.preflight import at_start
 from controller.service.ops.queue_census import queue_findings, unmodelled_source
 from controller.service.ops.slurm_conf import check, parse_show_config, parse_show_partitions
 from controller.service.ops.unmodelled import Census
-from slurm_plugin.backend import CommandResult, SlurmBackend
+from slurm_plugin.backend import SlurmBackend
+from slurm_plugin.commands import CommandResult
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "slurm" / "22.05"
 GOOD = FIXTURES / "scontrol_show_config.txt"

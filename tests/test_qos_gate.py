@@ -11,7 +11,8 @@ import pytest
 
 from controller.service.acting.backend import BackendUnavailable
 from controller.service.ops.qos_gate import READ_EVERY_S, RETRY_S, QosGate, gpu_limits, partition_qos
-from controller.service.ops.qos_limits import LIMITS, QOS_LIMITS_COMMAND
+from controller.service.ops.qos_limits import LIMITS
+from slurm_plugin.commands import QOS_LIMITS_COMMAND
 from slurm_plugin.backend import SlurmBackend
 from tests.test_controller import ScriptedBackend, controller, store  # noqa: F401  (fixture)
 

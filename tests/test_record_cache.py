@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 
 from controller.service.acting.backend import BackendUnavailable
-from slurm_plugin.backend import CommandResult, SlurmBackend
-from slurm_plugin.parse import (SlurmParseError, parse_sinfo_json, parse_sinfo_record, parse_squeue_json,
-                                parse_squeue_record)
+from slurm_plugin.backend import SlurmBackend
+from slurm_plugin.commands import CommandResult
+from slurm_plugin.grammar import SlurmParseError
+from slurm_plugin.parse_jobs import parse_squeue_json, parse_squeue_record
+from slurm_plugin.parse_nodes import parse_sinfo_json, parse_sinfo_record
 from slurm_plugin.record_cache import RecordCache, split_records
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "slurm"

@@ -17,7 +17,8 @@ import pytest
 from controller.cli import main as cli
 from controller.core.conditioned import keys_of
 from controller.replay.traces import load_actuals, load_trace
-from slurm_plugin.accounting import build_export, history_shape, runs_from_output, runs_from_sacct_json
+from slurm_plugin.accounting import build_export, runs_from_output, runs_from_sacct_json
+from slurm_plugin.history_shape import history_shape
 from tests.conftest import ROOT
 from tests.test_accounting import JSON_2205, JSON_2411, JSON_2605, _finished_json
 

@@ -18,8 +18,10 @@ from pathlib import Path
 import pytest
 
 from controller.core.model import ALL_MEMORY, Node
-from slurm_plugin.backend import CommandResult, SlurmBackend
-from slurm_plugin.parse import parse_sinfo_json, parse_squeue_json
+from slurm_plugin.backend import SlurmBackend
+from slurm_plugin.commands import CommandResult
+from slurm_plugin.parse_jobs import parse_squeue_json
+from slurm_plugin.parse_nodes import parse_sinfo_json
 from tests.test_controller import ScriptedBackend, controller, store  # noqa: F401  (fixture)
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "slurm"
@@ -443,7 +445,7 @@ def test_2605_reads_exclusive_from_scontrol_show_job_as_its_json_no_longer_says_
     """26.05's data_parser v0.0.45 dropped ``shared`` (an --exclusive job reads ``shared: []``,
     recorded on 26.05.5): the mode comes from `scontrol show job -o`, read once per new
     pending job; a job it does not list is unknown, never preempted for."""
-    from slurm_plugin.parse import parse_show_job_sharing
+    from slurm_plugin.parse_jobs import parse_show_job_sharing
 
     assert parse_show_job_sharing(SHOW_JOB_2605) == {"4": "exclusive", "5": "oversubscribe"}
     doc = recorded("26.05", "squeue.json")

@@ -212,7 +212,8 @@ def test_slurm_backend_restore_reaches_a_job_outside_its_partitions(store):
     small only, restore still resets the band it recorded on job 4 (partition batch)."""
     from pathlib import Path
 
-    from slurm_plugin.backend import CommandResult, SlurmBackend
+    from slurm_plugin.backend import SlurmBackend
+    from slurm_plugin.commands import CommandResult
 
     fixtures = Path(__file__).resolve().parent / "fixtures" / "slurm" / "22.05"
     outputs = {"squeue": (fixtures / "squeue.json").read_text(), "sinfo": (fixtures / "sinfo.json").read_text(),

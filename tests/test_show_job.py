@@ -11,8 +11,9 @@ parser) counts the calls and their arguments."""
 import json
 import subprocess
 
-from slurm_plugin import backend as backend_module
-from slurm_plugin.backend import CommandResult, SlurmBackend
+from slurm_plugin import observe as observe_module
+from slurm_plugin.backend import SlurmBackend
+from slurm_plugin.commands import CommandResult
 from tests.test_resources_model import FIXTURES, number, pending_record, recorded
 
 
@@ -81,7 +82,7 @@ def test_a_pending_task_is_asked_once_under_its_own_id_and_planned_with_its_mode
 
 
 def test_an_exclusive_task_and_an_array_record_are_keyed_as_planned():
-    from slurm_plugin.parse import parse_show_job_sharing
+    from slurm_plugin.parse_jobs import parse_show_job_sharing
 
     text = show_line(20, "NODE", (12, 3)) + show_line(21, "NO", (12, "5-50%4")) + show_line(22, "YES")
     assert parse_show_job_sharing(text) == {"12_3": "exclusive", "12": "", "22": "oversubscribe"}
@@ -94,7 +95,7 @@ def test_at_most_twenty_new_ids_per_observation_the_rest_next_round():
     slurm = ShowJobSlurm(records, {str(100 + i): (show_line(100 + i), None) for i in range(30)})
     backend = SlurmBackend(runner=slurm)
     first = backend.observe()
-    assert slurm.asked() == [[str(100 + i)] for i in range(backend_module.MAX_SHOW_JOB_IDS)]
+    assert slurm.asked() == [[str(100 + i)] for i in range(observe_module.MAX_SHOW_JOB_IDS)]
     unknown = [j.job_id for j in first.jobs if j.unmodelled]
     assert unknown == [str(100 + i) for i in range(20, 30)]  # not read yet: never preempted for
     assert all("unreported_request" in by_id(first)[i].unmodelled_reasons for i in unknown)

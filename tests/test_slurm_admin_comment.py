@@ -17,7 +17,8 @@ from controller.service.ops.config import from_mapping
 from controller.service.round.daemon import Controller
 from controller.service.ops.metrics import Metrics
 from controller.service.state.store import Store
-from slurm_plugin.backend import SlurmBackend, subprocess_runner
+from slurm_plugin.backend import SlurmBackend
+from slurm_plugin.commands import subprocess_runner
 from tests.slurm_fixtures import instance_fixture, wait_for
 
 pytestmark = pytest.mark.slurm

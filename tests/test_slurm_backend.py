@@ -21,7 +21,8 @@ from typing import Callable
 import pytest
 
 from controller.service.acting.backend import BackendUnavailable
-from slurm_plugin.backend import CommandResult, LeverFailed, SlurmBackend, subprocess_runner
+from slurm_plugin.backend import SlurmBackend
+from slurm_plugin.commands import CommandResult, LeverFailed, subprocess_runner
 from tests.slurm_fixtures import slurm_cluster, submit_as, wait_for  # noqa: F401  (pytest fixtures)
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "slurm" / "22.05"
@@ -465,7 +466,7 @@ def test_gpus_by_node_from_gres_detail_and_even_split():
 
 
 def test_gpus_by_node_from_2411_allocation_order():
-    """24.05+ job_resources (nodes.allocation[].name), normalized by parse.py: gres_detail
+    """24.05+ job_resources (nodes.allocation[].name), normalized by parse_jobs.py: gres_detail
     is read against Slurm's allocation order, not the sorted hostlist."""
     squeue = json.loads((FIXTURES.parent / "24.11" / "squeue.json").read_text())
     record = next(j for j in squeue["jobs"] if j["job_id"] == 5)

@@ -13,7 +13,8 @@ import pytest
 
 from controller.service.acting.backend import Observation, ObservedJob
 from controller.service.round.slurm_clock import TOLERANCE_S, SlurmClock
-from slurm_plugin.backend import CommandResult, SlurmBackend
+from slurm_plugin.backend import SlurmBackend
+from slurm_plugin.commands import CommandResult
 from tests.test_controller import ScriptedBackend, controller, store  # noqa: F401 - store is a fixture
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "slurm"

@@ -6,7 +6,8 @@ import subprocess
 
 import pytest
 
-from slurm_plugin.parse import parse_sacct_json, parse_squeue_json
+from slurm_plugin.parse_history import parse_sacct_json
+from slurm_plugin.parse_jobs import parse_squeue_json
 from tests.slurm_fixtures import slurm_cluster, submit_as, wait_for  # noqa: F401  (pytest fixtures)
 
 pytestmark = pytest.mark.slurm

@@ -16,9 +16,10 @@ import pytest
 from controller.service.ops.config import from_mapping
 from controller.service.round.daemon import Controller
 from controller.service.state.store import Store
-from slurm_plugin.backend import LeverFailed, SlurmBackend
+from slurm_plugin.backend import SlurmBackend
+from slurm_plugin.commands import LeverFailed
 from bench.slurm_harness import plain_squeue_records
-from slurm_plugin.parse import gres_counts
+from slurm_plugin.grammar import gres_counts
 from tests.slurm_fixtures import slurm_cluster, submit_as  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.slurm

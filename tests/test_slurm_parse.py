@@ -11,16 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from slurm_plugin.parse import (
-    SlurmParseError,
-    expand_hostlist,
-    gres_counts,
-    parse_duration_s,
-    parse_sacct_json,
-    parse_scontrol_show_job,
-    parse_sinfo_json,
-    parse_squeue_json,
-)
+from slurm_plugin.grammar import SlurmParseError, expand_hostlist, gres_counts, parse_duration_s
+from slurm_plugin.parse_history import parse_sacct_json
+from slurm_plugin.parse_jobs import parse_scontrol_show_job, parse_squeue_json
+from slurm_plugin.parse_nodes import parse_sinfo_json
 
 FIXTURES = Path(__file__).parent / "fixtures" / "slurm"
 GENERATIONS = ["22.05", "24.11", "26.05"]
@@ -139,7 +133,7 @@ def test_squeue_begin_time_tells_the_requeues_delay_from_a_begin_the_user_set(ve
     cred_expire + 1 s later (AuthInfo=cred_expire=10 on the test cluster); job 9's
     --begin=now+3600 is an hour after its submission."""
     from controller.service.acting.backend import ObservedJob
-    from controller.service.round.startable import requeue_delay
+    from slurm_plugin.reasons import requeue_delay
 
     jobs = by_id(parse_squeue_json(read(version, "squeue.json")))
     requeued, begin = jobs["4"], jobs["9"]
@@ -525,8 +519,8 @@ def test_squeue_allocation_order_is_slurms_not_the_hostlists():
 
 
 def test_a_job_being_torn_down_is_completing_on_both_releases():
-    from slurm_plugin.parse import _split_state
+    from slurm_plugin.records import split_state
 
-    assert _split_state("COMPLETING", "job_state") == ("COMPLETING", frozenset())  # 22.05
-    assert _split_state(["PENDING", "COMPLETING"], "job_state") == ("COMPLETING", frozenset({"PENDING"}))
-    assert _split_state(["RUNNING", "CONFIGURING"], "job_state") == ("RUNNING", frozenset({"CONFIGURING"}))
+    assert split_state("COMPLETING", "job_state") == ("COMPLETING", frozenset())  # 22.05
+    assert split_state(["PENDING", "COMPLETING"], "job_state") == ("COMPLETING", frozenset({"PENDING"}))
+    assert split_state(["RUNNING", "CONFIGURING"], "job_state") == ("RUNNING", frozenset({"CONFIGURING"}))

@@ -122,7 +122,8 @@ def test_a_failed_signal_causes_no_requeue(iso, tmp_path):
     from controller.service.ops.config import from_mapping
     from controller.service.round.daemon import Controller
     from controller.service.state.store import Store
-    from slurm_plugin.backend import CommandResult, SlurmBackend, subprocess_runner
+    from slurm_plugin.backend import SlurmBackend
+    from slurm_plugin.commands import CommandResult, subprocess_runner
 
     def runner(argv, timeout_s, env):
         if argv[0] == "scancel":

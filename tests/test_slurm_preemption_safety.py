@@ -335,7 +335,8 @@ def test_cli_filter_leaves_cpu_and_mps_jobs_that_declare_a_signal_in_their_qos_o
 def test_the_qos_limits_are_read_from_real_sacctmgr(iso):
     """The format names sacctmgr takes (every LIMITS field comes back) and the
     associations' default QOS."""
-    from controller.service.ops.qos_limits import DEFAULT_QOS_COMMAND, QOS_LIMITS_COMMAND, parse_default_qos
+    from controller.service.ops.qos_limits import parse_default_qos
+    from slurm_plugin.commands import DEFAULT_QOS_COMMAND, QOS_LIMITS_COMMAND
 
     text = iso.run(QOS_LIMITS_COMMAND).stdout
     rows = [line.split("|") for line in text.splitlines() if line.strip()]

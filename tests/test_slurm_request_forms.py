@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from slurm_plugin.backend import _asked_per_node, job_defaults
-from slurm_plugin.parse import parse_scontrol_show_job, parse_sinfo_json, parse_squeue_json
+from slurm_plugin.job_request import asked_per_node, job_defaults
+from slurm_plugin.parse_jobs import parse_scontrol_show_job, parse_squeue_json
+from slurm_plugin.parse_nodes import parse_sinfo_json
 
 FIXTURES = Path(__file__).parent / "fixtures" / "slurm"
 RELEASES = ("22.05", "24.11", "26.05")
@@ -83,7 +84,7 @@ def test_a_pending_form_reads_as_what_slurm_needs(release, form):
     job = _records(release, "pending")[form]
     assert job.state == "PENDING"
     gpus, gpu_type, cpus, mem, codes = expected(form, release, "squeue")
-    asked = _asked_per_node(job, lambda: True, lambda partition: _defaults(release))
+    asked = asked_per_node(job, lambda: True, lambda partition: _defaults(release))
     assert (job.gpus, job.gpu_type, asked["unmodelled_reasons"]) == (gpus, gpu_type, codes)
     if not codes:
         assert (asked["cpus_per_node"], asked["mem_per_node_mb"]) == (cpus, mem)
@@ -118,7 +119,7 @@ def test_every_release_fills_the_defaults_into_a_tested_job_without_the_gres_pre
 
 @pytest.mark.parametrize("release", RELEASES)
 def test_every_release_needs_both_mem_and_the_per_gpu_default_free(release):
-    """What _asked_per_node models, as each release did it (probe_memory)."""
+    """What asked_per_node models, as each release did it (probe_memory)."""
     lines = (FIXTURES / release / "request_forms_memory.txt").read_text().splitlines()[1:]
     started = {re.search(r"sbatch (.*?)\s+\(", line).group(1): "RUNNING" in line for line in lines}
     assert started == {"--gres=gpu:3 --mem=1000": False, "--gres=gpu:2 --mem=1000": True,
@@ -164,9 +165,9 @@ def test_a_released_job_slurm_has_not_tested_takes_its_partitions_defaults():
                                           "memory_per_node": None, "memory_per_cpu": None, "features": "",
                                           "shared": None}]})
     defaults = {"batch": (2, 1000), "urgent": (3, 500)}
-    asked = _asked_per_node(job, lambda: True, lambda partition: defaults.get(partition, (0, 0)))
+    asked = asked_per_node(job, lambda: True, lambda partition: defaults.get(partition, (0, 0)))
     assert (asked["cpus_per_node"], asked["mem_per_node_mb"]) == (6, 2000)
-    assert _asked_per_node(job, lambda: True)["mem_per_node_mb"] == ALL  # no default known: all of it
+    assert asked_per_node(job, lambda: True)["mem_per_node_mb"] == ALL  # no default known: all of it
 
 
 def test_a_job_slurm_tested_with_cpus_per_task_keeps_its_own_cpus():
@@ -181,7 +182,7 @@ def test_a_job_slurm_tested_with_cpus_per_task_keeps_its_own_cpus():
     defaults = lambda partition: (2, 1000)  # noqa: E731
     for reason, cpus in (("Resources", 3), ("Priority", 6), ("None", 6), ("JobHeldUser", 6)):
         (job,) = parse_squeue_json({"jobs": [{**record, "state_reason": reason}]})
-        asked = _asked_per_node(job, lambda: True, defaults)
+        asked = asked_per_node(job, lambda: True, defaults)
         assert (asked["cpus_per_node"], asked["mem_per_node_mb"]) == (cpus, 2400), reason
 
 
@@ -201,7 +202,8 @@ def test_the_backend_reads_the_defaults_from_config_and_partitions(release):
     """The cluster's JobDefaults from `scontrol show config`; a partition's own from
     `scontrol show partition -o` (JobDefaults=(null) there on the recording: the
     cluster's apply)."""
-    from slurm_plugin.backend import CommandResult, SlurmBackend
+    from slurm_plugin.backend import SlurmBackend
+    from slurm_plugin.commands import CommandResult
 
     recorded = (FIXTURES / release / "request_forms_config.txt").read_text()
     partitions = "\n".join(line for line in recorded.splitlines() if line.startswith("PartitionName="))

@@ -8,7 +8,8 @@ import pytest
 from bench.bench_slurm_traffic import rounds
 from bench.scripted_slurm import ScriptedSlurm
 from controller.service.acting.backend import BackendUnavailable
-from slurm_plugin.backend import CommandResult, SlurmBackend
+from slurm_plugin.backend import SlurmBackend
+from slurm_plugin.commands import CommandResult
 
 
 def test_steady_round_sends_no_scontrol_and_one_start_at_most_five():

@@ -6,8 +6,15 @@ import dataclasses
 import pytest
 
 from controller.service.acting.backend import ObservedJob
-from controller.service.round.startable import STARTABLE_REASONS, slurm_wait
+from controller.service.round.startable import slurm_wait as controller_wait
+from slurm_plugin.reasons import STARTABLE_REASONS, judged
 from tests.test_controller import ScriptedBackend, controller, store  # noqa: F401  (pytest fixture)
+
+
+def slurm_wait(job):
+    """What the controller reads of ``job`` once the Slurm backend judged its reason."""
+    return controller_wait(judged(job))
+
 
 FULL = [(f"gpu{i}", 4) for i in range(1, 5)]
 # Reasons from Slurm's list (https://slurm.schedmd.com/job_reason_codes.html) no preemption lifts.

@@ -17,7 +17,8 @@ from controller.cli import queue as cmd_queue
 from controller.cli.main import main
 from controller.core.model import MIXED_TYPES
 from controller.service.ops.metrics import Metrics
-from controller.service.ops.unmodelled import LOG_EVERY_S, REASONS, unmodelled_fields
+from controller.service.acting.backend import unmodelled_fields
+from controller.service.ops.unmodelled import LOG_EVERY_S, REASONS
 from tests.test_controller import ScriptedBackend, controller, store  # noqa: F401  (fixture)
 from tests.test_resources_model import adapter_view, pending_record
 

@@ -28,7 +28,7 @@ from controller.service.ops.config import DEFAULT_PATH, load
 from controller.core.inputs import shorten
 from controller.core.model import InputError
 from controller.cli import argtypes, reports
-from slurm_plugin.parse import JOB_BASE_STATES
+from slurm_plugin.records import JOB_BASE_STATES
 from controller.service.state.secrets import redact_url
 
 # Which test may pretend to be another user: the uid the access rule reads.

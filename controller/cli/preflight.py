@@ -19,7 +19,8 @@ from controller.checkpoint import REQUEUE_EXIT_CODE
 from controller.core.model import InputError
 from controller.service.ops import config as settings_module
 from controller.service.ops.config import DEFAULT_PATH, load
-from controller.service.ops.qos_limits import DEFAULT_QOS_COMMAND, IMPLIED_DEFAULT_QOS, QOS_LIMITS_COMMAND
+from controller.service.ops.qos_limits import IMPLIED_DEFAULT_QOS
+from slurm_plugin.commands import DEFAULT_QOS_COMMAND, QOS_LIMITS_COMMAND
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

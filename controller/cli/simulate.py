@@ -271,7 +271,7 @@ def run(args) -> int:
     levers = _write_levers(args, config, jobs) if getattr(args, "levers", None) else None
     actual, actual_curve = None, None
     if actuals is not None:
-        from slurm_plugin.accounting import actual_jcts, actual_summary
+        from slurm_plugin.history_shape import actual_jcts, actual_summary
 
         dropped_ids = set(results[0].dropped_oversize)
         actual = actual_summary(jobs, actuals, args.nodes * args.gpus_per_node, exclude=dropped_ids)

@@ -19,13 +19,8 @@ import sys
 import time
 from pathlib import Path
 
-from slurm_plugin.accounting import (
-    SACCT_TEXT_FIELDS,
-    build_export,
-    history_shape,
-    run_sacct,
-    runs_from_output,
-)
+from slurm_plugin.accounting import SACCT_TEXT_FIELDS, build_export, run_sacct, runs_from_output
+from slurm_plugin.history_shape import history_shape
 from controller.cli import argtypes
 from controller.core.inputs import shorten
 from controller.cli.out_paths import check_output_file

@@ -23,6 +23,7 @@ ROUND_PREFIXES = {
     "comment": "c",  # SetAdminComment
     "slurm_start": "slurm",  # the simulated slurmctld's own starts
     "slurm_preempt": "slurmpre",  # the simulated slurmctld's own preemptions (preempt/qos)
+    "slurm_requeue": "sq",  # slurmctld's requeue of a victim left to it, observed (preemption: slurm)
 }
 # kind -> suffix of a lever that carries out the decision named before it (r12.3.pin)
 CAUSED_SUFFIXES = {"pin": "pin", "release": "release", "signal": "signal", "requeue_after_grace": "requeue",

@@ -32,11 +32,26 @@ own view of the cluster, so the simulator holds back the same preemptions.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, NamedTuple, Optional
 
 from controller.core.model import JobSpec, Node
 from controller.core.placement import COUNT_NODE, node_fits
+from controller.core.ids import decision_id
+
+_STARTED = re.compile(r"started (\d+)s after the victims' signal")
+
+
+def started_detail(delay_s: float) -> str:
+    """The detail of a landed handoff decision (``started_delay_s`` reads it back)."""
+    return f"started {delay_s:.0f}s after the victims' signal"
+
+
+def started_delay_s(detail: str) -> Optional[float]:
+    """The delay (s) a landed handoff's logged detail records, or None for any other text."""
+    match = _STARTED.fullmatch(detail or "")
+    return float(match.group(1)) if match else None
 
 
 @dataclass
@@ -336,3 +351,19 @@ class HandoffBook:
                 self.watching[job_id] = Watch(now, victims, causes)
                 added.append(job_id)
         return added
+
+
+def handoff_decision(event: HandoffEvent, number: int, round_id: int, now: float, timeout_s: float,
+                     start_time_s: Optional[float], reason: str) -> tuple[dict, Optional[float]]:
+    """The decision entry of a landed or failed handoff (the ``number``-th checked this
+    round), citing the preemptions that made room, and for a landed one its delay (s)
+    from the victims' signal to the job's start (``start_time_s``; unknown: ``now``).
+    ``reason``: Slurm's pending reason of a failed one."""
+    watch = event.watch
+    decision = {"decision_id": decision_id(round_id, "handoff", number), "job_id": event.job_id, "kind": "handoff",
+                "cause_id": ",".join(watch.causes), "reason": f"made room for by preempting {','.join(watch.victims)}"}
+    if event.kind == "landed":
+        delay = max(0.0, (start_time_s or now) - watch.signalled_s)
+        return dict(decision, applied=True, detail=started_detail(delay)), delay
+    return dict(decision, applied=False, detail=f"not started {timeout_s:g}s after the victims' signal (reason "
+                                                f"{reason or '-'}): no further preemption for it until {UNTIL}"), None

@@ -74,7 +74,7 @@ class ObservedJob:
     features: tuple[str, ...] = ()
     exclusive: bool = False
     unmodelled: str = ""
-    # the codes of ``unmodelled`` (controller.service.ops.unmodelled.REASONS), for counting
+    # the codes of ``unmodelled`` (UNMODELLED_REASONS below), for counting
     unmodelled_reasons: tuple[str, ...] = ()
     # A running job: the CPUs and MB of memory it holds on each node, (node, cpus, mb),
     # what its preemption frees there (0 where not reported: counted as freeing nothing).
@@ -85,7 +85,7 @@ class ObservedJob:
     signal: str = ""  # the job's --signal spec when the cluster manager reports it ("B:USR1@90"); '' unknown
     # A pending array record (job_id the ArrayJobId): its pending tasks ("5-50%4") and
     # throttle; a het job component: its leader's id and offset. The backend plans
-    # both through controller.service.round.arrays.plan_view, which clears these fields, and
+    # both through slurm_plugin.arrays.plan_view, which clears these fields, and
     # ``het_job_id`` stays set on the one gang it makes of a het job (never pinned).
     array_tasks: str = ""
     array_max_tasks: int = 0
@@ -98,6 +98,14 @@ class ObservedJob:
     # record without splitting it. '' for every other job (a running or split-off
     # task has its own record and its own levers).
     array_record: str = ""
+    # What a pending job waits for, as the backend judges its cluster manager's reason (Slurm's:
+    # slurm_plugin.reasons): "resources" (it starts once resources free up: the only wait a
+    # preemption may lift; every job of a backend that reports no reasons), "begin_time_after_requeue"
+    # (only the start delay a requeue put on it, which the controller lifts when the plan starts
+    # it), "unjudged" (the scheduler has not looked at it since its submission or last update),
+    # "admin_hold", "user_hold", "begin_time" (a later start someone set) or "other" (any other
+    # wait no preemption lifts). ``reason`` keeps the manager's own word, for people.
+    waits_for: str = "resources"
 
     @property
     def gpu_equivalents(self) -> float:
@@ -114,7 +122,7 @@ class Observation:
     nodes: list[Node]
     skipped: list[str] = field(default_factory=list)  # one line per record that could not be read
     # The job ids whose absence is not "gone" (a record that failed to parse, the array
-    # tasks not listed: controller.service.round.arrays.Withheld). None: any skipped line
+    # tasks not listed: slurm_plugin.arrays.Withheld). None: any skipped line
     # withholds every job (a backend that does not say which).
     withheld: Optional[Container[str]] = None
     # Clock evidence (controller.service.round.slurm_clock): observed_at_s is taken just
@@ -223,3 +231,40 @@ OPTIONAL_READS = frozenset(name for name, member in vars(BackendReader).items()
 
 class Backend(BackendReader, LeverTarget):
     """The port: a cluster manager's reads and levers (slurm_plugin.backend.SlurmBackend)."""
+
+
+# Why a pending job's request is beyond the plan's model (ObservedJob.unmodelled_reasons): code ->
+# what the admin reads beside a count of jobs (metric help, log, preflight; controller.service.ops.unmodelled)
+UNMODELLED_REASONS: dict[str, str] = {
+    "cpus": "CPUs the record does not report, or a --cpus-per-gpu form not read",
+    "memory": "memory the record does not report, or a --mem-per-gpu form not read",
+    "constraint": "a --constraint with OR, brackets or counts (which nodes satisfy it is Slurm's choice)",
+    "exclusive": "an --exclusive mode other than the whole node (user, mcs, topo)",
+    "oversubscribe": "a partition's OverSubscribe=FORCE (Slurm shares the nodes it gives)",
+    "mixed_gpu_types": "GPUs of several types in one request (the plan gives a job one type)",
+    "het": "a het job whose components ask for different nodes (features, partitions, GPU types)",
+    "per_socket": "GPUs per socket (--gpus-per-socket: which sockets is Slurm's choice)",
+    "per_task": "a per-task request the release does not report in full (--ntasks-per-gpu)",
+    "unreported_request": "a field of the request the release does not report",
+    "unreported_nodes": "CPUs, memory or features that no node reports",
+    "qos_limits": "a QOS whose GPU limits cannot be read (sacctmgr) or are not modelled (a typed gres/gpu:TYPE)",
+    "other": "another request the plan cannot express",
+}
+
+
+def unmodelled_fields(reasons: Iterable[tuple[str, str]]) -> dict:
+    """The ObservedJob fields of a job's (code, text) reasons: ``unmodelled`` the
+    texts joined for people, ``unmodelled_reasons`` the codes, in order, for counting.
+    An unknown code is a programming error: it would be counted under no name."""
+    pairs = list(reasons)
+    unknown = [code for code, _ in pairs if code not in UNMODELLED_REASONS]
+    if unknown:
+        raise ValueError(f"unmodelled reason code {unknown[0]!r} is not one of {sorted(UNMODELLED_REASONS)}")
+    return dict(unmodelled="; ".join(text for _, text in pairs),
+                unmodelled_reasons=tuple(dict.fromkeys(code for code, _ in pairs)))
+
+
+# The limits a QOS puts on its jobs and users (as sacctmgr names them), the columns after the
+# QOS name in a backend's qos_limits() and qos_limit_table() text (controller.service.ops.qos_limits)
+QOS_LIMIT_FIELDS = ("MaxTRESPerUser", "MaxTRESPerAccount", "MaxTRES", "MaxTRESPerNode", "MaxWall",
+                    "MaxJobsPerUser", "MaxSubmitJobsPerUser", "GrpTRES", "GrpJobs", "GrpSubmitJobs", "UsageFactor")

@@ -155,6 +155,10 @@ class LeverExecutor:
             return LeverResult(False, f"failed: {err}")
         return LeverResult(True, text)
 
+    def pulled(self) -> tuple[LeverAction, ...]:
+        """The round's actions so far (applied or not, in order): what end_round will return."""
+        return tuple(self._round)
+
     def when_acting(self, bookkeeping: Callable[[], T]) -> Optional[T]:
         """Run ``bookkeeping`` (a store write that goes with levers really pulled: a
         pin's row, an open preemption) only in enforce; None otherwise."""
@@ -166,10 +170,17 @@ class LeverExecutor:
         refusal): when levers reach the cluster; the others plan from what they see."""
         return self.acting
 
+    def sends(self, action_type: type) -> bool:
+        """Whether actions of ``action_type`` (a LEVERS row's, or SetBand) reach the
+        cluster, rather than being said (``would``)."""
+        if action_type is not SetBand and action_type not in LEVERS:
+            raise ValueError(f"{action_type.__name__} is not a lever action")
+        return self.acting
+
     def skips(self, action_type: type) -> bool:
         """Whether actions of ``action_type`` are not even planned: an informational
-        lever (the LEVERS row says so: the AdminComment line) when no lever is pulled."""
-        return LEVERS[action_type].informational and not self.acting
+        lever (the LEVERS row says so: the AdminComment line) that is not sent."""
+        return LEVERS[action_type].informational and not self.sends(action_type)
 
     def in_store(self) -> LeverResult:
         """The result of an action the service carries out in its own store (a

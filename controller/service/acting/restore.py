@@ -46,7 +46,6 @@ from controller.service.acting.backend import (
     Backend, BackendUnavailable, LeverRelay, LeverTarget, ObservedJob,
 )
 from controller.service.ops.slurm_conf import parse_show_config
-from controller.service.round.startable import HELD_ADMIN, HELD_USER
 from controller.service.state.store import Store
 
 log = logging.getLogger("tiresias.restore")
@@ -185,9 +184,9 @@ def _restore_holds(backend, store, cluster, jobs, job_ids: set[str], report) -> 
         job = jobs.get(job_id)
         if not _alive(job):
             report.add(job_id, HOLD, "gone", f"job {job.state if job else 'no longer listed'}")
-        elif job.state == "PENDING" and job.reason == HELD_USER:
+        elif job.state == "PENDING" and job.waits_for == "user_hold":
             report.add(job_id, HOLD, "kept", "held by its user (JobHeldUser), not by the controller")
-        elif job.state != "PENDING" or job.reason != HELD_ADMIN:
+        elif job.state != "PENDING" or job.waits_for != "admin_hold":
             report.add(job_id, HOLD, "already", f"job is {job.state} ({job.reason or 'no reason'}), not held")
         else:
             try:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Optional
 
+from controller.core.levers.preemption import strategy_for
 from controller.service.acting.backend import Backend, BackendUnavailable
 from controller.service.acting.executor import acts
 from controller.service.ops.preempt_qos import installed_cli_filter_findings, parse_qos, qos_findings
@@ -32,7 +33,7 @@ def run_checks(backend: Backend, site_factor_band: int, requeue_exit_code: int,
     nodes = backend.partition_nodes() if partitions and backend.offers("partition_nodes") else None
     found = check(settings, site_factor_band, requeue_exit_code, partitions, preemption,
                   nodes if isinstance(nodes, dict) else None, partition_moves)
-    if preemption == "slurm" and qos and backend.offers("qos_config"):
+    if strategy_for(preemption).by_qos and qos and backend.offers("qos_config"):
         rows = parse_qos(backend.qos_config())
         found += qos_findings(rows, qos, settings.get("PreemptExemptTime", "")) + \
             installed_cli_filter_findings(settings, rows, qos)

@@ -11,19 +11,18 @@ them from the default QOS).
 """
 from __future__ import annotations
 
-# (the limit as sacctmgr names it, in `format=` and `set`) the limits a QOS puts on its
-# jobs and users; a default QOS's value is lost when preempt_qos has not the same
-LIMITS = ("MaxTRESPerUser", "MaxTRESPerAccount", "MaxTRES", "MaxTRESPerNode", "MaxWall", "MaxJobsPerUser",
-          "MaxSubmitJobsPerUser", "GrpTRES", "GrpJobs", "GrpSubmitJobs", "UsageFactor")
-QOS_LIMITS_COMMAND = ["sacctmgr", "-n", "-P", "show", "qos", "format=name," + ",".join(LIMITS)]
-DEFAULT_QOS_COMMAND = ["sacctmgr", "-n", "-P", "show", "association", "format=defaultqos"]
+# the limits a QOS puts on its jobs and users, as a backend's qos_limits() lists them
+# (the port's QOS_LIMIT_FIELDS); a default QOS's value is lost when preempt_qos has not the same
+from controller.service.acting.backend import QOS_LIMIT_FIELDS as LIMITS
+
 # Slurm's QOS when an association names no default (the one slurmdbd creates)
 IMPLIED_DEFAULT_QOS = "normal"
 
 
 def parse_qos_limits(text: str) -> dict[str, dict[str, str]]:
-    """``QOS_LIMITS_COMMAND``'s output as {QOS: {limit: value}}, only the limits set
-    (not empty; UsageFactor not 1); lines without every field are left out."""
+    """A backend's QOS limit table (one QOS a line: its name, then LIMITS, ``|``-separated) as
+    {QOS: {limit: value}}, only the limits set (not empty; UsageFactor not 1); lines without
+    every field are left out."""
     rows = {}
     for line in text.splitlines():
         fields = line.strip().split("|")
@@ -44,7 +43,8 @@ def _set(name: str, value: str) -> bool:
 
 
 def parse_default_qos(text: str) -> dict[str, int]:
-    """``DEFAULT_QOS_COMMAND``'s output as {QOS: associations that have it as default};
+    """A backend's default-QOS list (one association a line, its default QOS first) as
+    {QOS: associations that have it as default};
     an association with none counts for IMPLIED_DEFAULT_QOS."""
     counts: dict[str, int] = {}
     for line in text.splitlines():

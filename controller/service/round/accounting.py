@@ -168,7 +168,8 @@ class Accounts:
             record.last_observed_s = last if last is not None else record.submit_time_s
         if record.last_running and job.state != "RUNNING":
             self.stopped_at.setdefault(job.job_id, now)
-        elif job.state == "PENDING" and job.restart_count > 0 and job.reason == "BeginTime":
+        elif job.state == "PENDING" and job.restart_count > 0 and job.waits_for in (
+                "begin_time_after_requeue", "begin_time"):
             # Requeued before this process saw it stop (e.g. across a restart): the
             # settle time counts from now, never from an unknown past.
             self.stopped_at.setdefault(job.job_id, now)

@@ -42,6 +42,7 @@ from typing import Callable, Optional
 # CheckpointSignal and parse_signal_spec are the contract's vocabulary; defined in the
 # core so that the comment-hint grammar (controller.core.hints) shares the spec grammar
 from controller.core.checkpoint_signal import CheckpointSignal, parse_signal_spec  # noqa: F401 - re-exported
+from controller.core.levers.preemption import strategy_for
 from controller.core.hints import PREEMPTABLE_PREFIX, PREEMPTABLE_SOURCE, Hints, parse_hints
 from controller.service.acting.backend import Backend, BackendUnavailable, ObservedJob
 from controller.service.ops.config import Config
@@ -94,6 +95,11 @@ class Contract:
     last said it (None: not read yet; see why_not_slurms).
     """
 
+    @property
+    def strategy(self):
+        """Who carries out the plan's victims (controller.core.levers.preemption.strategy_for)."""
+        return strategy_for(self.config.preemption)
+
     def __init__(self, config: Config, backend: Backend, log_once: Callable[[str], None] = log.warning):
         self.config = config
         self.backend = backend
@@ -112,7 +118,7 @@ class Contract:
     def read_qos_grace(self, now: float) -> None:
         """Under ``preemption: slurm``: preempt_qos's GraceTime (why_not_slurms), read at
         the first round and every QOS_READ_EVERY_S. A failed read keeps the last value."""
-        if (self.config.preemption != "slurm" or now < self._qos_read_at + QOS_READ_EVERY_S
+        if (not self.strategy.by_qos or now < self._qos_read_at + QOS_READ_EVERY_S
                 or not self.backend.offers("qos_config")):
             return
         self._qos_read_at = now
@@ -203,7 +209,7 @@ class Contract:
         if self.declared(job) is None and not self.config.preempt_undeclared:
             return ("declared no checkpoint signal (#SBATCH --signal=[B:]SIG@T or "
                     "--comment=tiresias:preemptable): never signalled nor requeued")
-        return self.why_not_slurms(job) if self.config.preemption == "slurm" else ""
+        return self.why_not_slurms(job) if self.strategy.by_qos else ""
 
     def why_not_slurms(self, job: ObservedJob) -> str:
         """Under ``preemption: slurm``, why slurmctld must not preempt this running job

@@ -46,6 +46,7 @@ from controller.service.ops.heap import Heap
 from controller.service.acting.lease import Lease
 from controller.service.round.partition_moves import PartitionMover
 from controller.service.round.preemption import Preemptions
+from controller.core.levers.preemption import SlurmBook
 from controller.service.ops.preflight import Pending
 from controller.service.ops.qos_gate import QosGate, wait_text as qos_wait_text
 from controller.service.ops.report import LogOnce, RoundReport, entry
@@ -54,14 +55,12 @@ from controller.service.round.sharing import GpuSharing
 from controller.service.round.slurm_clock import SlurmClock
 from controller.service.state.spool import collect_spool
 from controller.service.ops import logs
-from controller.service.round.startable import add_waiting, slurm_wait
+from controller.service.round.startable import UNJUDGED, add_waiting, slurm_wait
 from controller.service.round.starts import Starts
 from controller.service.state.store import Store, StoreError
 from controller.service.round.submit_order import SubmitOrder
 from controller.service.ops.unmodelled import Census, CensusLog, census
 
-SLURM_PREEMPTS = ("left to slurmctld (preemption: slurm): it preempts a running job of a lower priority "
-                  "for a pending one, by the SiteFactor bands")
 
 
 log = logging.getLogger("tiresias.controller")
@@ -154,6 +153,7 @@ class Controller:
                                 backend.partition_config if backend.offers("partition_config") else None,
                                 self._log_once)
         self.preemptions = Preemptions(config, store, self.executor, self.accounts, self.contract, clock=self.clock)
+        self.slurm_book = SlurmBook()  # preemption: slurm: the victims left to slurmctld, the bands they cite
         self.mover = PartitionMover(config, self.backend, store, self.executor, self.accounts, self._log_once)
         # the holds a previous run set (recorded by RecordingBackend) are still ours to release
         self.sharing = GpuSharing(config, self.executor, self._log_once,
@@ -413,7 +413,8 @@ class Controller:
         cpu_pending: dict[str, ObservedJob] = {}
         shared: dict[str, ObservedJob] = {}
         cpu_running: dict[str, ObservedJob] = {}  # preemption: slurm: banded when in preempt_qos
-        slurm_preempts = self.config.preemption == "slurm"
+        strategy = self.preemptions.strategy  # who carries out the plan's victims (core.levers.preemption)
+        running_banded = strategy.running_banded
         for job in observation.jobs:
             if job.gpus > 0:
                 observed[job.job_id] = job
@@ -421,7 +422,7 @@ class Controller:
                 shared[job.job_id] = job
             elif job.state == "PENDING":
                 cpu_pending[job.job_id] = job
-            elif slurm_preempts and job.state == "RUNNING":
+            elif running_banded and job.state == "RUNNING":
                 cpu_running[job.job_id] = job
         accounted = {**observed, **shared} if shared else observed
         # account: one transaction, committed before anything is done in Slurm
@@ -449,19 +450,17 @@ class Controller:
             kept = self.executor.in_store()
             report.applied.append(entry(action, applied=kept.applied, detail=kept.detail))
         self.handoffs.check(observed, now, report, self.preemptions.grace_for, observation.nodes, self._spec_of)
-        # (protected: the contract, and preempt_min_runtime_s / preempt_max_per_job with
-        # slurmctld's own requeues counted, Preemptions.protected)
-        kept_from_slurm = ({j for j, job in observed.items()
-                            if job.state == "RUNNING" and self.preemptions.protected(job, now)}
-                           if slurm_preempts else set())
+        kept_from_slurm = strategy.kept_running(observed, lambda job: self.preemptions.protected(job, now))
         self.starts.apply(plan, observed, now, report, cpu_pending, requeueing, shared, kept_from_slurm,
                           cpu_running, self.contract.may_preempt_slurms)
-        if self.config.preemption == "slurm":
-            # slurmctld chooses, signals and requeues by the bands (running jobs' too,
-            # Starts.site_factors): the plan's victims are what the controller expects of it
-            for action in plan.of_kind("preempt"):
-                report.applied.append(entry(action, applied=False, detail=SLURM_PREEMPTS))
-        else:
+        # preemption: slurm: slurmctld chooses, signals and requeues by the bands (running
+        # jobs' too, Starts.site_factors): the plan's victims are what the controller
+        # expects of it, citing the bands sent; its requeues are logged when observed
+        self.slurm_book.note_bands(self.executor.pulled())
+        report.applied.extend(strategy.requeues_seen(observed, self.slurm_book, round_id))
+        report.applied.extend(strategy.left_to_slurm(plan, observed, self.slurm_book,
+                                                   self.executor.sends(SetBand)))
+        if strategy.own_victims(plan):  # the controller's own: signal, grace, requeue
             kept = self.handoffs.kept(plan, observed, leaving)  # the handoff rule: no preemption repeated in vain
             for action in plan.of_kind("preempt"):
                 if action.job_id in kept:
@@ -487,6 +486,7 @@ class Controller:
         for job_id in forgotten:
             self.starts.forget(job_id)
             self.mover.forget(job_id)
+            self.slurm_book.forget(job_id)
             self.contract.forget(job_id)
             self.admin_comments.forget(job_id)
         self._collect_usage(now)
@@ -761,7 +761,7 @@ class Controller:
         unjudged.clear()
         # preemption: slurm: slurmctld's requeues count against preempt_max_per_job too
         # (Slurm's restart count; Preemptions.protected)
-        restarts_count = self.config.preemption == "slurm"
+        counted = self.preemptions.strategy.counted_preemptions
         arrival = self.submit_order.ids(observed, lambda job_id: records[job_id].submit_time_s,
                                         lambda job_id: observed[job_id].state in ACTIVE_STATES)
         index = -1
@@ -789,9 +789,9 @@ class Controller:
                 reason, preemptable = "", not why_not(job)
             else:
                 reason, preemptable = slurm_wait(job), True
-                if reason == "None" and job_id in updated and job_id in startable_seen:
+                if reason == UNJUDGED and job_id in updated and job_id in startable_seen:
                     reason = ""  # our own update's None: Slurm judged it startable before it
-                elif reason == "None" and job_id not in last_specs:
+                elif reason == UNJUDGED and job_id not in last_specs:
                     unjudged.add(job_id)
                 elif reason:
                     startable_seen.discard(job_id)
@@ -815,7 +815,7 @@ class Controller:
                 record.executed_since_promotion_s, record.waited_since_promotion_s, 0.0, record.first_start_s,
                 (job.start_time_s if job.start_time_s is not None else now) if running else None, running,
                 job.gpus_by_node if running else (),
-                max(record.preemptions, job.restart_count) if restarts_count else record.preemptions, 0, None,
+                counted(record.preemptions, job.restart_count), 0, None,
                 record.queue_level,
                 record.queue_entry))
         self._specs = specs

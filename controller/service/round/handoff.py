@@ -20,33 +20,20 @@ a restarted or standby controller does not signal again for such a job.
 from __future__ import annotations
 
 import logging
-import re
 from typing import Callable, Iterable, Optional
 
 # The rule, shared with the simulator; Watch is re-exported for the callers that build one.
 from controller.core.levers.handoffs import UNTIL, Brake, ClusterView, HandoffBook, Needs, Watch  # noqa: F401
+from controller.core.levers.handoffs import handoff_decision, started_delay_s, started_detail  # noqa: F401
 from controller.core.model import JobSpec, Node
 from controller.core.plan import Plan
 from controller.service.acting.backend import ObservedJob
 from controller.service.ops.config import Config
 from controller.service.ops.report import RoundReport
 from controller.service.state.store import Store
-from controller.core.ids import decision_id
 
 log = logging.getLogger(__name__)
 MAX_DELAYS_KEPT = 1000  # handoff delays kept for reports (the latest)
-_STARTED = re.compile(r"started (\d+)s after the victims' signal")
-
-
-def started_detail(delay_s: float) -> str:
-    """The detail of a landed handoff decision (``started_delay_s`` reads it back)."""
-    return f"started {delay_s:.0f}s after the victims' signal"
-
-
-def started_delay_s(detail: str) -> Optional[float]:
-    """The delay (s) a landed handoff's logged detail records, or None for any other text."""
-    match = _STARTED.fullmatch(detail or "")
-    return float(match.group(1)) if match else None
 
 
 class Handoffs:
@@ -97,25 +84,19 @@ class Handoffs:
                              event.detail)
                 continue
             job = observed[job_id]
-            victims = ",".join(watch.victims)
             checked += 1
-            decision = {"decision_id": decision_id(report.round_id, "handoff", checked), "job_id": job_id, "kind": "handoff",
-                        "cause_id": ",".join(watch.causes), "reason": f"made room for by preempting {victims}"}
+            decision, delay = handoff_decision(event, checked, report.round_id, now, timeout, job.start_time_s,
+                                               job.reason)
             if event.kind == "landed":
-                delay = max(0.0, (job.start_time_s or now) - watch.signalled_s)
                 self.landed += 1
                 self.delays_s.append(delay)
                 del self.delays_s[:-MAX_DELAYS_KEPT]  # a controller runs for months: keep it bounded
                 self.store.clear_handoff(self.config.cluster, job_id)
-                report.applied.append(dict(decision, applied=True, detail=started_detail(delay)))
             else:  # failed
                 self.failed += 1
                 self.store.save_handoff(self.config.cluster, job_id, watch.signalled_s, watch.victims,
                                         brake=event.brake.to_json())
-                report.applied.append(dict(decision, applied=False,
-                                           detail=f"not started {timeout:g}s after the victims' signal (reason "
-                                                  f"{job.reason or '-'}): no further preemption for it until "
-                                                  f"{UNTIL}"))
+            report.applied.append(decision)
 
     @staticmethod
     def _needs(observed: dict[str, ObservedJob], nodes: list[Node], spec_of: Callable[[str], JobSpec]

@@ -1,6 +1,7 @@
 """The round's partition moves: pending jobs moved among the partitions their users
-allowed, as controller.partitions.moves plans them (that module is pure; this one reads
-the partition map from the backend, keeps the per-job cooldown and pulls the levers).
+allowed, as controller.partitions.moves plans them (that module is pure; the cooldown,
+the backoff and the levers are controller.core.levers.moves'; this one reads the partition
+map from the backend and the last moves from the decision log, and pulls the levers).
 
 The cooldown survives a restart: a job's last move is read from the decision log once.
 A move Slurm refused starts no cooldown: it is tried again after a backoff that
@@ -15,10 +16,9 @@ up to 28 s; with associations, as sites with accounting have, the first try is t
 from __future__ import annotations
 
 import logging
-import math
 from typing import Callable, Optional
 
-from controller.core.actions import MovePartition
+from controller.core.levers.moves import MoveBook, last_move_logged, move_actions
 from controller.core.plan import Plan
 from controller.partitions.moves import MoveSettings, PendingGpuJob, RunningGpuJob, is_candidate, plan_moves, \
     split_partitions
@@ -28,15 +28,12 @@ from controller.service.ops.config import Config
 from controller.service.acting.executor import LeverExecutor
 from controller.service.ops.report import RoundReport, entry
 from controller.service.state.store import Store
-from controller.core.ids import decision_id
 
 log = logging.getLogger("tiresias.controller")
 
 
 class PartitionMover:
-    """``last_move_s``: job id -> epoch s of its last move (or would-move in shadow);
-    -inf: the decision log was read and holds none. ``refused``: job id -> (refusals in a
-    row, epoch s before which it is not tried again)."""
+    """The book (controller.core.levers.moves.MoveBook): ``last_move_s`` and ``refused``."""
 
     def __init__(self, config: Config, backend: Backend, store: Store, executor: LeverExecutor, accounts: Accounts,
                  log_once: Callable[[str], None] = log.warning):
@@ -46,8 +43,9 @@ class PartitionMover:
         self.executor = executor
         self.accounts = accounts
         self.log_once = log_once
-        self.last_move_s: dict[str, float] = {}
-        self.refused: dict[str, tuple[int, float]] = {}
+        self.book = MoveBook()
+        self.last_move_s = self.book.last_move_s
+        self.refused = self.book.refused
 
     def partition_nodes(self) -> Optional[dict[str, list[str]]]:
         """Partition name -> node names from the backend (``sinfo``), limited to the
@@ -71,15 +69,10 @@ class PartitionMover:
             job = observed.get(job_id)
             if job is None or job.state != "PENDING" or job_id not in records:
                 continue
-            if job.array_record:  # a move naming the task would split it off its array's record
-                frozen = f"a pending task in array {job.array_record}'s record"
-            elif job_id in pinned or job.required_nodes:
-                frozen = "pinned to nodes"
-            else:
-                frozen = self._refused_text(job_id, now)
             pending.append(PendingGpuJob(
                 job_id, job.gpus, split_partitions(records[job_id].partition), split_partitions(job.partition),
-                rank=len(pending), queued_s=now - (job.submit_time_s or now), frozen=frozen))
+                rank=len(pending), queued_s=now - (job.submit_time_s or now),
+                frozen=self.book.frozen(job, pinned, now)))
         candidates = [p.job_id for p in pending if is_candidate(p)]
         if not candidates:
             return
@@ -90,53 +83,34 @@ class PartitionMover:
             if job.state == "RUNNING" and job.gpus_by_node:
                 ran = now - job.start_time_s if job.start_time_s is not None else 0.0
                 running.append(RunningGpuJob(job.job_id, job.gpus_by_node, ran))
-        for job_id in candidates:
+        for job_id in self.book.unknown(candidates):
             self._load_last_move(job_id)
         settings = MoveSettings(cfg.partition_allocator, cfg.partition_move_min_gain_s, cfg.partition_move_cooldown_s,
                                 cfg.partition_duration_estimate_s)
         try:
-            moves = plan_moves(now, members, nodes, pending, running, settings,
-                               {j: t for j, t in self.last_move_s.items() if t > -math.inf})
+            moves = plan_moves(now, members, nodes, pending, running, settings, self.book.cooldowns())
         except Exception as err:  # an optional layer: never lose the round over it
             self.log_once(f"partition moves skipped: {type(err).__name__}: {err}")
             return
-        for number, move in enumerate(moves.moves, 1):
-            action = MovePartition(decision_id(report.round_id, "move", number), move.job_id, move.from_partition,
-                                   move.to_partition, reason=f"{move.from_partition} -> {move.to_partition}: {move.reason}")
+        for action in move_actions(moves.moves, report.round_id):
             outcome = self.executor.apply(action)
-            if outcome.failed:
-                self._refuse(move.job_id, now)
-            else:
-                self.last_move_s[move.job_id] = now
-                self.refused.pop(move.job_id, None)
+            self.book.settle(action.job_id, outcome.failed, now, cfg.interval_s, cfg.partition_move_cooldown_s)
             if outcome.applied:
-                self.accounts.count_move(move.job_id)
+                self.accounts.count_move(action.job_id)
             report.applied.append(entry(action, applied=outcome.applied, detail=outcome.detail))
 
     def _load_last_move(self, job_id: str) -> None:
-        if job_id in self.last_move_s:
-            return
-        last = -math.inf
-        for logged in self.store.decisions(self.config.cluster, job_id=job_id, limit=200):
-            # a would-move counts in shadow only; a refused move counts nowhere
-            if logged["kind"] == "move" and self.executor.is_ours(logged):
-                last = float(logged["now_s"])
-                break
-        self.last_move_s[job_id] = last
+        """The job's last move, read once from the decision log (the cooldown survives a restart)."""
+        if job_id not in self.last_move_s:
+            self.last_move_s[job_id] = last_move_logged(
+                self.store.decisions(self.config.cluster, job_id=job_id, limit=200), self.executor.is_ours)
 
     def _refuse(self, job_id: str, now: float) -> None:
-        count = self.refused.get(job_id, (0, now))[0] + 1
-        # the exponent capped: a job refused for days must not overflow the float
-        backoff = min(self.config.interval_s * 2.0 ** min(count - 1, 40), self.config.partition_move_cooldown_s)
-        self.refused[job_id] = (count, now + backoff)
+        self.book.settle(job_id, True, now, self.config.interval_s, self.config.partition_move_cooldown_s)
 
     def _refused_text(self, job_id: str, now: float) -> str:
         """Why a job whose last move was refused is not tried this round ("" if it may be)."""
-        count, retry_s = self.refused.get(job_id, (0, now))
-        if now >= retry_s:
-            return ""
-        return f"Slurm refused its last move ({count} in a row): tried again in {retry_s - now:.0f}s"
+        return self.book.refused_text(job_id, now)
 
     def forget(self, job_id: str) -> None:
-        self.last_move_s.pop(job_id, None)
-        self.refused.pop(job_id, None)
+        self.book.forget(job_id)

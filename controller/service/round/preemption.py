@@ -17,15 +17,20 @@ its ``--signal=...@T`` lead time, never past its time limit). A job that ends wh
 its grace runs (a checkpoint handler that exits 0 on the signal ends COMPLETED) is
 requeued all the same (``preempt_requeue_ended``; Slurm requeues a finished batch job
 while slurmctld still holds its record, MinJobAge), so a preemption never truncates it.
+
+The rule is pure (controller.core.levers.preemption: PreemptionBook, plan_preemptions,
+resolve_preemptions; the strategy of ``preemption: slurm``); this module loads the book
+from the store's open rows, builds the view (the contract's reads), pulls the levers
+the core built and persists each transition.
 """
 from __future__ import annotations
 
 import time
 from typing import Callable, Container
 
-from controller.core.actions import Requeue
 from controller.core.checkpoint_signal import grace_s
-from controller.core.levers.preemption import requeue_after_grace, signal_for
+from controller.core.levers.preemption import ENDED_IN_GRACE, PreemptionBook, RequeueSettings, VictimView, \
+    ended_in_grace, needs_grace, preemption_step, resolve_preemptions, strategy_for, victims_to_signal
 from controller.core.plan import Plan
 from controller.core.protection import why_protected
 from controller.service.round.accounting import ACTIVE_STATES, TRANSIENT_STATES, Accounts
@@ -35,11 +40,8 @@ from controller.service.round.contract import Contract
 from controller.service.acting.executor import LeverExecutor
 from controller.service.ops.report import RoundReport, entry
 from controller.service.state.store import Store
-from controller.core.ids import caused_id, decision_id
 
-
-# end states a job reaches by itself during its grace period (its handler exited)
-ENDED_IN_GRACE = {"COMPLETED", "FAILED"}
+__all__ = ["ENDED_IN_GRACE", "Preemptions"]
 
 
 class Preemptions:
@@ -51,18 +53,31 @@ class Preemptions:
         self.executor = executor
         self.accounts = accounts
         self.contract = contract
+        self.settings = RequeueSettings(config.preempt_requeue_ended, config.interval_s)
+
+    @property
+    def strategy(self):
+        """Who carries out the plan's victims (controller.core.levers.preemption.strategy_for)."""
+        return strategy_for(self.config.preemption)
+
+    def book(self) -> PreemptionBook:
+        """The open preemptions, as the store keeps them (read in every mode)."""
+        return PreemptionBook(self.store.pending_preemptions(self.config.cluster))
+
+    def _acting_book(self) -> PreemptionBook:
+        """The open preemptions the levers go on from: the store's in enforce, none otherwise."""
+        return self.executor.when_acting(self.book) or PreemptionBook()
 
     def leaving(self) -> set[str]:
         """Job ids signalled and not yet requeued: their GPUs are neither free nor plannable."""
-        return {p.job_id for p in self.store.pending_preemptions(self.config.cluster)}
+        return self.book().leaving()
 
     def to_requeue_ended(self, observed: dict[str, ObservedJob]) -> set[str]:
         """Signalled jobs that ended inside their grace period: ``advance`` requeues
         them this round, so the accounts must not close them (their record, its
         attained service and no service sample of a cut-short run, goes on)."""
-        pending = self.executor.when_acting(lambda: self.store.pending_preemptions(self.config.cluster)) or []
-        return {p.job_id for p in pending
-                if p.job_id in observed and self._ended_in_grace(observed[p.job_id], p.signalled_at_s)}
+        return {row.job_id for row in self._acting_book().open.values()
+                if row.job_id in observed and self._ended_in_grace(observed[row.job_id], row.signalled_at_s)}
 
     def grace_for(self, job: ObservedJob, signalled_at_s: float) -> float:
         """The job's grace period (core.checkpoint_signal.grace_s with its declared signal)."""
@@ -83,35 +98,36 @@ class Preemptions:
         # the start time or the count may have changed since the plan was made.
         # An unknown start time counts as a run that just started.
         run_start = job.start_time_s if job.start_time_s is not None else now
-        record = self.accounts.records[job.job_id]
-        preemptions = record.preemptions
-        if cfg.preemption == "slurm":
-            # slurmctld's preemptions are requeues this controller never counted: Slurm's
-            # restart count holds them (and this controller's, and any other requeue)
-            preemptions = max(preemptions, job.restart_count)
+        preemptions = self.strategy.counted_preemptions(self.accounts.records[job.job_id].preemptions,
+                                                        job.restart_count)
         return why_protected(run_start, preemptions, now, cfg.preempt_min_runtime_s, cfg.preempt_max_per_job)
+
+    def _view(self, job: ObservedJob, now: float) -> VictimView:
+        """What the contract says of one victim now (may read its batch script)."""
+        why_not = self.protected(job, now)
+        if why_not:
+            return VictimView(why_not)
+        signal = self.contract.declared(job)
+        grace = self.grace_for(job, now)
+        if signal is None:
+            return VictimView("", grace_s=grace)
+        return VictimView("", signal.name, signal.batch_only, signal.describe(), grace)
 
     def begin(self, plan: Plan, observed: dict[str, ObservedJob], now: float, report: RoundReport,
               kept: Container[str] = ()) -> None:
         """Signal the plan's victims now, but those in ``kept`` (the handoff rule's,
         logged by the caller); advance() requeues them after the grace period."""
         cfg = self.config
-        victims = [action for action in plan.of_kind("preempt") if action.job_id not in kept]
+        victims = victims_to_signal(plan, kept, set())
         in_progress = (self.executor.when_acting(self.leaving) or set()) if victims else set()
-        for action in victims:
+        for action in victims_to_signal(plan, kept, in_progress):
+            step = preemption_step(action, self._view(observed[action.job_id], now))
             job = observed[action.job_id]
-            if job.job_id in in_progress:
-                continue  # signalled already (e.g. before a controller restart)
-            why_not = self.protected(job, now)
-            if why_not:
-                report.applied.append(entry(action, applied=False, detail=f"kept running: {why_not}"))
+            if step.kept:
+                report.applied.append(entry(action, applied=False, detail=step.kept))
                 continue
-            signal = self.contract.declared(job)
-            grace = self.grace_for(job, now)
-            how = (f"signal {signal.describe()}, requeue after {grace:g}s" if signal is not None
-                   else "requeue without a signal (preempt_undeclared)")
-            if signal is not None:
-                outcome = self.executor.apply(signal_for(action, signal.name, signal.batch_only, how))
+            if step.signal is not None:
+                outcome = self.executor.apply(step.signal)
                 if outcome.failed:
                     report.applied.append(entry(action, applied=False,
                                                 detail=self.contract.signal_failed(job.job_id, outcome.detail)))
@@ -119,58 +135,45 @@ class Preemptions:
             opened = self.executor.when_acting(lambda: self.store.begin_preemption(
                 cfg.cluster, job.job_id, now, job.restart_count, decision_id=action.decision_id))
             if opened is None:  # a read-only executor: the requeue after the grace is only said
-                self.executor.apply(requeue_after_grace(caused_id(action.decision_id, "requeue_after_grace"), job.job_id,
-                                                        grace, action.decision_id))
-                report.applied.append(entry(action, applied=False, detail=self.executor.would_text(how)))
+                self.executor.apply(step.said)
+                report.applied.append(entry(action, applied=False, detail=self.executor.would_text(step.how)))
             elif opened:
                 self.contract.signal_failures.pop(job.job_id, None)
-                report.applied.append(entry(action, applied=True, detail=how))
+                report.applied.append(entry(action, applied=True, detail=step.how))
 
     def advance(self, observed: dict[str, ObservedJob], now: float, report: RoundReport) -> None:
         """Requeue signalled jobs whose grace period is over; close what resolved itself.
         Each requeue cites the preemption decision that signalled the job."""
-        cfg = self.config
-        requeued = 0
-        for pending in self.executor.when_acting(lambda: self.store.pending_preemptions(cfg.cluster)) or []:
-            job = observed.get(pending.job_id)
-            if job is not None and self._ended_in_grace(job, pending.signalled_at_s):
-                requeued += 1
-                self._requeue(job, pending, now, report, requeued, "ended during its grace period")
-                continue
-            if job is None or job.state not in ACTIVE_STATES | TRANSIENT_STATES:
-                self.store.finish_preemption(cfg.cluster, pending.job_id, "finished", now)
-                continue
-            if job.restart_count > pending.restart_count or job.state == "PENDING":
-                # Requeued, but the process that did it died before recording it:
-                # count the preemption now, so preempt_max_per_job still holds.
-                self._close_requeued(job.job_id, now)
-                continue
-            grace = self.grace_for(job, pending.signalled_at_s)
-            if job.state == "RUNNING" and now >= pending.signalled_at_s + grace:
-                # Written ahead: the run's service up to now (the next observation will
-                # not see it running) and the closed preemption commit before the requeue,
-                # so a store that cannot be written (or a lost lease) stops it; a crash
-                # after the write leaves a running job the next plan decides about again.
-                self.accounts.credit_until(job, self.clock())
-                requeued += 1
-                self._requeue(job, pending, now, report, requeued, f"grace period of {grace:g}s over")
+        book = self._acting_book()
+        graces = {row.job_id: self.grace_for(observed[row.job_id], row.signalled_at_s)
+                  for row in book.open.values() if needs_grace(observed.get(row.job_id), row, self.settings)}
+        for done in resolve_preemptions(book, observed, graces, now, report.round_id, self.settings,
+                                        ACTIVE_STATES | TRANSIENT_STATES):
+            if done.kind == "finished":
+                self.store.finish_preemption(self.config.cluster, done.job_id, "finished", now)
+            elif done.kind == "requeued":
+                self._close_requeued(done.job_id, now)
+            else:
+                if done.credit:
+                    # Written ahead: the run's service up to now (the next observation will
+                    # not see it running) and the closed preemption commit before the requeue,
+                    # so a store that cannot be written (or a lost lease) stops it; a crash
+                    # after the write leaves a running job the next plan decides about again.
+                    self.accounts.credit_until(observed[done.job_id], self.clock())
+                self._requeue(done.requeue, now, report)
 
     def _ended_in_grace(self, job: ObservedJob, signalled_at_s: float) -> bool:
         """The job ended by itself after the signal and before its grace ran out."""
         if not self.config.preempt_requeue_ended or job.state not in ENDED_IN_GRACE:
             return False
-        # no lower bound: the open row says it ran when signalled, and after a requeue of a
-        # COMPLETED job Slurm 22.05 may still report the earlier run's end time
-        ended = job.end_time_s if job.end_time_s is not None else signalled_at_s
-        return ended <= signalled_at_s + self.grace_for(job, signalled_at_s) + self.config.interval_s
+        return ended_in_grace(job, signalled_at_s, self.grace_for(job, signalled_at_s), self.settings)
 
-    def _requeue(self, job: ObservedJob, pending, now: float, report: RoundReport, number: int, why: str) -> None:
+    def _requeue(self, requeue, now: float, report: RoundReport) -> None:
         """Close the preemption (counted) ahead, then requeue the job, citing the preemption."""
-        self._close_requeued(job.job_id, now)
-        requeue = Requeue(decision_id(report.round_id, "requeue", number), job.job_id, reason=why, cause_id=pending.decision_id)
+        self._close_requeued(requeue.job_id, now)
         outcome = self.executor.apply(requeue)
         if outcome.applied:
-            self.accounts.stopped_at[job.job_id] = now
+            self.accounts.stopped_at[requeue.job_id] = now
         report.applied.append(entry(requeue, applied=outcome.applied, detail=outcome.detail))
 
     def _close_requeued(self, job_id: str, now: float) -> None:

@@ -1,31 +1,8 @@
-"""Which pending jobs Slurm would start now: only those may be a reason to preempt.
-
-Slurm gives every pending job one reason code (Slurm's list and meanings:
-https://slurm.schedmd.com/job_reason_codes.html). Only two of them say the
-scheduler would start the job as soon as its resources are free: ``Priority``
-(higher-priority jobs go first) and ``Resources`` (the resources it asked for are in
-use). ``None`` says the scheduler has not looked at the job yet: a fresh submission
-shows it until the next scheduling pass gives it its real reason, which may be any
-of those below (seen on 22.05: dependent, begin-later and reservation-bound jobs
-submitted to a full cluster were ``None`` for one round, and a controller taking
-``None`` for startable preempted three jobs for them; tests/test_slurm_startable.py).
-So ``None`` waits too; the job's band still lifts it, and the pass that follows
-(``sched_interval``, or at once on submission) names what it waits on. Slurm
-also shows ``None`` from any ``scontrol update`` of a pending job (this controller's
-SiteFactor band or AdminComment line included; tried on 22.05 and 24.11) until that
-job's next scheduling pass, a few seconds: such a job waits one round more. Every other
-reason says
-something no preemption can lift: a hold (``JobHeldUser``, ``JobHeldAdmin``), a
-``Dependency``, a future ``BeginTime``, a QOS or association limit (``QOSMax*``,
-``QOSGrp*``, ``AssocGrp*``, ``AssocMax*``, ``Max*PerAccount``), a ``Reservation``,
-``Licenses``, an array throttle (``JobArrayTaskLimit``), a partition or its nodes
-being down or unfit (``PartitionDown``, ``ReqNodeNotAvail``, ...). Preempting
-someone for such a job frees GPUs it cannot take (the issue this module answers:
-one QOS-limited job cost another user's job 18 preemptions in 3 hours).
-
-The rule is a whitelist on purpose: a reason this list does not know (a new
-release's) makes the job wait, which costs at most a delayed start, never another
-user's work.
+"""Which pending jobs the cluster manager would start now: only those may be a reason to
+preempt. The backend judges its manager's reason into ObservedJob.waits_for (Slurm's rules:
+slurm_plugin.reasons); only "resources" (and a requeue's start delay, which the controller
+lifts itself) is a wait a preemption may end. Every other wait costs at most a delayed
+start, never another user's work.
 
 A job waiting on Slurm still gets its place and priority band in the plan
 (``add_waiting``): once Slurm lifts the reason its SiteFactor is already right.
@@ -40,50 +17,21 @@ from controller.core.policies import Policy, PolicyContext
 from controller.core.round_writer import list_after
 from controller.service.acting.backend import ObservedJob
 
-# Slurm's reasons from which its scheduler starts the job once resources free up
-# (https://slurm.schedmd.com/job_reason_codes.html); '' when a backend reports no
-# reasons at all (the simulator, scripted tests). Not "None": see above.
-STARTABLE_REASONS = frozenset({"", "Priority", "Resources"})
-# A hold: `scontrol hold` by an operator (this controller's GPU-sharing hold too) shows
-# JobHeldAdmin, a user's own (`scontrol hold`, `sbatch -H`) JobHeldUser.
-HELD_ADMIN, HELD_USER = "JobHeldAdmin", "JobHeldUser"
-HELD_REASONS = (HELD_ADMIN, HELD_USER)
-# The longest BeginTime a requeue puts on a job, counted from the requeue. A requeue
-# sets the job's submit time to the requeue's time and, once the epilog of the run is
-# done, its BeginTime to cred_expire + 1 s later (121 s by default; the recorded
-# fixtures: 11 s with cred_expire=10; 25.11's requeue_delay is another source). A
-# BeginTime later than this after the requeue was set on purpose (an admin's or the
-# user's `scontrol update StartTime=`) and is kept. Wrong the other way, a requeue's
-# delay taken for a deliberate one costs the job that delay, nobody a preemption.
-REQUEUE_DELAY_MAX_S = 300.0
-
-
-def requeue_delay(job: ObservedJob) -> bool:
-    """True when a pending ``job`` waits only on the BeginTime Slurm put on it when it
-    was requeued, which this controller lifts itself (``StartTime=now``) when the plan
-    starts the job (controller.service.round.starts). A BeginTime of a job that never ran
-    (``--begin``), or one beyond ``REQUEUE_DELAY_MAX_S`` after its requeue, is the
-    user's or an admin's: False. A backend that does not report the BeginTime
-    (``eligible_time_s`` None) leaves only the restart count to go by."""
-    if job.reason != "BeginTime" or job.restart_count <= 0:
-        return False
-    begin, requeued = job.eligible_time_s, job.submit_time_s
-    return begin is None or requeued is None or begin - requeued <= REQUEUE_DELAY_MAX_S
+# the waits a preemption may end (ObservedJob.waits_for)
+STARTABLE_WAITS = frozenset({"resources", "begin_time_after_requeue"})
+# slurm_wait's word for a job the scheduler has not judged yet (ObservedJob.waits_for "unjudged")
+UNJUDGED = "unjudged"
 
 
 def slurm_wait(job: ObservedJob) -> str:
-    """The Slurm reason a pending ``job`` waits on that no preemption lifts, or ''
-    when Slurm would start it once GPUs are free.
-
-    A requeue's ``BeginTime`` (``requeue_delay``), which this controller lifts, is
-    startable. A ``--begin`` in the future, or a BeginTime someone set after the
-    requeue, is not: no job is preempted for a job that cannot start before it."""
-    reason = job.reason or ""
-    if reason in STARTABLE_REASONS:
+    """What a pending ``job`` waits on that no preemption lifts, in the cluster manager's
+    word (its reason; UNJUDGED for a job its scheduler has not looked at yet), or '' when
+    it would start once GPUs are free."""
+    if job.waits_for in STARTABLE_WAITS:
         return ""
-    if requeue_delay(job):
-        return ""
-    return reason
+    if job.waits_for == UNJUDGED:
+        return UNJUDGED
+    return job.reason or job.waits_for
 
 
 def add_waiting(plan: Plan, waiting: Iterable[JobState], reasons: dict[str, str], policy: Policy,
@@ -99,7 +47,7 @@ def add_waiting(plan: Plan, waiting: Iterable[JobState], reasons: dict[str, str]
 
 def wait_text(reason: str) -> str:
     """Why a job waiting on Slurm is not a reason to preempt, in words for its owner."""
-    if reason == "None":  # not looked at since its submission or last update (module docstring)
+    if reason == UNJUDGED:  # not looked at since its submission or last update (slurm_plugin.reasons)
         return ("Slurm reason None: Slurm's scheduler has not looked at it since it was submitted or last "
                 "updated; no job is preempted for it until Slurm says it waits only for GPUs")
     return f"Slurm reason {reason}: Slurm does not start it now, so no job is preempted for it"

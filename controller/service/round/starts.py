@@ -4,7 +4,7 @@ node pins (ReqNodeList) for consolidation, and the release of a requeued job's B
 Slurm's own scheduler still starts the jobs: the bands make its priority order the
 plan's order, a pin makes it place a skew-sensitive job where the plan placed it. The
 pending tasks still inside a job array's record share one band, set on the
-ArrayJobId, and are never pinned (controller.service.round.arrays).
+ArrayJobId, and are never pinned (slurm_plugin.arrays).
 """
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from typing import Callable, Container, Optional
 from controller.core.levers.bands import (array_bands, band_actions, kept_site_factor, non_gpu_site_factor,
                                    running_site_factors, shared_levels, shared_site_factors, site_factors)
 from controller.core.levers.bands import RpcBudget, bands_in_budget, changed_bands
+from controller.core.levers.preemption import strategy_for
 from controller.core.levers.starts import pin_for_start, release_for_start, unpin_expired
 from controller.core.plan import Plan
 from controller.service.round.accounting import Accounts
@@ -22,7 +23,6 @@ from controller.service.acting.backend import ObservedJob
 from controller.service.ops.config import Config
 from controller.service.acting.executor import LeverExecutor
 from controller.service.ops.report import RoundReport, entry
-from controller.service.round.startable import requeue_delay
 
 
 class Starts:
@@ -31,6 +31,11 @@ class Starts:
     controller still clears it; ``pin_causes``: job id -> the start decision that
     pinned it (its expiry cites it); ``site_factors_set``: job id -> the SiteFactor
     last set (sent again only on change)."""
+
+    @property
+    def strategy(self):
+        """Who carries out the plan's victims (controller.core.levers.preemption.strategy_for)."""
+        return strategy_for(self.config.preemption)
 
     def __init__(self, config: Config, executor: LeverExecutor, accounts: Accounts, by_level: bool = True,
                  by_index: bool = False):
@@ -73,11 +78,11 @@ class Starts:
         shared_factors, levels = self.shared_bands(shared)
         factors.update(shared_factors)
         cpu_running = cpu_running or {}
-        if cfg.preemption == "slurm":
+        if self.strategy.running_banded:
             factors.update(self.slurm_non_gpu_bands(cpu_pending, cpu_running, shared, may_preempt))
         levels = ChainMap(levels, plan.levels) if levels else plan.levels
         # the pending tasks still inside an array's record: one value, on the ArrayJobId
-        # (a lever on a task's own id would split it off: controller.service.round.arrays)
+        # (a lever on a task's own id would split it off: slurm_plugin.arrays)
         arrays: dict[str, str] = {}  # task id -> ArrayJobId
         array_now: dict[str, int | None] = {}  # ArrayJobId -> its record's SiteFactor as observed
         for jobs in (observed, cpu_pending, shared):
@@ -152,7 +157,7 @@ class Starts:
                     self.pin_causes[job.job_id] = pin.cause_id
             # never a BeginTime the user or an admin set; a task in its array's record never
             # ran (and a release naming it would split it off)
-            if requeue_delay(job) and not job.array_record:
+            if job.waits_for == "begin_time_after_requeue" and not job.array_record:
                 # Unknown when it stopped (this process started after the requeue):
                 # count the settle time from now rather than risk the relaunch.
                 stopped = self.accounts.stopped_at.setdefault(job.job_id, now)
@@ -200,8 +205,8 @@ class Starts:
         queue_count = len(self.config.queues_gpu_s) + 1
         factors = site_factors(plan.order, plan.levels, pending, self.accounts.started_once, queue_count,
                                self.config.site_factor_band, self.by_level, plan.keys if self.by_index else None,
-                               running_banded=self.config.preemption == "slurm")
-        if self.config.preemption == "slurm":
+                               running_banded=self.strategy.running_banded)
+        if self.strategy.running_banded:
             running = [j for j, job in observed.items() if job.state == "RUNNING" and j in plan.levels
                        and not job.array_record]
             factors.update(running_site_factors(plan.levels, running, queue_count, self.config.site_factor_band,

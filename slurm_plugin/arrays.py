@@ -35,8 +35,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from controller.core.model import MIXED_TYPES
-from controller.service.acting.backend import ObservedJob
-from controller.service.ops.unmodelled import unmodelled_fields
+from controller.service.acting.backend import ObservedJob, unmodelled_fields
 
 __all__ = ["MAX_LISTED_TASKS", "PlanView", "Withheld", "plan_view", "task_ranges"]
 
