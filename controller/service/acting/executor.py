@@ -10,7 +10,10 @@ mode decides only the target the table is applied to:
 The rest of the service never branches on the mode: it applies actions and reads
 each ``LeverResult`` (applied, failed, or ``would``: not carried out by design), and
 hands the bookkeeping that only makes sense for levers really pulled (an open
-preemption, a pin's row) to ``when_acting``.
+preemption, a pin's row) to ``when_acting``; what else depends on the mode it asks
+here as a neutral question (``needs_preflight``, ``sends``, ``skips``, ``in_store``,
+``is_ours``), and code with no executor asks ``acts(mode)``
+(tests/test_architecture_port.py).
 """
 from __future__ import annotations
 
