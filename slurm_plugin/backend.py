@@ -32,7 +32,7 @@ import time
 from collections import Counter
 from typing import Callable, Mapping, Optional
 
-from controller.service.acting.backend import Observation, ObservedJob
+from controller.service.acting.backend import Backend, Observation, ObservedJob
 from slurm_plugin.parse_jobs import parse_squeue_record
 from slurm_plugin.parse_nodes import parse_sinfo_record
 from slurm_plugin.records import SlurmJob, SlurmNode
@@ -45,7 +45,7 @@ from slurm_plugin.observe import SlurmObserver
 __all__ = ["SlurmBackend"]
 
 
-class SlurmBackend(SlurmObserver, SlurmCommands):
+class SlurmBackend(SlurmObserver, SlurmCommands, Backend):
     """controller.service.acting.backend.Backend over Slurm's CLI.
 
     ``partitions``: only jobs (and nodes) in these partitions are observed; None

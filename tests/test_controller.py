@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from controller.service.acting.backend import BackendUnavailable, Observation, ObservedJob
+from controller.service.acting.backend import Backend, BackendUnavailable, LeverRelay, Observation, ObservedJob
 from controller.service.ops.config import from_mapping
 from controller.service.round.accounting import parse_skew_hint
 from controller.service.round.daemon import Controller
@@ -13,8 +13,9 @@ from controller.service.state.store import Store, StoreError
 from slurm_plugin.reasons import judged
 
 
-class ScriptedBackend:
-    """Holds the cluster state a test sets; records every lever call."""
+class ScriptedBackend(LeverRelay, Backend):
+    """Holds the cluster state a test sets; records every lever call and batch script
+    read. It offers no other optional read (a test's subclass adds the ones it needs)."""
 
     def __init__(self):
         self.jobs: dict[str, ObservedJob] = {}
@@ -35,10 +36,13 @@ class ScriptedBackend:
         # the neutral facts a Slurm backend delivers (ObservedJob.waits_for from the reason)
         return Observation(self.now, [judged(job) for job in self.jobs.values()], nodes)
 
-    def __getattr__(self, lever):
-        def record(*args):
-            self.calls.append((lever, *args))
-        return record
+    def lever(self, name, *args):
+        self.calls.append((name, *args))
+
+    def batch_script(self, job_id):
+        """A script that declares nothing (recorded: a read the contract budgets)."""
+        self.calls.append(("batch_script", job_id))
+        return ""
 
     def add(self, job_id, gpus, state="PENDING", start=None, nodes=(), restarts=0, comment="", reason="Priority",
             signal="B:USR1@0", requeueable=True):

@@ -13,7 +13,7 @@ from controller.cli.main import main
 from controller.core import actions as A
 from controller.core.model import InputError
 from controller.service.acting.backend import Backend, BackendUnavailable
-from controller.service.acting.executor import LEVERS, SHADOW_MEMORY, LeverExecutor, ReadOnlyBackend
+from controller.service.acting.executor import LEVERS, SHADOW_MEMORY, LeverExecutor, ReadOnlyBackend, ShadowMemory
 from tests.test_controller import ScriptedBackend, controller, store  # noqa: F401  (fixture)
 
 # One action of every lever type, and the backend call each must become.
@@ -208,3 +208,46 @@ def test_explain_story_prints_the_chain_oldest_first_with_ids_and_causes(tmp_pat
     assert f"caused by {preempt_id} (preempt of job 1, round {round_id})" in out and " handoff " in out
     assert main(["explain", "99", "--story", "--config", str(config_file)]) == 1
     assert "no logged decisions about job 99" in capsys.readouterr().err
+
+
+def test_the_port_declares_one_lever_method_per_table_row_and_its_optional_reads_explicitly():
+    from controller.core.levers.table import LEVER_NAMES
+    from controller.core.levers.target import LeverTarget
+    from controller.service.acting.backend import OPTIONAL_READS, NotOffered
+
+    assert LeverTarget.__abstractmethods__ == set(LEVER_NAMES) and set(LEVER_NAMES) <= set(dir(Backend))
+    backend = ScriptedBackend()
+    assert "poll" in OPTIONAL_READS and not backend.offers("poll") and backend.offers("batch_script")
+    with pytest.raises(NotOffered, match="ScriptedBackend does not offer poll"):
+        backend.poll()
+    backend.poll = lambda: frozenset()  # a stand-in given the read offers it
+    assert backend.offers("poll")
+    with pytest.raises(ValueError, match="not an optional read"):
+        backend.offers("observe")
+    with pytest.raises(TypeError):  # a backend must carry out every lever
+        type("NoLevers", (Backend,), {"observe": lambda self: None})()
+
+
+def test_the_read_only_backend_remembers_each_lever_as_before():
+    memory = ShadowMemory()
+    target = ReadOnlyBackend(memory)
+    target.set_site_factors({"1": 5, "2": 0})
+    target.pin_nodes("7", ["gpu1"])
+    target.signal("7", "USR1", True)
+    target.requeue("7")
+    target.set_admin_comment("7", "x")
+    assert list(memory.recent) == ["set_site_factors(2 jobs)", "pin_nodes(7, ['gpu1'])", "signal(7, 'USR1', True)",
+                                   "requeue(7)", "set_admin_comment(7, 'x')"]
+    ReadOnlyBackend().hold("7")  # observe: remembers nothing
+
+
+@pytest.mark.parametrize("mode", ["observe", "shadow", "enforce"])
+def test_the_executor_answers_the_rounds_questions_by_its_mode(mode):
+    executor = LeverExecutor(ScriptedBackend(), mode)
+    acting = mode == "enforce"
+    assert executor.needs_preflight is acting and executor.sends(A.SetBand) is acting
+    assert executor.skips(A.SetAdminComment) is not acting and not executor.skips(A.Signal)
+    assert executor.in_store().applied is (mode != "observe") and executor.makes_decisions is (mode != "observe")
+    assert executor.is_ours({"mode": mode, "applied": True})
+    assert executor.is_ours({"mode": mode, "applied": False}) is not acting  # refused in enforce; would elsewhere
+    assert not executor.is_ours({"mode": "other", "applied": True})

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from controller.cli.main import main
-from controller.service.acting.backend import BackendUnavailable
+from controller.service.acting.backend import BackendReader, BackendUnavailable
 from controller.service.ops.preflight import Pending, at_start
 from controller.service.ops.slurm_conf import (PRIORITY_WEIGHTS, check, exit_codes, parse_show_config,
                                                parse_show_partitions)
@@ -138,9 +138,14 @@ def test_exit_codes():
         exit_codes("x")
 
 
-class ConfigBackend:
+class ConfigBackend(BackendReader):
+    """The preflight's reads only (the stand-ins below that run a controller observe)."""
+
     def __init__(self, text=None):
         self.text = text
+
+    def observe(self):
+        raise AssertionError("the preflight does not observe")
 
     def slurm_config(self):
         if self.text is None:

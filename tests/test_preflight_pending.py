@@ -6,7 +6,7 @@ scripted backend of tests/test_controller.py."""
 import logging
 
 from bench.scripted_slurm import VirtualTime
-from controller.service.acting.backend import BackendUnavailable
+from controller.service.acting.backend import BackendReader, BackendUnavailable
 from controller.service.ops.config import from_mapping
 from controller.service.round.daemon import Controller
 from controller.service.ops.preflight import Pending
@@ -108,7 +108,7 @@ def test_tiresias_run_exits_1_when_the_late_preflight_refuses(tmp_path, monkeypa
     import slurm_plugin.backend
     from controller.cli.main import main
 
-    class AnswersLate:
+    class AnswersLate(BackendReader):
         def __init__(self, partitions=None, command_timeout_s=None):
             self.reads = 0
 

@@ -18,6 +18,7 @@ import pytest
 
 import slurm_plugin.backend
 from controller.cli.main import main
+from controller.service.acting.backend import BackendReader
 from controller.service.ops.preflight import at_start
 from controller.service.ops.queue_census import queue_findings, unmodelled_source
 from controller.service.ops.slurm_conf import check, parse_show_config, parse_show_partitions
@@ -56,10 +57,13 @@ def test_a_site_factor_plugin_refuses_enforce_naming_it(caplog):
     assert refuses and line.startswith("PrioritySiteFactorPlugin=site_factor/example: needs (null)")
     assert "writes every job's SiteFactor" in line
 
-    class Backend:
+    class Backend(BackendReader):
         def slurm_config(self):
             return GOOD.read_text().replace("PrioritySiteFactorPlugin = (null)",
                                             "PrioritySiteFactorPlugin = site_factor/example")
+
+        def observe(self):
+            raise AssertionError("the preflight does not observe")
 
     assert at_start("enforce", Backend(), 100000, 85, logging.getLogger("t")) is False
     assert any("PrioritySiteFactorPlugin=site_factor/example" in r.getMessage() and r.levelno == logging.ERROR

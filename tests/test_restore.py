@@ -302,3 +302,25 @@ def test_cli_restore_prints_each_change_and_the_totals(store, tmp_path, monkeypa
     assert out[-1].startswith("restored: 3 SiteFactor, 1 ReqNodeList, 4 AdminComment;")
     assert main(["restore", "--database-url", url]) == 0
     assert capsys.readouterr().out.splitlines()[-1].startswith("restored: 0 SiteFactor, 0 ReqNodeList, 0 AdminComment;")
+
+
+def test_the_recording_backend_writes_the_rows_restore_reads_before_each_lever(store):
+    from controller.service.acting.restore import HOLD, RecordingBackend
+
+    backend = ScriptedBackend()
+    recording = RecordingBackend(backend, store, "default", clock=lambda: 100.0)
+    recording.set_site_factors({"1": 5, "2": 0})
+    recording.pin_nodes("3", ["gpu1", "gpu2"])
+    recording.hold("4")
+    recording.set_admin_comment("5", "site text [tiresias: queue 1/2]")
+    recording.set_admin_comment("6", "site text only")
+    recording.signal("7", "USR1", True)
+    assert store.levers("default") == {SITE_FACTOR: {"1": "5"}, PIN: {"3": "gpu1,gpu2"}, HOLD: {"4": "ours"},
+                                       ADMIN_COMMENT: {"5": "ours"}}
+    recording.pin_nodes("3", [])
+    recording.release_hold("4")
+    assert set(store.levers("default")) == {SITE_FACTOR, ADMIN_COMMENT}
+    assert backend.calls == [("set_site_factors", {"1": 5, "2": 0}), ("pin_nodes", "3", ["gpu1", "gpu2"]),
+                             ("hold", "4"), ("set_admin_comment", "5", "site text [tiresias: queue 1/2]"),
+                             ("set_admin_comment", "6", "site text only"), ("signal", "7", "USR1", True),
+                             ("pin_nodes", "3", []), ("release_hold", "4")]

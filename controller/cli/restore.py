@@ -24,6 +24,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args) -> int:
     from controller.service.acting.backend import BackendUnavailable
     from controller.service.ops.config import load
+    from controller.service.acting.executor import acts
     from controller.service.acting.restore import restore
     from controller.service.state.store import Store, StoreError
 
@@ -49,7 +50,7 @@ def run(args) -> int:
             return 1
         for line in report.lines():
             print(line)
-        if store.last_mode(config.cluster) == "enforce":
+        if acts(store.last_mode(config.cluster)):
             print(f"tiresias restore: note: cluster {config.cluster}'s controller last started in enforce: while it "
                   "runs in enforce its next round sets the levers again; switch it to shadow instead (its start "
                   "then restores by itself)", file=sys.stderr)

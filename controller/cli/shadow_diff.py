@@ -77,6 +77,7 @@ def shadow_diff(plan, observation, priorities: dict[str, int], queues: int) -> D
 
 def run(args) -> int:
     from controller.service.acting.backend import BackendUnavailable
+    from controller.service.acting.executor import acts
 
     try:
         view = cmd_queue.preview(args)
@@ -115,7 +116,7 @@ def run(args) -> int:
             print(f"\n{title}:")
             for item in items:
                 print(f"  job {item['job_id']} ({item['user']}, {item['gpus']} GPUs): {item['reason']}")
-    if controller.store.last_mode(config.cluster) == "enforce":
+    if acts(controller.store.last_mode(config.cluster)):
         print("tiresias shadow-diff: note: this cluster's controller last started in enforce: Slurm's order holds "
               "its SiteFactor bands, so few jobs move", file=sys.stderr)
     return 0

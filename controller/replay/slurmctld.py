@@ -85,6 +85,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Callable, Hashable, Iterable, Mapping, Optional, TypeVar
 
+from controller.core.levers.target import LeverTarget
 from controller.core.model import InputError, JobState, Node
 from controller.core.placement import node_fits
 from controller.replay.cluster import SimCluster
@@ -168,7 +169,7 @@ def start_walk(pending: Iterable[Job], priority: Callable[[Job], tuple],
 
 
 # -- the lever target: SimSlurm ----------------------------------------------------------
-class SimSlurm:
+class SimSlurm(LeverTarget):
     """The simulated slurmctld an executor acts on: the lever methods of the service's
     backend port (controller.service.acting.backend), carried out on a SimCluster.
 

@@ -12,7 +12,7 @@ refusal costs a round and a lasting one costs slurmctld little.
 from __future__ import annotations
 
 import math
-from typing import Iterable
+from typing import Callable, Iterable
 
 from controller.core.actions import MovePartition
 from controller.core.ids import decision_id
@@ -77,10 +77,11 @@ def move_actions(moves: Iterable, round_id: int) -> list[MovePartition]:
             for number, move in enumerate(moves, 1)]
 
 
-def last_move_logged(logged: Iterable[dict], mode: str, acting: bool) -> float:
-    """A job's last move from its logged decisions, newest first (-inf: none): a
-    would-move counts in shadow only; a refused move counts nowhere."""
+def last_move_logged(logged: Iterable[dict], ours: Callable[[dict], bool]) -> float:
+    """A job's last move from its logged decisions, newest first (-inf: none). ``ours``
+    (the executor's ``is_ours``) says which rows count: a would-move in shadow only, a
+    refused move nowhere."""
     for row in logged:
-        if row["kind"] == "move" and row["mode"] == mode and (row["applied"] or not acting):
+        if row["kind"] == "move" and ours(row):
             return float(row["now_s"])
     return -math.inf

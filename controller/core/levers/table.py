@@ -15,15 +15,17 @@ from controller.core.actions import (
 class Lever:
     """How one action type is carried out: ``method(target)`` is the bound method of
     the executor's target, called as ``method(job_id, *args(action))``; ``name`` is
-    its name in logs."""
+    its name in logs. ``informational``: it tells (the AdminComment line), decides
+    nothing, so only an executor that acts sends it (a read-only one skips it)."""
 
     name: str
     method: Callable[[Any], Callable[..., None]]
     args: Callable[[Any], tuple]
+    informational: bool = False
 
 
 # The typed table: action type -> the target's lever. SetBand is batched (one
-# ``set_site_factors`` call per round) and so is not in it.
+# ``set_site_factors`` call per round, BAND_LEVER) and so is not in it.
 LEVERS: dict[type, Lever] = {
     PinNodes: Lever("pin_nodes", lambda b: b.pin_nodes, lambda a: (list(a.nodes),)),
     UnpinNodes: Lever("pin_nodes", lambda b: b.pin_nodes, lambda a: ([],)),
@@ -34,8 +36,19 @@ LEVERS: dict[type, Lever] = {
     ReleaseHold: Lever("release_hold", lambda b: b.release_hold, lambda a: ()),
     Signal: Lever("signal", lambda b: b.signal, lambda a: (a.signal_name, a.batch_only)),
     Requeue: Lever("requeue", lambda b: b.requeue, lambda a: ()),
-    SetAdminComment: Lever("set_admin_comment", lambda b: b.set_admin_comment, lambda a: (a.text,)),
+    SetAdminComment: Lever("set_admin_comment", lambda b: b.set_admin_comment, lambda a: (a.text,),
+                           informational=True),
 }
+def _band_args(bands) -> tuple:
+    factors = {band.job_id: band.site_factor for band in bands}
+    return (factors,)
+
+
+# The batched row: a round's SetBand actions, one call with {job id: site factor}.
+BAND_LEVER = Lever("set_site_factors", lambda b: b.set_site_factors, _band_args)
+# Every method of an executor's target (the backend port's lever half), by name.
+BY_NAME: dict[str, Lever] = {lever.name: lever for lever in (BAND_LEVER, *LEVERS.values())}
+LEVER_NAMES = tuple(BY_NAME)
 
 
 def action_row(action) -> tuple:

@@ -7,9 +7,11 @@ never branches inside policies.
 """
 from __future__ import annotations
 
+import abc
 from dataclasses import dataclass, field
-from typing import Callable, Container, Iterable, Optional, Protocol
+from typing import Callable, Container, Iterable, Mapping, Optional
 
+from controller.core.levers.target import LeverRelay, LeverTarget
 from controller.core.model import Node
 
 
@@ -135,60 +137,100 @@ class Observation:
         return job_id in self.withheld
 
 
-class Backend(Protocol):
+class NotOffered(NotImplementedError):
+    """A read this backend does not offer (``BackendReader.offers`` says so beforehand)."""
+
+
+def _not_offered(read: Callable) -> Callable:
+    """The default of an optional read: raises NotOffered. A backend offers the read by
+    defining it (``BackendReader.offers``)."""
+    def not_offered(self, *args, **kwargs):
+        raise NotOffered(f"{type(self).__name__} does not offer {read.__name__}")
+    not_offered.__name__, not_offered.__doc__ = read.__name__, read.__doc__
+    not_offered.not_offered = True
+    return not_offered
+
+
+class BackendReader(abc.ABC):
+    """What the service reads of a cluster manager: ``observe`` always; the optional
+    reads below each raise NotOffered unless the backend defines them, and
+    ``offers(name)`` says which it defines (never a getattr probe on a backend)."""
+
     # Called just before every command that changes the cluster; raises (LeaseLost)
     # when this process must not act any more (controller.service.acting.lease). None: no check.
-    fence: Optional[Callable[[], None]]
+    fence: Optional[Callable[[], None]] = None
+    # Commands run since start, by command name (metrics); None: this backend does not count them.
+    commands_run: Optional[Mapping[str, int]] = None
 
+    @abc.abstractmethod
     def observe(self) -> Observation: ...
 
-    def set_site_factors(self, factors: dict[str, int]) -> None:
-        """Set SiteFactor for each job id (batched: one call per distinct value); an
-        ArrayJobId's value is for the tasks in its pending record (ObservedJob.array_record)."""
+    def offers(self, read: str) -> bool:
+        """Whether this backend offers the optional read ``read`` (one of OPTIONAL_READS):
+        its class, or the instance itself (a stand-in given the read), defines it."""
+        if read not in OPTIONAL_READS:
+            raise ValueError(f"{read!r} is not an optional read of the backend port")
+        return read in vars(self) or not getattr(getattr(type(self), read), "not_offered", False)
 
-    def pin_nodes(self, job_id: str, nodes: list[str]) -> None:
-        """ReqNodeList= for a pending job; an empty list clears it."""
+    @_not_offered
+    def observe_jobs(self, job_ids: Iterable[str]) -> list[ObservedJob]:
+        """The jobs ``job_ids`` whatever their partition (restore looks up the jobs it
+        recorded that observe() did not list)."""
 
-    def signal(self, job_id: str, signal_name: str, batch_only: bool) -> None:
-        """Deliver the checkpoint signal: to the batch shell only, or to the job's
-        steps (not the batch shell), as Slurm delivers a job's --signal."""
+    @_not_offered
+    def repeat_observation(self) -> Optional[Observation]:
+        """The last full observation again, with the light polls' news (None: take a full one)."""
 
-    def requeue(self, job_id: str) -> None: ...
+    @_not_offered
+    def poll(self) -> frozenset:
+        """A light check of the jobs' states: a change means a round is due."""
 
+    @_not_offered
+    def poll_nodes(self) -> frozenset:
+        """A light check of the nodes' states (taken with ``poll``)."""
+
+    @_not_offered
+    def partition_nodes(self) -> dict[str, list[str]]:
+        """Partition name -> its node names (sinfo), expanded."""
+
+    @_not_offered
     def batch_script(self, job_id: str) -> str:
         """The job's batch script (its #SBATCH lines declare --signal)."""
 
-    def release_begin_time(self, job_id: str) -> None:
-        """StartTime=now after a requeue, so the job may start at once."""
-
-    def move_partition(self, job_id: str, partition: str) -> None: ...
-
-    def set_admin_comment(self, job_id: str, text: str) -> None:
-        """Replace the job's AdminComment with ``text`` (controller.core.levers.comments
-        builds it keeping the site's part)."""
-
-    def set_mps_share(self, job_id: str, shares: int) -> None:
-        """A pending MPS job's share per node (--gres=mps:N; 100 shares = one GPU's SMs)."""
-
-    def hold(self, job_id: str) -> None:
-        """Keep a pending job from starting until ``release_hold`` (Slurm: scontrol hold)."""
-
-    def release_hold(self, job_id: str) -> None:
-        """Undo ``hold`` (Slurm: scontrol release)."""
-
+    @_not_offered
     def slurm_config(self) -> str:
         """The running slurmctld's settings as `scontrol show config` prints them
         (controller.service.ops.preflight reads them)."""
-        ...
 
+    @_not_offered
     def partition_config(self) -> str:
-        """Optional: the partitions' settings as `scontrol show partition` prints them
-        (the preflight reads each one's PreemptMode; a backend without it is not asked)."""
-        ...
+        """The partitions' settings as `scontrol show partition` prints them (the
+        preflight reads each one's PreemptMode)."""
 
+    @_not_offered
+    def qos_config(self) -> str:
+        """The QOS rows as sacctmgr prints them (GraceTime, Preempt, ...)."""
+
+    @_not_offered
+    def qos_limits(self) -> tuple[str, str]:
+        """(the QOS limits, the associations' default QOS), as sacctmgr prints them."""
+
+    @_not_offered
+    def qos_limit_table(self) -> str:
+        """The GPU limits of the QOS (controller.service.ops.qos_gate)."""
+
+    @_not_offered
     def priorities(self) -> dict[str, int]:
         """The cluster manager's own priority of each pending job (Slurm: ``sprio``),
         higher first; read only by ``tiresias shadow-diff``."""
+
+
+OPTIONAL_READS = frozenset(name for name, member in vars(BackendReader).items()
+                           if getattr(member, "not_offered", False))
+
+
+class Backend(BackendReader, LeverTarget):
+    """The port: a cluster manager's reads and levers (slurm_plugin.backend.SlurmBackend)."""
 
 
 # Why a pending job's request is beyond the plan's model (ObservedJob.unmodelled_reasons): code ->

@@ -10,7 +10,10 @@ mode decides only the target the table is applied to:
 The rest of the service never branches on the mode: it applies actions and reads
 each ``LeverResult`` (applied, failed, or ``would``: not carried out by design), and
 hands the bookkeeping that only makes sense for levers really pulled (an open
-preemption, a pin's row) to ``when_acting``.
+preemption, a pin's row) to ``when_acting``; what else depends on the mode it asks
+here as a neutral question (``needs_preflight``, ``sends``, ``skips``, ``in_store``,
+``is_ours``), and code with no executor asks ``acts(mode)``
+(tests/test_architecture_port.py).
 """
 from __future__ import annotations
 
@@ -20,9 +23,9 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional, TypeVar
 
 from controller.core.actions import LeverAction, SetBand
-from controller.core.levers.table import LEVERS, Lever
+from controller.core.levers.table import BAND_LEVER, LEVERS, Lever
 from controller.core.model import InputError
-from controller.service.acting.backend import Backend, BackendUnavailable
+from controller.service.acting.backend import BackendUnavailable, LeverRelay, LeverTarget
 from controller.service.ops.config import MODES
 from controller.service.state.decision_log import ShadowRepeats
 from controller.service.state.store import StoreError
@@ -61,11 +64,28 @@ class ShadowMemory:
         self.total += 1
 
 
+def acts(mode: str) -> bool:
+    """Whether a controller run in ``mode`` pulls levers on the cluster (enforce): what
+    the slurm.conf preflight guards (enforce refuses to start on a wrong setting) and
+    what restore undoes at a switch away from it. The one place a mode is compared
+    outside ``LeverExecutor``: the preflight and the commands that read the store's
+    last mode have no executor."""
+    return mode == "enforce"
+
+
 def call_text(name: str, job_id: str, args: tuple) -> str:
     return f"{name}({job_id}{''.join(', ' + repr(a) for a in args)})"
 
 
-class ReadOnlyBackend:
+def lever_text(name: str, *args) -> str:
+    """A target's lever call as logs and the shadow memory show it: the batched band
+    call by its size, any other with its job id and arguments."""
+    if name == BAND_LEVER.name:
+        return f"{name}({len(args[0])} jobs)"
+    return call_text(name, args[0], args[1:])
+
+
+class ReadOnlyBackend(LeverRelay):
     """Takes every lever call and carries none out; with ``memory``, remembers them.
 
     Only the levers: observation and reads go to the real backend (the service's
@@ -74,40 +94,9 @@ class ReadOnlyBackend:
     def __init__(self, memory: Optional[ShadowMemory] = None):
         self.memory = memory
 
-    def _would(self, name: str, job_id: str, *args) -> None:
+    def lever(self, name: str, *args) -> None:
         if self.memory is not None:
-            self.memory.add(call_text(name, job_id, args))
-
-    def set_site_factors(self, factors: dict[str, int]) -> None:
-        if self.memory is not None:
-            self.memory.add(f"set_site_factors({len(factors)} jobs)")
-
-    def pin_nodes(self, job_id: str, nodes: list[str]) -> None:
-        self._would("pin_nodes", job_id, nodes)
-
-    def signal(self, job_id: str, signal_name: str, batch_only: bool) -> None:
-        self._would("signal", job_id, signal_name, batch_only)
-
-    def requeue(self, job_id: str) -> None:
-        self._would("requeue", job_id)
-
-    def release_begin_time(self, job_id: str) -> None:
-        self._would("release_begin_time", job_id)
-
-    def move_partition(self, job_id: str, partition: str) -> None:
-        self._would("move_partition", job_id, partition)
-
-    def set_admin_comment(self, job_id: str, text: str) -> None:
-        self._would("set_admin_comment", job_id, text)
-
-    def set_mps_share(self, job_id: str, shares: int) -> None:
-        self._would("set_mps_share", job_id, shares)
-
-    def hold(self, job_id: str) -> None:
-        self._would("hold", job_id)
-
-    def release_hold(self, job_id: str) -> None:
-        self._would("release_hold", job_id)
+            self.memory.add(lever_text(name, *args))
 
 
 class LeverExecutor:
@@ -115,7 +104,7 @@ class LeverExecutor:
     (LeaseLost) when this process must not act, e.g. a standby controller's lease
     ran out (controller.service.acting.lease)."""
 
-    def __init__(self, backend: Backend, mode: str, guard: Optional[Callable[[], None]] = None,
+    def __init__(self, backend: LeverTarget, mode: str, guard: Optional[Callable[[], None]] = None,
                  memory_size: int = SHADOW_MEMORY):
         if mode not in MODES:
             raise InputError(f"mode: {mode!r} is not one of {', '.join(MODES)}")
@@ -123,7 +112,7 @@ class LeverExecutor:
         self.mode = mode
         self.guard = guard
         self.memory = ShadowMemory(memory_size)
-        self.acting = mode == "enforce"
+        self.acting = acts(mode)
         self._read_only = None if self.acting else ReadOnlyBackend(self.memory if mode == "shadow" else None)
         self._repeats = ShadowRepeats()
         self._round: list[LeverAction] = []  # this round's actions, in the order applied (or not)
@@ -148,9 +137,9 @@ class LeverExecutor:
         """All of a round's SiteFactor changes in one backend call."""
         if not bands:
             return LeverResult(True, "")
-        factors = {band.job_id: band.site_factor for band in bands}
+        args = BAND_LEVER.args(bands)
         self._round.extend(bands)
-        return self._carry(f"set_site_factors({len(factors)} jobs)", lambda target: target.set_site_factors(factors),
+        return self._carry(lever_text(BAND_LEVER.name, *args), lambda target: BAND_LEVER.method(target)(*args),
                            "site factors")
 
     def _carry(self, text: str, call: Callable[[Any], None], what: str) -> LeverResult:
@@ -178,6 +167,35 @@ class LeverExecutor:
         pin's row, an open preemption) only in enforce; None otherwise."""
         return bookkeeping() if self.acting else None
 
+    @property
+    def needs_preflight(self) -> bool:
+        """Whether rounds wait for the slurm.conf preflight to pass (and stop at its
+        refusal): when levers reach the cluster; the others plan from what they see."""
+        return self.acting
+
+    def sends(self, action_type: type) -> bool:
+        """Whether actions of ``action_type`` (a LEVERS row's, or SetBand) reach the
+        cluster, rather than being said (``would``)."""
+        if action_type is not SetBand and action_type not in LEVERS:
+            raise ValueError(f"{action_type.__name__} is not a lever action")
+        return self.acting
+
+    def skips(self, action_type: type) -> bool:
+        """Whether actions of ``action_type`` are not even planned: an informational
+        lever (the LEVERS row says so: the AdminComment line) that is not sent."""
+        return LEVERS[action_type].informational and not self.sends(action_type)
+
+    def in_store(self) -> LeverResult:
+        """The result of an action the service carries out in its own store (a
+        promotion: the accounts are kept in every mode), as its decision reports it."""
+        return LeverResult(self.logs_decisions, "store", would=not self.logs_decisions)
+
+    def is_ours(self, logged: dict) -> bool:
+        """Whether a decision-log row is a lever of this run's kind: logged in this mode,
+        and pulled (enforce) or not pulled by design (shadow); a lever that failed
+        (refused) is none."""
+        return logged["mode"] == self.mode and (bool(logged["applied"]) or not self.acting)
+
     def would_text(self, what: str) -> str:
         """The detail of a decision whose levers were not pulled by design."""
         return f"{self.mode}: would {what}"
@@ -186,6 +204,12 @@ class LeverExecutor:
     def logs_decisions(self) -> bool:
         """False in observe: the controller only keeps accounts, and logs no decision."""
         return self.mode != "observe"
+
+    @property
+    def makes_decisions(self) -> bool:
+        """Whether decisions (preemptions, moves, bands) are made and told at all: not
+        where the controller only keeps accounts."""
+        return self.logs_decisions
 
     def decisions_to_log(self, entries: Iterable[dict]) -> list[dict]:
         """The round's decision-log entries to store: all in enforce, none in observe;

@@ -38,9 +38,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
+from controller.core.levers.table import BY_NAME
 from controller.service.round.accounting import ACTIVE_STATES, TRANSIENT_STATES, numeric_id
 from controller.core.levers.comments import ours_in, site_part
-from controller.service.acting.backend import Backend, BackendUnavailable, ObservedJob
+from controller.service.acting.executor import acts
+from controller.service.acting.backend import (
+    Backend, BackendUnavailable, LeverRelay, LeverTarget, ObservedJob,
+)
 from controller.service.ops.slurm_conf import parse_show_config
 from controller.service.state.store import Store
 
@@ -51,21 +55,43 @@ LEVER_NAMES = {SITE_FACTOR: "SiteFactor", PIN: "ReqNodeList", ADMIN_COMMENT: "Ad
 PRUNE_EVERY_S = 3600.0  # rows of ended jobs are dropped at most this often
 
 
-class RecordingBackend:
-    """A backend that records in the store the levers restore undoes, before carrying
-    them out (a crash in between leaves a row for a lever that may be set: restore
-    then resets it anyway), and forwards everything else unchanged. The store writes
-    are as many as the lever calls, which the executor already sends only on change."""
+# What the store keeps of each lever restore undoes, by the lever's name (its row in
+# controller.core.levers.table): called with the lever's arguments, it returns the row
+# written before the lever goes out (lever, {job id: value}) and the row forgotten after
+# it went out (lever, [job ids]), each None for none. A lever not named records nothing.
+RECORDED: dict[str, Callable[..., tuple]] = {
+    "set_site_factors": lambda factors: ((SITE_FACTOR, {job_id: str(value) for job_id, value in factors.items()
+                                                        if value != 0}), None),
+    # an empty pin: the controller cleared its own pin, nothing left to undo
+    "pin_nodes": lambda job_id, nodes: ((PIN, {job_id: ",".join(nodes)}), None) if nodes else (None, (PIN, [job_id])),
+    "hold": lambda job_id: ((HOLD, {job_id: "ours"}), None),
+    "release_hold": lambda job_id: (None, (HOLD, [job_id])),
+    # restore removes whatever our part then says
+    "set_admin_comment": lambda job_id, text: ((ADMIN_COMMENT, {job_id: "ours"}) if ours_in(text) else None, None),
+}
 
-    def __init__(self, backend: Backend, store: Store, cluster: str, clock: Callable[[], float] = time.time):
+
+class RecordingBackend(LeverRelay):
+    """A lever target that records in the store the levers restore undoes (RECORDED),
+    before carrying them out on ``backend`` (a crash in between leaves a row for a lever
+    that may be set: restore then resets it anyway), and carries every other lever out
+    unchanged. The store writes are as many as the lever calls, which the executor
+    already sends only on change. Its lever methods are generated (LeverRelay)."""
+
+    def __init__(self, backend: LeverTarget, store: Store, cluster: str, clock: Callable[[], float] = time.time):
         self.backend = backend
         self.store = store
         self.cluster = cluster
         self.clock = clock
         self._pruned_at = -math.inf
 
-    def __getattr__(self, name: str):  # observe, signal, requeue, batch_script, commands_run, ...
-        return getattr(self.backend, name)
+    def lever(self, name: str, *args) -> None:
+        write, forget = RECORDED[name](*args) if name in RECORDED else (None, None)
+        if write is not None:
+            self._record(*write)
+        BY_NAME[name].method(self.backend)(*args)
+        if forget is not None:
+            self.store.forget_levers(self.cluster, *forget)
 
     def _record(self, lever: str, values: dict[str, str]) -> None:
         now = self.clock()
@@ -73,30 +99,6 @@ class RecordingBackend:
         if now - self._pruned_at >= PRUNE_EVERY_S:
             self._pruned_at = now
             self.store.prune_levers_of_finished(self.cluster)
-
-    def set_site_factors(self, factors: dict[str, int]) -> None:
-        self._record(SITE_FACTOR, {job_id: str(value) for job_id, value in factors.items() if value != 0})
-        self.backend.set_site_factors(factors)
-
-    def pin_nodes(self, job_id: str, nodes: list[str]) -> None:
-        if nodes:
-            self._record(PIN, {job_id: ",".join(nodes)})
-        self.backend.pin_nodes(job_id, nodes)
-        if not nodes:  # the controller cleared its own pin: nothing left to undo
-            self.store.forget_levers(self.cluster, PIN, [job_id])
-
-    def hold(self, job_id: str) -> None:
-        self._record(HOLD, {job_id: "ours"})
-        self.backend.hold(job_id)
-
-    def release_hold(self, job_id: str) -> None:
-        self.backend.release_hold(job_id)
-        self.store.forget_levers(self.cluster, HOLD, [job_id])
-
-    def set_admin_comment(self, job_id: str, text: str) -> None:
-        if ours_in(text):
-            self._record(ADMIN_COMMENT, {job_id: "ours"})  # restore removes whatever our part then says
-        self.backend.set_admin_comment(job_id, text)
 
 
 @dataclass(frozen=True)
@@ -168,8 +170,7 @@ def _outside_scope(backend: Backend, job_ids: set[str]) -> dict[str, ObservedJob
     them whatever its partitions (``observe_jobs``): moved out of the configured
     partitions, or the partitions changed since. Those it does not find (or a backend
     without the look-up) are gone."""
-    look_up = getattr(backend, "observe_jobs", None)
-    found = look_up(sorted(job_ids, key=numeric_id)) if callable(look_up) else None
+    found = backend.observe_jobs(sorted(job_ids, key=numeric_id)) if backend.offers("observe_jobs") else None
     return {job.job_id: job for job in found or () if job.job_id in job_ids}
 
 
@@ -203,8 +204,7 @@ def _restore_holds(backend, store, cluster, jobs, job_ids: set[str], report) -> 
 def _running_bands_kept(backend) -> str:
     """Why running jobs keep their band (slurmctld preempts by priority; see the
     module docstring), or '' (also when this backend cannot read slurm.conf)."""
-    read = getattr(backend, "slurm_config", None)
-    text = read() if callable(read) else None
+    text = backend.slurm_config() if backend.offers("slurm_config") else None
     if not isinstance(text, str):
         return ""
     settings = parse_show_config(text)
@@ -313,7 +313,7 @@ def on_start(backend: Backend, store: Store, cluster: str, mode: str, now_s: flo
     restores again."""
     last = store.last_mode(cluster)
     report = None
-    if last == "enforce" and mode != "enforce":
+    if acts(last) and not acts(mode):
         log.warning("cluster %s ran in enforce last and now runs in %s: restoring the levers it set", cluster, mode)
         report = restore(backend, store, cluster)
         log_report(report)

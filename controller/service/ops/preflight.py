@@ -15,6 +15,7 @@ from typing import Optional
 
 from controller.core.levers.preemption import strategy_for
 from controller.service.acting.backend import Backend, BackendUnavailable
+from controller.service.acting.executor import acts
 from controller.service.ops.preempt_qos import installed_cli_filter_findings, parse_qos, qos_findings
 from controller.service.ops.qos_limits import parse_default_qos, parse_qos_limits, qos_limit_findings
 from controller.service.ops.slurm_conf import Finding, check, parse_show_config, parse_show_partitions
@@ -26,20 +27,17 @@ def run_checks(backend: Backend, site_factor_band: int, requeue_exit_code: int,
     when the backend reads them: ``partition_config``) and check them. Raises
     BackendUnavailable when slurmctld does not answer."""
     settings = parse_show_config(backend.slurm_config())
-    read_partitions = getattr(backend, "partition_config", None)
-    text = read_partitions() if callable(read_partitions) else None
+    text = backend.partition_config() if backend.offers("partition_config") else None
     partitions = parse_show_partitions(text) if isinstance(text, str) else None
-    read_nodes = getattr(backend, "partition_nodes", None)  # expanded node names (sinfo), when offered
-    nodes = read_nodes() if partitions and callable(read_nodes) else None
+    # expanded node names (sinfo), when offered
+    nodes = backend.partition_nodes() if partitions and backend.offers("partition_nodes") else None
     found = check(settings, site_factor_band, requeue_exit_code, partitions, preemption,
                   nodes if isinstance(nodes, dict) else None, partition_moves)
-    read_qos = getattr(backend, "qos_config", None)
-    if strategy_for(preemption).by_qos and qos and callable(read_qos):
-        rows = parse_qos(read_qos())
+    if strategy_for(preemption).by_qos and qos and backend.offers("qos_config"):
+        rows = parse_qos(backend.qos_config())
         found += qos_findings(rows, qos, settings.get("PreemptExemptTime", "")) + \
             installed_cli_filter_findings(settings, rows, qos)
-        read_limits = getattr(backend, "qos_limits", None)
-        answer = read_limits() if callable(read_limits) else None
+        answer = backend.qos_limits() if backend.offers("qos_limits") else None
         if isinstance(answer, tuple):  # (the QOS limits, the associations' default QOS)
             found += [Finding(*f) for f in qos_limit_findings(parse_qos_limits(answer[0]),
                                                               parse_default_qos(answer[1]), qos)]
@@ -50,7 +48,7 @@ def run_checks(backend: Backend, site_factor_band: int, requeue_exit_code: int,
 def report(mode: str, findings: list[Finding], log: logging.Logger) -> bool:
     """Log the findings: False (refuse) in enforce mode with a refusing finding, each
     logged as an error; warnings, and every finding in other modes, as warnings."""
-    refuse = mode == "enforce" and any(f.refuses for f in findings)
+    refuse = acts(mode) and any(f.refuses for f in findings)
     for finding in findings:
         (log.error if refuse and finding.refuses else log.warning)("preflight: %s", finding.report())
     if refuse:
@@ -72,7 +70,7 @@ def at_start(mode: str, backend: Backend, site_factor_band: int, requeue_exit_co
     except BackendUnavailable as err:
         log.warning("preflight: slurm.conf settings not checked yet, slurmctld did not answer: %s%s", err,
                     "; enforce acts on nothing until they are (retried before every round)"
-                    if mode == "enforce" else "; retried before every round")
+                    if acts(mode) else "; retried before every round")
         return None
     return report(mode, findings, log)
 
@@ -112,5 +110,5 @@ class Pending:
         if passed:
             self.log.warning("preflight: slurmctld answers: slurm.conf settings checked (%s)%s",
                              f"{len(findings)} finding(s)" if findings else "all right",
-                             ", enforce acts from now on" if self.mode == "enforce" else "")
+                             ", enforce acts from now on" if acts(self.mode) else "")
         return passed

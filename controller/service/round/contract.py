@@ -118,13 +118,13 @@ class Contract:
     def read_qos_grace(self, now: float) -> None:
         """Under ``preemption: slurm``: preempt_qos's GraceTime (why_not_slurms), read at
         the first round and every QOS_READ_EVERY_S. A failed read keeps the last value."""
-        read = getattr(self.backend, "qos_config", None)
-        if not self.strategy.by_qos or now < self._qos_read_at + QOS_READ_EVERY_S or not callable(read):
+        if (not self.strategy.by_qos or now < self._qos_read_at + QOS_READ_EVERY_S
+                or not self.backend.offers("qos_config")):
             return
         self._qos_read_at = now
         qos = self.config.preempt_qos
         try:
-            text = read()
+            text = self.backend.qos_config()
         except BackendUnavailable as err:
             self.log_once(f"QOS {qos}: GraceTime not read ({err}); running jobs stay as they were")
             return
@@ -144,7 +144,7 @@ class Contract:
         has no signal recorded elsewhere (reported by the cluster manager, or in its
         comment as tiresias:preemptable=SPEC)."""
         return (job.job_id not in self.declared_signals and job.state == "RUNNING" and not job.signal
-                and self.reads_left <= 0 and callable(getattr(self.backend, "batch_script", None))
+                and self.reads_left <= 0 and self.backend.offers("batch_script")
                 and parse_hints(job.comment).preempt_signal is None)
 
     def declared(self, job: ObservedJob) -> Optional[CheckpointSignal]:
@@ -185,12 +185,11 @@ class Contract:
         return hints
 
     def _read_script_signal(self, job_id: str) -> str:
-        reader = getattr(self.backend, "batch_script", None)
-        if not callable(reader):
+        if not self.backend.offers("batch_script"):
             return ""
         self.reads_left -= 1
         try:
-            return signal_from_script(reader(job_id) or "")
+            return signal_from_script(self.backend.batch_script(job_id) or "")
         except BackendUnavailable:
             raise
         except (RuntimeError, ValueError) as err:

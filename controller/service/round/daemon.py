@@ -23,6 +23,7 @@ import threading
 import time
 from typing import Callable, Mapping, Optional
 
+from controller.core.actions import SetAdminComment, SetBand
 from controller.core.engine import Engine
 from controller.core.conditioned import learn_conditioned
 from controller.core.gittins import ServiceDistribution
@@ -115,7 +116,7 @@ class Controller:
         # the last plan's pending jobs whose request it cannot express, said in the log at
         # most every LOG_EVERY_S
         self.unmodelled_log = CensusLog(log)
-        if config.preempt_undeclared and config.mode != "observe":
+        if config.preempt_undeclared and self.executor.makes_decisions:
             log.warning("preempt_undeclared is on: requeueable jobs that declared no checkpoint signal are "
                         "preempted too (requeued without a signal; they lose the work since their last checkpoint)")
 
@@ -130,10 +131,11 @@ class Controller:
                              by_index=self.engine.policy.bands_by_index)
         self.handoffs = Handoffs(config, store)
         self.contract = Contract(config, self.backend, self._log_once)
-        # the GPU limits of pending jobs' QOS; a backend whose class has not both reads
-        # (the simulator; a stand-in answering any name): none checked
-        self.qos_gate = QosGate(*(getattr(self.backend, name) if callable(getattr(type(self.backend), name, None))
-                                  else None for name in ("qos_limit_table", "partition_config")), self._log_once)
+        # the GPU limits of pending jobs' QOS; a backend that does not offer both reads: none checked
+        backend = self.backend
+        self.qos_gate = QosGate(backend.qos_limit_table if backend.offers("qos_limit_table") else None,
+                                backend.partition_config if backend.offers("partition_config") else None,
+                                self._log_once)
         self.preemptions = Preemptions(config, store, self.executor, self.accounts, self.contract, clock=self.clock)
         self.slurm_book = SlurmBook()  # preemption: slurm: the victims left to slurmctld, the bands they cite
         self.mover = PartitionMover(config, self.backend, store, self.executor, self.accounts, self._log_once)
@@ -157,7 +159,7 @@ class Controller:
         stop = stop or threading.Event()
         last_signature = None
         next_full = -math.inf
-        poll = getattr(self.backend, "poll", None)
+        poll = self.backend.poll if self.backend.offers("poll") else None
 
         def due(signature) -> bool:
             return signature != last_signature or started >= next_full or self._stale
@@ -241,7 +243,7 @@ class Controller:
         if pending is not None:
             outcome = pending.attempt()
             if outcome is None:  # slurmctld still does not answer
-                return self.config.mode != "enforce"
+                return not self.executor.needs_preflight
             self.preflight = None
             self.preflight_refused = not outcome
         return not self.preflight_refused
@@ -258,7 +260,7 @@ class Controller:
 
     def _slurm_calls_since_mark(self) -> Optional[dict[str, int]]:
         """Commands the backend ran since the last mark (None: it does not count them)."""
-        counts = getattr(self.backend, "commands_run", None)
+        counts = self.backend.commands_run
         if not isinstance(counts, Mapping):
             return None
         since = {name: n - self._calls_mark.get(name, 0) for name, n in counts.items()}
@@ -278,8 +280,8 @@ class Controller:
         by the next full observation, within full_observe_s. A change between that
         poll and the full observation makes the next poll differ: one more full
         observation, never a change missed."""
-        repeat = getattr(self.backend, "repeat_observation", None)
-        poll_nodes = getattr(self.backend, "poll_nodes", None)
+        repeat = self.backend.repeat_observation if self.backend.offers("repeat_observation") else None
+        poll_nodes = self.backend.poll_nodes if self.backend.offers("poll_nodes") else None
         now = self.clock()
         reusing = self.config.full_observe_s > 0 and callable(repeat) and signature is not None
         nodes = self._from_backend(poll_nodes) if reusing and callable(poll_nodes) else None
@@ -333,7 +335,7 @@ class Controller:
         mode with the preflight still pending (``preflight_passed``) it raises
         BackendUnavailable (not run: slurmctld has not answered it yet) or
         PreflightRefused, before anything is observed."""
-        if self.config.mode == "enforce" and (self.preflight is not None or self.preflight_refused) \
+        if self.executor.needs_preflight and (self.preflight is not None or self.preflight_refused) \
                 and not self.preflight_passed():
             if self.preflight_refused:
                 raise PreflightRefused("the slurm.conf preflight found a wrong setting: enforce refuses to act")
@@ -410,7 +412,8 @@ class Controller:
         report = RoundReport(round_id, now, plan)
         for action in plan.of_kind("promote"):  # the store's, in every mode: the accounts are kept even in observe
             self.accounts.promote(action.job_id)
-            report.applied.append(entry(action, applied=self.executor.logs_decisions, detail="store"))
+            kept = self.executor.in_store()
+            report.applied.append(entry(action, applied=kept.applied, detail=kept.detail))
         self.handoffs.check(observed, now, report, self.preemptions.grace_for, observation.nodes, self.inputs.spec_of)
         kept_from_slurm = strategy.kept_running(observed, lambda job: self.preemptions.protected(job, now))
         self.starts.apply(plan, observed, now, report, cpu_pending, requeueing, shared, kept_from_slurm,
@@ -420,7 +423,8 @@ class Controller:
         # expects of it, citing the bands sent; its requeues are logged when observed
         self.slurm_book.note_bands(self.executor.pulled())
         report.applied.extend(strategy.requeues_seen(observed, self.slurm_book, round_id))
-        report.applied.extend(strategy.left_to_slurm(plan, observed, self.slurm_book, self.executor.acting))
+        report.applied.extend(strategy.left_to_slurm(plan, observed, self.slurm_book,
+                                                   self.executor.sends(SetBand)))
         if strategy.own_victims(plan):  # the controller's own: signal, grace, requeue
             kept = self.handoffs.kept(plan, observed, leaving)  # the handoff rule: no preemption repeated in vain
             for action in plan.of_kind("preempt"):
@@ -439,7 +443,7 @@ class Controller:
             self.store.log_decisions(self.config.cluster, round_id, now, self.executor.mode,
                                      self.executor.decisions_to_log(report.applied))
         report.levers = self.executor.end_round(round_id)
-        self.inputs.note_updates(report.levers, observed, self.executor.acting)
+        self.inputs.note_updates(report.levers, observed, self.executor.sends(SetBand))
         logs.log_decisions(log, report.applied, round_id)
         self._prune_decisions(now)
         forgotten = self.accounts.forget_finished()
@@ -499,7 +503,7 @@ class Controller:
             self.executor.begin_round()
             self._write_admin_comments(self.last_plan, observed, now)
             report.levers = self.executor.end_round(round_id)
-            self.inputs.note_updates(report.levers, observed, self.executor.acting)
+            self.inputs.note_updates(report.levers, observed, self.executor.sends(SetBand))
         self._prune_decisions(now)
         self.usage.collect(now)
         self.last_observation = observation
@@ -510,7 +514,7 @@ class Controller:
 
     def _write_admin_comments(self, plan: Plan, observed: dict[str, ObservedJob], now: float) -> None:
         """Information, not a decision: a read-only executor (observe, shadow) skips it."""
-        if self.config.admin_comment and self.executor.acting:
+        if self.config.admin_comment and not self.executor.skips(SetAdminComment):
             self.starts.write_comments(plan, observed, now, lambda job: not self.preemptions.protected(job, now))
 
     def _prune_decisions(self, now: float) -> None:

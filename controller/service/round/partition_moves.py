@@ -50,8 +50,7 @@ class PartitionMover:
     def partition_nodes(self) -> Optional[dict[str, list[str]]]:
         """Partition name -> node names from the backend (``sinfo``), limited to the
         configured partitions; None when the backend offers no such map."""
-        reader = getattr(self.backend, "partition_nodes", None)
-        members = reader() if callable(reader) else None
+        members = self.backend.partition_nodes() if self.backend.offers("partition_nodes") else None
         if not isinstance(members, dict):
             self.log_once("the backend offers no partition map (partition_nodes): no partition moves")
             return None
@@ -104,8 +103,7 @@ class PartitionMover:
         """The job's last move, read once from the decision log (the cooldown survives a restart)."""
         if job_id not in self.last_move_s:
             self.last_move_s[job_id] = last_move_logged(
-                self.store.decisions(self.config.cluster, job_id=job_id, limit=200), self.executor.mode,
-                self.executor.acting)
+                self.store.decisions(self.config.cluster, job_id=job_id, limit=200), self.executor.is_ours)
 
     def _refuse(self, job_id: str, now: float) -> None:
         self.book.settle(job_id, True, now, self.config.interval_s, self.config.partition_move_cooldown_s)

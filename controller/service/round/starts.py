@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Callable, Container, Optional
 
-from controller.core.actions import PinNodes
+from controller.core.actions import PinNodes, SetBand
 from controller.core.levers.bands import RpcBudget
 from controller.core.levers.book import Done, LeverBook
 from controller.core.levers.comments import CommentBook
@@ -99,7 +99,7 @@ class Starts:
         whether a job's QOS lets it preempt preempt_qos's jobs."""
         view = lever_view(now, observed, self.accounts, cpu_pending=cpu_pending, shared=shared,
                           cpu_running=cpu_running, requeueing=requeueing, kept_from_slurm=kept_from_slurm,
-                          may_preempt=may_preempt, unjudged=self.hold, acting=self.executor.acting)
+                          may_preempt=may_preempt, unjudged=self.hold, acting=self.executor.sends(SetBand))
         levers = self.planner.step(plan, view, self.book)
         done = self.carry_out(levers)
         for action, applied, detail in levers.entries(done):
@@ -111,7 +111,7 @@ class Starts:
         """This round's AdminComment lines (LeverPlanner.comments), carried out; returns
         the lines written. Information, not a decision: the caller asks only when the
         executor pulls levers."""
-        view = lever_view(now, observed, self.accounts, unjudged=self.hold, acting=self.executor.acting,
+        view = lever_view(now, observed, self.accounts, unjudged=self.hold, acting=self.executor.sends(SetBand),
                           preemptable=preemptable)
         levers = self.planner.comments(plan, view, self.book)
         done = self.carry_out(levers)
