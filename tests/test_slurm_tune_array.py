@@ -46,7 +46,7 @@ def test_slurm_array_tune_ranks_as_the_local_run(slurm_cluster, tmp_path):  # no
 
 def test_a_task_that_writes_nothing_is_one_clear_error(slurm_cluster, tmp_path, capsys, monkeypatch):  # noqa: F811
     # The trace is gone by the time the tasks run: every task fails, and the caller says which and where.
-    from slurm_plugin.tune_array import ArrayEvaluator
+    from controller.cli.tune_array import ArrayEvaluator
 
     trace = tmp_path / "gone.csv"
     trace.write_text(TRACE60.read_text())

@@ -99,7 +99,7 @@ def run(args) -> int:
     workers = args.workers or max(1, min(ROUND_SIZE, os.cpu_count() or 1))
     evaluate = None
     if args.slurm_array:
-        from slurm_plugin.tune_array import ArrayEvaluator
+        from controller.cli.tune_array import ArrayEvaluator
 
         try:
             sbatch_args = shlex.split(args.sbatch_args)

@@ -272,7 +272,7 @@ def tune(jobs: Sequence[JobSpec], *, nodes: int, gpus_per_node: int, policy: str
     returns what finished, with ``interrupted`` set; ``default`` is None when the
     default replay did not finish.
     ``evaluate(batch, base)``, when given, replays a round's candidates elsewhere (a
-    Slurm job array: ``slurm_plugin.tune_array``) and returns ``replay_setting``'s
+    Slurm job array: ``controller.cli.tune_array``) and returns ``replay_setting``'s
     tuples in the batch's order; the search itself stays here, so the ranking is the
     local run's."""
     if objective not in OBJECTIVES:

@@ -2,7 +2,7 @@
 
 The search itself (controller.replay.tuner) stays in the calling process; only the
 replays move. Each round's candidates go into a round file in a directory the nodes
-can read, one array task replays one candidate (``python -m slurm_plugin.tune_array
+can read, one array task replays one candidate (``python -m controller.cli.tune_array
 ROUND_FILE``; which one: ``SLURM_ARRAY_TASK_ID``) and writes its figures next to it,
 and ``sbatch --wait`` returns when the array has ended. A replay is deterministic, so
 the ranking is the local run's; what changes is where the replays run (the
@@ -54,7 +54,7 @@ class ArrayEvaluator:
         round_file.write_text(json.dumps({
             "trace": self.trace, "time_scale": self.time_scale, "base": base,
             "settings": [[list(s.thresholds_gpu_s), s.promote_knob] for s in batch]}))
-        task = shlex.join([self.python, "-m", "slurm_plugin.tune_array", str(round_file)])
+        task = shlex.join([self.python, "-m", "controller.cli.tune_array", str(round_file)])
         argv = [self.sbatch, "--parsable", "--wait", f"--array=0-{len(batch) - 1}", "-J", JOB_NAME,
                 "-o", str(self.workdir / f"{round_file.stem}-%a.out"), f"--chdir={self.workdir}",
                 *self.sbatch_args, "--wrap", task]
@@ -106,7 +106,7 @@ def run_task(round_file: Path, task: int) -> Path:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1 or "SLURM_ARRAY_TASK_ID" not in os.environ:
-        print("usage: python -m slurm_plugin.tune_array ROUND_FILE (as a task of the array "
+        print("usage: python -m controller.cli.tune_array ROUND_FILE (as a task of the array "
               "`tiresias tune --slurm-array` submits)", file=sys.stderr)
         return 2
     run_task(Path(argv[0]), int(os.environ["SLURM_ARRAY_TASK_ID"]))
