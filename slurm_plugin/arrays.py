@@ -10,10 +10,11 @@ At most MAX_LISTED_TASKS are listed per record (a 9,588-task array is not 9,588 
 entries); the rest are withheld, never taken as gone.
 
 A task listed from inside the pending record carries ``shared_band_id`` (its
-ArrayJobId; the port's ObservedJob.lever_id is then ''): any ``scontrol update``, hold or release naming "ARRAYID_TASKID" makes
-Slurm split that task off into a record of its own (slurmctld's update_job_str ->
-job_array_split), and split tasks multiply slurmctld's records (MaxJobCount) and were
-seen to run past the array's throttle. So no lever names such a task: the array's
+ArrayJobId; the port's ObservedJob.lever_id is then ''): any ``scontrol update``,
+hold or release naming "ARRAYID_TASKID" makes Slurm split that task off into a
+record of its own (slurmctld's update_job_str -> job_array_split), and split tasks
+multiply slurmctld's records (MaxJobCount) and were seen to run past the array's
+throttle. So no lever names such a task: the array's
 tasks share one SiteFactor, set on the ArrayJobId (controller.core.levers.bands.array_bands),
 which Slurm applies to the pending record whole. Running and split-off tasks have
 records of their own and keep their own levers.
@@ -191,9 +192,10 @@ def _gang(leader_id: str, parts: list[SlurmObservedJob]) -> ObservedJob:
     # components of different GPU types make a gang of several types, which the plan cannot place
     types = tuple(sorted({t for part in parts for t in part.gpu_types}))
     return dataclasses.replace(
-        leader, job_id=leader_id, het_offset=0, gang=True, gpus=sum(p.gpus for p in parts), mps=sum(p.mps for p in parts),
-        gpu_types=types, gpu_type=MIXED_TYPES if len(types) > 1 else leader.gpu_type,
-        nodes=nodes, gpus_by_node=tuple(by_node.items()), min_nodes=sum(p.min_nodes for p in parts),
+        leader, job_id=leader_id, het_offset=0, gang=True, gpus=sum(p.gpus for p in parts),
+        mps=sum(p.mps for p in parts), gpu_types=types,
+        gpu_type=MIXED_TYPES if len(types) > 1 else leader.gpu_type, nodes=nodes,
+        gpus_by_node=tuple(by_node.items()), min_nodes=sum(p.min_nodes for p in parts),
         max_nodes=0 if any(p.max_nodes == 0 for p in parts) else sum(p.max_nodes for p in parts), **unmodelled)
 
 

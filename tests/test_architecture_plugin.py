@@ -103,7 +103,7 @@ def long_plugin_files(root: Path = ROOT) -> list[str]:
 # 20 once the lever families moved into core/levers/ (they read array_record, het_job_id as the
 # service did); 0 with the port's neutral facts (band_id, lever_id, pinnable) and squeue's
 # "(None)" display through slurm_plugin.reasons.NOT_LOOKED_AT (the port's own declaration of
-# the five raw fields, exempt until then, would have counted 5 more). It stays 0.
+# the five raw fields was exempt until then: 5 more by this rule). It stays 0.
 
 
 def test_no_slurm_logic_in_controller():
@@ -138,10 +138,15 @@ def test_the_checkers_catch_what_they_forbid(tmp_path):
         '    if job.reason == "BeginTime":\n'
         '        return job.array_record\n'
         '    return f"reason Resources: {job.reason}"\n')
+    (tmp_path / "controller" / "service" / "acting").mkdir()
+    (tmp_path / "controller" / "service" / "acting" / "backend.py").write_text(
+        'class ObservedJob:\n'
+        '    het_offset: int = 0\n')  # the port declaring a raw field counts too
     (tmp_path / "slurm_plugin" / "y.py").write_text(
         "from controller.service.acting.backend import ObservedJob\n"
         "from controller.service.round.daemon import Controller\n" + "x = 1\n" * 601)
-    assert slurm_logic_in_controller(tmp_path) == ["controller/service/x.py:4: reason 'BeginTime'",
+    assert slurm_logic_in_controller(tmp_path) == ["controller/service/acting/backend.py:2: field het_offset",
+                                                   "controller/service/x.py:4: reason 'BeginTime'",
                                                    "controller/service/x.py:5: field array_record"]
     assert plugin_service_imports(tmp_path) == ["slurm_plugin/y.py:2: imports controller.service.round.daemon"]
     assert long_plugin_files(tmp_path) == ["slurm_plugin/y.py: 603 lines"]
