@@ -9,23 +9,28 @@ minus the tasks already running and the pending tasks that have records of their
 At most MAX_LISTED_TASKS are listed per record (a 9,588-task array is not 9,588 plan
 entries); the rest are withheld, never taken as gone.
 
-A task listed from inside the pending record carries ``array_record`` (its
-ArrayJobId): any ``scontrol update``, hold or release naming "ARRAYID_TASKID" makes
-Slurm split that task off into a record of its own (slurmctld's update_job_str ->
-job_array_split), and split tasks multiply slurmctld's records (MaxJobCount) and were
-seen to run past the array's throttle. So no lever names such a task: the array's
+A task listed from inside the pending record carries ``shared_band_id`` (its
+ArrayJobId; the port's ObservedJob.lever_id is then ''): any ``scontrol update``,
+hold or release naming "ARRAYID_TASKID" makes Slurm split that task off into a
+record of its own (slurmctld's update_job_str -> job_array_split), and split tasks
+multiply slurmctld's records (MaxJobCount) and were seen to run past the array's
+throttle. So no lever names such a task: the array's
 tasks share one SiteFactor, set on the ArrayJobId (controller.core.levers.bands.array_bands),
 which Slurm applies to the pending record whole. Running and split-off tasks have
 records of their own and keep their own levers.
 
 A het job's components (``het_job_id``, ``het_job_offset``) start together and are
 one gang: planned under the leader's id (a lever on it acts on every component),
-with their GPUs and nodes summed, so it is preempted whole or not at all. It keeps
-``het_job_id`` set so that nothing pins it (a pin names one node list; each
+with their GPUs and nodes summed, so it is preempted whole or not at all. It is marked
+``gang`` so that nothing pins it (ObservedJob.pinnable: a pin names one node list; each
 component has its own). The gang is placed by one request: a pending het job whose
 components differ in the nodes they may use or in what they ask per node (a
 component's --constraint, partition, GPU type, GPUs per node) is unmodelled (code
 ``het``), never a reason to preempt.
+
+The array and het fields of a Slurm record are slurm_plugin's own: the observation's
+jobs are SlurmObservedJobs (the port's ObservedJob and these fields), which plan_view
+reads; the controller reads only the port's neutral ``shared_band_id`` and ``gang``.
 """
 from __future__ import annotations
 
@@ -37,12 +42,27 @@ from typing import Iterable
 from controller.core.model import MIXED_TYPES
 from controller.service.acting.backend import ObservedJob, unmodelled_fields
 
-__all__ = ["MAX_LISTED_TASKS", "PlanView", "Withheld", "plan_view", "task_ranges"]
+__all__ = ["MAX_LISTED_TASKS", "PlanView", "SlurmObservedJob", "Withheld", "plan_view", "task_ranges"]
 
 MAX_LISTED_TASKS = 1000
 MAX_TASK_ID = 4_000_000  # Slurm's MaxArraySize is at most 4,000,001
 _ITEM_RE = re.compile(r"([0-9]{1,7})(?:-([0-9]{1,7})(?::([0-9]{1,7}))?)?", re.ASCII)
 _HOLDS_GPUS = {"RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "SIGNALING", "RESIZING", "STAGE_OUT"}
+
+
+@dataclass(frozen=True, slots=True)
+class SlurmObservedJob(ObservedJob):
+    """An ObservedJob with the array and het fields of its Slurm record (as
+    slurm_plugin.records.SlurmJob reads them), which plan_view turns into the port's
+    neutral facts. A pending array record (job_id the ArrayJobId): its pending tasks
+    ("5-50%4") and throttle; an array task: the throttle; a het job component: its
+    leader's id and offset. plan_view clears the array fields of the tasks it lists,
+    and the gang of a het job keeps its leader's."""
+
+    array_tasks: str = ""
+    array_max_tasks: int = 0
+    het_job_id: str = ""
+    het_offset: int = 0
 
 
 @dataclass
@@ -109,7 +129,7 @@ def _listed(ranges: list[range], count: int) -> tuple[list[int], list[range]]:
     return listed, rest
 
 
-def _tasks(record: ObservedJob, taken: int, withheld: Withheld) -> list[ObservedJob]:
+def _tasks(record: SlurmObservedJob, taken: int, withheld: Withheld) -> list[ObservedJob]:
     """The tasks of a pending array record to plan: as many as its throttle leaves room
     for next to ``taken`` (its tasks running, and pending in records of their own)."""
     ranges, throttle = task_ranges(record.array_tasks)
@@ -119,7 +139,7 @@ def _tasks(record: ObservedJob, taken: int, withheld: Withheld) -> list[Observed
     if rest:
         withheld.tasks.setdefault(record.job_id, []).extend(rest)
     return [dataclasses.replace(record, job_id=f"{record.job_id}_{task}", array_tasks="", array_max_tasks=0,
-                                array_record=record.job_id)
+                                shared_band_id=record.job_id)
             for task in listed]
 
 
@@ -133,11 +153,11 @@ _NODE_RULES = (("partition", "partition"), ("required_nodes", "--nodelist"), ("e
                ("mem_per_node_mb", "memory per node"))
 
 
-def _gpus_per_node(job: ObservedJob) -> float:
+def _gpus_per_node(job: SlurmObservedJob) -> float:
     return job.gpus / max(job.min_nodes, 1)
 
 
-def _het_unmodelled(parts: list[ObservedJob]) -> dict:
+def _het_unmodelled(parts: list[SlurmObservedJob]) -> dict:
     """The unmodelled fields of a pending het job's gang ({} none): ``het`` where its
     components differ in their node rules or per-node request, and every component's own
     reasons (the gang is planned under the leader's fields, which would drop them)."""
@@ -157,7 +177,7 @@ def _het_unmodelled(parts: list[ObservedJob]) -> dict:
     return dict(unmodelled="; ".join(texts), unmodelled_reasons=tuple(dict.fromkeys(codes))) if texts else {}
 
 
-def _gang(leader_id: str, parts: list[ObservedJob]) -> ObservedJob:
+def _gang(leader_id: str, parts: list[SlurmObservedJob]) -> ObservedJob:
     """One job of a het job's components (the leader first): their sums, the leader's
     rest; a pending one whose components differ in the nodes they may use is unmodelled
     (code ``het``: never a reason to preempt), as is one with an unmodelled component."""
@@ -172,13 +192,14 @@ def _gang(leader_id: str, parts: list[ObservedJob]) -> ObservedJob:
     # components of different GPU types make a gang of several types, which the plan cannot place
     types = tuple(sorted({t for part in parts for t in part.gpu_types}))
     return dataclasses.replace(
-        leader, job_id=leader_id, het_offset=0, gpus=sum(p.gpus for p in parts), mps=sum(p.mps for p in parts),
-        gpu_types=types, gpu_type=MIXED_TYPES if len(types) > 1 else leader.gpu_type,
-        nodes=nodes, gpus_by_node=tuple(by_node.items()), min_nodes=sum(p.min_nodes for p in parts),
+        leader, job_id=leader_id, het_offset=0, gang=True, gpus=sum(p.gpus for p in parts),
+        mps=sum(p.mps for p in parts), gpu_types=types,
+        gpu_type=MIXED_TYPES if len(types) > 1 else leader.gpu_type, nodes=nodes,
+        gpus_by_node=tuple(by_node.items()), min_nodes=sum(p.min_nodes for p in parts),
         max_nodes=0 if any(p.max_nodes == 0 for p in parts) else sum(p.max_nodes for p in parts), **unmodelled)
 
 
-def plan_view(records: Iterable[ObservedJob], withheld: Withheld | None = None) -> PlanView:
+def plan_view(records: Iterable[SlurmObservedJob], withheld: Withheld | None = None) -> PlanView:
     """The jobs the plan sees for the records of one observation: pending array
     records as their listed tasks, het components as one gang, the rest as they are.
     An array's pending tasks with records of their own (requeued, split off) count
@@ -188,7 +209,7 @@ def plan_view(records: Iterable[ObservedJob], withheld: Withheld | None = None) 
     withheld = withheld if withheld is not None else Withheld()
     records = list(records)
     running: dict[str, int] = {}
-    own_pending: dict[str, list[tuple[int, ObservedJob]]] = {}  # ArrayJobId -> its pending task records
+    own_pending: dict[str, list[tuple[int, SlurmObservedJob]]] = {}  # ArrayJobId -> its pending task records
     for job in records:
         head, _, task = job.job_id.partition("_")
         if task and job.state in _HOLDS_GPUS:
@@ -206,7 +227,7 @@ def plan_view(records: Iterable[ObservedJob], withheld: Withheld | None = None) 
     withheld.ids |= left_out
     jobs: list[ObservedJob] = []
     problems: list[str] = []
-    hets: dict[str, list[ObservedJob]] = {}
+    hets: dict[str, list[SlurmObservedJob]] = {}
     for job in records:
         if job.het_job_id:
             hets.setdefault(job.het_job_id, []).append(job)

@@ -32,10 +32,11 @@ import time
 from collections import Counter
 from typing import Callable, Mapping, Optional
 
-from controller.service.acting.backend import Backend, Observation, ObservedJob
+from controller.service.acting.backend import Backend, Observation
 from slurm_plugin.parse_jobs import parse_squeue_record
 from slurm_plugin.parse_nodes import parse_sinfo_record
 from slurm_plugin.records import SlurmJob, SlurmNode
+from slurm_plugin.arrays import SlurmObservedJob
 from slurm_plugin.record_cache import RecordCache
 from slurm_plugin.commands import (DEFAULT_QOS_COMMAND, QOS_LIMITS_COMMAND, Runner, SlurmCommands, check_name,
                                    subprocess_runner)
@@ -99,8 +100,8 @@ class SlurmBackend(SlurmObserver, SlurmCommands, Backend):
         # changed records are parsed again (slurm_plugin.record_cache).
         self._squeue_records: RecordCache[SlurmJob] = RecordCache("jobs", parse_squeue_record, "job_id")
         self._sinfo_records: RecordCache[SlurmNode] = RecordCache("nodes", parse_sinfo_record, "name")
-        # id(SlurmJob) -> (that job, its site factor, its ObservedJob), of the last observe()
-        self._observed: dict[int, tuple[SlurmJob, Optional[int], ObservedJob]] = {}
+        # id(SlurmJob) -> (that job, its site factor, its SlurmObservedJob), of the last observe()
+        self._observed: dict[int, tuple[SlurmJob, Optional[int], SlurmObservedJob]] = {}
         # ArrayJobIds of the pending array records last observed: only a SiteFactor goes
         # to one (the tasks in the record share it: slurm_plugin.arrays); any other
         # lever would act on every task of the array. And per ArrayJobId, the ids of its

@@ -13,7 +13,7 @@ from typing import Iterable, Optional
 
 from controller.service.acting.backend import BackendUnavailable, Observation, ObservedJob
 from controller.core.model import Node
-from slurm_plugin.arrays import Withheld, plan_view
+from slurm_plugin.arrays import SlurmObservedJob, Withheld, plan_view
 from slurm_plugin.grammar import SlurmParseError, gres_counts
 from slurm_plugin.parse_jobs import json_says_sharing, parse_show_job_sharing, parse_squeue_json, squeue_clock
 from slurm_plugin.parse_nodes import parse_partition_sharing, parse_reservations, parse_sinfo_json
@@ -31,7 +31,7 @@ PARTITIONS_EVERY_S = 60.0  # how stale the partitions' OverSubscribe may be when
 # first that fails to answer ends this observation's reads: a slow slurmctld costs one wait.
 MAX_SHOW_JOB_IDS = 20
 SHOW_JOB_TIMEOUT_S = 5.0
-# The fields an ObservedJob takes from the SlurmJob as they are (same name, same
+# The fields a SlurmObservedJob takes from the SlurmJob as they are (same name, same
 # value); _observed_job names the ones it renames or converts.
 _AS_REPORTED = ("job_id", "user", "partition", "state", "reason", "gpus", "time_limit_s", "restart_count", "batch",
                 "comment", "admin_comment", "max_nodes", "mps", "array_tasks", "array_max_tasks", "het_job_id",
@@ -170,7 +170,7 @@ class SlurmObserver:
         task_records: dict[str, set[str]] = {}
         named: set[str] = set()  # the reservations jobs name
         plain: set[str] = set()  # records planned as they are (no array, no het job)
-        observed_jobs: list[ObservedJob] = []
+        observed_jobs: list[SlurmObservedJob] = []
         last, self._observed = self._observed, {}
         kept_now = self._observed
         self._site_factors = observed_factors = {}
@@ -258,7 +258,7 @@ class SlurmObserver:
         # An ArrayJobId (the SiteFactor of the tasks in its pending record went to it):
         # that record while it is there, else one of the array's tasks, under its id.
         arrays = wanted - {job.job_id for job in found}
-        of_array: dict[str, ObservedJob] = {}
+        of_array: dict[str, SlurmObservedJob] = {}
         for job in jobs:
             head, _, task = job.job_id.partition("_")
             if head not in arrays or not (task or job.array_tasks):
@@ -514,7 +514,7 @@ class SlurmObserver:
                 modes[job_id] = answer[job_id]
         return modes, reached
 
-    def _observed_job(self, job: SlurmJob, site_factor: int | None) -> ObservedJob:
+    def _observed_job(self, job: SlurmJob, site_factor: int | None) -> SlurmObservedJob:
         if job.state == "PENDING" and not self._sharing_in_json:
             known = self._sharing.get(job.job_id)
             job = replace(job, shared=None if known is None else known[1])  # None: unknown, never preempted for
@@ -523,7 +523,7 @@ class SlurmObserver:
             # count; a gang spread over more nodes (3 GPUs here, 1 there) is one Slurm never
             # starts, so no victim is chosen for such a layout
             job = replace(job, max_nodes=max(job.node_count, 1))
-        return judged(ObservedJob(
+        return judged(SlurmObservedJob(
             **{name: getattr(job, name) for name in _AS_REPORTED},
             nodes=tuple(job.nodes),
             gpus_by_node=self._gpus_by_node(job),

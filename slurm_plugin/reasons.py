@@ -46,6 +46,9 @@ STARTABLE_REASONS = frozenset({"", "Priority", "Resources"})
 # JobHeldAdmin, a user's own (`scontrol hold`, `sbatch -H`) JobHeldUser.
 HELD_ADMIN, HELD_USER = "JobHeldAdmin", "JobHeldUser"
 HELD_REASONS = (HELD_ADMIN, HELD_USER)
+# Slurm's reason of a job its scheduler has not looked at yet (above); squeue's %R also
+# shows "(None)" for a pending job without a reason (controller.cli.queue_table keeps that)
+NOT_LOOKED_AT = "None"
 # The longest BeginTime a requeue puts on a job, counted from the requeue. A requeue
 # sets the job's submit time to the requeue's time and, once the epilog of the run is
 # done, its BeginTime to cred_expire + 1 s later (121 s by default; the recorded
@@ -83,7 +86,7 @@ def waits_for(job: ObservedJob) -> str:
         return "begin_time_after_requeue"
     if reason == "BeginTime":
         return "begin_time"
-    return {"None": "unjudged", HELD_ADMIN: "admin_hold", HELD_USER: "user_hold"}.get(reason, "other")
+    return {NOT_LOOKED_AT: "unjudged", HELD_ADMIN: "admin_hold", HELD_USER: "user_hold"}.get(reason, "other")
 
 
 def judged(job: ObservedJob) -> ObservedJob:

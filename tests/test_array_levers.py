@@ -142,7 +142,7 @@ def test_restore_undoes_the_arrays_site_factor(array_run):
 
 def in_record(backend, job_id, array_id="7", **fields):
     """Job ``job_id`` of ``backend`` made a pending task still in array ``array_id``'s record."""
-    backend.jobs[job_id] = dataclasses.replace(backend.jobs[job_id], array_record=array_id, **fields)
+    backend.jobs[job_id] = dataclasses.replace(backend.jobs[job_id], shared_band_id=array_id, **fields)
 
 
 def test_the_tasks_in_a_record_share_the_arrays_band_and_a_requeued_task_keeps_its_own(store):

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from controller.service.round.accounting import Accounts
-from slurm_plugin.arrays import MAX_LISTED_TASKS, Withheld, plan_view, task_ranges
-from controller.service.acting.backend import Observation, ObservedJob
+from slurm_plugin.arrays import MAX_LISTED_TASKS, SlurmObservedJob, Withheld, plan_view, task_ranges
+from controller.service.acting.backend import Observation
 from controller.service.state.store import Store
 from slurm_plugin.backend import SlurmBackend
 from slurm_plugin.commands import CommandResult, LeverFailed
@@ -25,8 +25,8 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures" / "slurm" / "22.05"
 
 
 def job(job_id, state="PENDING", gpus=1, **kw):
-    return ObservedJob(job_id=job_id, user="alice", partition="batch", state=state, reason="Priority",
-                       gpus=gpus, **kw)
+    return SlurmObservedJob(job_id=job_id, user="alice", partition="batch", state=state, reason="Priority",
+                            gpus=gpus, **kw)
 
 
 def test_a_throttled_array_is_planned_as_tasks_up_to_its_limit():
@@ -74,7 +74,7 @@ def test_a_het_job_is_one_gang_under_its_leader():
     assert [j.job_id for j in view.jobs] == ["30", "20"]
     gang = view.jobs[1]
     assert gang.gpus == 3 and gang.nodes == ("gpu1", "gpu2") and dict(gang.gpus_by_node) == {"gpu1": 1, "gpu2": 2}
-    assert gang.het_job_id == "20"  # nothing pins it (controller.service.round.starts)
+    assert gang.het_job_id == "20" and gang.gang and not gang.pinnable  # nothing pins it (core/levers/starts)
 
 
 def test_a_het_job_without_its_leader_is_not_planned_in_part():
@@ -196,7 +196,9 @@ def test_the_throttle_counts_the_running_tasks_and_the_pending_ones_with_records
                job("7", array_tasks="3-50%4", array_max_tasks=4)]
     view = plan_view(records)
     assert [j.job_id for j in view.jobs] == ["7_1", "7_2", "7_3", "7_4"]
-    assert [j.array_record for j in view.jobs] == ["", "", "7", "7"]  # only the tasks in the record
+    assert [j.shared_band_id for j in view.jobs] == ["", "", "7", "7"]  # only the tasks in the record
+    assert [j.lever_id for j in view.jobs] == ["7_1", "7_2", "", ""]  # no lever names a task in the record
+    assert [j.band_id for j in view.jobs] == ["7_1", "7_2", "7", "7"] and not any(j.gang for j in view.jobs)
     # more pending task records than the throttle leaves room for: the rest are withheld
     records = [job("8_1", "RUNNING", array_max_tasks=2)] + [job(f"8_{t}", array_max_tasks=2) for t in (2, 3, 4)] \
         + [job("8", array_tasks="5-9%2", array_max_tasks=2)]
@@ -255,7 +257,7 @@ def test_a_malformed_pending_array_record_withholds_its_tasks(tmp_path, field, v
     assert not observation.withheld.everything
 
     accounts = Accounts(Store(f"sqlite:///{tmp_path}/s.db"), "default")
-    waiting = job("240_5", submit_time_s=900.0, array_record="240")
+    waiting = job("240_5", submit_time_s=900.0, shared_band_id="240")
     accounts.advance({"240_5": waiting}, 1000.0)
     accounts.finish_gone({}, observation, 1010.0)
     assert accounts.records["240_5"].end_state is None and accounts.records["240_5"].state == "PENDING"

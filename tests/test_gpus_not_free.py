@@ -17,8 +17,7 @@ from controller.cli import queue as cmd_queue
 from controller.cli.main import main
 from controller.core.engine import Engine, EngineConfig
 from controller.core.model import MIXED_TYPES, JobSpec, JobState, Node, Snapshot
-from slurm_plugin.arrays import plan_view
-from controller.service.acting.backend import ObservedJob
+from slurm_plugin.arrays import SlurmObservedJob, plan_view
 from controller.service.ops.config import from_mapping
 from controller.service.round.sharing import shared_gpus
 from slurm_plugin.backend import SlurmBackend
@@ -217,8 +216,8 @@ def test_explain_says_a_two_type_job_is_not_planned(tmp_path, monkeypatch, capsy
 
 def test_het_job_of_components_of_two_types_is_a_gang_of_several_types():
     def part(job_id, offset, gpu_type):
-        return ObservedJob(job_id=job_id, user="alice", partition="batch", state="PENDING", reason="Priority",
-                           gpus=4, het_job_id="20", het_offset=offset, gpu_type=gpu_type, gpu_types=(gpu_type,))
+        return SlurmObservedJob(job_id=job_id, user="alice", partition="batch", state="PENDING", reason="Priority",
+                                gpus=4, het_job_id="20", het_offset=offset, gpu_type=gpu_type, gpu_types=(gpu_type,))
 
     [gang] = plan_view([part("20", 0, "v100"), part("21", 1, "a100")]).jobs
     assert (gang.gpus, gang.gpu_types, gang.gpu_type) == (8, ("a100", "v100"), MIXED_TYPES)

@@ -10,6 +10,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 from controller.cli.reports import format_elapsed, format_plain_table
 from controller.core.inputs import shorten
 from controller.core.model import InputError
+from slurm_plugin.reasons import NOT_LOOKED_AT
 
 # squeue's compact state codes (squeue(1), JOB STATE CODES), printed unless --long.
 SQUEUE_STATE_CODES = {
@@ -66,7 +67,7 @@ QUEUE_COLUMNS: tuple[QueueColumn, ...] = (
     QueueColumn("time", "TIME", "M", lambda r: format_elapsed(r["time_s"]), "time run so far", right=True),
     QueueColumn("nodes", "NODES", "D", lambda r: str(r["node_count"]), "nodes held, or asked for", right=True),
     QueueColumn("nodelist", "NODELIST(REASON)", "R",
-                lambda r: r["nodelist"] if r["state"] == "RUNNING" else f"({r['slurm_reason'] or 'None'})",
+                lambda r: r["nodelist"] if r["state"] == "RUNNING" else f"({r['slurm_reason'] or NOT_LOOKED_AT})",
                 "nodes of a running job, Slurm's reason of a pending one (squeue's %R)"),
 )
 QUEUE_COLUMNS_BY_NAME = {c.name: c for c in QUEUE_COLUMNS}

@@ -86,17 +86,26 @@ MAX_LEVER_ROUNDS = 100_000  # a replay this long is a mistake (a tiny interval),
 
 @dataclass(frozen=True)
 class _SimJob:
-    """A job of SimSlurm as the lever planner sees it (controller.core.levers.view.JobFacts)."""
+    """A job of SimSlurm as the lever planner sees it (controller.core.levers.view.JobFacts).
+    SimSlurm has a record per job (no shared records, no gangs): its band and levers are
+    its own, and a pin may name it."""
 
     job_id: str
     state: str
     site_factor: Optional[int]
     required_nodes: tuple
-    array_record: str = ""
-    het_job_id: str = ""
     excluded_nodes: tuple = ()
     qos: str = ""
     admin_comment: str = ""
+    pinnable: bool = True
+
+    @property
+    def band_id(self) -> str:
+        return self.job_id
+
+    @property
+    def lever_id(self) -> str:
+        return self.job_id
 
 
 @dataclass(frozen=True)

@@ -261,7 +261,7 @@ def gpu_site_factors(plan, view, cfg) -> dict[str, int]:
                            running_banded=cfg.slurm_preempts)
     if cfg.slurm_preempts:
         running = [j for j, job in observed.items() if job.state == "RUNNING" and j in plan.levels
-                   and not job.array_record]
+                   and job.lever_id]
         factors.update(running_site_factors(plan.levels, running, cfg.queue_count, cfg.site_factor_band,
                                             [j for j in running if j in view.kept_from_slurm]))
         # every other running job of the QOS (not planned): slurmctld must not pick it
@@ -347,9 +347,9 @@ def plan_bands(plan, view, sent: Mapping[str, int], allowance: float, cfg
     array_now: dict[str, Optional[int]] = {}  # ArrayJobId -> its record's SiteFactor as observed
     for jobs in (observed, cpu_pending, shared):
         for job_id, job in jobs.items():
-            if job.array_record:
-                arrays[job_id] = job.array_record
-                array_now[job.array_record] = job.site_factor
+            if job.band_id != job_id:
+                arrays[job_id] = job.band_id
+                array_now[job.band_id] = job.site_factor
     if arrays:
         factors, array_levels = array_bands(factors, arrays, levels)
         levels = ChainMap(array_levels, levels)

@@ -158,7 +158,7 @@ class CommentBook:
 
         for job_id, level in plan.levels.items():
             job = observed.get(job_id)
-            if job is None or job.array_record:  # a write naming the task would split it off its array
+            if job is None or not job.lever_id:  # a write naming the task would split it off its array
                 continue
             if job_id in hold:  # first seen unjudged: Slurm's judgement first (RoundInput.first_seen_unjudged)
                 continue
@@ -184,7 +184,7 @@ class CommentBook:
             last, job, level = written.get(job_id), observed.get(job_id), plan.levels.get(job_id)
             if last is None or last.at_s + self.refresh_s != at or job_id in wanted:
                 continue  # a stale row (rewritten or forgotten since), or already wanted
-            if job is None or level is None or job.array_record or job.state not in ("RUNNING", "PENDING"):
+            if job is None or level is None or not job.lever_id or job.state not in ("RUNNING", "PENDING"):
                 continue
             running = job.state == "RUNNING"
             line = line_of(job_id, job, level, running)

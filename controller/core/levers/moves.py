@@ -31,8 +31,8 @@ class MoveBook:
         """Why a pending job is not moved this round ('' when it may be): a task inside its
         array's record, a job pinned to nodes (by this controller or its user), a job
         whose last move was refused and whose backoff runs."""
-        if job.array_record:  # a move naming the task would split it off its array's record
-            return f"a pending task in array {job.array_record}'s record"
+        if not job.lever_id:  # a move naming the task would split it off its array's record
+            return f"a pending task in array {job.band_id}'s record"
         if job.job_id in pinned or job.required_nodes:
             return "pinned to nodes"
         return self.refused_text(job.job_id, now)

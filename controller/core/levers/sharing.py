@@ -102,9 +102,9 @@ def plan_sharing(jobs: Iterable, nodes: Iterable, policy, book: SharingBook, vie
         if job.mps <= 0 or job.gpus > 0:
             continue
         if job.state == "PENDING":
-            if job.array_record:
+            if not job.lever_id:
                 # a share or hold naming the task would split it off its array's record
-                out.notes.append(f"array {job.array_record}: the MPS share and hold of the pending tasks in "
+                out.notes.append(f"array {job.band_id}: the MPS share and hold of the pending tasks in "
                                  "its record are left to Slurm until they run")
                 continue
             if job.job_id in view.on_hold and not _our_hold(book, job, view):

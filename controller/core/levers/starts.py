@@ -74,22 +74,22 @@ def plan_starts(plan, view, pins: Mapping[str, float], cfg) -> tuple[list[tuple]
         job = view.gpu[action.job_id]
         parts: list = []
         skew = view.skew(action.job_id)
-        # a het job's components each have their own node list; a task inside its
-        # array's record would be split off by a pin
+        # a gang's parts (a het job's components) each have their own node list; a job
+        # inside a shared record (a task inside its array's record) would be split off by a pin
         pin, why_not = pin_for_start(action, skew=skew, pack_limit=cfg.pack_limit,
-                                     consolidate=cfg.consolidate and not job.het_job_id and not job.array_record,
+                                     consolidate=cfg.consolidate and job.pinnable,
                                      required_nodes=job.required_nodes, excluded_nodes=job.excluded_nodes,
                                      pinned_here=action.job_id in pins, expires_s=view.now + cfg.pin_expiry_s)
         if why_not:
             parts.append(why_not)
-        elif job.array_record and cfg.consolidate and skew > cfg.pack_limit:
-            parts.append(f"not pinned: a pending task of array {job.array_record} (a pin would split it "
+        elif not job.lever_id and cfg.consolidate and skew > cfg.pack_limit:
+            parts.append(f"not pinned: a pending task of array {job.band_id} (a pin would split it "
                          "off the array's record)")
         if pin is not None:
             parts.append(pin)
         # never a BeginTime the user or an admin set; a task in its array's record never
-        # ran (and a release naming it would split it off)
-        if view.begin_time_ours(job) and not job.array_record:
+        # ran (and a release naming it would split it off: it has no lever_id)
+        if view.begin_time_ours(job) and job.lever_id:
             stopped = view.stopped_at.get(action.job_id)
             if stopped is None:
                 stopped = stopped_seen[action.job_id] = view.now

@@ -17,7 +17,7 @@ class LeverTarget(abc.ABC):
     @abc.abstractmethod
     def set_site_factors(self, factors: dict[str, int]) -> None:
         """Set SiteFactor for each job id (batched: one call per distinct value); an
-        ArrayJobId's value is for the tasks in its pending record (ObservedJob.array_record)."""
+        ArrayJobId's value is for the tasks in its pending record (ObservedJob.band_id)."""
 
     @abc.abstractmethod
     def pin_nodes(self, job_id: str, nodes: list[str]) -> None:

@@ -15,9 +15,12 @@ from typing import Callable, Container, Mapping, Optional, Protocol, Sequence
 
 class JobFacts(Protocol):
     """One job as the planner sees it. ``state``: Slurm's (PENDING, RUNNING, ...);
-    ``site_factor``: the band Slurm shows now (None: unknown); ``array_record``: the
-    ArrayJobId of the array record a pending task is still in ('' otherwise: a lever
-    naming the task would split it off); ``het_job_id``: its het job ('' otherwise);
+    ``site_factor``: the band Slurm shows now (None: unknown); ``band_id``: the id its
+    band and comment live on (its own, or the shared record's it is still listed inside
+    of: an array's pending record); ``lever_id``: the id a per-job lever may name ('' when
+    none may: naming a job inside a shared record would split it off); ``pinnable``: a
+    pin may name it (not inside a shared record, not a gang whose parts each have their
+    own node list: a het job);
     ``required_nodes`` / ``excluded_nodes``: its node lists as Slurm shows them (a pin
     this controller set included); ``qos``: its QOS ('' when not reported);
     ``admin_comment``: its AdminComment as Slurm shows it."""
@@ -25,8 +28,9 @@ class JobFacts(Protocol):
     job_id: str
     state: str
     site_factor: Optional[int]
-    array_record: str
-    het_job_id: str
+    band_id: str
+    lever_id: str
+    pinnable: bool
     required_nodes: tuple
     excluded_nodes: tuple
     qos: str

@@ -83,21 +83,17 @@ class ObservedJob:
     account: str = ""
     name: str = ""
     signal: str = ""  # the job's --signal spec when the cluster manager reports it ("B:USR1@90"); '' unknown
-    # A pending array record (job_id the ArrayJobId): its pending tasks ("5-50%4") and
-    # throttle; a het job component: its leader's id and offset. The backend plans
-    # both through slurm_plugin.arrays.plan_view, which clears these fields, and
-    # ``het_job_id`` stays set on the one gang it makes of a het job (never pinned).
-    array_tasks: str = ""
-    array_max_tasks: int = 0
-    het_job_id: str = ""
-    het_offset: int = 0
-    # A pending task plan_view lists from inside its array's pending record: that
-    # array's ArrayJobId. Slurm splits such a task off into a record of its own on
-    # any update naming it ("ARRAYID_TASKID"), so no lever may name it: its band is
-    # the one SiteFactor set on the ArrayJobId, which Slurm applies to the pending
-    # record without splitting it. '' for every other job (a running or split-off
-    # task has its own record and its own levers).
-    array_record: str = ""
+    # Where this job's priority lives and which levers may name it (the backend says;
+    # slurm_plugin.arrays fills it for Slurm's arrays and het jobs). ``shared_band_id``: the
+    # id of the record a pending job is still listed inside of, together with other jobs
+    # (Slurm: a task inside its array's pending record), which holds the band and comment
+    # of all of them: a lever naming this job alone would split it out of that record, so
+    # none may ('' for every other job: it has a record of its own). ``gang``: several
+    # records that start together, planned as this one job (Slurm: a het job's
+    # components); each part keeps its own node list, so no pin can name them all. Read
+    # them through band_id, lever_id and pinnable below.
+    shared_band_id: str = ""
+    gang: bool = False
     # What a pending job waits for, as the backend judges its cluster manager's reason (Slurm's:
     # slurm_plugin.reasons): "resources" (it starts once resources free up: the only wait a
     # preemption may lift; every job of a backend that reports no reasons), "begin_time_after_requeue"
@@ -106,6 +102,24 @@ class ObservedJob:
     # "admin_hold", "user_hold", "begin_time" (a later start someone set) or "other" (any other
     # wait no preemption lifts). ``reason`` keeps the manager's own word, for people.
     waits_for: str = "resources"
+
+    @property
+    def band_id(self) -> str:
+        """The id whose band (and comment) this job's priority lives on: the shared
+        record's for a job listed inside one, else its own."""
+        return self.shared_band_id or self.job_id
+
+    @property
+    def lever_id(self) -> str:
+        """The id a per-job lever (band, comment, pin, move, hold, release) may name: its
+        own, or '' when none may (a job inside a shared record)."""
+        return "" if self.shared_band_id else self.job_id
+
+    @property
+    def pinnable(self) -> bool:
+        """Whether a pin (one node list for the whole job) may name it: not a job inside a
+        shared record, not a gang of parts with node lists of their own."""
+        return not self.shared_band_id and not self.gang
 
     @property
     def gpu_equivalents(self) -> float:
