@@ -40,11 +40,10 @@ from controller.service.ops.heap import Heap
 from controller.service.acting.lease import Lease
 from controller.service.round.partition_moves import PartitionMover
 from controller.service.round.preemption import Preemptions
-from controller.core.levers.preemption import SlurmBook
 from controller.service.ops.preflight import Pending
 from controller.service.ops.qos_gate import QosGate
 from controller.service.ops.report import LogOnce, RoundReport, entry
-from controller.service.acting.restore import HOLD, RecordingBackend, log_report, on_start, restore
+from controller.service.acting.restore import RecordingBackend, log_report, on_start, restore
 from controller.service.round.sharing import GpuSharing
 from controller.service.round.slurm_clock import SlurmClock
 from controller.service.state.usage import UsageCollector
@@ -129,7 +128,8 @@ class Controller:
         self.submit_order = SubmitOrder()  # the snapshot's arrival order of the records' jobs
         self.starts = Starts(config, self.executor, self.accounts, by_level=self.engine.policy.discretized,
                              by_index=self.engine.policy.bands_by_index)
-        self.handoffs = Handoffs(config, store)
+        book = self.starts.book  # every family's book (controller.core.levers.book)
+        self.handoffs = Handoffs(config, store, book.handoffs)
         self.contract = Contract(config, self.backend, self._log_once)
         # the GPU limits of pending jobs' QOS; a backend that does not offer both reads: none checked
         backend = self.backend
@@ -137,12 +137,11 @@ class Controller:
                                 backend.partition_config if backend.offers("partition_config") else None,
                                 self._log_once)
         self.preemptions = Preemptions(config, store, self.executor, self.accounts, self.contract, clock=self.clock)
-        self.slurm_book = SlurmBook()  # preemption: slurm: the victims left to slurmctld, the bands they cite
-        self.mover = PartitionMover(config, self.backend, store, self.executor, self.accounts, self._log_once)
-        # the holds a previous run set (recorded by RecordingBackend) are still ours to release
-        self.sharing = GpuSharing(config, self.executor, self._log_once,
-                                  held=store.levers(config.cluster).get(HOLD, {}))
-        self.admin_comments = self.starts.book.comments  # the lines' book (core.levers.comments)
+        self.slurm_book = book.slurm  # preemption: slurm: the victims left to slurmctld, the bands they cite
+        self.mover = PartitionMover(config, self.backend, store, self.executor, self.accounts, self._log_once,
+                                    book=book.moves)
+        self.sharing = GpuSharing(config, self.executor, self._log_once, book=book.holds)
+        self.admin_comments = book.comments  # the lines' book (core.levers.comments)
         # the jobs first seen unjudged (RoundInput.first_seen_unjudged): one set, refilled each round
         self.inputs.first_seen_unjudged = set()
         self.starts.hold = self.inputs.first_seen_unjudged
@@ -449,11 +448,8 @@ class Controller:
         forgotten = self.accounts.forget_finished()
         self.submit_order.forget(forgotten)
         for job_id in forgotten:
-            self.starts.forget(job_id)
-            self.mover.forget(job_id)
-            self.slurm_book.forget(job_id)
+            self.starts.forget(job_id)  # every family's book (LeverBook.forget)
             self.contract.forget(job_id)
-            self.admin_comments.forget(job_id)
         self.usage.collect(now)
         self.last_plan = plan
         self.last_observation = observation

@@ -41,10 +41,11 @@ class Handoffs:
     failed ones (``braked``: job id -> its Brake), loaded from the store; the rule is
     controller.core.levers.handoffs.HandoffBook's, this class persists and logs it."""
 
-    def __init__(self, config: Config, store: Store):
+    def __init__(self, config: Config, store: Store, book: Optional[HandoffBook] = None):
+        """``book``: the LeverBook's (controller.core.levers.book); a new one by default."""
         self.config = config
         self.store = store
-        self.book = HandoffBook()
+        self.book = book if book is not None else HandoffBook()
         self.watching = self.book.watching
         self.braked = self.book.braked
         for job_id, signalled_s, victims, brake in store.load_handoffs(config.cluster):

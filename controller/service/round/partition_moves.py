@@ -36,14 +36,15 @@ class PartitionMover:
     """The book (controller.core.levers.moves.MoveBook): ``last_move_s`` and ``refused``."""
 
     def __init__(self, config: Config, backend: Backend, store: Store, executor: LeverExecutor, accounts: Accounts,
-                 log_once: Callable[[str], None] = log.warning):
+                 log_once: Callable[[str], None] = log.warning, book: Optional[MoveBook] = None):
+        """``book``: the LeverBook's (controller.core.levers.book); a new one by default."""
         self.config = config
         self.backend = backend
         self.store = store
         self.executor = executor
         self.accounts = accounts
         self.log_once = log_once
-        self.book = MoveBook()
+        self.book = book if book is not None else MoveBook()
         self.last_move_s = self.book.last_move_s
         self.refused = self.book.refused
 

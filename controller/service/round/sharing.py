@@ -42,11 +42,13 @@ class GpuSharing:
     signature of its last logged share decision), ``held``, ``waiting``, ``placed``."""
 
     def __init__(self, config: Config, executor: LeverExecutor, log_once: Callable[[str], None] = log.warning,
-                 held: Iterable[str] = ()):
+                 held: Iterable[str] = (), book: Optional[SharingBook] = None):
+        """``book``: the LeverBook's (controller.core.levers.book), its holds loaded from
+        the store; otherwise a new one holding ``held``."""
         self.config = config
         self.executor = executor
         self.log_once = log_once
-        self.book = SharingBook(held)
+        self.book = book if book is not None else SharingBook(held)
 
     # the book's sets, under the names callers know
     logged = property(lambda self: self.book.logged)

@@ -23,6 +23,7 @@ from controller.core.levers.view import LeverConfig
 from controller.core.plan import Plan
 from controller.service.acting.backend import ObservedJob
 from controller.service.acting.executor import LeverExecutor
+from controller.service.acting.restore import HOLD
 from controller.service.ops.config import Config
 from controller.service.ops.report import RoundReport, entry
 from controller.service.round.accounting import Accounts
@@ -58,9 +59,13 @@ class Starts:
         self.store = accounts.store
         # Slurm's RPC rate limit as kept for the bulk levers (bands here, then the
         # AdminComment lines: controller.core.levers.comments); one bucket for both
+        # every family's book (controller.core.levers.book), loaded from the store's rows:
+        # the pins, and the holds a previous run set (recorded by RecordingBackend: still
+        # ours to release)
         self.book = LeverBook(RpcBudget(config.slurm_rpc_per_s, config.slurm_rpc_burst),
                               self.store.load_pins(config.cluster), self.store.pin_decisions(config.cluster),
-                              CommentBook(config.admin_comment_refresh_s, config.admin_comment_max_per_round))
+                              CommentBook(config.admin_comment_refresh_s, config.admin_comment_max_per_round),
+                              held=self.store.levers(config.cluster).get(HOLD, {}))
         self.planner = LeverPlanner(lever_config(config, by_level, by_index))
 
     @property
