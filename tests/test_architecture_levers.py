@@ -16,7 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "controller"
 
-PLANNER_CALLERS = {"controller/service/round/starts.py", "controller/replay/lever_replay.py"}
+PLANNER_CALLERS = {"controller/service/round/levers.py", "controller/replay/lever_replay.py"}
 ACTIONS_BUILT_OUTSIDE_CORE_MAX = 5
 DAEMON_MAX_LINES = 600
 

@@ -74,7 +74,7 @@ def test_a_het_job_is_one_gang_under_its_leader():
     assert [j.job_id for j in view.jobs] == ["30", "20"]
     gang = view.jobs[1]
     assert gang.gpus == 3 and gang.nodes == ("gpu1", "gpu2") and dict(gang.gpus_by_node) == {"gpu1": 1, "gpu2": 2}
-    assert gang.het_job_id == "20"  # nothing pins it (controller.service.round.starts)
+    assert gang.het_job_id == "20"  # nothing pins it (controller.service.round.levers)
 
 
 def test_a_het_job_without_its_leader_is_not_planned_in_part():

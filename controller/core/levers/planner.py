@@ -1,5 +1,5 @@
 """The lever planner: every lever of a round planned by one pure function, the same in the
-service (controller.service.round.starts carries its plan out) and in the simulator
+service (controller.service.round.levers carries its plan out) and in the simulator
 (controller.replay.lever_replay).
 
     snapshot, view = build(observation, accounts)

@@ -2,7 +2,7 @@
 
 One round, in run_round: read the cluster (backend.observe), advance the accounts
 (controller.service.round.accounting), let the engine plan (controller.core.engine), then
-apply: starts (controller.service.round.starts), the preemption state machine
+apply: starts (controller.service.round.levers), the preemption state machine
 (controller.service.round.preemption), partition moves (controller.service.round.partition_moves)
 and GPU sharing (controller.service.round.sharing). Every decision goes to the store's log.
 
@@ -48,7 +48,7 @@ from controller.service.round.sharing import GpuSharing
 from controller.service.round.slurm_clock import SlurmClock
 from controller.service.state.usage import UsageCollector
 from controller.service.ops import logs
-from controller.service.round.starts import Starts
+from controller.service.round.levers import Levers
 from controller.service.round.snapshot import RoundInput
 from controller.service.state.store import Store, StoreError
 from controller.service.round.submit_order import SubmitOrder
@@ -126,9 +126,9 @@ class Controller:
         self.accounts = Accounts(store, config.cluster, self.metrics, self._log_once, gone_credit_s=config.poll_s)
         self.records = self.accounts.records  # job id -> JobRecord (the same dict)
         self.submit_order = SubmitOrder()  # the snapshot's arrival order of the records' jobs
-        self.starts = Starts(config, self.executor, self.accounts, by_level=self.engine.policy.discretized,
+        self.levers = Levers(config, self.executor, self.accounts, by_level=self.engine.policy.discretized,
                              by_index=self.engine.policy.bands_by_index)
-        book = self.starts.book  # every family's book (controller.core.levers.book)
+        book = self.levers.book  # every family's book (controller.core.levers.book)
         self.handoffs = Handoffs(config, store, book.handoffs)
         self.contract = Contract(config, self.backend, self._log_once)
         # the GPU limits of pending jobs' QOS; a backend that does not offer both reads: none checked
@@ -144,8 +144,8 @@ class Controller:
         self.admin_comments = book.comments  # the lines' book (core.levers.comments)
         # the jobs first seen unjudged (RoundInput.first_seen_unjudged): one set, refilled each round
         self.inputs.first_seen_unjudged = set()
-        self.starts.hold = self.inputs.first_seen_unjudged
-        self.inputs.bind(self.records, self.submit_order, self.contract, self.qos_gate, self.starts.pins)
+        self.levers.hold = self.inputs.first_seen_unjudged
+        self.inputs.bind(self.records, self.submit_order, self.contract, self.qos_gate, self.levers.pins)
         self._stale = False
 
     # -- the loop -----------------------------------------------------------------------
@@ -415,10 +415,10 @@ class Controller:
             report.applied.append(entry(action, applied=kept.applied, detail=kept.detail))
         self.handoffs.check(observed, now, report, self.preemptions.grace_for, observation.nodes, self.inputs.spec_of)
         kept_from_slurm = strategy.kept_running(observed, lambda job: self.preemptions.protected(job, now))
-        self.starts.apply(plan, observed, now, report, cpu_pending, requeueing, shared, kept_from_slurm,
+        self.levers.apply(plan, observed, now, report, cpu_pending, requeueing, shared, kept_from_slurm,
                           cpu_running, self.contract.may_preempt_slurms)
         # preemption: slurm: slurmctld chooses, signals and requeues by the bands (running
-        # jobs' too, Starts.site_factors): the plan's victims are what the controller
+        # jobs' too, Levers.site_factors): the plan's victims are what the controller
         # expects of it, citing the bands sent; its requeues are logged when observed
         self.slurm_book.note_bands(self.executor.pulled())
         report.applied.extend(strategy.requeues_seen(observed, self.slurm_book, round_id))
@@ -433,7 +433,7 @@ class Controller:
             self.preemptions.begin(plan, observed, now, report, kept)
             self.handoffs.expect(plan, report, now)
         self.preemptions.advance(observed, now, report)  # also those opened before a switch to slurm
-        self.mover.apply(plan, observed, observation.nodes, now, report, pinned=set(self.starts.pins))
+        self.mover.apply(plan, observed, observation.nodes, now, report, pinned=set(self.levers.pins))
         self.sharing.apply(observation, report)
         self._write_admin_comments(plan, observed, now)
         # record: the accounts (promotions, preemption counts) and the decisions together
@@ -448,7 +448,7 @@ class Controller:
         forgotten = self.accounts.forget_finished()
         self.submit_order.forget(forgotten)
         for job_id in forgotten:
-            self.starts.forget(job_id)  # every family's book (LeverBook.forget)
+            self.levers.forget(job_id)  # every family's book (LeverBook.forget)
             self.contract.forget(job_id)
         self.usage.collect(now)
         self.last_plan = plan
@@ -470,11 +470,11 @@ class Controller:
         stand. (A failed lever makes the backend observe in full: no repeat.) The
         AdminComment lines are written in quiet rounds too, when due."""
         cfg = self.config
-        if (report.applied or leaving or self.handoffs.watching or self.starts.bands_waiting
+        if (report.applied or leaving or self.handoffs.watching or self.levers.bands_waiting
                 or self.contract.reads_left <= 0 or cfg.partition_moves or cfg.gpu_sharing):
             return -math.inf
         until = plan.stands_until_s
-        pins = self.starts.pins
+        pins = self.levers.pins
         if pins:
             until = min(until, min(pins.values()))
         if self.engine.policy.uses_service_distribution:
@@ -511,7 +511,7 @@ class Controller:
     def _write_admin_comments(self, plan: Plan, observed: dict[str, ObservedJob], now: float) -> None:
         """Information, not a decision: a read-only executor (observe, shadow) skips it."""
         if self.config.admin_comment and not self.executor.skips(SetAdminComment):
-            self.starts.write_comments(plan, observed, now, lambda job: not self.preemptions.protected(job, now))
+            self.levers.write_comments(plan, observed, now, lambda job: not self.preemptions.protected(job, now))
 
     def _prune_decisions(self, now: float) -> None:
         """Decision-log retention (decision_log_max_age_s / _max_rows), hourly."""

@@ -40,7 +40,7 @@ def lever_config(config: Config, by_level: bool = True, by_index: bool = False) 
                        comment_queues=len(config.queues_gpu_s) + 1 if by_level else 0)  # 0: levels mean nothing
 
 
-class Starts:
+class Levers:
     """The planner, its book and how both meet the executor and the store. ``pins``: job
     id -> expiry (epoch s) of the ReqNodeList this controller set, kept in the store
     (written before the pin is set) so that a restarted or standby controller still
