@@ -415,24 +415,12 @@ class Controller:
             report.applied.append(entry(action, applied=kept.applied, detail=kept.detail))
         self.handoffs.check(observed, now, report, self.preemptions.grace_for, observation.nodes, self.inputs.spec_of)
         kept_from_slurm = strategy.kept_running(observed, lambda job: self.preemptions.protected(job, now))
-        self.levers.apply(plan, observed, now, report, cpu_pending, requeueing, shared, kept_from_slurm,
-                          cpu_running, self.contract.may_preempt_slurms)
+        step = self.levers.apply(plan, observed, now, report, cpu_pending, requeueing, shared, kept_from_slurm,
+                                 cpu_running, self.contract.may_preempt_slurms)
         # preemption: slurm: slurmctld chooses, signals and requeues by the bands (running
-        # jobs' too, Levers.site_factors): the plan's victims are what the controller
-        # expects of it, citing the bands sent; its requeues are logged when observed
-        self.slurm_book.note_bands(self.executor.pulled())
-        report.applied.extend(strategy.requeues_seen(observed, self.slurm_book, round_id))
-        report.applied.extend(strategy.left_to_slurm(plan, observed, self.slurm_book,
-                                                   self.executor.sends(SetBand)))
-        if strategy.own_victims(plan):  # the controller's own: signal, grace, requeue
-            kept = self.handoffs.kept(plan, observed, leaving)  # the handoff rule: no preemption repeated in vain
-            for action in plan.of_kind("preempt"):
-                if action.job_id in kept:
-                    report.applied.append(entry(action, applied=False,
-                                                detail=f"kept running: {kept[action.job_id]}"))
-            self.preemptions.begin(plan, observed, now, report, kept)
-            self.handoffs.expect(plan, report, now)
-        self.preemptions.advance(observed, now, report)  # also those opened before a switch to slurm
+        # jobs' too): the plan's victims are what the controller expects of it, citing the
+        # bands sent; otherwise signalled, kept by the handoff rule, requeued after the grace
+        self.levers.preempt(plan, observed, now, report, leaving, step.bands, self.preemptions, self.handoffs)
         self.mover.apply(plan, observed, observation.nodes, now, report, pinned=set(self.levers.pins))
         self.sharing.apply(observation, report)
         self._write_admin_comments(plan, observed, now)

@@ -117,8 +117,12 @@ class Handoffs:
 
     def kept(self, plan: Plan, observed: dict[str, ObservedJob], leaving: set[str]) -> dict[str, str]:
         """The plan's victims whose preemption must wait, with why (HandoffBook.kept)."""
-        return self.book.kept(plan, lambda job_id: [node for node, _ in observed[job_id].gpus_by_node]
-                              if job_id in observed else (), leaving)
+        return self.book.kept(plan, self.nodes_of(observed), leaving)
+
+    @staticmethod
+    def nodes_of(observed: dict[str, ObservedJob]) -> Callable[[str], list[str]]:
+        """job id -> the nodes it holds GPUs on (none: not observed)."""
+        return lambda job_id: [node for node, _ in observed[job_id].gpus_by_node] if job_id in observed else []
 
     def holding(self, job_id: str, at: Callable[[float], str]) -> str:
         """Why no preemption is made for ``job_id`` now ('' when one may be): its brake,

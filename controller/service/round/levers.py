@@ -26,8 +26,11 @@ from controller.service.acting.executor import LeverExecutor
 from controller.service.acting.restore import HOLD
 from controller.service.ops.config import Config
 from controller.service.ops.report import RoundReport, entry
-from controller.service.round.accounting import Accounts
+from controller.service.round.accounting import ACTIVE_STATES, TRANSIENT_STATES, Accounts
 from controller.service.round.snapshot import lever_view
+
+# The families' service modules (round.preemption, .handoff, .partition_moves, .sharing:
+# their reads and rows) import this one, so their objects come in untyped here.
 
 
 def lever_config(config: Config, by_level: bool = True, by_index: bool = False) -> LeverConfig:
@@ -37,7 +40,15 @@ def lever_config(config: Config, by_level: bool = True, by_index: bool = False) 
                        slurm_preempts=strategy_for(config.preemption).running_banded, preempt_qos=config.preempt_qos,
                        consolidate=config.placement == "consolidate", pack_limit=config.pack_limit,
                        pin_expiry_s=config.pin_expiry_s, requeue_settle_s=config.requeue_settle_s,
-                       comment_queues=len(config.queues_gpu_s) + 1 if by_level else 0)  # 0: levels mean nothing
+                       comment_queues=len(config.queues_gpu_s) + 1 if by_level else 0,  # 0: levels mean nothing
+                       preemption=config.preemption, requeue_ended=config.preempt_requeue_ended,
+                       interval_s=config.interval_s, handoff_timeout_s=config.handoff_timeout_s)
+
+
+def planner_for(config: Config) -> LeverPlanner:
+    """The planner of a family's service module run on its own (tests, benches); the
+    round's is ``Levers.planner``."""
+    return LeverPlanner(lever_config(config))
 
 
 class Levers:
@@ -57,8 +68,6 @@ class Levers:
         self.by_level = by_level
         self.by_index = by_index  # dgittins: inside a level by the plan's index (core.bands)
         self.store = accounts.store
-        # Slurm's RPC rate limit as kept for the bulk levers (bands here, then the
-        # AdminComment lines: controller.core.levers.comments); one bucket for both
         # every family's book (controller.core.levers.book), loaded from the store's rows:
         # the pins, and the holds a previous run set (recorded by RecordingBackend: still
         # ours to release)
@@ -144,3 +153,77 @@ class Levers:
 
     def forget(self, job_id: str) -> None:
         self.book.forget(job_id)
+
+    def preempt(self, plan: Plan, observed: dict[str, ObservedJob], now: float, report: RoundReport,
+                leaving: set[str], bands: list[SetBand], preemptions, handoffs) -> None:
+        """The plan's victims: under ``preemption: slurm`` left to slurmctld, citing the
+        round's ``bands`` (and its requeues logged when observed); otherwise signalled
+        now, but those the handoff rule keeps (a job the plan starts already had its
+        preemption), their beneficiaries watched; then the grace periods over requeued
+        (also those opened before a switch to slurm)."""
+        planner = self.planner
+        report.applied.extend(planner.left_to_slurm(plan, observed, self.book.slurm, bands,
+                                                    self.executor.sends(SetBand)))
+        own = planner.kept_victims(plan, handoffs.book, handoffs.nodes_of(observed), leaving)
+        if own is not None:  # the controller's own: signal, grace, requeue
+            kept, entries = own
+            report.applied.extend(entry(action, applied=applied, detail=detail) for action, applied, detail in entries)
+            begin_preemptions(planner, preemptions, plan, observed, now, report, kept)
+            handoffs.expect(plan, report, now)
+        advance_preemptions(planner, preemptions, observed, now, report)
+
+
+def begin_preemptions(planner: LeverPlanner, preemptions, plan: Plan, observed: dict[str, ObservedJob],
+                      now: float, report: RoundReport, kept: Container[str] = ()) -> None:
+    """Signal the plan's victims now, but those in ``kept`` (the handoff rule's, logged by
+    the caller); ``advance_preemptions`` requeues them after the grace period. The
+    preemption's row opens once its signal was delivered (intent before the requeue), and
+    only when the executor pulls levers; a read-only one only says the requeue."""
+    executor, contract = preemptions.executor, preemptions.contract
+    victims = planner.victims(plan, kept, set())
+    in_progress = (executor.when_acting(preemptions.leaving) or set()) if victims else set()
+    for action in planner.victims(plan, kept, in_progress):
+        step = planner.victim_step(action, preemptions.victim_view(observed[action.job_id], now))
+        job = observed[action.job_id]
+        if step.kept:
+            report.applied.append(entry(action, applied=False, detail=step.kept))
+            continue
+        if step.signal is not None:
+            outcome = executor.apply(step.signal)
+            if outcome.failed:
+                report.applied.append(entry(action, applied=False,
+                                            detail=contract.signal_failed(job.job_id, outcome.detail)))
+                continue
+        opened = executor.when_acting(lambda: preemptions.open(job, now, action.decision_id))
+        if opened is None:  # a read-only executor: the requeue after the grace is only said
+            executor.apply(step.said)
+            report.applied.append(entry(action, applied=False, detail=executor.would_text(step.how)))
+        elif opened:
+            contract.signal_failures.pop(job.job_id, None)
+            report.applied.append(entry(action, applied=True, detail=step.how))
+
+
+def advance_preemptions(planner: LeverPlanner, preemptions, observed: dict[str, ObservedJob],
+                        now: float, report: RoundReport) -> None:
+    """Requeue signalled jobs whose grace period is over; close what resolved itself.
+    Each requeue cites the preemption decision that signalled the job."""
+    book = preemptions.acting_book()
+    for done in planner.requeues(book, observed, preemptions.graces(book, observed), now, report.round_id,
+                                 ACTIVE_STATES | TRANSIENT_STATES):
+        if done.kind == "finished":
+            preemptions.finish(done.job_id, now)
+        elif done.kind == "requeued":
+            preemptions.close_requeued(done.job_id, now)
+        else:
+            if done.credit:
+                # Written ahead: the run's service up to now (the next observation will
+                # not see it running) and the closed preemption commit before the requeue,
+                # so a store that cannot be written (or a lost lease) stops it; a crash
+                # after the write leaves a running job the next plan decides about again.
+                preemptions.accounts.credit_until(observed[done.job_id], preemptions.clock())
+            # the preemption closed (counted) ahead, then the job requeued, citing it
+            preemptions.close_requeued(done.requeue.job_id, now)
+            outcome = preemptions.executor.apply(done.requeue)
+            if outcome.applied:
+                preemptions.accounts.stopped_at[done.requeue.job_id] = now
+            report.applied.append(entry(done.requeue, applied=outcome.applied, detail=outcome.detail))
