@@ -413,7 +413,8 @@ class Controller:
             self.accounts.promote(action.job_id)
             kept = self.executor.in_store()
             report.applied.append(entry(action, applied=kept.applied, detail=kept.detail))
-        self.handoffs.check(observed, now, report, self.preemptions.grace_for, observation.nodes, self.inputs.spec_of)
+        self.levers.check_handoffs(self.handoffs, observed, now, report, self.preemptions.grace_for, observation.nodes,
+                                   self.inputs.spec_of)
         kept_from_slurm = strategy.kept_running(observed, lambda job: self.preemptions.protected(job, now))
         step = self.levers.apply(plan, observed, now, report, cpu_pending, requeueing, shared, kept_from_slurm,
                                  cpu_running, self.contract.may_preempt_slurms)

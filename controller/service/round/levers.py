@@ -11,7 +11,7 @@ ArrayJobId, and are never pinned (slurm_plugin.arrays).
 """
 from __future__ import annotations
 
-from typing import Callable, Container, Optional
+from typing import Callable, Container, Iterable, Optional
 
 from controller.core.actions import PinNodes, SetBand
 from controller.core.levers.bands import RpcBudget
@@ -20,6 +20,7 @@ from controller.core.levers.comments import CommentBook
 from controller.core.levers.planner import LeverPlan, LeverPlanner
 from controller.core.levers.preemption import strategy_for
 from controller.core.levers.view import LeverConfig
+from controller.core.model import JobSpec
 from controller.core.plan import Plan
 from controller.service.acting.backend import ObservedJob
 from controller.service.acting.executor import LeverExecutor
@@ -154,6 +155,12 @@ class Levers:
     def forget(self, job_id: str) -> None:
         self.book.forget(job_id)
 
+    def check_handoffs(self, handoffs, observed: dict[str, ObservedJob], now: float, report: RoundReport,
+                       grace_of: Callable[[ObservedJob, float], float], nodes: Iterable,
+                       spec_of: Optional[Callable[[str], Optional[JobSpec]]]) -> None:
+        """The handoffs watched: landed, failed, let go (``check_handoffs``)."""
+        check_handoffs(self.planner, handoffs, observed, now, report, grace_of, nodes, spec_of)
+
     def preempt(self, plan: Plan, observed: dict[str, ObservedJob], now: float, report: RoundReport,
                 leaving: set[str], bands: list[SetBand], preemptions, handoffs) -> None:
         """The plan's victims: under ``preemption: slurm`` left to slurmctld, citing the
@@ -171,6 +178,23 @@ class Levers:
             begin_preemptions(planner, preemptions, plan, observed, now, report, kept)
             handoffs.expect(plan, report, now)
         advance_preemptions(planner, preemptions, observed, now, report)
+
+
+def check_handoffs(planner: LeverPlanner, handoffs, observed: dict[str, ObservedJob], now: float,
+                   report: RoundReport, grace_of: Callable[[ObservedJob, float], float] = lambda job, at: 0.0,
+                   nodes: Iterable = (), spec_of: Optional[Callable[[str], Optional[JobSpec]]] = None) -> None:
+    """Log each watched job that started, or that did not within handoff_timeout_s (plus
+    its victims' grace beyond preempt_grace_s; ``grace_of``: a job's grace), and lift the
+    brakes whose jobs' needs changed (``nodes``: the observed nodes; ``spec_of``: a job's
+    JobSpec this round); ``handoffs`` (controller.service.round.handoff) persists each."""
+    checks = planner.handoff_checks(
+        handoffs.book, lambda j: observed[j].state if j in observed else None, now,
+        handoffs.needs(observed, nodes, spec_of), handoffs.extra_s(observed, grace_of),
+        lambda j: (observed[j].start_time_s, observed[j].reason), report.round_id)
+    for event, decision, delay in checks:
+        handoffs.settle(event, delay)
+        if decision is not None:
+            report.applied.append(decision)
 
 
 def begin_preemptions(planner: LeverPlanner, preemptions, plan: Plan, observed: dict[str, ObservedJob],
