@@ -422,7 +422,7 @@ class Controller:
         # jobs' too): the plan's victims are what the controller expects of it, citing the
         # bands sent; otherwise signalled, kept by the handoff rule, requeued after the grace
         self.levers.preempt(plan, observed, now, report, leaving, step.bands, self.preemptions, self.handoffs)
-        self.mover.apply(plan, observed, observation.nodes, now, report, pinned=set(self.levers.pins))
+        self.levers.move(self.mover, plan, observed, observation.nodes, now, report)
         self.sharing.apply(observation, report)
         self._write_admin_comments(plan, observed, now)
         # record: the accounts (promotions, preemption counts) and the decisions together

@@ -155,6 +155,12 @@ class Levers:
     def forget(self, job_id: str) -> None:
         self.book.forget(job_id)
 
+    def move(self, mover, plan: Plan, observed: dict[str, ObservedJob], nodes: list, now: float,
+             report: RoundReport) -> None:
+        """Pending jobs moved among their partitions (``move_partitions``); a job pinned by
+        this controller is never moved."""
+        move_partitions(self.planner, mover, plan, observed, nodes, now, report, pinned=set(self.pins))
+
     def check_handoffs(self, handoffs, observed: dict[str, ObservedJob], now: float, report: RoundReport,
                        grace_of: Callable[[ObservedJob, float], float], nodes: Iterable,
                        spec_of: Optional[Callable[[str], Optional[JobSpec]]]) -> None:
@@ -178,6 +184,18 @@ class Levers:
             begin_preemptions(planner, preemptions, plan, observed, now, report, kept)
             handoffs.expect(plan, report, now)
         advance_preemptions(planner, preemptions, observed, now, report)
+
+
+def move_partitions(planner: LeverPlanner, mover, plan: Plan, observed: dict[str, ObservedJob], nodes: list,
+                    now: float, report: RoundReport, pinned: set[str] = frozenset()) -> None:
+    """The round's partition moves (``mover``: controller.service.round.partition_moves, its
+    reads and planned moves; ``pinned``: job ids this controller pinned: never moved),
+    each carried out and settled (a refusal backs off, anything else starts the cool-down)."""
+    moves = mover.planned(plan, observed, nodes, now, pinned)
+    for action in planner.moves(moves, report.round_id):
+        outcome = mover.executor.apply(action)
+        mover.settle(action, outcome, now)
+        report.applied.append(entry(action, applied=outcome.applied, detail=outcome.detail))
 
 
 def check_handoffs(planner: LeverPlanner, handoffs, observed: dict[str, ObservedJob], now: float,
