@@ -423,7 +423,7 @@ class Controller:
         # bands sent; otherwise signalled, kept by the handoff rule, requeued after the grace
         self.levers.preempt(plan, observed, now, report, leaving, step.bands, self.preemptions, self.handoffs)
         self.levers.move(self.mover, plan, observed, observation.nodes, now, report)
-        self.sharing.apply(observation, report)
+        self.levers.share(self.sharing, observation, report)
         self._write_admin_comments(plan, observed, now)
         # record: the accounts (promotions, preemption counts) and the decisions together
         with self.store.transaction():

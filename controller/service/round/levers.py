@@ -27,7 +27,7 @@ from controller.service.acting.executor import LeverExecutor
 from controller.service.acting.restore import HOLD
 from controller.service.ops.config import Config
 from controller.service.ops.report import RoundReport, entry
-from controller.service.round.accounting import ACTIVE_STATES, TRANSIENT_STATES, Accounts
+from controller.service.round.accounting import ACTIVE_STATES, TRANSIENT_STATES, Accounts, numeric_id
 from controller.service.round.snapshot import lever_view
 
 # The families' service modules (round.preemption, .handoff, .partition_moves, .sharing:
@@ -155,6 +155,10 @@ class Levers:
     def forget(self, job_id: str) -> None:
         self.book.forget(job_id)
 
+    def share(self, sharing, observation, report: RoundReport) -> None:
+        """GPU sharing's shares and holds (``share``)."""
+        share(self.planner, sharing, observation, report)
+
     def move(self, mover, plan: Plan, observed: dict[str, ObservedJob], nodes: list, now: float,
              report: RoundReport) -> None:
         """Pending jobs moved among their partitions (``move_partitions``); a job pinned by
@@ -184,6 +188,36 @@ class Levers:
             begin_preemptions(planner, preemptions, plan, observed, now, report, kept)
             handoffs.expect(plan, report, now)
         advance_preemptions(planner, preemptions, observed, now, report)
+
+
+def share(planner: LeverPlanner, sharing, observation, report: RoundReport) -> None:
+    """GPU sharing (``sharing``: controller.service.round.sharing, its book and reads):
+    each share decision logged once, with its SetMpsShare or as a decision without a
+    lever (a wait, an advice); the holds of the jobs no GPU admits and the releases of
+    those one admits again, each settled into the book."""
+    if not sharing.config.gpu_sharing:
+        return
+    book, executor = sharing.book, sharing.executor
+    try:
+        notes, decisions = planner.sharing(observation.jobs, observation.nodes, sharing.config.colocation_policy(),
+                                           book, sharing.view(observation), numeric_id, report.round_id)
+    except Exception as err:  # an optional layer: never lose the round over it
+        sharing.log_once(f"GPU sharing skipped: {type(err).__name__}: {err}")
+        return
+    for note in notes:
+        sharing.log_once(note)
+    for decision, lever in decisions:
+        if isinstance(lever, dict):  # a decision without a lever (waits, advice): logged, nothing set
+            report.applied.append(lever)
+        else:
+            outcome = executor.apply(lever)
+            report.applied.append(entry(lever, applied=outcome.applied, detail=outcome.detail))
+        book.logged[decision.job_id] = decision.signature
+    for action in planner.holds(book, report.round_id, numeric_id):
+        outcome = executor.apply(action)
+        report.applied.append(entry(action, applied=outcome.applied, detail=outcome.detail))
+        book.settle_hold(action, outcome.failed)
+    book.end_round()
 
 
 def move_partitions(planner: LeverPlanner, mover, plan: Plan, observed: dict[str, ObservedJob], nodes: list,
