@@ -23,7 +23,7 @@ import threading
 import time
 from typing import Callable, Mapping, Optional
 
-from controller.core.actions import SetAdminComment, SetBand
+from controller.core.actions import SetBand
 from controller.core.engine import Engine
 from controller.core.conditioned import learn_conditioned
 from controller.core.gittins import ServiceDistribution
@@ -137,7 +137,6 @@ class Controller:
                                 backend.partition_config if backend.offers("partition_config") else None,
                                 self._log_once)
         self.preemptions = Preemptions(config, store, self.executor, self.accounts, self.contract, clock=self.clock)
-        self.slurm_book = book.slurm  # preemption: slurm: the victims left to slurmctld, the bands they cite
         self.mover = PartitionMover(config, self.backend, store, self.executor, self.accounts, self._log_once,
                                     book=book.moves)
         self.sharing = GpuSharing(config, self.executor, self._log_once, book=book.holds)
@@ -145,6 +144,7 @@ class Controller:
         # the jobs first seen unjudged (RoundInput.first_seen_unjudged): one set, refilled each round
         self.inputs.first_seen_unjudged = set()
         self.levers.hold = self.inputs.first_seen_unjudged
+        self.levers.bind(self.handoffs, self.preemptions, self.mover, self.sharing, self.contract)
         self.inputs.bind(self.records, self.submit_order, self.contract, self.qos_gate, self.levers.pins)
         self._stale = False
 
@@ -386,8 +386,7 @@ class Controller:
             return self._quiet_round(observation, started)
         self._stands_until = -math.inf  # until this round has planned and applied
         jobs = self.inputs.split(observation)  # GPU, pending CPU-only, MPS-only, running CPU-only jobs
-        observed, cpu_pending, shared, cpu_running = jobs.observed, jobs.cpu_pending, jobs.shared, jobs.cpu_running
-        strategy = self.preemptions.strategy  # who carries out the plan's victims (core.levers.preemption)
+        observed = jobs.observed
         accounted = jobs.accounted
         # account: one transaction, committed before anything is done in Slurm
         self.contract.begin_round()
@@ -413,18 +412,7 @@ class Controller:
             self.accounts.promote(action.job_id)
             kept = self.executor.in_store()
             report.applied.append(entry(action, applied=kept.applied, detail=kept.detail))
-        self.levers.check_handoffs(self.handoffs, observed, now, report, self.preemptions.grace_for, observation.nodes,
-                                   self.inputs.spec_of)
-        kept_from_slurm = strategy.kept_running(observed, lambda job: self.preemptions.protected(job, now))
-        step = self.levers.apply(plan, observed, now, report, cpu_pending, requeueing, shared, kept_from_slurm,
-                                 cpu_running, self.contract.may_preempt_slurms)
-        # preemption: slurm: slurmctld chooses, signals and requeues by the bands (running
-        # jobs' too): the plan's victims are what the controller expects of it, citing the
-        # bands sent; otherwise signalled, kept by the handoff rule, requeued after the grace
-        self.levers.preempt(plan, observed, now, report, leaving, step.bands, self.preemptions, self.handoffs)
-        self.levers.move(self.mover, plan, observed, observation.nodes, now, report)
-        self.levers.share(self.sharing, observation, report)
-        self._write_admin_comments(plan, observed, now)
+        self.levers.run(plan, observation, jobs, now, report, requeueing, leaving, self.inputs.spec_of)
         # record: the accounts (promotions, preemption counts) and the decisions together
         with self.store.transaction():
             self.accounts.save_touched()
@@ -486,7 +474,7 @@ class Controller:
         comments = self.admin_comments
         if comments.backlog or now >= comments.next_refresh_s():  # lines due: as a planned round writes them
             self.executor.begin_round()
-            self._write_admin_comments(self.last_plan, observed, now)
+            self.levers.comment(self.last_plan, observed, now)
             report.levers = self.executor.end_round(round_id)
             self.inputs.note_updates(report.levers, observed, self.executor.sends(SetBand))
         self._prune_decisions(now)
@@ -496,11 +484,6 @@ class Controller:
             self.metrics.observe_round(self, self.last_plan, report, time.perf_counter() - started,
                                        slurm_calls=self._slurm_calls_since_mark())
         return report
-
-    def _write_admin_comments(self, plan: Plan, observed: dict[str, ObservedJob], now: float) -> None:
-        """Information, not a decision: a read-only executor (observe, shadow) skips it."""
-        if self.config.admin_comment and not self.executor.skips(SetAdminComment):
-            self.levers.write_comments(plan, observed, now, lambda job: not self.preemptions.protected(job, now))
 
     def _prune_decisions(self, now: float) -> None:
         """Decision-log retention (decision_log_max_age_s / _max_rows), hourly."""

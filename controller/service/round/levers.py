@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Callable, Container, Iterable, Optional
 
-from controller.core.actions import PinNodes, SetBand
+from controller.core.actions import PinNodes, SetAdminComment, SetBand
 from controller.core.levers.bands import RpcBudget
 from controller.core.levers.book import Done, LeverBook
 from controller.core.levers.comments import CommentBook
@@ -77,6 +77,37 @@ class Levers:
                               CommentBook(config.admin_comment_refresh_s, config.admin_comment_max_per_round),
                               held=self.store.levers(config.cluster).get(HOLD, {}))
         self.planner = LeverPlanner(lever_config(config, by_level, by_index))
+        # the families' service modules: their reads and rows (``bind``)
+        self.handoffs = self.preemptions = self.mover = self.sharing = self.contract = None
+
+    def bind(self, handoffs, preemptions, mover, sharing, contract) -> None:
+        """The families' service modules the round reads through and persists with
+        (controller.service.round.handoff, .preemption, .partition_moves, .sharing, .contract)."""
+        self.handoffs, self.preemptions, self.mover, self.sharing = handoffs, preemptions, mover, sharing
+        self.contract = contract
+
+    def run(self, plan: Plan, observation, jobs, now: float, report: RoundReport, requeueing: Container[str],
+            leaving: set[str], spec_of: Optional[Callable[[str], Optional[JobSpec]]] = None) -> None:
+        """Every lever of the round, planned by the planner's phases and carried out in
+        today's order (``jobs``: the round's split observation, RoundInput.split): the
+        handoffs watched; the bands, starts' pins and releases, expired pins; the plan's
+        victims (left to slurmctld, or signalled, and requeued after their grace); the
+        partition moves; GPU sharing; the AdminComment lines."""
+        observed, preemptions = jobs.observed, self.preemptions
+        self.check_handoffs(self.handoffs, observed, now, report, preemptions.grace_for, observation.nodes, spec_of)
+        kept_from_slurm = self.planner.strategy.kept_running(observed, lambda job: preemptions.protected(job, now))
+        step = self.apply(plan, observed, now, report, jobs.cpu_pending, requeueing, jobs.shared, kept_from_slurm,
+                          jobs.cpu_running, self.contract.may_preempt_slurms)
+        self.preempt(plan, observed, now, report, leaving, step.bands, preemptions, self.handoffs)
+        self.move(self.mover, plan, observed, observation.nodes, now, report)
+        self.share(self.sharing, observation, report)
+        self.comment(plan, observed, now)
+
+    def comment(self, plan: Plan, observed: dict[str, ObservedJob], now: float) -> None:
+        """The AdminComment lines due. Information, not a decision: a read-only executor
+        (observe, shadow) skips it."""
+        if self.config.admin_comment and not self.executor.skips(SetAdminComment):
+            self.write_comments(plan, observed, now, lambda job: not self.preemptions.protected(job, now))
 
     @property
     def pins(self) -> dict[str, float]:
@@ -303,3 +334,24 @@ def advance_preemptions(planner: LeverPlanner, preemptions, observed: dict[str, 
             if outcome.applied:
                 preemptions.accounts.stopped_at[done.requeue.job_id] = now
             report.applied.append(entry(done.requeue, applied=outcome.applied, detail=outcome.detail))
+
+
+class AdminComments(CommentBook):
+    """A CommentBook with its own RPC budget (``budget``; None: none) that carries its
+    writes out through an executor: the AdminComment lines written one book at a time
+    (tests, benches; the round writes them through ``Levers.comment``)."""
+
+    def __init__(self, refresh_s: float = 300.0, max_per_round: int = 50, budget: Optional[RpcBudget] = None):
+        super().__init__(refresh_s, max_per_round)
+        self.budget = budget
+
+    def apply(self, plan, observed: dict[str, ObservedJob], attained_gpu_s: Callable[[str], float], queues: int,
+              preemptable, executor, now: float) -> int:
+        """Write this round's AdminComment changes through ``executor``; returns the
+        writes applied."""
+        limit = self.budget.allowance(now) if self.budget is not None else None
+        actions, keys, due = self.plan(plan, observed, attained_gpu_s, queues, preemptable, now, limit)
+        if self.budget is not None:
+            self.budget.spend(len(actions))
+        outcomes = {action.decision_id: executor.apply(action).applied for action in actions}
+        return self.settle(actions, keys, due, lambda action: outcomes[action.decision_id], now)
