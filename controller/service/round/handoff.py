@@ -43,17 +43,13 @@ class Handoffs:
     controller.core.levers.handoffs.HandoffBook's, this class persists and logs it."""
 
     def __init__(self, config: Config, store: Store, book: Optional[HandoffBook] = None):
-        """``book``: the LeverBook's (controller.core.levers.book); a new one by default."""
+        """``book``: the LeverBook's (controller.core.levers.book), loaded from the store
+        by the round's lever module; by default a new one loaded here."""
         self.config = config
         self.store = store
-        self.book = book if book is not None else HandoffBook()
+        self.book = book if book is not None else HandoffBook().load(store.load_handoffs(config.cluster))
         self.watching = self.book.watching
         self.braked = self.book.braked
-        for job_id, signalled_s, victims, brake in store.load_handoffs(config.cluster):
-            if brake is None:
-                self.watching[job_id] = Watch(signalled_s, victims)
-            else:
-                self.braked[job_id] = Brake.from_json(brake, signalled_s, victims)
         self.landed = 0
         self.failed = 0
         self.delays_s: list[float] = []

@@ -70,12 +70,14 @@ class Levers:
         self.by_index = by_index  # dgittins: inside a level by the plan's index (core.bands)
         self.store = accounts.store
         # every family's book (controller.core.levers.book), loaded from the store's rows:
-        # the pins, and the holds a previous run set (recorded by RecordingBackend: still
-        # ours to release)
+        # the pins, the holds a previous run set (recorded by RecordingBackend: still ours
+        # to release), the handoffs; the open preemptions are read from their rows each
+        # round (controller.service.round.preemption)
         self.book = LeverBook(RpcBudget(config.slurm_rpc_per_s, config.slurm_rpc_burst),
                               self.store.load_pins(config.cluster), self.store.pin_decisions(config.cluster),
                               CommentBook(config.admin_comment_refresh_s, config.admin_comment_max_per_round),
                               held=self.store.levers(config.cluster).get(HOLD, {}))
+        self.book.handoffs.load(self.store.load_handoffs(config.cluster))  # watched and braked handoffs
         self.planner = LeverPlanner(lever_config(config, by_level, by_index))
         # the families' service modules: their reads and rows (``bind``)
         self.handoffs = self.preemptions = self.mover = self.sharing = self.contract = None
