@@ -2,9 +2,10 @@
 
 One round, in run_round: read the cluster (backend.observe), advance the accounts
 (controller.service.round.accounting), let the engine plan (controller.core.engine), then
-apply: starts (controller.service.round.levers), the preemption state machine
-(controller.service.round.preemption), partition moves (controller.service.round.partition_moves)
-and GPU sharing (controller.service.round.sharing). Every decision goes to the store's log.
+apply every lever in one call (controller.service.round.levers.Levers.run: the lever
+planner's step and phases, carried out through the executor in the round's order: bands,
+starts' pins and releases, the plan's victims and their requeues, partition moves, GPU
+sharing, AdminComment lines). Every decision goes to the store's log.
 
 Crash consistency: the round's accounts (service advanced, ended jobs closed with
 their service samples, the round id) commit in one transaction before anything is

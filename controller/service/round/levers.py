@@ -1,8 +1,17 @@
-"""The service side of the lever planner (controller.core.levers.planner): the round's
-SiteFactor bands, pins (ReqNodeList) for consolidation, a requeued job's BeginTime
-release and a pin's expiry are planned in the core; here they are carried out through
-the executor, and their book (controller.core.levers.book.LeverBook) is kept in the
-store: a pin's row is written before the pin is set, and cleared with it.
+"""The round's levers: the one service module that owns the lever planner
+(controller.core.levers.planner) and its book (controller.core.levers.book.LeverBook),
+loaded from the store's lever rows at start. ``Levers.run`` plans every lever of a round
+with the planner (its ``step``: SiteFactor bands, pins (ReqNodeList) for consolidation,
+a requeued job's BeginTime release, a pin's expiry; its phases: the handoffs watched,
+the plan's victims left to slurmctld or signalled and requeued after their grace, the
+partition moves, GPU sharing's shares and holds, the AdminComment lines), in today's
+order, and carries each out through the executor, which alone knows the mode; intent
+before action: a pin's row is written before the pin is set (and cleared with it), a
+preemption's row opens once its signal was delivered, a requeue's preemption closes
+before the requeue. The families' service modules (controller.service.round.preemption,
+.handoff, .partition_moves, .sharing) keep only the reads (the contract, the partition
+map, the pending reasons) and their rows; each one's own entry point, for a caller that
+runs it alone (tests, benches), comes back here.
 
 Slurm's own scheduler still starts the jobs: the bands make its priority order the
 plan's order, a pin makes it place a skew-sensitive job where the plan placed it. The
