@@ -62,7 +62,8 @@ def planner_for(config: Config) -> LeverPlanner:
 
 
 class Levers:
-    """The planner, its book and how both meet the executor and the store. ``pins``: job
+    """The planner, its book and how both meet the executor and the store (``run``: a
+    round's levers; the families' service modules come in through ``bind``). ``pins``: job
     id -> expiry (epoch s) of the ReqNodeList this controller set, kept in the store
     (written before the pin is set) so that a restarted or standby controller still
     clears it; ``pin_causes``: job id -> the start decision that pinned it (its expiry
@@ -105,13 +106,16 @@ class Levers:
         victims (left to slurmctld, or signalled, and requeued after their grace); the
         partition moves; GPU sharing; the AdminComment lines."""
         observed, preemptions = jobs.observed, self.preemptions
-        self.check_handoffs(self.handoffs, observed, now, report, preemptions.grace_for, observation.nodes, spec_of)
-        kept_from_slurm = self.planner.strategy.kept_running(observed, lambda job: preemptions.protected(job, now))
+        planner = self.planner
+        check_handoffs(planner, self.handoffs, observed, now, report, preemptions.grace_for, observation.nodes,
+                       spec_of)
+        kept_from_slurm = planner.strategy.kept_running(observed, lambda job: preemptions.protected(job, now))
         step = self.apply(plan, observed, now, report, jobs.cpu_pending, requeueing, jobs.shared, kept_from_slurm,
                           jobs.cpu_running, self.contract.may_preempt_slurms)
-        self.preempt(plan, observed, now, report, leaving, step.bands, preemptions, self.handoffs)
-        self.move(self.mover, plan, observed, observation.nodes, now, report)
-        self.share(self.sharing, observation, report)
+        self.preempt(plan, observed, now, report, leaving, step.bands)
+        # a job this controller pinned is never moved
+        move_partitions(planner, self.mover, plan, observed, observation.nodes, now, report, set(self.pins))
+        share(planner, self.sharing, observation, report)
         self.comment(plan, observed, now)
 
     def comment(self, plan: Plan, observed: dict[str, ObservedJob], now: float) -> None:
@@ -197,30 +201,14 @@ class Levers:
     def forget(self, job_id: str) -> None:
         self.book.forget(job_id)
 
-    def share(self, sharing, observation, report: RoundReport) -> None:
-        """GPU sharing's shares and holds (``share``)."""
-        share(self.planner, sharing, observation, report)
-
-    def move(self, mover, plan: Plan, observed: dict[str, ObservedJob], nodes: list, now: float,
-             report: RoundReport) -> None:
-        """Pending jobs moved among their partitions (``move_partitions``); a job pinned by
-        this controller is never moved."""
-        move_partitions(self.planner, mover, plan, observed, nodes, now, report, pinned=set(self.pins))
-
-    def check_handoffs(self, handoffs, observed: dict[str, ObservedJob], now: float, report: RoundReport,
-                       grace_of: Callable[[ObservedJob, float], float], nodes: Iterable,
-                       spec_of: Optional[Callable[[str], Optional[JobSpec]]]) -> None:
-        """The handoffs watched: landed, failed, let go (``check_handoffs``)."""
-        check_handoffs(self.planner, handoffs, observed, now, report, grace_of, nodes, spec_of)
-
     def preempt(self, plan: Plan, observed: dict[str, ObservedJob], now: float, report: RoundReport,
-                leaving: set[str], bands: list[SetBand], preemptions, handoffs) -> None:
+                leaving: set[str], bands: list[SetBand]) -> None:
         """The plan's victims: under ``preemption: slurm`` left to slurmctld, citing the
         round's ``bands`` (and its requeues logged when observed); otherwise signalled
         now, but those the handoff rule keeps (a job the plan starts already had its
         preemption), their beneficiaries watched; then the grace periods over requeued
         (also those opened before a switch to slurm)."""
-        planner = self.planner
+        planner, preemptions, handoffs = self.planner, self.preemptions, self.handoffs
         report.applied.extend(planner.left_to_slurm(plan, observed, self.book.slurm, bands,
                                                     self.executor.sends(SetBand)))
         own = planner.kept_victims(plan, handoffs.book, handoffs.nodes_of(observed), leaving)
