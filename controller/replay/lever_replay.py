@@ -6,9 +6,10 @@ daemon ``Controller._round``): rounds on a fixed grid; each round's plan is turn
 into lever actions by the same planner (controller.core.levers.planner.LeverPlanner: the
 SiteFactor bands, pins, their expiry, the BeginTime release in its ``step``; the handoffs
 watched, the checkpoint signal and the requeue after the grace period in its phases,
-as controller.service.round.levers calls them), in the controller's order, and applied through the same typed table (controller.core.levers.table.LEVERS) to
-``SimSlurm``, the simulated slurmctld (controller.replay.slurmctld). Then, as slurmctld's multifactor priority and
-scheduler would, ``SimSlurm.schedule`` starts the pending jobs in SiteFactor order
+as controller.service.round.levers calls them), in the controller's order, and applied
+through the same typed table (controller.core.levers.table.LEVERS) to ``SimSlurm``, the
+simulated slurmctld (controller.replay.slurmctld). Then, as slurmctld's multifactor
+priority and scheduler would, ``SimSlurm.schedule`` starts the pending jobs in SiteFactor order
 (ties: the older job first), each where it fits, a pinned job only on its pin, a
 requeued job only once released. So the bands are the simulator's start order, and
 a wrong band changes what starts.
