@@ -31,7 +31,7 @@ from controller.core.gittins import ServiceDistribution
 from controller.core.inputs import shorten
 from controller.core.plan import Plan
 from controller.service.round.accounting import Accounts
-from controller.service.acting.backend import Backend, BackendUnavailable, Observation, ObservedJob
+from controller.service.acting.backend import Backend, BackendUnavailable, Observation
 from controller.service.ops.config import Config
 from controller.service.round.contract import Contract
 from controller.service.state.decision_log import PRUNE_EVERY_S
