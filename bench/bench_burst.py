@@ -112,7 +112,7 @@ def burst(jobs: int, settings: dict, arrival: bool, tmp: str, max_rounds: int = 
             out["longest_s"] = max(out["longest_s"], limited.longest_s)
             out.setdefault("round_wait_s", 0.0)
             out["round_wait_s"] = max(out["round_wait_s"], waited)
-            if out["rounds"] is None and controller.starts.bands_waiting == 0 and all(
+            if out["rounds"] is None and controller.levers.bands_waiting == 0 and all(
                     slurm.site_factors.get(j) == arrival_band for j, r in slurm.jobs.items()
                     if r["job_state"] == "PENDING"):
                 out["rounds"], out["seconds"] = k + 1, now - T0

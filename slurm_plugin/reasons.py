@@ -62,7 +62,7 @@ REQUEUE_DELAY_MAX_S = 300.0
 def requeue_delay(job: ObservedJob) -> bool:
     """True when a pending ``job`` waits only on the BeginTime Slurm put on it when it
     was requeued, which this controller lifts itself (``StartTime=now``) when the plan
-    starts the job (controller.service.round.starts). A BeginTime of a job that never ran
+    starts the job (controller.service.round.levers). A BeginTime of a job that never ran
     (``--begin``), or one beyond ``REQUEUE_DELAY_MAX_S`` after its requeue, is the
     user's or an admin's: False. A backend that does not report the BeginTime
     (``eligible_time_s`` None) leaves only the restart count to go by."""

@@ -16,7 +16,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVICE_MODULES = ["controller/service/round/preemption.py", "controller/service/round/handoff.py",
-                   "controller/service/round/partition_moves.py", "controller/service/round/sharing.py"]
+                   "controller/service/round/partition_moves.py", "controller/service/round/sharing.py",
+                   "controller/service/round/levers.py"]  # (the round module that carries them out, too)
 CORE_MODULES = ["controller/core/levers/preemption.py", "controller/core/levers/handoffs.py",
                 "controller/core/levers/moves.py", "controller/core/levers/sharing.py"]
 ACTION_NAMES = {"SetBand", "PinNodes", "UnpinNodes", "ReleaseBeginTime", "MovePartition", "SetMpsShare", "HoldJob",

@@ -24,7 +24,7 @@ from controller.service.round.partition_moves import PartitionMover
 from controller.service.ops.report import RoundReport
 from controller.service.acting.restore import restore
 from controller.service.round.sharing import GpuSharing
-from controller.service.round.starts import Starts
+from controller.service.round.levers import Levers
 from controller.service.state.store import Store
 from slurm_plugin.backend import SlurmBackend
 from tests.test_colocation_controller import mps_job
@@ -153,7 +153,7 @@ def test_the_tasks_in_a_record_share_the_arrays_band_and_a_requeued_task_keeps_i
     in_record(backend, "7_6")
     config = from_mapping({"mode": "enforce", "queues_gpu_s": [100.0], "placement": "consolidate"})
     accounts = Accounts(store, "default")
-    starts = Starts(config, LeverExecutor(backend, config.mode), accounts)
+    starts = Levers(config, LeverExecutor(backend, config.mode), accounts)
     levels = {"7_2": 1, "7_5": 0, "7_6": 0, "9": 1}  # 7_2 was requeued after its service put it in queue 2
 
     def round_(round_id):

@@ -74,10 +74,10 @@ def test_a_pin_survives_a_restart_and_is_cleared_after_its_expiry(store):
     backend = ScriptedBackend()
     backend.add("2", 8)
     c = controller(store, backend, pin_expiry_s=60)
-    c.starts.pins["2"] = 1030.0
+    c.levers.pins["2"] = 1030.0
     store.set_pin("default", "2", 1030.0)
     c2 = controller(store, backend, pin_expiry_s=60)  # restarted: reads the pin
-    assert c2.starts.pins == {"2": 1030.0}
+    assert c2.levers.pins == {"2": 1030.0}
     backend.now = 1031.0
     c2.run_round()
     assert ("pin_nodes", "2", []) in backend.calls

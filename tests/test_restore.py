@@ -168,7 +168,7 @@ def test_a_failed_lever_stays_recorded_and_is_retried(store):
 def test_the_controller_clears_its_own_expired_pin_from_the_record(store):
     backend, controller = enforced_cluster(store)
     from controller.core.actions import UnpinNodes
-    controller.executor.apply(UnpinNodes("r9.u1", "11", reason="pin expired"))  # what Starts does once the pin expired
+    controller.executor.apply(UnpinNodes("r9.u1", "11", reason="pin expired"))  # what Levers does once the pin expired
     assert backend.levers("11")[1] == () and PIN not in store.levers("default")
 
 

@@ -1,4 +1,4 @@
-"""controller.service.round.starts on its own: SiteFactor bands sent only on change, pins for
+"""controller.service.round.levers on its own: SiteFactor bands sent only on change, pins for
 skew-sensitive jobs and their expiry, a requeued job's BeginTime released after settling."""
 import dataclasses
 
@@ -9,14 +9,14 @@ from controller.service.round.accounting import Accounts
 from controller.service.ops.config import from_mapping
 from controller.service.acting.executor import LeverExecutor
 from controller.service.ops.report import RoundReport
-from controller.service.round.starts import Starts
+from controller.service.round.levers import Levers
 from tests.test_controller import ScriptedBackend, store  # noqa: F401  (fixture)
 
 
 def starter(store, backend, **settings):
     config = from_mapping({"mode": "enforce", "queues_gpu_s": [100.0], **settings})
     accounts = Accounts(store, "default")
-    return Starts(config, LeverExecutor(backend, config.mode), accounts), accounts
+    return Levers(config, LeverExecutor(backend, config.mode), accounts), accounts
 
 
 def round_(starts, accounts, backend, plan, requeueing=()):
@@ -51,7 +51,7 @@ def test_continuous_policies_rank_every_pending_job(store):
         backend.add(job_id, 4)
     config = from_mapping({"mode": "enforce", "queues_gpu_s": [100.0]})
     accounts = Accounts(store, "default")
-    starts = Starts(config, LeverExecutor(backend, config.mode), accounts, by_level=False)
+    starts = Levers(config, LeverExecutor(backend, config.mode), accounts, by_level=False)
     round_(starts, accounts, backend, Plan(1, backend.now, order=["2", "1", "3"], levels={"1": 0, "2": 0, "3": 0}))
     [(lever, factors)] = backend.calls
     band = config.site_factor_band

@@ -4,11 +4,12 @@ The other replay loops execute the engine's Start / Preempt on the simulated
 cluster directly. This one does what the controller does (controller.service.
 daemon ``Controller._round``): rounds on a fixed grid; each round's plan is turned
 into lever actions by the same planner (controller.core.levers.planner.LeverPlanner: the
-SiteFactor bands, pins, their expiry, the BeginTime release) and the same producers
-(controller.core.levers.preemption: the checkpoint signal and the requeue after the
-grace period), in the controller's order, and applied through the same typed table (controller.core.levers.table.LEVERS) to
-``SimSlurm``, the simulated slurmctld (controller.replay.slurmctld). Then, as slurmctld's multifactor priority and
-scheduler would, ``SimSlurm.schedule`` starts the pending jobs in SiteFactor order
+SiteFactor bands, pins, their expiry, the BeginTime release in its ``step``; the handoffs
+watched, the checkpoint signal and the requeue after the grace period in its phases,
+as controller.service.round.levers calls them), in the controller's order, and applied
+through the same typed table (controller.core.levers.table.LEVERS) to ``SimSlurm``, the
+simulated slurmctld (controller.replay.slurmctld). Then, as slurmctld's multifactor
+priority and scheduler would, ``SimSlurm.schedule`` starts the pending jobs in SiteFactor order
 (ties: the older job first), each where it fits, a pinned job only on its pin, a
 requeued job only once released. So the bands are the simulator's start order, and
 a wrong band changes what starts.
@@ -35,7 +36,7 @@ from controller.core.levers.bands import RpcBudget
 from controller.core.levers.book import Done, LeverBook
 from controller.core.levers.handoffs import ClusterView, HandoffBook, Needs
 from controller.core.levers.planner import LeverPlanner
-from controller.core.levers.preemption import requeue_after_grace, signal_for
+from controller.core.levers.preemption import OpenPreemption, PreemptionBook, VictimView
 from controller.core.levers.table import LEVERS
 from controller.core.levers.view import LeverConfig, LeverView
 from controller.core.model import InputError, JobSpec, JobState, Snapshot
@@ -45,7 +46,6 @@ from controller.core.round_writer import list_after
 from controller.replay.cluster import plannable_free, RunState, SimCluster
 from controller.replay.run_config import EPS, SimConfig
 from controller.replay.slurmctld import SimSlurm
-from controller.core.ids import decision_id
 
 
 @dataclass(frozen=True)
@@ -109,6 +109,16 @@ class _SimJob:
 
 
 @dataclass(frozen=True)
+class _Victim:
+    """A signalled job SimSlurm still runs, as the requeue rule reads it (a job SimSlurm
+    never requeues by itself nor ends inside its grace)."""
+
+    state: str = "RUNNING"
+    restart_count: int = 0
+    end_time_s: Optional[float] = None
+
+
+@dataclass(frozen=True)
 class _Outcome:
     """What SimSlurm did of a lever (controller.core.levers.book.Outcome): a lever it
     refuses (the job no longer in the state the lever needs) is not applied, and not a
@@ -123,8 +133,8 @@ class LeverRound:
     """The controller's round of levers on SimSlurm: the bands, the starts' pins and
     releases and the pins' expiry planned by the controller's own LeverPlanner
     (controller.core.levers.planner) from a view of SimSlurm, its LeverBook kept here
-    as the service keeps it; then the preemptions (signalled at, decision id), as
-    controller.service.round.preemption and .handoff keep them."""
+    as the service keeps it; then the preemptions (the open ones: OpenPreemption, as the
+    store's rows) and the handoffs, planned by the same planner's phases."""
 
     def __init__(self, settings: LeverSettings, engine: Engine, slurm: SimSlurm, grace_s: float):
         self.settings = settings
@@ -132,7 +142,7 @@ class LeverRound:
         self.slurm = slurm
         self.grace_s = grace_s
         self.stopped_at: dict[str, float] = {}
-        self.open: dict[str, tuple[float, str]] = {}
+        self.open: dict[str, OpenPreemption] = {}  # signalled, not yet requeued, oldest first
         self.handoffs = HandoffBook()
         self.applied: list[LeverAction] = []
         self.book = LeverBook(RpcBudget(settings.slurm_rpc_per_s, settings.slurm_rpc_burst))
@@ -142,7 +152,10 @@ class LeverRound:
             thresholds_gpu_s=tuple(cfg.thresholds_gpu_s), by_level=engine.policy.discretized,
             by_index=engine.policy.bands_by_index, consolidate=cfg.placement == "consolidate",
             pack_limit=cfg.pack_limit, pin_expiry_s=settings.pin_expiry_s,
-            requeue_settle_s=settings.requeue_settle_s))
+            requeue_settle_s=settings.requeue_settle_s, requeue_ended=False,
+            handoff_timeout_s=settings.handoff_timeout_s))
+        # every victim's view: the workload's declared signal, the replay's grace
+        self.victim_view = VictimView("", settings.signal_name, settings.batch_only, settings.signal_name, grace_s)
 
     @property
     def pins(self) -> dict[str, float]:
@@ -187,10 +200,12 @@ class LeverRound:
         return True
 
     def run(self, plan, now: float) -> list[LeverAction]:
-        cfg, slurm = self.settings, self.slurm
+        slurm = self.slurm
         self.applied = []
         leaving = set(self.open)  # signalled before this round (the controller's Preemptions.leaving)
-        self.handoffs.check(self._state, now, cfg.handoff_timeout_s, self._needs())
+        # 0. the handoffs watched (their decisions are the controller's report: not kept here)
+        self.planner.handoff_checks(self.handoffs, self._state, now, self._needs(), lambda watch: 0.0,
+                                    lambda job_id: (None, ""), plan.round_id)
         # 1-3. the bands, the starts' pins and releases, the expired pins: the controller's
         # planner (controller.core.levers.planner), carried out on SimSlurm, its book settled
         levers = self.planner.step(plan, self.view(now), self.book)
@@ -203,31 +218,29 @@ class LeverRound:
         for job_id, stopped in levers.stopped_seen.items():
             self.stopped_at.setdefault(job_id, stopped)
         self.book.settle(levers, done)
-        # 4. the plan's victims: signalled (controller.service.round.preemption.Preemptions.begin),
+        # 4. the plan's victims: signalled (the controller's round.levers.begin_preemptions),
         # but those the handoff rule keeps (a job the plan starts already had its preemption)
         start_ids = [action.job_id for action in plan.of_kind("start")]
-        kept = self.handoffs.kept(plan, lambda job_id: [node for node, _ in slurm.by_id[job_id].placement], leaving)
-        how = f"signal {cfg.signal_name}, requeue after {self.grace_s:g}s"
+        own = self.planner.kept_victims(
+            plan, self.handoffs, lambda job_id: [node for node, _ in slurm.by_id[job_id].placement], leaving)
+        kept = own[0] if own is not None else {}  # None: the plan has no victim
         victims, causes = [], []
-        for action in plan.of_kind("preempt"):
-            if action.job_id in self.open or action.job_id in kept:
-                continue
-            if self.apply(signal_for(action, cfg.signal_name, cfg.batch_only, how)):
-                self.open[action.job_id] = (now, action.decision_id)
+        for action in self.planner.victims(plan, kept, set(self.open)):
+            step = self.planner.victim_step(action, self.victim_view)
+            if self.apply(step.signal):
+                self.open[action.job_id] = OpenPreemption(action.job_id, now, 0, action.decision_id)
                 victims.append(action.job_id)
                 causes.append(action.decision_id)
         self.handoffs.expect(start_ids, now, tuple(victims), tuple(causes))
-        # 5. grace periods over: requeued (Preemptions.advance), oldest first
-        requeued = 0
-        for job_id, (signalled_s, cause) in sorted(self.open.items(), key=lambda item: item[1][0]):
-            if job_id not in slurm.leaving:  # ended meanwhile
-                del self.open[job_id]
-                continue
-            if now >= signalled_s + self.grace_s:
-                requeued += 1
-                del self.open[job_id]
-                if self.apply(requeue_after_grace(decision_id(plan.round_id, "requeue", requeued), job_id, self.grace_s, cause)):
-                    self.stopped_at[job_id] = now
+        # 5. grace periods over: requeued (round.levers.advance_preemptions), oldest first;
+        # a victim that left SimSlurm meanwhile ended
+        running = {job_id: _Victim() for job_id in self.open if job_id in slurm.leaving}
+        graces = {job_id: self.grace_s for job_id in running}
+        for resolved in self.planner.requeues(PreemptionBook(self.open.values()), running, graces, now,
+                                              plan.round_id, ("RUNNING", "PENDING")):
+            del self.open[resolved.job_id]
+            if resolved.requeue is not None and self.apply(resolved.requeue):
+                self.stopped_at[resolved.job_id] = now
         return self.applied
 
     def _needs(self):

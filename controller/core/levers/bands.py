@@ -1,6 +1,6 @@
 """SiteFactor bands from the plan: how the plan's order becomes Slurm's priority order.
 
-Pure: the service (controller.service.round.starts) sends only the values that changed,
+Pure: the service (controller.service.round.levers) sends only the values that changed,
 the simulator can start jobs in the same order.
 """
 from __future__ import annotations
@@ -240,7 +240,7 @@ def bands_in_budget(changed: Mapping[str, int], current: Callable[[str], Optiona
 
 
 # -- the bands family of the lever planner (controller.core.levers.planner) ------------------
-# Moved from controller.service.round.starts.Starts: the service and the simulator plan the
+# Moved from controller.service.round.levers.Levers: the service and the simulator plan the
 # round's bands here, from the view (controller.core.levers.view) and the book's bands sent.
 
 def in_preempt_qos(job, cfg) -> bool:

@@ -7,16 +7,23 @@ may have: applied, or failed after Slurm may have applied it all the same). The 
 keeps it in its store's tables (pins with their expiry and cause: controller.service.
 state.store's lever rows), the simulator in memory. Pure: no I/O.
 
-Families with a book of their own keep it in their module (controller.core.levers.
-handoffs.HandoffBook; the comments' CommentBook); their slots here are filled as each
-family moves into the core (open preemptions, handoffs, move cool-downs, holds).
+Every family's book is held here (``LeverBook``): the bands sent, the pins, the RPC
+budget, the AdminComment lines (CommentBook), the open preemptions (PreemptionBook: the
+service reads them from its store's open rows each round), the victims left to
+slurmctld (SlurmBook), the handoffs (HandoffBook), the partition moves' cool-downs
+(MoveBook) and GPU sharing's holds (SharingBook); each class stays in its family's
+module, beside its rule.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional, Protocol
+from typing import Any, Iterable, Optional, Protocol
 
 from controller.core.levers.bands import RpcBudget
+from controller.core.levers.handoffs import HandoffBook
+from controller.core.levers.moves import MoveBook
+from controller.core.levers.preemption import PreemptionBook, SlurmBook
+from controller.core.levers.sharing import SharingBook
 
 
 class Outcome(Protocol):
@@ -56,21 +63,25 @@ class LeverBook:
     expiry cites it); ``rpc``: Slurm's RPC budget as kept for the bulk levers (bands,
     then the AdminComment lines; one bucket for both); ``bands_waiting``: changed bands
     the budget held back the last round; ``comments``: the AdminComment lines' book
-    (controller.core.levers.comments.CommentBook)."""
+    (controller.core.levers.comments.CommentBook); ``preemptions``: the open preemptions
+    (PreemptionBook); ``slurm``: the victims left to slurmctld (SlurmBook); ``handoffs``
+    (HandoffBook); ``moves``: the partition moves' cool-downs (MoveBook); ``holds``: GPU
+    sharing's holds and logged share decisions (SharingBook)."""
 
     def __init__(self, rpc: RpcBudget, pins: Optional[dict[str, float]] = None,
-                 pin_causes: Optional[dict[str, str]] = None, comments: Any = None):
+                 pin_causes: Optional[dict[str, str]] = None, comments: Any = None,
+                 held: Iterable[str] = ()):
         self.bands_sent: dict[str, int] = {}
         self.pins: dict[str, float] = pins if pins is not None else {}
         self.pin_causes: dict[str, str] = pin_causes if pin_causes is not None else {}
         self.rpc = rpc
         self.bands_waiting = 0
         self.comments = comments
-        # the families lvB moves into the core book their state here too
-        self.preemptions: Any = None  # open preemptions (signalled at, cause)
-        self.handoffs: Any = None  # controller.core.levers.handoffs.HandoffBook
-        self.moves: Any = None  # partition moves' cool-downs
-        self.holds: Any = None  # sharing's holds
+        self.preemptions = PreemptionBook()  # the service replaces it with its store's open rows
+        self.slurm = SlurmBook()
+        self.handoffs = HandoffBook()
+        self.moves = MoveBook()
+        self.holds = SharingBook(held)
 
     def settle(self, levers, done: Done) -> BookDelta:
         """Book what the executor did of ``levers`` (a LeverPlan): the bands sent when
@@ -107,8 +118,13 @@ class LeverBook:
         delta.pins_cleared.append(job_id)
 
     def forget(self, job_id: str) -> None:
-        """A job the accounts forgot (finished): its band is no longer ours to compare."""
+        """A job the accounts forgot (finished): its band is no longer ours to compare,
+        its move cool-down and the victim left to slurmctld go with it."""
         self.bands_sent.pop(job_id, None)
+        self.moves.forget(job_id)
+        self.slurm.forget(job_id)
+        if self.comments is not None:
+            self.comments.forget(job_id)
 
     def stands_until(self) -> float:
         """The earliest pin expiry (inf: none): a quiet round stands no longer."""

@@ -257,6 +257,16 @@ class HandoffBook:
         self.watching: dict[str, Watch] = {}
         self.braked: dict[str, Brake] = {}
 
+    def load(self, rows: Iterable[tuple]) -> "HandoffBook":
+        """Fill the book from stored rows (job id, signalled at, victims, brake's JSON or
+        None: watched), as the service's store keeps them."""
+        for job_id, signalled_s, victims, brake in rows:
+            if brake is None:
+                self.watching[job_id] = Watch(signalled_s, victims)
+            else:
+                self.braked[job_id] = Brake.from_json(brake, signalled_s, victims)
+        return self
+
     def check(self, state_of: Callable[[str], Optional[str]], now: float, timeout_s: float,
               needs: Callable[[str], Needs],
               extra_s: Callable[[Watch], float] = lambda watch: 0.0) -> list[HandoffEvent]:

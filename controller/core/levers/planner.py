@@ -1,5 +1,5 @@
 """The lever planner: every lever of a round planned by one pure function, the same in the
-service (controller.service.round.starts carries its plan out) and in the simulator
+service (controller.service.round.levers carries its plan out) and in the simulator
 (controller.replay.lever_replay).
 
     snapshot, view = build(observation, accounts)
@@ -11,23 +11,38 @@ service (controller.service.round.starts carries its plan out) and in the simula
 Planned here: the SiteFactor bands of the GPU, CPU-only, MPS-only and (``preemption:
 slurm``) running jobs within Slurm's RPC budget (controller.core.levers.bands), the
 starts' pins and BeginTime releases and the pins' expiry (controller.core.levers.starts),
-and the AdminComment lines (controller.core.levers.comments, ``comments``: planned after
-the families still planned in the service, preemption, handoffs, partition moves and
-sharing, in today's order). The planner knows no mode: ``view.rpc_budgeted`` says
-whether the levers reach Slurm (and so its RPC budget).
+and the AdminComment lines (controller.core.levers.comments, ``comments``: planned last).
+The other families are phases of the same planner, called in the round's order by its
+two callers (controller.service.round.levers, controller.replay.lever_replay) where a
+phase needs what the executor did in the one before (a victim's signal delivered before
+its row opens, a grace over only after the row is open): the handoffs watched
+(``handoff_checks``; controller.core.levers.handoffs), the victims left to slurmctld
+(``left_to_slurm``) or signalled and requeued by the controller (``kept_victims``,
+``victims``, ``victim_step``, ``requeues``; controller.core.levers.preemption), the
+partition moves (``moves``; controller.core.levers.moves) and GPU sharing's shares and
+holds (``sharing``, ``holds``; controller.core.levers.sharing). The planner knows no
+mode: ``view.rpc_budgeted`` says whether the levers reach Slurm (and so its RPC budget).
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Iterable, Mapping, Optional
 
-from controller.core.actions import LeverAction, PinNodes, SetAdminComment, SetBand, UnpinNodes
+from controller.core.actions import HoldJob, LeverAction, MovePartition, PinNodes, ReleaseHold, SetAdminComment, \
+    SetBand, UnpinNodes
+from controller.core.levers import handoffs as handoff_rule
+from controller.core.levers import moves as move_rule
+from controller.core.levers import preemption as preemption_rule
+from controller.core.levers import sharing as sharing_rule
 from controller.core.levers.bands import plan_bands
 from controller.core.levers.book import Done, LeverBook
+from controller.core.levers.handoffs import HandoffBook, HandoffEvent
+from controller.core.levers.preemption import PreemptionBook, Resolution, SlurmBook, VictimStep, VictimView
+from controller.core.levers.sharing import ShareDecision, SharingBook, SharingView
 from controller.core.levers.starts import START_DETAIL, plan_starts, plan_unpins
 from controller.core.levers.view import LeverConfig, LeverView
-from controller.core.plan import Plan
+from controller.core.plan import Plan, Preempt
 
 
 @dataclass
@@ -123,3 +138,86 @@ class LeverPlanner:
             book.rpc.allowance(view.now), hold=view.unjudged)
         out.rpc_spent = len(out.comments)
         return out
+
+    # -- the families planned in phases (the executor's results between them) --------------
+
+    @property
+    def strategy(self) -> preemption_rule.ControllerPreempts:
+        """Who carries out the plan's victims (controller.core.levers.preemption.strategy_for)."""
+        return preemption_rule.strategy_for(self.config.preemption)
+
+    def handoff_checks(self, book: HandoffBook, state_of: Callable[[str], Optional[str]], now: float,
+                       needs: Callable[[str], handoff_rule.Needs], extra_s: Callable[[object], float],
+                       started: Callable[[str], tuple], round_id: int
+                       ) -> list[tuple[HandoffEvent, Optional[dict], Optional[float]]]:
+        """The watched handoffs that landed, failed, left or were let go this round
+        (HandoffBook.check, within handoff_timeout_s plus ``extra_s`` of a watch), each
+        with its decision entry (None for a job gone or a brake lifted: no decision) and
+        a landed one's delay. ``started``: job id -> (its start time, Slurm's reason)."""
+        timeout, out, checked = self.config.handoff_timeout_s, [], 0
+        for event in book.check(state_of, now, timeout, needs, extra_s):
+            if event.kind in ("gone", "released"):
+                out.append((event, None, None))
+                continue
+            checked += 1
+            start_time_s, reason = started(event.job_id)
+            decision, delay = handoff_rule.handoff_decision(event, checked, round_id, now, timeout, start_time_s,
+                                                            reason)
+            out.append((event, decision, delay))
+        return out
+
+    def left_to_slurm(self, plan: Plan, jobs: Mapping, book: SlurmBook, bands: Iterable[SetBand],
+                      bands_sent: bool) -> list[dict]:
+        """``preemption: slurm``: the round's bands (``bands``: those carried out or said)
+        remembered, Slurm's requeues of the victims it was left since observed, and the
+        plan's victims left to it, citing the band decisions that rank them (none under
+        the controller's own preemption). ``bands_sent``: whether bands reach Slurm."""
+        strategy = self.strategy
+        book.note_bands(bands)
+        return [*strategy.requeues_seen(jobs, book, plan.round_id),
+                *strategy.left_to_slurm(plan, jobs, book, bands_sent)]
+
+    def kept_victims(self, plan: Plan, book: HandoffBook, nodes_of: Callable[[str], Iterable[str]],
+                     leaving: set[str]) -> Optional[tuple[dict[str, str], list[tuple]]]:
+        """The controller's own victims (None: it preempts none, slurmctld does): those the
+        handoff rule keeps running (job id -> why) with their report entries, as
+        (action, applied, detail)."""
+        if not self.strategy.own_victims(plan):
+            return None
+        kept = book.kept(plan, nodes_of, leaving)
+        return kept, [(action, False, f"kept running: {kept[action.job_id]}")
+                      for action in plan.of_kind("preempt") if action.job_id in kept]
+
+    def victims(self, plan: Plan, kept: Mapping[str, str], in_progress: set[str]) -> list[Preempt]:
+        """The victims to look at now: not kept, not signalled already."""
+        return preemption_rule.victims_to_signal(plan, kept, in_progress)
+
+    def victim_step(self, action: Preempt, view: VictimView) -> VictimStep:
+        """One victim's course: kept running (protected) or its signal and the requeue
+        after its grace (controller.core.levers.preemption.preemption_step). One at a
+        time: a victim's view may read its batch script."""
+        return preemption_rule.preemption_step(action, view)
+
+    def requeues(self, book: PreemptionBook, jobs: Mapping, graces: Mapping[str, float], now: float,
+                 round_id: int, active_states: Iterable[str]) -> list[Resolution]:
+        """The open preemptions' course this round: requeued after the grace (or ended
+        inside it), closed when they resolved themselves (controller.core.levers.
+        preemption.resolve_preemptions)."""
+        settings = preemption_rule.RequeueSettings(self.config.requeue_ended, self.config.interval_s)
+        return preemption_rule.resolve_preemptions(book, jobs, graces, now, round_id, settings, active_states)
+
+    def moves(self, moves: Iterable, round_id: int) -> list[MovePartition]:
+        """The MovePartition of each move planned (controller.partitions.moves plans them)."""
+        return move_rule.move_actions(moves, round_id)
+
+    def sharing(self, jobs: Iterable, nodes: Iterable, policy, book: SharingBook, view: SharingView,
+                id_key: Callable[[str], tuple], round_id: int) -> tuple[list[str], list[tuple[ShareDecision, object]]]:
+        """GPU sharing's notes (logged once) and its share decisions, each with its lever
+        (SetMpsShare) or its decision entry (a wait, an advice: nothing set)."""
+        planned = sharing_rule.plan_sharing(jobs, nodes, policy, book, view, id_key)
+        return planned.notes, sharing_rule.share_levers(planned.decisions, round_id)
+
+    def holds(self, book: SharingBook, round_id: int, id_key: Callable[[str], tuple]
+              ) -> list[HoldJob | ReleaseHold]:
+        """Hold the MPS jobs no GPU admits now; release those one admits again."""
+        return sharing_rule.hold_levers(book, round_id, id_key)

@@ -56,7 +56,7 @@ def unpin_expired(round_id: int, number: int, job_id: str, expiry_s: float, now:
 
 
 # -- the starts family of the lever planner (controller.core.levers.planner) ------------------
-# Moved from controller.service.round.starts.Starts: pins for consolidation, the release of a
+# Moved from controller.service.round.levers.Levers: pins for consolidation, the release of a
 # requeued job's BeginTime, a pin's expiry; the service and the simulator plan them here.
 
 START_DETAIL = "decision: left to Slurm's scheduler (SiteFactor band)"

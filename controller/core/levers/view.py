@@ -53,6 +53,10 @@ class LeverConfig:
     pin_expiry_s: float = 300.0
     requeue_settle_s: float = 5.0
     comment_queues: int = 0  # the AdminComment's "queue n/K": K, 0 for a policy without queues
+    preemption: str = "controller"  # who carries out the plan's victims (core.levers.preemption.strategy_for)
+    requeue_ended: bool = True  # preempt_requeue_ended: a victim that ended in its grace is requeued
+    interval_s: float = 10.0  # a round's length: the slack on a victim's end time
+    handoff_timeout_s: float = 120.0  # how long a preemption's beneficiary is watched
 
 
 @dataclass

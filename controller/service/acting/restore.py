@@ -149,7 +149,7 @@ def restore(backend: Backend, store: Store, cluster: str) -> RestoreReport:
     then, or only part: the rest stays recorded for the next run)."""
     jobs = {job.job_id: job for job in backend.observe().jobs}
     recorded = store.levers(cluster)
-    # Pins recorded by Starts before the nodes were recorded here count as well.
+    # Pins recorded by Levers before the nodes were recorded here count as well.
     pins = {job_id: "" for job_id in store.load_pins(cluster)}
     pins.update(recorded.get(PIN, {}))
     unlisted = set(pins).union(*recorded.values()) - jobs.keys()

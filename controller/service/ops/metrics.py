@@ -141,7 +141,7 @@ class Metrics:
             if entry["kind"] == "handoff" and not entry.get("applied"):
                 self.failed_handoffs.labels(self.mode).inc()
         self.braked_jobs.labels(self.mode).set(len(controller.handoffs.braked))
-        self.updates_waiting.labels(self.mode, "band").set(controller.starts.bands_waiting)
+        self.updates_waiting.labels(self.mode, "band").set(controller.levers.bands_waiting)
         self.updates_waiting.labels(self.mode, "admin_comment").set(controller.admin_comments.waiting)
         census = getattr(controller, "unmodelled", None)
         if census is not None:

@@ -13,7 +13,7 @@ explains each line):
   ``...JobSize``, ``...Partition``, ``...QOS``, each ``PriorityWeightTRES`` term)
   add up to less than half a band (``site_factor_band`` / 2): each factor is at most
   1 times its weight, and half a band is the step between a queue's started and
-  never-started jobs (controller.service.round.starts), so no weighted factor can reorder
+  never-started jobs (controller.service.round.levers), so no weighted factor can reorder
   the bands.
 - ``JobRequeue=1``: batch jobs are requeueable unless submitted ``--no-requeue``.
 - ``RequeueExit`` contains the checkpoint helpers' exit code (85): a job that

@@ -2,9 +2,10 @@
 
 One round, in run_round: read the cluster (backend.observe), advance the accounts
 (controller.service.round.accounting), let the engine plan (controller.core.engine), then
-apply: starts (controller.service.round.starts), the preemption state machine
-(controller.service.round.preemption), partition moves (controller.service.round.partition_moves)
-and GPU sharing (controller.service.round.sharing). Every decision goes to the store's log.
+apply every lever in one call (controller.service.round.levers.Levers.run: the lever
+planner's step and phases, carried out through the executor in the round's order: bands,
+starts' pins and releases, the plan's victims and their requeues, partition moves, GPU
+sharing, AdminComment lines). Every decision goes to the store's log.
 
 Crash consistency: the round's accounts (service advanced, ended jobs closed with
 their service samples, the round id) commit in one transaction before anything is
@@ -23,14 +24,14 @@ import threading
 import time
 from typing import Callable, Mapping, Optional
 
-from controller.core.actions import SetAdminComment, SetBand
+from controller.core.actions import SetBand
 from controller.core.engine import Engine
 from controller.core.conditioned import learn_conditioned
 from controller.core.gittins import ServiceDistribution
 from controller.core.inputs import shorten
 from controller.core.plan import Plan
 from controller.service.round.accounting import Accounts
-from controller.service.acting.backend import Backend, BackendUnavailable, Observation, ObservedJob
+from controller.service.acting.backend import Backend, BackendUnavailable, Observation
 from controller.service.ops.config import Config
 from controller.service.round.contract import Contract
 from controller.service.state.decision_log import PRUNE_EVERY_S
@@ -40,16 +41,15 @@ from controller.service.ops.heap import Heap
 from controller.service.acting.lease import Lease
 from controller.service.round.partition_moves import PartitionMover
 from controller.service.round.preemption import Preemptions
-from controller.core.levers.preemption import SlurmBook
 from controller.service.ops.preflight import Pending
 from controller.service.ops.qos_gate import QosGate
 from controller.service.ops.report import LogOnce, RoundReport, entry
-from controller.service.acting.restore import HOLD, RecordingBackend, log_report, on_start, restore
+from controller.service.acting.restore import RecordingBackend, log_report, on_start, restore
 from controller.service.round.sharing import GpuSharing
 from controller.service.round.slurm_clock import SlurmClock
 from controller.service.state.usage import UsageCollector
 from controller.service.ops import logs
-from controller.service.round.starts import Starts
+from controller.service.round.levers import Levers
 from controller.service.round.snapshot import RoundInput
 from controller.service.state.store import Store, StoreError
 from controller.service.round.submit_order import SubmitOrder
@@ -127,9 +127,10 @@ class Controller:
         self.accounts = Accounts(store, config.cluster, self.metrics, self._log_once, gone_credit_s=config.poll_s)
         self.records = self.accounts.records  # job id -> JobRecord (the same dict)
         self.submit_order = SubmitOrder()  # the snapshot's arrival order of the records' jobs
-        self.starts = Starts(config, self.executor, self.accounts, by_level=self.engine.policy.discretized,
+        self.levers = Levers(config, self.executor, self.accounts, by_level=self.engine.policy.discretized,
                              by_index=self.engine.policy.bands_by_index)
-        self.handoffs = Handoffs(config, store)
+        book = self.levers.book  # every family's book (controller.core.levers.book)
+        self.handoffs = Handoffs(config, store, book.handoffs)
         self.contract = Contract(config, self.backend, self._log_once)
         # the GPU limits of pending jobs' QOS; a backend that does not offer both reads: none checked
         backend = self.backend
@@ -137,16 +138,15 @@ class Controller:
                                 backend.partition_config if backend.offers("partition_config") else None,
                                 self._log_once)
         self.preemptions = Preemptions(config, store, self.executor, self.accounts, self.contract, clock=self.clock)
-        self.slurm_book = SlurmBook()  # preemption: slurm: the victims left to slurmctld, the bands they cite
-        self.mover = PartitionMover(config, self.backend, store, self.executor, self.accounts, self._log_once)
-        # the holds a previous run set (recorded by RecordingBackend) are still ours to release
-        self.sharing = GpuSharing(config, self.executor, self._log_once,
-                                  held=store.levers(config.cluster).get(HOLD, {}))
-        self.admin_comments = self.starts.book.comments  # the lines' book (core.levers.comments)
+        self.mover = PartitionMover(config, self.backend, store, self.executor, self.accounts, self._log_once,
+                                    book=book.moves)
+        self.sharing = GpuSharing(config, self.executor, self._log_once, book=book.holds)
+        self.admin_comments = book.comments  # the lines' book (core.levers.comments)
         # the jobs first seen unjudged (RoundInput.first_seen_unjudged): one set, refilled each round
         self.inputs.first_seen_unjudged = set()
-        self.starts.hold = self.inputs.first_seen_unjudged
-        self.inputs.bind(self.records, self.submit_order, self.contract, self.qos_gate, self.starts.pins)
+        self.levers.hold = self.inputs.first_seen_unjudged
+        self.levers.bind(self.handoffs, self.preemptions, self.mover, self.sharing, self.contract)
+        self.inputs.bind(self.records, self.submit_order, self.contract, self.qos_gate, self.levers.pins)
         self._stale = False
 
     # -- the loop -----------------------------------------------------------------------
@@ -387,8 +387,7 @@ class Controller:
             return self._quiet_round(observation, started)
         self._stands_until = -math.inf  # until this round has planned and applied
         jobs = self.inputs.split(observation)  # GPU, pending CPU-only, MPS-only, running CPU-only jobs
-        observed, cpu_pending, shared, cpu_running = jobs.observed, jobs.cpu_pending, jobs.shared, jobs.cpu_running
-        strategy = self.preemptions.strategy  # who carries out the plan's victims (core.levers.preemption)
+        observed = jobs.observed
         accounted = jobs.accounted
         # account: one transaction, committed before anything is done in Slurm
         self.contract.begin_round()
@@ -414,29 +413,7 @@ class Controller:
             self.accounts.promote(action.job_id)
             kept = self.executor.in_store()
             report.applied.append(entry(action, applied=kept.applied, detail=kept.detail))
-        self.handoffs.check(observed, now, report, self.preemptions.grace_for, observation.nodes, self.inputs.spec_of)
-        kept_from_slurm = strategy.kept_running(observed, lambda job: self.preemptions.protected(job, now))
-        self.starts.apply(plan, observed, now, report, cpu_pending, requeueing, shared, kept_from_slurm,
-                          cpu_running, self.contract.may_preempt_slurms)
-        # preemption: slurm: slurmctld chooses, signals and requeues by the bands (running
-        # jobs' too, Starts.site_factors): the plan's victims are what the controller
-        # expects of it, citing the bands sent; its requeues are logged when observed
-        self.slurm_book.note_bands(self.executor.pulled())
-        report.applied.extend(strategy.requeues_seen(observed, self.slurm_book, round_id))
-        report.applied.extend(strategy.left_to_slurm(plan, observed, self.slurm_book,
-                                                   self.executor.sends(SetBand)))
-        if strategy.own_victims(plan):  # the controller's own: signal, grace, requeue
-            kept = self.handoffs.kept(plan, observed, leaving)  # the handoff rule: no preemption repeated in vain
-            for action in plan.of_kind("preempt"):
-                if action.job_id in kept:
-                    report.applied.append(entry(action, applied=False,
-                                                detail=f"kept running: {kept[action.job_id]}"))
-            self.preemptions.begin(plan, observed, now, report, kept)
-            self.handoffs.expect(plan, report, now)
-        self.preemptions.advance(observed, now, report)  # also those opened before a switch to slurm
-        self.mover.apply(plan, observed, observation.nodes, now, report, pinned=set(self.starts.pins))
-        self.sharing.apply(observation, report)
-        self._write_admin_comments(plan, observed, now)
+        self.levers.run(plan, observation, jobs, now, report, requeueing, leaving, self.inputs.spec_of)
         # record: the accounts (promotions, preemption counts) and the decisions together
         with self.store.transaction():
             self.accounts.save_touched()
@@ -449,11 +426,8 @@ class Controller:
         forgotten = self.accounts.forget_finished()
         self.submit_order.forget(forgotten)
         for job_id in forgotten:
-            self.starts.forget(job_id)
-            self.mover.forget(job_id)
-            self.slurm_book.forget(job_id)
+            self.levers.forget(job_id)  # every family's book (LeverBook.forget)
             self.contract.forget(job_id)
-            self.admin_comments.forget(job_id)
         self.usage.collect(now)
         self.last_plan = plan
         self.last_observation = observation
@@ -474,11 +448,11 @@ class Controller:
         stand. (A failed lever makes the backend observe in full: no repeat.) The
         AdminComment lines are written in quiet rounds too, when due."""
         cfg = self.config
-        if (report.applied or leaving or self.handoffs.watching or self.starts.bands_waiting
+        if (report.applied or leaving or self.handoffs.watching or self.levers.bands_waiting
                 or self.contract.reads_left <= 0 or cfg.partition_moves or cfg.gpu_sharing):
             return -math.inf
         until = plan.stands_until_s
-        pins = self.starts.pins
+        pins = self.levers.pins
         if pins:
             until = min(until, min(pins.values()))
         if self.engine.policy.uses_service_distribution:
@@ -501,7 +475,7 @@ class Controller:
         comments = self.admin_comments
         if comments.backlog or now >= comments.next_refresh_s():  # lines due: as a planned round writes them
             self.executor.begin_round()
-            self._write_admin_comments(self.last_plan, observed, now)
+            self.levers.comment(self.last_plan, observed, now)
             report.levers = self.executor.end_round(round_id)
             self.inputs.note_updates(report.levers, observed, self.executor.sends(SetBand))
         self._prune_decisions(now)
@@ -511,11 +485,6 @@ class Controller:
             self.metrics.observe_round(self, self.last_plan, report, time.perf_counter() - started,
                                        slurm_calls=self._slurm_calls_since_mark())
         return report
-
-    def _write_admin_comments(self, plan: Plan, observed: dict[str, ObservedJob], now: float) -> None:
-        """Information, not a decision: a read-only executor (observe, shadow) skips it."""
-        if self.config.admin_comment and not self.executor.skips(SetAdminComment):
-            self.starts.write_comments(plan, observed, now, lambda job: not self.preemptions.protected(job, now))
 
     def _prune_decisions(self, now: float) -> None:
         """Decision-log retention (decision_log_max_age_s / _max_rows), hourly."""

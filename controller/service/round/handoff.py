@@ -24,12 +24,13 @@ from typing import Callable, Iterable, Optional
 
 # The rule, shared with the simulator; Watch is re-exported for the callers that build one.
 from controller.core.levers.handoffs import UNTIL, Brake, ClusterView, HandoffBook, Needs, Watch  # noqa: F401
-from controller.core.levers.handoffs import handoff_decision, started_delay_s, started_detail  # noqa: F401
+from controller.core.levers.handoffs import started_delay_s, started_detail  # noqa: F401
 from controller.core.model import JobSpec, Node
 from controller.core.plan import Plan
 from controller.service.acting.backend import ObservedJob
 from controller.service.ops.config import Config
 from controller.service.ops.report import RoundReport
+from controller.service.round import levers
 from controller.service.state.store import Store
 
 log = logging.getLogger(__name__)
@@ -41,17 +42,14 @@ class Handoffs:
     failed ones (``braked``: job id -> its Brake), loaded from the store; the rule is
     controller.core.levers.handoffs.HandoffBook's, this class persists and logs it."""
 
-    def __init__(self, config: Config, store: Store):
+    def __init__(self, config: Config, store: Store, book: Optional[HandoffBook] = None):
+        """``book``: the LeverBook's (controller.core.levers.book), loaded from the store
+        by the round's lever module; by default a new one loaded here."""
         self.config = config
         self.store = store
-        self.book = HandoffBook()
+        self.book = book if book is not None else HandoffBook().load(store.load_handoffs(config.cluster))
         self.watching = self.book.watching
         self.braked = self.book.braked
-        for job_id, signalled_s, victims, brake in store.load_handoffs(config.cluster):
-            if brake is None:
-                self.watching[job_id] = Watch(signalled_s, victims)
-            else:
-                self.braked[job_id] = Brake.from_json(brake, signalled_s, victims)
         self.landed = 0
         self.failed = 0
         self.delays_s: list[float] = []
@@ -64,39 +62,41 @@ class Handoffs:
         and lift the brakes whose jobs' needs changed (``nodes``: the observed nodes;
         ``spec_of``: a job's JobSpec this round; None, or no spec: one built from what
         Slurm reports of it)."""
-        timeout = self.config.handoff_timeout_s
+        levers.check_handoffs(levers.planner_for(self.config), self, observed, now, report, grace_of, nodes, spec_of)
 
+    def extra_s(self, observed: dict[str, ObservedJob], grace_of: Callable[[ObservedJob, float], float]
+                ) -> Callable[[Watch], float]:
+        """A watch's time beyond handoff_timeout_s: its victims' grace beyond preempt_grace_s."""
         def extra_s(watch) -> float:
             graces = [grace_of(observed[v], watch.signalled_s) for v in watch.victims if v in observed]
             return max([0.0] + [g - self.config.preempt_grace_s for g in graces])
+        return extra_s
 
-        checked = 0
+    def needs(self, observed: dict[str, ObservedJob], nodes: Iterable[Node],
+              spec_of: Optional[Callable[[str], Optional[JobSpec]]]) -> Callable[[str], Needs]:
+        """job id -> what its start depends on now (``spec_of``: a job's JobSpec this round;
+        None, or no spec: one built from what Slurm reports of it)."""
         reported = _spec_of(observed)
-        events = self.book.check(lambda j: observed[j].state if j in observed else None, now, timeout,
-                                 self._needs(observed, list(nodes), lambda j: (spec_of and spec_of(j)) or reported(j)),
-                                 extra_s)
-        for event in events:
-            job_id, watch = event.job_id, event.watch
-            if event.kind in ("gone", "released"):
-                self.store.clear_handoff(self.config.cluster, job_id)
-                if event.kind == "released":
-                    log.info("job %s: preemptions for it allowed again (%s) after its failed handoff", job_id,
-                             event.detail)
-                continue
-            job = observed[job_id]
-            checked += 1
-            decision, delay = handoff_decision(event, checked, report.round_id, now, timeout, job.start_time_s,
-                                               job.reason)
-            if event.kind == "landed":
-                self.landed += 1
-                self.delays_s.append(delay)
-                del self.delays_s[:-MAX_DELAYS_KEPT]  # a controller runs for months: keep it bounded
-                self.store.clear_handoff(self.config.cluster, job_id)
-            else:  # failed
-                self.failed += 1
-                self.store.save_handoff(self.config.cluster, job_id, watch.signalled_s, watch.victims,
-                                        brake=event.brake.to_json())
-            report.applied.append(decision)
+        return self._needs(observed, list(nodes), lambda j: (spec_of and spec_of(j)) or reported(j))
+
+    def settle(self, event, delay: Optional[float]) -> None:
+        """Persist one checked handoff (HandoffBook.check's event): a job gone or a brake
+        lifted and a landed handoff clear its row, a failed one keeps it with its brake."""
+        job_id, watch = event.job_id, event.watch
+        if event.kind in ("gone", "released"):
+            self.store.clear_handoff(self.config.cluster, job_id)
+            if event.kind == "released":
+                log.info("job %s: preemptions for it allowed again (%s) after its failed handoff", job_id,
+                         event.detail)
+        elif event.kind == "landed":
+            self.landed += 1
+            self.delays_s.append(delay)
+            del self.delays_s[:-MAX_DELAYS_KEPT]  # a controller runs for months: keep it bounded
+            self.store.clear_handoff(self.config.cluster, job_id)
+        else:  # failed
+            self.failed += 1
+            self.store.save_handoff(self.config.cluster, job_id, watch.signalled_s, watch.victims,
+                                    brake=event.brake.to_json())
 
     @staticmethod
     def _needs(observed: dict[str, ObservedJob], nodes: list[Node], spec_of: Callable[[str], JobSpec]
@@ -116,8 +116,12 @@ class Handoffs:
 
     def kept(self, plan: Plan, observed: dict[str, ObservedJob], leaving: set[str]) -> dict[str, str]:
         """The plan's victims whose preemption must wait, with why (HandoffBook.kept)."""
-        return self.book.kept(plan, lambda job_id: [node for node, _ in observed[job_id].gpus_by_node]
-                              if job_id in observed else (), leaving)
+        return self.book.kept(plan, self.nodes_of(observed), leaving)
+
+    @staticmethod
+    def nodes_of(observed: dict[str, ObservedJob]) -> Callable[[str], list[str]]:
+        """job id -> the nodes it holds GPUs on (none: not observed)."""
+        return lambda job_id: [node for node, _ in observed[job_id].gpus_by_node] if job_id in observed else []
 
     def holding(self, job_id: str, at: Callable[[float], str]) -> str:
         """Why no preemption is made for ``job_id`` now ('' when one may be): its brake,

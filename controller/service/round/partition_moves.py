@@ -1,7 +1,8 @@
 """The round's partition moves: pending jobs moved among the partitions their users
 allowed, as controller.partitions.moves plans them (that module is pure; the cooldown,
-the backoff and the levers are controller.core.levers.moves'; this one reads the partition
-map from the backend and the last moves from the decision log, and pulls the levers).
+the backoff and the levers are controller.core.levers.moves', planned by the lever
+planner and carried out by controller.service.round.levers; this one reads the partition
+map from the backend and the last moves from the decision log).
 
 The cooldown survives a restart: a job's last move is read from the decision log once.
 A move Slurm refused starts no cooldown: it is tried again after a backoff that
@@ -18,7 +19,7 @@ from __future__ import annotations
 import logging
 from typing import Callable, Optional
 
-from controller.core.levers.moves import MoveBook, last_move_logged, move_actions
+from controller.core.levers.moves import MoveBook, last_move_logged
 from controller.core.plan import Plan
 from controller.partitions.moves import MoveSettings, PendingGpuJob, RunningGpuJob, is_candidate, plan_moves, \
     split_partitions
@@ -26,7 +27,8 @@ from controller.service.round.accounting import Accounts
 from controller.service.acting.backend import Backend, ObservedJob
 from controller.service.ops.config import Config
 from controller.service.acting.executor import LeverExecutor
-from controller.service.ops.report import RoundReport, entry
+from controller.service.ops.report import RoundReport
+from controller.service.round import levers
 from controller.service.state.store import Store
 
 log = logging.getLogger("tiresias.controller")
@@ -36,14 +38,15 @@ class PartitionMover:
     """The book (controller.core.levers.moves.MoveBook): ``last_move_s`` and ``refused``."""
 
     def __init__(self, config: Config, backend: Backend, store: Store, executor: LeverExecutor, accounts: Accounts,
-                 log_once: Callable[[str], None] = log.warning):
+                 log_once: Callable[[str], None] = log.warning, book: Optional[MoveBook] = None):
+        """``book``: the LeverBook's (controller.core.levers.book); a new one by default."""
         self.config = config
         self.backend = backend
         self.store = store
         self.executor = executor
         self.accounts = accounts
         self.log_once = log_once
-        self.book = MoveBook()
+        self.book = book if book is not None else MoveBook()
         self.last_move_s = self.book.last_move_s
         self.refused = self.book.refused
 
@@ -59,10 +62,18 @@ class PartitionMover:
 
     def apply(self, plan: Plan, observed: dict[str, ObservedJob], nodes: list, now: float, report: RoundReport,
               pinned: set[str] = frozenset()) -> None:
-        """Move pending jobs (``pinned``: job ids this controller pinned to nodes: never moved)."""
+        """Move pending jobs (``pinned``: job ids this controller pinned to nodes: never
+        moved); the round's lever module does it (controller.service.round.levers.move_partitions)."""
+        levers.move_partitions(levers.planner_for(self.config), self, plan, observed, nodes, now, report, pinned)
+
+    def planned(self, plan: Plan, observed: dict[str, ObservedJob], nodes: list, now: float,
+                pinned: set[str] = frozenset()) -> list:
+        """The moves controller.partitions.moves plans now (none: the layer is off, no
+        candidate, no partition map, or it failed), from the partition map (read only when
+        a job is a candidate) and the candidates' last moves (read once from the decision log)."""
         cfg = self.config
         if not cfg.partition_moves:
-            return
+            return []
         records = self.accounts.records
         pending, running = [], []
         for job_id in plan.order:
@@ -75,10 +86,10 @@ class PartitionMover:
                 frozen=self.book.frozen(job, pinned, now)))
         candidates = [p.job_id for p in pending if is_candidate(p)]
         if not candidates:
-            return
+            return []
         members = self.partition_nodes()
         if members is None:
-            return
+            return []
         for job in observed.values():
             if job.state == "RUNNING" and job.gpus_by_node:
                 ran = now - job.start_time_s if job.start_time_s is not None else 0.0
@@ -91,13 +102,15 @@ class PartitionMover:
             moves = plan_moves(now, members, nodes, pending, running, settings, self.book.cooldowns())
         except Exception as err:  # an optional layer: never lose the round over it
             self.log_once(f"partition moves skipped: {type(err).__name__}: {err}")
-            return
-        for action in move_actions(moves.moves, report.round_id):
-            outcome = self.executor.apply(action)
-            self.book.settle(action.job_id, outcome.failed, now, cfg.interval_s, cfg.partition_move_cooldown_s)
-            if outcome.applied:
-                self.accounts.count_move(action.job_id)
-            report.applied.append(entry(action, applied=outcome.applied, detail=outcome.detail))
+            return []
+        return moves.moves
+
+    def settle(self, action, outcome, now: float) -> None:
+        """A move carried out (or said, or refused): its cool-down or backoff, the job's moves counted."""
+        self.book.settle(action.job_id, outcome.failed, now, self.config.interval_s,
+                         self.config.partition_move_cooldown_s)
+        if outcome.applied:
+            self.accounts.count_move(action.job_id)
 
     def _load_last_move(self, job_id: str) -> None:
         """The job's last move, read once from the decision log (the cooldown survives a restart)."""

@@ -18,10 +18,10 @@ its grace runs (a checkpoint handler that exits 0 on the signal ends COMPLETED) 
 requeued all the same (``preempt_requeue_ended``; Slurm requeues a finished batch job
 while slurmctld still holds its record, MinJobAge), so a preemption never truncates it.
 
-The rule is pure (controller.core.levers.preemption: PreemptionBook, plan_preemptions,
-resolve_preemptions; the strategy of ``preemption: slurm``); this module loads the book
-from the store's open rows, builds the view (the contract's reads), pulls the levers
-the core built and persists each transition.
+The rule is pure (controller.core.levers.preemption, planned by the lever planner's
+phases); controller.service.round.levers plans and carries it out; this module loads the
+book from the store's open rows, builds the view (the contract's reads) and persists
+each transition.
 """
 from __future__ import annotations
 
@@ -30,15 +30,16 @@ from typing import Callable, Container
 
 from controller.core.checkpoint_signal import grace_s
 from controller.core.levers.preemption import ENDED_IN_GRACE, PreemptionBook, RequeueSettings, VictimView, \
-    ended_in_grace, needs_grace, preemption_step, resolve_preemptions, strategy_for, victims_to_signal
+    ended_in_grace, needs_grace, strategy_for
 from controller.core.plan import Plan
 from controller.core.protection import why_protected
-from controller.service.round.accounting import ACTIVE_STATES, TRANSIENT_STATES, Accounts
+from controller.service.round import levers
+from controller.service.round.accounting import Accounts
 from controller.service.acting.backend import ObservedJob
 from controller.service.ops.config import Config
 from controller.service.round.contract import Contract
 from controller.service.acting.executor import LeverExecutor
-from controller.service.ops.report import RoundReport, entry
+from controller.service.ops.report import RoundReport
 from controller.service.state.store import Store
 
 __all__ = ["ENDED_IN_GRACE", "Preemptions"]
@@ -64,7 +65,7 @@ class Preemptions:
         """The open preemptions, as the store keeps them (read in every mode)."""
         return PreemptionBook(self.store.pending_preemptions(self.config.cluster))
 
-    def _acting_book(self) -> PreemptionBook:
+    def acting_book(self) -> PreemptionBook:
         """The open preemptions the levers go on from: the store's in enforce, none otherwise."""
         return self.executor.when_acting(self.book) or PreemptionBook()
 
@@ -76,7 +77,7 @@ class Preemptions:
         """Signalled jobs that ended inside their grace period: ``advance`` requeues
         them this round, so the accounts must not close them (their record, its
         attained service and no service sample of a cut-short run, goes on)."""
-        return {row.job_id for row in self._acting_book().open.values()
+        return {row.job_id for row in self.acting_book().open.values()
                 if row.job_id in observed and self._ended_in_grace(observed[row.job_id], row.signalled_at_s)}
 
     def grace_for(self, job: ObservedJob, signalled_at_s: float) -> float:
@@ -102,7 +103,7 @@ class Preemptions:
                                                         job.restart_count)
         return why_protected(run_start, preemptions, now, cfg.preempt_min_runtime_s, cfg.preempt_max_per_job)
 
-    def _view(self, job: ObservedJob, now: float) -> VictimView:
+    def victim_view(self, job: ObservedJob, now: float) -> VictimView:
         """What the contract says of one victim now (may read its batch script)."""
         why_not = self.protected(job, now)
         if why_not:
@@ -115,52 +116,28 @@ class Preemptions:
 
     def begin(self, plan: Plan, observed: dict[str, ObservedJob], now: float, report: RoundReport,
               kept: Container[str] = ()) -> None:
-        """Signal the plan's victims now, but those in ``kept`` (the handoff rule's,
-        logged by the caller); advance() requeues them after the grace period."""
-        cfg = self.config
-        victims = victims_to_signal(plan, kept, set())
-        in_progress = (self.executor.when_acting(self.leaving) or set()) if victims else set()
-        for action in victims_to_signal(plan, kept, in_progress):
-            step = preemption_step(action, self._view(observed[action.job_id], now))
-            job = observed[action.job_id]
-            if step.kept:
-                report.applied.append(entry(action, applied=False, detail=step.kept))
-                continue
-            if step.signal is not None:
-                outcome = self.executor.apply(step.signal)
-                if outcome.failed:
-                    report.applied.append(entry(action, applied=False,
-                                                detail=self.contract.signal_failed(job.job_id, outcome.detail)))
-                    continue
-            opened = self.executor.when_acting(lambda: self.store.begin_preemption(
-                cfg.cluster, job.job_id, now, job.restart_count, decision_id=action.decision_id))
-            if opened is None:  # a read-only executor: the requeue after the grace is only said
-                self.executor.apply(step.said)
-                report.applied.append(entry(action, applied=False, detail=self.executor.would_text(step.how)))
-            elif opened:
-                self.contract.signal_failures.pop(job.job_id, None)
-                report.applied.append(entry(action, applied=True, detail=step.how))
+        """Signal the plan's victims now, but those in ``kept`` (the round's lever module
+        does it: controller.service.round.levers.begin_preemptions)."""
+        levers.begin_preemptions(levers.planner_for(self.config), self, plan, observed, now, report, kept)
 
     def advance(self, observed: dict[str, ObservedJob], now: float, report: RoundReport) -> None:
-        """Requeue signalled jobs whose grace period is over; close what resolved itself.
-        Each requeue cites the preemption decision that signalled the job."""
-        book = self._acting_book()
-        graces = {row.job_id: self.grace_for(observed[row.job_id], row.signalled_at_s)
-                  for row in book.open.values() if needs_grace(observed.get(row.job_id), row, self.settings)}
-        for done in resolve_preemptions(book, observed, graces, now, report.round_id, self.settings,
-                                        ACTIVE_STATES | TRANSIENT_STATES):
-            if done.kind == "finished":
-                self.store.finish_preemption(self.config.cluster, done.job_id, "finished", now)
-            elif done.kind == "requeued":
-                self._close_requeued(done.job_id, now)
-            else:
-                if done.credit:
-                    # Written ahead: the run's service up to now (the next observation will
-                    # not see it running) and the closed preemption commit before the requeue,
-                    # so a store that cannot be written (or a lost lease) stops it; a crash
-                    # after the write leaves a running job the next plan decides about again.
-                    self.accounts.credit_until(observed[done.job_id], self.clock())
-                self._requeue(done.requeue, now, report)
+        """Requeue signalled jobs whose grace period is over; close what resolved itself
+        (controller.service.round.levers.advance_preemptions)."""
+        levers.advance_preemptions(levers.planner_for(self.config), self, observed, now, report)
+
+    def open(self, job: ObservedJob, now: float, decision_id: str) -> bool:
+        """Open the preemption's row (its signal delivered): False when one is open already."""
+        return self.store.begin_preemption(self.config.cluster, job.job_id, now, job.restart_count,
+                                           decision_id=decision_id)
+
+    def graces(self, book: PreemptionBook, observed: dict[str, ObservedJob]) -> dict[str, float]:
+        """The grace of each open row's job the requeue rule reads (needs_grace)."""
+        return {row.job_id: self.grace_for(observed[row.job_id], row.signalled_at_s)
+                for row in book.open.values() if needs_grace(observed.get(row.job_id), row, self.settings)}
+
+    def finish(self, job_id: str, now: float) -> None:
+        """Close a preemption whose job left (uncounted)."""
+        self.store.finish_preemption(self.config.cluster, job_id, "finished", now)
 
     def _ended_in_grace(self, job: ObservedJob, signalled_at_s: float) -> bool:
         """The job ended by itself after the signal and before its grace ran out."""
@@ -168,15 +145,7 @@ class Preemptions:
             return False
         return ended_in_grace(job, signalled_at_s, self.grace_for(job, signalled_at_s), self.settings)
 
-    def _requeue(self, requeue, now: float, report: RoundReport) -> None:
-        """Close the preemption (counted) ahead, then requeue the job, citing the preemption."""
-        self._close_requeued(requeue.job_id, now)
-        outcome = self.executor.apply(requeue)
-        if outcome.applied:
-            self.accounts.stopped_at[requeue.job_id] = now
-        report.applied.append(entry(requeue, applied=outcome.applied, detail=outcome.detail))
-
-    def _close_requeued(self, job_id: str, now: float) -> None:
+    def close_requeued(self, job_id: str, now: float) -> None:
         """Close the preemption and count it in the job's record in one transaction,
         so preempt_max_per_job holds across a crash right after."""
         with self.store.transaction():

@@ -16,8 +16,8 @@ decision is logged once per (job, outcome), so shadow mode does not repeat a
 would-share every round.
 
 The rule is pure (controller.core.levers.sharing: SharingBook, plan_sharing, share_levers,
-hold_levers, shared_gpus); this module reads Slurm's pending reasons into its view, pulls
-the levers the core built and settles their results into the book.
+hold_levers, shared_gpus), planned by the lever planner and carried out by
+controller.service.round.levers; this module reads Slurm's pending reasons into its view.
 """
 from __future__ import annotations
 
@@ -25,14 +25,15 @@ import logging
 from typing import Callable, Iterable, Optional
 
 from controller.core.levers import sharing as rule
-from controller.core.levers.sharing import SharingBook, SharingView, hold_levers, plan_sharing, share_levers
+from controller.core.levers.sharing import SharingBook, SharingView
 from controller.service.round.accounting import numeric_id
 from controller.service.round.startable import slurm_wait
 from controller.service.acting.backend import Observation, ObservedJob
 from controller.core.levers.colocation import SharedGpu
 from controller.service.ops.config import Config
 from controller.service.acting.executor import LeverExecutor
-from controller.service.ops.report import RoundReport, entry
+from controller.service.ops.report import RoundReport
+from controller.service.round import levers
 
 log = logging.getLogger("tiresias.controller")
 
@@ -42,11 +43,13 @@ class GpuSharing:
     signature of its last logged share decision), ``held``, ``waiting``, ``placed``."""
 
     def __init__(self, config: Config, executor: LeverExecutor, log_once: Callable[[str], None] = log.warning,
-                 held: Iterable[str] = ()):
+                 held: Iterable[str] = (), book: Optional[SharingBook] = None):
+        """``book``: the LeverBook's (controller.core.levers.book), its holds loaded from
+        the store; otherwise a new one holding ``held``."""
         self.config = config
         self.executor = executor
         self.log_once = log_once
-        self.book = SharingBook(held)
+        self.book = book if book is not None else SharingBook(held)
 
     # the book's sets, under the names callers know
     logged = property(lambda self: self.book.logged)
@@ -55,38 +58,16 @@ class GpuSharing:
     placed = property(lambda self: self.book.placed)
 
     def apply(self, observation: Observation, report: RoundReport) -> None:
-        if not self.config.gpu_sharing:
-            return
-        try:
-            decisions = self.plan(observation)
-        except Exception as err:  # an optional layer: never lose the round over it
-            self.log_once(f"GPU sharing skipped: {type(err).__name__}: {err}")
-            return
-        for decision, lever in share_levers(decisions, report.round_id):
-            if isinstance(lever, dict):  # a decision without a lever (waits, advice): logged, nothing set
-                report.applied.append(lever)
-            else:
-                outcome = self.executor.apply(lever)
-                report.applied.append(entry(lever, applied=outcome.applied, detail=outcome.detail))
-            self.book.logged[decision.job_id] = decision.signature
-        for action in hold_levers(self.book, report.round_id, numeric_id):
-            outcome = self.executor.apply(action)
-            report.applied.append(entry(action, applied=outcome.applied, detail=outcome.detail))
-            self.book.settle_hold(action, outcome.failed)
-        self.book.end_round()
+        """The round's shares and holds (controller.service.round.levers.share)."""
+        levers.share(levers.planner_for(self.config), self, observation, report)
 
-    def plan(self, observation: Observation) -> list:
-        """The share decisions to log now (controller.core.levers.sharing.ShareDecision);
-        the notes are logged once."""
+    def view(self, observation: Observation) -> SharingView:
+        """What Slurm's pending reasons say of the pending MPS jobs (controller.core.levers.sharing.SharingView)."""
         mps_pending = [j for j in observation.jobs if j.mps > 0 and j.gpus <= 0 and j.state == "PENDING"]
-        view = SharingView(on_hold=frozenset(j.job_id for j in mps_pending if j.waits_for in ("admin_hold", "user_hold")),
+        return SharingView(on_hold=frozenset(j.job_id for j in mps_pending
+                                             if j.waits_for in ("admin_hold", "user_hold")),
                            user_hold=frozenset(j.job_id for j in mps_pending if j.waits_for == "user_hold"),
                            waits=frozenset(j.job_id for j in mps_pending if slurm_wait(j)))
-        planned = plan_sharing(observation.jobs, observation.nodes, self.config.colocation_policy(), self.book, view,
-                               numeric_id)
-        for note in planned.notes:
-            self.log_once(note)
-        return planned.decisions
 
 
 def shared_gpus(nodes, running: list[tuple[ObservedJob, int]], policy,

@@ -278,7 +278,7 @@ class RoundInput:
 
         A pending job carries its own --nodelist / --exclude / -N, which the plan's
         placement honours. A node list this controller wrote (a pin, kept in
-        Starts.pins) is not the job's own. Constraints Slurm would not hold together
+        Levers.pins) is not the job's own. Constraints Slurm would not hold together
         are left out (logged once): the job is then planned as any other, never the
         round lost."""
         preemptable, pinned = key[2], key[3]
