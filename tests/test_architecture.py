@@ -254,3 +254,78 @@ def test_private_checker_catches_imports_and_attributes(tmp_path):
         "controller/core/b.py:4: engine._place",
         "controller/core/b.py:4: a._helper",
     ]
+
+
+# -- the rooms as a graph: folders, files, arrows; none upward, no circle ------------
+# The service's sub-rooms are layered: each may import those before it, never one after
+# (the round drives everything; ops reads through the port; the port and its executor
+# keep rows in the state). The core's sub-packages (policies, levers) are the core's.
+SERVICE_LAYERS = ("state", "acting", "ops", "round")
+# room -> the rooms it may import (besides itself); slurm_plugin is the adapter: the core's
+# model and the service's port only.
+ROOM_RULES = {
+    "core": set(),
+    "replay": {"core"},
+    "partitions": {"core"},
+    **{f"service/{layer}": {"core", "partitions"} | {f"service/{below}" for below in SERVICE_LAYERS[:i]}
+       for i, layer in enumerate(SERVICE_LAYERS)},
+    "slurm_plugin": {"core", "service/acting"},
+    "cli": {"core", "replay", "partitions", "slurm_plugin", "checkpoint"} | {f"service/{x}" for x in SERVICE_LAYERS},
+}
+
+
+def room_of(path: Path, root: Path = ROOT) -> str:
+    parts = path.relative_to(root).parts
+    if parts[0] == "slurm_plugin":
+        return "slurm_plugin"
+    if len(parts) < 3:
+        return parts[1].removesuffix(".py")  # controller/checkpoint.py
+    if parts[1] == "service" and len(parts) > 3:
+        return f"service/{parts[2]}"
+    return parts[1]
+
+
+def room_graph(root: Path = ROOT) -> tuple[dict[str, int], dict[str, int], dict[tuple[str, str], int]]:
+    """(folders -> files, rooms -> files, (room, room) -> imports) of controller/ and slurm_plugin/."""
+    modules = _project_modules(root)
+    folders: dict[str, int] = {}
+    rooms: dict[str, int] = {}
+    arrows: dict[tuple[str, str], int] = {}
+    for name, path in modules.items():
+        folder = str(path.parent.relative_to(root))
+        folders[folder] = folders.get(folder, 0) + 1
+        room = room_of(path, root)
+        rooms[room] = rooms.get(room, 0) + 1
+        for _, target in _project_imports(path, modules):
+            other = room_of(modules[target], root)
+            if other != room:
+                arrows[(room, other)] = arrows.get((room, other), 0) + 1
+    return folders, rooms, arrows
+
+
+def test_rooms_import_downward_only_and_in_no_circle():
+    folders, rooms, arrows = room_graph()
+    upward = sorted(f"{a} -> {b} ({n})" for (a, b), n in arrows.items()
+                    if a in ROOM_RULES and b not in ROOM_RULES[a])
+    circles = sorted(f"{a} <-> {b}" for (a, b) in arrows if (b, a) in arrows and a < b)
+    print(f"\n{len(folders)} folders, {sum(folders.values())} files, {len(rooms)} rooms, "
+          f"{len(arrows)} arrows between rooms, {len(upward)} upward, {len(circles)} circles")
+    for (a, b), n in sorted(arrows.items()):
+        print(f"  {a} -> {b}: {n}")
+    assert set(rooms) <= set(ROOM_RULES) | {"__init__", "checkpoint", "service"}, sorted(rooms)  # package markers
+    assert not upward, upward
+    assert not circles, circles
+
+
+def test_room_graph_sees_an_upward_arrow(tmp_path):
+    root = _tree(tmp_path, {
+        "controller/__init__.py": "",
+        "controller/service/__init__.py": "",
+        "controller/service/acting/__init__.py": "",
+        "controller/service/acting/port.py": "from controller.service.round.daemon import Controller\n",
+        "controller/service/round/__init__.py": "",
+        "controller/service/round/daemon.py": "from controller.service.acting.port import x\n",
+    })
+    _, rooms, arrows = room_graph(root)
+    assert arrows == {("service/acting", "service/round"): 1, ("service/round", "service/acting"): 1}
+    assert "service/round" not in ROOM_RULES["service/acting"]

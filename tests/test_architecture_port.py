@@ -8,7 +8,7 @@ from pathlib import Path
 
 from controller.core.levers.table import LEVERS
 from controller.service.acting.backend import Backend
-from controller.service.ops.config import MODES
+from controller.service.acting.executor import MODES
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "controller"

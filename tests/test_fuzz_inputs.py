@@ -481,7 +481,7 @@ def test_fuzz_scontrol_text(rows):
 @within_10s
 def test_fuzz_signal_specs_and_job_ids(spec, job_id):
     from controller import checkpoint
-    from controller.service.round.accounting import numeric_id
+    from controller.service.acting.backend import numeric_id
     from controller.service.round.contract import parse_signal_spec
 
     CASES["slurm"] += 1

@@ -19,8 +19,8 @@ import pytest
 from controller.cli.main import main
 from controller.service.acting.backend import BackendReader, BackendUnavailable
 from controller.service.ops.preflight import Pending, at_start
-from controller.service.ops.slurm_conf import (PRIORITY_WEIGHTS, check, exit_codes, parse_show_config,
-                                               parse_show_partitions)
+from controller.service.ops.slurm_conf import PRIORITY_WEIGHTS, check, exit_codes, parse_show_partitions
+from controller.service.acting.backend import parse_show_config
 from tests.slurm_fixtures import slurm_cluster  # noqa: F401  (pytest fixture)
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "slurm" / "22.05"

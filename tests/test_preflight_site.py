@@ -21,7 +21,8 @@ from controller.cli.main import main
 from controller.service.acting.backend import BackendReader
 from controller.service.ops.preflight import at_start
 from controller.service.ops.queue_census import queue_findings, unmodelled_source
-from controller.service.ops.slurm_conf import check, parse_show_config, parse_show_partitions
+from controller.service.ops.slurm_conf import check, parse_show_partitions
+from controller.service.acting.backend import parse_show_config
 from controller.service.ops.unmodelled import Census
 from slurm_plugin.backend import SlurmBackend
 from slurm_plugin.commands import CommandResult

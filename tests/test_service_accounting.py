@@ -4,7 +4,9 @@ import dataclasses
 
 import pytest
 
-from controller.service.round.accounting import Accounts, numeric_id
+from controller.service.round.accounting import Accounts
+
+from controller.service.acting.backend import numeric_id
 from controller.service.acting.backend import Observation
 from tests.test_controller import ScriptedBackend, store  # noqa: F401  (fixture)
 

@@ -5,7 +5,8 @@ with the scripted backend; the real-Slurm facts are in tests/test_slurm_native_p
 from dataclasses import replace
 
 from controller.core.levers.bands import running_site_factors, site_factors
-from controller.service.ops.slurm_conf import check, parse_show_config
+from controller.service.ops.slurm_conf import check
+from controller.service.acting.backend import parse_show_config
 from tests.test_controller import ScriptedBackend, controller, store  # noqa: F401  (fixture)
 
 BAND = 100000

@@ -6,7 +6,7 @@ import dataclasses
 import pytest
 
 from controller.service.acting.backend import ObservedJob
-from controller.service.round.startable import slurm_wait as controller_wait
+from controller.service.acting.backend import slurm_wait as controller_wait
 from slurm_plugin.reasons import STARTABLE_REASONS, judged
 from tests.test_controller import ScriptedBackend, controller, store  # noqa: F401  (pytest fixture)
 

@@ -3,7 +3,7 @@ new jobs sorted in (one by one, or all again when many come), ended ones dropped
 always the order of (first-sight submit time, numeric job id)."""
 import random
 
-from controller.service.round.accounting import numeric_id
+from controller.service.acting.backend import numeric_id
 from controller.service.round.submit_order import SORTED_AGAIN_ABOVE, SubmitOrder
 
 

@@ -22,8 +22,9 @@ import os
 import sys
 import time
 
-from controller.service.round.accounting import (ACTIVE_STATES, CENSORED_SAMPLE_STATES, COMPLETE_SAMPLE_STATES,
-                                           TRANSIENT_STATES)
+from controller.service.round.accounting import CENSORED_SAMPLE_STATES, COMPLETE_SAMPLE_STATES
+
+from controller.service.acting.backend import ACTIVE_STATES, TRANSIENT_STATES
 from controller.service.ops.config import DEFAULT_PATH, load
 from controller.core.inputs import shorten
 from controller.core.model import InputError

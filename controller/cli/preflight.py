@@ -53,7 +53,8 @@ def run(args) -> int:
     from controller.service.acting.backend import BackendUnavailable
     from controller.service.ops.preempt_qos import installed_cli_filter_findings, parse_qos, qos_findings
     from controller.service.ops.queue_census import queue_census, queue_findings
-    from controller.service.ops.slurm_conf import Finding, check, parse_show_config, parse_show_partitions
+    from controller.service.ops.slurm_conf import Finding, check, parse_show_partitions
+    from controller.service.acting.backend import parse_show_config
     from controller.service.ops.qos_limits import parse_default_qos, parse_qos_limits, qos_limit_findings
 
     config = load(args.config, {})

@@ -12,7 +12,8 @@ import sys
 import threading
 
 from controller.cli import argtypes
-from controller.service.ops.config import DEFAULT_PATH, MODES, load
+from controller.service.ops.config import DEFAULT_PATH, load
+from controller.service.acting.executor import MODES
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

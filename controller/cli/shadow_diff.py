@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from controller.cli import argtypes
 from controller.cli import queue as cmd_queue
 from controller.cli.reports import emit, format_plain_table
-from controller.service.round.accounting import numeric_id
+from controller.service.acting.backend import numeric_id
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -8,6 +8,7 @@ never branches inside policies.
 from __future__ import annotations
 
 import abc
+from functools import lru_cache
 from dataclasses import dataclass, field
 from typing import Callable, Container, Iterable, Mapping, Optional
 
@@ -282,3 +283,48 @@ def unmodelled_fields(reasons: Iterable[tuple[str, str]]) -> dict:
 # QOS name in a backend's qos_limits() and qos_limit_table() text (controller.service.ops.qos_limits)
 QOS_LIMIT_FIELDS = ("MaxTRESPerUser", "MaxTRESPerAccount", "MaxTRES", "MaxTRESPerNode", "MaxWall",
                     "MaxJobsPerUser", "MaxSubmitJobsPerUser", "GrpTRES", "GrpJobs", "GrpSubmitJobs", "UsageFactor")
+
+
+# The states of a job this controller still tracks (the port's ObservedJob.state words).
+ACTIVE_STATES = {"PENDING", "RUNNING"}
+# Still holding resources or about to: neither schedulable nor finished.
+TRANSIENT_STATES = {"COMPLETING", "CONFIGURING", "SUSPENDED", "REQUEUED", "RESIZING", "SIGNALING", "STAGE_OUT"}
+
+
+@lru_cache(maxsize=1 << 17)  # every round sorts every active job by it
+def numeric_id(job_id: str) -> tuple:
+    """Sort key: Slurm job ids by number, array tasks ("12_3") after their head."""
+    head, _, tail = job_id.partition("_")
+    return (int(head) if head.isascii() and head.isdigit() and len(head) <= 30 else 0, tail, job_id)
+
+
+# Which pending jobs the cluster manager would start now, from the port's neutral waits_for.
+# the waits a preemption may end (ObservedJob.waits_for)
+STARTABLE_WAITS = frozenset({"resources", "begin_time_after_requeue"})
+# slurm_wait's word for a job the scheduler has not judged yet (ObservedJob.waits_for "unjudged")
+UNJUDGED = "unjudged"
+
+
+def slurm_wait(job: ObservedJob) -> str:
+    """What a pending ``job`` waits on that no preemption lifts, in the cluster manager's
+    word (its reason; UNJUDGED for a job its scheduler has not looked at yet), or '' when
+    it would start once GPUs are free."""
+    if job.waits_for in STARTABLE_WAITS:
+        return ""
+    if job.waits_for == UNJUDGED:
+        return UNJUDGED
+    return job.reason or job.waits_for
+
+
+# The grammar of the slurm_config() answer (the reader's text), read by preflight and restore.
+def parse_show_config(text: str) -> dict[str, str]:
+    """``Key = Value`` lines of `scontrol show config` as a dict (other lines, such as
+    section titles and the ping line at the end, are skipped). Values are stripped."""
+    settings: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        key = key.strip()
+        if not sep or not key or " " in key:
+            continue
+        settings.setdefault(key, value.strip())
+    return settings

@@ -26,12 +26,12 @@ from controller.core.actions import LeverAction, SetBand
 from controller.core.levers.table import BAND_LEVER, LEVERS, Lever
 from controller.core.model import InputError
 from controller.service.acting.backend import BackendUnavailable, LeverRelay, LeverTarget
-from controller.service.ops.config import MODES
 from controller.service.state.decision_log import ShadowRepeats
 from controller.service.state.store import StoreError
 
 log = logging.getLogger("tiresias.executor")
 
+MODES = ("observe", "shadow", "enforce")  # the run modes; this module alone branches on them
 SHADOW_MEMORY = 200  # would-calls kept for inspection (tests, `tiresias shadow-diff`); older ones are counted only
 T = TypeVar("T")
 

@@ -39,13 +39,13 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from controller.core.levers.table import BY_NAME
-from controller.service.round.accounting import ACTIVE_STATES, TRANSIENT_STATES, numeric_id
+from controller.service.acting.backend import ACTIVE_STATES, TRANSIENT_STATES, numeric_id
 from controller.core.levers.comments import ours_in, site_part
 from controller.service.acting.executor import acts
 from controller.service.acting.backend import (
     Backend, BackendUnavailable, LeverRelay, LeverTarget, ObservedJob,
 )
-from controller.service.ops.slurm_conf import parse_show_config
+from controller.service.acting.backend import parse_show_config
 from controller.service.state.store import Store
 
 log = logging.getLogger("tiresias.restore")

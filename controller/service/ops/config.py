@@ -17,9 +17,9 @@ from controller.core.inputs import BadValue, check_float, check_int, check_text,
 from controller.core.engine import check_thresholds
 from controller.core.model import InputError
 from controller.core.policies import CONTROLLER_POLICIES
+from controller.service.acting.executor import MODES  # the executor holds the mode
 
 DEFAULT_PATH = "/etc/tiresias/tiresias.yaml"
-MODES = ("observe", "shadow", "enforce")
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,8 @@ from controller.service.acting.backend import Backend, BackendUnavailable
 from controller.service.acting.executor import acts
 from controller.service.ops.preempt_qos import installed_cli_filter_findings, parse_qos, qos_findings
 from controller.service.ops.qos_limits import parse_default_qos, parse_qos_limits, qos_limit_findings
-from controller.service.ops.slurm_conf import Finding, check, parse_show_config, parse_show_partitions
+from controller.service.ops.slurm_conf import Finding, check, parse_show_partitions
+from controller.service.acting.backend import parse_show_config
 
 
 def run_checks(backend: Backend, site_factor_band: int, requeue_exit_code: int,

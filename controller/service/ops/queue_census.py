@@ -9,7 +9,7 @@ from controller.core.model import Node
 from controller.service.acting.backend import ObservedJob
 from controller.service.ops.slurm_conf import UNSET, Finding
 from controller.service.ops.unmodelled import NOT_REORDERING_SHARE, REASONS, Census, census
-from controller.service.round.startable import slurm_wait
+from controller.service.acting.backend import slurm_wait
 
 # Where each unmodelled reason comes from, for an admin: the job option, or the
 # slurm.conf line when `scontrol show config` shows one that fills it into jobs.

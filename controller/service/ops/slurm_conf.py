@@ -83,19 +83,6 @@ class Finding:
         return self.line() if self.refuses else f"warning: {self.line()}"
 
 
-def parse_show_config(text: str) -> dict[str, str]:
-    """``Key = Value`` lines of `scontrol show config` as a dict (other lines, such as
-    section titles and the ping line at the end, are skipped). Values are stripped."""
-    settings: dict[str, str] = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition("=")
-        key = key.strip()
-        if not sep or not key or " " in key:
-            continue
-        settings.setdefault(key, value.strip())
-    return settings
-
-
 def exit_codes(spec: str) -> set[int]:
     """``RequeueExit`` as a set of codes: "85", "1-9,18", "(null)" -> empty. Raises ValueError."""
     codes: set[int] = set()

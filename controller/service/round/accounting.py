@@ -8,18 +8,15 @@ for the Gittins policies.
 from __future__ import annotations
 
 import logging
-from functools import lru_cache
 from typing import Callable, Optional
 
 from controller.core.hints import parse_skew_hint  # the one hint grammar (controller.core.hints)
 from controller.partitions.moves import allowed_after_observation
-from controller.service.acting.backend import Observation, ObservedJob
+from controller.service.acting.backend import ACTIVE_STATES, TRANSIENT_STATES, Observation, ObservedJob, numeric_id
 from controller.service.state.store import JobRecord, Store
 
 log = logging.getLogger("tiresias.controller")
 
-ACTIVE_STATES = {"PENDING", "RUNNING"}
-# Still holding resources or about to: neither schedulable nor finished.
 # How an ended job's attained service counts as a sample of the service distribution:
 # it ran to its own end (complete), or it was cut short (censored: it needed more).
 # GONE is a job that left Slurm's memory while unseen: its end is unknown.
@@ -36,16 +33,8 @@ CENSORED_SAMPLE_STATES = {"CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "DEA
 # service is not a pending job's). Running jobs are written every round: one that
 # ended unseen is credited at most gone_credit_s from its stored time.
 CLOCKS_EVERY_ROUNDS = 8
-TRANSIENT_STATES = {"COMPLETING", "CONFIGURING", "SUSPENDED", "REQUEUED", "RESIZING", "SIGNALING", "STAGE_OUT"}
 _NOT_ENDED = frozenset(ACTIVE_STATES | TRANSIENT_STATES)
 # Which pending jobs Slurm would start (the rest wait in the plan): controller.service.round.startable.
-
-
-@lru_cache(maxsize=1 << 17)  # every round sorts every active job by it
-def numeric_id(job_id: str) -> tuple:
-    """Sort key: Slurm job ids by number, array tasks ("12_3") after their head."""
-    head, _, tail = job_id.partition("_")
-    return (int(head) if head.isascii() and head.isdigit() and len(head) <= 30 else 0, tail, job_id)
 
 
 class Accounts:

@@ -36,7 +36,8 @@ from controller.service.acting.executor import LeverExecutor
 from controller.service.acting.restore import HOLD
 from controller.service.ops.config import Config
 from controller.service.ops.report import RoundReport, entry
-from controller.service.round.accounting import ACTIVE_STATES, TRANSIENT_STATES, Accounts, numeric_id
+from controller.service.round.accounting import Accounts
+from controller.service.acting.backend import ACTIVE_STATES, TRANSIENT_STATES, numeric_id
 from controller.service.round.snapshot import lever_view
 
 # The families' service modules (round.preemption, .handoff, .partition_moves, .sharing:

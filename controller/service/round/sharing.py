@@ -26,8 +26,8 @@ from typing import Callable, Iterable, Optional
 
 from controller.core.levers import sharing as rule
 from controller.core.levers.sharing import SharingBook, SharingView
-from controller.service.round.accounting import numeric_id
-from controller.service.round.startable import slurm_wait
+from controller.service.acting.backend import numeric_id
+from controller.service.acting.backend import slurm_wait
 from controller.service.acting.backend import Observation, ObservedJob
 from controller.core.levers.colocation import SharedGpu
 from controller.service.ops.config import Config

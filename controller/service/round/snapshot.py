@@ -21,8 +21,9 @@ from controller.core.policies import PolicyContext
 from controller.service.acting.backend import Observation, ObservedJob
 from controller.service.ops.qos_gate import wait_text as qos_wait_text
 from controller.service.ops.unmodelled import Census, census
-from controller.service.round.accounting import ACTIVE_STATES
-from controller.service.round.startable import UNJUDGED, add_waiting, slurm_wait
+from controller.service.acting.backend import ACTIVE_STATES
+from controller.service.round.startable import add_waiting
+from controller.service.acting.backend import UNJUDGED, slurm_wait
 
 
 @dataclass

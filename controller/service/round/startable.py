@@ -15,24 +15,7 @@ from controller.core.model import JobState
 from controller.core.plan import Plan
 from controller.core.policies import Policy, PolicyContext
 from controller.core.round_writer import list_after
-from controller.service.acting.backend import ObservedJob
-
-# the waits a preemption may end (ObservedJob.waits_for)
-STARTABLE_WAITS = frozenset({"resources", "begin_time_after_requeue"})
-# slurm_wait's word for a job the scheduler has not judged yet (ObservedJob.waits_for "unjudged")
-UNJUDGED = "unjudged"
-
-
-def slurm_wait(job: ObservedJob) -> str:
-    """What a pending ``job`` waits on that no preemption lifts, in the cluster manager's
-    word (its reason; UNJUDGED for a job its scheduler has not looked at yet), or '' when
-    it would start once GPUs are free."""
-    if job.waits_for in STARTABLE_WAITS:
-        return ""
-    if job.waits_for == UNJUDGED:
-        return UNJUDGED
-    return job.reason or job.waits_for
-
+from controller.service.acting.backend import UNJUDGED
 
 def add_waiting(plan: Plan, waiting: Iterable[JobState], reasons: dict[str, str], policy: Policy,
                 ctx: PolicyContext) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import bisect
 from typing import Callable, Iterable, Mapping
 
-from controller.service.round.accounting import numeric_id
+from controller.service.acting.backend import numeric_id
 
 SORTED_AGAIN_ABOVE = 256  # more new jobs in a round than this: all sorted again (one C-level sort)
 
