@@ -348,6 +348,14 @@ class SlurmCommands:
         self._lever(["scontrol", "update", f"JobId={job_id}", f"Partition={partition}"],
                     f"move job {job_id} to partition {partition}")
 
+    def set_nice(self, job_id: str, nice: int) -> None:
+        """``scontrol update JobId=N Nice=V``: slurmctld lowers the job's priority by V
+        (an operator, as the controller is, may set any of -2147483645..2147483645)."""
+        job_id = self._task_id(job_id)
+        if isinstance(nice, bool) or not isinstance(nice, int) or not -2147483645 <= nice <= 2147483645:
+            raise ValueError(f"job {job_id}: Nice must be an int in -2147483645..2147483645, got {nice!r}")
+        self._lever(["scontrol", "update", f"JobId={job_id}", f"Nice={nice}"], f"Nice={nice} of job {job_id}")
+
     def set_admin_comment(self, job_id: str, text: str) -> None:
         """``scontrol update JobId=N AdminComment=TEXT`` (one argument, no shell: spaces
         and '=' inside TEXT are kept). One line, printable, at most

@@ -11,6 +11,8 @@ import pytest
 from controller.cli import queue as cmd_queue
 from controller.cli.main import main
 from controller.core import actions as A
+from controller.core.levers.nice import SetNice
+from controller.core.levers.table import LEVER_ACTIONS
 from controller.core.model import InputError
 from controller.service.acting.backend import Backend, BackendUnavailable
 from controller.service.acting.executor import LEVERS, SHADOW_MEMORY, LeverExecutor, ReadOnlyBackend, ShadowMemory
@@ -29,6 +31,7 @@ EXAMPLES = [
     (A.Signal("r1.2.signal", "7", "USR1", True, reason="checkpoint", cause_id="r1.2"), ("signal", "7", "USR1", True)),
     (A.Requeue("r2.q1", "7", reason="grace over", cause_id="r1.2"), ("requeue", "7")),
     (A.SetAdminComment("r1.c1", "7", "[tiresias: queue 1/2]"), ("set_admin_comment", "7", "[tiresias: queue 1/2]")),
+    (SetNice("r1.n1", "7", 5000, reason="last queue"), ("set_nice", "7", 5000)),
 ]
 
 
@@ -37,11 +40,11 @@ def carry(executor, action):
 
 
 def test_every_lever_type_has_one_table_entry_naming_a_method_of_the_backend_port():
-    assert {type(a) for a, _ in EXAMPLES} == set(A.LEVER_ACTIONS)
-    assert set(LEVERS) == set(A.LEVER_ACTIONS) - {A.SetBand}  # SetBand: one batched call per round
+    assert {type(a) for a, _ in EXAMPLES} == set(LEVER_ACTIONS)
+    assert set(LEVERS) == set(LEVER_ACTIONS) - {A.SetBand}  # SetBand: one batched call per round
     port = {name for name in dir(Backend) if not name.startswith("_")}
     assert {lever.name for lever in LEVERS.values()} <= port
-    for action_type in A.LEVER_ACTIONS:  # each carries its id, reason and cause
+    for action_type in LEVER_ACTIONS:  # each carries its id, reason and cause
         assert {"decision_id", "job_id", "reason", "cause_id"} <= {f.name for f in dataclasses.fields(action_type)}
 
 

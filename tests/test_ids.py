@@ -26,7 +26,7 @@ def test_two_kinds_never_share_a_prefix():
 
 def test_an_unknown_kind_is_refused():
     with pytest.raises(KeyError):
-        ids.decision_id(1, "nice", 1)
+        ids.decision_id(1, "no_such_kind", 1)  # ("nice" is a kind now: SetNice)
 
 
 # an f-string that builds "r<round>." or "<id>.<suffix>" by hand

@@ -118,5 +118,4 @@ class SetAdminComment(LeverActionBase):
 
 LeverAction = Union[SetBand, PinNodes, UnpinNodes, ReleaseBeginTime, MovePartition, SetMpsShare, Signal, Requeue,
                     SetAdminComment]
-LEVER_ACTIONS: tuple[type, ...] = (SetBand, PinNodes, UnpinNodes, ReleaseBeginTime, MovePartition, SetMpsShare,
-                                   HoldJob, ReleaseHold, Signal, Requeue, SetAdminComment)
+# Every lever action type: controller.core.levers.table.LEVER_ACTIONS (SetBand and the LEVERS rows).

@@ -21,6 +21,7 @@ ROUND_PREFIXES = {
     "release_hold": "kr",  # ReleaseHold
     "handoff": "h",  # a handoff checked (did the preempting job start)
     "comment": "c",  # SetAdminComment
+    "nice": "n",  # SetNice (controller.core.levers.nice)
     "slurm_start": "slurm",  # the simulated slurmctld's own starts
     "slurm_preempt": "slurmpre",  # the simulated slurmctld's own preemptions (preempt/qos)
     "slurm_requeue": "sq",  # slurmctld's requeue of a victim left to it, observed (preemption: slurm)

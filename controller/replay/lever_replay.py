@@ -28,7 +28,7 @@ policies that read one (dgittins) plan without it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Optional
+from typing import Iterable, Mapping, Optional
 
 from controller.core.actions import LeverAction, SetBand
 from controller.core.engine import Engine
@@ -37,7 +37,7 @@ from controller.core.levers.book import Done, LeverBook
 from controller.core.levers.handoffs import ClusterView, HandoffBook, Needs
 from controller.core.levers.planner import LeverPlanner
 from controller.core.levers.preemption import OpenPreemption, PreemptionBook, VictimView
-from controller.core.levers.table import LEVERS
+from controller.core.levers.table import LEVERS, SETTINGS
 from controller.core.levers.view import LeverConfig, LeverView
 from controller.core.model import InputError, JobSpec, JobState, Snapshot
 from controller.core.placement import set_aside
@@ -61,6 +61,7 @@ class LeverSettings:
     # Slurm's RPC budget for the bands (controller.core.levers.RpcBudget; 0: none)
     slurm_rpc_per_s: float = 1.0
     slurm_rpc_burst: int = 20
+    table_settings: Mapping[str, object] = field(default_factory=dict)  # the table's families' (LeverConfig.settings)
 
 
 @dataclass
@@ -153,7 +154,7 @@ class LeverRound:
             by_index=engine.policy.bands_by_index, consolidate=cfg.placement == "consolidate",
             pack_limit=cfg.pack_limit, pin_expiry_s=settings.pin_expiry_s,
             requeue_settle_s=settings.requeue_settle_s, requeue_ended=False,
-            handoff_timeout_s=settings.handoff_timeout_s))
+            handoff_timeout_s=settings.handoff_timeout_s, settings={**SETTINGS, **settings.table_settings}))
         # every victim's view: the workload's declared signal, the replay's grace
         self.victim_view = VictimView("", settings.signal_name, settings.batch_only, settings.signal_name, grace_s)
 
@@ -213,7 +214,7 @@ class LeverRound:
         if levers.bands:
             self.apply_bands(levers.bands)
             done.bands = _Outcome(True)
-        for lever in [*levers.start_levers(), *levers.unpins]:
+        for lever in [*levers.start_levers(), *levers.unpins, *levers.table_levers]:
             done.by_id[lever.decision_id] = _Outcome(self.apply(lever))
         for job_id, stopped in levers.stopped_seen.items():
             self.stopped_at.setdefault(job_id, stopped)

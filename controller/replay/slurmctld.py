@@ -174,7 +174,7 @@ class SimSlurm(LeverTarget):
     backend port (controller.service.acting.backend), carried out on a SimCluster.
 
     ``site_factor``, ``pins`` (ReqNodeList), ``held`` (requeued, BeginTime not yet
-    released), ``partition``, ``mps_share``, ``admin_comment``: what the levers set;
+    released), ``partition``, ``mps_share``, ``admin_comment``, ``nice``: what the levers set;
     ``leaving``: signalled jobs (signalled at, when their work ends if not requeued first)."""
 
     def __init__(self, cluster: SimCluster, jobs: Iterable[JobState]):
@@ -189,6 +189,7 @@ class SimSlurm(LeverTarget):
         self.partition: dict[str, str] = {}
         self.mps_share: dict[str, int] = {}
         self.admin_comment: dict[str, str] = {}
+        self.nice: dict[str, int] = {}  # set_nice(): taken off the job's start priority
         self.leaving: dict[str, tuple[float, float]] = {}
         self.ended: list[JobState] = []  # ended at a requeue, not yet told to the loop
 
@@ -215,6 +216,12 @@ class SimSlurm(LeverTarget):
     def move_partition(self, job_id: str, partition: str) -> None:
         self._pending_job(job_id)
         self.partition[job_id] = partition
+
+    def set_nice(self, job_id: str, nice: int) -> None:
+        """Nice: slurmctld takes it off the job's priority (its start order below)."""
+        if job_id not in self.by_id:
+            raise RuntimeError(f"job {job_id} is not known")
+        self.nice[job_id] = nice
 
     def set_mps_share(self, job_id: str, shares: int) -> None:
         self._pending_job(job_id)
@@ -292,7 +299,8 @@ class SimSlurm(LeverTarget):
 
         start_walk([job for job_id, job in self.pending.items()
                     if job_id not in self.held and job_id not in self.admin_held],
-                   by_site_factor(lambda job: self.site_factor.get(job.job_id, 0), lambda job: job.spec.submit_time_s,
+                   by_site_factor(lambda job: self.site_factor.get(job.job_id, 0) - self.nice.get(job.job_id, 0),
+                                  lambda job: job.spec.submit_time_s,
                                   lambda job: job.index), place, start)
         return started
 

@@ -11,8 +11,9 @@ Every family's book is held here (``LeverBook``): the bands sent, the pins, the 
 budget, the AdminComment lines (CommentBook), the open preemptions (PreemptionBook: the
 service reads them from its store's open rows each round), the victims left to
 slurmctld (SlurmBook), the handoffs (HandoffBook), the partition moves' cool-downs
-(MoveBook) and GPU sharing's holds (SharingBook); each class stays in its family's
-module, beside its rule.
+(MoveBook), GPU sharing's holds (SharingBook) and the lever table's families'
+(``recorded``: the jobs each holds a lever on, by lever name); each class stays in its
+family's module, beside its rule.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from controller.core.levers.handoffs import HandoffBook
 from controller.core.levers.moves import MoveBook
 from controller.core.levers.preemption import PreemptionBook, SlurmBook
 from controller.core.levers.sharing import SharingBook
+from controller.core.levers.table import LEVERS
 
 
 class Outcome(Protocol):
@@ -70,7 +72,7 @@ class LeverBook:
 
     def __init__(self, rpc: RpcBudget, pins: Optional[dict[str, float]] = None,
                  pin_causes: Optional[dict[str, str]] = None, comments: Any = None,
-                 held: Iterable[str] = ()):
+                 held: Iterable[str] = (), recorded: Optional[dict[str, dict[str, str]]] = None):
         self.bands_sent: dict[str, int] = {}
         self.pins: dict[str, float] = pins if pins is not None else {}
         self.pin_causes: dict[str, str] = pin_causes if pin_causes is not None else {}
@@ -82,6 +84,9 @@ class LeverBook:
         self.handoffs = HandoffBook()
         self.moves = MoveBook()
         self.holds = SharingBook(held)
+        # the table's families' books (a row's ``plan``/``settle``), by lever name: the
+        # service starts them from its store's recorded rows (RecordingBackend's)
+        self.recorded: dict[str, dict[str, str]] = {name: dict(rows) for name, rows in (recorded or {}).items()}
 
     def settle(self, levers, done: Done) -> BookDelta:
         """Book what the executor did of ``levers`` (a LeverPlan): the bands sent when
@@ -110,6 +115,14 @@ class LeverBook:
         if levers.comments or levers.comment_due:
             self.comments.settle(levers.comments, levers.comment_keys, levers.comment_due,
                                  lambda action: bool(getattr(done.of(action), "applied", False)), levers.now)
+        if levers.table_levers:
+            by_type: dict[type, list] = {}
+            for action in levers.table_levers:
+                by_type.setdefault(type(action), []).append(action)
+            for kind, actions in by_type.items():
+                settle = LEVERS[kind].settle
+                if settle is not None:
+                    settle(self, actions, done)
         return delta
 
     def _drop_pin(self, job_id: str, delta: BookDelta) -> None:
@@ -123,6 +136,8 @@ class LeverBook:
         self.bands_sent.pop(job_id, None)
         self.moves.forget(job_id)
         self.slurm.forget(job_id)
+        for rows in self.recorded.values():  # the table's families' (their store rows are pruned)
+            rows.pop(job_id, None)
         if self.comments is not None:
             self.comments.forget(job_id)
 

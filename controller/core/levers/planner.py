@@ -11,7 +11,9 @@ service (controller.service.round.levers carries its plan out) and in the simula
 Planned here: the SiteFactor bands of the GPU, CPU-only, MPS-only and (``preemption:
 slurm``) running jobs within Slurm's RPC budget (controller.core.levers.bands), the
 starts' pins and BeginTime releases and the pins' expiry (controller.core.levers.starts),
-and the AdminComment lines (controller.core.levers.comments, ``comments``: planned last).
+the phases of the lever table's families (a row's ``plan``: controller.core.levers.table.
+PHASES, so a new family registers in its row, not here), and the AdminComment lines
+(controller.core.levers.comments, ``comments``: planned last).
 The other families are phases of the same planner, called in the round's order by its
 two callers (controller.service.round.levers, controller.replay.lever_replay) where a
 phase needs what the executor did in the one before (a victim's signal delivered before
@@ -41,6 +43,7 @@ from controller.core.levers.handoffs import HandoffBook, HandoffEvent
 from controller.core.levers.preemption import PreemptionBook, Resolution, SlurmBook, VictimStep, VictimView
 from controller.core.levers.sharing import ShareDecision, SharingBook, SharingView
 from controller.core.levers.starts import START_DETAIL, plan_starts, plan_unpins
+from controller.core.levers.table import PHASES
 from controller.core.levers.view import LeverConfig, LeverView
 from controller.core.plan import Plan, Preempt
 
@@ -66,6 +69,7 @@ class LeverPlan:
     comments: list[SetAdminComment] = field(default_factory=list)
     comment_keys: dict[str, tuple] = field(default_factory=dict)  # job id -> the line's urgent key
     comment_due: list[tuple] = field(default_factory=list)  # the due refreshes looked at (CommentBook.settle)
+    table_levers: list[LeverAction] = field(default_factory=list)  # the table's phases' (table.PHASES)
 
     def pins(self) -> list[PinNodes]:
         return [part for _, parts in self.starts for part in parts if isinstance(part, PinNodes)]
@@ -76,7 +80,11 @@ class LeverPlan:
 
     def actions(self) -> list[LeverAction]:
         """Every lever of the plan, in the order carried out."""
-        return [*self.bands, *self.start_levers(), *self.unpins, *self.comments]
+        return [*self.bands, *self.start_levers(), *self.unpins, *self.table_levers, *self.comments]
+
+    def one_by_one(self) -> list[LeverAction]:
+        """The levers carried out one call each, in order (all but the bands' batch)."""
+        return [*self.start_levers(), *self.unpins, *self.table_levers, *self.comments]
 
     def entries(self, done: Done) -> list[tuple]:
         """The decisions the round report gets, as (action, applied, detail): each start
@@ -93,9 +101,9 @@ class LeverPlan:
                     details.append(outcome.detail if outcome is not None else "")
                     applied = applied or bool(outcome is not None and outcome.applied)
             rows.append((start, applied, "; ".join(details)))
-        for unpin in self.unpins:
-            outcome = done.of(unpin)
-            rows.append((unpin, bool(outcome and outcome.applied), outcome.detail if outcome else ""))
+        for lever in [*self.unpins, *self.table_levers]:
+            outcome = done.of(lever)
+            rows.append((lever, bool(outcome and outcome.applied), outcome.detail if outcome else ""))
         return rows
 
 
@@ -125,6 +133,9 @@ class LeverPlanner:
         if new:
             pins = {**pins, **{pin.job_id: pin.expires_s for pin in new}}
         out.unpins, out.pins_forgotten = plan_unpins(plan.round_id, view, pins, book.pin_causes)
+        # 4. the table's families (controller.core.levers.table.PHASES: a row's ``plan``)
+        for lever in PHASES:
+            out.table_levers.extend(lever.plan(plan, view, book, cfg, plan.round_id))
         return out
 
     def comments(self, plan: Optional[Plan], view: LeverView, book: LeverBook, ids=None) -> LeverPlan:

@@ -1,5 +1,5 @@
 """What an executor acts on: ``LeverTarget``, one abstract method per row of the lever table
-(controller.core.levers.table: LEVERS and BAND_LEVER), the lever half of the service's backend
+(controller.core.levers.table: LEVERS and BAND_LEVER, generated from the rows), the lever half of the service's backend
 port (controller.service.acting.backend.Backend) and what the simulated slurmctld implements;
 ``LeverRelay``, a target whose lever methods are generated from the table. Pure."""
 from __future__ import annotations
@@ -7,53 +7,27 @@ from __future__ import annotations
 import abc
 from typing import Callable
 
-from controller.core.levers.table import LEVER_NAMES
+from controller.core.levers.table import BAND_LEVER, LEVER_NAMES, LEVERS
 
 
 class LeverTarget(abc.ABC):
     """What an executor acts on: one method per row of controller.core.levers.table
-    (LEVERS and BAND_LEVER), with the row's name and arguments."""
+    (LEVERS and BAND_LEVER), with the row's name and arguments; each an abstract method
+    generated from its row (its docstring the row's ``doc``), so a new row needs none here."""
 
-    @abc.abstractmethod
-    def set_site_factors(self, factors: dict[str, int]) -> None:
-        """Set SiteFactor for each job id (batched: one call per distinct value); an
-        ArrayJobId's value is for the tasks in its pending record (ObservedJob.band_id)."""
 
-    @abc.abstractmethod
-    def pin_nodes(self, job_id: str, nodes: list[str]) -> None:
-        """ReqNodeList= for a pending job; an empty list clears it."""
+def _abstract(name: str, doc: str) -> Callable[..., None]:
+    def lever(self, *args) -> None:
+        raise NotImplementedError(name)
+    lever.__name__ = lever.__qualname__ = name
+    lever.__doc__ = doc or None
+    return abc.abstractmethod(lever)
 
-    @abc.abstractmethod
-    def signal(self, job_id: str, signal_name: str, batch_only: bool) -> None:
-        """Deliver the checkpoint signal: to the batch shell only, or to the job's
-        steps (not the batch shell), as Slurm delivers a job's --signal."""
 
-    @abc.abstractmethod
-    def requeue(self, job_id: str) -> None: ...
-
-    @abc.abstractmethod
-    def release_begin_time(self, job_id: str) -> None:
-        """StartTime=now after a requeue, so the job may start at once."""
-
-    @abc.abstractmethod
-    def move_partition(self, job_id: str, partition: str) -> None: ...
-
-    @abc.abstractmethod
-    def set_admin_comment(self, job_id: str, text: str) -> None:
-        """Replace the job's AdminComment with ``text`` (controller.service.round.admin_comment
-        builds it keeping the site's part)."""
-
-    @abc.abstractmethod
-    def set_mps_share(self, job_id: str, shares: int) -> None:
-        """A pending MPS job's share per node (--gres=mps:N; 100 shares = one GPU's SMs)."""
-
-    @abc.abstractmethod
-    def hold(self, job_id: str) -> None:
-        """Keep a pending job from starting until ``release_hold`` (Slurm: scontrol hold)."""
-
-    @abc.abstractmethod
-    def release_hold(self, job_id: str) -> None:
-        """Undo ``hold`` (Slurm: scontrol release)."""
+for _lever in (BAND_LEVER, *LEVERS.values()):
+    if _lever.name not in LeverTarget.__dict__:
+        setattr(LeverTarget, _lever.name, _abstract(_lever.name, _lever.doc))
+abc.update_abstractmethods(LeverTarget)
 
 
 class LeverRelay(LeverTarget):

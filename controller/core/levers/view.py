@@ -57,6 +57,8 @@ class LeverConfig:
     requeue_ended: bool = True  # preempt_requeue_ended: a victim that ended in its grace is requeued
     interval_s: float = 10.0  # a round's length: the slack on a victim's end time
     handoff_timeout_s: float = 120.0  # how long a preemption's beneficiary is watched
+    # the lever table's families' settings, by config key (controller.core.levers.table.SETTINGS)
+    settings: Mapping[str, object] = field(default_factory=dict)
 
 
 @dataclass

@@ -38,7 +38,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from controller.core.levers.table import BY_NAME
+from controller.core.levers.table import (
+    ADMIN_COMMENT, BY_NAME, HOLD, LABELS, PIN, RECORDED, SITE_FACTOR, UNDO,
+)
 from controller.service.acting.backend import ACTIVE_STATES, TRANSIENT_STATES, numeric_id
 from controller.core.levers.comments import ours_in, site_part
 from controller.service.acting.executor import acts
@@ -50,25 +52,12 @@ from controller.service.state.store import Store
 
 log = logging.getLogger("tiresias.restore")
 
-SITE_FACTOR, PIN, ADMIN_COMMENT, HOLD = "site_factor", "pin", "admin_comment", "hold"
-LEVER_NAMES = {SITE_FACTOR: "SiteFactor", PIN: "ReqNodeList", ADMIN_COMMENT: "AdminComment", HOLD: "hold"}
+LEVER_NAMES = LABELS  # the store's lever rows, by their names in the report
 PRUNE_EVERY_S = 3600.0  # rows of ended jobs are dropped at most this often
 
 
-# What the store keeps of each lever restore undoes, by the lever's name (its row in
-# controller.core.levers.table): called with the lever's arguments, it returns the row
-# written before the lever goes out (lever, {job id: value}) and the row forgotten after
-# it went out (lever, [job ids]), each None for none. A lever not named records nothing.
-RECORDED: dict[str, Callable[..., tuple]] = {
-    "set_site_factors": lambda factors: ((SITE_FACTOR, {job_id: str(value) for job_id, value in factors.items()
-                                                        if value != 0}), None),
-    # an empty pin: the controller cleared its own pin, nothing left to undo
-    "pin_nodes": lambda job_id, nodes: ((PIN, {job_id: ",".join(nodes)}), None) if nodes else (None, (PIN, [job_id])),
-    "hold": lambda job_id: ((HOLD, {job_id: "ours"}), None),
-    "release_hold": lambda job_id: (None, (HOLD, [job_id])),
-    # restore removes whatever our part then says
-    "set_admin_comment": lambda job_id, text: ((ADMIN_COMMENT, {job_id: "ours"}) if ours_in(text) else None, None),
-}
+# What the store keeps of each lever restore undoes: the table rows' ``record``
+# (controller.core.levers.table.RECORDED). A lever not named records nothing.
 
 
 class RecordingBackend(LeverRelay):
@@ -134,7 +123,7 @@ class RestoreReport:
         reset = Counter(c.lever for c in self.changes if c.outcome == "reset")
         # holds are a GPU-sharing lever only: named when there were some
         parts = ", ".join(f"{reset[lever]} {name}" for lever, name in LEVER_NAMES.items()
-                          if lever != HOLD or any(c.lever == HOLD for c in self.changes))
+                          if lever in (SITE_FACTOR, PIN, ADMIN_COMMENT) or any(c.lever == lever for c in self.changes))
         return (f"restored: {parts}; {self.count('already')} already clear, {self.count('gone')} of jobs gone, "
                 f"{self.count('kept')} kept, {self.count('failed')} failed")
 
@@ -162,7 +151,30 @@ def restore(backend: Backend, store: Store, cluster: str) -> RestoreReport:
     comments |= {job.job_id for job in jobs.values() if ours_in(job.admin_comment)}
     _restore_admin_comments(backend, store, cluster, jobs, comments, report)
     _restore_holds(backend, store, cluster, jobs, set(recorded.get(HOLD, {})), report)
+    for name, lever in UNDO.items():  # the table's other recorded levers, each by its row's undo
+        _restore_generic(backend, store, cluster, jobs, name, lever.undo, set(recorded.get(name, {})), report)
     return report
+
+
+def _restore_generic(backend, store, cluster, jobs, name: str, undo, job_ids: set[str], report) -> None:
+    """Undo a recorded lever by its table row's ``undo`` (controller.core.levers.table)
+    on each job still alive; a job gone just loses its row."""
+    done = []
+    for job_id in sorted(job_ids, key=numeric_id):
+        job = jobs.get(job_id)
+        if not _alive(job):
+            report.add(job_id, name, "gone", f"job {job.state if job else 'no longer listed'}")
+        else:
+            try:
+                undo(backend, job_id)
+            except BackendUnavailable:
+                raise
+            except (RuntimeError, ValueError) as err:
+                report.add(job_id, name, "failed", str(err))
+                continue
+            report.add(job_id, name, "reset", "undone")
+        done.append(job_id)
+    store.forget_levers(cluster, name, done)
 
 
 def _outside_scope(backend: Backend, job_ids: set[str]) -> dict[str, ObservedJob]:

@@ -82,6 +82,10 @@ SCHEMA: tuple[Setting, ...] = (
     Setting("preempt_max_per_job", "int", 10, "never preempt one job more often than this", minimum=0),
     Setting("requeue_settle_s", "float", 5.0, "after a requeue, wait this long before clearing the job's "
             "BeginTime hold (slurmd must finish tearing down the previous run first)", minimum=0.0),
+    Setting("nice_last_queue", "int", 0, "Nice=N (slurmctld lowers the priority by N) on each pending GPU job the "
+            "plan puts in the last MLFQ queue, so the site's other priority factors (age, fair-share) cannot lift "
+            "it above the shorter jobs' bands; back to 0 when it starts or is promoted; only jobs whose own nice "
+            "is 0; tiresias restore sets it back to 0; 0 = off", minimum=0),
     Setting("handoff_timeout_s", "float", 120.0, "after its victims were signalled, the job a preemption made "
             "room for must start within this long; if not, no preemption is made for it until something it depends "
             "on changes (a job on the nodes it may use leaves and what it frees could make it fit, such a node comes "
@@ -193,6 +197,7 @@ class Config:
     preempt_min_runtime_s: float = 60.0
     preempt_max_per_job: int = 10
     requeue_settle_s: float = 5.0
+    nice_last_queue: int = 0
     handoff_timeout_s: float = 120.0
     preempt_signal_attempts: int = 3
     preempt_undeclared: bool = False

@@ -28,6 +28,7 @@ from controller.core.levers.book import Done, LeverBook
 from controller.core.levers.comments import CommentBook
 from controller.core.levers.planner import LeverPlan, LeverPlanner
 from controller.core.levers.preemption import strategy_for
+from controller.core.levers.table import SETTINGS
 from controller.core.levers.view import LeverConfig
 from controller.core.model import JobSpec
 from controller.core.plan import Plan
@@ -53,7 +54,8 @@ def lever_config(config: Config, by_level: bool = True, by_index: bool = False) 
                        pin_expiry_s=config.pin_expiry_s, requeue_settle_s=config.requeue_settle_s,
                        comment_queues=len(config.queues_gpu_s) + 1 if by_level else 0,  # 0: levels mean nothing
                        preemption=config.preemption, requeue_ended=config.preempt_requeue_ended,
-                       interval_s=config.interval_s, handoff_timeout_s=config.handoff_timeout_s)
+                       interval_s=config.interval_s, handoff_timeout_s=config.handoff_timeout_s,
+                       settings={key: getattr(config, key, default) for key, default in SETTINGS.items()})
 
 
 def planner_for(config: Config) -> LeverPlanner:
@@ -84,10 +86,11 @@ class Levers:
         # the pins, the holds a previous run set (recorded by RecordingBackend: still ours
         # to release), the handoffs; the open preemptions are read from their rows each
         # round (controller.service.round.preemption)
+        recorded = self.store.levers(config.cluster)
         self.book = LeverBook(RpcBudget(config.slurm_rpc_per_s, config.slurm_rpc_burst),
                               self.store.load_pins(config.cluster), self.store.pin_decisions(config.cluster),
                               CommentBook(config.admin_comment_refresh_s, config.admin_comment_max_per_round),
-                              held=self.store.levers(config.cluster).get(HOLD, {}))
+                              held=recorded.get(HOLD, {}), recorded=recorded)
         self.book.handoffs.load(self.store.load_handoffs(config.cluster))  # watched and braked handoffs
         self.planner = LeverPlanner(lever_config(config, by_level, by_index))
         # the families' service modules: their reads and rows (``bind``)
@@ -187,7 +190,7 @@ class Levers:
         done = Done()
         if levers.bands:
             done.bands = executor.apply_bands(levers.bands)
-        for lever in [*levers.start_levers(), *levers.unpins, *levers.comments]:
+        for lever in levers.one_by_one():
             if isinstance(lever, PinNodes):
                 executor.when_acting(lambda pin=lever: self.store.set_pin(cluster, pin.job_id, pin.expires_s,
                                                                           pin.cause_id))
