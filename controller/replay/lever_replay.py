@@ -36,7 +36,7 @@ from controller.core.levers.bands import RpcBudget
 from controller.core.levers.book import Done, LeverBook
 from controller.core.levers.handoffs import ClusterView, HandoffBook, Needs
 from controller.core.levers.planner import LeverPlanner
-from controller.core.levers.preemption import OpenPreemption, PreemptionBook, VictimView
+from controller.core.levers.preemption import OpenPreemption, PreemptionBook, VictimView, strategy_for
 from controller.core.levers.table import LEVERS
 from controller.core.levers.view import LeverConfig, LeverView
 from controller.core.model import InputError, JobSpec, JobState, Snapshot
@@ -61,6 +61,9 @@ class LeverSettings:
     # Slurm's RPC budget for the bands (controller.core.levers.RpcBudget; 0: none)
     slurm_rpc_per_s: float = 1.0
     slurm_rpc_burst: int = 20
+    # who carries out the plan's victims (controller.core.levers.preemption.strategy_for):
+    # under "slurm" the running jobs are banded too and the controller signals nobody
+    preemption: str = "controller"
 
 
 @dataclass
@@ -153,7 +156,8 @@ class LeverRound:
             by_index=engine.policy.bands_by_index, consolidate=cfg.placement == "consolidate",
             pack_limit=cfg.pack_limit, pin_expiry_s=settings.pin_expiry_s,
             requeue_settle_s=settings.requeue_settle_s, requeue_ended=False,
-            handoff_timeout_s=settings.handoff_timeout_s))
+            handoff_timeout_s=settings.handoff_timeout_s, preemption=settings.preemption,
+            slurm_preempts=strategy_for(settings.preemption).running_banded))
         # every victim's view: the workload's declared signal, the replay's grace
         self.victim_view = VictimView("", settings.signal_name, settings.batch_only, settings.signal_name, grace_s)
 
@@ -223,15 +227,15 @@ class LeverRound:
         start_ids = [action.job_id for action in plan.of_kind("start")]
         own = self.planner.kept_victims(
             plan, self.handoffs, lambda job_id: [node for node, _ in slurm.by_id[job_id].placement], leaving)
-        kept = own[0] if own is not None else {}  # None: the plan has no victim
-        victims, causes = [], []
-        for action in self.planner.victims(plan, kept, set(self.open)):
-            step = self.planner.victim_step(action, self.victim_view)
-            if self.apply(step.signal):
-                self.open[action.job_id] = OpenPreemption(action.job_id, now, 0, action.decision_id)
-                victims.append(action.job_id)
-                causes.append(action.decision_id)
-        self.handoffs.expect(start_ids, now, tuple(victims), tuple(causes))
+        if own is not None:  # None: no victim of the controller's own (none, or slurmctld's)
+            victims, causes = [], []
+            for action in self.planner.victims(plan, own[0], set(self.open)):
+                step = self.planner.victim_step(action, self.victim_view)
+                if self.apply(step.signal):
+                    self.open[action.job_id] = OpenPreemption(action.job_id, now, 0, action.decision_id)
+                    victims.append(action.job_id)
+                    causes.append(action.decision_id)
+            self.handoffs.expect(start_ids, now, tuple(victims), tuple(causes))
         # 5. grace periods over: requeued (round.levers.advance_preemptions), oldest first;
         # a victim that left SimSlurm meanwhile ended
         running = {job_id: _Victim() for job_id in self.open if job_id in slurm.leaving}
