@@ -74,6 +74,7 @@ PULLS: dict[str, Pulls] = {
     "release": Pulls(),
     "signal": Pulls(),
     "requeue": Pulls(),
+    "admin_comment": Pulls(settings={"admin_comment": True}),
 }
 
 
@@ -99,7 +100,9 @@ def simulated(workload=WORKLOAD, settings=SETTINGS, node_kinds=()) -> list[list[
                     round_interval_s=float(INTERVAL), preempt_grace_s=config.preempt_grace_s, node_kinds=node_kinds)
     lever_settings = LeverSettings(config.site_factor_band, config.pin_expiry_s, config.requeue_settle_s,
                                      config.handoff_timeout_s, "USR1", True, config.slurm_rpc_per_s,
-                                     config.slurm_rpc_burst, config.preemption)
+                                     config.slurm_rpc_burst, config.preemption, config.admin_comment,
+                                     config.admin_comment_refresh_s, config.admin_comment_max_per_round,
+                                     config.preempt_min_runtime_s, config.preempt_max_per_job)
     out = replay_levers(sim, specs, lever_settings, start_s=float(T0))
     return [[action_row(a) for a in levers] + [("", "start", j, nodes, "") for j, nodes in starts]
             for levers, starts in zip(out.levers, out.starts)]

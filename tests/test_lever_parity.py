@@ -31,7 +31,6 @@ NOT_SIMULATED: dict[str, str] = {
     "share": "the lever replay plans no GPU sharing (no MPS pools, no MPS jobs in the scripted slurmctld)",
     "hold": "the lever replay plans no GPU sharing (no MPS pools, no MPS jobs in the scripted slurmctld)",
     "release_hold": "the lever replay plans no GPU sharing (no MPS pools, no MPS jobs in the scripted slurmctld)",
-    "admin_comment": "the lever replay writes no AdminComment lines",
 }
 # the same under ``preemption: slurm`` alone
 RUNNING_KEPT = ("the scripted slurmctld has no preempt QOS (sacctmgr names none), so the controller keeps every "
@@ -41,6 +40,7 @@ NOT_SIMULATED_UNDER_SLURM: dict[str, str] = {
     "band": RUNNING_KEPT,
     "pin": RUNNING_KEPT + " (the plans, then the starts, differ)",
     "unpin": RUNNING_KEPT + " (the plans, then the starts, differ)",
+    "admin_comment": RUNNING_KEPT + " (the line's preemptable / not preemptable differs)",
     "release": "neither the scripted slurmctld nor the lever replay's SimSlurm preempts under preemption: slurm, "
                "so no job is requeued with a BeginTime to release",
 }
