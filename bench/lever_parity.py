@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.scripted_slurm import ScriptedSlurm, VirtualTime  # noqa: E402
-from controller.core.levers.table import action_row
+from controller.core.levers.table import SETTINGS as TABLE_SETTINGS, action_row
 from controller.core.model import JobSpec  # noqa: E402
 from controller.replay.run_config import SimConfig  # noqa: E402
 from controller.replay.lever_replay import LeverSettings, replay_levers  # noqa: E402
@@ -53,6 +53,32 @@ SETTINGS = {"mode": "enforce", "policy": "dlas", "queues_gpu_s": [3600.0], "inte
             "pin_expiry_s": 300.0, "placement": "consolidate", "pack_limit": 0.5, "admin_comment": False}
 
 
+@dataclasses.dataclass(frozen=True)
+class Pulls:
+    """A workload and the settings (changes to SETTINGS) under which the controller pulls
+    a lever kind; ``node_kinds`` as ``simulated`` takes them."""
+
+    workload: tuple = tuple(WORKLOAD)
+    settings: dict = dataclasses.field(default_factory=dict)
+    node_kinds: tuple = ()
+
+
+# kind -> a workload and settings that pull it (tests/test_lever_parity.py asserts, for each
+# kind of controller.core.levers.table.LEVERS and SetBand, under each preemption mechanism,
+# that the simulator and the controller pull the same rows of it in the same rounds); a new
+# lever needs a row here
+PULLS: dict[str, Pulls] = {
+    "band": Pulls(),
+    "pin": Pulls(),
+    "unpin": Pulls(settings={"pin_expiry_s": 60.0}),
+    "release": Pulls(),
+    "signal": Pulls(),
+    "requeue": Pulls(),
+    "admin_comment": Pulls(settings={"admin_comment": True}),
+    "nice": Pulls(settings={"nice_last_queue": 100}),
+}
+
+
 def partition_of(job: tuple) -> str:
     """A workload row's partition: its seventh field, if any, else "batch"."""
     return job[6] if len(job) > 6 else "batch"
@@ -75,7 +101,10 @@ def simulated(workload=WORKLOAD, settings=SETTINGS, node_kinds=()) -> list[list[
                     round_interval_s=float(INTERVAL), preempt_grace_s=config.preempt_grace_s, node_kinds=node_kinds)
     lever_settings = LeverSettings(config.site_factor_band, config.pin_expiry_s, config.requeue_settle_s,
                                      config.handoff_timeout_s, "USR1", True, config.slurm_rpc_per_s,
-                                     config.slurm_rpc_burst)
+                                     config.slurm_rpc_burst, config.preemption, config.admin_comment,
+                                     config.admin_comment_refresh_s, config.admin_comment_max_per_round,
+                                     config.preempt_min_runtime_s, config.preempt_max_per_job,
+                                     {key: getattr(config, key) for key in TABLE_SETTINGS})
     out = replay_levers(sim, specs, lever_settings, start_s=float(T0))
     return [[action_row(a) for a in levers] + [("", "start", j, nodes, "") for j, nodes in starts]
             for levers, starts in zip(out.levers, out.starts)]

@@ -19,7 +19,8 @@ controller against a scripted slurmctld and asserts the same actions in the same
 rounds. The handoff rule (controller.core.levers.handoffs) holds back the same preemptions
 as in the controller: a handoff fails here when SimSlurm does not start the job the
 preemption was for (another job took the GPUs first), and the job is then braked
-until a job on its nodes leaves, as in the controller. Not produced here: partition
+until a job on its nodes leaves, as in the controller. With ``admin_comment`` the
+AdminComment lines are written too, by the same planner and book. Not produced here: partition
 moves and MPS shares (``SimSlurm`` carries those levers out, but their producers read
 the partition map and the MPS pools, which a replay does not have). The service
 distribution is not learned here (as the controller learns it from its store), so
@@ -27,20 +28,22 @@ policies that read one (dgittins) plan without it.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterable, Mapping, Optional
 
 from controller.core.actions import LeverAction, SetBand
 from controller.core.engine import Engine
 from controller.core.levers.bands import RpcBudget
 from controller.core.levers.book import Done, LeverBook
+from controller.core.levers.comments import CommentBook
 from controller.core.levers.handoffs import ClusterView, HandoffBook, Needs
 from controller.core.levers.planner import LeverPlanner
-from controller.core.levers.preemption import OpenPreemption, PreemptionBook, VictimView
+from controller.core.levers.preemption import OpenPreemption, PreemptionBook, VictimView, strategy_for
 from controller.core.levers.table import LEVERS, SETTINGS
 from controller.core.levers.view import LeverConfig, LeverView
 from controller.core.model import InputError, JobSpec, JobState, Snapshot
 from controller.core.placement import set_aside
+from controller.core.protection import why_protected
 from controller.core.policies import PolicyContext
 from controller.core.round_writer import list_after
 from controller.replay.cluster import plannable_free, RunState, SimCluster
@@ -61,6 +64,16 @@ class LeverSettings:
     # Slurm's RPC budget for the bands (controller.core.levers.RpcBudget; 0: none)
     slurm_rpc_per_s: float = 1.0
     slurm_rpc_burst: int = 20
+    # who carries out the plan's victims (controller.core.levers.preemption.strategy_for):
+    # under "slurm" the running jobs are banded too and the controller signals nobody
+    preemption: str = "controller"
+    # the AdminComment lines (controller.core.levers.comments), and the protection rule the
+    # line's "preemptable" reads (controller.core.protection.why_protected)
+    admin_comment: bool = False
+    admin_comment_refresh_s: float = 300.0
+    admin_comment_max_per_round: int = 50
+    preempt_min_runtime_s: float = 60.0
+    preempt_max_per_job: Optional[int] = 10
     table_settings: Mapping[str, object] = field(default_factory=dict)  # the table's families' (LeverConfig.settings)
 
 
@@ -146,7 +159,9 @@ class LeverRound:
         self.open: dict[str, OpenPreemption] = {}  # signalled, not yet requeued, oldest first
         self.handoffs = HandoffBook()
         self.applied: list[LeverAction] = []
-        self.book = LeverBook(RpcBudget(settings.slurm_rpc_per_s, settings.slurm_rpc_burst))
+        self.book = LeverBook(RpcBudget(settings.slurm_rpc_per_s, settings.slurm_rpc_burst),
+                              comments=CommentBook(settings.admin_comment_refresh_s,
+                                                   settings.admin_comment_max_per_round))
         cfg = engine.config
         self.planner = LeverPlanner(LeverConfig(
             queue_count=len(cfg.thresholds_gpu_s) + 1, site_factor_band=settings.site_factor_band,
@@ -154,7 +169,10 @@ class LeverRound:
             by_index=engine.policy.bands_by_index, consolidate=cfg.placement == "consolidate",
             pack_limit=cfg.pack_limit, pin_expiry_s=settings.pin_expiry_s,
             requeue_settle_s=settings.requeue_settle_s, requeue_ended=False,
-            handoff_timeout_s=settings.handoff_timeout_s, settings={**SETTINGS, **settings.table_settings}))
+            handoff_timeout_s=settings.handoff_timeout_s, preemption=settings.preemption,
+            slurm_preempts=strategy_for(settings.preemption).running_banded,
+            comment_queues=len(cfg.thresholds_gpu_s) + 1 if engine.policy.discretized else 0,
+            settings={**SETTINGS, **settings.table_settings}))
         # every victim's view: the workload's declared signal, the replay's grace
         self.victim_view = VictimView("", settings.signal_name, settings.batch_only, settings.signal_name, grace_s)
 
@@ -178,7 +196,8 @@ class LeverRound:
                 state = "RUNNING"
             else:
                 continue
-            jobs[job_id] = _SimJob(job_id, state, slurm.site_factor.get(job_id), slurm.pins.get(job_id, ()))
+            jobs[job_id] = _SimJob(job_id, state, slurm.site_factor.get(job_id), slurm.pins.get(job_id, ()),
+                                   admin_comment=slurm.admin_comment.get(job_id, ""))
         return LeverView(now=now, gpu=jobs, skew=lambda job_id: slurm.by_id[job_id].spec.skew,
                          started_once={j for j, job in slurm.pending.items() if job.first_start_s is not None},
                          begin_time_ours=lambda job: job.job_id in slurm.held, stopped_at=self.stopped_at)
@@ -224,15 +243,15 @@ class LeverRound:
         start_ids = [action.job_id for action in plan.of_kind("start")]
         own = self.planner.kept_victims(
             plan, self.handoffs, lambda job_id: [node for node, _ in slurm.by_id[job_id].placement], leaving)
-        kept = own[0] if own is not None else {}  # None: the plan has no victim
-        victims, causes = [], []
-        for action in self.planner.victims(plan, kept, set(self.open)):
-            step = self.planner.victim_step(action, self.victim_view)
-            if self.apply(step.signal):
-                self.open[action.job_id] = OpenPreemption(action.job_id, now, 0, action.decision_id)
-                victims.append(action.job_id)
-                causes.append(action.decision_id)
-        self.handoffs.expect(start_ids, now, tuple(victims), tuple(causes))
+        if own is not None:  # None: no victim of the controller's own (none, or slurmctld's)
+            victims, causes = [], []
+            for action in self.planner.victims(plan, own[0], set(self.open)):
+                step = self.planner.victim_step(action, self.victim_view)
+                if self.apply(step.signal):
+                    self.open[action.job_id] = OpenPreemption(action.job_id, now, 0, action.decision_id)
+                    victims.append(action.job_id)
+                    causes.append(action.decision_id)
+            self.handoffs.expect(start_ids, now, tuple(victims), tuple(causes))
         # 5. grace periods over: requeued (round.levers.advance_preemptions), oldest first;
         # a victim that left SimSlurm meanwhile ended
         running = {job_id: _Victim() for job_id in self.open if job_id in slurm.leaving}
@@ -242,7 +261,31 @@ class LeverRound:
             del self.open[resolved.job_id]
             if resolved.requeue is not None and self.apply(resolved.requeue):
                 self.stopped_at[resolved.job_id] = now
+        # 6. the AdminComment lines (the controller's Levers.comment: after the partition
+        # moves and GPU sharing, which the replay does not plan)
+        if self.settings.admin_comment:
+            self.comment(plan, now)
         return self.applied
+
+    def comment(self, plan, now: float) -> None:
+        """The AdminComment lines due (LeverPlanner.comments), written to SimSlurm; a
+        running job is "preemptable" when declared and not protected by the time and count
+        rules (the controller's Preemptions.protected)."""
+        slurm, settings = self.slurm, self.settings
+
+        def preemptable(job: _SimJob) -> bool:
+            state = slurm.by_id[job.job_id]
+            return state.spec.preemptable and not why_protected(
+                state.run_start_s, state.preemptions, now, settings.preempt_min_runtime_s,
+                settings.preempt_max_per_job)
+
+        view = replace(self.view(now), attained_gpu_s=lambda job_id: slurm.by_id[job_id].attained_gpu_s,
+                       preemptable=preemptable)
+        levers = self.planner.comments(plan, view, self.book)
+        done = Done()
+        for lever in levers.comments:
+            done.by_id[lever.decision_id] = _Outcome(self.apply(lever))
+        self.book.settle(levers, done)
 
     def _needs(self):
         """job id -> what its start depends on now (controller.core.levers.handoffs.Needs), from

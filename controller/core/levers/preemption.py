@@ -235,6 +235,8 @@ class ControllerPreempts:
     name = "controller"
     running_banded = False  # slurmctld picks no victim: running jobs need no band
     by_qos = False  # slurmctld preempts no job: preempt_qos (its GraceTime, who may preempt it) is not read
+    # the lever kinds slurmctld carries out itself (the controller pulls none of them): none
+    slurm_carries: frozenset[str] = frozenset()
 
     def counted_preemptions(self, counted: int, restart_count: int) -> int:
         """The preemptions preempt_max_per_job counts: the controller's own."""
@@ -264,6 +266,7 @@ class SlurmPreempts(ControllerPreempts):
     name = "slurm"
     running_banded = True  # slurmctld picks victims by priority: running jobs banded in the plan's order
     by_qos = True  # ... among preempt_qos's jobs, for jobs whose QOS may preempt it, after its GraceTime
+    slurm_carries = frozenset({Signal.kind, Requeue.kind})  # slurmctld signals (GraceTime) and requeues
 
     def counted_preemptions(self, counted: int, restart_count: int) -> int:
         # slurmctld's preemptions are requeues this controller never counted: Slurm's
