@@ -117,11 +117,13 @@ def controlled(rounds: int, tmp_path, workload=WORKLOAD, settings=SETTINGS, thro
     last full observation again while nothing changed), so the rounds that observe
     nothing new and whose plan stands are quiet (not planned again); their numbers
     are appended to ``quiet_rounds``."""
-    slurm = ScriptedSlurm(pending=0, running=0, nodes=NODES, gpus_per_node=GPUS_PER_NODE)
+    config = from_mapping(dict(settings, usage_spool_dir=str(tmp_path / "none")))
+    # its QOS table: preempt_qos with the replay's grace as GraceTime
+    slurm = ScriptedSlurm(pending=0, running=0, nodes=NODES, gpus_per_node=GPUS_PER_NODE,
+                          preempt_qos=config.preempt_qos, grace_s=int(config.preempt_grace_s))
     names = iter(sorted(slurm.nodes))
     slurm.node_partitions = {next(names): partitions[0] for count, partitions, _ in node_kinds for _ in range(count)}
     clock = VirtualTime(float(T0))
-    config = from_mapping(dict(settings, usage_spool_dir=str(tmp_path / "none")))
     out = []
     with Store(f"sqlite:///{tmp_path}/parity.db") as store:
         controller = Controller(config, SlurmBackend(runner=slurm, clock=clock), store, clock=clock)

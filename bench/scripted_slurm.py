@@ -43,7 +43,7 @@ class ScriptedSlurm:
     as the backend's runner (argv, timeout_s, env) -> CommandResult."""
 
     def __init__(self, pending: int, running: int, nodes: int = 1000, gpus_per_node: int = 8, seed: int = 1,
-                 now: int = 1_000_000):
+                 now: int = 1_000_000, preempt_qos: str = "tiresias_ckpt", grace_s: int = 30):
         squeue = json.loads((FIXTURES / "squeue.json").read_text())
         sinfo = json.loads((FIXTURES / "sinfo.json").read_text())
         self.meta = {k: v for k, v in squeue.items() if k != "jobs"}
@@ -52,6 +52,12 @@ class ScriptedSlurm:
         self.node_template = sinfo["nodes"][0]
         self.sinfo_meta = {k: v for k, v in sinfo.items() if k != "nodes"}
         self.gpus_per_node = gpus_per_node
+        # slurmdbd's QOS table under preemption: slurm (docs/slurm-preemption.md): the
+        # declared (--requeue) jobs run in ``preempt_qos`` (cli_filter.lua gives them
+        # --qos), PreemptMode requeue, within, GraceTime ``grace_s``; the others keep
+        # "normal", which preempts nobody
+        self.preempt_qos = preempt_qos
+        self.grace_s = grace_s
         self.nodes = {f"n{i:04d}": 0 for i in range(nodes)}  # node -> GPUs used
         self.node_flags: dict[str, list[str]] = {}  # node -> state flags set by a test (["DRAIN"])
         self.node_partitions: dict[str, str] = {}  # node -> its partition, set by a test (default "batch")
@@ -124,7 +130,7 @@ class ScriptedSlurm:
         self.jobs[job_id] = self._pending(job_id, per_node, self.now)
         count = gpus // per_node
         self.jobs[job_id].update(requeue=requeue, comment=comment, node_count=count, cpus=count, partition=partition,
-                                 max_nodes=count if count > 1 else 0)
+                                 max_nodes=count if count > 1 else 0, qos=self.preempt_qos if requeue else "normal")
         if work_s is not None:
             self.work_left_s[job_id] = float(work_s)
         self._next_id = max(self._next_id, job_id + 1)
@@ -243,7 +249,7 @@ class ScriptedSlurm:
                            gres_detail=running["gres_detail"] * count)
             running["job_resources"]["allocated_nodes"] = [{"nodename": node} for node in chosen]
             for key in ("submit_time", "comment", "requeue", "user_name", "restart_cnt", "required_nodes",
-                        "partition", "max_nodes", "array_job_id", "array_task_id", "array_max_tasks"):
+                        "partition", "max_nodes", "array_job_id", "array_task_id", "array_max_tasks", "qos"):
                 running[key] = record[key]
             self.jobs[task_id] = running
             started.append((task_id, chosen))
@@ -279,7 +285,7 @@ class ScriptedSlurm:
         self._free(record)
         pending = self._pending(job_id, self._gpus(record), record["submit_time"])
         for key in ("comment", "requeue", "user_name", "required_nodes", "node_count", "max_nodes", "array_job_id",
-                    "array_task_id", "array_max_tasks", "partition"):
+                    "array_task_id", "array_max_tasks", "partition", "qos"):
             pending[key] = record[key]
         # Slurm's requeue sets the submit time to its own and the BeginTime cred_expire + 1 s
         # later (121 s by default)
@@ -374,9 +380,15 @@ class ScriptedSlurm:
                 self._texts.clear()
             return CommandResult(0, "", "")
         self.calls[" ".join(argv[:2])] += 1
+        if argv[0] == "sacctmgr" and argv[-1] == "format=name,preemptmode,gracetime,preemptexempttime,preempt":
+            # the QOS's preemption settings (Contract.read_qos_grace): preempt_qos requeues
+            # its own jobs by priority (within) after its GraceTime; "normal" preempts nobody
+            grace = f"{self.grace_s // 3600:02d}:{self.grace_s // 60 % 60:02d}:{self.grace_s % 60:02d}"
+            return CommandResult(0, f"normal|cluster|||\n{self.preempt_qos}|requeue,within|{grace}||\n", "")
         if argv[0] == "sacctmgr" and argv[-1].startswith("format=name,"):
-            # slurmdbd's QOS table: the QOS it always has (jobs' "normal"), no limit set
-            return CommandResult(0, "normal" + "|" * argv[-1].count(",") + "\n", "")
+            # slurmdbd's QOS table: the QOS it always has (jobs' "normal") and preempt_qos, no limit set
+            return CommandResult(0, "".join(name + "|" * argv[-1].count(",") + "\n"
+                                            for name in ("normal", self.preempt_qos)), "")
         return self._lever(argv)
 
     def _lever(self, argv: list[str]) -> CommandResult:

@@ -35,14 +35,7 @@ NOT_SIMULATED: dict[str, str] = {
     "release_hold": "the lever replay plans no GPU sharing (no MPS pools, no MPS jobs in the scripted slurmctld)",
 }
 # the same under ``preemption: slurm`` alone
-RUNNING_KEPT = ("the scripted slurmctld has no preempt QOS (sacctmgr names none), so the controller keeps every "
-                "running job from slurmctld (kept_from_slurm: bands above every pending job), and the lever "
-                "replay has no contract to say which running jobs are kept")
 NOT_SIMULATED_UNDER_SLURM: dict[str, str] = {
-    "band": RUNNING_KEPT,
-    "pin": RUNNING_KEPT + " (the plans, then the starts, differ)",
-    "unpin": RUNNING_KEPT + " (the plans, then the starts, differ)",
-    "admin_comment": RUNNING_KEPT + " (the line's preemptable / not preemptable differs)",
     "release": "neither the scripted slurmctld nor the lever replay's SimSlurm preempts under preemption: slurm, "
                "so no job is requeued with a BeginTime to release",
     "nice": "neither the scripted slurmctld nor the lever replay's SimSlurm preempts under preemption: slurm, "

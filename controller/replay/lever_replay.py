@@ -196,11 +196,31 @@ class LeverRound:
                 state = "RUNNING"
             else:
                 continue
+            # a declared job runs in preempt_qos (reported as "": the controller's reading of
+            # a QOS not reported), an undeclared one in "normal", which slurmctld never preempts
             jobs[job_id] = _SimJob(job_id, state, slurm.site_factor.get(job_id), slurm.pins.get(job_id, ()),
+                                   qos="" if job.spec.preemptable else "normal",
                                    admin_comment=slurm.admin_comment.get(job_id, ""))
+        # the running jobs slurmctld must not preempt (the controller's Levers.step:
+        # strategy.kept_running with Preemptions.protected)
+        kept = strategy_for(self.settings.preemption).kept_running(
+            jobs, lambda job: self.protected(job.job_id, now))
         return LeverView(now=now, gpu=jobs, skew=lambda job_id: slurm.by_id[job_id].spec.skew,
                          started_once={j for j, job in slurm.pending.items() if job.first_start_s is not None},
-                         begin_time_ours=lambda job: job.job_id in slurm.held, stopped_at=self.stopped_at)
+                         begin_time_ours=lambda job: job.job_id in slurm.held, stopped_at=self.stopped_at,
+                         kept_from_slurm=kept)
+
+    def protected(self, job_id: str, now: float) -> str:
+        """Why a running job must not be preempted now, or '' (the controller's
+        Preemptions.protected): the contract (declared and requeue-able; under
+        ``preemption: slurm`` its --signal's lead fits in the GraceTime, as the
+        workload's does), then preempt_min_runtime_s / preempt_max_per_job."""
+        state, settings = self.slurm.by_id[job_id], self.settings
+        if not state.spec.preemptable:
+            return "not requeueable (--no-requeue or JobRequeue=0): never preempted"
+        run_start = state.run_start_s if state.run_start_s is not None else now
+        return why_protected(run_start, state.preemptions, now, settings.preempt_min_runtime_s,
+                             settings.preempt_max_per_job)
 
     def apply_bands(self, bands: list[SetBand]) -> None:
         """The round's SiteFactor changes in one call (as LeverExecutor.apply_bands)."""
@@ -271,13 +291,10 @@ class LeverRound:
         """The AdminComment lines due (LeverPlanner.comments), written to SimSlurm; a
         running job is "preemptable" when declared and not protected by the time and count
         rules (the controller's Preemptions.protected)."""
-        slurm, settings = self.slurm, self.settings
+        slurm = self.slurm
 
         def preemptable(job: _SimJob) -> bool:
-            state = slurm.by_id[job.job_id]
-            return state.spec.preemptable and not why_protected(
-                state.run_start_s, state.preemptions, now, settings.preempt_min_runtime_s,
-                settings.preempt_max_per_job)
+            return not self.protected(job.job_id, now)
 
         view = replace(self.view(now), attained_gpu_s=lambda job_id: slurm.by_id[job_id].attained_gpu_s,
                        preemptable=preemptable)
