@@ -121,6 +121,7 @@ def controlled(rounds: int, tmp_path, workload=WORKLOAD, settings=SETTINGS, thro
     # its QOS table: preempt_qos with the replay's grace as GraceTime
     slurm = ScriptedSlurm(pending=0, running=0, nodes=NODES, gpus_per_node=GPUS_PER_NODE,
                           preempt_qos=config.preempt_qos, grace_s=int(config.preempt_grace_s))
+    slurm.preempts = config.preemption == "slurm"  # PreemptType=preempt/qos
     names = iter(sorted(slurm.nodes))
     slurm.node_partitions = {next(names): partitions[0] for count, partitions, _ in node_kinds for _ in range(count)}
     clock = VirtualTime(float(T0))

@@ -29,7 +29,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from controller.replay.slurmctld import by_site_factor, pick_nodes, start_walk
+from controller.core.model import JobSpec, JobState, Node
+from controller.replay.slurmctld import SlurmQos, by_site_factor, pick_nodes, slurm_preemptions, start_walk
 from slurm_plugin.commands import CommandResult
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,6 +59,10 @@ class ScriptedSlurm:
         # "normal", which preempts nobody
         self.preempt_qos = preempt_qos
         self.grace_s = grace_s
+        # preempt/qos (PreemptType=preempt/qos, PreemptMode=REQUEUE: preemption: slurm; set
+        # by a test) and its victims in their GraceTime: job id -> when it is requeued
+        self.preempts = False
+        self.preempted: dict[int, int] = {}
         self.nodes = {f"n{i:04d}": 0 for i in range(nodes)}  # node -> GPUs used
         self.node_flags: dict[str, list[str]] = {}  # node -> state flags set by a test (["DRAIN"])
         self.node_partitions: dict[str, str] = {}  # node -> its partition, set by a test (default "batch")
@@ -222,6 +227,7 @@ class ScriptedSlurm:
         the fewest free GPUs it fits on (a job of N nodes: the N such nodes, listed by
         name), within its ReqNodeList if set; one that fits nowhere waits and the next
         is tried. Returns (job id, nodes) per start."""
+        self._requeue_preempted()
         pending = [j for j, r in self.jobs.items() if r["job_state"] == "PENDING" and r["state_reason"] != "BeginTime"]
         started = []
 
@@ -258,9 +264,58 @@ class ScriptedSlurm:
         start_walk(pending, by_site_factor(lambda j: self.site_factors.get(j, 0),
                                            lambda j: self.first_submit.get(j, self.jobs[j]["submit_time"])),
                    place, start, again=lambda j: self.jobs.get(j, {}).get("job_state") == "PENDING")
+        if self.preempts:
+            self._preempt()
         if started:
             self._texts.clear()
         return started
+
+    def _preempt(self) -> None:
+        """preempt/qos after the starts: the simulated slurmctld's rules
+        (controller.replay.slurmctld.slurm_preemptions) on these records, priority the
+        SiteFactor; each victim gets its --signal now and is requeued one GraceTime later
+        (``_requeue_preempted``). Array records are not modelled."""
+        order = sorted((j for j, r in self.jobs.items() if r["job_state"] in ("PENDING", "RUNNING")
+                        and not r.get("array_job_id")), key=lambda j: (self.first_submit.get(j, 0), j))
+        states = {j: self._state(j, index) for index, j in enumerate(order)}
+        pending = [job for j, job in states.items() if self.jobs[j]["job_state"] == "PENDING"
+                   and self.jobs[j]["state_reason"] != "BeginTime"]
+        running = [job for j, job in states.items() if self.jobs[j]["job_state"] == "RUNNING"]
+        nodes = {name: Node(name, self.gpus_per_node, self.gpus_per_node - used,
+                            partitions=(self.node_partitions.get(name, "batch"),))
+                 for name, used in self.nodes.items()}
+        free = {name: self.gpus_per_node - used for name, used in self.nodes.items()}
+        pins = {str(j): self.jobs[j]["required_nodes"].split(",") for j in states if self.jobs[j]["required_nodes"]}
+        for victim in slurm_preemptions(pending, running, lambda job: -self.site_factors.get(int(job.job_id), 0),
+                                        free, nodes, SlurmQos(), self.now, self.gpus_per_node,
+                                        {str(j) for j in self.preempted}, lambda job: pins.get(job.job_id)):
+            job_id = int(victim.job_id)
+            self.signalled_at.setdefault(job_id, self.now)
+            self.preempted[job_id] = self.now + self.grace_s
+
+    def _state(self, job_id: int, index: int) -> JobState:
+        """A record as the simulated slurmctld's model reads it."""
+        record = self.jobs[job_id]
+        gpus, count = self._gpus(record), record["node_count"]
+        spec = JobSpec(str(job_id), gpus * count, float(self.first_submit.get(job_id, record["submit_time"])), None,
+                       preemptable=record.get("qos") == self.preempt_qos and record["requeue"],
+                       partitions=tuple(record["partition"].split(",")))
+        state = JobState(spec=spec, index=index, first_start_s=0.0 if record["restart_cnt"] else None)
+        if record["job_state"] == "RUNNING":
+            state.running, state.run_start_s = True, float(record["start_time"])
+            state.placement = tuple((item["nodename"], gpus) for item in record["job_resources"]["allocated_nodes"])
+        return state
+
+    def _requeue_preempted(self) -> None:
+        """slurmctld's next pass after a victim's GraceTime: requeued (``_requeue``);
+        one that ended meanwhile is forgotten."""
+        for job_id, due in list(self.preempted.items()):
+            if self.jobs.get(job_id, {}).get("job_state") != "RUNNING":
+                del self.preempted[job_id]
+            elif due <= self.now:
+                del self.preempted[job_id]
+                self._requeue(job_id)
+                self._texts.clear()
 
     @staticmethod
     def _gpus(record: dict) -> int:

@@ -34,13 +34,9 @@ NOT_SIMULATED: dict[str, str] = {
     "hold": "the lever replay plans no GPU sharing (no MPS pools, no MPS jobs in the scripted slurmctld)",
     "release_hold": "the lever replay plans no GPU sharing (no MPS pools, no MPS jobs in the scripted slurmctld)",
 }
-# the same under ``preemption: slurm`` alone
-NOT_SIMULATED_UNDER_SLURM: dict[str, str] = {
-    "release": "neither the scripted slurmctld nor the lever replay's SimSlurm preempts under preemption: slurm, "
-               "so no job is requeued with a BeginTime to release",
-    "nice": "neither the scripted slurmctld nor the lever replay's SimSlurm preempts under preemption: slurm, "
-            "so no job waits in the last queue to be niced",
-}
+# the same under ``preemption: slurm`` alone (none now: the scripted slurmctld and SimSlurm
+# both preempt by the one preempt/qos model, controller.replay.slurmctld.slurm_preemptions)
+NOT_SIMULATED_UNDER_SLURM: dict[str, str] = {}
 
 
 def of_kind(rounds: list[list[tuple]], kind: str) -> list[list[tuple]]:

@@ -48,7 +48,7 @@ from controller.core.policies import PolicyContext
 from controller.core.round_writer import list_after
 from controller.replay.cluster import plannable_free, RunState, SimCluster
 from controller.replay.run_config import EPS, SimConfig
-from controller.replay.slurmctld import SimSlurm
+from controller.replay.slurmctld import SimSlurm, SlurmQos
 
 
 @dataclass(frozen=True)
@@ -347,6 +347,8 @@ def replay_levers(cfg: SimConfig, specs: Iterable[JobSpec], settings: LeverSetti
     engine = Engine(cfg.engine)
     cluster = SimCluster(cfg, jobs, [RunState() for _ in jobs], None)
     slurm = SimSlurm(cluster, jobs)
+    if strategy_for(settings.preemption).by_qos:  # slurmctld preempts: preempt/qos, GraceTime the replay's grace
+        slurm.qos, slurm.grace_s = SlurmQos(), cfg.preempt_grace_s
     levers = LeverRound(settings, engine, slurm, cfg.preempt_grace_s)
     out = LeverReplay()
     now = start_s if start_s is not None else (jobs[0].spec.submit_time_s if jobs else 0.0)

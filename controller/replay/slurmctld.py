@@ -83,7 +83,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import partial
-from typing import Callable, Hashable, Iterable, Mapping, Optional, TypeVar
+from typing import Callable, Container, Hashable, Iterable, Mapping, Optional, TypeVar
 
 from controller.core.levers.target import LeverTarget
 from controller.core.model import InputError, JobState, Node
@@ -192,6 +192,11 @@ class SimSlurm(LeverTarget):
         self.nice: dict[str, int] = {}  # set_nice(): taken off the job's start priority
         self.leaving: dict[str, tuple[float, float]] = {}
         self.ended: list[JobState] = []  # ended at a requeue, not yet told to the loop
+        # preempt/qos (``preemption: slurm``; None: slurmctld preempts nobody) and its QOS's
+        # GraceTime; its own victims: job id -> (signalled at, its progress then)
+        self.qos: Optional[SlurmQos] = None
+        self.grace_s = 0.0
+        self.preempted: dict[str, tuple[float, float]] = {}
 
     def _pending_job(self, job_id: str) -> JobState:
         if job_id not in self.pending:
@@ -282,6 +287,7 @@ class SimSlurm(LeverTarget):
         it may use (its pin's nodes, if pinned; else those of its partitions, GPU type,
         reservation); a job that fits nowhere waits and the next one is tried (no backfill
         reservation: no time limits here). Returns (job id, nodes) per start."""
+        self.requeue_preempted()
         free = self.cluster.free_by_node  # the cluster's own: each start takes its GPUs
         eligible = self.cluster.eligible
         per_node = self.cluster.cfg.gpus_per_node
@@ -302,7 +308,45 @@ class SimSlurm(LeverTarget):
                    by_site_factor(lambda job: self.site_factor.get(job.job_id, 0) - self.nice.get(job.job_id, 0),
                                   lambda job: job.spec.submit_time_s,
                                   lambda job: job.index), place, start)
+        if self.qos is not None:
+            self.preempt()
         return started
+
+    def level(self, job: JobState) -> int:
+        """A job's priority as preempt/qos compares it: the band it was sent (less its
+        Nice), the lower level the higher priority."""
+        return self.nice.get(job.job_id, 0) - self.site_factor.get(job.job_id, 0)
+
+    def preempt(self) -> None:
+        """preempt/qos after the starts (``slurm_preemptions``): each victim gets its
+        signal now and is requeued one GraceTime later (``requeue_preempted``), running
+        on meanwhile, as slurmctld's victims do."""
+        running = [job for job in self.by_id.values() if job.running and job.job_id not in self.leaving]
+        pending = [job for job_id, job in self.pending.items()
+                   if job_id not in self.held and job_id not in self.admin_held]
+        for victim in slurm_preemptions(pending, running, self.level, self.cluster.free_by_node,
+                                        {node.name: node for node in self.cluster.nodes}, self.qos, self.now,
+                                        self.cluster.cfg.gpus_per_node, set(self.preempted),
+                                        lambda job: self.pins.get(job.job_id)):
+            self.cluster.sync(victim, self.now)
+            self.preempted[victim.job_id] = (self.now, victim.progress_s)
+
+    def requeue_preempted(self) -> None:
+        """slurmctld's next pass after a victim's GraceTime: requeued, held (BeginTime),
+        its work since the signal lost; one that ended meanwhile is forgotten."""
+        for job_id, (signalled_s, progress_s) in list(self.preempted.items()):
+            job = self.by_id[job_id]
+            if not job.running:
+                del self.preempted[job_id]
+            elif signalled_s + self.grace_s <= self.now + EPS:
+                del self.preempted[job_id]
+                self.cluster.sync(job, self.now)
+                done_s = self.cluster.signal_now(job, self.now)
+                self.cluster.release(job, self.now, done_s, self.now)
+                self.cluster.settling.clear()  # the requeue delay is the BeginTime hold
+                job.progress_s = progress_s
+                self.pending[job_id] = job
+                self.held.add(job_id)
 
 
 # -- preempt/qos ---------------------------------------------------------------------------
@@ -397,19 +441,24 @@ def choose_victims(fit: Callable[[dict[str, int]], Optional[tuple]], ordered: li
 
 def preempt_walk(pending: Iterable[JobState], level: Callable[[JobState], int], running: list[JobState],
                  free: dict[str, int], nodes: Mapping[str, Node], qos: SlurmQos, now: float, exempt_s: float,
-                 per_node: int, limit_s: Optional[float]) -> list[tuple[JobState, list[JobState], tuple]]:
+                 per_node: int, limit_s: Optional[float],
+                 allowed: Optional[Callable[[JobState], Optional[Iterable[str]]]] = None
+                 ) -> list[tuple[JobState, list[JobState], tuple]]:
     """Which pending jobs preempt whom (rule 5): the start rule's walk over the pending
     jobs Slurm did not start (``free``: what is free after its starts; taken down by each
     preemptor's slots and up by its victims' GPUs), each that cannot start as things are
     and can by preempting gets preempt/qos's victims; one that can neither keeps the
     jobs after it off the nodes backfill reserves for it (with time limits ``limit_s``;
-    none without). Returns (preemptor, victims, slots) in the walk's order."""
+    none without); ``allowed(job)``: the only nodes it may use (its pin, ReqNodeList), None:
+    any. Returns (preemptor, victims, slots) in the walk's order."""
     taken: set[int] = set()
     found: list[tuple[JobState, list[JobState], tuple]] = []
     usable_now: list[set[str]] = [set()]  # the nodes the job being placed may use
 
     def place(job: JobState, reserved: set[str]):
-        usable = {name for name, node in nodes.items() if name not in reserved and node_fits(node, job.spec)}
+        only = allowed(job) if allowed is not None else None
+        usable = {name for name, node in nodes.items() if name not in reserved and node_fits(node, job.spec)
+                  and (only is None or name in only)}
         usable_now[0] = usable
         fit = partial(slurm_fit, job, usable=usable, per_node=per_node)
         if fit(free) is not None:
@@ -445,3 +494,23 @@ def preempt_walk(pending: Iterable[JobState], level: Callable[[JobState], int], 
 
     start_walk(pending, by_band(level), place, start, blocked)
     return found
+
+
+def slurm_preemptions(pending: Iterable[JobState], running: list[JobState], level: Callable[[JobState], int],
+                      free: Mapping[str, int], nodes: Mapping[str, Node], qos: SlurmQos, now: float,
+                      per_node: int, in_grace: Container[str] = (),
+                      allowed: Optional[Callable[[JobState], Optional[Iterable[str]]]] = None) -> list[JobState]:
+    """The victims preempt/qos picks in one pass of a target that keeps its own jobs
+    (SimSlurm, bench/scripted_slurm.py) after its starts (``free``: what is free
+    then): ``preempt_walk`` with no PreemptExemptTime and no time limits, the jobs
+    still in their GraceTime (``in_grace``) counted as free GPUs of their preemptors
+    (rule 5). Returns the new victims."""
+    free = dict(free)
+    for job in running:
+        if job.job_id in in_grace:
+            for node, gpus in job.placement:
+                free[node] += gpus
+    left = [job for job in running if job.job_id not in in_grace]
+    return [victim for _, victims, _ in preempt_walk(pending, level, left, free, nodes, qos, now, 0.0, per_node,
+                                                     None, allowed)
+            for victim in victims]
