@@ -18,6 +18,11 @@ throttle counts the running ones). An update, hold or release naming a task stil
 in that record ("ARRAYID_TASKID") splits it off into a pending record of its own, as
 slurmctld's update_job_str does (``splits`` counts them); an update naming the bare
 ArrayJobId changes the pending record whole and every other record of the array.
+
+Its QOS table (``sacctmgr``): a --requeue job runs in ``preempt_qos`` (requeue,within,
+GraceTime ``grace_s``), any other in "normal"; with ``preempts`` set (PreemptType=
+preempt/qos: ``preemption: slurm``) each scheduling pass preempts by the simulated
+slurmctld's preempt/qos model (controller.replay.slurmctld.slurm_preemptions).
 """
 from __future__ import annotations
 

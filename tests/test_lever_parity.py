@@ -106,6 +106,23 @@ def test_seeded_workloads_give_the_same_actions(seed, jobs, sizes, tmp_path):
         assert any(row[1] == "start" and len(row[3]) == 2 for actions in sim for row in actions)
 
 
+@pytest.mark.parametrize("seed,jobs,sizes", [(2, 14, SIZES), (237, 30, SIZES), (3, 20, WITH_TWO_NODES)])
+def test_seeded_workloads_give_the_same_actions_when_slurmctld_preempts(seed, jobs, sizes, tmp_path):
+    """Under ``preemption: slurm`` the scripted slurmctld and SimSlurm both preempt by
+    the one preempt/qos model (controller.replay.slurmctld.slurm_preemptions): the
+    bands, the releases of Slurm's requeues and the starts agree round by round, and
+    slurmctld did preempt (a requeued job was released)."""
+    settings = dict(SETTINGS, preemption="slurm")
+    workload = seeded(seed, jobs, sizes)
+    sim = simulated(workload=workload, settings=settings)
+    real = controlled(len(sim), tmp_path, workload=workload, settings=settings)
+    for round_id, (predicted, done) in enumerate(zip(sim, real), 1):
+        assert predicted == done, f"seed {seed}, round {round_id}"
+    assert len(sim) == len(real)
+    assert any(row[1] == "release" for actions in sim for row in actions)
+    assert not any(row[1] in ("signal", "requeue") for actions in sim for row in actions)
+
+
 def test_the_seeded_workloads_pull_every_lever():
     rows = [row for seed, jobs, sizes in SEEDS for actions in simulated(workload=seeded(seed, jobs, sizes))
             for row in actions]

@@ -14,6 +14,11 @@ use: its partitions, GPU type, its pin (ReqNodeList); a gang of N nodes, ``--gre
 backfill keeps the jobs after it off the nodes it reserves (``reservation``: where it
 could start soonest, ``available_at`` by the running jobs' time limits).
 
+``SimSlurm`` (``qos`` set: ``preemption: slurm``) and bench/scripted_slurm.py
+(``preempts``) run preempt/qos after each scheduling pass through
+``slurm_preemptions``: each victim gets its signal at once, runs on through its
+GraceTime and is requeued, held by a BeginTime, at the first pass after it.
+
 Under ``preemption: slurm`` the controller signals and requeues nobody: it only sets
 SiteFactor bands, on running jobs too (the top of their queue's band: only a pending job
 of a strictly higher queue, a lower level number, outranks a running one). slurmctld's
