@@ -20,9 +20,11 @@ rounds. The handoff rule (controller.core.levers.handoffs) holds back the same p
 as in the controller: a handoff fails here when SimSlurm does not start the job the
 preemption was for (another job took the GPUs first), and the job is then braked
 until a job on its nodes leaves, as in the controller. With ``admin_comment`` the
-AdminComment lines are written too, by the same planner and book. Not produced here: partition
-moves and MPS shares (``SimSlurm`` carries those levers out, but their producers read
-the partition map and the MPS pools, which a replay does not have). The service
+AdminComment lines are written too, by the same planner and book. With ``plan_moves``
+the partition moves are planned from the same core input as the controller's
+(controller.core.levers.moves.planned_moves; the partitions planner is handed in by the
+caller, a room the replay may not import). Not produced here: MPS shares (``SimSlurm``
+carries that lever out, but its producer reads the MPS pools, which a replay does not have). The service
 distribution is not learned here (as the controller learns it from its store), so
 policies that read one (dgittins) plan without it.
 """
@@ -296,7 +298,7 @@ class LeverRound:
         if self.settings.plan_moves is not None:
             self.move(plan, now)
         # 7. the AdminComment lines (the controller's Levers.comment: after the partition
-        # moves and GPU sharing, which the replay does not plan)
+        # moves and GPU sharing, the replay plans no sharing)
         if self.settings.admin_comment:
             self.comment(plan, now)
         return self.applied
