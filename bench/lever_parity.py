@@ -23,6 +23,7 @@ sys.path.insert(0, str(ROOT))
 from bench.scripted_slurm import ScriptedSlurm, VirtualTime  # noqa: E402
 from controller.core.levers.table import SETTINGS as TABLE_SETTINGS, action_row
 from controller.core.model import JobSpec  # noqa: E402
+from controller.partitions.moves import MoveSettings, plan_moves  # noqa: E402
 from controller.replay.run_config import SimConfig  # noqa: E402
 from controller.replay.lever_replay import LeverSettings, replay_levers  # noqa: E402
 from controller.service.ops.config import from_mapping  # noqa: E402
@@ -76,12 +77,34 @@ PULLS: dict[str, Pulls] = {
     "requeue": Pulls(),
     "admin_comment": Pulls(settings={"admin_comment": True}),
     "nice": Pulls(settings={"nice_last_queue": 100}),
+    # two partitions of two nodes: left busy for long (not checkpointable), right free at
+    # round 3; job 4, submitted to left,right while both are full, is narrowed to left
+    # after its first round (as a job_submit plugin would) and moved to right
+    "move": Pulls(workload=((1, 0, 4, 40, False, 0.0, "left"), (2, 0, 4, 40, False, 0.0, "left"),
+                            (3, 0, 8, 3, False, 0.0, "right"), (4, 1, 4, 6, True, 0.0, "left,right", "left")),
+                  settings={"partition_moves": True}, node_kinds=((2, ("left",), ""), (2, ("right",), ""))),
 }
 
 
 def partition_of(job: tuple) -> str:
     """A workload row's partition: its seventh field, if any, else "batch"."""
     return job[6] if len(job) > 6 else "batch"
+
+
+def narrowed_of(workload) -> dict[str, str]:
+    """job id -> the partition field a row's job is left in after its first round, if
+    still pending (its eighth field: a job_submit plugin's narrowing; its allowed set
+    stays the seventh)."""
+    return {str(job[0]): job[7] for job in workload if len(job) > 7}
+
+
+def moves_planner(config):
+    """controller.partitions.moves.plan_moves with the config's settings bound, as the lever
+    replay calls it (controller.core.levers.moves.planned_moves)."""
+    settings = MoveSettings(config.partition_allocator, config.partition_move_min_gain_s,
+                            config.partition_move_cooldown_s, config.partition_duration_estimate_s)
+    return lambda now, members, nodes, pending, running, cooldowns: plan_moves(now, members, nodes, pending, running,
+                                                                             settings, cooldowns)
 
 
 def simulated(workload=WORKLOAD, settings=SETTINGS, node_kinds=()) -> list[list[tuple]]:
@@ -93,7 +116,7 @@ def simulated(workload=WORKLOAD, settings=SETTINGS, node_kinds=()) -> list[list[
     # at most a node is --gres=gpu:K, which Slurm places on one node (max 1)
     specs = [JobSpec(str(job[0]), job[2], float(T0 + job[1] * INTERVAL), float(job[3] * INTERVAL), skew=job[5],
                      partition=partition_of(job), user="bob", preemptable=job[4],
-                     **({"partitions": (partition_of(job),)} if node_kinds else {}),
+                     **({"partitions": tuple(partition_of(job).split(","))} if node_kinds else {}),
                      **({"min_nodes": job[2] // GPUS_PER_NODE, "max_nodes": job[2] // GPUS_PER_NODE}
                         if job[2] > GPUS_PER_NODE else {"max_nodes": 1}))
              for job in workload]
@@ -104,8 +127,10 @@ def simulated(workload=WORKLOAD, settings=SETTINGS, node_kinds=()) -> list[list[
                                      config.slurm_rpc_burst, config.preemption, config.admin_comment,
                                      config.admin_comment_refresh_s, config.admin_comment_max_per_round,
                                      config.preempt_min_runtime_s, config.preempt_max_per_job,
-                                     {key: getattr(config, key) for key in TABLE_SETTINGS})
-    out = replay_levers(sim, specs, lever_settings, start_s=float(T0))
+                                     {key: getattr(config, key) for key in TABLE_SETTINGS},
+                                     plan_moves=moves_planner(config) if config.partition_moves else None,
+                                     partition_move_cooldown_s=config.partition_move_cooldown_s)
+    out = replay_levers(sim, specs, lever_settings, start_s=float(T0), narrowed=narrowed_of(workload))
     return [[action_row(a) for a in levers] + [("", "start", j, nodes, "") for j, nodes in starts]
             for levers, starts in zip(out.levers, out.starts)]
 
@@ -147,6 +172,9 @@ def controlled(rounds: int, tmp_path, workload=WORKLOAD, settings=SETTINGS, thro
             if report.skipped_reason and quiet_rounds is not None:
                 quiet_rounds.append(k + 1)
             starts = slurm.schedule()
+            for job in workload:  # narrowed after its first round, if still pending
+                if job[1] == k and len(job) > 7 and slurm.jobs[job[0]]["job_state"] == "PENDING":
+                    slurm.jobs[job[0]]["partition"] = job[7]
             out.append([action_row(a) for a in report.levers]
                        + [("", "start", str(j), nodes, "") for j, nodes in starts])
     return out

@@ -35,7 +35,7 @@ SHOW_JOB_TIMEOUT_S = 5.0
 # value); _observed_job names the ones it renames or converts.
 _AS_REPORTED = ("job_id", "user", "partition", "state", "reason", "gpus", "time_limit_s", "restart_count", "batch",
                 "comment", "admin_comment", "max_nodes", "mps", "array_tasks", "array_max_tasks", "het_job_id",
-                "het_offset", "gpu_type", "gpu_types", "reservation", "account", "name", "qos")
+                "het_offset", "gpu_type", "gpu_types", "reservation", "account", "name", "qos", "nice")
 
 
 def _free(total: int | None, allocated: int | None) -> int | None:

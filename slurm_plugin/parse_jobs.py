@@ -230,6 +230,7 @@ def _squeue_job(r: dict) -> SlurmJob:
         admin_comment=str_value(r.get("admin_comment"), "admin_comment"),
         priority=int_value(r.get("priority"), "priority") if r.get("priority") is not None else None,
         site_factor=int_value(site, "site_factor") if site is not None else None,
+        nice=int_value(r.get("nice"), "nice"),  # 22.05 writes null for 0
         required_nodes=expand_hostlist(str_value(r.get("required_nodes"), "required_nodes")),
         excluded_nodes=expand_hostlist(str_value(r.get("excluded_nodes"), "excluded_nodes")),
         time_limit_s=time_limit_of(limit_min),
@@ -468,6 +469,7 @@ def _scontrol_job(r: dict) -> SlurmJob:
         admin_comment=nullish_to_empty(r.get("AdminComment")),
         priority=scontrol_int(r.get("Priority"), "Priority") if "Priority" in r else None,
         site_factor=scontrol_int(site, "SiteFactor") if site not in (None, "") else None,
+        nice=scontrol_int(r.get("Nice"), "Nice") if r.get("Nice") not in (None, "") else 0,
         required_nodes=expand_hostlist(r.get("ReqNodeList")),
         excluded_nodes=expand_hostlist(r.get("ExcNodeList")),
         time_limit_s=parse_duration_s(r.get("TimeLimit"), "TimeLimit"),

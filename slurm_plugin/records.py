@@ -110,6 +110,7 @@ class SlurmJob:
     admin_comment: str = ""
     priority: int | None = None
     site_factor: int | None = None
+    nice: int = 0  # Nice (--nice, or an operator's scontrol update): lowers its priority
     required_nodes: list[str] = field(default_factory=list)
     excluded_nodes: list[str] = field(default_factory=list)
     time_limit_s: float | None = None

@@ -27,9 +27,6 @@ MECHANISMS = tuple(STRATEGIES)  # preemption: controller, slurm
 # kind -> what the simulator or the scripted slurmctld still lacks to pull it alike (the
 # kind's test is then a strict xfail: it must fail until that is built)
 NOT_SIMULATED: dict[str, str] = {
-    "move": "the lever replay plans no partition moves (their candidates and partition map are read in the "
-            "service, controller.service.round.partition_moves.PartitionMover.planned), and SimSlurm's schedule "
-            "never reads the partition a move sets (SimSlurm.partition)",
     "share": "the lever replay plans no GPU sharing (no MPS pools, no MPS jobs in the scripted slurmctld)",
     "hold": "the lever replay plans no GPU sharing (no MPS pools, no MPS jobs in the scripted slurmctld)",
     "release_hold": "the lever replay plans no GPU sharing (no MPS pools, no MPS jobs in the scripted slurmctld)",

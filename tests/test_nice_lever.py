@@ -114,3 +114,24 @@ def test_the_simulated_slurmctld_starts_a_niced_job_after_an_unniced_one_of_its_
     slurm.set_site_factors({"0": 100000, "1": 100000})
     slurm.set_nice("0", 5000)  # the older job, niced: the younger one of its band starts first
     assert [job_id for job_id, _ in slurm.schedule()] == ["1"]
+
+
+def test_a_users_own_nice_is_read_from_every_release_shape():
+    """The rule leaves a job with its user's own --nice alone, so Slurm must report it: 22.05's
+    JSON writes null for 0 (seen on the test cluster: `sbatch --nice=100` gives 100, no
+    --nice gives null), 24.11 and 26.05 write 0, scontrol writes Nice=."""
+    import json
+    from pathlib import Path
+
+    from slurm_plugin.parse_jobs import parse_scontrol_show_job, parse_squeue_json
+
+    fixtures = Path(__file__).resolve().parent / "fixtures" / "slurm"
+    for release in ("22.05", "24.11", "26.05"):
+        data = json.loads((fixtures / release / "squeue.json").read_text())
+        record = data["jobs"][0]
+        assert [job.nice for job in parse_squeue_json(data)][0] == 0, release  # null or 0
+        record["nice"] = 100
+        assert parse_squeue_json(data)[0].nice == 100, release
+    shown = (fixtures / "22.05" / "oversubscribe" / "show_job.txt").read_text()
+    assert "Nice=0 " in shown and {job.nice for job in parse_scontrol_show_job(shown)} == {0}
+    assert {job.nice for job in parse_scontrol_show_job(shown.replace("Nice=0 ", "Nice=250 "))} == {250}

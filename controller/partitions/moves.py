@@ -42,6 +42,8 @@ from controller.partitions.layer2 import plan_partition
 from controller.partitions.mct import allocate_mct
 from controller.partitions.model import AllocationProblem, JobTable, Partition, RunningJob
 from controller.partitions.snapshot import workers_for_gpus
+from controller.core.levers.moves import PendingGpuJob, RunningGpuJob, is_candidate, split_partitions  # noqa: F401
+from controller.core.levers.moves import elsewhere_allowed as _elsewhere_allowed  # (the core builds the input)
 from controller.core.model import InputError, Node
 
 ALLOCATORS = ("mct", "evo")
@@ -51,34 +53,6 @@ ALLOCATORS = ("mct", "evo")
 # MCT's answer and the better of the two is used, so it never ends worse than MCT.
 EVO_POPULATION = 20
 EVO_GENERATIONS = 30
-
-
-@dataclass(frozen=True)
-class PendingGpuJob:
-    """A pending GPU job as the move planner sees it.
-
-    ``allowed``: the partitions listed at submission; ``current``: the partitions it is
-    in now (Slurm starts it in the earliest of them); ``rank``: its position in the
-    engine's plan order (0 = first); ``queued_s``: seconds waited so far;
-    ``frozen``: why it must stay where it is this round ('' = it may move).
-    """
-
-    job_id: str
-    gpus: int
-    allowed: tuple[str, ...]
-    current: tuple[str, ...]
-    rank: int
-    queued_s: float = 0.0
-    frozen: str = ""
-
-
-@dataclass(frozen=True)
-class RunningGpuJob:
-    """A running GPU job: where it holds GPUs and how long it has run (seconds)."""
-
-    job_id: str
-    gpus_by_node: tuple[tuple[str, int], ...]
-    ran_s: float
 
 
 @dataclass(frozen=True)
@@ -112,28 +86,9 @@ class MovePlan:
     kept: dict[str, str] = field(default_factory=dict)  # job id -> why it is not moved (candidates only)
 
 
-def split_partitions(text: str) -> tuple[str, ...]:
-    """``"a,b"`` -> ``("a", "b")``; order kept, empties and repeats dropped."""
-    out: list[str] = []
-    for name in (text or "").split(","):
-        name = name.strip()
-        if name and name not in out:
-            out.append(name)
-    return tuple(out)
-
-
 def running_remaining_s(ran_s: float, duration_estimate_s: float) -> float:
     """Predicted seconds left of a job that has run ``ran_s`` (see the module doc)."""
     return max(duration_estimate_s - max(ran_s, 0.0), duration_estimate_s / 2.0)
-
-
-def _elsewhere_allowed(job: PendingGpuJob) -> bool:
-    return bool(set(job.allowed) - set(job.current))
-
-
-def is_candidate(job: PendingGpuJob) -> bool:
-    """Could this job move this round: not frozen, some allowed partition it is not in now."""
-    return not job.frozen and _elsewhere_allowed(job)
 
 
 def plan_moves(now_s: float, partition_nodes: Mapping[str, Sequence[str]], nodes: Sequence[Node],

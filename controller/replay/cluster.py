@@ -145,6 +145,11 @@ class SimCluster:
         self._behind: dict[int, tuple[int, float]] = {}
         self.waited_behind: dict[int, tuple[int, float]] = {}
 
+    def allowed_again(self, job: JobState) -> None:
+        """The nodes ``job`` may use, again from its spec (its partitions moved)."""
+        if not self.count_mode:
+            self._allowed[job.index] = self.eligible.allowed(job.spec)
+
     # -- a job's counters ---------------------------------------------------------
     def sync(self, job: JobState, t: float) -> None:
         """Bring the job's counters to time ``t``: service and progress if it runs,

@@ -20,16 +20,18 @@ rounds. The handoff rule (controller.core.levers.handoffs) holds back the same p
 as in the controller: a handoff fails here when SimSlurm does not start the job the
 preemption was for (another job took the GPUs first), and the job is then braked
 until a job on its nodes leaves, as in the controller. With ``admin_comment`` the
-AdminComment lines are written too, by the same planner and book. Not produced here: partition
-moves and MPS shares (``SimSlurm`` carries those levers out, but their producers read
-the partition map and the MPS pools, which a replay does not have). The service
+AdminComment lines are written too, by the same planner and book. With ``plan_moves``
+the partition moves are planned from the same core input as the controller's
+(controller.core.levers.moves.planned_moves; the partitions planner is handed in by the
+caller, a room the replay may not import). Not produced here: MPS shares (``SimSlurm``
+carries that lever out, but its producer reads the MPS pools, which a replay does not have). The service
 distribution is not learned here (as the controller learns it from its store), so
 policies that read one (dgittins) plan without it.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Iterable, Mapping, Optional
+from typing import Callable, Iterable, Mapping, Optional
 
 from controller.core.actions import LeverAction, SetBand
 from controller.core.engine import Engine
@@ -37,6 +39,7 @@ from controller.core.levers.bands import RpcBudget
 from controller.core.levers.book import Done, LeverBook
 from controller.core.levers.comments import CommentBook
 from controller.core.levers.handoffs import ClusterView, HandoffBook, Needs
+from controller.core.levers.moves import planned_moves
 from controller.core.levers.planner import LeverPlanner
 from controller.core.levers.preemption import OpenPreemption, PreemptionBook, VictimView, strategy_for
 from controller.core.levers.table import LEVERS, SETTINGS
@@ -75,6 +78,10 @@ class LeverSettings:
     preempt_min_runtime_s: float = 60.0
     preempt_max_per_job: Optional[int] = 10
     table_settings: Mapping[str, object] = field(default_factory=dict)  # the table's families' (LeverConfig.settings)
+    # the partition moves: controller.partitions.moves.plan_moves with its settings bound (a room
+    # the replay may not import: its caller hands it in; None: no moves), and their cool-down
+    plan_moves: Optional[Callable] = None
+    partition_move_cooldown_s: float = 600.0
 
 
 @dataclass
@@ -112,6 +119,29 @@ class _SimJob:
     qos: str = ""
     admin_comment: str = ""
     pinnable: bool = True
+
+    @property
+    def band_id(self) -> str:
+        return self.job_id
+
+    @property
+    def lever_id(self) -> str:
+        return self.job_id
+
+
+@dataclass(frozen=True)
+class _MoveJob:
+    """A job of SimSlurm as the partition moves read it (controller.core.levers.moves.
+    planned_moves: the service's ObservedJob fields it reads)."""
+
+    job_id: str
+    state: str
+    gpus: int
+    partition: str
+    submit_time_s: float
+    gpus_by_node: tuple = ()
+    start_time_s: Optional[float] = None
+    required_nodes: tuple = ()
 
     @property
     def band_id(self) -> str:
@@ -173,6 +203,9 @@ class LeverRound:
             slurm_preempts=strategy_for(settings.preemption).running_banded,
             comment_queues=len(cfg.thresholds_gpu_s) + 1 if engine.policy.discretized else 0,
             settings={**SETTINGS, **settings.table_settings}))
+        # the partitions each job was submitted to (its allowed set, kept from first sight)
+        self.submitted = {job_id: ",".join(job.spec.partitions) for job_id, job in slurm.by_id.items()}
+        self.interval_s = 60.0  # the round interval (replay_levers sets its own)
         # every victim's view: the workload's declared signal, the replay's grace
         self.victim_view = VictimView("", settings.signal_name, settings.batch_only, settings.signal_name, grace_s)
 
@@ -281,11 +314,42 @@ class LeverRound:
             del self.open[resolved.job_id]
             if resolved.requeue is not None and self.apply(resolved.requeue):
                 self.stopped_at[resolved.job_id] = now
-        # 6. the AdminComment lines (the controller's Levers.comment: after the partition
-        # moves and GPU sharing, which the replay does not plan)
+        # 6. the partition moves (the controller's round.levers.move_partitions)
+        if self.settings.plan_moves is not None:
+            self.move(plan, now)
+        # 7. the AdminComment lines (the controller's Levers.comment: after the partition
+        # moves and GPU sharing, the replay plans no sharing)
         if self.settings.admin_comment:
             self.comment(plan, now)
         return self.applied
+
+    def move(self, plan, now: float) -> None:
+        """The moves the partitions planner plans (the same core input as the controller's:
+        controller.core.levers.moves.planned_moves, from SimSlurm's jobs, their submitted
+        partitions and its partition map), carried out on SimSlurm, the book settled."""
+        slurm = self.slurm
+        jobs: dict[str, _MoveJob] = {}
+        for job_id, job in slurm.by_id.items():
+            if job_id in slurm.pending:
+                jobs[job_id] = _MoveJob(job_id, "PENDING", job.num_gpus, self.current_partition(job_id),
+                                        job.spec.submit_time_s, required_nodes=slurm.pins.get(job_id, ()))
+            elif job.running or job_id in slurm.leaving:
+                jobs[job_id] = _MoveJob(job_id, "RUNNING", job.num_gpus, self.current_partition(job_id),
+                                        job.spec.submit_time_s, tuple(job.placement), job.run_start_s)
+        members: dict[str, list[str]] = {}
+        for node in slurm.cluster.nodes:
+            for partition in node.partitions:
+                members.setdefault(partition, []).append(node.name)
+        moves = planned_moves(plan.order, jobs, lambda job_id: self.submitted.get(job_id), now, self.book.moves,
+                              set(self.book.pins), lambda: members, self.settings.plan_moves, slurm.cluster.nodes)
+        for action in self.planner.moves(moves, plan.round_id):
+            applied = self.apply(action)
+            self.book.moves.settle(action.job_id, not applied, now, self.interval_s,
+                                   self.settings.partition_move_cooldown_s)
+
+    def current_partition(self, job_id: str) -> str:
+        """The job's partition field: as moved, else as submitted."""
+        return self.slurm.partition.get(job_id) or self.submitted.get(job_id, "")
 
     def comment(self, plan, now: float) -> None:
         """The AdminComment lines due (LeverPlanner.comments), written to SimSlurm; a
@@ -328,12 +392,15 @@ class LeverRound:
 
 
 def replay_levers(cfg: SimConfig, specs: Iterable[JobSpec], settings: LeverSettings = LeverSettings(),
-                  start_s: Optional[float] = None, max_rounds: int = MAX_LEVER_ROUNDS) -> LeverReplay:
+                  start_s: Optional[float] = None, max_rounds: int = MAX_LEVER_ROUNDS,
+                  narrowed: Mapping[str, str] = {}) -> LeverReplay:
     """Replay ``specs`` (with durations; a gang larger than a node takes whole nodes)
     with a round every
     ``cfg.round_interval_s`` from ``start_s`` (default: the first submission) until
     every job finished, or for ``max_rounds`` (then ``unfinished_jobs`` counts the rest);
-    returns each round's levers and starts."""
+    returns each round's levers and starts. ``narrowed``: job id -> the partition field
+    a job still pending after its first round is left in (as a site's job_submit plugin
+    or an admin narrows it; its allowed set stays the partitions it was submitted to)."""
     interval = cfg.round_interval_s
     if interval is None:
         raise InputError("round-interval-s: the lever replay needs a fixed round interval")
@@ -350,6 +417,7 @@ def replay_levers(cfg: SimConfig, specs: Iterable[JobSpec], settings: LeverSetti
     if strategy_for(settings.preemption).by_qos:  # slurmctld preempts: preempt/qos, GraceTime the replay's grace
         slurm.qos, slurm.grace_s = SlurmQos(), cfg.preempt_grace_s
     levers = LeverRound(settings, engine, slurm, cfg.preempt_grace_s)
+    levers.interval_s = interval
     out = LeverReplay()
     now = start_s if start_s is not None else (jobs[0].spec.submit_time_s if jobs else 0.0)
     next_arrival = 0
@@ -386,6 +454,9 @@ def replay_levers(cfg: SimConfig, specs: Iterable[JobSpec], settings: LeverSetti
         cluster.expect(plan)
         out.levers.append(levers.run(plan, now))
         out.starts.append(slurm.schedule())
+        for job_id, partition in narrowed.items():  # after the round of its first sight
+            if job_id in slurm.pending and slurm.by_id[job_id].spec.submit_time_s > now - interval + EPS:
+                slurm.move_partition(job_id, partition)
         cluster.judge_handoffs()  # the GPUs a requeue freed this round: did Slurm start the beneficiary there
         cluster.audit_waits(lambda: [slurm.by_id[job_id] for job_id in plan.order], now, engine.policy.preemptive)
         out.round_times_s.append(now)

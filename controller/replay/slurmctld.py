@@ -86,7 +86,7 @@ its victims leave may pick more victims after kill_wait + msg_timeout.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Callable, Container, Hashable, Iterable, Mapping, Optional, TypeVar
 
@@ -224,8 +224,11 @@ class SimSlurm(LeverTarget):
         self.held.discard(job_id)
 
     def move_partition(self, job_id: str, partition: str) -> None:
-        self._pending_job(job_id)
+        """The job's partition field: where the scheduler (and the plan) place it from now on."""
+        job = self._pending_job(job_id)
         self.partition[job_id] = partition
+        job.spec = replace(job.spec, partitions=tuple(p for p in partition.split(",") if p))
+        self.cluster.allowed_again(job)
 
     def set_nice(self, job_id: str, nice: int) -> None:
         """Nice: slurmctld takes it off the job's priority (its start order below)."""

@@ -12,10 +12,107 @@ refusal costs a round and a lasting one costs slurmctld little.
 from __future__ import annotations
 
 import math
-from typing import Callable, Iterable
+from dataclasses import dataclass
+from typing import Callable, Iterable, Mapping, Optional, Sequence
 
 from controller.core.actions import MovePartition
 from controller.core.ids import decision_id
+
+
+@dataclass(frozen=True)
+class PendingGpuJob:
+    """A pending GPU job as the move planner sees it.
+
+    ``allowed``: the partitions listed at submission; ``current``: the partitions it is
+    in now (Slurm starts it in the earliest of them); ``rank``: its position in the
+    engine's plan order (0 = first); ``queued_s``: seconds waited so far;
+    ``frozen``: why it must stay where it is this round ('' = it may move).
+    """
+
+    job_id: str
+    gpus: int
+    allowed: tuple[str, ...]
+    current: tuple[str, ...]
+    rank: int
+    queued_s: float = 0.0
+    frozen: str = ""
+
+
+@dataclass(frozen=True)
+class RunningGpuJob:
+    """A running GPU job: where it holds GPUs and how long it has run (seconds)."""
+
+    job_id: str
+    gpus_by_node: tuple[tuple[str, int], ...]
+    ran_s: float
+
+
+def split_partitions(text: str) -> tuple[str, ...]:
+    """``"a,b"`` -> ``("a", "b")``; order kept, empties and repeats dropped."""
+    out: list[str] = []
+    for name in (text or "").split(","):
+        name = name.strip()
+        if name and name not in out:
+            out.append(name)
+    return tuple(out)
+
+
+def elsewhere_allowed(job: PendingGpuJob) -> bool:
+    return bool(set(job.allowed) - set(job.current))
+
+
+def is_candidate(job: PendingGpuJob) -> bool:
+    """Could this job move this round: not frozen, some allowed partition it is not in now."""
+    return not job.frozen and elsewhere_allowed(job)
+
+
+def pending_for_moves(order: Iterable[str], jobs: Mapping, allowed_of: Callable[[str], Optional[str]], now: float,
+                      frozen: Callable[[object], str]) -> list[PendingGpuJob]:
+    """The move planner's pending jobs, in the plan's order (``order``): each pending job
+    of ``jobs`` (job id -> a job with state, gpus, partition, submit_time_s) whose allowed
+    set is known (``allowed_of``: the partitions listed at submission, None: not known),
+    ranked in that order; ``frozen``: why a job stays where it is ('' when it may move)."""
+    pending: list[PendingGpuJob] = []
+    for job_id in order:
+        job = jobs.get(job_id)
+        allowed = allowed_of(job_id) if job is not None and job.state == "PENDING" else None
+        if allowed is None:
+            continue
+        pending.append(PendingGpuJob(job_id, job.gpus, split_partitions(allowed), split_partitions(job.partition),
+                                     rank=len(pending), queued_s=now - (job.submit_time_s or now),
+                                     frozen=frozen(job)))
+    return pending
+
+
+def running_for_moves(jobs: Iterable, now: float) -> list[RunningGpuJob]:
+    """The running GPU jobs as the move planner sees them (where they hold GPUs, how long they ran)."""
+    return [RunningGpuJob(job.job_id, job.gpus_by_node,
+                          now - job.start_time_s if job.start_time_s is not None else 0.0)
+            for job in jobs if job.state == "RUNNING" and job.gpus_by_node]
+
+
+def planned_moves(order: Iterable[str], jobs: Mapping, allowed_of: Callable[[str], Optional[str]], now: float,
+                  book: "MoveBook", pinned: Iterable[str], members: Callable[[], Optional[Mapping]],
+                  plan_moves: Callable, nodes: Sequence, load_last: Callable[[str], None] = lambda job_id: None
+                  ) -> list:
+    """The moves planned now (none: no candidate, no partition map): the pending jobs in
+    the plan's order (``pending_for_moves``, frozen by the book), the partition map
+    (``members``, read only when a job is a candidate), each candidate's last move
+    (``load_last`` for those the book does not know yet), and ``plan_moves`` (controller.
+    partitions.moves.plan_moves with its settings bound: a room the core may not import,
+    so its callers hand it in) called as ``plan_moves(now, members, nodes, pending,
+    running, cooldowns)``; returns its moves."""
+    pending = pending_for_moves(order, jobs, allowed_of, now, lambda job: book.frozen(job, pinned, now))
+    candidates = [p.job_id for p in pending if is_candidate(p)]
+    if not candidates:
+        return []
+    partition_map = members()
+    if partition_map is None:
+        return []
+    running = running_for_moves(jobs.values(), now)
+    for job_id in book.unknown(candidates):
+        load_last(job_id)
+    return plan_moves(now, partition_map, nodes, pending, running, book.cooldowns()).moves
 
 
 class MoveBook:

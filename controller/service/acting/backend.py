@@ -48,6 +48,7 @@ class ObservedJob:
     comment: str = ""
     admin_comment: str = ""  # AdminComment (Slurm operators write it; the controller adds its line)
     site_factor: Optional[int] = None
+    nice: int = 0  # the job's own priority offset (a user's --nice); the Nice lever touches only 0
     required_nodes: tuple[str, ...] = ()
     excluded_nodes: tuple[str, ...] = ()
     # The node count a pending job accepts (-N; --nodelist raises the minimum): fewest

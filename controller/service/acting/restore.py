@@ -164,17 +164,24 @@ def _restore_generic(backend, store, cluster, jobs, name: str, undo, job_ids: se
         job = jobs.get(job_id)
         if not _alive(job):
             report.add(job_id, name, "gone", f"job {job.state if job else 'no longer listed'}")
-        else:
-            try:
-                undo(backend, job_id)
-            except BackendUnavailable:
-                raise
-            except (RuntimeError, ValueError) as err:
-                report.add(job_id, name, "failed", str(err))
-                continue
-            report.add(job_id, name, "reset", "undone")
+        elif not _undone(report, job_id, name, lambda: undo(backend, job_id), "undone"):
+            continue
         done.append(job_id)
     store.forget_levers(cluster, name, done)
+
+
+def _undone(report, job_id: str, name: str, call, detail: str) -> bool:
+    """Carry out one undo; a job the cluster manager refuses keeps its row (False) for the
+    next restore, a manager that does not answer stops the restore."""
+    try:
+        call()
+    except BackendUnavailable:
+        raise
+    except (RuntimeError, ValueError) as err:
+        report.add(job_id, name, "failed", str(err))
+        return False
+    report.add(job_id, name, "reset", detail)
+    return True
 
 
 def _outside_scope(backend: Backend, job_ids: set[str]) -> dict[str, ObservedJob]:
@@ -200,15 +207,8 @@ def _restore_holds(backend, store, cluster, jobs, job_ids: set[str], report) -> 
             report.add(job_id, HOLD, "kept", "held by its user (JobHeldUser), not by the controller")
         elif job.state != "PENDING" or job.waits_for != "admin_hold":
             report.add(job_id, HOLD, "already", f"job is {job.state} ({job.reason or 'no reason'}), not held")
-        else:
-            try:
-                backend.release_hold(job_id)
-            except BackendUnavailable:
-                raise
-            except (RuntimeError, ValueError) as err:
-                report.add(job_id, HOLD, "failed", str(err))
-                continue
-            report.add(job_id, HOLD, "reset", "released")
+        elif not _undone(report, job_id, HOLD, lambda: backend.release_hold(job_id), "released"):
+            continue
         done.append(job_id)
     store.forget_levers(cluster, HOLD, done)
 

@@ -19,10 +19,9 @@ from __future__ import annotations
 import logging
 from typing import Callable, Optional
 
-from controller.core.levers.moves import MoveBook, last_move_logged
+from controller.core.levers.moves import MoveBook, last_move_logged, planned_moves
 from controller.core.plan import Plan
-from controller.partitions.moves import MoveSettings, PendingGpuJob, RunningGpuJob, is_candidate, plan_moves, \
-    split_partitions
+from controller.partitions.moves import MovePlan, MoveSettings, plan_moves
 from controller.service.round.accounting import Accounts
 from controller.service.acting.backend import Backend, ObservedJob
 from controller.service.ops.config import Config
@@ -75,35 +74,18 @@ class PartitionMover:
         if not cfg.partition_moves:
             return []
         records = self.accounts.records
-        pending, running = [], []
-        for job_id in plan.order:
-            job = observed.get(job_id)
-            if job is None or job.state != "PENDING" or job_id not in records:
-                continue
-            pending.append(PendingGpuJob(
-                job_id, job.gpus, split_partitions(records[job_id].partition), split_partitions(job.partition),
-                rank=len(pending), queued_s=now - (job.submit_time_s or now),
-                frozen=self.book.frozen(job, pinned, now)))
-        candidates = [p.job_id for p in pending if is_candidate(p)]
-        if not candidates:
-            return []
-        members = self.partition_nodes()
-        if members is None:
-            return []
-        for job in observed.values():
-            if job.state == "RUNNING" and job.gpus_by_node:
-                ran = now - job.start_time_s if job.start_time_s is not None else 0.0
-                running.append(RunningGpuJob(job.job_id, job.gpus_by_node, ran))
-        for job_id in self.book.unknown(candidates):
-            self._load_last_move(job_id)
         settings = MoveSettings(cfg.partition_allocator, cfg.partition_move_min_gain_s, cfg.partition_move_cooldown_s,
                                 cfg.partition_duration_estimate_s)
-        try:
-            moves = plan_moves(now, members, nodes, pending, running, settings, self.book.cooldowns())
-        except Exception as err:  # an optional layer: never lose the round over it
-            self.log_once(f"partition moves skipped: {type(err).__name__}: {err}")
-            return []
-        return moves.moves
+        def planner(now_s, members, nodes_, pending, running, cooldowns):
+            try:
+                return plan_moves(now_s, members, nodes_, pending, running, settings, cooldowns)
+            except Exception as err:  # an optional layer: never lose the round over it
+                self.log_once(f"partition moves skipped: {type(err).__name__}: {err}")
+                return MovePlan()
+
+        return planned_moves(plan.order, observed, lambda job_id: records[job_id].partition if job_id in records
+                             else None, now, self.book, pinned, self.partition_nodes, planner, nodes,
+                             self._load_last_move)
 
     def settle(self, action, outcome, now: float) -> None:
         """A move carried out (or said, or refused): its cool-down or backoff, the job's moves counted."""
