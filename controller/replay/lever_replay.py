@@ -23,8 +23,11 @@ until a job on its nodes leaves, as in the controller. With ``admin_comment`` th
 AdminComment lines are written too, by the same planner and book. With ``plan_moves``
 the partition moves are planned from the same core input as the controller's
 (controller.core.levers.moves.planned_moves; the partitions planner is handed in by the
-caller, a room the replay may not import). Not produced here: MPS shares (``SimSlurm``
-carries that lever out, but its producer reads the MPS pools, which a replay does not have). The service
+caller, a room the replay may not import). With ``sharing_policy`` GPU sharing's shares
+and holds are planned by the same planner phases (``LeverPlanner.sharing``, ``holds``)
+for the MPS-only jobs handed in (``mps_jobs``; SimSlurm lists them pending and never
+starts them), each node's GPUs free at the round's start its MPS pool (no MPS job runs).
+The service
 distribution is not learned here (as the controller learns it from its store), so
 policies that read one (dgittins) plan without it.
 """
