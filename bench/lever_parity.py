@@ -62,6 +62,7 @@ class Pulls:
     workload: tuple = tuple(WORKLOAD)
     settings: dict = dataclasses.field(default_factory=dict)
     node_kinds: tuple = ()
+    mps_jobs: tuple = ()  # MPS-only jobs: (job id, submitted at round, shares, user, comment)
 
 
 # kind -> a workload and settings that pull it (tests/test_lever_parity.py asserts, for each
@@ -77,6 +78,11 @@ PULLS: dict[str, Pulls] = {
     "requeue": Pulls(),
     "admin_comment": Pulls(settings={"admin_comment": True}),
     "nice": Pulls(settings={"nice_last_queue": 100}),
+    # an MPS job (mps:30, not a tier: the default tier 25) submitted while every GPU is free:
+    # its share set at round 1, held from round 2 (the GPU jobs took every GPU), released
+    # once a GPU is free again; neither slurmctld ever starts it
+    **{kind: Pulls(settings={"gpu_sharing": True}, mps_jobs=((40, 0, 30, "carol", ""),))
+       for kind in ("share", "hold", "release_hold")},
     # two partitions of two nodes: left busy for long (not checkpointable), right free at
     # round 3; job 4, submitted to left,right while both are full, is narrowed to left
     # after its first round (as a job_submit plugin would) and moved to right
@@ -107,10 +113,11 @@ def moves_planner(config):
                                                                              settings, cooldowns)
 
 
-def simulated(workload=WORKLOAD, settings=SETTINGS, node_kinds=()) -> list[list[tuple]]:
+def simulated(workload=WORKLOAD, settings=SETTINGS, node_kinds=(), mps_jobs=()) -> list[list[tuple]]:
     """``node_kinds``: SimConfig's (count, (partition,), "") rows, nodes numbered in
     their order, as ``controlled`` gives them to the scripted slurmctld (default: one
-    partition, "batch"); a workload row may then name its partition (seventh field)."""
+    partition, "batch"); a workload row may then name its partition (seventh field).
+    ``mps_jobs``: Pulls.mps_jobs' MPS-only jobs (listed pending, never started)."""
     config = from_mapping(dict(settings, usage_spool_dir="/nonexistent"))
     # a job larger than a node is -N gpus/GPUS_PER_NODE on Slurm: min = max nodes; one of
     # at most a node is --gres=gpu:K, which Slurm places on one node (max 1)
@@ -129,14 +136,17 @@ def simulated(workload=WORKLOAD, settings=SETTINGS, node_kinds=()) -> list[list[
                                      config.preempt_min_runtime_s, config.preempt_max_per_job,
                                      {key: getattr(config, key) for key in TABLE_SETTINGS},
                                      plan_moves=moves_planner(config) if config.partition_moves else None,
-                                     partition_move_cooldown_s=config.partition_move_cooldown_s)
+                                     partition_move_cooldown_s=config.partition_move_cooldown_s,
+                                     sharing_policy=config.colocation_policy() if config.gpu_sharing else None,
+                                     mps_jobs=tuple((str(job_id), float(T0 + at * INTERVAL), shares, user, comment)
+                                                    for job_id, at, shares, user, comment in mps_jobs))
     out = replay_levers(sim, specs, lever_settings, start_s=float(T0), narrowed=narrowed_of(workload))
     return [[action_row(a) for a in levers] + [("", "start", j, nodes, "") for j, nodes in starts]
             for levers, starts in zip(out.levers, out.starts)]
 
 
 def controlled(rounds: int, tmp_path, workload=WORKLOAD, settings=SETTINGS, through_poll: bool = False,
-               quiet_rounds: Optional[list] = None, node_kinds=()) -> list[list[tuple]]:
+               quiet_rounds: Optional[list] = None, node_kinds=(), mps_jobs=()) -> list[list[tuple]]:
     """The controller's levers and Slurm's starts per round. ``through_poll``: each
     round observes as run_forever does (the light poll, then Controller.observe: the
     last full observation again while nothing changed), so the rounds that observe
@@ -163,6 +173,9 @@ def controlled(rounds: int, tmp_path, workload=WORKLOAD, settings=SETTINGS, thro
                 if at == k:
                     slurm.submit(job_id, gpus, work_s=work * INTERVAL, requeue=ckpt,
                                  comment=f"tiresias:skew={skew}" if skew else "", partition=partition_of(job))
+            for job_id, at, shares, user, comment in mps_jobs:
+                if at == k:
+                    slurm.submit_mps(job_id, shares, user=user, comment=comment)
             if through_poll:
                 observation = controller.observe(backend.poll())
                 observation.observed_at_s = float(now)  # the same object: observe() knows it repeated

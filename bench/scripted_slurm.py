@@ -70,6 +70,7 @@ class ScriptedSlurm:
         self.preempted: dict[int, int] = {}
         self.nodes = {f"n{i:04d}": 0 for i in range(nodes)}  # node -> GPUs used
         self.node_flags: dict[str, list[str]] = {}  # node -> state flags set by a test (["DRAIN"])
+        self.mps_nodes = False  # nodes with MPS gres (submit_mps)
         self.node_partitions: dict[str, str] = {}  # node -> its partition, set by a test (default "batch")
         self.jobs: dict[int, dict] = {}
         self.site_factors: dict[int, int] = {}
@@ -145,6 +146,29 @@ class ScriptedSlurm:
             self.work_left_s[job_id] = float(work_s)
         self._next_id = max(self._next_id, job_id + 1)
         self._texts.clear()
+
+    def submit_mps(self, job_id: int, shares: int, user: str = "bob", comment: str = "") -> None:
+        """A new pending MPS job (``--gres=mps:N``: N shares of one GPU, 100 a GPU), as
+        22.05 lists one (tests/fixtures/slurm/22.05/squeue.json job 6: ``tres_per_node``
+        ``gres:mps:N``, ``gres/mps=N`` in ``tres_req_str``). This slurmctld never starts
+        one (its nodes count whole GPUs): it waits, its share set or held by the levers."""
+        self.jobs[job_id] = self._pending(job_id, 0, self.now)
+        self.jobs[job_id].update(tres_per_node=f"gres:mps:{shares}", tres_req_str=f"cpu=1,node=1,billing=1,gres/mps={shares}",
+                                 user_name=user, comment=comment)
+        self._next_id = max(self._next_id, job_id + 1)
+        self.mps_nodes = True
+
+    def _gres(self, used: int) -> dict:
+        """A node's gres and gres_used: with MPS (``gpu:4,mps:400``, none of it in use as
+        22.05 writes it, ``mps:(null):0(IDX:N/A)``) once an MPS job was submitted."""
+        if not self.mps_nodes:
+            return {"gres": f"gpu:{self.gpus_per_node}", "gres_used": f"gpu:{used}"}
+        return {"gres": f"gpu:{self.gpus_per_node},mps:{100 * self.gpus_per_node}",
+                "gres_used": f"gpu:{used},mps:(null):0(IDX:N/A)"}
+
+    @staticmethod
+    def _mps(record: dict) -> bool:
+        return record["tres_per_node"].startswith("gres:mps:")
 
     def submit_array(self, array_id: int, tasks: int, gpus: int, throttle: int = 0,
                      work_s: float | None = None, comment: str = "") -> None:
@@ -233,7 +257,8 @@ class ScriptedSlurm:
         name), within its ReqNodeList if set; one that fits nowhere waits and the next
         is tried. Returns (job id, nodes) per start."""
         self._requeue_preempted()
-        pending = [j for j, r in self.jobs.items() if r["job_state"] == "PENDING" and r["state_reason"] != "BeginTime"]
+        pending = [j for j, r in self.jobs.items() if r["job_state"] == "PENDING"
+                   and r["state_reason"] not in ("BeginTime", "JobHeldAdmin") and not self._mps(r)]
         started = []
 
         def place(job_id: int, reserved: set[str]):
@@ -467,8 +492,16 @@ class ScriptedSlurm:
                 record["state_reason"] = "Priority"
             elif key == "Partition":
                 record["partition"] = value
+            elif key == "TresPerNode" and value.startswith("gres:mps:") and record["job_state"] == "PENDING":
+                shares = value.rsplit(":", 1)[1]  # the 22.05 form rewrites the string and the TRES
+                record.update(tres_per_node=value, tres_req_str=f"cpu=1,node=1,billing=1,gres/mps={shares}")
             else:
                 return CommandResult(0, "", "")  # nothing squeue --json shows changed
+        elif argv[:2] == ["scontrol", "hold"] and job_id in self.jobs:
+            self.jobs[job_id].update(state_reason="JobHeldAdmin", priority=0)  # Priority=0, Reason=JobHeldAdmin
+        elif argv[:2] == ["scontrol", "release"] and job_id in self.jobs:
+            if self.jobs[job_id]["state_reason"] == "JobHeldAdmin":
+                self.jobs[job_id].update(state_reason="Priority", priority=100)
         elif argv[:2] == ["scontrol", "requeue"] and job_id in self.jobs:
             self._requeue(job_id)
         elif argv[0] == "scancel" and job_id in self.jobs and any(a.startswith("--signal=") for a in argv):
@@ -508,7 +541,7 @@ class ScriptedSlurm:
                 doc = {**self.meta, "jobs": list(self.jobs.values())}
             else:
                 doc = {**self.sinfo_meta, "nodes": [
-                    dict(self.node_template, name=name, gres=f"gpu:{self.gpus_per_node}", gres_used=f"gpu:{used}",
+                    dict(self.node_template, name=name, **self._gres(used),
                          state=self._node_state(name), state_flags=self.node_flags.get(name, []),
                          partitions=[self.node_partitions.get(name, "batch")])
                     for name, used in self.nodes.items()]}

@@ -26,11 +26,7 @@ KINDS = (SetBand.kind, *(action_type.kind for action_type in LEVERS))
 MECHANISMS = tuple(STRATEGIES)  # preemption: controller, slurm
 # kind -> what the simulator or the scripted slurmctld still lacks to pull it alike (the
 # kind's test is then a strict xfail: it must fail until that is built)
-NOT_SIMULATED: dict[str, str] = {
-    "share": "the lever replay plans no GPU sharing (no MPS pools, no MPS jobs in the scripted slurmctld)",
-    "hold": "the lever replay plans no GPU sharing (no MPS pools, no MPS jobs in the scripted slurmctld)",
-    "release_hold": "the lever replay plans no GPU sharing (no MPS pools, no MPS jobs in the scripted slurmctld)",
-}
+NOT_SIMULATED: dict[str, str] = {}
 # the same under ``preemption: slurm`` alone (none now: the scripted slurmctld and SimSlurm
 # both preempt by the one preempt/qos model, controller.replay.slurmctld.slurm_preemptions)
 NOT_SIMULATED_UNDER_SLURM: dict[str, str] = {}
@@ -56,8 +52,8 @@ def test_every_lever_kind_is_pulled_alike_in_both_mechanisms(kind, mechanism, tm
     pulls = PULLS[kind]
     settings = dict(SETTINGS, **pulls.settings, preemption=mechanism)
     workload = list(pulls.workload)
-    sim = simulated(workload, settings, pulls.node_kinds)
-    real = controlled(len(sim), tmp_path, workload, settings, node_kinds=pulls.node_kinds)
+    sim = simulated(workload, settings, pulls.node_kinds, mps_jobs=pulls.mps_jobs)
+    real = controlled(len(sim), tmp_path, workload, settings, node_kinds=pulls.node_kinds, mps_jobs=pulls.mps_jobs)
     for round_id, (predicted, done) in enumerate(zip(of_kind(sim, kind), of_kind(real, kind)), 1):
         assert predicted == done, f"preemption: {mechanism}, {kind}, round {round_id}"
     assert len(sim) == len(real)

@@ -23,8 +23,11 @@ until a job on its nodes leaves, as in the controller. With ``admin_comment`` th
 AdminComment lines are written too, by the same planner and book. With ``plan_moves``
 the partition moves are planned from the same core input as the controller's
 (controller.core.levers.moves.planned_moves; the partitions planner is handed in by the
-caller, a room the replay may not import). Not produced here: MPS shares (``SimSlurm``
-carries that lever out, but its producer reads the MPS pools, which a replay does not have). The service
+caller, a room the replay may not import). With ``sharing_policy`` GPU sharing's shares
+and holds are planned by the same planner phases (``LeverPlanner.sharing``, ``holds``)
+for the MPS-only jobs handed in (``mps_jobs``; SimSlurm lists them pending and never
+starts them), each node's GPUs free at the round's start its MPS pool (no MPS job runs).
+The service
 distribution is not learned here (as the controller learns it from its store), so
 policies that read one (dgittins) plan without it.
 """
@@ -41,6 +44,7 @@ from controller.core.levers.comments import CommentBook
 from controller.core.levers.handoffs import ClusterView, HandoffBook, Needs
 from controller.core.levers.moves import planned_moves
 from controller.core.levers.planner import LeverPlanner
+from controller.core.levers.sharing import SharingBook, sharing_view
 from controller.core.levers.preemption import OpenPreemption, PreemptionBook, VictimView, strategy_for
 from controller.core.levers.table import LEVERS, SETTINGS
 from controller.core.levers.view import LeverConfig, LeverView
@@ -82,6 +86,10 @@ class LeverSettings:
     # the replay may not import: its caller hands it in; None: no moves), and their cool-down
     plan_moves: Optional[Callable] = None
     partition_move_cooldown_s: float = 600.0
+    # GPU sharing: the MPS co-location policy (controller.core.levers.colocation; None: no
+    # sharing) and the MPS-only jobs, as (job id, submitted at, shares, user, comment)
+    sharing_policy: Optional[object] = None
+    mps_jobs: tuple = ()
 
 
 @dataclass
@@ -152,6 +160,48 @@ class _MoveJob:
         return self.job_id
 
 
+def _id_key(job_id: str) -> tuple:
+    """Slurm's numeric job order (the service's numeric_id)."""
+    return (int(job_id),) if job_id.isdigit() else (float("inf"), job_id)
+
+
+@dataclass(frozen=True)
+class _MpsJob:
+    """A pending MPS-only job of SimSlurm as GPU sharing reads it (controller.core.levers.
+    sharing: the service's ObservedJob fields it reads)."""
+
+    job_id: str
+    mps: int
+    user: str
+    comment: str
+    submit_time_s: float
+    waits_for: str = ""
+    state: str = "PENDING"
+    gpus: int = 0
+    nodes: tuple = ()
+    requeueable: bool = True
+    restart_count: int = 0
+
+    @property
+    def band_id(self) -> str:
+        return self.job_id
+
+    @property
+    def lever_id(self) -> str:
+        return self.job_id
+
+
+@dataclass(frozen=True)
+class _SharedNode:
+    """A node as GPU sharing reads it: its free GPUs (none in use through MPS: SimSlurm
+    never starts an MPS job)."""
+
+    name: str
+    gpus_free: int
+    gpus_mps: int = 0
+    available: bool = True
+
+
 @dataclass(frozen=True)
 class _Victim:
     """A signalled job SimSlurm still runs, as the requeue rule reads it (a job SimSlurm
@@ -206,6 +256,7 @@ class LeverRound:
         # the partitions each job was submitted to (its allowed set, kept from first sight)
         self.submitted = {job_id: ",".join(job.spec.partitions) for job_id, job in slurm.by_id.items()}
         self.interval_s = 60.0  # the round interval (replay_levers sets its own)
+        self.sharing_book = SharingBook()
         # every victim's view: the workload's declared signal, the replay's grace
         self.victim_view = VictimView("", settings.signal_name, settings.batch_only, settings.signal_name, grace_s)
 
@@ -276,6 +327,7 @@ class LeverRound:
         slurm = self.slurm
         self.applied = []
         leaving = set(self.open)  # signalled before this round (the controller's Preemptions.leaving)
+        self.free_seen = dict(slurm.cluster.free_by_node)  # the nodes as observed at the round's start
         # 0. the handoffs watched (their decisions are the controller's report: not kept here)
         self.planner.handoff_checks(self.handoffs, self._state, now, self._needs(), lambda watch: 0.0,
                                     lambda job_id: (None, ""), plan.round_id)
@@ -317,8 +369,11 @@ class LeverRound:
         # 6. the partition moves (the controller's round.levers.move_partitions)
         if self.settings.plan_moves is not None:
             self.move(plan, now)
-        # 7. the AdminComment lines (the controller's Levers.comment: after the partition
-        # moves and GPU sharing, the replay plans no sharing)
+        # 7. GPU sharing's shares and holds (the controller's round.levers.share)
+        if self.settings.sharing_policy is not None:
+            self.share(plan, now)
+        # 8. the AdminComment lines (the controller's Levers.comment: after the partition
+        # moves and GPU sharing)
         if self.settings.admin_comment:
             self.comment(plan, now)
         return self.applied
@@ -346,6 +401,29 @@ class LeverRound:
             applied = self.apply(action)
             self.book.moves.settle(action.job_id, not applied, now, self.interval_s,
                                    self.settings.partition_move_cooldown_s)
+
+    def share(self, plan, now: float) -> None:
+        """The MPS jobs' shares and holds (LeverPlanner.sharing and holds, the view built by
+        controller.core.levers.sharing.sharing_view from SimSlurm's holds), carried out on
+        SimSlurm, the book settled as the controller's round.levers.share does."""
+        slurm, book = self.slurm, self.sharing_book
+        for job_id, at, shares, _, _ in self.settings.mps_jobs:
+            if at <= now + EPS and job_id not in slurm.mps_pending:
+                slurm.mps_pending[job_id] = shares
+        jobs = [_MpsJob(job_id, slurm.mps_share.get(job_id, shares), user, comment, at,
+                        "admin_hold" if job_id in slurm.admin_held else "")
+                for job_id, at, shares, user, comment in self.settings.mps_jobs if job_id in slurm.mps_pending]
+        nodes = [_SharedNode(name, free) for name, free in sorted(self.free_seen.items())]
+        view = sharing_view(jobs, lambda job: job.waits_for, lambda job: job.waits_for)
+        _, decisions = self.planner.sharing(jobs, nodes, self.settings.sharing_policy, book, view, _id_key,
+                                            plan.round_id)
+        for decision, lever in decisions:
+            if not isinstance(lever, dict):  # a decision without a lever (waits, advice): nothing set
+                self.apply(lever)
+            book.logged[decision.job_id] = decision.signature
+        for action in self.planner.holds(book, plan.round_id, _id_key):
+            book.settle_hold(action, not self.apply(action))
+        book.end_round()
 
     def current_partition(self, job_id: str) -> str:
         """The job's partition field: as moved, else as submitted."""

@@ -193,6 +193,9 @@ class SimSlurm(LeverTarget):
         self.admin_held: set[str] = set()  # hold(): kept pending until release_hold()
         self.partition: dict[str, str] = {}
         self.mps_share: dict[str, int] = {}
+        # MPS-only jobs (job id -> shares asked): listed pending, never started (the
+        # cluster counts whole GPUs); their share set, held and released by the levers
+        self.mps_pending: dict[str, int] = {}
         self.admin_comment: dict[str, str] = {}
         self.nice: dict[str, int] = {}  # set_nice(): taken off the job's start priority
         self.leaving: dict[str, tuple[float, float]] = {}
@@ -237,14 +240,16 @@ class SimSlurm(LeverTarget):
         self.nice[job_id] = nice
 
     def set_mps_share(self, job_id: str, shares: int) -> None:
-        self._pending_job(job_id)
+        if job_id not in self.mps_pending:
+            self._pending_job(job_id)
         self.mps_share[job_id] = shares
 
     def set_admin_comment(self, job_id: str, text: str) -> None:
         self.admin_comment[job_id] = text
 
     def hold(self, job_id: str) -> None:
-        self._pending_job(job_id)
+        if job_id not in self.mps_pending:
+            self._pending_job(job_id)
         self.admin_held.add(job_id)
 
     def release_hold(self, job_id: str) -> None:

@@ -60,6 +60,18 @@ class SharingView:
     waits: frozenset = frozenset()
 
 
+def sharing_view(jobs: Iterable, hold_of: Callable[[object], str], wait_of: Callable[[object], str]) -> SharingView:
+    """The view of the pending MPS-only jobs among ``jobs`` (neutral data: ``mps``,
+    ``gpus``, ``state``), the same input in the service and the lever replay:
+    ``hold_of(job)``: "admin_hold" or "user_hold" when a hold shows (else anything);
+    ``wait_of(job)``: what it waits on that no GPU lifts ('' when nothing)."""
+    pending = [j for j in jobs if j.mps > 0 and j.gpus <= 0 and j.state == "PENDING"]
+    holds = {j.job_id: hold_of(j) for j in pending}
+    return SharingView(on_hold=frozenset(j for j, hold in holds.items() if hold in ("admin_hold", "user_hold")),
+                       user_hold=frozenset(j for j, hold in holds.items() if hold == "user_hold"),
+                       waits=frozenset(j.job_id for j in pending if wait_of(j)))
+
+
 @dataclass(frozen=True)
 class ShareDecision:
     """One share decision to log now: its ``signature`` (logged once per signature) and

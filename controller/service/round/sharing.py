@@ -63,11 +63,7 @@ class GpuSharing:
 
     def view(self, observation: Observation) -> SharingView:
         """What Slurm's pending reasons say of the pending MPS jobs (controller.core.levers.sharing.SharingView)."""
-        mps_pending = [j for j in observation.jobs if j.mps > 0 and j.gpus <= 0 and j.state == "PENDING"]
-        return SharingView(on_hold=frozenset(j.job_id for j in mps_pending
-                                             if j.waits_for in ("admin_hold", "user_hold")),
-                           user_hold=frozenset(j.job_id for j in mps_pending if j.waits_for == "user_hold"),
-                           waits=frozenset(j.job_id for j in mps_pending if slurm_wait(j)))
+        return rule.sharing_view(observation.jobs, lambda job: job.waits_for, slurm_wait)
 
 
 def shared_gpus(nodes, running: list[tuple[ObservedJob, int]], policy,
