@@ -15,10 +15,9 @@ PACKAGE = ROOT / "controller"
 EXECUTOR = PACKAGE / "service" / "acting" / "executor.py"
 # Choosing the mode from the config and validating the configured value is not deciding what a mode does.
 NOT_DECIDING = {PACKAGE / "service" / "ops" / "config.py"}
-# Left for now, each with why. The store's default ``applied`` for a caller that passes none (the
-# round passes the executor's results; tests call it bare): it cannot ask the executor, which
-# imports the store (an import circle); it goes when the store is split (state/, the design's target).
-KNOWN = {"controller/service/state/decision_rows.py"}
+# Left for now, each with why (none left: the store's default ``applied`` by mode went; the
+# executor's entries say what was applied).
+KNOWN: set[str] = set()
 # The executor's own mode flags: read outside it, they decide by the mode
 MODE_ATTRIBUTES = {"acting", "logs_decisions"}
 

@@ -125,7 +125,7 @@ def test_decision_log(store):
     store.log_decisions("c1", 1, 100.0, "shadow", [
         Start("r1-1", "10", (("n1", 2), ("n2", 2)), "highest priority"),
         Preempt("r1-2", "11", "lower queue"),
-    ])
+    ], applied=False)  # shadow: the executor says nothing was applied
     store.log_decisions("c1", 2, 160.0, "enforce", [
         Promote("r2-1", "11", "starved 2x"),
         {"decision_id": "r2-2", "job_id": "10", "kind": "preempt", "reason": "x", "applied": False,

@@ -33,11 +33,12 @@ class DecisionRows:
 
     def log_decisions(
         self, cluster: str, round_id: int, now_s: float, mode: str, actions: Iterable[Any],
-        applied: Optional[bool] = None,
+        applied: bool = True,
     ) -> int:
-        """Append one round's actions. ``applied`` defaults to False in shadow/observe
-        mode and True otherwise; a dict action may carry its own ``applied``/``detail``."""
-        default_applied = mode not in ("shadow", "observe") if applied is None else bool(applied)
+        """Append one round's actions. ``applied``: for the actions that do not say (a
+        dict action carries its own ``applied``/``detail``: the round's entries always do,
+        as the executor, the one holder of the mode, judged them); ``mode`` is stored only."""
+        default_applied = bool(applied)
         rows = []
         for action in actions:
             item = dict(action) if isinstance(action, dict) else _action_to_dict(action)
