@@ -35,7 +35,9 @@ def preempts_nobody(iso, run, victims, waiting) -> None:
     preempted and no victim restarted. Then they are cancelled."""
     wait_for(lambda: all(run.record(j) is not None for j in waiting), 20, "the controller to see the waiting jobs")
     time.sleep(10)  # several rounds
-    assert applied_preemptions(run) == [], run.decisions()
+    assert applied_preemptions(run) == [], "\n".join(  # the decisions as explain tells them
+        f"{d['decision_id']} {d['kind']} job {d['job_id']}: {d['reason']} ({d.get('detail')})"
+        for d in reversed(run.decisions()))
     assert {j: s["restart_cnt"] for j, s in iso.squeue().items() if j in victims} == {j: 0 for j in victims}
     iso.run(["scancel", *waiting])
 

@@ -221,3 +221,25 @@ def test_a_job_first_seen_unjudged_gets_no_update_until_slurm_judged_it(store):
     report = c.run_round()
     assert [a.job_id for a in report.plan.of_kind("preempt")] == ["1"]
     assert any("2" in call[1] for call in backend.calls if call[0] == "set_site_factors")  # banded now
+
+
+def test_the_jobs_that_arrive_with_an_unjudged_one_wait_for_their_band_with_it(store):
+    """Seen on 26.05 (test_a_constraint_only_a_node_with_a_kept_job_has_preempts_nobody):
+    three jobs arrived judged and one, submitted first, unjudged; the three got their band
+    at once and the first none, so Slurm started a later one on the node the first needed,
+    and a preemption took it back. Jobs first seen in the round of an unjudged one are
+    banded together in the next round."""
+    backend = ScriptedBackend()
+    backend.now = 10.0
+    c = controller(store, backend)
+    c.run_round()
+    backend.add("1", 4, reason="None")
+    backend.add("2", 4, reason="Priority")
+    backend.add("3", 4, reason="Priority")
+    c.run_round()
+    banded = {job for call in backend.calls if call[0] == "set_site_factors" for job in call[1]}
+    assert banded == set()
+    backend.jobs["1"] = dataclasses.replace(backend.jobs["1"], reason="Priority")
+    c.run_round()
+    banded = {job for call in backend.calls if call[0] == "set_site_factors" for job in call[1]}
+    assert banded == {"1", "2", "3"}

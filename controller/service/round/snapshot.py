@@ -206,6 +206,7 @@ class RoundInput:
         startable_seen, updated = self.startable_seen, self.updated
         unjudged = self.first_seen_unjudged
         unjudged.clear()
+        arrived: list[str] = []  # pending jobs first seen this round
         # preemption: slurm: slurmctld's requeues count against preempt_max_per_job too
         # (Slurm's restart count; Preemptions.protected)
         counted = self.strategy.counted_preemptions
@@ -244,6 +245,8 @@ class RoundInput:
                     startable_seen.discard(job_id)
                 else:
                     startable_seen.add(job_id)
+                if job_id not in last_specs:
+                    arrived.append(job_id)
             record = records[job_id]
             # the JobSpec of the last round while the same ObservedJob has the same account
             # fields and pin (see _job_spec, which builds it otherwise)
@@ -265,6 +268,12 @@ class RoundInput:
                 counted(record.preemptions, job.restart_count), 0, None,
                 record.queue_level,
                 record.queue_entry))
+        if unjudged:
+            # The jobs that arrived with a job first seen unjudged get no band this round
+            # either: none of them jumps ahead of it in Slurm's order (seen on 26.05: the job
+            # submitted first, held back alone, lost its node to the later ones, and a
+            # preemption then took the node back). The next round bands them all.
+            unjudged.update(arrived)
         self.specs = specs
         nodes = _with_released(observation.nodes, released) if released else observation.nodes
         capacity = sum(n.gpus_total for n in nodes if n.available) - held_gpus
