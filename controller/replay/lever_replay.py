@@ -113,8 +113,23 @@ class LeverReplay:
 MAX_LEVER_ROUNDS = 100_000  # a replay this long is a mistake (a tiny interval), not a study
 
 
+class _OwnRecord:
+    """SimSlurm has a record per job (no shared records, no gangs): a job's band and
+    levers name its own id."""
+
+    job_id: str
+
+    @property
+    def band_id(self) -> str:
+        return self.job_id
+
+    @property
+    def lever_id(self) -> str:
+        return self.job_id
+
+
 @dataclass(frozen=True)
-class _SimJob:
+class _SimJob(_OwnRecord):
     """A job of SimSlurm as the lever planner sees it (controller.core.levers.view.JobFacts).
     SimSlurm has a record per job (no shared records, no gangs): its band and levers are
     its own, and a pin may name it."""
@@ -128,17 +143,9 @@ class _SimJob:
     admin_comment: str = ""
     pinnable: bool = True
 
-    @property
-    def band_id(self) -> str:
-        return self.job_id
-
-    @property
-    def lever_id(self) -> str:
-        return self.job_id
-
 
 @dataclass(frozen=True)
-class _MoveJob:
+class _MoveJob(_OwnRecord):
     """A job of SimSlurm as the partition moves read it (controller.core.levers.moves.
     planned_moves: the service's ObservedJob fields it reads)."""
 
@@ -151,14 +158,6 @@ class _MoveJob:
     start_time_s: Optional[float] = None
     required_nodes: tuple = ()
 
-    @property
-    def band_id(self) -> str:
-        return self.job_id
-
-    @property
-    def lever_id(self) -> str:
-        return self.job_id
-
 
 def _id_key(job_id: str) -> tuple:
     """Slurm's numeric job order (the service's numeric_id)."""
@@ -166,7 +165,7 @@ def _id_key(job_id: str) -> tuple:
 
 
 @dataclass(frozen=True)
-class _MpsJob:
+class _MpsJob(_OwnRecord):
     """A pending MPS-only job of SimSlurm as GPU sharing reads it (controller.core.levers.
     sharing: the service's ObservedJob fields it reads)."""
 
@@ -181,14 +180,6 @@ class _MpsJob:
     nodes: tuple = ()
     requeueable: bool = True
     restart_count: int = 0
-
-    @property
-    def band_id(self) -> str:
-        return self.job_id
-
-    @property
-    def lever_id(self) -> str:
-        return self.job_id
 
 
 @dataclass(frozen=True)
