@@ -396,6 +396,14 @@ class ScriptedSlurm:
         self._texts.clear()
         return job_id
 
+    def finish_lowest(self, count: int) -> list[int]:
+        """The ``count`` running jobs with the lowest ids complete and leave Slurm's list."""
+        ended = sorted(j for j, r in self.jobs.items() if r["job_state"] == "RUNNING")[:count]
+        for job_id in ended:
+            self._free(self.jobs.pop(job_id))
+        self._texts.clear()
+        return ended
+
     def scontrol(self) -> int:
         """scontrol calls counted so far."""
         return sum(n for name, n in self.calls.items() if name.startswith("scontrol"))

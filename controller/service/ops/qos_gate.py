@@ -143,11 +143,14 @@ class QosGate:
     def applying(self, job: ObservedJob) -> list[tuple[str, str]]:
         """The (partition, QOS) pairs whose limits apply to ``job`` in each partition it
         may run in ('' partition: its own QOS, in every one)."""
+        return self._applying(job.partition, job.qos)
+
+    def _applying(self, partition: str, qos: str) -> list[tuple[str, str]]:
         if self.partitions is None:  # which partitions have a QOS is unknown: every one may
-            return [(p, "?") for p in job.partition.split(",")]
-        pairs = [(p, self.partitions[p]) for p in job.partition.split(",") if p in self.partitions]
-        if job.qos not in NO_QOS:
-            pairs.append(("", job.qos))
+            return [(p, "?") for p in partition.split(",")]
+        pairs = [(p, self.partitions[p]) for p in partition.split(",") if p in self.partitions]
+        if qos not in NO_QOS:
+            pairs.append(("", qos))
         return pairs
 
     def judge(self, pending: Iterable[ObservedJob], running: Iterable[ObservedJob],
@@ -158,7 +161,19 @@ class QosGate:
         may preempt that running job."""
         if not self.on:
             return {}
-        pending = [job for job in pending if self.applying(job)]
+        # Thousands of jobs share a few (partition, QOS) pairs and (user, account, size)
+        # requests: each pair's QOSes and each distinct request's verdict is worked out
+        # once a round (judging every pending job alone was a sixth of a round at 12k).
+        applying: dict[tuple[str, str], list[tuple[str, str]]] = {}
+
+        def pairs_of(job: ObservedJob) -> list[tuple[str, str]]:
+            key = (job.partition, job.qos)
+            pairs = applying.get(key)
+            if pairs is None:
+                pairs = applying[key] = self._applying(*key)
+            return pairs
+
+        pending = [job for job in pending if pairs_of(job)]
         if not pending:
             return {}
         # per QOS, the GPUs held under it: in all, per user, per account; and of those,
@@ -166,20 +181,24 @@ class QosGate:
         held: dict[tuple, int] = {}
         freeable: dict[tuple, int] = {}
         for job in running:
-            for qos in {q for _, q in self.applying(job)}:
+            for qos in {q for _, q in pairs_of(job)}:
                 for key in ((qos, "qos", ""), (qos, "user", job.user), (qos, "account", job.account)):
                     held[key] = held.get(key, 0) + job.gpus
                     if preemptable(job.job_id):
                         freeable[key] = freeable.get(key, 0) + job.gpus
         out: dict[str, Verdict] = {}
+        verdicts: dict[tuple, Verdict] = {}
         for job in pending:
-            verdict = self._judge(job, held, freeable)
+            # every field _judge and _limit read of the job
+            key = (job.partition, job.qos, job.user, job.account, job.gpus, job.min_nodes)
+            verdict = verdicts.get(key)
+            if verdict is None:
+                verdict = verdicts[key] = self._judge(job, pairs_of(job), held, freeable)
             if verdict.wait or verdict.unmodelled:
                 out[job.job_id] = verdict
         return out
 
-    def _judge(self, job: ObservedJob, held: dict, freeable: dict) -> Verdict:
-        pairs = self.applying(job)
+    def _judge(self, job: ObservedJob, pairs: list[tuple[str, str]], held: dict, freeable: dict) -> Verdict:
         if self.partitions is None:
             return Verdict(unmodelled="which partitions have a QOS is unknown (scontrol show partition not read)")
         if self.qos is None:
