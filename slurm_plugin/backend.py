@@ -128,6 +128,14 @@ class SlurmBackend(SlurmObserver, SlurmCommands, Backend):
         self._records_changed = False
         self._slurm_now: Optional[float] = None  # slurmctld's clock in the last squeue --json read (24.11+)
 
+    def forget_reuse(self) -> None:
+        """The next observe() parses every record and builds every job anew (the
+        controller's periodic full round), and no observation is repeated before it."""
+        self._squeue_records = RecordCache("jobs", parse_squeue_record, "job_id")
+        self._sinfo_records = RecordCache("nodes", parse_sinfo_record, "name")
+        self._observed = {}
+        self._last_observation = None
+
     def memory_allocated(self) -> bool:
         """Slurm allocates memory to jobs (SelectTypeParameters CR_*_Memory), as the
         last slurm_config() read said (the preflight reads it at start and until

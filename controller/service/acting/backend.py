@@ -198,6 +198,13 @@ class BackendReader(abc.ABC):
         """The last full observation again, with the light polls' news (None: take a full one)."""
 
     @_not_offered
+    def forget_reuse(self) -> None:
+        """Drop what the backend keeps from one observation for the next (parsed records,
+        the jobs built from them): the next observe() reads every record anew, so the
+        round after it is a full one (controller.service.round.daemon checks the
+        incremental rounds against it)."""
+
+    @_not_offered
     def poll(self) -> frozenset:
         """A light check of the jobs' states: a change means a round is due."""
 

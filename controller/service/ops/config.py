@@ -50,6 +50,10 @@ SCHEMA: tuple[Setting, ...] = (
             "of the last full observation reuses it, its clocks moved on; what the polls do not show (a "
             "comment, a time limit) is read again within this bound; 0 = observe fully every round",
             minimum=0.0),
+    Setting("full_round_every_s", "float", 3600.0, "seconds between two full rounds: every Slurm record "
+            "parsed and every job's plan input built anew instead of reused from the last round (which "
+            "reuses what did not change), and each reused input compared with the new one: a difference is "
+            "logged and counted (tiresias_incremental_mismatches_total); 0 = never", minimum=0.0),
     Setting("policy", "choice", "dlas", "priority policy: dlas (no duration knowledge) or dgittins "
             "(learned service distribution); las, gittins, fifo-skip for comparison",
             CONTROLLER_POLICIES),
@@ -181,6 +185,7 @@ class Config:
     interval_s: float = 10.0
     poll_s: float = 2.0
     full_observe_s: float = 60.0
+    full_round_every_s: float = 3600.0
     policy: str = "dlas"
     priority_file: str = ""
     queues_gpu_s: tuple[float, ...] = (3600.0,)

@@ -38,6 +38,10 @@ class Metrics:
         self.outages = Counter("tiresias_backend_unavailable_total",
                                "outages: times the cluster manager stopped answering (not the polls that failed)",
                                ["mode"], registry=r)
+        self.incremental_mismatches = Counter(
+            "tiresias_incremental_mismatches_total",
+            "jobs whose reused plan input differed from the one a full round built again (full_round_every_s): "
+            "a defect to report; that round planned from the new one", ["mode"], registry=r)
         self.failed_rounds = Counter("tiresias_failed_rounds_total",
                                      "rounds begun and not completed, whatever the cause: the store (locked, "
                                      "unreachable, lease lost), Slurm stopping mid-round, odd data, a bug "
@@ -92,6 +96,9 @@ class Metrics:
     def observe_outage(self) -> None:
         """The cluster manager stopped answering (once per outage, however many polls fail)."""
         self.outages.labels(self.mode).inc()
+
+    def observe_incremental_mismatches(self, count: int) -> None:
+        self.incremental_mismatches.labels(self.mode).inc(count)
 
     def observe_failed_round(self) -> None:
         self.failed_rounds.labels(self.mode).inc()

@@ -109,6 +109,10 @@ class Accounts:
         self._seen, self._running, self._pending = seen, running, pending
         self._advance_clocks(now)
 
+    def forget_reuse(self) -> None:
+        """The next advance() reads every job whole (a full round)."""
+        self._seen = {}
+
     def _advance_clocks(self, now: float) -> None:
         """The clocks of the jobs the last advance found running (service: GPUs x the
         time since the last observation or the run's start, the later) and pending

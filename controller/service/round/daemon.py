@@ -109,6 +109,10 @@ class Controller:
         self._full_signature: Optional[frozenset] = None
         self._full_nodes: Optional[frozenset] = None  # backend.poll_nodes() taken just before it
         self._full_at = -math.inf
+        # The last full round (full_round_every_s): the backend read every record anew and
+        # the round's reused inputs were checked against the ones built again (None: no
+        # observation yet; the first is full anyway, nothing being kept before it).
+        self._full_round_at: Optional[float] = None
         # Quiet rounds (see _quiet_round): the observation observe() last repeated, and
         # until when the last planned round stands (-inf: plan the next round).
         self._repeated: Optional[Observation] = None
@@ -304,10 +308,40 @@ class Controller:
 
     def _observe(self) -> Observation:
         self._mark_polls()
+        self._begin_full_round()
         observation = self._from_backend(self.backend.observe)
         for line in observation.skipped:
             self._log_once(f"skipped record: {line}")
         return self.slurm_clock.localize(observation)  # Slurm's times on this controller's clock, from here on
+
+    def _begin_full_round(self) -> None:
+        """Every full_round_every_s, a full round: the backend forgets what it reuses (each
+        record parsed and each job built anew), and so every later cache keyed on those
+        objects misses (accounts, plan inputs, AdminComment checks); the plan inputs that
+        the last round reused are compared with the ones built again (_check_reuse)."""
+        every_s, now = self.config.full_round_every_s, self.clock()
+        if self._full_round_at is None or every_s <= 0:
+            self._full_round_at = now
+            return
+        if now - self._full_round_at < every_s or not self.backend.offers("forget_reuse"):
+            return
+        self._full_round_at = now
+        self.backend.forget_reuse()
+        self.accounts.forget_reuse()
+        self.inputs.verify_reuse = True
+
+    def _check_reuse(self) -> None:
+        """A full round's finding: plan inputs the incremental rounds reused that differ
+        from the ones built again from the same Slurm record (a cache keyed on too
+        little): logged and counted; this round planned with the ones built again."""
+        inputs = self.inputs
+        mismatches, inputs.verify_reuse, inputs.reuse_mismatches = inputs.reuse_mismatches, False, []
+        if not mismatches:
+            return
+        log.error("full round: %d job(s) planned from reused inputs that differ from the ones built again "
+                  "(first: %s); planned from the new ones this round", len(mismatches), ", ".join(mismatches[:5]))
+        if self.metrics is not None:
+            self.metrics.observe_incremental_mismatches(len(mismatches))
 
     def _from_backend(self, read: Callable[[], object]):
         """``read()`` (observe or poll); an outage is noted once, and its end too."""
@@ -404,6 +438,8 @@ class Controller:
         # plan
         leaving = self.preemptions.leaving()
         plan = self.inputs.plan(observed, observation, now, round_id, leaving, self.service)
+        if self.inputs.verify_reuse:
+            self._check_reuse()
         self.unmodelled_log.note(self.unmodelled, now)
         self.accounts.place(plan.levels, plan.positions)
         # apply: every lever through the executor, which alone knows the mode

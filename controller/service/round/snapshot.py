@@ -55,6 +55,11 @@ class RoundInput:
         self.engine = engine
         self._log_once = log_once
         self.specs: dict[str, tuple] = {}  # job id -> (ObservedJob, account key, JobSpec) of the last snapshot
+        # A full round (Controller._begin_full_round): every JobSpec is built again, and
+        # the ids of those that differ from the one the last round reused for an equal
+        # ObservedJob and key are listed (a key missing a field the spec reads)
+        self.verify_reuse = False
+        self.reuse_mismatches: list[str] = []
         # Slurm shows reason None after any `scontrol update` of a pending job until its
         # next scheduling pass (controller.service.round.startable): a job this controller
         # updated (band, AdminComment, pin) while Slurm said it waited only for GPUs still
@@ -204,6 +209,7 @@ class RoundInput:
         # (the loop runs once per active job: its lookups are bound to locals)
         records, why_not, pins, last_specs = self.records, self.contract.why_not, self.pins, self.specs
         startable_seen, updated = self.startable_seen, self.updated
+        verify = self.verify_reuse
         unjudged = self.first_seen_unjudged
         unjudged.clear()
         arrived: list[str] = []  # pending jobs first seen this round
@@ -252,11 +258,14 @@ class RoundInput:
             # fields and pin (see _job_spec, which builds it otherwise)
             key = (record.submit_time_s, record.skew, preemptable, job_id in pins)
             kept = last_specs.get(job_id)
-            if kept is not None and kept[0] is job and kept[1] == key:
+            if kept is not None and kept[0] is job and kept[1] == key and not verify:
                 specs[job_id] = kept
                 spec = kept[2]
             else:
                 spec = self._job_spec(job, record, key, specs)
+                # (a full round: the spec the last round would have reused, for an equal job)
+                if verify and kept is not None and kept[1] == key and kept[2] != spec and kept[0] == job:
+                    self.reuse_mismatches.append(job_id)
             if reason:
                 reasons[job_id] = reason
             # by position, in _JOB_STATE_FIELDS order (a keyword call cost twice as much)
