@@ -5,6 +5,7 @@ controller cannot judge makes its jobs unmodelled (``qos_limits``). Through the 
 Controller with a scripted backend; on the old controller the QOS-limited jobs below
 were each a reason to preempt."""
 import dataclasses
+import itertools
 import subprocess
 
 import pytest
@@ -252,3 +253,33 @@ def test_slurm_backend_reads_the_qos_table_and_a_failure_is_unavailable():
     assert calls == [QOS_LIMITS_COMMAND]
     with pytest.raises(BackendUnavailable, match="Problem talking"):
         backend.qos_limit_table()
+
+
+def test_many_jobs_judged_together_get_the_verdicts_each_gets_alone():
+    """judge() works each distinct request's verdict out once a round (jobs of one user,
+    account, size, partition and QOS share it): judging many together gives each the
+    verdict it gets alone, across users, accounts, sizes, partitions and QOSes."""
+    limits = "\n".join([qos_row("normal", MaxTRES="gres/gpu=3"),
+                        qos_row("gpu4user", MaxTRESPerUser="gres/gpu=4", GrpTRES="gres/gpu=9"),
+                        qos_row("acct", MaxTRESPerAccount="gres/gpu=3", MaxTRESPerNode="gres/gpu=2")]) + "\n"
+    gate = QosGate(lambda: limits, lambda: PARTITIONS)
+    gate.refresh(0.0)
+    backend = ScriptedBackend()
+    for k, (user, account, gpus) in enumerate([("bob", "a", 2), ("eve", "b", 3), ("bob", "b", 1)]):
+        backend.add(f"r{k}", gpus, state="RUNNING", nodes=((f"gpu{k + 1}", gpus),))
+        job(backend, f"r{k}", user=user, account=account, partition="qlim", qos="acct" if k == 2 else "normal")
+    pending = []
+    combinations = itertools.product(("bob", "eve", "ann"), ("a", "b"), (1, 2, 3, 4), (1, 2),
+                                     ("qlim", "batch", "batch,qlim"), ("normal", "acct"))
+    for k, (user, account, gpus, min_nodes, partition, qos) in enumerate(combinations):
+        job_id = str(100 + k)
+        backend.add(job_id, gpus)
+        job(backend, job_id, user=user, account=account, partition=partition, qos=qos, min_nodes=min_nodes)
+        pending.append(backend.jobs[job_id])
+    running = [backend.jobs[f"r{k}"] for k in range(3)]
+    together = gate.judge(pending, running, lambda job_id: job_id == "r1")
+    alone = {}
+    for one in pending:
+        alone.update(gate.judge([one], running, lambda job_id: job_id == "r1"))
+    assert together == alone
+    assert sum(1 for v in together.values() if v.wait) >= 5  # the limits do bite here
