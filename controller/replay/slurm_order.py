@@ -31,13 +31,33 @@ class SlurmOrder:
     free, where the skipping walk started them within a round.
 
     ``limit_s``: every job's time limit (None: no limits; backfill then sees no end to
-    reserve from and starts any later job that fits, still in Slurm's order)."""
+    reserve from and starts any later job that fits, still in Slurm's order).
+
+    What keeps a round cheap (the same starts as trying every node for every pending
+    job): the nodes a job may use are computed once per node class (the job's
+    partitions, GPU type, reservation, features: all node_fits reads); the walk stops
+    when no node outside the reservations has a free GPU; and without backfill a job
+    like one that could not start this round (same class, no smaller gang) is not
+    tried again (free GPUs only fall during the walk)."""
 
     def __init__(self, engine, limit_s: float | None):
         self.inner = engine
         self.policy = engine.policy
         self.limit_s = limit_s
         self.released: dict[str, int] = {}  # requeued job -> its preemptions when the plan started it
+        self._nodes: tuple = ()  # the node table the class memo below is for
+        self._class_nodes: dict[tuple, tuple[str, ...]] = {}  # node class -> the nodes it fits, in table order
+
+    def usable(self, snapshot, spec) -> tuple[str, ...]:
+        """The nodes ``spec`` may use (node_fits), in the node table's order, once per class."""
+        nodes = tuple(snapshot.nodes)
+        if nodes != self._nodes:
+            self._nodes, self._class_nodes = nodes, {}
+        key = (spec.partitions, spec.gpu_type, spec.reservation, spec.features)
+        names = self._class_nodes.get(key)
+        if names is None:
+            names = self._class_nodes[key] = tuple(node.name for node in nodes if node_fits(node, spec))
+        return names
 
     def step(self, snapshot):
         plan = self.inner.step(snapshot)
@@ -52,32 +72,47 @@ class SlurmOrder:
         def level(job):
             return plan.levels.get(job.job_id, sum(1 for t in thresholds if job.queue_service_gpu_s >= t))
 
+        backfill = self.limit_s is not None
         on_node: dict[str, list[tuple[float, int]]] = {node.name: [] for node in snapshot.nodes}
-        for job in snapshot.jobs:
-            if job.running:
-                for node, gpus in job.placement:
-                    on_node[node].append((job.run_start_s + (self.limit_s or 0.0), gpus))
+        if backfill:  # only backfill reads when the running jobs end
+            for job in snapshot.jobs:
+                if job.running:
+                    for node, gpus in job.placement:
+                        on_node[node].append((job.run_start_s + self.limit_s, gpus))
         free = snapshot.free_gpus_by_node()
+        room = {node for node in on_node if free.get(node, 0) > 0}  # free GPUs, not reserved
         per_node = max(node.gpus_total for node in snapshot.nodes)
-        node_of = {node.name: node for node in snapshot.nodes}
-        usable_now: list[list[str]] = [[]]  # the nodes the job being placed may use
+        usable_now: list[tuple[str, ...]] = [()]  # the nodes the job being placed may use
+        failed: set[tuple] = set()  # without backfill: (class nodes, GPUs per node, nodes) that did not fit
         starts = []
 
         def place(job, reserved):
-            usable_now[0] = [node for node in on_node if node not in reserved and node_fits(node_of[node], job.spec)]
-            return pick_nodes(free, usable_now[0], *gang(job.num_gpus, per_node))
+            gpus, count = gang(job.num_gpus, per_node)
+            names = self.usable(snapshot, job.spec)
+            if not backfill:
+                if (names, gpus, count) in failed:
+                    return None
+            usable_now[0] = tuple(node for node in names if node not in reserved) if reserved else names
+            where = pick_nodes(free, usable_now[0], gpus, count)
+            if where is None and not backfill:
+                failed.add((names, gpus, count))
+            return where
 
         def start(job, nodes):
             gpus, _ = gang(job.num_gpus, per_node)
             for node in nodes:
                 free[node] -= gpus
+                if free[node] <= 0:
+                    room.discard(node)
                 on_node[node].append((snapshot.now_s + (self.limit_s or 0.0), gpus))
             starts.append(Start(decision_id(snapshot.round_id, "slurm_start", len(starts)), job.job_id,
                                 tuple((node, gpus) for node in nodes), "Slurm: priority order"))
 
         def reserve(job, reserved):
-            return reservation(usable_now[0], free, on_node, snapshot.now_s, *gang(job.num_gpus, per_node))
+            nodes = reservation(usable_now[0], free, on_node, snapshot.now_s, *gang(job.num_gpus, per_node))
+            room.difference_update(nodes)
+            return nodes
 
-        start_walk(pending, by_band(level), place, start, reserve if self.limit_s is not None else None)
+        start_walk(pending, by_band(level), place, start, reserve if backfill else None, full=lambda: not room)
         plan.actions = [a for a in plan.actions if a.kind != "start"] + starts
         return plan
