@@ -7,7 +7,7 @@ from __future__ import annotations
 from controller.core.placement import node_fits
 from controller.core.plan import Start
 from controller.core.ids import decision_id
-from controller.replay.slurmctld import by_band, gang, pick_nodes, reservation, start_walk
+from controller.replay.slurmctld import available_at, by_band, gang, pick_nodes, start_walk
 
 
 class SlurmOrder:
@@ -36,9 +36,11 @@ class SlurmOrder:
     What keeps a round cheap (the same starts as trying every node for every pending
     job): the nodes a job may use are computed once per node class (the job's
     partitions, GPU type, reservation, features: all node_fits reads); the walk stops
-    when no node outside the reservations has a free GPU; and without backfill a job
-    like one that could not start this round (same class, no smaller gang) is not
-    tried again (free GPUs only fall during the walk)."""
+    when no node outside the reservations has a free GPU; a job like one that could
+    not start this round (same class, same gang) is not
+    tried again (free GPUs only fall and reservations only grow during the walk), and
+    backfill's reservation sorts a class's nodes by when they free up once between
+    starts, not once per waiting job."""
 
     def __init__(self, engine, limit_s: float | None):
         self.inner = engine
@@ -82,19 +84,18 @@ class SlurmOrder:
         free = snapshot.free_gpus_by_node()
         room = {node for node in on_node if free.get(node, 0) > 0}  # free GPUs, not reserved
         per_node = max(node.gpus_total for node in snapshot.nodes)
-        usable_now: list[tuple[str, ...]] = [()]  # the nodes the job being placed may use
-        failed: set[tuple] = set()  # without backfill: (class nodes, GPUs per node, nodes) that did not fit
+        failed: set[tuple] = set()  # (class nodes, GPUs per node, nodes) that did not fit
+        soonest: dict[tuple, list] = {}  # (class nodes, GPUs per node) -> its nodes by backfill's available_at
         starts = []
 
         def place(job, reserved):
             gpus, count = gang(job.num_gpus, per_node)
             names = self.usable(snapshot, job.spec)
-            if not backfill:
-                if (names, gpus, count) in failed:
-                    return None
-            usable_now[0] = tuple(node for node in names if node not in reserved) if reserved else names
-            where = pick_nodes(free, usable_now[0], gpus, count)
-            if where is None and not backfill:
+            if (names, gpus, count) in failed:  # free GPUs only fall and reservations only grow in a walk
+                return None
+            where = pick_nodes(free, (node for node in names if node not in reserved) if reserved else names,
+                               gpus, count)
+            if where is None:
                 failed.add((names, gpus, count))
             return where
 
@@ -105,11 +106,25 @@ class SlurmOrder:
                 if free[node] <= 0:
                     room.discard(node)
                 on_node[node].append((snapshot.now_s + (self.limit_s or 0.0), gpus))
+            soonest.clear()  # those nodes' free GPUs and ends changed
             starts.append(Start(decision_id(snapshot.round_id, "slurm_start", len(starts)), job.job_id,
                                 tuple((node, gpus) for node in nodes), "Slurm: priority order"))
 
         def reserve(job, reserved):
-            nodes = reservation(usable_now[0], free, on_node, snapshot.now_s, *gang(job.num_gpus, per_node))
+            # slurmctld.reservation over the class's nodes not yet reserved, from one sort per
+            # (class, GPUs) between starts
+            gpus, count = gang(job.num_gpus, per_node)
+            names = self.usable(snapshot, job.spec)
+            order = soonest.get((names, gpus))
+            if order is None:
+                order = soonest[(names, gpus)] = sorted(
+                    (available_at(free.get(node, 0), on_node[node], snapshot.now_s, gpus), node) for node in names)
+            nodes = []
+            for _, node in order:
+                if len(nodes) == count:
+                    break
+                if node not in reserved:
+                    nodes.append(node)
             room.difference_update(nodes)
             return nodes
 
