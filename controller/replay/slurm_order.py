@@ -4,6 +4,8 @@ order, backfill's reservations). ``SimConfig.slurm_starts``; `tiresias simulate
 --like-controller CONFIG --slurm-starts`; bench/ab_slurm.py's prediction."""
 from __future__ import annotations
 
+import bisect
+
 from controller.core.placement import node_fits
 from controller.core.plan import Start
 from controller.core.ids import decision_id
@@ -50,29 +52,35 @@ class SlurmOrder:
         self._nodes: tuple = ()  # the node table the class memo below is for
         self._class_nodes: dict[tuple, tuple[str, ...]] = {}  # node class -> the nodes it fits, in table order
 
-    def usable(self, snapshot, spec) -> tuple[str, ...]:
-        """The nodes ``spec`` may use (node_fits), in the node table's order, once per class."""
-        nodes = tuple(snapshot.nodes)
-        if nodes != self._nodes:
-            self._nodes, self._class_nodes = nodes, {}
+    def usable(self, spec) -> tuple[str, ...]:
+        """The nodes ``spec`` may use (node_fits), in the node table's order, once per class
+        (``step`` forgets them when the node table changes)."""
         key = (spec.partitions, spec.gpu_type, spec.reservation, spec.features)
         names = self._class_nodes.get(key)
         if names is None:
-            names = self._class_nodes[key] = tuple(node.name for node in nodes if node_fits(node, spec))
+            names = self._class_nodes[key] = tuple(node.name for node in self._nodes if node_fits(node, spec))
         return names
 
     def step(self, snapshot):
         plan = self.inner.step(snapshot)
+        nodes = tuple(snapshot.nodes)
+        if nodes != self._nodes:
+            self._nodes, self._class_nodes = nodes, {}
         planned = [a for a in plan.actions if a.kind == "start"]
-        by_id = {job.job_id: job for job in snapshot.jobs}
-        for action in planned:
-            self.released[action.job_id] = by_id[action.job_id].preemptions
+        if planned:
+            by_id = {job.job_id: job for job in snapshot.jobs}
+            for action in planned:
+                self.released[action.job_id] = by_id[action.job_id].preemptions
         thresholds = self.inner.config.thresholds_gpu_s
+        released = self.released
         pending = [j for j in snapshot.jobs if not j.running and (j.preemptions == 0 or
-                                                                  self.released.get(j.job_id) == j.preemptions)]
+                                                                  released.get(j.job_id) == j.preemptions)]
+        levels = plan.levels
 
         def level(job):
-            return plan.levels.get(job.job_id, sum(1 for t in thresholds if job.queue_service_gpu_s >= t))
+            # the thresholds it reached (they are strictly increasing: check_thresholds)
+            known = levels.get(job.job_id) if levels else None
+            return bisect.bisect_right(thresholds, job.queue_service_gpu_s) if known is None else known
 
         backfill = self.limit_s is not None
         on_node: dict[str, list[tuple[float, int]]] = {node.name: [] for node in snapshot.nodes}
@@ -90,7 +98,7 @@ class SlurmOrder:
 
         def place(job, reserved):
             gpus, count = gang(job.num_gpus, per_node)
-            names = self.usable(snapshot, job.spec)
+            names = self.usable(job.spec)
             if (names, gpus, count) in failed:  # free GPUs only fall and reservations only grow in a walk
                 return None
             where = pick_nodes(free, (node for node in names if node not in reserved) if reserved else names,
@@ -114,7 +122,7 @@ class SlurmOrder:
             # slurmctld.reservation over the class's nodes not yet reserved, from one sort per
             # (class, GPUs) between starts
             gpus, count = gang(job.num_gpus, per_node)
-            names = self.usable(snapshot, job.spec)
+            names = self.usable(job.spec)
             order = soonest.get((names, gpus))
             if order is None:
                 order = soonest[(names, gpus)] = sorted(
