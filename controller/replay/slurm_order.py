@@ -93,7 +93,8 @@ class SlurmOrder:
         room = {node for node in on_node if free.get(node, 0) > 0}  # free GPUs, not reserved
         per_node = max(node.gpus_total for node in snapshot.nodes)
         failed: set[tuple] = set()  # (class nodes, GPUs per node, nodes) that did not fit
-        soonest: dict[tuple, list] = {}  # (class nodes, GPUs per node) -> its nodes by backfill's available_at
+        # (class nodes, GPUs per node) -> [its nodes by backfill's available_at, how many lead it reserved]
+        soonest: dict[tuple, list] = {}
         starts = []
 
         def place(job, reserved):
@@ -123,16 +124,20 @@ class SlurmOrder:
             # (class, GPUs) between starts
             gpus, count = gang(job.num_gpus, per_node)
             names = self.usable(job.spec)
-            order = soonest.get((names, gpus))
-            if order is None:
-                order = soonest[(names, gpus)] = sorted(
-                    (available_at(free.get(node, 0), on_node[node], snapshot.now_s, gpus), node) for node in names)
+            memo = soonest.get((names, gpus))
+            if memo is None:
+                memo = soonest[(names, gpus)] = [sorted(
+                    (available_at(free.get(node, 0), on_node[node], snapshot.now_s, gpus), node) for node in names), 0]
+            order, at = memo
+            while at < len(order) and order[at][1] in reserved:  # reservations only grow: a prefix stays reserved
+                at += 1
+            memo[1] = at
             nodes = []
-            for _, node in order:
-                if len(nodes) == count:
-                    break
+            while at < len(order) and len(nodes) < count:
+                node = order[at][1]
                 if node not in reserved:
                     nodes.append(node)
+                at += 1
             room.difference_update(nodes)
             return nodes
 
