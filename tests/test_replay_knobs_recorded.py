@@ -1,7 +1,8 @@
 """Every replay knob gives the replay it gave before the simulator was made faster
 (issue 37 item 5): each case below is replayed and compared, job for job, with the
 result recorded in tests/fixtures/replay/knob_results.json (every job's start, end and
-preemptions, exact floats; the run's rounds, preemptions and promotions).
+preemptions, exact floats; the run's rounds, preemptions, promotions and its two audits'
+counts: useless preemptions, jobs that waited behind a usable victim).
 
 The recording was made by this file (``python tests/test_replay_knobs_recorded.py
 --record``) at commit 2672e84, before any of issue 37's simulator changes; rewrite it
@@ -71,6 +72,7 @@ def replay(name: str) -> dict:
                        drop_oversize=True, **options)
     result = Simulation(config).run(jobs)
     return dict(rounds=result.rounds, preemptions=result.preemptions, promotions=result.promotions,
+                audits=[result.useless_preemptions, result.waited_behind_victim],
                 jobs=[[o.job_id, o.start_s, o.end_s, o.preemptions] for o in result.outcomes])
 
 
@@ -78,8 +80,8 @@ def replay(name: str) -> dict:
 def test_each_knob_replays_as_recorded(name):
     recorded = json.loads(RECORDED.read_text())[name]
     got = replay(name)
-    assert (got["rounds"], got["preemptions"], got["promotions"]) == (
-        recorded["rounds"], recorded["preemptions"], recorded["promotions"])
+    assert (got["rounds"], got["preemptions"], got["promotions"], got["audits"]) == (
+        recorded["rounds"], recorded["preemptions"], recorded["promotions"], recorded["audits"])
     differ = [(a, b) for a, b in zip(got["jobs"], recorded["jobs"]) if a != b]
     assert len(got["jobs"]) == len(recorded["jobs"]) and not differ, differ[:5]
 
@@ -87,4 +89,4 @@ def test_each_knob_replays_as_recorded(name):
 if __name__ == "__main__" and "--record" in sys.argv:
     RECORDED.write_text(json.dumps({name: replay(name) for name in sorted(CASES)}, separators=(",", ":")).replace("],[", "],\n[") + "\n")
     for name, got in json.loads(RECORDED.read_text()).items():
-        print(name, got["rounds"], got["preemptions"], got["promotions"], len(got["jobs"]))
+        print(name, got["rounds"], got["preemptions"], got["promotions"], got["audits"], len(got["jobs"]))
