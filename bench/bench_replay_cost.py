@@ -1,7 +1,8 @@
-"""What a finite PROMOTEKNOB and node kinds cost a replay (issue 29, item 2).
+"""What a finite PROMOTEKNOB, node kinds and Slurm's start order cost a replay (issue
+29 item 2, issue 37 item 5).
 
-Prints, for each trace, the wall time of three dlas replays in this process and their
-ratio to the first (target: each within 3x of the plain run):
+Prints, for each trace, the CPU time of these dlas replays in this process and their
+ratio to the first (target: each within 3x of the plain run), and per round:
 
 - plain: one partition, PROMOTEKNOB inf (the default);
 - knob 8: ``--promote-knob 8`` (starvation promotion: more rounds and preemptions are
@@ -9,13 +10,22 @@ ratio to the first (target: each within 3x of the plain run):
 - kinds: the jobs' own partitions as node kinds (Philly: its virtual clusters; a trace
   without partitions has its jobs dealt round-robin into 15), the nodes shared out
   among them in proportion to their jobs' GPU-seconds (a job larger than its
-  partition's nodes is left out of all three replays).
+  partition's nodes is left out of every replay);
+- slurm starts: ``SimConfig.slurm_starts`` (`simulate --slurm-starts`: Slurm's priority
+  order starts the jobs, no time limits), and with ``--limit-h H`` also with every job's
+  time limit H hours (backfill's reservations).
+
+``--memory`` replays dlas and dgittins each in a forked child and prints its peak RSS
+above the RSS at the fork (the trace is loaded before): dgittins' should stay near
+dlas's and grow with the trace, not faster.
 
 With ``--generic`` it also replays the knob-8 case in the generic loop (the engine
 rebuilds every queue every round: how a finite knob replayed before issue 29) and
 says how many jobs' times differ from the incremental loop's.
 
-Usage: nice -n 19 python bench/bench_replay_cost.py [--jobs N] [--generic]
+Usage: nice -n 19 python bench/bench_replay_cost.py [--jobs N | --all] [--generic] [--no-slurm]
+       [--limit-h H] [--memory] [--philly-only]
+(issue 37's figures: --jobs 10000 --philly-only, and --all --philly-only)
 Traces: ../shared/traces (Philly via the Pollux artifact, Apache-2.0; ITP via
 microsoft/elasticflow-traces, MIT).
 """
@@ -23,6 +33,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import multiprocessing
+import resource
 import sys
 import time
 from collections import Counter
@@ -65,23 +77,52 @@ def node_kinds(jobs, nodes: int) -> tuple:
     return tuple((share[p], (p,), "") for p in parts)
 
 
-def replay(jobs, nodes, gpn, knob=float("inf"), kinds=(), incremental=True):
-    config = SimConfig(nodes=nodes, gpus_per_node=gpn, engine=EngineConfig(policy="dlas", promote_knob=knob),
-                       node_kinds=kinds or (), incremental=incremental, drop_oversize=True)
-    started = time.perf_counter()
+def replay(jobs, nodes, gpn, knob=float("inf"), kinds=(), incremental=True, policy="dlas", **options):
+    """(CPU s, result) of one replay (CPU: the replay is one thread; a shared machine stretches wall)."""
+    config = SimConfig(nodes=nodes, gpus_per_node=gpn, engine=EngineConfig(policy=policy, promote_knob=knob),
+                       node_kinds=kinds or (), incremental=incremental, drop_oversize=True, **options)
+    started = time.process_time()
     result = Simulation(config).run(jobs)
-    return time.perf_counter() - started, result
+    return time.process_time() - started, result
+
+
+def rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _peak_child(jobs, nodes, gpn, policy, answer) -> None:
+    at_fork = rss_mb()
+    seconds, result = replay(jobs, nodes, gpn, policy=policy)
+    answer.send((seconds, rss_mb() - at_fork, summarize(result)["avg_jct_s"]))
+
+
+def peak_memory(jobs, nodes, gpn, policy):
+    """(CPU s, peak RSS MB above the fork, avg JCT s) of a replay in a forked child."""
+    context = multiprocessing.get_context("fork")
+    mine, theirs = context.Pipe()
+    child = context.Process(target=_peak_child, args=(jobs, nodes, gpn, policy, theirs))
+    child.start()
+    answer = mine.recv()
+    child.join()
+    return answer
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=3000,
                         help="first N jobs by submit time (default 3000: the node-kinds case is slow)")
+    parser.add_argument("--all", action="store_true", help="every job of the trace")
     parser.add_argument("--generic", action="store_true", help="also the knob-8 case in the generic loop")
+    parser.add_argument("--no-slurm", action="store_true", help="leave out the slurm-starts cases")
+    parser.add_argument("--limit-h", type=float, default=None,
+                        help="also slurm starts with every job's time limit this many hours (backfill)")
+    parser.add_argument("--memory", action="store_true", help="peak RSS of dlas and dgittins, each in a child")
+    parser.add_argument("--philly-only", action="store_true", help="only the Philly trace")
     args = parser.parse_args()
     ratios = []
-    for name, nodes, gpn in CASES:
-        jobs = sorted(load_trace(str(TRACES / name)), key=lambda j: j.submit_time_s)[:args.jobs]
+    for name, nodes, gpn in CASES[:1] if args.philly_only else CASES:
+        jobs = sorted(load_trace(str(TRACES / name)), key=lambda j: j.submit_time_s)
+        jobs = jobs if args.all else jobs[:args.jobs]
         if len({job.partition for job in jobs}) < 2:
             # no partitions in the trace: deal its jobs round-robin into as many as Philly
             # has virtual clusters, so the node-kind cost is measured on it too
@@ -99,20 +140,33 @@ def main() -> int:
         if kinds:
             kinds_s, kinds_result = replay(jobs, nodes, gpn, kinds=kinds)
             rows.append((f"{len(kinds)} kinds", kinds_s, kinds_result))
+        if not args.no_slurm:
+            slurm_s, slurm = replay(jobs, nodes, gpn, slurm_starts=True)
+            rows.append(("slurm", slurm_s, slurm))
+            if args.limit_h:
+                limit_s, limited = replay(jobs, nodes, gpn, slurm_starts=True, time_limit_s=args.limit_h * 3600.0)
+                rows.append((f"slurm {args.limit_h:g}h", limit_s, limited))
         for label, seconds, result in rows:
             summary = summarize(result)
             ratio = seconds / plain_s
+            per_round = ratio * plain.rounds / max(result.rounds, 1)
             if label != "plain":
                 ratios.append(ratio)
-            print(f"  {label:10s} {seconds:8.2f} s  {ratio:6.1f}x plain  rounds {result.rounds:>8,}  "
-                  f"preemptions {result.preemptions:>8,}  promotions {result.promotions:>7,}  "
-                  f"avg JCT {summary['avg_jct_s']:>10,.0f} s" + ("  (target <= 3x)" if label != "plain" else ""))
+            print(f"  {label:10s} {seconds:8.2f} CPU s {ratio:6.1f}x plain ({per_round:4.1f}x per round)  "
+                  f"rounds {result.rounds:>8,}  preemptions {result.preemptions:>8,}  "
+                  f"promotions {result.promotions:>7,}  avg JCT {summary['avg_jct_s']:>10,.0f} s"
+                  + ("  (target <= 3x)" if label != "plain" else ""))
+        if args.memory:
+            for policy in ("dlas", "dgittins"):
+                seconds, peak, avg = peak_memory(jobs, nodes, gpn, policy)
+                print(f"  memory {policy:9s} {seconds:8.2f} CPU s  peak RSS {peak:7.0f} MB above the loaded trace"
+                      f"  ({peak * 1024 / max(len(jobs), 1):.1f} KB per job)  avg JCT {avg:>10,.0f} s")
         if args.generic:
             generic_s, generic = replay(jobs, nodes, gpn, knob=8.0, incremental=False)
             fast = [(o.job_id, o.start_s, o.end_s) for o in knob.outcomes]
             slow = [(o.job_id, o.start_s, o.end_s) for o in generic.outcomes]
             differ = sum(1 for a, b in zip(fast, slow) if a != b)
-            print(f"  knob 8, generic loop {generic_s:8.2f} s ({generic_s / knob_s:.1f}x the incremental one), "
+            print(f"  knob 8, generic loop {generic_s:8.2f} CPU s ({generic_s / knob_s:.1f}x the incremental one), "
                   f"preemptions {generic.preemptions:,}, avg JCT {summarize(generic)['avg_jct_s']:,.0f} s; "
                   f"{differ} of {len(fast)} jobs' times differ")
     if ratios:

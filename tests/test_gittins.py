@@ -183,3 +183,41 @@ def test_project_traces_keep_account_job_name_and_time_limit(tmp_path):
     path.write_text(path.read_text().replace("3600", "soon"))
     with pytest.raises(InputError, match="t.csv:2: field 'time_limit_s' value 'soon'"):
         load_trace(path)
+
+
+def test_a_jobs_memoised_choice_equals_a_fresh_one_and_keeps_no_old_distribution_alive():
+    """ConditionedDistributions.choose's memo (issue 37: it kept every job's old
+    distribution, and a replay's memory grew faster than its trace): after each batch of
+    ended jobs the memoised answer is the fresh one, and a distribution rebuilt since is
+    freed."""
+    import gc
+    import weakref
+
+    from controller.core.conditioned import ConditionedDistributions
+    from controller.core.model import JobSpec
+
+    learned = ConditionedDistributions(min_samples=3, window=None)
+    asking = [JobSpec(f"a{i}", 1 + i % 2, 0.0, None, user="u", job_name="n" if i % 3 else "") for i in range(6)]
+    old = []
+    for batch in range(8):
+        for i in range(4):
+            learned.add_job(JobSpec(f"e{batch}-{i}", 1 + i % 2, 0.0, None, user="u", job_name="n"), 100.0 * (i + batch))
+        once = JobSpec(f"once{batch}", 1, 0.0, None, user="u", job_name="n")  # asked once, as a job that ends
+        for spec in asking + [once]:
+            memoised = learned.choose(spec)
+            fresh = ConditionedDistributions.choose(_without_memo(learned), spec)
+            assert memoised[0] is fresh[0] and memoised[1] == fresh[1]
+            if memoised[0] is not None:
+                old.append(weakref.ref(memoised[0]))
+    gc.collect()
+    current = {id(entry.built) for entry in learned.keys.values()}
+    assert all(ref() is None or id(ref()) in current for ref in old)
+
+
+def _without_memo(learned):
+    """A view of ``learned`` with an empty memo (its keys and version shared)."""
+    import copy
+
+    view = copy.copy(learned)
+    view._chosen = {}
+    return view

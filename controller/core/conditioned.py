@@ -74,7 +74,10 @@ class ConditionedDistributions:
         self.count = 0
         self.censored_count = 0
         self.version = 0
-        self._chosen: dict[str, tuple] = {}  # job id -> (version, distribution, key)
+        # job id -> (version, key, whether that key was built): the key's distribution is read
+        # back from ``keys`` (unchanged while the version is), so a memo never keeps an old
+        # distribution alive (each holds its samples: kept per job, they grew faster than the trace)
+        self._chosen: dict[str, tuple] = {}
 
     def __len__(self) -> int:
         return self.count
@@ -116,14 +119,14 @@ class ConditionedDistributions:
         """The distribution of the finest key with enough samples, and that key."""
         memo = self._chosen.get(spec.job_id)
         if memo is not None and memo[0] == self.version:
-            return memo[1], memo[2]
+            return (self.keys[memo[1]].built if memo[2] else None), memo[1]
         chosen, chosen_key = None, ("global",)
         for key in keys_of(spec):
             entry = self.keys.get(key)
             if entry is not None and entry.built is not None:
                 chosen, chosen_key = entry.built, key
                 break
-        self._chosen[spec.job_id] = (self.version, chosen, chosen_key)
+        self._chosen[spec.job_id] = (self.version, chosen_key, chosen is not None)
         return chosen, chosen_key
 
     def index_for(self, spec: JobSpec, attained_gpu_s: float, quantum_end_gpu_s: float) -> float:

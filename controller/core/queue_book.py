@@ -279,7 +279,7 @@ class QueueBook:
                 return free - count * size
         cursors = {size: 0 for size, items in lists.items() if items and size <= free}
         while cursors:
-            for size in [size for size, at in cursors.items() if skip_pinned and pinned(lists[size][at][2])]:
+            for size in ([size for size, at in cursors.items() if pinned(lists[size][at][2])] if skip_pinned else ()):
                 # a pinned entered job keeps its GPUs (already set aside): pass it
                 at = cursors[size] + 1
                 while at < len(lists[size]) and pinned(lists[size][at][2]):
@@ -313,8 +313,9 @@ class QueueBook:
                 del cursors[best_size]
             if free <= 0:
                 break
-            for size in [size for size in cursors if size > free]:
-                del cursors[size]
+            if taken:  # only a take lowers what fits
+                for size in [size for size in cursors if size > free]:
+                    del cursors[size]
         return free
 
     # -- reading ----------------------------------------------------------------

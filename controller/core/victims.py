@@ -456,11 +456,11 @@ class OwnNodesReach:
 
     def admits(self, job: JobState) -> bool:
         """The walk may take waiting ``job`` (claimed on its nodes if so)."""
-        if self.plain(job):
+        nodes = self.allowed(job)
+        if nodes is None and not job.spec.constrained:  # plain(): the walk's count stands for it
             return True
         if not self.started:
             self._start()
-        nodes = self.allowed(job)
         cached = self.sums.get(nodes)
         if cached is None or cached[0] != self.version:
             free, below = self.free, self.below

@@ -4,10 +4,12 @@ order, backfill's reservations). ``SimConfig.slurm_starts``; `tiresias simulate
 --like-controller CONFIG --slurm-starts`; bench/ab_slurm.py's prediction."""
 from __future__ import annotations
 
+import bisect
+
 from controller.core.placement import node_fits
 from controller.core.plan import Start
 from controller.core.ids import decision_id
-from controller.replay.slurmctld import by_band, gang, pick_nodes, reservation, start_walk
+from controller.replay.slurmctld import available_at, by_band, gang, pick_nodes, start_walk
 
 
 class SlurmOrder:
@@ -31,53 +33,114 @@ class SlurmOrder:
     free, where the skipping walk started them within a round.
 
     ``limit_s``: every job's time limit (None: no limits; backfill then sees no end to
-    reserve from and starts any later job that fits, still in Slurm's order)."""
+    reserve from and starts any later job that fits, still in Slurm's order).
+
+    What keeps a round cheap (the same starts as trying every node for every pending
+    job): the nodes a job may use are computed once per node class (the job's
+    partitions, GPU type, reservation, features: all node_fits reads); the walk stops
+    when no node outside the reservations has a free GPU; a job like one that could
+    not start this round (same class, same gang) is not
+    tried again (free GPUs only fall and reservations only grow during the walk), and
+    backfill's reservation sorts a class's nodes by when they free up once between
+    starts, not once per waiting job."""
 
     def __init__(self, engine, limit_s: float | None):
         self.inner = engine
         self.policy = engine.policy
         self.limit_s = limit_s
         self.released: dict[str, int] = {}  # requeued job -> its preemptions when the plan started it
+        self._nodes: tuple = ()  # the node table the class memo below is for
+        self._class_nodes: dict[tuple, tuple[str, ...]] = {}  # node class -> the nodes it fits, in table order
+
+    def usable(self, spec) -> tuple[str, ...]:
+        """The nodes ``spec`` may use (node_fits), in the node table's order, once per class
+        (``step`` forgets them when the node table changes)."""
+        key = (spec.partitions, spec.gpu_type, spec.reservation, spec.features)
+        names = self._class_nodes.get(key)
+        if names is None:
+            names = self._class_nodes[key] = tuple(node.name for node in self._nodes if node_fits(node, spec))
+        return names
 
     def step(self, snapshot):
         plan = self.inner.step(snapshot)
+        nodes = tuple(snapshot.nodes)
+        if nodes != self._nodes:
+            self._nodes, self._class_nodes = nodes, {}
         planned = [a for a in plan.actions if a.kind == "start"]
-        by_id = {job.job_id: job for job in snapshot.jobs}
-        for action in planned:
-            self.released[action.job_id] = by_id[action.job_id].preemptions
+        if planned:
+            by_id = {job.job_id: job for job in snapshot.jobs}
+            for action in planned:
+                self.released[action.job_id] = by_id[action.job_id].preemptions
         thresholds = self.inner.config.thresholds_gpu_s
+        released = self.released
         pending = [j for j in snapshot.jobs if not j.running and (j.preemptions == 0 or
-                                                                  self.released.get(j.job_id) == j.preemptions)]
+                                                                  released.get(j.job_id) == j.preemptions)]
+        levels = plan.levels
 
         def level(job):
-            return plan.levels.get(job.job_id, sum(1 for t in thresholds if job.queue_service_gpu_s >= t))
+            # the thresholds it reached (they are strictly increasing: check_thresholds)
+            known = levels.get(job.job_id) if levels else None
+            return bisect.bisect_right(thresholds, job.queue_service_gpu_s) if known is None else known
 
+        backfill = self.limit_s is not None
         on_node: dict[str, list[tuple[float, int]]] = {node.name: [] for node in snapshot.nodes}
-        for job in snapshot.jobs:
-            if job.running:
-                for node, gpus in job.placement:
-                    on_node[node].append((job.run_start_s + (self.limit_s or 0.0), gpus))
+        if backfill:  # only backfill reads when the running jobs end
+            for job in snapshot.jobs:
+                if job.running:
+                    for node, gpus in job.placement:
+                        on_node[node].append((job.run_start_s + self.limit_s, gpus))
         free = snapshot.free_gpus_by_node()
+        room = {node for node in on_node if free.get(node, 0) > 0}  # free GPUs, not reserved
         per_node = max(node.gpus_total for node in snapshot.nodes)
-        node_of = {node.name: node for node in snapshot.nodes}
-        usable_now: list[list[str]] = [[]]  # the nodes the job being placed may use
+        failed: set[tuple] = set()  # (class nodes, GPUs per node, nodes) that did not fit
+        # (class nodes, GPUs per node) -> [its nodes by backfill's available_at, how many lead it reserved]
+        soonest: dict[tuple, list] = {}
         starts = []
 
         def place(job, reserved):
-            usable_now[0] = [node for node in on_node if node not in reserved and node_fits(node_of[node], job.spec)]
-            return pick_nodes(free, usable_now[0], *gang(job.num_gpus, per_node))
+            gpus, count = gang(job.num_gpus, per_node)
+            names = self.usable(job.spec)
+            if (names, gpus, count) in failed:  # free GPUs only fall and reservations only grow in a walk
+                return None
+            where = pick_nodes(free, (node for node in names if node not in reserved) if reserved else names,
+                               gpus, count)
+            if where is None:
+                failed.add((names, gpus, count))
+            return where
 
         def start(job, nodes):
             gpus, _ = gang(job.num_gpus, per_node)
             for node in nodes:
                 free[node] -= gpus
+                if free[node] <= 0:
+                    room.discard(node)
                 on_node[node].append((snapshot.now_s + (self.limit_s or 0.0), gpus))
+            soonest.clear()  # those nodes' free GPUs and ends changed
             starts.append(Start(decision_id(snapshot.round_id, "slurm_start", len(starts)), job.job_id,
                                 tuple((node, gpus) for node in nodes), "Slurm: priority order"))
 
         def reserve(job, reserved):
-            return reservation(usable_now[0], free, on_node, snapshot.now_s, *gang(job.num_gpus, per_node))
+            # slurmctld.reservation over the class's nodes not yet reserved, from one sort per
+            # (class, GPUs) between starts
+            gpus, count = gang(job.num_gpus, per_node)
+            names = self.usable(job.spec)
+            memo = soonest.get((names, gpus))
+            if memo is None:
+                memo = soonest[(names, gpus)] = [sorted(
+                    (available_at(free.get(node, 0), on_node[node], snapshot.now_s, gpus), node) for node in names), 0]
+            order, at = memo
+            while at < len(order) and order[at][1] in reserved:  # reservations only grow: a prefix stays reserved
+                at += 1
+            memo[1] = at
+            nodes = []
+            while at < len(order) and len(nodes) < count:
+                node = order[at][1]
+                if node not in reserved:
+                    nodes.append(node)
+                at += 1
+            room.difference_update(nodes)
+            return nodes
 
-        start_walk(pending, by_band(level), place, start, reserve if self.limit_s is not None else None)
+        start_walk(pending, by_band(level), place, start, reserve if backfill else None, full=lambda: not room)
         plan.actions = [a for a in plan.actions if a.kind != "start"] + starts
         return plan

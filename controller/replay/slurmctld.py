@@ -153,15 +153,19 @@ def reservation(usable: Iterable[str], free: Mapping[str, int], ends: Mapping[st
 def start_walk(pending: Iterable[Job], priority: Callable[[Job], tuple],
                place: Callable[[Job, set[str]], object], start: Callable[[Job, object], Optional[Iterable[str]]],
                reserve: Optional[Callable[[Job, set[str]], Iterable[str]]] = None,
-               again: Optional[Callable[[Job], bool]] = None) -> None:
+               again: Optional[Callable[[Job], bool]] = None, full: Optional[Callable[[], bool]] = None) -> None:
     """slurmctld's scheduling pass: the pending jobs in ``priority`` order; each is
     placed (``place(job, reserved)``: where it starts, None: nowhere, the nodes others
     reserved left out) and started (``start(job, where)``, which returns the nodes it
     keeps from the jobs after it, if any); one that cannot start keeps the jobs after it
     off the nodes ``reserve`` gives (backfill; None: no backfill). ``again(job)``: try
-    the same job once more after a start (an array's pending record, task by task)."""
+    the same job once more after a start (an array's pending record, task by task).
+    ``full()``: True when no node left out of the reservations has a free GPU, so no
+    later job can start (the walk stops: its reservations would change nothing)."""
     reserved: set[str] = set()
     for job in sorted(pending, key=priority):
+        if full is not None and full():
+            break
         while True:
             where = place(job, reserved)
             if where is None:
