@@ -210,32 +210,36 @@ def measure(pending: int, running: int, nodes: int, repeat: int, kinds: tuple[st
     results: dict[str, list[dict]] = {kind: [] for kind in kinds}
     results["jobs"] = counts(slurm)
     results["stands_s"], results["quiet"] = [], []
-    for _ in range(repeat):
-        for kind in kinds:
-            round_of = controller
-            if kind == "changing":
-                change(slurm)
-            elif kind == "1% changed":  # 1% of the jobs end, and Slurm starts what fits in their GPUs
-                change(slurm, ended=max((pending + running) // 100, 1))
-            elif kind == "restart":  # a controller started afresh on the same store: every record read anew
-                round_of = Controller(controller.config, SlurmBackend(runner=slurm), store, clock=time.time)
-                phases.instrument(round_of, slurm)
-            slurm._text("squeue")  # the scripted slurmctld renders its answer outside the timing
-            phases.clear()
-            started_cpu, started_wall = time.process_time(), time.perf_counter()
-            report = one_round(round_of)
-            # one RPC per job id a lever named (scontrol update JobId=a,b,... is one RPC an id)
-            results.setdefault("rpcs_" + kind, []).append(len(report.levers or ()))
-            if kind == "changing":  # how long its plan stands: how long the next rounds may be quiet
-                results["stands_s"].append(controller.last_plan.stands_until_s - report.observed_at_s)
-            elif kind == "unchanged":
-                results["quiet"].append(bool(report.skipped_reason))
-            cpu = time.process_time() - started_cpu - phases.cpu_s[SLURMCTLD]
-            wall = time.perf_counter() - started_wall - phases.wall_s[SLURMCTLD]
-            row = {phase: (phases.cpu_s[phase], phases.wall_s[phase]) for phase in PHASES}
-            row["rest of the round"] = (cpu - sum(c for c, _ in row.values()), wall - sum(w for _, w in row.values()))
-            row["round"] = (cpu, wall)
-            results[kind].append(row)
+    # a changing round then an unchanged one, ``repeat`` times; then the 1%-changed rounds,
+    # then the restarts (each writes what a new controller writes: after them the old
+    # controller's rounds are no longer the steady state)
+    steady = [kind for kind in kinds if kind in ("changing", "unchanged")]
+    order = steady * repeat + [kind for kind in kinds if kind not in steady for _ in range(repeat)]
+    for kind in order:
+        round_of = controller
+        if kind == "changing":
+            change(slurm)
+        elif kind == "1% changed":  # 1% of the jobs end, and Slurm starts what fits in their GPUs
+            change(slurm, ended=max((pending + running) // 100, 1))
+        elif kind == "restart":  # a controller started afresh on the same store: every record read anew
+            round_of = Controller(controller.config, SlurmBackend(runner=slurm), store, clock=time.time)
+            phases.instrument(round_of, slurm)
+        slurm._text("squeue")  # the scripted slurmctld renders its answer outside the timing
+        phases.clear()
+        started_cpu, started_wall = time.process_time(), time.perf_counter()
+        report = one_round(round_of)
+        # one RPC per job id a lever named (scontrol update JobId=a,b,... is one RPC an id)
+        results.setdefault("rpcs_" + kind, []).append(len(report.levers or ()))
+        if kind == "changing":  # how long its plan stands: how long the next rounds may be quiet
+            results["stands_s"].append(controller.last_plan.stands_until_s - report.observed_at_s)
+        elif kind == "unchanged":
+            results["quiet"].append(bool(report.skipped_reason))
+        cpu = time.process_time() - started_cpu - phases.cpu_s[SLURMCTLD]
+        wall = time.perf_counter() - started_wall - phases.wall_s[SLURMCTLD]
+        row = {phase: (phases.cpu_s[phase], phases.wall_s[phase]) for phase in PHASES}
+        row["rest of the round"] = (cpu - sum(c for c, _ in row.values()), wall - sum(w for _, w in row.values()))
+        row["round"] = (cpu, wall)
+        results[kind].append(row)
     store.close()
     return results
 
