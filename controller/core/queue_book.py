@@ -22,6 +22,7 @@ waiting, 2 = entered, ``entry`` the place (settled) or the entering time (entere
 from __future__ import annotations
 
 import bisect
+import heapq
 from typing import Iterator, Optional
 
 from controller.core.model import JobState
@@ -51,6 +52,11 @@ class QueueBook:
         # its state changed in place (started while listed as waiting) uncounts what it
         # counted; ``repin`` recounts a job whose protection began or ended
         self.pinned: set[int] = set()
+        # the simulator's book also keeps its waiting lists per node class (``class_function``
+        # set before any job is added; None: not kept): level -> (gang size, class) -> sorted
+        # items, so the walk passes a class whose nodes hold nothing within reach whole
+        self.by_class: list[dict[tuple, list]] = [{} for _ in range(num_levels)]
+        self.class_of: dict[int, object] = {}  # job.index -> its class (waiting jobs)
         self.top = 0.0  # above every place in use: where tails start
         self.bottom = 0.0  # below every place in use: where heads end
 
@@ -119,6 +125,9 @@ class QueueBook:
         """Into the level's list for the job's gang size (group 1 settled, 2 entered)."""
         key = (within, group, entry)
         bisect.insort(self.waiting[level].setdefault(job.num_gpus, []), (key, job.index, job))
+        if self.class_function is not None:
+            kind = self.class_of[job.index] = self.class_function(job)
+            bisect.insort(self.by_class[level].setdefault((job.num_gpus, kind), []), (key, job.index, job))
         self.where[job.index] = (level, key)
         self.waiting_count += 1
         self._version += 1
@@ -147,6 +156,13 @@ class QueueBook:
         del items[bisect.bisect_left(items, (key, job.index))]
         if not items:
             del lists[job.num_gpus]  # only sizes with jobs stay: the walk reads min(lists)
+        if self.class_function is not None:
+            kinds = self.by_class[level]
+            place = (job.num_gpus, self.class_of.pop(job.index))
+            items = kinds[place]
+            del items[bisect.bisect_left(items, (key, job.index))]
+            if not items:
+                del kinds[place]
         self.waiting_count -= 1
         self.entered.pop(job.index, None)
 
@@ -195,11 +211,18 @@ class QueueBook:
                     self.where[index] = (level, key)
                 fresh.sort()
                 self.waiting[level][size] = fresh
+            if self.class_function is not None:
+                kinds: dict[tuple, list] = {}
+                for size, items in self.waiting[level].items():
+                    for item in items:  # in order: each class's list stays sorted
+                        kinds.setdefault((size, self.class_of[item[1]]), []).append(item)
+                self.by_class[level] = kinds
 
     def _within_of(self, job: JobState, level: int) -> float:
         return self.within_function(job, level) if self.within_function is not None else 0.0
 
     within_function = None  # (job, level) -> within value; set by the executor for dgittins
+    class_function = None  # job -> its node class (equal for jobs a reach judges alike); see __init__
 
     # -- the walk -------------------------------------------------------------
     def walk(self, capacity: int, reach=None) -> tuple[list[JobState], list[JobState]]:
@@ -233,7 +256,10 @@ class QueueBook:
                         else:
                             preempted.append(job)
             if free > 0 and self.waiting_count and self.waiting[level]:
-                free = self._take_waiting(self.waiting[level], free, selected, self.pinned_gpus > 0, reach)
+                if reach is not None and self.class_function is not None and not reach.lists_refused:
+                    free = self._take_by_class(level, free, selected, self.pinned_gpus > 0, reach)
+                else:
+                    free = self._take_waiting(self.waiting[level], free, selected, self.pinned_gpus > 0, reach)
         return preempted, selected
 
     def walk_non_preemptive(self, capacity: int, head_of_line: bool) -> tuple[list[JobState], bool]:
@@ -317,6 +343,69 @@ class QueueBook:
                 for size in [size for size in cursors if size > free]:
                     del cursors[size]
         return free
+
+    def _take_by_class(self, level: int, free: int, selected: list, skip_pinned: bool, reach) -> int:
+        """``_take_waiting`` over the level's per-class lists (one heap merge, the same
+        order and takes), where a class that ``reach`` has refused a gang of is passed
+        whole for that gang and larger ones: a reach only shrinks during the walk, so
+        every waiting job there would be refused too (not listed: ``reach.lists_refused``
+        is off). Its entered jobs that still run are visited all the same (the walk keeps
+        them)."""
+        if min(self.waiting[level]) > free:
+            return free
+        lists = self.by_class[level]
+        heap = [(items[0], 0, size, kind) for (size, kind), items in lists.items() if size <= free]
+        heapq.heapify(heap)
+        keys: dict = {}  # class -> its reach key (reach.class_key of one of its jobs)
+        running_at = None  # (size, class) -> sorted positions of the running jobs listed there
+        while heap:
+            item, at, size, kind = heap[0]
+            if size > free:  # only a take lowers what fits
+                heapq.heappop(heap)
+                continue
+            job, items = item[2], lists[(size, kind)]
+            step = at + 1
+            if skip_pinned and pinned(job):  # a pinned entered job keeps its GPUs (already set aside)
+                taken = False
+            elif job.running:
+                reach.kept(job)
+                taken = True
+            else:
+                key = keys[kind] if kind in keys else keys.setdefault(kind, reach.class_key(job))
+                if reach.out_of_reach(key, size):
+                    if running_at is None:
+                        running_at = self._running_positions(level)
+                    positions = running_at.get((size, kind), ())
+                    step = positions[bisect.bisect_right(positions, at)] if positions and positions[-1] > at \
+                        else len(items)
+                    taken = False
+                else:
+                    taken = reach.admits(job)
+            if taken:
+                selected.append(job)
+                free -= size
+            if step < len(items):
+                heapq.heapreplace(heap, (items[step], step, size, kind))
+            else:
+                heapq.heappop(heap)
+            if free <= 0:
+                break
+        return free
+
+    def _running_positions(self, level: int) -> dict[tuple, list[int]]:
+        """(size, class) -> sorted positions in the level's class lists of the entered jobs
+        that still run."""
+        positions: dict[tuple, list[int]] = {}
+        lists = self.by_class[level]
+        for index, job in self.entered.items():
+            where_level, key = self.where[index]
+            if where_level != level or not job.running or key is _RUNNING:
+                continue
+            place = (job.num_gpus, self.class_of[index])
+            positions.setdefault(place, []).append(bisect.bisect_left(lists[place], (key, index)))
+        for found in positions.values():
+            found.sort()
+        return positions
 
     # -- reading ----------------------------------------------------------------
     def level_of(self, job: JobState) -> int:
