@@ -99,3 +99,36 @@ def test_the_class_lists_follow_the_size_lists():
         assert split == book.by_class[level]
         for items in book.by_class[level].values():
             assert items == sorted(items)
+        assert book.merged[level] == sorted(item for items in book.waiting[level].values() for item in items)
+    plain = QueueBook(3)
+    for level in range(3):
+        for item in book.merged[level]:
+            plain.add_waiting(item[2], level, item[0][1], item[0][2], item[0][0])
+    assert book.order() == plain.order()  # the kept order equals the sorted one
+
+
+class _Forgets(dict):
+    """A memo that never remembers: every job's bound is summed again."""
+
+    def __setitem__(self, key, value):
+        pass
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_the_wait_audit_asks_what_it_asks_without_its_refusal_memo(seed, monkeypatch):
+    """SimCluster.audit_waits passes a job whose node set already refused as many GPUs
+    this round: the same jobs reach the victim search as when every bound is summed."""
+    from controller.replay import cluster
+    asked = []
+    search = cluster.victims_for
+
+    def recording(job, *args, **kwargs):
+        asked.append(job.job_id)
+        return search(job, *args, **kwargs)
+
+    monkeypatch.setattr(cluster, "victims_for", recording)
+    fast = outcomes(workload(seed), "dlas")
+    fast_asked, asked[:] = list(asked), []
+    monkeypatch.setattr(cluster, "_refusals", _Forgets)
+    assert outcomes(workload(seed), "dlas") == fast
+    assert asked == fast_asked and asked  # asked the same jobs, and some

@@ -57,6 +57,8 @@ class QueueBook:
         # items, so the walk passes a class whose nodes hold nothing within reach whole
         self.by_class: list[dict[tuple, list]] = [{} for _ in range(num_levels)]
         self.class_of: dict[int, object] = {}  # job.index -> its class (waiting jobs)
+        # with them, per level every waiting item in key order: ``order`` reads it unsorted
+        self.merged: list[list] = [[] for _ in range(num_levels)]
         self.top = 0.0  # above every place in use: where tails start
         self.bottom = 0.0  # below every place in use: where heads end
 
@@ -128,6 +130,7 @@ class QueueBook:
         if self.class_function is not None:
             kind = self.class_of[job.index] = self.class_function(job)
             bisect.insort(self.by_class[level].setdefault((job.num_gpus, kind), []), (key, job.index, job))
+            bisect.insort(self.merged[level], (key, job.index, job))
         self.where[job.index] = (level, key)
         self.waiting_count += 1
         self._version += 1
@@ -163,6 +166,8 @@ class QueueBook:
             del items[bisect.bisect_left(items, (key, job.index))]
             if not items:
                 del kinds[place]
+            merged = self.merged[level]
+            del merged[bisect.bisect_left(merged, (key, job.index))]
         self.waiting_count -= 1
         self.entered.pop(job.index, None)
 
@@ -217,6 +222,7 @@ class QueueBook:
                     for item in items:  # in order: each class's list stays sorted
                         kinds.setdefault((size, self.class_of[item[1]]), []).append(item)
                 self.by_class[level] = kinds
+                self.merged[level] = sorted(item for items in kinds.values() for item in items)
 
     def _within_of(self, job: JobState, level: int) -> float:
         return self.within_function(job, level) if self.within_function is not None else 0.0
@@ -431,10 +437,11 @@ class QueueBook:
         kept until the book changes)."""
         if self._order is None or self._order[0] != self._version:
             ordered: list[JobState] = []
+            kept = self.class_function is not None  # self.merged is kept
             for level in range(self.num_levels):  # level_order's, without a generator step per job
                 ordered.extend(self.running[level].values())
-                ordered.extend([job for _, _, job in sorted(item for items in self.waiting[level].values()
-                                                            for item in items)])
+                ordered.extend([job for _, _, job in (self.merged[level] if kept else sorted(
+                    item for items in self.waiting[level].values() for item in items))])
             self._order = (self._version, ordered)
         return self._order[1]
 
