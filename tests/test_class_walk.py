@@ -132,3 +132,55 @@ def test_the_wait_audit_asks_what_it_asks_without_its_refusal_memo(seed, monkeyp
     monkeypatch.setattr(cluster, "_refusals", _Forgets)
     assert outcomes(workload(seed), "dlas") == fast
     assert asked == fast_asked and asked  # asked the same jobs, and some
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_the_kept_movable_gpus_count_as_the_running_jobs_do(seed, monkeypatch):
+    """The walk's reach counts each level's preemptable running GPUs per node from the
+    book's kept sums (QueueBook.movable_on): every round they equal the count job by job
+    (OwnNodesReach._count / _uncount on the live jobs), through starts, preemptions,
+    demotions and protections that end (fails with a repin or a removal left out)."""
+    from controller.core.protection import may_preempt
+    start, enter = OwnNodesReach._start, OwnNodesReach.enter
+    checked = []
+
+    def by_job(reach, levels) -> dict:
+        below = {}
+        for level in levels:
+            for job in reach.book.running[level].values():
+                if may_preempt(job, True):
+                    for node, gpus in job.placement:
+                        if node in reach.free_by_node:
+                            below[node] = below.get(node, 0) + gpus
+        return below
+
+    def checking_start(self):
+        start(self)
+        expected = by_job(self, range(self.level + 1, self.book.num_levels))
+        for job in self.book.entered.values():  # entered running jobs: counted job by job in both
+            if job.index not in self.kept_jobs and may_preempt(job, True):
+                for node, gpus in job.placement:
+                    if node in self.free_by_node:
+                        expected[node] = expected.get(node, 0) + gpus
+        assert {n: g for n, g in self.below.items() if g} == {n: g for n, g in expected.items() if g}
+        checked.append(1)
+
+    def checking_enter(self, level):
+        if self.started:
+            copy = dict(self.below)
+            for node, gpus in by_job(self, [level]).items():
+                if copy.get(node, 0) > 0:
+                    copy[node] = max(copy[node] - gpus, 0)
+            enter(self, level)
+            assert self.below == copy
+        else:
+            enter(self, level)
+
+    monkeypatch.setattr(OwnNodesReach, "_start", checking_start)
+    monkeypatch.setattr(OwnNodesReach, "enter", checking_enter)
+    outcomes(workload(seed), "dlas")
+    config = SimConfig(nodes=8, gpus_per_node=4, node_kinds=KINDS,
+                       engine=EngineConfig(policy="dlas", thresholds_gpu_s=(600.0, 6000.0),
+                                           preempt_min_runtime_s=300.0))
+    Simulation(config).run(workload(seed))  # protections that end (repin)
+    assert checked

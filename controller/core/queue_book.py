@@ -59,6 +59,10 @@ class QueueBook:
         self.class_of: dict[int, object] = {}  # job.index -> its class (waiting jobs)
         # with them, per level every waiting item in key order: ``order`` reads it unsorted
         self.merged: list[list] = [[] for _ in range(num_levels)]
+        # and per level the GPUs per node of the running jobs the walk may preempt (not
+        # pinned), for OwnNodesReach's counts; job.index -> (level, placement) counted
+        self.movable_on: list[dict[str, int]] = [{} for _ in range(num_levels)]
+        self.movable_of: dict[int, tuple] = {}
         self.top = 0.0  # above every place in use: where tails start
         self.bottom = 0.0  # below every place in use: where heads end
 
@@ -122,6 +126,8 @@ class QueueBook:
             self.pinned_gpus += job.num_gpus
             self.pinned_running_gpus[level] += job.num_gpus
             self.pinned.add(job.index)
+        elif self.class_function is not None:
+            self._movable(job.index, level, tuple(job.placement))
 
     def add_waiting(self, job: JobState, level: int, group: int, entry: float, within: float = 0.0) -> None:
         """Into the level's list for the job's gang size (group 1 settled, 2 entered)."""
@@ -153,6 +159,8 @@ class QueueBook:
             self.running_gpus[level] -= job.num_gpus
             if counted:
                 self.pinned_running_gpus[level] -= job.num_gpus
+            elif job.index in self.movable_of:
+                self._unmovable(job.index)
             return
         lists = self.waiting[level]
         items = lists[job.num_gpus]
@@ -186,6 +194,27 @@ class QueueBook:
         level, key = self.where[job.index]
         if key is _RUNNING:
             self.pinned_running_gpus[level] += change
+            if self.class_function is not None:
+                if pinned_now:
+                    self._unmovable(job.index)
+                else:
+                    self._movable(job.index, level, tuple(job.placement))
+
+    def _movable(self, index: int, level: int, placement: tuple) -> None:
+        self.movable_of[index] = (level, placement)
+        on = self.movable_on[level]
+        for node, gpus in placement:
+            on[node] = on.get(node, 0) + gpus
+
+    def _unmovable(self, index: int) -> None:
+        level, placement = self.movable_of.pop(index)
+        on = self.movable_on[level]
+        for node, gpus in placement:
+            left = on[node] - gpus
+            if left:
+                on[node] = left
+            else:
+                del on[node]
 
     def apply_positions(self, positions: dict, jobs_by_id) -> None:
         """Put each job whose place changed where the plan says (after the plan's

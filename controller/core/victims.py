@@ -464,8 +464,20 @@ class OwnNodesReach:
     def enter(self, level: int) -> None:
         """The walk reached ``level``: its running jobs are no longer below the jobs it takes."""
         self.level = level
-        if self.started:
-            for job in self.book.running[level].values():
+        if not self.started:
+            return
+        book = self.book
+        if book.class_function is not None:  # the book keeps the level's movable GPUs per node
+            below, changed = self.below, False
+            for node, gpus in book.movable_on[level].items():
+                left = below.get(node, 0)
+                if left > 0:  # as _uncount job by job: each step subtracts and stops at 0
+                    below[node] = max(left - gpus, 0)
+                    changed = True
+            if changed:
+                self.version += 1
+        else:
+            for job in book.running[level].values():
                 self._uncount(job)
 
     def kept(self, job: JobState) -> None:
@@ -508,9 +520,16 @@ class OwnNodesReach:
         book = self.book
         self.free = {node: gpus for node, gpus in self.free_by_node.items() if gpus > 0}
         self.below: dict[str, int] = {}
-        for level in range(self.level + 1, book.num_levels):
-            for job in book.running[level].values():
-                self._count(job)
+        if book.class_function is not None:  # the book keeps each level's movable GPUs per node
+            below, free = self.below, self.free_by_node
+            for level in range(self.level + 1, book.num_levels):
+                for node, gpus in book.movable_on[level].items():
+                    if node in free:
+                        below[node] = below.get(node, 0) + gpus
+        else:
+            for level in range(self.level + 1, book.num_levels):
+                for job in book.running[level].values():
+                    self._count(job)
         for job in book.entered.values():
             if job.index not in self.kept_jobs:
                 self._count(job)
