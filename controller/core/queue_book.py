@@ -12,7 +12,11 @@ The engine builds a book from a snapshot's jobs (``QueueBook.build``: what the
 controller does every round). The simulator keeps one book alive across rounds and
 applies each plan's places to it (``apply_positions``), so that a round costs
 O(changes x log n). Both walk the same book code, and a test checks that the two
-give identical replays.
+give identical replays. Where jobs may use only some nodes, the simulator's book also
+keeps (``class_function``) its waiting lists per node class, each level's waiting items
+in order and its preemptable running GPUs per node: the walk passes a class its reach
+refused whole (``_take_by_class``; tests/test_class_walk.py checks it against the walk
+over the size lists).
 
 Order inside a level (smaller first): settled running jobs by entry, then the rest
 by ``(within, group, entry, index)``: ``within`` is the policy's waiting order
