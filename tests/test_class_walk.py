@@ -100,6 +100,7 @@ def test_the_class_lists_follow_the_size_lists():
         for items in book.by_class[level].values():
             assert items == sorted(items)
         assert book.merged[level] == sorted(item for items in book.waiting[level].values() for item in items)
+        assert book.merged_jobs[level] == [job for _, _, job in book.merged[level]]
     plain = QueueBook(3)
     for level in range(3):
         for item in book.merged[level]:

@@ -63,6 +63,7 @@ class QueueBook:
         self.class_of: dict[int, object] = {}  # job.index -> its class (waiting jobs)
         # with them, per level every waiting item in key order: ``order`` reads it unsorted
         self.merged: list[list] = [[] for _ in range(num_levels)]
+        self.merged_jobs: list[list[JobState]] = [[] for _ in range(num_levels)]  # their jobs, same order
         # and per level the GPUs per node of the running jobs the walk may preempt (not
         # pinned), for OwnNodesReach's counts; job.index -> (level, placement) counted
         self.movable_on: list[dict[str, int]] = [{} for _ in range(num_levels)]
@@ -140,7 +141,10 @@ class QueueBook:
         if self.class_function is not None:
             kind = self.class_of[job.index] = self.class_function(job)
             bisect.insort(self.by_class[level].setdefault((job.num_gpus, kind), []), (key, job.index, job))
-            bisect.insort(self.merged[level], (key, job.index, job))
+            merged, item = self.merged[level], (key, job.index, job)
+            at = bisect.bisect_right(merged, item)
+            merged.insert(at, item)
+            self.merged_jobs[level].insert(at, job)
         self.where[job.index] = (level, key)
         self.waiting_count += 1
         self._version += 1
@@ -179,7 +183,9 @@ class QueueBook:
             if not items:
                 del kinds[place]
             merged = self.merged[level]
-            del merged[bisect.bisect_left(merged, (key, job.index))]
+            at = bisect.bisect_left(merged, (key, job.index))
+            del merged[at]
+            del self.merged_jobs[level][at]
         self.waiting_count -= 1
         self.entered.pop(job.index, None)
 
@@ -256,6 +262,7 @@ class QueueBook:
                         kinds.setdefault((size, self.class_of[item[1]]), []).append(item)
                 self.by_class[level] = kinds
                 self.merged[level] = sorted(item for items in kinds.values() for item in items)
+                self.merged_jobs[level] = [job for _, _, job in self.merged[level]]
 
     def _within_of(self, job: JobState, level: int) -> float:
         return self.within_function(job, level) if self.within_function is not None else 0.0
@@ -473,8 +480,8 @@ class QueueBook:
             kept = self.class_function is not None  # self.merged is kept
             for level in range(self.num_levels):  # level_order's, without a generator step per job
                 ordered.extend(self.running[level].values())
-                ordered.extend([job for _, _, job in (self.merged[level] if kept else sorted(
-                    item for items in self.waiting[level].values() for item in items))])
+                ordered.extend(self.merged_jobs[level] if kept else [job for _, _, job in sorted(
+                    item for items in self.waiting[level].values() for item in items)])
             self._order = (self._version, ordered)
         return self._order[1]
 
