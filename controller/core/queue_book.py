@@ -12,7 +12,11 @@ The engine builds a book from a snapshot's jobs (``QueueBook.build``: what the
 controller does every round). The simulator keeps one book alive across rounds and
 applies each plan's places to it (``apply_positions``), so that a round costs
 O(changes x log n). Both walk the same book code, and a test checks that the two
-give identical replays.
+give identical replays. Where jobs may use only some nodes, the simulator's book also
+keeps (``class_function``) its waiting lists per node class, each level's waiting items
+in order and its preemptable running GPUs per node: the walk passes a class its reach
+refused whole (``_take_by_class``; tests/test_class_walk.py checks it against the walk
+over the size lists).
 
 Order inside a level (smaller first): settled running jobs by entry, then the rest
 by ``(within, group, entry, index)``: ``within`` is the policy's waiting order
@@ -22,6 +26,7 @@ waiting, 2 = entered, ``entry`` the place (settled) or the entering time (entere
 from __future__ import annotations
 
 import bisect
+import heapq
 from typing import Iterator, Optional
 
 from controller.core.model import JobState
@@ -51,6 +56,18 @@ class QueueBook:
         # its state changed in place (started while listed as waiting) uncounts what it
         # counted; ``repin`` recounts a job whose protection began or ended
         self.pinned: set[int] = set()
+        # the simulator's book also keeps its waiting lists per node class (``class_function``
+        # set before any job is added; None: not kept): level -> (gang size, class) -> sorted
+        # items, so the walk passes a class whose nodes hold nothing within reach whole
+        self.by_class: list[dict[tuple, list]] = [{} for _ in range(num_levels)]
+        self.class_of: dict[int, object] = {}  # job.index -> its class (waiting jobs)
+        # with them, per level every waiting item in key order: ``order`` reads it unsorted
+        self.merged: list[list] = [[] for _ in range(num_levels)]
+        self.merged_jobs: list[list[JobState]] = [[] for _ in range(num_levels)]  # their jobs, same order
+        # and per level the GPUs per node of the running jobs the walk may preempt (not
+        # pinned), for OwnNodesReach's counts; job.index -> (level, placement) counted
+        self.movable_on: list[dict[str, int]] = [{} for _ in range(num_levels)]
+        self.movable_of: dict[int, tuple] = {}
         self.top = 0.0  # above every place in use: where tails start
         self.bottom = 0.0  # below every place in use: where heads end
 
@@ -114,11 +131,20 @@ class QueueBook:
             self.pinned_gpus += job.num_gpus
             self.pinned_running_gpus[level] += job.num_gpus
             self.pinned.add(job.index)
+        elif self.class_function is not None:
+            self._movable(job.index, level, tuple(job.placement))
 
     def add_waiting(self, job: JobState, level: int, group: int, entry: float, within: float = 0.0) -> None:
         """Into the level's list for the job's gang size (group 1 settled, 2 entered)."""
         key = (within, group, entry)
         bisect.insort(self.waiting[level].setdefault(job.num_gpus, []), (key, job.index, job))
+        if self.class_function is not None:
+            kind = self.class_of[job.index] = self.class_function(job)
+            bisect.insort(self.by_class[level].setdefault((job.num_gpus, kind), []), (key, job.index, job))
+            merged, item = self.merged[level], (key, job.index, job)
+            at = bisect.bisect_right(merged, item)
+            merged.insert(at, item)
+            self.merged_jobs[level].insert(at, job)
         self.where[job.index] = (level, key)
         self.waiting_count += 1
         self._version += 1
@@ -141,12 +167,25 @@ class QueueBook:
             self.running_gpus[level] -= job.num_gpus
             if counted:
                 self.pinned_running_gpus[level] -= job.num_gpus
+            elif job.index in self.movable_of:
+                self._unmovable(job.index)
             return
         lists = self.waiting[level]
         items = lists[job.num_gpus]
         del items[bisect.bisect_left(items, (key, job.index))]
         if not items:
             del lists[job.num_gpus]  # only sizes with jobs stay: the walk reads min(lists)
+        if self.class_function is not None:
+            kinds = self.by_class[level]
+            place = (job.num_gpus, self.class_of.pop(job.index))
+            items = kinds[place]
+            del items[bisect.bisect_left(items, (key, job.index))]
+            if not items:
+                del kinds[place]
+            merged = self.merged[level]
+            at = bisect.bisect_left(merged, (key, job.index))
+            del merged[at]
+            del self.merged_jobs[level][at]
         self.waiting_count -= 1
         self.entered.pop(job.index, None)
 
@@ -165,6 +204,27 @@ class QueueBook:
         level, key = self.where[job.index]
         if key is _RUNNING:
             self.pinned_running_gpus[level] += change
+            if self.class_function is not None:
+                if pinned_now:
+                    self._unmovable(job.index)
+                else:
+                    self._movable(job.index, level, tuple(job.placement))
+
+    def _movable(self, index: int, level: int, placement: tuple) -> None:
+        self.movable_of[index] = (level, placement)
+        on = self.movable_on[level]
+        for node, gpus in placement:
+            on[node] = on.get(node, 0) + gpus
+
+    def _unmovable(self, index: int) -> None:
+        level, placement = self.movable_of.pop(index)
+        on = self.movable_on[level]
+        for node, gpus in placement:
+            left = on[node] - gpus
+            if left:
+                on[node] = left
+            else:
+                del on[node]
 
     def apply_positions(self, positions: dict, jobs_by_id) -> None:
         """Put each job whose place changed where the plan says (after the plan's
@@ -195,11 +255,20 @@ class QueueBook:
                     self.where[index] = (level, key)
                 fresh.sort()
                 self.waiting[level][size] = fresh
+            if self.class_function is not None:
+                kinds: dict[tuple, list] = {}
+                for size, items in self.waiting[level].items():
+                    for item in items:  # in order: each class's list stays sorted
+                        kinds.setdefault((size, self.class_of[item[1]]), []).append(item)
+                self.by_class[level] = kinds
+                self.merged[level] = sorted(item for items in kinds.values() for item in items)
+                self.merged_jobs[level] = [job for _, _, job in self.merged[level]]
 
     def _within_of(self, job: JobState, level: int) -> float:
         return self.within_function(job, level) if self.within_function is not None else 0.0
 
     within_function = None  # (job, level) -> within value; set by the executor for dgittins
+    class_function = None  # job -> its node class (equal for jobs a reach judges alike); see __init__
 
     # -- the walk -------------------------------------------------------------
     def walk(self, capacity: int, reach=None) -> tuple[list[JobState], list[JobState]]:
@@ -233,7 +302,10 @@ class QueueBook:
                         else:
                             preempted.append(job)
             if free > 0 and self.waiting_count and self.waiting[level]:
-                free = self._take_waiting(self.waiting[level], free, selected, self.pinned_gpus > 0, reach)
+                if reach is not None and self.class_function is not None and not reach.lists_refused:
+                    free = self._take_by_class(level, free, selected, self.pinned_gpus > 0, reach)
+                else:
+                    free = self._take_waiting(self.waiting[level], free, selected, self.pinned_gpus > 0, reach)
         return preempted, selected
 
     def walk_non_preemptive(self, capacity: int, head_of_line: bool) -> tuple[list[JobState], bool]:
@@ -318,6 +390,69 @@ class QueueBook:
                     del cursors[size]
         return free
 
+    def _take_by_class(self, level: int, free: int, selected: list, skip_pinned: bool, reach) -> int:
+        """``_take_waiting`` over the level's per-class lists (one heap merge, the same
+        order and takes), where a class that ``reach`` has refused a gang of is passed
+        whole for that gang and larger ones: a reach only shrinks during the walk, so
+        every waiting job there would be refused too (not listed: ``reach.lists_refused``
+        is off). Its entered jobs that still run are visited all the same (the walk keeps
+        them)."""
+        if min(self.waiting[level]) > free:
+            return free
+        lists = self.by_class[level]
+        heap = [(items[0], 0, size, kind) for (size, kind), items in lists.items() if size <= free]
+        heapq.heapify(heap)
+        keys: dict = {}  # class -> its reach key (reach.class_key of one of its jobs)
+        running_at = None  # (size, class) -> sorted positions of the running jobs listed there
+        while heap:
+            item, at, size, kind = heap[0]
+            if size > free:  # only a take lowers what fits
+                heapq.heappop(heap)
+                continue
+            job, items = item[2], lists[(size, kind)]
+            step = at + 1
+            if skip_pinned and pinned(job):  # a pinned entered job keeps its GPUs (already set aside)
+                taken = False
+            elif job.running:
+                reach.kept(job)
+                taken = True
+            else:
+                key = keys[kind] if kind in keys else keys.setdefault(kind, reach.class_key(job))
+                if reach.out_of_reach(key, size):
+                    if running_at is None:
+                        running_at = self._running_positions(level)
+                    positions = running_at.get((size, kind), ())
+                    step = positions[bisect.bisect_right(positions, at)] if positions and positions[-1] > at \
+                        else len(items)
+                    taken = False
+                else:
+                    taken = reach.admits(job)
+            if taken:
+                selected.append(job)
+                free -= size
+            if step < len(items):
+                heapq.heapreplace(heap, (items[step], step, size, kind))
+            else:
+                heapq.heappop(heap)
+            if free <= 0:
+                break
+        return free
+
+    def _running_positions(self, level: int) -> dict[tuple, list[int]]:
+        """(size, class) -> sorted positions in the level's class lists of the entered jobs
+        that still run."""
+        positions: dict[tuple, list[int]] = {}
+        lists = self.by_class[level]
+        for index, job in self.entered.items():
+            where_level, key = self.where[index]
+            if where_level != level or not job.running or key is _RUNNING:
+                continue
+            place = (job.num_gpus, self.class_of[index])
+            positions.setdefault(place, []).append(bisect.bisect_left(lists[place], (key, index)))
+        for found in positions.values():
+            found.sort()
+        return positions
+
     # -- reading ----------------------------------------------------------------
     def level_of(self, job: JobState) -> int:
         return self.where[job.index][0]
@@ -342,10 +477,11 @@ class QueueBook:
         kept until the book changes)."""
         if self._order is None or self._order[0] != self._version:
             ordered: list[JobState] = []
+            kept = self.class_function is not None  # self.merged is kept
             for level in range(self.num_levels):  # level_order's, without a generator step per job
                 ordered.extend(self.running[level].values())
-                ordered.extend([job for _, _, job in sorted(item for items in self.waiting[level].values()
-                                                            for item in items)])
+                ordered.extend(self.merged_jobs[level] if kept else [job for _, _, job in sorted(
+                    item for items in self.waiting[level].values() for item in items)])
             self._order = (self._version, ordered)
         return self._order[1]
 

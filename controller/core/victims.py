@@ -405,6 +405,9 @@ def _shortfall(job, order, rank, usable, free_by_node, leaving, starts, preempti
     return Shortfall(nodes, free, holders, spared)
 
 
+PLAIN = "plain"  # OwnNodesReach.class_key of a job that may use every node (never refused)
+
+
 class OwnNodesReach:
     """What the walk (controller.core.queue_book.QueueBook.walk) may hand a waiting
     job that may use only some nodes (its partitions, GPU type, reservation, node
@@ -424,17 +427,35 @@ class OwnNodesReach:
     Nothing is counted until the first job with its own nodes asks (``admits``), so a
     round without one costs a lookup per job it takes."""
 
-    def __init__(self, book, free_by_node: dict[str, int], allowed: Callable[[JobState], Optional[frozenset]]):
+    def __init__(self, book, free_by_node: dict[str, int], allowed: Callable[[JobState], Optional[frozenset]],
+                 lists_refused: bool = True):
         self.book = book
+        # False: ``refused`` is left empty, and the walk may pass a node set's waiting jobs
+        # without asking (QueueBook._take_by_class) once one was refused
+        self.lists_refused = lists_refused
         self.free_by_node = free_by_node
         self.allowed = allowed
         self.level = 0
         self.started = False
         self.kept_jobs: set[int] = set()  # entered running jobs the walk kept before the count began
-        self.refused: list[JobState] = []  # the waiting jobs passed, walk order
+        self.refused: list[JobState] = []  # the waiting jobs passed, walk order (with lists_refused)
         self.version = 0
         self.sums: dict[Optional[frozenset], tuple[int, int]] = {}
+        # node set -> the fewest GPUs a job of it was refused: once counting starts a
+        # reach only shrinks (claims, uncounts), so a later job of that set asking as
+        # many is refused without summing its nodes again
+        self.short: dict[Optional[frozenset], int] = {}
         self.sorted_nodes: dict[frozenset, tuple[str, ...]] = {}
+
+    def class_key(self, job: JobState):
+        """What ``admits`` judges ``job`` by besides its GPUs: its nodes, or PLAIN."""
+        nodes = self.allowed(job)
+        return PLAIN if nodes is None and not job.spec.constrained else nodes
+
+    def out_of_reach(self, key, need: int) -> bool:
+        """A job of ``class_key`` ``key`` asking ``need`` GPUs would be refused now, as one
+        of that key asking no more was (nothing counted: False)."""
+        return key is not PLAIN and need >= self.short.get(key, need + 1)
 
     def plain(self, job: JobState) -> bool:
         """The job may use every node: the walk's count stands for it."""
@@ -443,8 +464,20 @@ class OwnNodesReach:
     def enter(self, level: int) -> None:
         """The walk reached ``level``: its running jobs are no longer below the jobs it takes."""
         self.level = level
-        if self.started:
-            for job in self.book.running[level].values():
+        if not self.started:
+            return
+        book = self.book
+        if book.class_function is not None:  # the book keeps the level's movable GPUs per node
+            below, changed = self.below, False
+            for node, gpus in book.movable_on[level].items():
+                left = below.get(node, 0)
+                if left > 0:  # as _uncount job by job: each step subtracts and stops at 0
+                    below[node] = max(left - gpus, 0)
+                    changed = True
+            if changed:
+                self.version += 1
+        else:
+            for job in book.running[level].values():
                 self._uncount(job)
 
     def kept(self, job: JobState) -> None:
@@ -459,17 +492,24 @@ class OwnNodesReach:
         nodes = self.allowed(job)
         if nodes is None and not job.spec.constrained:  # plain(): the walk's count stands for it
             return True
+        need = job.num_gpus
         if not self.started:
             self._start()
+        elif need >= self.short.get(nodes, need + 1):
+            if self.lists_refused:
+                self.refused.append(job)
+            return False
         cached = self.sums.get(nodes)
         if cached is None or cached[0] != self.version:
             free, below = self.free, self.below
             reach = (sum(free.values()) + sum(below.values()) if nodes is None
                      else sum(free.get(node, 0) + below.get(node, 0) for node in nodes))
             cached = self.sums[nodes] = (self.version, reach)
-        need = job.num_gpus
         if cached[1] < need:
-            self.refused.append(job)
+            if self.lists_refused:
+                self.refused.append(job)
+            if need < self.short.get(nodes, need + 1):
+                self.short[nodes] = need
             return False
         self._claim(nodes, need)
         return True
@@ -480,9 +520,16 @@ class OwnNodesReach:
         book = self.book
         self.free = {node: gpus for node, gpus in self.free_by_node.items() if gpus > 0}
         self.below: dict[str, int] = {}
-        for level in range(self.level + 1, book.num_levels):
-            for job in book.running[level].values():
-                self._count(job)
+        if book.class_function is not None:  # the book keeps each level's movable GPUs per node
+            below, free = self.below, self.free_by_node
+            for level in range(self.level + 1, book.num_levels):
+                for node, gpus in book.movable_on[level].items():
+                    if node in free:
+                        below[node] = below.get(node, 0) + gpus
+        else:
+            for level in range(self.level + 1, book.num_levels):
+                for job in book.running[level].values():
+                    self._count(job)
         for job in book.entered.values():
             if job.index not in self.kept_jobs:
                 self._count(job)

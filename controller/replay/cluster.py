@@ -74,6 +74,11 @@ def learner_for(cfg: SimConfig, policy):
     return ConditionedDistributions(window=cfg.service_window) if cfg.conditioned and policy.conditions_service else LearnedDistribution()
 
 
+def _refusals() -> dict:
+    """audit_waits' node set -> fewest GPUs refused there (a test swaps in one that forgets)."""
+    return {}
+
+
 class SimCluster:
     """Nodes, GPUs and the jobs' run states of one replay (times in seconds).
 
@@ -410,6 +415,9 @@ class SimCluster:
                 for node, gpus in ordered[rank].placement:
                     within_reach[node] += gpus
             version, sums = 0, {}
+            # node set -> the fewest GPUs refused there: within_reach only shrinks in this
+            # walk, so a later job of that set asking as many is refused without a sum
+            short = _refusals()
             claimed: set[int] = set()
             passed = 0  # candidates (ranks[:passed]) at or before the walk's place
             allowed_of, fit = self._allowed, self.fit  # the nodes each job may use: fixed for the replay
@@ -426,12 +434,15 @@ class SimCluster:
                 if job.index in promised:
                     continue
                 allowed = allowed_of[job.index]
+                if job.num_gpus >= short.get(allowed, job.num_gpus + 1):
+                    continue
                 cached = sums.get(allowed)
                 if cached is None or cached[0] != version:
                     cached = (version, sum(within_reach.values()) if allowed is None
                               else sum(within_reach[node] for node in allowed))
                     sums[allowed] = cached
                 if cached[1] < job.num_gpus:
+                    short[allowed] = job.num_gpus
                     continue
                 lower = [ordered[r] for r in ranks[passed:] if ordered[r].index not in claimed]
                 usable = (lambda node: True) if allowed is None else allowed.__contains__

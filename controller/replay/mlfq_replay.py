@@ -104,6 +104,14 @@ class _Places:
         return -high[0][0] + 1.0, low[0][0] - 1.0
 
 
+def _node_class(job: JobState) -> tuple:
+    """What the nodes a job may use follow from (controller.core.placement.Eligibility's
+    key), and whether it has node constraints: jobs alike in it are judged alike by the
+    walk's reach (controller.core.victims.OwnNodesReach.class_key)."""
+    spec = job.spec
+    return spec.partitions, spec.gpu_type, spec.reservation, spec.features, spec.constrained
+
+
 def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list[JobState], dropped: list[str],
              progress: Optional[Callable[[float], None]] = None,
              watch: Optional[Callable[[float], None]] = None) -> SimResult:
@@ -145,6 +153,8 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
         return policy.waiting_value(service, thresholds, level, served_gpu_s, job.spec) if ordered_waiting else 0.0
 
     book.within_function = lambda job, level: waiting_value(job, level, job.queue_service_gpu_s)
+    if cluster.reach_matters:  # waiting lists per node class too: the walk passes a class out of reach whole
+        book.class_function = _node_class
 
     demotions: list[tuple[float, int, int]] = []  # (crossing time, index, version)
     timeline: list[tuple[float, int, int]] = []

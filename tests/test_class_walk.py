@@ -1,0 +1,187 @@
+"""The simulator's walk over waiting lists kept per node class (QueueBook._take_by_class,
+issue 37 item 5): it passes a class whose nodes hold nothing within reach whole, and must
+decide what the walk over the per-size lists decides (QueueBook._take_waiting), round
+after round of arrivals, ends, demotions and preemptions."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from controller.core.engine import EngineConfig
+from controller.core.model import JobSpec
+from controller.core.queue_book import QueueBook
+from controller.core.victims import OwnNodesReach
+from controller.replay.run_config import SimConfig
+from controller.replay.simulator import Simulation
+
+KINDS = ((3, ("a",), ""), (2, ("b",), ""), (1, ("c",), ""), (2, ("d",), ""))
+
+
+def workload(seed: int, count: int = 300) -> list[JobSpec]:
+    rng = random.Random(seed)
+    specs, t = [], 0.0
+    for i in range(count):
+        t += rng.expovariate(1 / 40.0)
+        part = rng.choice("abcd")
+        room = {"a": 12, "b": 8, "c": 4, "d": 8}[part]
+        gpus = rng.choice([g for g in (1, 1, 2, 4, 8) if g <= room])
+        specs.append(JobSpec(f"j{i}", gpus, t, rng.choice([30.0, 200.0, 900.0, 4000.0]), partitions=(part,),
+                             preemptable=rng.random() > 0.1))
+    return specs
+
+
+def outcomes(specs, policy: str):
+    config = SimConfig(nodes=8, gpus_per_node=4, node_kinds=KINDS,
+                       engine=EngineConfig(policy=policy, thresholds_gpu_s=(600.0, 6000.0)))
+    result = Simulation(config).run(specs)
+    return [(o.job_id, o.start_s, o.end_s) for o in result.outcomes], result.preemptions, result.rounds
+
+
+@pytest.mark.parametrize("policy", ["dlas", "dgittins"])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_class_walk_decides_as_the_size_walk(policy, seed, monkeypatch):
+    specs = workload(seed)
+    calls = {"class": 0, "asked": 0}
+    by_class, admits = QueueBook._take_by_class, OwnNodesReach.admits
+
+    def counting_take(self, *args):
+        calls["class"] += 1
+        return by_class(self, *args)
+
+    def counting_admits(self, job):
+        calls["asked"] += 1
+        return admits(self, job)
+
+    monkeypatch.setattr(QueueBook, "_take_by_class", counting_take)
+    monkeypatch.setattr(OwnNodesReach, "admits", counting_admits)
+    fast = outcomes(specs, policy)
+    fast_asked = calls["asked"]
+    assert calls["class"] > 0  # the class walk ran
+    # the walk over per-size lists, asking every waiting job
+    monkeypatch.setattr(QueueBook, "_take_by_class",
+                        lambda self, level, free, selected, skip_pinned, reach:
+                        self._take_waiting(self.waiting[level], free, selected, skip_pinned, reach))
+    calls["asked"] = 0
+    slow = outcomes(specs, policy)
+    assert fast == slow
+    assert fast[1] > 0  # preemptions happened: entered and running jobs were walked
+    assert fast_asked < calls["asked"]  # and the class walk passed some jobs without asking
+
+
+def test_the_class_lists_follow_the_size_lists():
+    """After many adds, removes and a rekey, the per-class lists hold exactly the per-size
+    lists' items, split by class, in order."""
+    rng = random.Random(7)
+    book = QueueBook(3)
+    book.class_function = lambda job: job.spec.partitions
+    book.within_function = lambda job, level: 0.0
+    from controller.core.model import JobState
+    jobs = [JobState(spec=JobSpec(f"j{i}", rng.choice([1, 2, 4]), 0.0, 10.0, partitions=(rng.choice("xyz"),)),
+                     index=i) for i in range(200)]
+    listed = set()
+    for step in range(600):
+        job = rng.choice(jobs)
+        if job.index in listed:
+            book.remove(job)
+            listed.discard(job.index)
+        else:
+            book.add_waiting(job, rng.randrange(3), 1 + rng.randrange(2), float(rng.randrange(50)),
+                             rng.choice([0.0, -1.0]))
+            listed.add(job.index)
+        if step % 150 == 149:
+            book.rekey(lambda level, items: [rng.random() for _ in items], range(3))
+    for level in range(3):
+        split: dict = {}
+        for size, items in book.waiting[level].items():
+            for item in items:
+                split.setdefault((size, item[2].spec.partitions), []).append(item)
+        assert split == book.by_class[level]
+        for items in book.by_class[level].values():
+            assert items == sorted(items)
+        assert book.merged[level] == sorted(item for items in book.waiting[level].values() for item in items)
+        assert book.merged_jobs[level] == [job for _, _, job in book.merged[level]]
+    plain = QueueBook(3)
+    for level in range(3):
+        for item in book.merged[level]:
+            plain.add_waiting(item[2], level, item[0][1], item[0][2], item[0][0])
+    assert book.order() == plain.order()  # the kept order equals the sorted one
+
+
+class _Forgets(dict):
+    """A memo that never remembers: every job's bound is summed again."""
+
+    def __setitem__(self, key, value):
+        pass
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_the_wait_audit_asks_what_it_asks_without_its_refusal_memo(seed, monkeypatch):
+    """SimCluster.audit_waits passes a job whose node set already refused as many GPUs
+    this round: the same jobs reach the victim search as when every bound is summed."""
+    from controller.replay import cluster
+    asked = []
+    search = cluster.victims_for
+
+    def recording(job, *args, **kwargs):
+        asked.append(job.job_id)
+        return search(job, *args, **kwargs)
+
+    monkeypatch.setattr(cluster, "victims_for", recording)
+    fast = outcomes(workload(seed), "dlas")
+    fast_asked, asked[:] = list(asked), []
+    monkeypatch.setattr(cluster, "_refusals", _Forgets)
+    assert outcomes(workload(seed), "dlas") == fast
+    assert asked == fast_asked and asked  # asked the same jobs, and some
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_the_kept_movable_gpus_count_as_the_running_jobs_do(seed, monkeypatch):
+    """The walk's reach counts each level's preemptable running GPUs per node from the
+    book's kept sums (QueueBook.movable_on): every round they equal the count job by job
+    (OwnNodesReach._count / _uncount on the live jobs), through starts, preemptions,
+    demotions and protections that end (fails with a repin or a removal left out)."""
+    from controller.core.protection import may_preempt
+    start, enter = OwnNodesReach._start, OwnNodesReach.enter
+    checked = []
+
+    def by_job(reach, levels) -> dict:
+        below = {}
+        for level in levels:
+            for job in reach.book.running[level].values():
+                if may_preempt(job, True):
+                    for node, gpus in job.placement:
+                        if node in reach.free_by_node:
+                            below[node] = below.get(node, 0) + gpus
+        return below
+
+    def checking_start(self):
+        start(self)
+        expected = by_job(self, range(self.level + 1, self.book.num_levels))
+        for job in self.book.entered.values():  # entered running jobs: counted job by job in both
+            if job.index not in self.kept_jobs and may_preempt(job, True):
+                for node, gpus in job.placement:
+                    if node in self.free_by_node:
+                        expected[node] = expected.get(node, 0) + gpus
+        assert {n: g for n, g in self.below.items() if g} == {n: g for n, g in expected.items() if g}
+        checked.append(1)
+
+    def checking_enter(self, level):
+        if self.started:
+            copy = dict(self.below)
+            for node, gpus in by_job(self, [level]).items():
+                if copy.get(node, 0) > 0:
+                    copy[node] = max(copy[node] - gpus, 0)
+            enter(self, level)
+            assert self.below == copy
+        else:
+            enter(self, level)
+
+    monkeypatch.setattr(OwnNodesReach, "_start", checking_start)
+    monkeypatch.setattr(OwnNodesReach, "enter", checking_enter)
+    outcomes(workload(seed), "dlas")
+    config = SimConfig(nodes=8, gpus_per_node=4, node_kinds=KINDS,
+                       engine=EngineConfig(policy="dlas", thresholds_gpu_s=(600.0, 6000.0),
+                                           preempt_min_runtime_s=300.0))
+    Simulation(config).run(workload(seed))  # protections that end (repin)
+    assert checked
