@@ -163,3 +163,37 @@ def test_records_removed_added_moved_or_changed_read_as_the_whole_document(versi
         errors: list = []
         assert cache.read(text, _load, errors) == parse_squeue_json(text) and errors == []
         assert len(cache.fresh) == new_texts
+
+
+@pytest.mark.parametrize("release", ["22.05", "26.05"])
+def test_rounds_of_changes_read_as_whole_documents(release):
+    """Round after round of what a cluster does (a job ends, jobs start, a job is
+    submitted, an AdminComment is written, a SiteFactor changes nothing squeue shows),
+    in 22.05's and 26.05's shape: the cached read gives exactly what a whole parse of
+    the same text gives, parses exactly the records whose text changed, and keeps no
+    record's text."""
+    from bench.scripted_slurm import ScriptedSlurm  # (bench/ is the repository's, as tests/fakes)
+
+    slurm = ScriptedSlurm(pending=30, running=8, nodes=4, release=release)
+    cache = _jobs_cache()
+    last: dict[str, object] = {}
+    for round_no in range(8):
+        if round_no:
+            slurm.finish_one()
+            slurm.schedule()
+            slurm.submit(1000 + round_no, gpus=2)
+            if round_no % 2:
+                slurm(["scontrol", "update", f"JobId={30 + round_no}", "AdminComment=tiresias band 2"], 5, None)
+            if round_no == 5:
+                slurm.submit_array(2000, tasks=4, gpus=1, throttle=2)
+        text = slurm._text("squeue")
+        errors: list = []
+        whole = parse_squeue_json(text)
+        assert cache.read(text, _load, errors) == whole and errors == []
+        # a record parsed again is one whose text is new (a new or changed record)
+        assert {job.job_id for job in cache.fresh} == {job.job_id for job in whole if last.get(job.job_id) != job}
+        last = {job.job_id: job for job in whole}
+        # the same text again: nothing parsed
+        assert cache.read(text, _load, []) == whole and cache.fresh == []
+    kept = [value for entry in cache._order for value in entry[:3] if isinstance(value, str)]
+    assert kept and max(map(len, kept)) < 40  # ids only
