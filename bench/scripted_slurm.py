@@ -630,7 +630,8 @@ class ScriptedSlurm:
 
     def _show_job(self, text: str) -> CommandResult:
         """``scontrol show job -o ID``: the line's ids and sharing mode (the --exclusive
-        26.05's JSON leaves out: none asked here), as 26.05 prints them."""
+        26.05's JSON leaves out: a record whose 22.05 ``shared`` is "none" asked for it),
+        as 26.05 prints them."""
         job_id = self._record(text, split=False)
         record = self.jobs.get(job_id) if job_id is not None else None
         if record is None:
@@ -642,7 +643,8 @@ class ScriptedSlurm:
                      f"{task if task is not None else record.get('array_task_string', '')}")
         state = record["job_state"]
         return CommandResult(0, f"JobId={job_id}{array} JobName={record.get('name', '')} JobState={state} "
-                                f"Partition={record['partition']} OverSubscribe=NO Exclusive=NO Contiguous=0\n", "")
+                                f"Partition={record['partition']} OverSubscribe=NO Exclusive="
+                                f"{'NODE' if record.get('shared') == 'none' else 'NO'} Contiguous=0\n", "")
 
 
 # the fields of a job's record this slurmctld sets (_running, _pending, submit, the levers)

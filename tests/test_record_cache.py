@@ -197,3 +197,34 @@ def test_rounds_of_changes_read_as_whole_documents(release):
         assert cache.read(text, _load, []) == whole and cache.fresh == []
     kept = [value for entry in cache._order for value in entry[:3] if isinstance(value, str)]
     assert kept and max(map(len, kept)) < 40  # ids only
+
+
+@pytest.mark.parametrize("release", ["22.05", "26.05"])
+def test_kept_observed_jobs_equal_ones_made_again(release):
+    """The backend keeps a record's ObservedJob while the record, its SiteFactor and (26.05)
+    the --exclusive mode `scontrol show job` taught are the same: over rounds in which
+    modes are learned a few at a time (MAX_SHOW_JOB_IDS), every kept one equals the one
+    made again from what is known now, and on 26.05 a pending job's is kept."""
+    from bench.scripted_slurm import ScriptedSlurm
+    from slurm_plugin import observe
+
+    slurm = ScriptedSlurm(pending=40, running=6, nodes=4, release=release)
+    for job_id, record in slurm.jobs.items():
+        if job_id % 3 == 0:
+            record["shared"] = "none"  # --exclusive: 22.05's JSON says so, 26.05's only scontrol show job
+    backend = SlurmBackend(runner=slurm)
+    kept_pending = 0
+    for round_no in range(6):
+        if round_no:
+            slurm.finish_one()
+            slurm.schedule()
+            slurm.submit(1000 + round_no, gpus=1)
+        before = dict(backend._observed)
+        backend.observe()
+        for job, site_factor, observed, _ in backend._observed.values():
+            assert observed == backend._observed_job(job, site_factor)
+            last = before.get(id(job))
+            kept_pending += last is not None and last[2] is observed and job.state == "PENDING"
+    assert kept_pending > 0
+    if release == "26.05":
+        assert len(backend._sharing) > observe.MAX_SHOW_JOB_IDS  # learned over several rounds
