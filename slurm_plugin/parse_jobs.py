@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import re
+from sys import intern  # the few values thousands of records repeat (user, partition, state, ...) held once
 from typing import Any
 
 from controller.core.model import MIXED_TYPES
@@ -207,12 +208,12 @@ def _squeue_job(r: dict) -> SlurmJob:
     return SlurmJob(
         job_id=job_id,
         name=str_value(r.get("name"), "name"),
-        user=str_value(r.get("user_name"), "user_name"),
-        account=str_value(r.get("account"), "account"),
-        partition=str_value(r.get("partition"), "partition"),
-        state=state,
+        user=intern(str_value(r.get("user_name"), "user_name")),
+        account=intern(str_value(r.get("account"), "account")),
+        partition=intern(str_value(r.get("partition"), "partition")),
+        state=intern(state),
         state_flags=flags,
-        reason=str_value(r.get("state_reason"), "state_reason"),
+        reason=intern(str_value(r.get("state_reason"), "state_reason")),
         gpus=gpus,
         mps=mps,
         nodes=expand_hostlist(str_value(r.get("nodes"), "nodes")),
@@ -244,7 +245,7 @@ def _squeue_job(r: dict) -> SlurmJob:
         gpu_type=_gpu_type_of(gpu_types),
         gpu_types=gpu_types,
         reservation=str_value(r.get("resv_name"), "resv_name"),
-        qos=str_value(r.get("qos"), "qos"),
+        qos=intern(str_value(r.get("qos"), "qos")),
         request_unmodelled=request_unmodelled,
         **_job_resources_asked(r, job_id),
     )
