@@ -216,7 +216,7 @@ def _squeue_job(r: dict) -> SlurmJob:
         reason=intern(str_value(r.get("state_reason"), "state_reason")),
         gpus=gpus,
         mps=mps,
-        nodes=expand_hostlist(str_value(r.get("nodes"), "nodes")),
+        nodes=_names(expand_hostlist(str_value(r.get("nodes"), "nodes"))),
         node_count=node_count,
         max_nodes=count_value(r.get("max_nodes"), "max_nodes"),
         gpus_per_node=_gpus_per_node(r),
@@ -235,7 +235,7 @@ def _squeue_job(r: dict) -> SlurmJob:
         required_nodes=expand_hostlist(str_value(r.get("required_nodes"), "required_nodes")),
         excluded_nodes=expand_hostlist(str_value(r.get("excluded_nodes"), "excluded_nodes")),
         time_limit_s=time_limit_of(limit_min),
-        allocated_nodes=_allocated_nodes(r.get("job_resources")),
+        allocated_nodes=_names(_allocated_nodes(r.get("job_resources"))),
         gres_detail=_gres_detail(r.get("gres_detail")),
         array_job_id=str(array_id) if array_id else "",
         array_tasks=str_value(r.get("array_task_string"), "array_task_string") if "_" not in job_id else "",
@@ -249,6 +249,11 @@ def _squeue_job(r: dict) -> SlurmJob:
         request_unmodelled=request_unmodelled,
         **_job_resources_asked(r, job_id),
     )
+
+
+def _names(nodes: list[str]) -> list[str]:
+    """Node names as one object each, however many jobs name a node."""
+    return [intern(name) for name in nodes] if nodes else nodes
 
 
 def _per_gpu(r: dict, key: str) -> int | None:
