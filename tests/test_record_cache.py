@@ -228,3 +228,29 @@ def test_kept_observed_jobs_equal_ones_made_again(release):
     assert kept_pending > 0
     if release == "26.05":
         assert len(backend._sharing) > observe.MAX_SHOW_JOB_IDS  # learned over several rounds
+
+
+def test_scripted_slurmctld_answers_the_same_jobs_in_both_shapes():
+    """bench/scripted_slurm.py's 26.05 squeue --json reads as its 22.05 one (what a round
+    of the benches sees differs only in shape), but for what 26.05 reports otherwise: a
+    running job's memory per node, and no --exclusive (`scontrol show job -o ID` says it)."""
+    from dataclasses import asdict
+
+    from bench.scripted_slurm import ScriptedSlurm
+    from slurm_plugin.parse_jobs import parse_show_job_sharing
+
+    read = {}
+    for release in ("22.05", "26.05"):
+        slurm = ScriptedSlurm(pending=20, running=6, nodes=4, release=release)
+        slurm.jobs[9]["shared"] = "none"
+        slurm.submit_array(500, tasks=4, gpus=1, throttle=2)
+        slurm.schedule()
+        read[release] = [asdict(job) for job in parse_squeue_json(slurm._text("squeue"))]
+        if release == "26.05":
+            assert parse_show_job_sharing(slurm(["scontrol", "show", "job", "-o", "9"], 5, None).stdout) == {
+                "9": "exclusive"}
+            assert parse_show_job_sharing(slurm(["scontrol", "show", "job", "-o", "500"], 5, None).stdout) == {
+                "500": ""}  # the array's pending record, under its ArrayJobId
+    assert len(read["22.05"]) == len(read["26.05"]) > 26
+    for old, new in zip(read["22.05"], read["26.05"]):
+        assert {**old, "mem_by_node_mb": (), "shared": ""} == {**new, "mem_by_node_mb": (), "shared": ""}
