@@ -69,6 +69,13 @@ def measure(pending: int, running: int, nodes: int, release: str, rounds: int, t
     print(f"{release} JSON, {pending:,} pending + {running:,} running on {nodes:,} nodes ({jobs:,} jobs in the queue "
           f"after {rounds} changing rounds): controller holds {held / 2**20:,.0f} MiB, {kb:.2f} KB per job "
           f"(target <= {TARGET_KB_PER_JOB:.0f}: {'MET' if kb <= TARGET_KB_PER_JOB else 'NOT MET'})")
+    rooms: dict[str, int] = {}
+    for key, size in by_line.items():
+        room = next((name for name in ("slurm_plugin/", "controller/", "sqlalchemy/", "/json/", "dataclasses.py")
+                     if name in key), "other")
+        rooms[room] = rooms.get(room, 0) + size
+    print("    by where allocated: " + ", ".join(f"{room.strip('/')} {size / 1024 / jobs:.2f}" for room, size in
+                                                  sorted(rooms.items(), key=lambda item: -item[1])) + " KB/job")
     for key, size in sorted(by_line.items(), key=lambda item: -item[1])[:top]:
         print(f"    {size / 1024 / jobs:7.2f} KB/job  {key}")
     store.close()
