@@ -2,7 +2,7 @@
 
 The real controller (controller.service.round.daemon), Slurm backend and parser
 (slurm_plugin), and a SQLite store run against the scripted slurmctld of
-bench/scripted_slurm.py (22.05 JSON shapes), on the controller's clock: 10,000
+bench/scripted_slurm.py (22.05 JSON shapes, or 26.05's: --release), on the controller's clock: 10,000
 pending + 2,000 running GPU jobs on 1,000 nodes x 8 GPUs (started 100 s to 25 h
 ago: their service spreads over the queues), then 50,000 + 5,000 on 2,500 nodes.
 Policy dlas (K=3), enforce mode, the default settings otherwise
@@ -34,6 +34,7 @@ slope <= 1.1 from 55k up; unchanged round at 12k <= 100 ms and quiet at every si
 Usage: python bench/bench_round.py [--repeat 5] [--sizes 10000:2000:1000,50000:5000:2500 | all]
        [--profile changing|unchanged [--sort cumulative|tottime]]  (cProfile one round of that
        kind at the first size instead; tottime shows the passes over every job)
+       [--release 22.05|26.05]  (squeue --json's shape)
        [--burst 1000,10000]  (instead: a submit burst under Slurm's RPC rate limit, bench/bench_burst.py)
 """
 from __future__ import annotations
@@ -143,9 +144,9 @@ class Phases:
         self.wrap(slurm, "_answer", SLURMCTLD)
 
 
-def build(pending: int, running: int, nodes: int, tmp: str):
+def build(pending: int, running: int, nodes: int, tmp: str, release: str = "22.05"):
     # the controller's clock (time.time) and Slurm's agree: the jobs' service spreads over the queues
-    slurm = ScriptedSlurm(pending, running, nodes=nodes, now=int(time.time()))
+    slurm = ScriptedSlurm(pending, running, nodes=nodes, now=int(time.time()), release=release)
     store = Store(f"sqlite:///{tmp}/round-{pending}.db")
     config = from_mapping({"mode": "enforce", "policy": "dlas", "queues_gpu_s": [3600.0, 36000.0],
                            "preempt_max_per_job": 0, "usage_spool_dir": f"{tmp}/none",
@@ -201,9 +202,10 @@ def counts(slurm: ScriptedSlurm) -> tuple[int, int]:
     return states.count("PENDING"), states.count("RUNNING")
 
 
-def measure(pending: int, running: int, nodes: int, repeat: int, kinds: tuple[str, ...], tmp: str) -> dict:
+def measure(pending: int, running: int, nodes: int, repeat: int, kinds: tuple[str, ...], tmp: str,
+            release: str = "22.05") -> dict:
     """kind -> list of (phase -> (cpu_s, wall_s)) per round, the whole round under "round"."""
-    slurm, store, controller = build(pending, running, nodes, tmp)
+    slurm, store, controller = build(pending, running, nodes, tmp, release=release)
     warm_up(slurm, controller)
     phases = Phases()
     phases.instrument(controller, slurm)
@@ -261,11 +263,11 @@ def report(title: str, rounds: list[dict], target_s: Optional[float]) -> Optiona
     return met
 
 
-def profile(pending: int, running: int, nodes: int, tmp: str, kind: str, sort: str) -> None:
+def profile(pending: int, running: int, nodes: int, tmp: str, kind: str, sort: str, release: str = "22.05") -> None:
     import cProfile
     import pstats
 
-    slurm, store, controller = build(pending, running, nodes, tmp)
+    slurm, store, controller = build(pending, running, nodes, tmp, release=release)
     warm_up(slurm, controller)
     if kind == "changing":
         change(slurm)
@@ -290,6 +292,8 @@ def main() -> int:
     parser.add_argument("--burst", default="",
                         help="N,...: instead, the submit-burst case (bench/bench_burst.py): N new jobs under "
                              "a simulated rl_enable bucket")
+    parser.add_argument("--release", default="22.05", choices=["22.05", "26.05"],
+                        help="the JSON shape squeue --json answers in (bench/scripted_slurm.py)")
     args = parser.parse_args()
     if args.burst:
         from bench import bench_burst
@@ -299,12 +303,12 @@ def main() -> int:
     sizes = [tuple(int(x) for x in size.split(":")) for size in spec.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
         if args.profile:
-            profile(*sizes[0], tmp, args.profile, args.sort)
+            profile(*sizes[0], tmp, args.profile, args.sort, args.release)
             return 0
         verdicts, medians = [], []
         for index, (pending, running, nodes) in enumerate(sizes):
             kinds = ("changing", "unchanged", "1% changed", "restart")
-            results = measure(pending, running, nodes, args.repeat, kinds, tmp)
+            results = measure(pending, running, nodes, args.repeat, kinds, tmp, args.release)
             now_pending, now_running = results["jobs"]
             label = (f"{pending:,} pending + {running:,} running on {nodes:,} nodes ({now_pending:,} + "
                      f"{now_running:,} once Slurm started what fits)")

@@ -49,7 +49,8 @@ class ScriptedSlurm:
     as the backend's runner (argv, timeout_s, env) -> CommandResult."""
 
     def __init__(self, pending: int, running: int, nodes: int = 1000, gpus_per_node: int = 8, seed: int = 1,
-                 now: int = 1_000_000, preempt_qos: str = "tiresias_ckpt", grace_s: int = 30):
+                 now: int = 1_000_000, preempt_qos: str = "tiresias_ckpt", grace_s: int = 30,
+                 release: str = "22.05"):
         squeue = json.loads((FIXTURES / "squeue.json").read_text())
         sinfo = json.loads((FIXTURES / "sinfo.json").read_text())
         self.meta = {k: v for k, v in squeue.items() if k != "jobs"}
@@ -57,6 +58,22 @@ class ScriptedSlurm:
         self.pending_template = next(j for j in squeue["jobs"] if str(j["job_id"]) == "10")
         self.node_template = sinfo["nodes"][0]
         self.sinfo_meta = {k: v for k, v in sinfo.items() if k != "nodes"}
+        # The jobs are kept in 22.05's spelling whatever the release; "26.05" renders
+        # squeue --json in 26.05's (tests/fixtures/slurm/26.05: numbers as {set, infinite,
+        # number}, job_state a list, job_resources.nodes.allocation, data_parser v0.0.45
+        # whose records say no --exclusive: the backend asks `scontrol show job -o ID`,
+        # answered here). sinfo stays in 22.05's shape on every release.
+        if release not in ("22.05", "26.05"):
+            raise ValueError(f"release {release!r}: 22.05 or 26.05")
+        self.release = release
+        if release == "26.05":
+            squeue26 = json.loads((FIXTURES.parent / "26.05" / "squeue.json").read_text())
+            self.meta26 = {k: v for k, v in squeue26.items() if k != "jobs"}
+            self.templates26 = {state: next(j for j in squeue26["jobs"] if str(j["job_id"]) == job_id)
+                                for state, job_id in (("RUNNING", "5"), ("PENDING", "10"))}
+        # job id -> (the record's compact 22.05 JSON, its text as rendered in the document):
+        # a record unchanged since the last answer is not rendered again
+        self._pieces: dict[int, tuple[str, str]] = {}
         self.gpus_per_node = gpus_per_node
         # slurmdbd's QOS table under preemption: slurm (docs/slurm-preemption.md): the
         # declared (--requeue) jobs run in ``preempt_qos`` (cli_filter.lua gives them
@@ -445,6 +462,14 @@ class ScriptedSlurm:
             for name in self.nodes:
                 by_state.setdefault(self._light_node_state(name), []).append(name)
             return CommandResult(0, "".join(f"{state} {','.join(names)}\n" for state, names in by_state.items()), "")
+        if argv[:3] == ["scontrol", "show", "job"]:
+            self.calls["scontrol show job"] += 1
+            return self._show_job(argv[-1])
+        if argv[:3] == ["scontrol", "show", "partition"] and self.release == "26.05":
+            self.calls["scontrol show partition"] += 1
+            return CommandResult(0, "".join(f"PartitionName={name} Default=NO OverSubscribe=NO Exclusive=NO "
+                                            f"PreemptMode=OFF State=UP\n" for name in sorted(
+                                                {"batch", *self.node_partitions.values()})), "")
         if argv[:3] == ["scontrol", "write", "batch_script"]:
             self.calls["scontrol write batch_script"] += 1
             return CommandResult(0, SCRIPT, "")
@@ -546,7 +571,8 @@ class ScriptedSlurm:
                     self.jobs[array_id].update(
                         array_task_string=_task_string(tasks) + (f"%{throttle}" if throttle else ""),
                         state_reason="JobArrayTaskLimit" if self._throttled(self.jobs[array_id]) else "Priority")
-                doc = {**self.meta, "jobs": list(self.jobs.values())}
+                self._texts[which] = self._squeue_text()
+                return self._texts[which]
             else:
                 doc = {**self.sinfo_meta, "nodes": [
                     dict(self.node_template, name=name, **self._gres(used),
@@ -555,6 +581,86 @@ class ScriptedSlurm:
                     for name, used in self.nodes.items()]}
             self._texts[which] = json.dumps(doc, indent=2)  # laid out as slurmctld prints it
         return self._texts[which]
+
+
+    def _squeue_text(self) -> str:
+        """``squeue --json`` of the current jobs, laid out as ``json.dumps(doc, indent=2)``
+        would (the layout slurm_plugin.record_cache cuts), each record rendered once
+        per change of it (json's indenting encoder is pure Python: a whole document of
+        110,000 jobs took most of a minute)."""
+        if self.release == "26.05":
+            meta = dict(self.meta26, last_update={"set": True, "infinite": False, "number": int(self.now)})
+        else:
+            meta = self.meta
+        if not self.jobs:
+            return json.dumps({**meta, "jobs": []}, indent=2) if self.release == "22.05" else \
+                json.dumps({"jobs": [], **meta}, indent=2)
+        marker = '"@@JOBS@@"'
+        doc = {**meta, "jobs": ["@@JOBS@@"]} if self.release == "22.05" else {"jobs": ["@@JOBS@@"], **meta}
+        pieces, last, now = [], self._pieces, {}
+        for job_id, record in self.jobs.items():
+            key = json.dumps(record, separators=(",", ":"))  # C-encoded: cheap next to rendering
+            kept = last.get(job_id)
+            if kept is None or kept[0] != key:
+                shaped = self._shape26(record) if self.release == "26.05" else record
+                kept = (key, "    " + json.dumps(shaped, indent=2).replace("\n", "\n    "))
+            now[job_id] = kept
+            pieces.append(kept[1])
+        self._pieces = now
+        return json.dumps(doc, indent=2).replace("    " + marker, ",\n".join(pieces), 1)
+
+    def _shape26(self, record: dict) -> dict:
+        """A job kept in 22.05's spelling as 26.05's squeue --json writes it: the 26.05
+        recording of a job in its state with the fields this slurmctld sets laid over."""
+        template = self.templates26["RUNNING" if record["job_state"] == "RUNNING" else "PENDING"]
+        out = dict(template)
+        for key in _SET_FIELDS:
+            if key not in record:
+                continue
+            value, was = record[key], template.get(key)
+            if key == "job_state":
+                out[key] = [value]
+            elif isinstance(was, dict) and "number" in was:
+                out[key] = {"set": value is not None, "infinite": False, "number": value or 0}
+            elif key in ("tres_per_node", "tres_per_job"):
+                out[key] = value.replace("gres:", "gres/")
+            else:
+                out[key] = value
+        out["shared"] = []  # data_parser v0.0.45 says no job's --exclusive
+        if record["job_state"] == "RUNNING":
+            resources = template["job_resources"]
+            names = [item["nodename"] for item in record["job_resources"]["allocated_nodes"]]
+            first = resources["nodes"]["allocation"][0]
+            out["job_resources"] = dict(resources, nodes=dict(
+                resources["nodes"], count=len(names), list=record["nodes"],
+                allocation=[dict(first, index=i, name=name) for i, name in enumerate(names)]))
+        return out
+
+    def _show_job(self, text: str) -> CommandResult:
+        """``scontrol show job -o ID``: the line's ids and sharing mode (the --exclusive
+        26.05's JSON leaves out: a record whose 22.05 ``shared`` is "none" asked for it),
+        as 26.05 prints them."""
+        job_id = self._record(text, split=False)
+        record = self.jobs.get(job_id) if job_id is not None else None
+        if record is None:
+            return CommandResult(1, "", "slurm_load_jobs error: Invalid job id specified\n")
+        array = ""
+        if record.get("array_job_id"):
+            task = record.get("array_task_id")
+            array = (f" ArrayJobId={record['array_job_id']} ArrayTaskId="
+                     f"{task if task is not None else record.get('array_task_string', '')}")
+        state = record["job_state"]
+        return CommandResult(0, f"JobId={job_id}{array} JobName={record.get('name', '')} JobState={state} "
+                                f"Partition={record['partition']} OverSubscribe=NO Exclusive="
+                                f"{'NODE' if record.get('shared') == 'none' else 'NO'} Contiguous=0\n", "")
+
+
+# the fields of a job's record this slurmctld sets (_running, _pending, submit, the levers)
+_SET_FIELDS = ("job_id", "tres_per_node", "tres_req_str", "node_count", "tasks", "cpus", "gres_detail", "submit_time",
+               "eligible_time", "start_time", "end_time", "partition", "user_name", "comment", "admin_comment",
+               "restart_cnt", "job_state", "state_reason", "requeue", "batch_flag", "required_nodes",
+               "excluded_nodes", "max_nodes", "nodes", "qos", "priority", "array_job_id", "array_task_id",
+               "array_max_tasks", "array_task_string")
 
 
 def _task_string(tasks: list[int]) -> str:

@@ -174,6 +174,7 @@ class SlurmObserver:
         last, self._observed = self._observed, {}
         kept_now = self._observed
         self._site_factors = observed_factors = {}
+        sharing = self._sharing
         for job in jobs:
             job_id = job.job_id
             site_factor = job.site_factor
@@ -191,9 +192,12 @@ class SlurmObserver:
                     task_records.setdefault(job.array_job_id, set()).add(job_id)
             if job.reservation:
                 named.add(job.reservation)
+            # 26.05: a pending job's --exclusive mode comes from `scontrol show job` and may
+            # be learned (or forgotten) after its record was first observed: the ObservedJob
+            # is kept while the mode it was made with is still the one known
+            mode = None if self._sharing_in_json or job.state != "PENDING" else sharing.get(job_id)
             kept = last.get(id(job))
-            if kept is not None and kept[0] is job and kept[1] == site_factor and (
-                    self._sharing_in_json or job.state != "PENDING"):  # 26.05: its mode may be learned later
+            if kept is not None and kept[0] is job and kept[1] == site_factor and kept[3] == mode:
                 observed = kept[2]  # the same record as last time: the same ObservedJob
             else:
                 try:
@@ -202,7 +206,7 @@ class SlurmObserver:
                     skipped.append(f"squeue job {job_id}: {one_line(str(exc))}")
                     withheld.ids.add(job.het_job_id or job_id)
                     continue
-            kept_now[id(job)] = (job, site_factor, observed)
+            kept_now[id(job)] = (job, site_factor, observed, mode)
             observed_jobs.append(observed)
             if site_factor is not None:
                 observed_factors[job_id] = site_factor

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import re
+from sys import intern  # the few values thousands of records repeat (user, partition, state, ...) held once
 from typing import Any
 
 from controller.core.model import MIXED_TYPES
@@ -207,15 +208,15 @@ def _squeue_job(r: dict) -> SlurmJob:
     return SlurmJob(
         job_id=job_id,
         name=str_value(r.get("name"), "name"),
-        user=str_value(r.get("user_name"), "user_name"),
-        account=str_value(r.get("account"), "account"),
-        partition=str_value(r.get("partition"), "partition"),
-        state=state,
+        user=intern(str_value(r.get("user_name"), "user_name")),
+        account=intern(str_value(r.get("account"), "account")),
+        partition=intern(str_value(r.get("partition"), "partition")),
+        state=intern(state),
         state_flags=flags,
-        reason=str_value(r.get("state_reason"), "state_reason"),
+        reason=intern(str_value(r.get("state_reason"), "state_reason")),
         gpus=gpus,
         mps=mps,
-        nodes=expand_hostlist(str_value(r.get("nodes"), "nodes")),
+        nodes=_names(expand_hostlist(str_value(r.get("nodes"), "nodes"))),
         node_count=node_count,
         max_nodes=count_value(r.get("max_nodes"), "max_nodes"),
         gpus_per_node=_gpus_per_node(r),
@@ -234,7 +235,7 @@ def _squeue_job(r: dict) -> SlurmJob:
         required_nodes=expand_hostlist(str_value(r.get("required_nodes"), "required_nodes")),
         excluded_nodes=expand_hostlist(str_value(r.get("excluded_nodes"), "excluded_nodes")),
         time_limit_s=time_limit_of(limit_min),
-        allocated_nodes=_allocated_nodes(r.get("job_resources")),
+        allocated_nodes=_names(_allocated_nodes(r.get("job_resources"))),
         gres_detail=_gres_detail(r.get("gres_detail")),
         array_job_id=str(array_id) if array_id else "",
         array_tasks=str_value(r.get("array_task_string"), "array_task_string") if "_" not in job_id else "",
@@ -244,10 +245,15 @@ def _squeue_job(r: dict) -> SlurmJob:
         gpu_type=_gpu_type_of(gpu_types),
         gpu_types=gpu_types,
         reservation=str_value(r.get("resv_name"), "resv_name"),
-        qos=str_value(r.get("qos"), "qos"),
+        qos=intern(str_value(r.get("qos"), "qos")),
         request_unmodelled=request_unmodelled,
         **_job_resources_asked(r, job_id),
     )
+
+
+def _names(nodes: list[str]) -> list[str]:
+    """Node names as one object each, however many jobs name a node."""
+    return [intern(name) for name in nodes] if nodes else nodes
 
 
 def _per_gpu(r: dict, key: str) -> int | None:

@@ -6,9 +6,10 @@ and parsing all of them again was most of a round (json.loads alone ~285 ms at 1
 jobs). Slurm pretty-prints its documents (22.05's json-c and the serializer of 24.11
 and 26.05 all put every record of the top-level list on lines of its own, indented one
 level deeper than the list's key), so the list can be cut into one text per record
-with ``str.split``; a record whose text is exactly the one of the last read is the same
-record, and its parsed value from then is reused. Only new or changed texts are
-decoded and parsed, by the same per-record parser as a full read.
+with ``str.split``; a record whose text has the length and hash of the one of the last
+read is the same record, and its parsed value from then is reused (no text is kept).
+Only new or changed texts are decoded and parsed, by the same per-record parser as a
+full read.
 
 Cutting is checked, never trusted: the separator ``\\n<indent>},\\n`` cannot occur
 inside a JSON string (raw newlines are escaped) and at that indent only between
@@ -90,27 +91,30 @@ def _layout(text: str, key: str) -> Optional[tuple[str, int, str, int]]:
 
 
 class RecordCache(Generic[T]):
-    """The parsed records of the last read, with their texts. ``parse_one(record)``
-    turns one decoded record into a value (raising SlurmParseError for a bad one);
-    ``load(text)`` decodes and checks the document without its records (raising what
-    its caller wants raised for a document that is no answer at all)."""
+    """The parsed records of the last read, with their texts' lengths and hashes.
+    ``parse_one(record)`` turns one decoded record into a value (raising SlurmParseError
+    for a bad one); ``load(text)`` decodes and checks the document without its records
+    (raising what its caller wants raised for a document that is no answer at all)."""
 
     def __init__(self, key: str, parse_one: Callable[[dict], T], id_field: str):
         self.key = key
         self.parse_one = parse_one
         # A record is looked up by the text after its first '"<id_field>": ' (the job id,
-        # the node name: short, so cheap to hash, where hashing every whole record text
-        # cost more than comparing it) and kept only when its whole text is the same.
+        # the node name) and kept when its whole text has the same length and hash as at
+        # the last read. No text is kept: a record's text was most of the memory the
+        # controller held (a kept text was 3.3 KB a job in 22.05's shape, 7-10 KB in
+        # 26.05's). hash() of a str is 64-bit SipHash, salted per process and stable
+        # within it, where the cache lives: a changed record of the same length is taken
+        # for the old one once in 2**64.
         self._id_marker = f'"{id_field}": '
-        self._last: dict[str, tuple[str, T]] = {}  # id text -> (record text, parsed value), of the last read
-        # The last read's kept records in document order (id text, record text, value),
-        # and each id text's place in it: the walk predicts the next record from them.
-        self._order: list[tuple[str, str, T]] = []
+        # The last read's kept records in document order, (id text, text length, text
+        # hash, parsed value) each, and each id text's place in it: the walk predicts the
+        # next record from them, and finds a moved one by its id.
+        self._order: list[tuple[str, int, int, T]] = []
         self._place: dict[str, int] = {}
-        # The last document cut, and what it gave: the same text again (nothing changed
-        # in Slurm) is one comparison, not a cut.
-        self._last_text: Optional[str] = None
-        self._last_read: tuple[list[T], list] = ([], [])
+        # (The same document again is walked as any other: its records all follow the
+        # predicted ones. A kept text to compare it with cost a copy of the whole
+        # answer; its hash, a pass over every read that mostly differs.)
         # the values the last read decoded and parsed (new or changed records; the rest
         # are the very values of the read before)
         self.fresh: list[T] = []
@@ -120,15 +124,9 @@ class RecordCache(Generic[T]):
         text; bad records are appended to ``errors`` (SlurmParseError with
         record_index and id set) and left out. None: not a document this can cut
         (the caller then reads it whole; nothing here was kept)."""
-        if text == self._last_text:
-            values, bad = self._last_read
-            errors.extend(bad)
-            self.fresh = []
-            return list(values)
         layout = _layout(text, self.key)
         if layout is None:
             return None
-        errors_before = len(errors)
         rest, at, separator, end = layout
         try:
             if json.loads(rest).get(self.key) != []:
@@ -136,8 +134,8 @@ class RecordCache(Generic[T]):
         except (ValueError, AttributeError):
             return None  # the list's end was not where the cut put it
         load(rest)  # the caller's checks of the document (an errors entry: an outage)
-        last, order, place = self._last, self._order, self._place
-        current, out, kept_order, fresh = {}, [], [], []
+        order, place = self._order, self._place
+        out, kept_order, fresh = [], [], []
         marker, skip, find, same, step = self._id_marker, len(self._id_marker), text.find, text.startswith, \
             len(separator)
         following = 0  # where in the last read's order the record after the previous one was
@@ -145,17 +143,16 @@ class RecordCache(Generic[T]):
         while True:
             index += 1
             # Most records are the one that followed the previous record last time, with
-            # the same text: compared in place, its end known, the text neither scanned
-            # nor copied (cutting 39 MB at 12,000 jobs was half a read). Equal bytes
-            # followed by the separator cut where str.split would.
+            # the same text: its end is known, so the text is not scanned for the
+            # separator, only hashed. The same hash followed by the separator cuts where
+            # str.split would.
             if following < len(order):
-                ident, piece, value = order[following]
-                stop = at + len(piece)
-                if same(piece, at) and (stop == end or stop + step <= end and same(separator, stop)):
+                entry = order[following]
+                stop = at + entry[1]
+                if (stop == end or stop + step <= end and same(separator, stop)) and hash(text[at:stop]) == entry[2]:
                     following += 1
-                    current[ident] = (piece, value)
-                    kept_order.append((ident, piece, value))
-                    out.append(value)
+                    kept_order.append(entry)
+                    out.append(entry[3])
                     if stop == end:
                         break
                     at = stop + step
@@ -168,12 +165,15 @@ class RecordCache(Generic[T]):
                 ident = text[mark + skip:comma if comma >= 0 else stop]
             else:
                 ident = text[at:stop]
-            kept = last.get(ident)
-            if kept is not None and len(kept[0]) == stop - at and same(kept[0], at):
-                piece, value = kept
+            piece = text[at:stop]
+            digest = hash(piece)
+            was = place.get(ident)
+            entry = order[was] if was is not None else None
+            if entry is not None and entry[1] == stop - at and entry[2] == digest:
+                value = entry[3]
             else:
-                piece, value = text[at:stop], None
-            following = place.get(ident, following - 1) + 1
+                entry, value = None, None
+            following = (following - 1 if was is None else was) + 1
             if value is None:
                 try:
                     record = json.loads(piece + "}")
@@ -193,18 +193,14 @@ class RecordCache(Generic[T]):
                     errors.append(exc)
                     value = None  # not kept: a bad record is parsed (and reported) every read
             if value is not None:
-                current[ident] = (piece, value)
-                kept_order.append((ident, piece, value))
+                kept_order.append(entry if entry is not None else (ident, stop - at, digest, value))
                 out.append(value)
             if cut < 0:
                 break
             at = cut + step
-        self._order, self._place = kept_order, {ident: i for i, (ident, _, _) in enumerate(kept_order)}
-        self._last, self.fresh = current, fresh
-        self._last_text, self._last_read = text, (out, errors[errors_before:])
-        return list(out)
+        self._order, self._place = kept_order, {entry[0]: i for i, entry in enumerate(kept_order)}
+        self.fresh = fresh
+        return out
 
     def forget(self) -> None:
-        self._last, self._last_text, self._last_read, self.fresh = {}, None, ([], []), []
-        self._order, self._place = [], {}
-
+        self._order, self._place, self.fresh = [], {}, []

@@ -285,7 +285,13 @@ def split_state(value: Any, field_name: str) -> tuple[str, frozenset[str]]:
         # "COMPLETING"]: the same state, so that neither release shows a requeued job
         # PENDING (reason None) before it really waits.
         base = "COMPLETING"
-    return base, frozenset(v for v in items if v != base)
+    flags = frozenset(v for v in items if v != base)
+    if len(_FLAG_SETS) < 256 or flags in _FLAG_SETS:  # one object per distinct set (most jobs: the empty one)
+        flags = _FLAG_SETS.setdefault(flags, flags)
+    return base, flags
+
+
+_FLAG_SETS: dict[frozenset, frozenset] = {}
 
 
 def load_document(text: str | bytes | dict, list_keys: Iterable[str], what: str) -> tuple[str, list]:

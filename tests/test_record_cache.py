@@ -163,3 +163,94 @@ def test_records_removed_added_moved_or_changed_read_as_the_whole_document(versi
         errors: list = []
         assert cache.read(text, _load, errors) == parse_squeue_json(text) and errors == []
         assert len(cache.fresh) == new_texts
+
+
+@pytest.mark.parametrize("release", ["22.05", "26.05"])
+def test_rounds_of_changes_read_as_whole_documents(release):
+    """Round after round of what a cluster does (a job ends, jobs start, a job is
+    submitted, an AdminComment is written, a SiteFactor changes nothing squeue shows),
+    in 22.05's and 26.05's shape: the cached read gives exactly what a whole parse of
+    the same text gives, parses exactly the records whose text changed, and keeps no
+    record's text."""
+    from bench.scripted_slurm import ScriptedSlurm  # (bench/ is the repository's, as tests/fakes)
+
+    slurm = ScriptedSlurm(pending=30, running=8, nodes=4, release=release)
+    cache = _jobs_cache()
+    last: dict[str, object] = {}
+    for round_no in range(8):
+        if round_no:
+            slurm.finish_one()
+            slurm.schedule()
+            slurm.submit(1000 + round_no, gpus=2)
+            if round_no % 2:
+                slurm(["scontrol", "update", f"JobId={30 + round_no}", "AdminComment=tiresias band 2"], 5, None)
+            if round_no == 5:
+                slurm.submit_array(2000, tasks=4, gpus=1, throttle=2)
+        text = slurm._text("squeue")
+        errors: list = []
+        whole = parse_squeue_json(text)
+        assert cache.read(text, _load, errors) == whole and errors == []
+        # a record parsed again is one whose text is new (a new or changed record)
+        assert {job.job_id for job in cache.fresh} == {job.job_id for job in whole if last.get(job.job_id) != job}
+        last = {job.job_id: job for job in whole}
+        # the same text again: nothing parsed
+        assert cache.read(text, _load, []) == whole and cache.fresh == []
+    kept = [value for entry in cache._order for value in entry[:3] if isinstance(value, str)]
+    assert kept and max(map(len, kept)) < 40  # ids only
+
+
+@pytest.mark.parametrize("release", ["22.05", "26.05"])
+def test_kept_observed_jobs_equal_ones_made_again(release):
+    """The backend keeps a record's ObservedJob while the record, its SiteFactor and (26.05)
+    the --exclusive mode `scontrol show job` taught are the same: over rounds in which
+    modes are learned a few at a time (MAX_SHOW_JOB_IDS), every kept one equals the one
+    made again from what is known now, and on 26.05 a pending job's is kept."""
+    from bench.scripted_slurm import ScriptedSlurm
+    from slurm_plugin import observe
+
+    slurm = ScriptedSlurm(pending=40, running=6, nodes=4, release=release)
+    for job_id, record in slurm.jobs.items():
+        if job_id % 3 == 0:
+            record["shared"] = "none"  # --exclusive: 22.05's JSON says so, 26.05's only scontrol show job
+    backend = SlurmBackend(runner=slurm)
+    kept_pending = 0
+    for round_no in range(6):
+        if round_no:
+            slurm.finish_one()
+            slurm.schedule()
+            slurm.submit(1000 + round_no, gpus=1)
+        before = dict(backend._observed)
+        backend.observe()
+        for job, site_factor, observed, _ in backend._observed.values():
+            assert observed == backend._observed_job(job, site_factor)
+            last = before.get(id(job))
+            kept_pending += last is not None and last[2] is observed and job.state == "PENDING"
+    assert kept_pending > 0
+    if release == "26.05":
+        assert len(backend._sharing) > observe.MAX_SHOW_JOB_IDS  # learned over several rounds
+
+
+def test_scripted_slurmctld_answers_the_same_jobs_in_both_shapes():
+    """bench/scripted_slurm.py's 26.05 squeue --json reads as its 22.05 one (what a round
+    of the benches sees differs only in shape), but for what 26.05 reports otherwise: a
+    running job's memory per node, and no --exclusive (`scontrol show job -o ID` says it)."""
+    from dataclasses import asdict
+
+    from bench.scripted_slurm import ScriptedSlurm
+    from slurm_plugin.parse_jobs import parse_show_job_sharing
+
+    read = {}
+    for release in ("22.05", "26.05"):
+        slurm = ScriptedSlurm(pending=20, running=6, nodes=4, release=release)
+        slurm.jobs[9]["shared"] = "none"
+        slurm.submit_array(500, tasks=4, gpus=1, throttle=2)
+        slurm.schedule()
+        read[release] = [asdict(job) for job in parse_squeue_json(slurm._text("squeue"))]
+        if release == "26.05":
+            assert parse_show_job_sharing(slurm(["scontrol", "show", "job", "-o", "9"], 5, None).stdout) == {
+                "9": "exclusive"}
+            assert parse_show_job_sharing(slurm(["scontrol", "show", "job", "-o", "500"], 5, None).stdout) == {
+                "500": ""}  # the array's pending record, under its ArrayJobId
+    assert len(read["22.05"]) == len(read["26.05"]) > 26
+    for old, new in zip(read["22.05"], read["26.05"]):
+        assert {**old, "mem_by_node_mb": (), "shared": ""} == {**new, "mem_by_node_mb": (), "shared": ""}
