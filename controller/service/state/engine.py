@@ -249,12 +249,24 @@ def _dialect_insert(conn: Connection, table: Table):
     return insert(table)
 
 
+# The upsert statements built so far, by dialect, table, keys, columns and increments: a
+# statement built anew each call made its own ``excluded`` columns, and the engine's
+# statement cache kept hundreds of them (10 KB per job at 2,400 jobs, most of what the
+# controller held).
+_UPSERTS: dict[tuple, Any] = {}
+
+
 def upsert(conn: Connection, table: Table, rows: list[dict], keys: list[str],
            update_columns: Optional[list[str]] = None, increment: Optional[dict] = None) -> None:
-    stmt = _dialect_insert(conn, table)
-    set_ = {c: stmt.excluded[c] for c in (update_columns or [])}
-    set_.update(increment or {})
-    conn.execute(stmt.on_conflict_do_update(index_elements=keys, set_=set_), rows)
+    key = (conn.dialect.name, table.name, tuple(keys), tuple(update_columns or ()),
+           tuple((name, str(expr)) for name, expr in (increment or {}).items()))
+    statement = _UPSERTS.get(key)
+    if statement is None:
+        stmt = _dialect_insert(conn, table)
+        set_ = {c: stmt.excluded[c] for c in (update_columns or [])}
+        set_.update(increment or {})
+        statement = _UPSERTS[key] = stmt.on_conflict_do_update(index_elements=keys, set_=set_)
+    conn.execute(statement, rows)
 
 
 def insert_ignore(conn: Connection, table: Table, rows: list[dict], keys: list[str]) -> int:
