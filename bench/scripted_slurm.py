@@ -464,6 +464,9 @@ class ScriptedSlurm:
             return CommandResult(0, "".join(f"{state} {','.join(names)}\n" for state, names in by_state.items()), "")
         if argv[:3] == ["scontrol", "show", "job"]:
             self.calls["scontrol show job"] += 1
+            if argv[-1] == "-o":  # every job, one line each
+                lines = [self._show_job(str(job_id)).stdout for job_id in self.jobs]
+                return CommandResult(0, "".join(lines), "")
             return self._show_job(argv[-1])
         if argv[:3] == ["scontrol", "show", "partition"] and self.release == "26.05":
             self.calls["scontrol show partition"] += 1

@@ -31,6 +31,11 @@ PARTITIONS_EVERY_S = 60.0  # how stale the partitions' OverSubscribe may be when
 # first that fails to answer ends this observation's reads: a slow slurmctld costs one wait.
 MAX_SHOW_JOB_IDS = 20
 SHOW_JOB_TIMEOUT_S = 5.0
+# ... unless the unknown are many, and at least this share of the pending jobs (a controller
+# just started, or a submit burst): then one `scontrol show job -o` of every job (one RPC,
+# parsed once) reads them all. Twenty a round, a fresh controller at 10,000 pending jobs
+# took 500 rounds to learn them, and no job could cause a preemption meanwhile.
+SHOW_ALL_JOBS_SHARE = 0.10
 # The fields a SlurmObservedJob takes from the SlurmJob as they are (same name, same
 # value); _observed_job names the ones it renames or converts.
 _AS_REPORTED = ("job_id", "user", "partition", "state", "reason", "gpus", "time_limit_s", "restart_count", "batch",
@@ -477,6 +482,15 @@ class SlurmObserver:
         unknown = [job_id for job_id in pending if job_id not in sharing]
         if not unknown:
             return
+        if len(unknown) > MAX_SHOW_JOB_IDS and len(unknown) >= SHOW_ALL_JOBS_SHARE * len(pending):
+            modes = self._read_all_sharing(skipped)  # None (no answer): all unknown this round, one wait
+            for job_id in unknown if modes is not None else ():
+                if job_id in modes:
+                    sharing[job_id] = (pending[job_id], modes[job_id])
+                    tried.discard(job_id)
+                else:
+                    tried.add(job_id)
+            return
         unknown.sort(key=lambda job_id: job_id in tried)  # stable: squeue's order within each
         asked = unknown[:MAX_SHOW_JOB_IDS]
         modes, reached = self._read_sharing(asked, skipped)
@@ -489,6 +503,22 @@ class SlurmObserver:
         if len(unknown) > len(asked):
             skipped.append(f"scontrol show job: {len(unknown) - len(asked)} pending jobs' --exclusive "
                            f"left for the next observations (at most {MAX_SHOW_JOB_IDS} read each)")
+
+    def _read_all_sharing(self, skipped: list[str]) -> Optional[dict[str, str]]:
+        """Every job's --exclusive mode from one `scontrol show job -o` (keyed as planned:
+        parse_show_job_sharing); None when slurmctld did not answer (those modes stay
+        unknown this round, the observation stands)."""
+        try:
+            result = self._run(["scontrol", "show", "job", "-o"], self.command_timeout_s)
+        except BackendUnavailable as exc:
+            skipped.append(f"scontrol show job: {one_line(str(exc))}; --exclusive of the new pending jobs "
+                           "unknown this round")
+            return None
+        if result.returncode != 0:
+            skipped.append(f"scontrol show job: exited {result.returncode}: {one_line(result.stderr)}; "
+                           "--exclusive of the new pending jobs unknown this round")
+            return None
+        return parse_show_job_sharing(result.stdout)
 
     def _read_sharing(self, job_ids: list[str], skipped: list[str]) -> tuple[dict[str, str], int]:
         """The --exclusive/--oversubscribe mode of each of ``job_ids`` (planned ids) that

@@ -90,7 +90,9 @@ def test_an_exclusive_task_and_an_array_record_are_keyed_as_planned():
     assert by_id(SlurmBackend(runner=slurm).observe())["12_3"].exclusive
 
 
-def test_at_most_twenty_new_ids_per_observation_the_rest_next_round():
+def test_at_most_twenty_new_ids_per_observation_the_rest_next_round(monkeypatch):
+    # (a few new jobs among many known ones: here the whole-dump share set out of reach)
+    monkeypatch.setattr(observe_module, "SHOW_ALL_JOBS_SHARE", 2.0)
     records = [plain(100 + i, submit=1000 + i) for i in range(30)]
     slurm = ShowJobSlurm(records, {str(100 + i): (show_line(100 + i), None) for i in range(30)})
     backend = SlurmBackend(runner=slurm)
@@ -147,3 +149,40 @@ def test_a_job_that_left_and_came_back_under_a_new_submit_time_is_asked_again():
     slurm.lines["100"] = (show_line(100, "NO"), None)
     assert not by_id(backend.observe())["100"].exclusive
     assert slurm.asked() == [["100"]]
+
+
+def test_many_unknown_modes_are_read_in_one_dump_a_few_by_their_ids():
+    """A controller just started (or a submit burst): more than twenty pending jobs of
+    unknown mode and at least a tenth of the pending ones are read with one `scontrol
+    show job -o` (one RPC), array tasks keyed as planned; the few new ones after that are
+    asked by their ids. Twenty a round, a fresh controller at 10,000 pending jobs took
+    500 rounds before every job could cause a preemption."""
+    records = [plain(100 + i, submit=1000 + i) for i in range(60)] + [task_record(12, 3, 20)]
+    lines = {str(100 + i): (show_line(100 + i, "NODE" if i % 7 == 0 else "NO"), None) for i in range(60)}
+    lines["12_3"] = (show_line(20, "NO", (12, 3)), None)
+    slurm = ShowJobSlurm(records, lines)
+    backend = SlurmBackend(runner=slurm)
+    jobs = by_id(backend.observe())
+    assert slurm.asked() == [[]]  # one dump, no id
+    assert not any(job.unmodelled for job in jobs.values())
+    assert jobs["100"].exclusive and jobs["107"].exclusive and not jobs["101"].exclusive and not jobs["12_3"].exclusive
+    # a few new ones among the known: by their ids
+    slurm.records.append(plain(200, submit=3000))
+    slurm.lines["200"] = (show_line(200), None)
+    assert not by_id(backend.observe())["200"].unmodelled
+    assert slurm.asked() == [["200"]]
+
+
+def test_a_dump_that_times_out_leaves_the_modes_unknown_not_the_observation():
+    records = [plain(100 + i, submit=1000 + i) for i in range(30)]
+    slurm = ShowJobSlurm(records, {str(100 + i): (show_line(100 + i), None) for i in range(30)})
+
+    def runner(argv, timeout_s, env):
+        if argv == ["scontrol", "show", "job", "-o"]:
+            raise subprocess.TimeoutExpired(argv, timeout_s)
+        return slurm(argv, timeout_s, env)
+    backend = SlurmBackend(runner=runner)
+    observation = backend.observe()
+    assert all(job.unmodelled_reasons == ("unreported_request",) for job in observation.jobs)
+    assert any("scontrol show job" in line and "unknown this round" in line for line in observation.skipped)
+    assert not any(job.unmodelled for job in SlurmBackend(runner=slurm).observe().jobs)  # answered: all known
