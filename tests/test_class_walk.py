@@ -185,3 +185,57 @@ def test_the_kept_movable_gpus_count_as_the_running_jobs_do(seed, monkeypatch):
                                            preempt_min_runtime_s=300.0))
     Simulation(config).run(workload(seed))  # protections that end (repin)
     assert checked
+
+
+def _pieces_checked(monkeypatch) -> list:
+    """Every round, SimCluster.walk_pieces from the book's pieces (QueueBook.order_parts)
+    equals walk_pieces from the whole walk order: the same candidate victims at the same
+    places, and the same jobs that do not run at the same places."""
+    from controller.replay.cluster import SimCluster
+    pieces = SimCluster.walk_pieces
+    checked = []
+
+    def not_running(spans) -> list:
+        return [(first + at, job.index) for first, listed in spans for at, job in enumerate(listed)
+                if not job.running]
+
+    def checking(self, order, now, book=None):
+        fast = pieces(self, order, now, book)
+        if book is not None:
+            full = pieces(self, order, now)
+            assert [(rank, job.index) for rank, job in fast[0]] == [(rank, job.index) for rank, job in full[0]]
+            assert not_running(fast[1]) == not_running(full[1])
+            checked.append(len(full[0]))
+        return fast
+
+    monkeypatch.setattr(SimCluster, "walk_pieces", checking)
+    return checked
+
+
+@pytest.mark.parametrize("policy", ["dlas", "dgittins"])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_audits_pieces_of_the_book_equal_the_walk_order(policy, seed, monkeypatch):
+    checked = _pieces_checked(monkeypatch)
+    outcomes(workload(seed), policy)
+    assert len(checked) > 50 and sum(checked) > 0  # many rounds, with candidates
+    config = SimConfig(nodes=8, gpus_per_node=4, node_kinds=KINDS,  # protections that end
+                       engine=EngineConfig(policy=policy, thresholds_gpu_s=(600.0, 6000.0),
+                                           preempt_min_runtime_s=300.0, preempt_max_per_job=2))
+    before = len(checked)
+    Simulation(config).run(workload(seed))
+    assert len(checked) > before + 50
+
+
+def test_the_audits_pieces_check_fails_off_by_one(monkeypatch):
+    """The check above fails when the places of a level's waiting items are off by one."""
+    parts = QueueBook.order_parts
+
+    def off_by_one(self):
+        levels, still = parts(self)
+        return [(first + (number % 2), listed) for number, (first, listed) in enumerate(levels)], still
+
+    monkeypatch.setattr(QueueBook, "order_parts", off_by_one)
+    _pieces_checked(monkeypatch)
+    with pytest.raises(AssertionError):
+        for seed in (1, 2, 3):
+            outcomes(workload(seed), "dlas")

@@ -488,6 +488,31 @@ class QueueBook:
     _order = None
     _version = 0
 
+    def order_parts(self) -> tuple[list[tuple[int, list[JobState]]], list[tuple[int, JobState]]]:
+        """``order()``'s pieces without building it (only with the class lists kept):
+        (per level, (where its running jobs start in ``order()``, those jobs), then
+        (where its waiting items start, their jobs: merged_jobs, not copied)), and
+        (place in ``order()``, job) of every listed entered job that still runs, in no
+        particular order. A job started while listed as waiting is listed as entered
+        (group 2) or, settled, is put back by the plan's places before a walk reads this."""
+        spans: list[tuple[int, list[JobState]]] = []
+        starts = []
+        at = 0
+        for level in range(self.num_levels):
+            running = list(self.running[level].values())
+            spans.append((at, running))
+            at += len(running)
+            starts.append(at)
+            spans.append((at, self.merged_jobs[level]))
+            at += len(self.merged_jobs[level])
+        still = []
+        for index, job in self.entered.items():
+            if job.running:
+                level, key = self.where[index]
+                if key is not _RUNNING:
+                    still.append((starts[level] + bisect.bisect_left(self.merged[level], (key, index)), job))
+        return spans, still
+
     def level_order(self, level: int) -> Iterator[JobState]:
         yield from self.running[level].values()
         merged = sorted(item for items in self.waiting[level].values() for item in items)
