@@ -239,3 +239,32 @@ def test_the_audits_pieces_check_fails_off_by_one(monkeypatch):
     with pytest.raises(AssertionError):
         for seed in (1, 2, 3):
             outcomes(workload(seed), "dlas")
+
+
+@pytest.mark.parametrize("policy", ["dlas", "dgittins"])
+@pytest.mark.parametrize("seed", [1, 2])
+def test_the_audit_over_the_books_pieces_asks_and_counts_as_over_the_walk_order(policy, seed, monkeypatch):
+    """audit_waits over the book's pieces (spans left once every node set there refused
+    its smallest gang) asks the victim search about the same jobs, finds the same waits
+    and replays the same as over the whole walk order."""
+    from controller.replay import cluster
+    asked = []
+    search, pieces = cluster.victims_for, cluster.SimCluster.walk_pieces
+
+    def recording(job, *args, **kwargs):
+        asked.append(job.job_id)
+        return search(job, *args, **kwargs)
+
+    def run():
+        config = SimConfig(nodes=8, gpus_per_node=4, node_kinds=KINDS,
+                           engine=EngineConfig(policy=policy, thresholds_gpu_s=(600.0, 6000.0)))
+        result = Simulation(config).run(workload(seed, 400))
+        return ([(o.job_id, o.start_s, o.end_s) for o in result.outcomes], result.waited_behind_victim,
+                result.behind_examples, result.preemptions)
+
+    monkeypatch.setattr(cluster, "victims_for", recording)
+    fast = run()
+    fast_asked, asked[:] = list(asked), []
+    monkeypatch.setattr(cluster.SimCluster, "walk_pieces", lambda self, order, now, book=None: pieces(self, order, now))
+    assert run() == fast
+    assert asked == fast_asked and asked

@@ -74,6 +74,11 @@ def learner_for(cfg: SimConfig, policy):
     return ConditionedDistributions(window=cfg.service_window) if cfg.conditioned and policy.conditions_service else LearnedDistribution()
 
 
+def _open_sets(smallest: dict, short: dict) -> int:
+    """How many node sets still have a gang that their refusals (``short``) let through."""
+    return sum(1 for nodes, gang in smallest.items() if gang < short.get(nodes, gang + 1))
+
+
 def _refusals() -> dict:
     """audit_waits' node set -> fewest GPUs refused there (a test swaps in one that forgets)."""
     return {}
@@ -373,18 +378,21 @@ class SimCluster:
                                      max_gpus_per_node=self.max_per_node, allowed=allowed)
         return place(job.num_gpus, free_by_node, consolidate=consolidate, max_gpus_per_node=self.max_per_node)
 
-    def walk_pieces(self, order, now: float, book=None) -> tuple[list[tuple[int, JobState]], list[tuple[int, list]]]:
+    def walk_pieces(self, order, now: float, book=None) -> tuple[list, list[tuple[int, list]], Optional[list]]:
         """audit_waits' view of the walk order: (the candidate victims as (place, job),
-        in order: running jobs the victim rule lets go), and (first place, jobs) spans
-        that hold every job that does not run, in order (with running jobs among them,
-        which the audit passes). From ``book``'s pieces where it keeps its class lists,
-        else from ``order()``: equal (tests/test_class_walk.py checks it every round)."""
+        in order: running jobs the victim rule lets go), (first place, jobs) spans that
+        hold every job that does not run, in order (with running jobs among them, which
+        the audit passes), and per span its class lists (QueueBook.by_class: (gang size,
+        class) -> items; None without them). From ``book``'s pieces where it keeps its
+        class lists, else from ``order()``: equal (tests/test_class_walk.py checks it
+        every round)."""
         engine_cfg = self.cfg.engine
         protects = engine_cfg.protects_victims
         min_runtime, max_per_job = engine_cfg.preempt_min_runtime_s, engine_cfg.preempt_max_per_job
         if book is not None and book.class_function is not None:
             levels, still = book.order_parts()
             spans = levels[1::2]  # the waiting items (a level's running list holds only running jobs)
+            lists = book.by_class
             listed = [(first + at, job) for first, running in levels[0::2] for at, job in enumerate(running)]
             if still:  # entered jobs that still run, at their places among the waiting items
                 listed += still
@@ -393,14 +401,24 @@ class SimCluster:
             ordered = order()
             if not isinstance(ordered, list):
                 ordered = list(ordered)
-            spans = [(0, ordered)]
+            spans, lists = [(0, ordered)], None
             listed = enumerate(ordered)
         if protects:
             candidates = [(rank, job) for rank, job in listed
                           if job.running and not protection(job, now, min_runtime, max_per_job)]
         else:  # the rule without its time and count parts (protection's first test)
             candidates = [(rank, job) for rank, job in listed if job.running and job.spec.preemptable]
-        return candidates, spans
+        return candidates, spans, lists
+
+    def _smallest_gangs(self, lists: dict) -> dict:
+        """Node set -> the smallest gang among a level's class lists ((gang, class) ->
+        items): every job of a class may use the same nodes (its class is their key)."""
+        allowed_of, smallest = self._allowed, {}
+        for (gang, _), items in lists.items():
+            nodes = allowed_of[items[0][1]]
+            if gang < smallest.get(nodes, gang + 1):
+                smallest[nodes] = gang
+        return smallest
 
     def audit_waits(self, order: Callable[[], Iterable[JobState]], now: float, preemptive: bool = True,
                     book=None) -> None:
@@ -429,7 +447,7 @@ class SimCluster:
         every job."""
         if not preemptive or self._waits_exact:
             return
-        candidates, spans = self.walk_pieces(order, now, book)
+        candidates, spans, lists = self.walk_pieces(order, now, book)
         behind: dict[int, tuple[int, float]] = {}
         if candidates:
             ranks = [rank for rank, _ in candidates]
@@ -448,9 +466,14 @@ class SimCluster:
             claimed: set[int] = set()
             passed = 0  # candidates (ranks[:passed]) before the walk's place, out of within_reach
             allowed_of, fit = self._allowed, self.fit  # the nodes each job may use: fixed for the replay
-            for first, listed in spans:
+            for number, (first, listed) in enumerate(spans):
                 if first >= lowest:
                     break
+                # with class lists: node set -> its smallest gang in the span; the span is
+                # left once every node set there refused its smallest (all the rest would be)
+                smallest = None if lists is None or not short else self._smallest_gangs(lists[number])
+                if smallest is not None and not _open_sets(smallest, short):
+                    continue
                 for rank, job in enumerate(listed, first):
                     if rank >= lowest:
                         break
@@ -474,6 +497,11 @@ class SimCluster:
                         sums[allowed] = cached
                     if cached[1] < job.num_gpus:
                         short[allowed] = job.num_gpus
+                        if lists is not None:
+                            if smallest is None:
+                                smallest = self._smallest_gangs(lists[number])
+                            if not _open_sets(smallest, short):
+                                break
                         continue
                     lower = [victim for _, victim in candidates[passed:] if victim.index not in claimed]
                     usable = (lambda node: True) if allowed is None else allowed.__contains__
