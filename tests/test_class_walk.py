@@ -268,3 +268,55 @@ def test_the_audit_over_the_books_pieces_asks_and_counts_as_over_the_walk_order(
     monkeypatch.setattr(cluster.SimCluster, "walk_pieces", lambda self, order, now, book=None: pieces(self, order, now))
     assert run() == fast
     assert asked == fast_asked and asked
+
+
+def _choices_checked(monkeypatch) -> list:
+    """Every round that chooses victims from the book's pieces: the newcomers' places and
+    the running jobs' places (QueueBook.place_in_order, running_places) equal their
+    positions in ``order()``, and the choice equals the one made from ``order()``."""
+    from controller.core import mlfq_round
+    choose = mlfq_round.choose_victims
+    checked = []
+
+    def checking(newcomers, walk_victims, order, free_by_node, **options):
+        book = options.get("book")
+        if book is not None:
+            assert options["room"]() is None  # choosing twice takes no CPUs or memory twice
+            ordered = order()
+            position = {job.index: at for at, job in enumerate(ordered)}
+            running, spans = book.running_places()
+            assert [(place, job.index) for place, job in running] == \
+                [(at, job.index) for at, job in enumerate(ordered) if job.running]
+            assert [book.place_in_order(job, spans) for job in newcomers] == \
+                [position[job.index] for job in newcomers]
+            full = choose(newcomers, walk_victims, order, free_by_node, **{**options, "book": None})
+            fast = choose(newcomers, walk_victims, order, free_by_node, **options)
+            assert [(job.index, tuple(slots), at) for job, slots, at in fast.starts] == \
+                [(job.index, tuple(slots), at) for job, slots, at in full.starts]
+            assert [job.index for job in fast.victims] == [job.index for job in full.victims]
+            assert [job.index for job in fast.unplaced] == [job.index for job in full.unplaced]
+            assert {i: job.index for i, job in fast.beneficiary.items()} == \
+                {i: job.index for i, job in full.beneficiary.items()}
+            checked.append(len(fast.victims))
+            return fast
+        return choose(newcomers, walk_victims, order, free_by_node, **options)
+
+    monkeypatch.setattr(mlfq_round, "choose_victims", checking)
+    return checked
+
+
+@pytest.mark.parametrize("policy", ["dlas", "dgittins"])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_victims_chosen_from_the_books_pieces_equal_those_from_the_walk_order(policy, seed, monkeypatch):
+    checked = _choices_checked(monkeypatch)
+    outcomes(workload(seed), policy)
+    assert len(checked) > 50 and sum(checked) > 0  # many rounds, with victims
+
+
+def test_the_choice_check_fails_off_by_one(monkeypatch):
+    """The check above fails when a newcomer's place is off by one."""
+    place = QueueBook.place_in_order
+    monkeypatch.setattr(QueueBook, "place_in_order", lambda self, job, spans: place(self, job, spans) + 1)
+    _choices_checked(monkeypatch)
+    with pytest.raises(AssertionError):
+        outcomes(workload(1), "dlas")

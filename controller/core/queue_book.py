@@ -493,25 +493,35 @@ class QueueBook:
         (per level, (where its running jobs start in ``order()``, those jobs), then
         (where its waiting items start, their jobs: merged_jobs, not copied)), and
         (place in ``order()``, job) of every listed entered job that still runs, in no
-        particular order. A job started while listed as waiting is listed as entered
-        (group 2) or, settled, is put back by the plan's places before a walk reads this."""
+        particular order."""
         spans: list[tuple[int, list[JobState]]] = []
-        starts = []
         at = 0
         for level in range(self.num_levels):
             running = list(self.running[level].values())
             spans.append((at, running))
             at += len(running)
-            starts.append(at)
             spans.append((at, self.merged_jobs[level]))
             at += len(self.merged_jobs[level])
-        still = []
-        for index, job in self.entered.items():
-            if job.running:
-                level, key = self.where[index]
-                if key is not _RUNNING:
-                    still.append((starts[level] + bisect.bisect_left(self.merged[level], (key, index)), job))
-        return spans, still
+        still = [(self.place_in_order(job, spans), job) for job in self.entered.values() if job.running]
+        return spans, [(place, job) for place, job in still if place is not None]
+
+    def place_in_order(self, job: JobState, spans: list) -> Optional[int]:
+        """A listed waiting item's place in ``order()`` (``spans``: order_parts'), None
+        for a job in a running list."""
+        level, key = self.where[job.index]
+        if key is _RUNNING:
+            return None
+        return spans[2 * level + 1][0] + bisect.bisect_left(self.merged[level], (key, job.index))
+
+    def running_places(self) -> tuple[list[tuple[int, JobState]], list]:
+        """(place in ``order()``, job) of every listed job that runs, in walk order, and
+        order_parts' spans (only with the class lists kept)."""
+        spans, still = self.order_parts()
+        listed = [(first + at, job) for first, running in spans[0::2] for at, job in enumerate(running)]
+        if still:  # entered jobs that still run, at their places among the waiting items
+            listed += still
+            listed.sort(key=lambda item: item[0])
+        return listed, spans
 
     def level_order(self, level: int) -> Iterator[JobState]:
         yield from self.running[level].values()

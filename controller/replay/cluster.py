@@ -390,13 +390,9 @@ class SimCluster:
         protects = engine_cfg.protects_victims
         min_runtime, max_per_job = engine_cfg.preempt_min_runtime_s, engine_cfg.preempt_max_per_job
         if book is not None and book.class_function is not None:
-            levels, still = book.order_parts()
+            listed, levels = book.running_places()
             spans = levels[1::2]  # the waiting items (a level's running list holds only running jobs)
             lists = book.by_class
-            listed = [(first + at, job) for first, running in levels[0::2] for at, job in enumerate(running)]
-            if still:  # entered jobs that still run, at their places among the waiting items
-                listed += still
-                listed.sort(key=lambda item: item[0])
         else:
             ordered = order()
             if not isinstance(ordered, list):
