@@ -121,16 +121,15 @@ def choose_victims(newcomers: list[JobState], walk_victims: list[JobState],
                 choice.shortfalls[job.job_id] = _shortfall(job, order, rank, _usable(job, allowed, free), free,
                                                            leaving, choice.starts, preemptive)
         return choice
-    if book is not None and not explain:
+    from_book = book is not None and not explain
+    if from_book:
         order = ()  # read only to explain
         running, spans = book.running_places()
         rank = {job.index: book.place_in_order(job, spans) for job in newcomers}
         first = min(rank.values())
-        placed = [(place, job) for place, job in running if place > first and job.running
-                  and may_preempt(job, preemptive)]
+        placed = [(place, job) for place, job in running if place > first and may_preempt(job, preemptive)]
         candidates = [job for _, job in placed]
         candidate_ranks = [place for place, _ in placed]
-        rank.update((job.index, place) for place, job in placed)  # the victims' order
     else:
         order = list(order())
         rank = {job.index: position for position, job in enumerate(order)}
@@ -204,6 +203,8 @@ def choose_victims(newcomers: list[JobState], walk_victims: list[JobState],
         starts.append((job, slots, position))
     if explain:
         describe_passed(len(order))
+    if leaving and from_book:  # the victims' places, for their order (from the book's pieces)
+        rank.update((job.index, place) for place, job in placed)
     victims = sorted(leaving.values(), key=lambda victim: rank[victim.index])
     return VictimChoice(starts, victims, unplaced, free_gpus, True, beneficiary, shortfalls)
 
