@@ -185,3 +185,138 @@ def test_the_kept_movable_gpus_count_as_the_running_jobs_do(seed, monkeypatch):
                                            preempt_min_runtime_s=300.0))
     Simulation(config).run(workload(seed))  # protections that end (repin)
     assert checked
+
+
+def _pieces_checked(monkeypatch) -> list:
+    """Every round, SimCluster.walk_pieces from the book's pieces (QueueBook.order_parts)
+    equals walk_pieces from the whole walk order: the same candidate victims at the same
+    places, and the same jobs that do not run at the same places."""
+    from controller.replay.cluster import SimCluster
+    pieces = SimCluster.walk_pieces
+    checked = []
+
+    def not_running(spans) -> list:
+        return [(first + at, job.index) for first, listed in spans for at, job in enumerate(listed)
+                if not job.running]
+
+    def checking(self, order, now, book=None):
+        fast = pieces(self, order, now, book)
+        if book is not None:
+            full = pieces(self, order, now)
+            assert [(rank, job.index) for rank, job in fast[0]] == [(rank, job.index) for rank, job in full[0]]
+            assert not_running(fast[1]) == not_running(full[1])
+            checked.append(len(full[0]))
+        return fast
+
+    monkeypatch.setattr(SimCluster, "walk_pieces", checking)
+    return checked
+
+
+@pytest.mark.parametrize("policy", ["dlas", "dgittins"])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_audits_pieces_of_the_book_equal_the_walk_order(policy, seed, monkeypatch):
+    checked = _pieces_checked(monkeypatch)
+    outcomes(workload(seed), policy)
+    assert len(checked) > 50 and sum(checked) > 0  # many rounds, with candidates
+    config = SimConfig(nodes=8, gpus_per_node=4, node_kinds=KINDS,  # protections that end
+                       engine=EngineConfig(policy=policy, thresholds_gpu_s=(600.0, 6000.0),
+                                           preempt_min_runtime_s=300.0, preempt_max_per_job=2))
+    before = len(checked)
+    Simulation(config).run(workload(seed))
+    assert len(checked) > before + 50
+
+
+def test_the_audits_pieces_check_fails_off_by_one(monkeypatch):
+    """The check above fails when the places of a level's waiting items are off by one."""
+    parts = QueueBook.order_parts
+
+    def off_by_one(self):
+        levels, still = parts(self)
+        return [(first + (number % 2), listed) for number, (first, listed) in enumerate(levels)], still
+
+    monkeypatch.setattr(QueueBook, "order_parts", off_by_one)
+    _pieces_checked(monkeypatch)
+    with pytest.raises(AssertionError):
+        for seed in (1, 2, 3):
+            outcomes(workload(seed), "dlas")
+
+
+@pytest.mark.parametrize("policy", ["dlas", "dgittins"])
+@pytest.mark.parametrize("seed", [1, 2])
+def test_the_audit_over_the_books_pieces_asks_and_counts_as_over_the_walk_order(policy, seed, monkeypatch):
+    """audit_waits over the book's pieces (spans left once every node set there refused
+    its smallest gang) asks the victim search about the same jobs, finds the same waits
+    and replays the same as over the whole walk order."""
+    from controller.replay import cluster
+    asked = []
+    search, pieces = cluster.victims_for, cluster.SimCluster.walk_pieces
+
+    def recording(job, *args, **kwargs):
+        asked.append(job.job_id)
+        return search(job, *args, **kwargs)
+
+    def run():
+        config = SimConfig(nodes=8, gpus_per_node=4, node_kinds=KINDS,
+                           engine=EngineConfig(policy=policy, thresholds_gpu_s=(600.0, 6000.0)))
+        result = Simulation(config).run(workload(seed, 400))
+        return ([(o.job_id, o.start_s, o.end_s) for o in result.outcomes], result.waited_behind_victim,
+                result.behind_examples, result.preemptions)
+
+    monkeypatch.setattr(cluster, "victims_for", recording)
+    fast = run()
+    fast_asked, asked[:] = list(asked), []
+    monkeypatch.setattr(cluster.SimCluster, "walk_pieces", lambda self, order, now, book=None: pieces(self, order, now))
+    assert run() == fast
+    assert asked == fast_asked and asked
+
+
+def _choices_checked(monkeypatch) -> list:
+    """Every round that chooses victims from the book's pieces: the newcomers' places and
+    the running jobs' places (QueueBook.place_in_order, running_places) equal their
+    positions in ``order()``, and the choice equals the one made from ``order()``."""
+    from controller.core import mlfq_round
+    choose = mlfq_round.choose_victims
+    checked = []
+
+    def checking(newcomers, walk_victims, order, free_by_node, **options):
+        book = options.get("book")
+        if book is not None:
+            assert options["room"]() is None  # choosing twice takes no CPUs or memory twice
+            ordered = order()
+            position = {job.index: at for at, job in enumerate(ordered)}
+            running, spans = book.running_places()
+            assert [(place, job.index) for place, job in running] == \
+                [(at, job.index) for at, job in enumerate(ordered) if job.running]
+            assert [book.place_in_order(job, spans) for job in newcomers] == \
+                [position[job.index] for job in newcomers]
+            full = choose(newcomers, walk_victims, order, free_by_node, **{**options, "book": None})
+            fast = choose(newcomers, walk_victims, order, free_by_node, **options)
+            assert [(job.index, tuple(slots), at) for job, slots, at in fast.starts] == \
+                [(job.index, tuple(slots), at) for job, slots, at in full.starts]
+            assert [job.index for job in fast.victims] == [job.index for job in full.victims]
+            assert [job.index for job in fast.unplaced] == [job.index for job in full.unplaced]
+            assert {i: job.index for i, job in fast.beneficiary.items()} == \
+                {i: job.index for i, job in full.beneficiary.items()}
+            checked.append(len(fast.victims))
+            return fast
+        return choose(newcomers, walk_victims, order, free_by_node, **options)
+
+    monkeypatch.setattr(mlfq_round, "choose_victims", checking)
+    return checked
+
+
+@pytest.mark.parametrize("policy", ["dlas", "dgittins"])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_victims_chosen_from_the_books_pieces_equal_those_from_the_walk_order(policy, seed, monkeypatch):
+    checked = _choices_checked(monkeypatch)
+    outcomes(workload(seed), policy)
+    assert len(checked) > 50 and sum(checked) > 0  # many rounds, with victims
+
+
+def test_the_choice_check_fails_off_by_one(monkeypatch):
+    """The check above fails when a newcomer's place is off by one."""
+    place = QueueBook.place_in_order
+    monkeypatch.setattr(QueueBook, "place_in_order", lambda self, job, spans: place(self, job, spans) + 1)
+    _choices_checked(monkeypatch)
+    with pytest.raises(AssertionError):
+        outcomes(workload(1), "dlas")

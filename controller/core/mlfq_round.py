@@ -72,7 +72,8 @@ def mlfq_step(writer: RoundWriter, snapshot: Snapshot) -> Plan:
                                 place=lambda job, free: writer.place_on_nodes(job, free, max_per_node),
                                 fit=lambda job, free: writer.fit(job, free, max_per_node),
                                 allowed=writer.allowed, explain=snapshot.detailed and snapshot.explain,
-                                room=writer.node_room, passed=reach.refused if reach else (), per_node=count_mode)
+                                room=writer.node_room, passed=reach.refused if reach else (), per_node=count_mode,
+                                book=book if book.class_function is not None else None)
         starts, unplaced, free_gpus = choice.starts, choice.unplaced, choice.free_gpus
         leaving, beneficiary, shortfalls = choice.victims, choice.beneficiary, choice.shortfalls
         # the settled running jobs that lose their GPUs, walk order (they wait at their queues' heads)

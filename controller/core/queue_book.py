@@ -488,6 +488,41 @@ class QueueBook:
     _order = None
     _version = 0
 
+    def order_parts(self) -> tuple[list[tuple[int, list[JobState]]], list[tuple[int, JobState]]]:
+        """``order()``'s pieces without building it (only with the class lists kept):
+        (per level, (where its running jobs start in ``order()``, those jobs), then
+        (where its waiting items start, their jobs: merged_jobs, not copied)), and
+        (place in ``order()``, job) of every listed entered job that still runs, in no
+        particular order."""
+        spans: list[tuple[int, list[JobState]]] = []
+        at = 0
+        for level in range(self.num_levels):
+            running = list(self.running[level].values())
+            spans.append((at, running))
+            at += len(running)
+            spans.append((at, self.merged_jobs[level]))
+            at += len(self.merged_jobs[level])
+        still = [(self.place_in_order(job, spans), job) for job in self.entered.values() if job.running]
+        return spans, [(place, job) for place, job in still if place is not None]
+
+    def place_in_order(self, job: JobState, spans: list) -> Optional[int]:
+        """A listed waiting item's place in ``order()`` (``spans``: order_parts'), None
+        for a job in a running list."""
+        level, key = self.where[job.index]
+        if key is _RUNNING:
+            return None
+        return spans[2 * level + 1][0] + bisect.bisect_left(self.merged[level], (key, job.index))
+
+    def running_places(self) -> tuple[list[tuple[int, JobState]], list]:
+        """(place in ``order()``, job) of every listed job that runs, in walk order, and
+        order_parts' spans (only with the class lists kept)."""
+        spans, still = self.order_parts()
+        listed = [(first + at, job) for first, running in spans[0::2] for at, job in enumerate(running)]
+        if still:  # entered jobs that still run, at their places among the waiting items
+            listed += still
+            listed.sort(key=lambda item: item[0])
+        return listed, spans
+
     def level_order(self, level: int) -> Iterator[JobState]:
         yield from self.running[level].values()
         merged = sorted(item for items in self.waiting[level].values() for item in items)

@@ -90,7 +90,7 @@ def choose_victims(newcomers: list[JobState], walk_victims: list[JobState],
                    free_by_node: dict[str, int], *, place: Callable, fit: Callable,
                    allowed: Callable[[JobState], Optional[frozenset]], preemptive: bool = True,
                    explain: bool = False, room: Callable[[], Optional[NodeRoom]] = lambda: None,
-                   passed: list[JobState] = (), per_node: bool = False) -> VictimChoice:
+                   passed: list[JobState] = (), per_node: bool = False, book=None) -> VictimChoice:
     """Place the round's ``newcomers`` (walk order) and choose who yields to them.
 
     ``walk_victims``: the running jobs the walk's count left out (walk order);
@@ -105,7 +105,10 @@ def choose_victims(newcomers: list[JobState], walk_victims: list[JobState],
     ``passed``: the waiting jobs the walk passed for want of GPUs within reach on their
     own nodes (OwnNodesReach); with ``explain``, their Shortfalls too. ``per_node``:
     choose per newcomer even where every one may use every node (count mode on real
-    nodes: the count's victims were never placed, so they do not stand)."""
+    nodes: the count's victims were never placed, so they do not stand). ``book``: the
+    round's QueueBook where it keeps its class lists (``order`` is its ``order``): without
+    ``explain``, the places of the newcomers and running jobs are read from its pieces,
+    not from every job (tests/test_class_walk.py checks them against ``order()``)."""
     node_room = room()
     if not (per_node and newcomers) and not any(_has_own_nodes(job, allowed, node_room) for job in newcomers):
         choice = _walk_victims_stand(newcomers, walk_victims, free_by_node, place)
@@ -118,12 +121,22 @@ def choose_victims(newcomers: list[JobState], walk_victims: list[JobState],
                 choice.shortfalls[job.job_id] = _shortfall(job, order, rank, _usable(job, allowed, free), free,
                                                            leaving, choice.starts, preemptive)
         return choice
-    order = list(order())
-    rank = {job.index: position for position, job in enumerate(order)}
-    # walk order; only a job after the first newcomer can be of lower priority than one
-    first = min(rank[job.index] for job in newcomers)
-    candidates = [job for job in order[first + 1:] if job.running and may_preempt(job, preemptive)]
-    candidate_ranks = [rank[job.index] for job in candidates]
+    from_book = book is not None and not explain
+    if from_book:
+        order = ()  # read only to explain
+        running, spans = book.running_places()
+        rank = {job.index: book.place_in_order(job, spans) for job in newcomers}
+        first = min(rank.values())
+        placed = [(place, job) for place, job in running if place > first and may_preempt(job, preemptive)]
+        candidates = [job for _, job in placed]
+        candidate_ranks = [place for place, _ in placed]
+    else:
+        order = list(order())
+        rank = {job.index: position for position, job in enumerate(order)}
+        # walk order; only a job after the first newcomer can be of lower priority than one
+        first = min(rank[job.index] for job in newcomers)
+        candidates = [job for job in order[first + 1:] if job.running and may_preempt(job, preemptive)]
+        candidate_ranks = [rank[job.index] for job in candidates]
     free_gpus = FreeGpus(free_by_node)
     leaving: dict[int, JobState] = {}
     beneficiary: dict[int, JobState] = {}
@@ -190,6 +203,8 @@ def choose_victims(newcomers: list[JobState], walk_victims: list[JobState],
         starts.append((job, slots, position))
     if explain:
         describe_passed(len(order))
+    if leaving and from_book:  # the victims' places, for their order (from the book's pieces)
+        rank.update((job.index, place) for place, job in placed)
     victims = sorted(leaving.values(), key=lambda victim: rank[victim.index])
     return VictimChoice(starts, victims, unplaced, free_gpus, True, beneficiary, shortfalls)
 

@@ -74,6 +74,11 @@ def learner_for(cfg: SimConfig, policy):
     return ConditionedDistributions(window=cfg.service_window) if cfg.conditioned and policy.conditions_service else LearnedDistribution()
 
 
+def _open_sets(smallest: dict, short: dict) -> int:
+    """How many node sets still have a gang that their refusals (``short``) let through."""
+    return sum(1 for nodes, gang in smallest.items() if gang < short.get(nodes, gang + 1))
+
+
 def _refusals() -> dict:
     """audit_waits' node set -> fewest GPUs refused there (a test swaps in one that forgets)."""
     return {}
@@ -373,7 +378,46 @@ class SimCluster:
                                      max_gpus_per_node=self.max_per_node, allowed=allowed)
         return place(job.num_gpus, free_by_node, consolidate=consolidate, max_gpus_per_node=self.max_per_node)
 
-    def audit_waits(self, order: Callable[[], Iterable[JobState]], now: float, preemptive: bool = True) -> None:
+    def walk_pieces(self, order, now: float, book=None) -> tuple[list, list[tuple[int, list]], Optional[list]]:
+        """audit_waits' view of the walk order: (the candidate victims as (place, job),
+        in order: running jobs the victim rule lets go), (first place, jobs) spans that
+        hold every job that does not run, in order (with running jobs among them, which
+        the audit passes), and per span its class lists (QueueBook.by_class: (gang size,
+        class) -> items; None without them). From ``book``'s pieces where it keeps its
+        class lists, else from ``order()``: equal (tests/test_class_walk.py checks it
+        every round)."""
+        engine_cfg = self.cfg.engine
+        protects = engine_cfg.protects_victims
+        min_runtime, max_per_job = engine_cfg.preempt_min_runtime_s, engine_cfg.preempt_max_per_job
+        if book is not None and book.class_function is not None:
+            listed, levels = book.running_places()
+            spans = levels[1::2]  # the waiting items (a level's running list holds only running jobs)
+            lists = book.by_class
+        else:
+            ordered = order()
+            if not isinstance(ordered, list):
+                ordered = list(ordered)
+            spans, lists = [(0, ordered)], None
+            listed = enumerate(ordered)
+        if protects:
+            candidates = [(rank, job) for rank, job in listed
+                          if job.running and not protection(job, now, min_runtime, max_per_job)]
+        else:  # the rule without its time and count parts (protection's first test)
+            candidates = [(rank, job) for rank, job in listed if job.running and job.spec.preemptable]
+        return candidates, spans, lists
+
+    def _smallest_gangs(self, lists: dict) -> dict:
+        """Node set -> the smallest gang among a level's class lists ((gang, class) ->
+        items): every job of a class may use the same nodes (its class is their key)."""
+        allowed_of, smallest = self._allowed, {}
+        for (gang, _), items in lists.items():
+            nodes = allowed_of[items[0][1]]
+            if gang < smallest.get(nodes, gang + 1):
+                smallest[nodes] = gang
+        return smallest
+
+    def audit_waits(self, order: Callable[[], Iterable[JobState]], now: float, preemptive: bool = True,
+                    book=None) -> None:
         """At the end of a round: which pending jobs waited behind a usable victim.
 
         ``order()``: the round's jobs in walk order, highest priority first. Walking
@@ -392,75 +436,86 @@ class SimCluster:
         count is exact (count mode; every job may use every node and none needs a
         consolidated or constrained placement), the walk stops at the lowest-priority
         candidate victim, and the core's search runs only for a job whose nodes hold
-        enough free and candidate GPUs."""
+        enough free and candidate GPUs; the candidates a job's walk passed leave the
+        reach only when a sum or a search reads it. ``book``: the replay's QueueBook
+        with its class lists kept (``order`` is its ``order``): the walk reads the
+        book's pieces (QueueBook.order_parts), visiting only its waiting jobs, not
+        every job."""
         if not preemptive or self._waits_exact:
             return
-        engine_cfg = self.cfg.engine
-        ordered = order()
-        if not isinstance(ordered, list):
-            ordered = list(ordered)
-        if engine_cfg.protects_victims:
-            min_runtime, max_per_job = engine_cfg.preempt_min_runtime_s, engine_cfg.preempt_max_per_job
-            ranks = [rank for rank, job in enumerate(ordered)
-                     if job.running and not protection(job, now, min_runtime, max_per_job)]
-        else:  # the rule without its time and count parts (protection's first test)
-            ranks = [rank for rank, job in enumerate(ordered) if job.running and job.spec.preemptable]
+        candidates, spans, lists = self.walk_pieces(order, now, book)
         behind: dict[int, tuple[int, float]] = {}
-        if ranks:
+        if candidates:
+            ranks = [rank for rank, _ in candidates]
+            lowest = ranks[-1]
             promised = {b for _, _, beneficiaries in self._open.values() for b in beneficiaries}
             free = dict(self.free_by_node)
             # per node: the free GPUs and those of the candidates after the walk's place
             within_reach = dict(free)
-            for rank in ranks:
-                for node, gpus in ordered[rank].placement:
+            for _, victim in candidates:
+                for node, gpus in victim.placement:
                     within_reach[node] += gpus
             version, sums = 0, {}
             # node set -> the fewest GPUs refused there: within_reach only shrinks in this
             # walk, so a later job of that set asking as many is refused without a sum
             short = _refusals()
             claimed: set[int] = set()
-            passed = 0  # candidates (ranks[:passed]) at or before the walk's place
+            passed = 0  # candidates (ranks[:passed]) before the walk's place, out of within_reach
             allowed_of, fit = self._allowed, self.fit  # the nodes each job may use: fixed for the replay
-            for rank in range(ranks[-1]):
-                job = ordered[rank]
-                if job.running:
-                    if ranks[passed] == rank:
-                        passed += 1
-                        if job.index not in claimed:
-                            for node, gpus in job.placement:
-                                within_reach[node] -= gpus
-                            version += 1
+            for number, (first, listed) in enumerate(spans):
+                if first >= lowest:
+                    break
+                # with class lists: node set -> its smallest gang in the span; the span is
+                # left once every node set there refused its smallest (all the rest would be)
+                smallest = None if lists is None or not short else self._smallest_gangs(lists[number])
+                if smallest is not None and not _open_sets(smallest, short):
                     continue
-                if job.index in promised:
-                    continue
-                allowed = allowed_of[job.index]
-                if job.num_gpus >= short.get(allowed, job.num_gpus + 1):
-                    continue
-                cached = sums.get(allowed)
-                if cached is None or cached[0] != version:
-                    cached = (version, sum(within_reach.values()) if allowed is None
-                              else sum(within_reach[node] for node in allowed))
-                    sums[allowed] = cached
-                if cached[1] < job.num_gpus:
-                    short[allowed] = job.num_gpus
-                    continue
-                lower = [ordered[r] for r in ranks[passed:] if ordered[r].index not in claimed]
-                usable = (lambda node: True) if allowed is None else allowed.__contains__
-                found = victims_for(job, reversed(lower), free, usable, fit)
-                if found is None:
-                    continue
-                victims, slots = found
-                for victim in victims:
-                    claimed.add(victim.index)
-                    for node, gpus in victim.placement:
-                        free[node] += gpus
-                for node, gpus in slots:
-                    free[node] -= gpus
-                    within_reach[node] -= gpus
-                version += 1
-                if victims:
-                    count, since = self._behind.get(job.index, (0, now))
-                    behind[job.index] = (count + 1, since)
+                for rank, job in enumerate(listed, first):
+                    if rank >= lowest:
+                        break
+                    if job.running or job.index in promised:
+                        continue
+                    allowed = allowed_of[job.index]
+                    if job.num_gpus >= short.get(allowed, job.num_gpus + 1):
+                        continue
+                    if ranks[passed] < rank:  # the candidates passed since leave the reach (ranks[-1] > rank)
+                        while ranks[passed] < rank:
+                            victim = candidates[passed][1]
+                            passed += 1
+                            if victim.index not in claimed:
+                                for node, gpus in victim.placement:
+                                    within_reach[node] -= gpus
+                        version += 1
+                    cached = sums.get(allowed)
+                    if cached is None or cached[0] != version:
+                        cached = (version, sum(within_reach.values()) if allowed is None
+                                  else sum(within_reach[node] for node in allowed))
+                        sums[allowed] = cached
+                    if cached[1] < job.num_gpus:
+                        short[allowed] = job.num_gpus
+                        if lists is not None:
+                            if smallest is None:
+                                smallest = self._smallest_gangs(lists[number])
+                            if not _open_sets(smallest, short):
+                                break
+                        continue
+                    lower = [victim for _, victim in candidates[passed:] if victim.index not in claimed]
+                    usable = (lambda node: True) if allowed is None else allowed.__contains__
+                    found = victims_for(job, reversed(lower), free, usable, fit)
+                    if found is None:
+                        continue
+                    victims, slots = found
+                    for victim in victims:
+                        claimed.add(victim.index)
+                        for node, gpus in victim.placement:
+                            free[node] += gpus
+                    for node, gpus in slots:
+                        free[node] -= gpus
+                        within_reach[node] -= gpus
+                    version += 1
+                    if victims:
+                        count, since = self._behind.get(job.index, (0, now))
+                        behind[job.index] = (count + 1, since)
         self._behind = behind
         for index, (count, since) in behind.items():
             if count > BEHIND_VICTIM_ROUNDS:

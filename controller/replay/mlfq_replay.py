@@ -400,7 +400,7 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
                 starts_waiting(job)
             cluster.judge_handoffs()
             if waiting_jobs:
-                cluster.audit_waits(book.order, now, policy.preemptive)
+                cluster.audit_waits(book.order, now, policy.preemptive, book)
             timeline.append((now, waiting_jobs, cluster.busy))
             if progress is not None and rounds % 2000 == 0:
                 progress(len(cluster.outcomes) / max(total, 1))
