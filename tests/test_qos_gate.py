@@ -261,7 +261,8 @@ def test_many_jobs_judged_together_get_the_verdicts_each_gets_alone():
     verdict it gets alone, across users, accounts, sizes, partitions and QOSes."""
     limits = "\n".join([qos_row("normal", MaxTRES="gres/gpu=3"),
                         qos_row("gpu4user", MaxTRESPerUser="gres/gpu=4", GrpTRES="gres/gpu=9"),
-                        qos_row("acct", MaxTRESPerAccount="gres/gpu=3", MaxTRESPerNode="gres/gpu=2")]) + "\n"
+                        qos_row("acct", MaxTRESPerAccount="gres/gpu=3", MaxTRESPerNode="gres/gpu=2"),
+                        qos_row("free"), qos_row("typed", MaxTRES="gres/gpu:a100=2")]) + "\n"
     gate = QosGate(lambda: limits, lambda: PARTITIONS)
     gate.refresh(0.0)
     backend = ScriptedBackend()
@@ -270,7 +271,7 @@ def test_many_jobs_judged_together_get_the_verdicts_each_gets_alone():
         job(backend, f"r{k}", user=user, account=account, partition="qlim", qos="acct" if k == 2 else "normal")
     pending = []
     combinations = itertools.product(("bob", "eve", "ann"), ("a", "b"), (1, 2, 3, 4), (1, 2),
-                                     ("qlim", "batch", "batch,qlim"), ("normal", "acct"))
+                                     ("qlim", "batch", "batch,qlim"), ("normal", "acct", "free", "typed", "nosuch"))
     for k, (user, account, gpus, min_nodes, partition, qos) in enumerate(combinations):
         job_id = str(100 + k)
         backend.add(job_id, gpus)

@@ -165,6 +165,7 @@ class QosGate:
         # requests: each pair's QOSes and each distinct request's verdict is worked out
         # once a round (judging every pending job alone was a sixth of a round at 12k).
         applying: dict[tuple[str, str], list[tuple[str, str]]] = {}
+        silent: dict[tuple[str, str], bool] = {}  # every QOS of the pair known and without a GPU limit
 
         def pairs_of(job: ObservedJob) -> list[tuple[str, str]]:
             key = (job.partition, job.qos)
@@ -173,15 +174,29 @@ class QosGate:
                 pairs = applying[key] = self._applying(*key)
             return pairs
 
-        pending = [job for job in pending if pairs_of(job)]
+        def says_something(job: ObservedJob) -> bool:
+            key = (job.partition, job.qos)
+            quiet = silent.get(key)
+            if quiet is None:
+                pairs = pairs_of(job)
+                quiet = silent[key] = not pairs or (
+                    self.partitions is not None and self.qos is not None
+                    and all(q in self.qos and not self.qos[q].unmodelled and not self.qos[q].limits for _, q in pairs))
+            return not quiet
+
+        pending = [job for job in pending if says_something(job)]  # (a silent pair's verdict is always empty)
         if not pending:
             return {}
         # per QOS, the GPUs held under it: in all, per user, per account; and of those,
-        # the GPUs the plan could free (held by preemptable jobs)
+        # the GPUs the plan could free (held by preemptable jobs). Only the QOSes with a
+        # limit on such a total are counted: no other verdict reads them.
+        totals = {name for name, qos in (self.qos or {}).items()
+                  if any(qos.limits.get(limit) is not None for limit, whose in MODELLED
+                         if whose in ("user", "account", "qos"))}
         held: dict[tuple, int] = {}
         freeable: dict[tuple, int] = {}
         for job in running:
-            for qos in {q for _, q in pairs_of(job)}:
+            for qos in {q for _, q in pairs_of(job)} & totals:
                 for key in ((qos, "qos", ""), (qos, "user", job.user), (qos, "account", job.account)):
                     held[key] = held.get(key, 0) + job.gpus
                     if preemptable(job.job_id):
