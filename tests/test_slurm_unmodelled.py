@@ -9,6 +9,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -55,5 +56,13 @@ def test_unmodelled_jobs_are_counted_by_preflight_and_the_log(iso, run):
     lines = [line for line in run.log_text().splitlines() if "cannot cause a preemption" in line]
     assert len(lines) == 1 and "2 of 3 pending GPU jobs (67%)" in lines[0], lines
     assert f"job {either}: --constraint=ib|ib" in lines[0] and f"job {own}: --exclusive=user" in lines[0]
-    victims_for = {d["job_id"] for d in run.decisions() if d["kind"] == "preempt"}
-    assert len(victims_for) <= 1  # the plain job's victim at most; none for the two unmodelled ones
+    # Shadow acts on nothing and decides afresh each round, so a later round may name
+    # another of bob's four like jobs for the plain job (seen once, on 26.05 under the
+    # load of three releases' tests: two victims over the run). What must hold: one victim
+    # a round at most, each named for the plain job, none for the two unmodelled ones.
+    preempts = [d for d in run.decisions() if d["kind"] == "preempt"]
+    per_round = Counter(d["round_id"] for d in preempts)
+    assert all(count <= 1 for count in per_round.values()), per_round
+    for decision in preempts:
+        assert plain in decision["reason"] and either not in decision["reason"] \
+            and own not in decision["reason"], decision["reason"]
