@@ -482,7 +482,10 @@ class SlurmObserver:
         unknown = [job_id for job_id in pending if job_id not in sharing]
         if not unknown:
             return
-        if len(unknown) > MAX_SHOW_JOB_IDS and len(unknown) >= SHOW_ALL_JOBS_SHARE * len(pending):
+        # (only the never-asked count: jobs a dump did not answer go by their ids, not
+        # into another dump of every job each round)
+        never_asked = sum(1 for job_id in unknown if job_id not in tried)
+        if never_asked > MAX_SHOW_JOB_IDS and never_asked >= SHOW_ALL_JOBS_SHARE * len(pending):
             modes = self._read_all_sharing(skipped)  # None (no answer): all unknown this round, one wait
             for job_id in unknown if modes is not None else ():
                 if job_id in modes:

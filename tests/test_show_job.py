@@ -173,6 +173,17 @@ def test_many_unknown_modes_are_read_in_one_dump_a_few_by_their_ids():
     assert slurm.asked() == [["200"]]
 
 
+def test_jobs_a_dump_did_not_answer_are_asked_by_id_not_dumped_again():
+    records = [plain(100 + i, submit=1000 + i) for i in range(60)]
+    lines = {str(100 + i): (show_line(100 + i), None) for i in range(60) if i % 2 == 0}  # half unanswered
+    slurm = ShowJobSlurm(records, lines)
+    backend = SlurmBackend(runner=slurm)
+    backend.observe()
+    assert slurm.asked() == [[]]  # the dump
+    backend.observe()
+    assert slurm.asked() == [[str(100 + i)] for i in range(1, 40, 2)]  # twenty of those left, by id: no second dump
+
+
 def test_a_dump_that_times_out_leaves_the_modes_unknown_not_the_observation():
     records = [plain(100 + i, submit=1000 + i) for i in range(30)]
     slurm = ShowJobSlurm(records, {str(100 + i): (show_line(100 + i), None) for i in range(30)})
