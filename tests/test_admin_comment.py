@@ -24,6 +24,12 @@ def test_line_reads_like_the_issue():
         "tiresias: queue 2/3 · 5,400 GPU-s attained · position 4 · preemptable"
     assert our_line(0, 2, 10, 1, False, False) == "tiresias: queue 1/2 · 10 GPU-s attained · position 1"
     assert our_line(0, 0, 10, 2, True, False) == "tiresias: 10 GPU-s attained · position 2 · not preemptable"
+    # no place in the plan order (the memo keeps the text before and after the position)
+    assert our_line(1, 3, 5400, None, True, False) == "tiresias: queue 2/3 · 5,400 GPU-s attained · not preemptable"
+    assert our_line(0, 2, 10, None, False, False) == "tiresias: queue 1/2 · 10 GPU-s attained"
+    # the same parts with two positions: each line its own position
+    assert our_line(0, 2, 10, 7, True, True).endswith("position 7 · preemptable")
+    assert our_line(0, 2, 10, 8, True, True).endswith("position 8 · preemptable")
 
 
 def test_site_text_is_kept_and_ours_replaced():

@@ -65,6 +65,14 @@ class PreflightRefused(RuntimeError):
     a wrong slurm.conf setting: the controller acts on nothing and stops."""
 
 
+
+def digest(signature: Optional[frozenset]) -> Optional[tuple[int, int]]:
+    """What is kept of a light poll's answer to compare the next one with: its size and
+    hash, not its lines (a line per job: 0.1 KB a job held for nothing but this test).
+    Two different answers with the same 64-bit hash and size would cost a round missed
+    until the next full observation (full_observe_s), no more."""
+    return None if signature is None else (len(signature), hash(signature))
+
 class Controller:
     def __init__(self, config: Config, backend: Backend, store: Store, clock: Callable[[], float] = time.time,
                  metrics=None, preflight: Optional[Pending] = None):
@@ -106,7 +114,7 @@ class Controller:
         self.heap = Heap()  # one full garbage collection an hour (controller.service.ops.heap)
         # The light poll's answer taken just before the last full observation, and when
         # that observation was made (controller clock): see observe().
-        self._full_signature: Optional[frozenset] = None
+        self._full_signature: Optional[tuple[int, int]] = None  # digest() of that poll's answer
         self._full_nodes: Optional[frozenset] = None  # backend.poll_nodes() taken just before it
         self._full_at = -math.inf
         # The last full round (full_round_every_s): the backend read every record anew and
@@ -166,7 +174,7 @@ class Controller:
         poll = self.backend.poll if self.backend.offers("poll") else None
 
         def due(signature) -> bool:
-            return signature != last_signature or started >= next_full or self._stale
+            return digest(signature) != last_signature or started >= next_full or self._stale
 
         mode_noted = False
         while not stop.is_set():
@@ -205,7 +213,7 @@ class Controller:
                     self.run_round(observation)
                     # The poll's answer from before the observation: a change in between
                     # makes the next poll differ, so it costs one more round, never a miss.
-                    last_signature = signature
+                    last_signature = digest(signature)
                     next_full = started + self.config.interval_s
                 except BackendUnavailable as err:
                     self._note_outage(err)
@@ -289,7 +297,7 @@ class Controller:
         now = self.clock()
         reusing = self.config.full_observe_s > 0 and callable(repeat) and signature is not None
         nodes = self._from_backend(poll_nodes) if reusing and callable(poll_nodes) else None
-        if (reusing and signature == self._full_signature and nodes == self._full_nodes and not self._stale
+        if (reusing and digest(signature) == self._full_signature and nodes == self._full_nodes and not self._stale
                 and now - self._full_at < self.config.full_observe_s):
             observation = repeat()
             if observation is not None:
@@ -298,7 +306,7 @@ class Controller:
                 self._repeated = observation
                 return observation
         observation = self._observe()
-        self._full_signature, self._full_nodes, self._full_at = signature, nodes, now
+        self._full_signature, self._full_nodes, self._full_at = digest(signature), nodes, now
         return observation
 
     def _mark_polls(self) -> None:
