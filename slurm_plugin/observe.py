@@ -9,7 +9,7 @@ import json
 import logging
 import re
 from dataclasses import replace
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Optional
 
 from controller.service.acting.backend import BackendUnavailable, Observation, ObservedJob
 from controller.core.model import Node
@@ -163,7 +163,9 @@ class SlurmObserver:
         # pending jobs whose own record leaves it open; a change re-reads every record
         named_partitions = frozenset(p for j in fresh if j.state == "PENDING" and self._in_scope(j.partitions)
                                      and self._sharing_open(j) for p in j.partitions if p)
-        if self._read_partition_modes(named_partitions, any(
+        # (whether any pending job leaves it open is asked only when the minute is up: a
+        # pass over every record each round otherwise)
+        if self._read_partition_modes(named_partitions, lambda: any(
                 j.state == "PENDING" and self._sharing_open(j) for j in jobs), observed_at_s):
             self._observed = {}
 
@@ -308,15 +310,16 @@ class SlurmObserver:
         return (not self._sharing_in_json or job.shared == "oversubscribe"
                 or sum(1 for p in job.partitions if p) > 1)
 
-    def _read_partition_modes(self, named: frozenset, pending: bool, now: float) -> bool:
+    def _read_partition_modes(self, named: frozenset, pending: Callable[[], bool], now: float) -> bool:
         """Read the partitions' OverSubscribe (``scontrol show partition -o``) when the
         pending jobs parsed by this read (``named``: their partitions) name one not
         asked about at the last read, or PARTITIONS_EVERY_S passed while some job is
-        pending (``pending``): one command a minute at most while nothing new comes.
+        pending whose record leaves it open (``pending()``): one command a minute at most
+        while nothing new comes.
         Unreadable: the last answer stays (logged). Returns whether the answer changed."""
         last = self._partitions_read
         asked = frozenset() if last is None else last[1]
-        if not (named - asked) and not (pending and last is not None and now - last[0] >= PARTITIONS_EVERY_S):
+        if not (named - asked) and not (last is not None and now - last[0] >= PARTITIONS_EVERY_S and pending()):
             return False
         self._partitions_read = (now, asked | named)
         try:

@@ -98,3 +98,33 @@ def test_one_partition_jobs_without_oversubscribe_never_read_the_partitions():
     sent: list = []
     SlurmBackend(runner=scripted(texts, sent)).observe()
     assert not [argv for argv in sent if argv[0] == "scontrol"]
+
+
+def test_the_partitions_are_read_again_each_minute_only_while_a_pending_job_leaves_sharing_open():
+    # p-excl,batch names two partitions: its record does not settle how it shares, so the
+    # partitions' modes are read at first sight and again once a minute while it is
+    # pending; once only jobs whose record settles it are left, never again
+    import json
+    from slurm_plugin.observe import PARTITIONS_EVERY_S
+    texts = recorded("22.05")
+    doc = json.loads(texts["squeue.json"])
+    doc["jobs"] = [job for job in doc["jobs"] if job["name"] in ("fill1", "p-batch", "p-excl,batch")]
+    with_open = json.dumps(doc)
+    doc["jobs"] = [job for job in doc["jobs"] if job["name"] != "p-excl,batch"]
+    settled = json.dumps(doc)
+    sent: list = []
+    now = [1000.0]
+    backend = SlurmBackend(runner=scripted(dict(texts, **{"squeue.json": with_open}), sent), clock=lambda: now[0])
+
+    def reads_at(at: float, squeue: str) -> int:
+        now[0] = at
+        texts["squeue.json"] = squeue
+        backend.runner = scripted(texts, sent)
+        before = len(sent)
+        backend.observe()
+        return sum(1 for argv in sent[before:] if argv[:3] == ["scontrol", "show", "partition"])
+
+    assert reads_at(1000.0, with_open) == 1  # a partition pair never asked about
+    assert reads_at(1000.0 + PARTITIONS_EVERY_S / 2, with_open) == 0  # within the minute
+    assert reads_at(1001.0 + PARTITIONS_EVERY_S, with_open) == 1  # the minute is up, the job still pending
+    assert reads_at(1002.0 + 3 * PARTITIONS_EVERY_S, settled) == 0  # it left: no pending job needs them
