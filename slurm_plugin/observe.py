@@ -74,11 +74,6 @@ def _held_on_nodes(jobs: list[SlurmJob]) -> dict[str, tuple[int | None, int | No
     return held
 
 
-def _allocated(reported: int | None, held: int | None) -> int | None:
-    """A node's allocated count: as it reports it, else the sum its jobs hold."""
-    return reported if reported is not None else held
-
-
 class SlurmObserver:
     """SlurmBackend's reads: squeue, sinfo, sprio and scontrol show, the record caches and
     what an observation keeps for the next (state set up by SlurmBackend.__init__)."""
@@ -139,8 +134,7 @@ class SlurmObserver:
         for exc in node_errors:
             skipped.append(f"sinfo node {exc.node or '?'} (record {exc.record_index}): {exc}")
 
-        # a bad record may hold CPUs on any node: then no node's share is summed from jobs
-        held = _held_on_nodes(jobs) if not job_errors else None
+        every_job = jobs  # (held_on below sums every partition's jobs)
         if self.partitions is not None:
             jobs = [j for j in jobs if self._in_scope(j.partitions)]
 
@@ -221,14 +215,22 @@ class SlurmObserver:
 
         reserved = self._reservations(named, nodes, observed_at_s)
 
+        held: list[dict] = []  # summed from the jobs only for a node that does not report its own counts
+
         def held_on(name: str) -> tuple[int | None, int | None]:
-            return (None, None) if held is None else held.get(name, (0, 0))
+            if job_errors:  # a bad record may hold CPUs on any node: then no node's share is summed from jobs
+                return None, None
+            if not held:
+                held.append(_held_on_nodes(every_job))
+            return held[0].get(name, (0, 0))
         observed_nodes = [
             Node(name=n.name, gpus_total=n.gpus_total, gpus_free=n.gpus_free, available=n.available,
                  partitions=tuple(n.partitions), gpu_type=n.gpu_type, reservation=reserved.get(n.name, ""),
                  gpus_mps=n.gpus_mps, cpus_total=n.cpus_total,
-                 cpus_free=_free(n.cpus_total, _allocated(n.cpus_alloc, held_on(n.name)[0])),
-                 mem_total_mb=n.mem_total_mb, mem_free_mb=_free(n.mem_total_mb, _allocated(n.mem_alloc_mb, held_on(n.name)[1])),
+                 cpus_free=_free(n.cpus_total, n.cpus_alloc if n.cpus_alloc is not None else held_on(n.name)[0]),
+                 mem_total_mb=n.mem_total_mb,
+                 mem_free_mb=_free(n.mem_total_mb, n.mem_alloc_mb if n.mem_alloc_mb is not None
+                                   else held_on(n.name)[1]),
                  features=n.features)
             for n in nodes if self._node_in_scope(n)
         ]
