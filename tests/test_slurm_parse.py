@@ -524,3 +524,18 @@ def test_a_job_being_torn_down_is_completing_on_both_releases():
     assert split_state("COMPLETING", "job_state") == ("COMPLETING", frozenset())  # 22.05
     assert split_state(["PENDING", "COMPLETING"], "job_state") == ("COMPLETING", frozenset({"PENDING"}))
     assert split_state(["RUNNING", "CONFIGURING"], "job_state") == ("RUNNING", frozenset({"CONFIGURING"}))
+
+
+@pytest.mark.parametrize("version", GENERATIONS)
+def test_empty_node_lists_are_one_shared_list_that_refuses_to_change(version):
+    # (memory: most records have four or five empty lists; one object stands in for all)
+    from slurm_plugin.parse_jobs import NO_NAMES
+    jobs = parse_squeue_json(json.loads(read(version, "squeue.json")))
+    pending = [job for job in jobs if job.state == "PENDING"]
+    assert pending and all(job.nodes == [] and job.nodes is NO_NAMES for job in pending if not job.nodes)
+    assert all(job.excluded_nodes is NO_NAMES for job in jobs if not job.excluded_nodes)
+    running = [job for job in jobs if job.state == "RUNNING"]
+    assert running and all(job.nodes and job.nodes is not NO_NAMES for job in running)
+    with pytest.raises(TypeError):
+        pending[0].excluded_nodes.append("gpu1")
+    assert NO_NAMES == [] and NO_NAMES + ["gpu1"] == ["gpu1"]
