@@ -359,6 +359,7 @@ _FEATURE_TOKEN = re.compile(r"\s*(?:(?P<name>[A-Za-z0-9_.:=+\-/]+)|(?P<op>[&|()\
 _FORMS = {"|": "an OR (|)", "[": "a matching OR ([...])", "*": "a node count (*N)", "(": "parentheses"}
 
 
+@functools.lru_cache(maxsize=4096)  # a Constraint is frozen: jobs asking the same expression share one
 def parse_constraint(text: str | None, field_name: str = "features") -> Constraint:
     """``a&b`` -> Constraint(features=('a', 'b')); ``a|b``, ``[a|b]``, ``a*2``, ``(a&b)``
     -> Constraint(form=...) naming the first such form; '' or None: no constraint.

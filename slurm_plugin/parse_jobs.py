@@ -207,7 +207,7 @@ def _squeue_job(r: dict) -> SlurmJob:
     site = r.get("site_factor")
     return SlurmJob(
         job_id=job_id,
-        name=str_value(r.get("name"), "name"),
+        name=intern(str_value(r.get("name"), "name")),  # (many jobs share a name: train, bash, an array's)
         user=intern(str_value(r.get("user_name"), "user_name")),
         account=intern(str_value(r.get("account"), "account")),
         partition=intern(str_value(r.get("partition"), "partition")),
@@ -227,7 +227,7 @@ def _squeue_job(r: dict) -> SlurmJob:
         restart_count=count_value(r.get("restart_cnt"), "restart_cnt"),
         requeue=bool(r["requeue"]) if r.get("requeue") is not None else None,
         batch=bool(r.get("batch_flag")),
-        comment=str_value(r.get("comment"), "comment"),
+        comment=intern(str_value(r.get("comment"), "comment")),
         admin_comment=str_value(r.get("admin_comment"), "admin_comment"),
         priority=int_value(r.get("priority"), "priority") if r.get("priority") is not None else None,
         site_factor=int_value(site, "site_factor") if site is not None else None,

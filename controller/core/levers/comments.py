@@ -118,6 +118,7 @@ class CommentBook:
         self.max_per_round = max_per_round
         self.hold: set[str] = set()  # job ids no line is written to this round (the controller's)
         self._written: dict[str, _Written] = {}
+        self._keys: dict[tuple, tuple] = {}  # the urgent keys (level, running) written: each one object
         self._due: list[tuple[float, str]] = []  # heap of (written at + refresh_s, job id); stale rows skipped
         self._positions: tuple[object, dict[str, int]] = (None, {})  # (plan, job id -> place): per plan
         self.backlog = False  # the last round left lines to write (over max_per_round or the budget)
@@ -230,7 +231,8 @@ class CommentBook:
         return self._due[0][0] if self._due else math.inf
 
     def written(self, job_id: str, key: tuple, now: float) -> None:
-        self._written[job_id] = _Written(now, key)
+        # (the few distinct keys held once, not a tuple a job)
+        self._written[job_id] = _Written(now, self._keys.setdefault(key, key))
         heapq.heappush(self._due, (now + self.refresh_s, job_id))
 
     def forget(self, job_id: str) -> None:
