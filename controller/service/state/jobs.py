@@ -146,10 +146,11 @@ class JobRows:
     """The job, sample and usage-record methods of ``Store`` (a part of it: ``self`` is the store)."""
 
     def _start_dirty_tracking(self) -> None:
-        # (cluster, job id) -> the job_service row as this process last committed or loaded
+        # cluster -> job id -> the job_service row as this process last committed or loaded
         # it: save_jobs writes only records that differ (dirty tracking). Updated only
-        # after a commit, so a rolled-back write is written again.
-        self._committed_rows: dict[tuple[str, str], tuple] = {}
+        # after a commit, so a rolled-back write is written again. (Per cluster: a
+        # (cluster, job id) key was a tuple a job held.)
+        self._committed_rows: dict[str, dict[str, tuple]] = {}
         self._committed_lock = threading.Lock()
 
     # -- job service --------------------------------------------------------------
@@ -163,30 +164,29 @@ class JobRows:
             rows = conn.execute(query).mappings().all()
         records = {row["job_id"]: _row_to_record(row) for row in rows}
         with self._committed_lock:
-            self._committed_rows.update(((cluster, job_id), _record_values(record))
-                                        for job_id, record in records.items())
+            self._committed_rows.setdefault(cluster, {}).update(
+                (job_id, _record_values(record)) for job_id, record in records.items())
         return records
 
     def save_jobs(self, cluster: str, records: Iterable[JobRecord]) -> int:
         """Upsert those of these records that differ from what this process last
         committed or loaded, in one transaction; returns how many were written."""
-        changed: dict[tuple[str, str], tuple] = {}
+        changed: dict[str, tuple] = {}  # job id -> the values written
         new_rows = []  # not committed by this process yet: upserted whole
         updates: dict[tuple[bool, ...], list[tuple]] = {}  # which fields changed -> the records' values
-        committed_row = self._committed_rows.get
+        committed_row = self._committed_rows.get(cluster, {}).get
         for record in records:
             job_id = record.job_id if type(record.job_id) is str else str(record.job_id)
-            key = (cluster, job_id)
-            if key in changed:
+            if job_id in changed:
                 continue  # listed twice (running, and read whole): written once
-            old = committed_row(key)
+            old = committed_row(job_id)
             values = _record_values(record)
             if old == values:
                 continue
-            changed[key] = values
+            changed[job_id] = values
             if old is None:
                 row = dict(zip(JOB_FIELDS, values))
-                row.update(cluster=cluster, job_id=key[1], last_running=bool(row["last_running"]))
+                row.update(cluster=cluster, job_id=job_id, last_running=bool(row["last_running"]))
                 new_rows.append(row)
                 continue
             # Most rounds change a job's clocks only (last_observed_s and one or four
@@ -200,17 +200,17 @@ class JobRows:
             for mask, group in updates.items():
                 _update_job_rows(conn, cluster, tuple(name for name, differs in zip(JOB_FIELDS, mask) if differs),
                                  group)
-            self._after_commit(lambda: self._remember(changed))
+            self._after_commit(lambda: self._remember(cluster, changed))
         return len(changed)
 
-    def _remember(self, rows: dict[tuple[str, str], tuple]) -> None:
+    def _remember(self, cluster: str, rows: dict[str, tuple]) -> None:
         with self._committed_lock:
-            self._committed_rows.update(rows)
+            self._committed_rows.setdefault(cluster, {}).update(rows)
 
     def _forget(self, cluster: str, job_id: str) -> None:
         """The row was written another way: the next save_jobs writes the record whole."""
         with self._committed_lock:
-            self._committed_rows.pop((cluster, job_id), None)
+            self._committed_rows.get(cluster, {}).pop(job_id, None)
 
     def known_job_ids(self, cluster: str, job_ids: Iterable[str]) -> set[str]:
         """Those of ``job_ids`` that have a row (active or finished) in ``cluster``."""
