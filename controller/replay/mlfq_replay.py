@@ -63,6 +63,7 @@ from controller.core.queues import ENTERED, SETTLED_WAITING
 from controller.core.policies.base import STARVATION_TOLERANCE_S
 from controller.replay.cluster import learner_for, RunState, SimCluster
 from controller.replay.run_config import EPS, SimConfig, SimResult, WATCH_EVERY
+from controller.replay.slurm_order import SlurmOrder
 
 
 class _Places:
@@ -112,6 +113,27 @@ def _node_class(job: JobState) -> tuple:
     return spec.partitions, spec.gpu_type, spec.reservation, spec.features, spec.constrained
 
 
+def settle_slurm_starts(book: QueueBook, started: list[JobState]) -> None:
+    """Jobs Slurm started where the plan gave them no place (settled waiting jobs the
+    plan did not start): they run at their place, as the next round's book built from
+    the jobs would list them (controller.core.queues: settled running, by entry)."""
+    for job in started:
+        level, key = book.where[job.index]
+        if key is None:  # the plan's place put it in a running list
+            continue
+        if key[1] != SETTLED_WAITING:
+            raise AssertionError(f"job {job.job_id}: Slurm started an entered job the plan gave no place")
+        book.remove(job)
+        book.add_running(job, level)
+        running = book.running[level]
+        if len(running) > 1:
+            items = reversed(running.values())
+            next(items)
+            before = next(items)
+            if (before.queue_entry, before.index) > (job.queue_entry, job.index):  # its place is earlier
+                book.running[level] = dict(sorted(running.items(), key=lambda item: (item[1].queue_entry, item[0])))
+
+
 def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list[JobState], dropped: list[str],
              progress: Optional[Callable[[float], None]] = None,
              watch: Optional[Callable[[float], None]] = None) -> SimResult:
@@ -148,6 +170,9 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
     promotion_due: list[tuple[float, int, int]] = []
     promotion_wakeups: list[tuple[float, int, int]] = []  # those the loop wakes for
     promotions = 0
+    # Slurm starts the jobs (SimConfig.slurm_starts): the plan's starts are replaced by
+    # Slurm's (controller.replay.slurm_order), which reads the round's active jobs
+    slurm = engine if isinstance(engine, SlurmOrder) else None
 
     def waiting_value(job: JobState, level: int, served_gpu_s: float) -> float:
         return policy.waiting_value(service, thresholds, level, served_gpu_s, job.spec) if ordered_waiting else 0.0
@@ -222,7 +247,7 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
     def promote_due() -> None:
         """Starvation promotions at this round, as the engine makes them: every job
         below Q_1 that has waited PROMOTEKNOB x its execution goes to the tail of Q_1
-        (entered now) with its counters reset."""
+        (entered now) with its counters reset. Returns (job, its queue service before)."""
         nonlocal promotions
         due_now, not_yet, deferred = [], [], []
         # the engine's test has a tolerance: a moment that far ahead is due now too
@@ -252,8 +277,10 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
             heapq.heappush(promotion_due, later)
             if job.queue_service_gpu_s >= thresholds[0]:
                 heapq.heappush(promotion_wakeups, later)
+        promoted = []
         for job in sorted(due_now, key=lambda j: j.index):
             book.remove(job)
+            promoted.append((job, job.queue_service_gpu_s))
             job.queue_service_gpu_s = 0.0
             job.executed_since_promotion_s = 0.0
             job.waited_since_promotion_s = 0.0
@@ -262,6 +289,7 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
             private[job.index].version += 1  # its old promotion moment is stale
             book.add_waiting(job, 0, ENTERED, now, waiting_value(job, 0, 0.0))
             promotions += 1
+        return promoted
 
     def end_protection() -> None:
         """Minimum run times over by now: the engine's rule (mark_protected) again."""
@@ -349,8 +377,10 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
             for job in aside:  # out of the book for this round's walk, as out of the controller's snapshot
                 book.remove(job)
                 places.drop(job.index)
-            if promoting:
-                promote_due()
+            promoted = promote_due() if promoting else ()
+            if slurm is not None:  # the generic loop's snapshot: every active job
+                snapshot.jobs = [*book.jobs(), *aside]
+                slurm.service_before = {job.job_id: served for job, served in promoted}
             if protects:
                 end_protection()
             if places is not None:
@@ -363,6 +393,7 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
             cluster.expect(plan)
             signalled: set[str] = set()
             stopped: list[JobState] = []
+            started: list[JobState] = []
             for action in plan.actions:
                 job = jobs[index_of[action.job_id]]
                 if action.kind == "preempt":
@@ -380,6 +411,7 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
                     continue  # planned onto a victim's GPUs still in its grace period: waits
                 else:
                     start(job, action.placement)
+                    started.append(job)
                     if not policy.discretized:  # no places: a started job joins the running list
                         book.remove(job)
                         book.add_running(job, 0)
@@ -396,6 +428,8 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
             for job, (level, (within, group, entry)) in aside_places:  # back where they were
                 book.add_waiting(job, level, group, entry, within)
                 places.set(job.index, job.queue_entry)
+            if slurm is not None and policy.discretized:
+                settle_slurm_starts(book, started)
             for job in stopped:  # waits at its level (the plan's place): its promotion moment
                 starts_waiting(job)
             cluster.judge_handoffs()

@@ -81,8 +81,10 @@ class Simulation:
         self.run_state = [RunState() for _ in jobs]
         engine_cfg = cfg.engine
         policy = self.engine.policy
+        # Slurm's starts (SlurmOrder) replay on the incremental loop too; slurmctld's own
+        # preemption (SlurmPreempts) only on the generic one, which hands it every job
         if cfg.incremental and (policy.discretized or policy.static_order) and cfg.round_interval_s is None \
-                and not cfg.slurm_starts:
+                and not isinstance(self.engine, SlurmPreempts):
             return mlfq_replay.run_mlfq(cfg, self.engine, self.run_state, jobs, dropped, self.progress, self.watch)
         return self._loop(jobs, dropped)
 

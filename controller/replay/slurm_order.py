@@ -51,6 +51,10 @@ class SlurmOrder:
         self.released: dict[str, int] = {}  # requeued job -> its preemptions when the plan started it
         self._nodes: tuple = ()  # the node table the class memo below is for
         self._class_nodes: dict[tuple, tuple[str, ...]] = {}  # node class -> the nodes it fits, in table order
+        # job id -> its queue service before this round's starvation promotion: the
+        # incremental loop (controller.replay.mlfq_replay) promotes before the step, the
+        # generic loop after it, and the band Slurm starts by is the one before
+        self.service_before: dict[str, float] = {}
 
     def usable(self, spec) -> tuple[str, ...]:
         """The nodes ``spec`` may use (node_fits), in the node table's order, once per class
@@ -77,10 +81,15 @@ class SlurmOrder:
                                                                   released.get(j.job_id) == j.preemptions)]
         levels = plan.levels
 
+        before = self.service_before
+
         def level(job):
             # the thresholds it reached (they are strictly increasing: check_thresholds)
             known = levels.get(job.job_id) if levels else None
-            return bisect.bisect_right(thresholds, job.queue_service_gpu_s) if known is None else known
+            if known is not None:
+                return known
+            return bisect.bisect_right(thresholds, before.get(job.job_id, job.queue_service_gpu_s) if before
+                                       else job.queue_service_gpu_s)
 
         backfill = self.limit_s is not None
         on_node: dict[str, list[tuple[float, int]]] = {node.name: [] for node in snapshot.nodes}
