@@ -171,8 +171,10 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
     promotion_wakeups: list[tuple[float, int, int]] = []  # those the loop wakes for
     promotions = 0
     # Slurm starts the jobs (SimConfig.slurm_starts): the plan's starts are replaced by
-    # Slurm's (controller.replay.slurm_order), which reads the round's active jobs
+    # Slurm's (controller.replay.slurm_order), which keeps the pending jobs from the events
     slurm = engine if isinstance(engine, SlurmOrder) else None
+    if slurm is not None:
+        slurm.track(lambda job_id: jobs[index_of[job_id]], cluster.nodes)
 
     def waiting_value(job: JobState, level: int, served_gpu_s: float) -> float:
         return policy.waiting_value(service, thresholds, level, served_gpu_s, job.spec) if ordered_waiting else 0.0
@@ -201,6 +203,8 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
             job.waited_since_promotion_s += now - private[job.index].last_sync_s
         private[job.index].last_sync_s = now
         cluster.start(job, placement, now)
+        if slurm is not None:
+            slurm.started(job)
         waiting_jobs -= 1
         schedule_demotion(job, now, job.queue_service_gpu_s)
         if protects:
@@ -336,6 +340,8 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
         # 1. everything that happens at this moment: completions, requeues, arrivals, crossings
         for job in cluster.finish_due(now):
             book.remove(job)
+            if slurm is not None:
+                slurm.ended(job)
             if places is not None:
                 places.drop(job.index)
             events += 1
@@ -350,6 +356,8 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
             waiting_jobs += 1
             next_arrival += 1
             events += 1
+            if slurm is not None:
+                slurm.arrived(job)
         round_now = waiting_jobs and (policy.preemptive or cluster.busy < capacity)
         while current(demotions) and demotions[0][0] <= now + EPS:
             t_cross, index, _ = heapq.heappop(demotions)
@@ -378,8 +386,7 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
                 book.remove(job)
                 places.drop(job.index)
             promoted = promote_due() if promoting else ()
-            if slurm is not None:  # the generic loop's snapshot: every active job
-                snapshot.jobs = [*book.jobs(), *aside]
+            if slurm is not None:  # Slurm's band is the one before this round's promotion
                 slurm.service_before = {job.job_id: served for job, served in promoted}
             if protects:
                 end_protection()
@@ -402,9 +409,13 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
                         places.drop(job.index)
                         cluster.signal(job, now)
                         signalled.add(job.job_id)
+                        if slurm is not None:
+                            slurm.ended(job)
                     else:
                         cluster.stop(job, now)
                         waiting_jobs += 1
+                        if slurm is not None:
+                            slurm.ended(job)
                         if promoting:
                             stopped.append(job)
                 elif handoff and not cluster.fits(action.placement):
@@ -428,8 +439,10 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
             for job, (level, (within, group, entry)) in aside_places:  # back where they were
                 book.add_waiting(job, level, group, entry, within)
                 places.set(job.index, job.queue_entry)
-            if slurm is not None and policy.discretized:
-                settle_slurm_starts(book, started)
+            if slurm is not None:
+                slurm.promoted()
+                if policy.discretized:
+                    settle_slurm_starts(book, started)
             for job in stopped:  # waits at its level (the plan's place): its promotion moment
                 starts_waiting(job)
             cluster.judge_handoffs()

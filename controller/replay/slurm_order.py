@@ -5,6 +5,8 @@ order, backfill's reservations). ``SimConfig.slurm_starts``; `tiresias simulate
 from __future__ import annotations
 
 import bisect
+import heapq
+from itertools import chain
 
 from controller.core.placement import node_fits
 from controller.core.plan import Start
@@ -56,6 +58,73 @@ class SlurmOrder:
         # generic loop after it, and the band Slurm starts by is the one before
         self.service_before: dict[str, float] = {}
 
+    # -- the incremental loop's pending jobs, kept between rounds ------------------
+    def track(self, job_of, nodes) -> None:
+        """Keep the pending jobs (and, with time limits, the running jobs' ends per node)
+        from the replay loop's events instead of reading every job each round
+        (controller.replay.mlfq_replay): ``arrived``, ``started``, ``ended`` (stopped,
+        signalled or finished), ``promoted``; ``job_of(job id)``: the job; ``nodes``: the
+        replay's node table."""
+        self._job_of = job_of
+        self._nodes, self._class_nodes = tuple(nodes), {}
+        # (class nodes, GPUs per node, nodes) -> its pending jobs as (Slurm's order key, index, job), sorted
+        self._groups: dict[tuple, list] = {}
+        self._group_of: dict[int, tuple] = {}  # pending job.index -> (its group, its item)
+        self._ends: dict[str, dict[int, tuple[float, int]]] = {}  # node -> running job.index -> (end, GPUs)
+        self._ends_on: dict[int, tuple[str, ...]] = {}  # running job.index -> the nodes it is listed on
+        self._per_node = max(node.gpus_total for node in nodes)
+        self.tracked = True
+
+    tracked = False  # track() sets up the kept pending jobs
+
+    def arrived(self, job) -> None:
+        """Submitted: pending (never preempted)."""
+        self._pend(job)
+
+    def _pend(self, job) -> None:
+        service = self.service_before.get(job.job_id, job.queue_service_gpu_s)
+        key = (bisect.bisect_right(self.inner.config.thresholds_gpu_s, service), job.first_start_s is None,
+               job.spec.submit_time_s, job.index)
+        gpus, count = gang(job.num_gpus, self._per_node)
+        group = (self.usable(job.spec), gpus, count)
+        item = (key, job.index, job)
+        bisect.insort(self._groups.setdefault(group, []), item)
+        self._group_of[job.index] = (group, item)
+
+    def _unpend(self, job) -> bool:
+        found = self._group_of.pop(job.index, None)
+        if found is None:
+            return False
+        group, item = found
+        members = self._groups[group]
+        del members[bisect.bisect_left(members, item)]
+        if not members:
+            del self._groups[group]
+        return True
+
+    def started(self, job) -> None:
+        """Started on ``job.placement``: no longer pending; with time limits, its end on its nodes."""
+        self._unpend(job)
+        if self.limit_s is not None:
+            end = job.run_start_s + self.limit_s
+            for node, gpus in job.placement:
+                self._ends.setdefault(node, {})[job.index] = (end, gpus)
+            self._ends_on[job.index] = tuple(node for node, _ in job.placement)
+
+    def ended(self, job) -> None:
+        """Stopped, signalled or finished: its GPUs' end is no longer backfill's."""
+        for node in self._ends_on.pop(job.index, ()):
+            del self._ends[node][job.index]
+
+    def promoted(self) -> None:
+        """After every round: the jobs promoted at it are pending in their new band from
+        the next one (this round's walk took the band before, as the generic loop's)."""
+        before, self.service_before = self.service_before, {}
+        for job_id in before:
+            job = self._job_of(job_id)
+            if self._unpend(job):
+                self._pend(job)
+
     def usable(self, spec) -> tuple[str, ...]:
         """The nodes ``spec`` may use (node_fits), in the node table's order, once per class
         (``step`` forgets them when the node table changes)."""
@@ -70,6 +139,8 @@ class SlurmOrder:
         nodes = tuple(snapshot.nodes)
         if nodes != self._nodes:
             self._nodes, self._class_nodes = nodes, {}
+        if self.tracked:
+            return self._tracked_step(snapshot, plan)
         planned = [a for a in plan.actions if a.kind == "start"]
         if planned:
             by_id = {job.job_id: job for job in snapshot.jobs}
@@ -151,5 +222,82 @@ class SlurmOrder:
             return nodes
 
         start_walk(pending, by_band(level), place, start, reserve if backfill else None, full=lambda: not room)
+        plan.actions = [a for a in plan.actions if a.kind != "start"] + starts
+        return plan
+
+    def _tracked_step(self, snapshot, plan):
+        """``step`` over the kept pending jobs (``track``): the same starts as sorting every
+        pending job, walked group by group (jobs of one class and gang, in Slurm's order)
+        merged by Slurm's order; a group whose job could not start is left whole where
+        its later jobs could not start either and would reserve nothing more (no
+        backfill; or backfill's reservation already holds all its nodes)."""
+        assert not plan.levels, "a detailed round's levels: the generic loop's step"
+        released, job_of = self.released, self._job_of
+        for action in plan.actions:
+            if action.kind == "start":
+                job = job_of(action.job_id)
+                released[action.job_id] = job.preemptions
+                if job.preemptions and job.index not in self._group_of and not job.running:
+                    self._pend(job)  # its BeginTime released: pending from now
+        backfill = self.limit_s is not None
+        now, limit = snapshot.now_s, self.limit_s or 0.0
+        ends, fresh = self._ends, {}  # running jobs' ends per node; this walk's starts'
+        free = snapshot.free_gpus_by_node()
+        room = {node for node, gpus in free.items() if gpus > 0}  # free GPUs, not reserved
+        per_node = self._per_node
+        failed: set[tuple] = set()
+        soonest: dict[tuple, list] = {}
+        starts = []
+        reserved: set[str] = set()
+        groups = self._groups
+        heads = [(members[0][0], group) for group, members in groups.items()]
+        heapq.heapify(heads)
+        at = dict.fromkeys(groups, 0)
+        while heads and room:
+            group = heads[0][1]
+            members, k = groups[group], at[group]
+            job = members[k][2]
+            names, gpus, count = group
+            where = None
+            if group not in failed:
+                where = pick_nodes(free, (node for node in names if node not in reserved) if reserved else names,
+                                   gpus, count)
+            if where is not None:
+                for node in where:
+                    free[node] -= gpus
+                    if free[node] <= 0:
+                        room.discard(node)
+                    fresh.setdefault(node, []).append((now + limit, gpus))
+                soonest.clear()
+                starts.append(Start(decision_id(snapshot.round_id, "slurm_start", len(starts)), job.job_id,
+                                    tuple((node, gpus) for node in where), "Slurm: priority order"))
+                done = False
+            else:
+                failed.add(group)
+                done = True
+                if backfill:
+                    memo = soonest.get((names, gpus))
+                    if memo is None:
+                        memo = soonest[(names, gpus)] = [sorted(
+                            (available_at(free.get(node, 0), chain(ends.get(node, {}).values(), fresh.get(node, ())),
+                                          now, gpus), node) for node in names), 0]
+                    order, i = memo
+                    while i < len(order) and order[i][1] in reserved:
+                        i += 1
+                    memo[1] = i
+                    taken = []
+                    while i < len(order) and len(taken) < count:
+                        node = order[i][1]
+                        if node not in reserved:
+                            taken.append(node)
+                        i += 1
+                    room.difference_update(taken)
+                    reserved.update(taken)
+                    done = not taken  # every node of its class reserved: its later jobs reserve nothing
+            if done or k + 1 == len(members):
+                heapq.heappop(heads)
+            else:
+                at[group] = k + 1
+                heapq.heapreplace(heads, (members[k + 1][0], group))
         plan.actions = [a for a in plan.actions if a.kind != "start"] + starts
         return plan
