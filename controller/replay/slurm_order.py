@@ -72,6 +72,9 @@ class SlurmOrder:
         self._group_of: dict[int, tuple] = {}  # pending job.index -> (its group, its item)
         self._ends: dict[str, dict[int, tuple[float, int]]] = {}  # node -> running job.index -> (end, GPUs)
         self._ends_on: dict[int, tuple[str, ...]] = {}  # running job.index -> the nodes it is listed on
+        # node -> GPUs asked -> (its free GPUs, available_at): with fewer free than asked,
+        # available_at reads only the free GPUs and the ends, so it stands until they change
+        self._available: dict[str, dict[int, tuple[int, float]]] = {}
         self._per_node = max(node.gpus_total for node in nodes)
         self.tracked = True
 
@@ -109,12 +112,14 @@ class SlurmOrder:
             end = job.run_start_s + self.limit_s
             for node, gpus in job.placement:
                 self._ends.setdefault(node, {})[job.index] = (end, gpus)
+                self._available.pop(node, None)
             self._ends_on[job.index] = tuple(node for node, _ in job.placement)
 
     def ended(self, job) -> None:
         """Stopped, signalled or finished: its GPUs' end is no longer backfill's."""
         for node in self._ends_on.pop(job.index, ()):
             del self._ends[node][job.index]
+            self._available.pop(node, None)
 
     def promoted(self) -> None:
         """After every round: the jobs promoted at it are pending in their new band from
@@ -250,6 +255,22 @@ class SlurmOrder:
         starts = []
         reserved: set[str] = set()
         groups = self._groups
+        known = self._available
+
+        def available(node: str, gpus: int) -> float:
+            have = free.get(node, 0)
+            if have >= gpus:
+                return now
+            if node in fresh:  # this walk started a job there
+                return available_at(have, chain(ends.get(node, {}).values(), fresh[node]), now, gpus)
+            of_node = known.get(node)
+            if of_node is None:
+                of_node = known[node] = {}
+            hit = of_node.get(gpus)
+            if hit is None or hit[0] != have:
+                hit = of_node[gpus] = (have, available_at(have, ends.get(node, {}).values(), now, gpus))
+            return hit[1]
+
         heads = [(members[0][0], group) for group, members in groups.items()]
         heapq.heapify(heads)
         at = dict.fromkeys(groups, 0)
@@ -278,9 +299,7 @@ class SlurmOrder:
                 if backfill:
                     memo = soonest.get((names, gpus))
                     if memo is None:
-                        memo = soonest[(names, gpus)] = [sorted(
-                            (available_at(free.get(node, 0), chain(ends.get(node, {}).values(), fresh.get(node, ())),
-                                          now, gpus), node) for node in names), 0]
+                        memo = soonest[(names, gpus)] = [sorted((available(node, gpus), node) for node in names), 0]
                     order, i = memo
                     while i < len(order) and order[i][1] in reserved:
                         i += 1
