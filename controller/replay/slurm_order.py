@@ -75,6 +75,7 @@ class SlurmOrder:
         # node -> GPUs asked -> (its free GPUs, available_at): with fewer free than asked,
         # available_at reads only the free GPUs and the ends, so it stands until they change
         self._available: dict[str, dict[int, tuple[int, float]]] = {}
+        self._as_set: dict[tuple, frozenset] = {}  # class nodes -> the same as a set
         self._per_node = max(node.gpus_total for node in nodes)
         self.tracked = True
 
@@ -256,6 +257,7 @@ class SlurmOrder:
         reserved: set[str] = set()
         groups = self._groups
         known = self._available
+        as_set = self._as_set
 
         def available(node: str, gpus: int) -> float:
             have = free.get(node, 0)
@@ -281,8 +283,11 @@ class SlurmOrder:
             names, gpus, count = group
             where = None
             if group not in failed:
-                where = pick_nodes(free, (node for node in names if node not in reserved) if reserved else names,
-                                   gpus, count)
+                # the nodes with room are those with free GPUs not reserved: the few to look at
+                inside = as_set.get(names)
+                if inside is None:
+                    inside = as_set[names] = frozenset(names)
+                where = pick_nodes(free, (node for node in room if node in inside), gpus, count)
             if where is not None:
                 for node in where:
                     free[node] -= gpus
