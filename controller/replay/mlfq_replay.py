@@ -41,7 +41,15 @@ are charged by the same code, with the same results; what this loop adds is the 
   (controller.core.placement.beyond_reach, the controller's own selection) leave the
   book for the round's walk and come back at their places after it; the book's bounds
   are then taken from the jobs in it (``_Places``), and such a job's starvation
-  promotion waits for a round that does not set it aside, as in the generic loop.
+  promotion waits for a round that does not set it aside, as in the generic loop;
+- with Slurm starting the jobs (SimConfig.slurm_starts: the engine is a
+  controller.replay.slurm_order.SlurmOrder), the loop tells it each arrival, start, stop
+  and promotion, so that it keeps the pending jobs in Slurm's order between rounds; a
+  job Slurm started where the plan gave it no place joins its level's running list at
+  its place (``settle_slurm_starts``), as the generic loop's next book would list it,
+  and Slurm's band for a job promoted at this round is the one before (the generic
+  loop promotes after the step). tests/test_slurm_starts_loops.py checks both loops
+  replay alike. slurmctld's own preemption (SlurmPreempts) stays on the generic loop.
 """
 from __future__ import annotations
 

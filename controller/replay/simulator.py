@@ -4,7 +4,8 @@ The simulator is an executor: it builds a Snapshot, asks ``Engine.step`` for a
 plan, and applies its Start / Preempt / Promote actions to the simulated cluster
 (controller.replay.cluster.SimCluster), exactly as the Slurm backend does. This
 module is the generic loop; MLFQ and fixed-order policies replay through the
-incremental one (controller.replay.mlfq_replay) when they can, on the same cluster. Time advances from event to event (arrival, completion, MLFQ
+incremental one (controller.replay.mlfq_replay) when they can, on the same cluster (with
+Slurm's start order too; slurmctld's own preemption only here). Time advances from event to event (arrival, completion, MLFQ
 demotion, starvation promotion, or the quantum of a continuously drifting
 priority); with ``round_interval_s`` rounds happen only on that fixed grid, as in
 the real controller, while completions still happen at their exact times.

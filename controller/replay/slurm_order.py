@@ -44,7 +44,11 @@ class SlurmOrder:
     not start this round (same class, same gang) is not
     tried again (free GPUs only fall and reservations only grow during the walk), and
     backfill's reservation sorts a class's nodes by when they free up once between
-    starts, not once per waiting job."""
+    starts, not once per waiting job. On the incremental loop (``track``) the pending jobs
+    are kept between rounds, grouped by class and gang in Slurm's order, and the walk
+    merges the groups, passing a group whole once its later jobs could neither start nor
+    reserve; a job is placed among the nodes with room only; a node's availability for
+    backfill is kept while its free GPUs and running jobs stand."""
 
     def __init__(self, engine, limit_s: float | None):
         self.inner = engine
