@@ -263,19 +263,26 @@ class SlurmOrder:
         known = self._available
         as_set = self._as_set
 
-        def available(node: str, gpus: int) -> float:
-            have = free.get(node, 0)
-            if have >= gpus:
-                return now
-            if node in fresh:  # this walk started a job there
-                return available_at(have, chain(ends.get(node, {}).values(), fresh[node]), now, gpus)
-            of_node = known.get(node)
-            if of_node is None:
-                of_node = known[node] = {}
-            hit = of_node.get(gpus)
-            if hit is None or hit[0] != have:
-                hit = of_node[gpus] = (have, available_at(have, ends.get(node, {}).values(), now, gpus))
-            return hit[1]
+        def soonest_first(names: tuple, gpus: int) -> list:
+            """The class's nodes by backfill's available_at, then name."""
+            order = []
+            for node in names:
+                have = free.get(node, 0)
+                if have >= gpus:
+                    order.append((now, node))
+                elif node in fresh:  # this walk started a job there
+                    order.append((available_at(have, chain(ends.get(node, {}).values(), fresh[node]), now, gpus),
+                                  node))
+                else:
+                    of_node = known.get(node)
+                    if of_node is None:
+                        of_node = known[node] = {}
+                    hit = of_node.get(gpus)
+                    if hit is None or hit[0] != have:
+                        hit = of_node[gpus] = (have, available_at(have, ends.get(node, {}).values(), now, gpus))
+                    order.append((hit[1], node))
+            order.sort()
+            return order
 
         heads = [(members[0][0], group) for group, members in groups.items()]
         heapq.heapify(heads)
@@ -308,20 +315,32 @@ class SlurmOrder:
                 if backfill:
                     memo = soonest.get((names, gpus))
                     if memo is None:
-                        memo = soonest[(names, gpus)] = [sorted((available(node, gpus), node) for node in names), 0]
+                        memo = soonest[(names, gpus)] = [soonest_first(names, gpus), 0]
                     order, i = memo
-                    while i < len(order) and order[i][1] in reserved:
-                        i += 1
-                    memo[1] = i
-                    taken = []
-                    while i < len(order) and len(taken) < count:
-                        node = order[i][1]
-                        if node not in reserved:
-                            taken.append(node)
-                        i += 1
-                    room.difference_update(taken)
-                    reserved.update(taken)
-                    done = not taken  # every node of its class reserved: its later jobs reserve nothing
+                    # this job and the next ones of its group before any other group's head
+                    # cannot start either (nothing starts meanwhile): each reserves the next
+                    # ``count`` nodes not yet reserved, in the same order
+                    other = (heads[1][0] if len(heads) == 2 else min(heads[1][0], heads[2][0])
+                             if len(heads) > 2 else None)
+                    last = len(members) if other is None else bisect.bisect_left(members, (other,), k + 1)
+                    size = len(order)
+                    while True:
+                        taken = []
+                        while i < size and len(taken) < count:
+                            node = order[i][1]
+                            if node not in reserved:
+                                taken.append(node)
+                            i += 1
+                        if not taken:  # every node of its class reserved: its later jobs reserve nothing
+                            break
+                        room.difference_update(taken)
+                        reserved.update(taken)
+                        k += 1
+                        if k == last or not room:
+                            break
+                    memo[1] = i  # every node before it is reserved
+                    done = not taken
+                    k -= 1  # the last one handled
             if done or k + 1 == len(members):
                 heapq.heappop(heads)
             else:
