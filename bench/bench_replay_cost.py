@@ -24,7 +24,7 @@ rebuilds every queue every round: how a finite knob replayed before issue 29) an
 says how many jobs' times differ from the incremental loop's.
 
 Usage: nice -n 19 python bench/bench_replay_cost.py [--jobs N | --all] [--generic] [--no-slurm]
-       [--limit-h H] [--memory] [--philly-only]
+       [--limit-h H] [--memory] [--philly-only] [--slurm-only]
 (issue 37's figures: --jobs 10000 --philly-only, and --all --philly-only)
 Traces: ../shared/traces (Philly via the Pollux artifact, Apache-2.0; ITP via
 microsoft/elasticflow-traces, MIT).
@@ -114,6 +114,7 @@ def main() -> int:
     parser.add_argument("--all", action="store_true", help="every job of the trace")
     parser.add_argument("--generic", action="store_true", help="also the knob-8 case in the generic loop")
     parser.add_argument("--no-slurm", action="store_true", help="leave out the slurm-starts cases")
+    parser.add_argument("--slurm-only", action="store_true", help="only the plain replay and the slurm-starts cases")
     parser.add_argument("--limit-h", type=float, default=None,
                         help="also slurm starts with every job's time limit this many hours (backfill)")
     parser.add_argument("--memory", action="store_true", help="peak RSS of dlas and dgittins, each in a child")
@@ -135,9 +136,10 @@ def main() -> int:
               + (f", {len(kinds)} node kinds" if kinds else ", no partitions in the trace"))
         plain_s, plain = replay(jobs, nodes, gpn)
         rows = [("plain", plain_s, plain)]
-        knob_s, knob = replay(jobs, nodes, gpn, knob=8.0)
-        rows.append(("knob 8", knob_s, knob))
-        if kinds:
+        knob_s, knob = replay(jobs, nodes, gpn, knob=8.0) if not args.slurm_only else (None, None)
+        if knob is not None:
+            rows.append(("knob 8", knob_s, knob))
+        if kinds and not args.slurm_only:
             kinds_s, kinds_result = replay(jobs, nodes, gpn, kinds=kinds)
             rows.append((f"{len(kinds)} kinds", kinds_s, kinds_result))
         if not args.no_slurm:
@@ -161,7 +163,7 @@ def main() -> int:
                 seconds, peak, avg = peak_memory(jobs, nodes, gpn, policy)
                 print(f"  memory {policy:9s} {seconds:8.2f} CPU s  peak RSS {peak:7.0f} MB above the loaded trace"
                       f"  ({peak * 1024 / max(len(jobs), 1):.1f} KB per job)  avg JCT {avg:>10,.0f} s")
-        if args.generic:
+        if args.generic and knob is not None:
             generic_s, generic = replay(jobs, nodes, gpn, knob=8.0, incremental=False)
             fast = [(o.job_id, o.start_s, o.end_s) for o in knob.outcomes]
             slow = [(o.job_id, o.start_s, o.end_s) for o in generic.outcomes]

@@ -41,7 +41,15 @@ are charged by the same code, with the same results; what this loop adds is the 
   (controller.core.placement.beyond_reach, the controller's own selection) leave the
   book for the round's walk and come back at their places after it; the book's bounds
   are then taken from the jobs in it (``_Places``), and such a job's starvation
-  promotion waits for a round that does not set it aside, as in the generic loop.
+  promotion waits for a round that does not set it aside, as in the generic loop;
+- with Slurm starting the jobs (SimConfig.slurm_starts: the engine is a
+  controller.replay.slurm_order.SlurmOrder), the loop tells it each arrival, start, stop
+  and promotion, so that it keeps the pending jobs in Slurm's order between rounds; a
+  job Slurm started where the plan gave it no place joins its level's running list at
+  its place (``settle_slurm_starts``), as the generic loop's next book would list it,
+  and Slurm's band for a job promoted at this round is the one before (the generic
+  loop promotes after the step). tests/test_slurm_starts_loops.py checks both loops
+  replay alike. slurmctld's own preemption (SlurmPreempts) stays on the generic loop.
 """
 from __future__ import annotations
 
@@ -63,6 +71,7 @@ from controller.core.queues import ENTERED, SETTLED_WAITING
 from controller.core.policies.base import STARVATION_TOLERANCE_S
 from controller.replay.cluster import learner_for, RunState, SimCluster
 from controller.replay.run_config import EPS, SimConfig, SimResult, WATCH_EVERY
+from controller.replay.slurm_order import SlurmOrder
 
 
 class _Places:
@@ -112,6 +121,27 @@ def _node_class(job: JobState) -> tuple:
     return spec.partitions, spec.gpu_type, spec.reservation, spec.features, spec.constrained
 
 
+def settle_slurm_starts(book: QueueBook, started: list[JobState]) -> None:
+    """Jobs Slurm started where the plan gave them no place (settled waiting jobs the
+    plan did not start): they run at their place, as the next round's book built from
+    the jobs would list them (controller.core.queues: settled running, by entry)."""
+    for job in started:
+        level, key = book.where[job.index]
+        if key is None:  # the plan's place put it in a running list
+            continue
+        if key[1] != SETTLED_WAITING:
+            raise AssertionError(f"job {job.job_id}: Slurm started an entered job the plan gave no place")
+        book.remove(job)
+        book.add_running(job, level)
+        running = book.running[level]
+        if len(running) > 1:
+            items = reversed(running.values())
+            next(items)
+            before = next(items)
+            if (before.queue_entry, before.index) > (job.queue_entry, job.index):  # its place is earlier
+                book.running[level] = dict(sorted(running.items(), key=lambda item: (item[1].queue_entry, item[0])))
+
+
 def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list[JobState], dropped: list[str],
              progress: Optional[Callable[[float], None]] = None,
              watch: Optional[Callable[[float], None]] = None) -> SimResult:
@@ -148,6 +178,11 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
     promotion_due: list[tuple[float, int, int]] = []
     promotion_wakeups: list[tuple[float, int, int]] = []  # those the loop wakes for
     promotions = 0
+    # Slurm starts the jobs (SimConfig.slurm_starts): the plan's starts are replaced by
+    # Slurm's (controller.replay.slurm_order), which keeps the pending jobs from the events
+    slurm = engine if isinstance(engine, SlurmOrder) else None
+    if slurm is not None:
+        slurm.track(lambda job_id: jobs[index_of[job_id]], cluster.nodes)
 
     def waiting_value(job: JobState, level: int, served_gpu_s: float) -> float:
         return policy.waiting_value(service, thresholds, level, served_gpu_s, job.spec) if ordered_waiting else 0.0
@@ -176,6 +211,8 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
             job.waited_since_promotion_s += now - private[job.index].last_sync_s
         private[job.index].last_sync_s = now
         cluster.start(job, placement, now)
+        if slurm is not None:
+            slurm.started(job)
         waiting_jobs -= 1
         schedule_demotion(job, now, job.queue_service_gpu_s)
         if protects:
@@ -222,7 +259,7 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
     def promote_due() -> None:
         """Starvation promotions at this round, as the engine makes them: every job
         below Q_1 that has waited PROMOTEKNOB x its execution goes to the tail of Q_1
-        (entered now) with its counters reset."""
+        (entered now) with its counters reset. Returns (job, its queue service before)."""
         nonlocal promotions
         due_now, not_yet, deferred = [], [], []
         # the engine's test has a tolerance: a moment that far ahead is due now too
@@ -252,8 +289,10 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
             heapq.heappush(promotion_due, later)
             if job.queue_service_gpu_s >= thresholds[0]:
                 heapq.heappush(promotion_wakeups, later)
+        promoted = []
         for job in sorted(due_now, key=lambda j: j.index):
             book.remove(job)
+            promoted.append((job, job.queue_service_gpu_s))
             job.queue_service_gpu_s = 0.0
             job.executed_since_promotion_s = 0.0
             job.waited_since_promotion_s = 0.0
@@ -262,6 +301,7 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
             private[job.index].version += 1  # its old promotion moment is stale
             book.add_waiting(job, 0, ENTERED, now, waiting_value(job, 0, 0.0))
             promotions += 1
+        return promoted
 
     def end_protection() -> None:
         """Minimum run times over by now: the engine's rule (mark_protected) again."""
@@ -308,6 +348,8 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
         # 1. everything that happens at this moment: completions, requeues, arrivals, crossings
         for job in cluster.finish_due(now):
             book.remove(job)
+            if slurm is not None:
+                slurm.ended(job)
             if places is not None:
                 places.drop(job.index)
             events += 1
@@ -322,6 +364,8 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
             waiting_jobs += 1
             next_arrival += 1
             events += 1
+            if slurm is not None:
+                slurm.arrived(job)
         round_now = waiting_jobs and (policy.preemptive or cluster.busy < capacity)
         while current(demotions) and demotions[0][0] <= now + EPS:
             t_cross, index, _ = heapq.heappop(demotions)
@@ -349,8 +393,9 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
             for job in aside:  # out of the book for this round's walk, as out of the controller's snapshot
                 book.remove(job)
                 places.drop(job.index)
-            if promoting:
-                promote_due()
+            promoted = promote_due() if promoting else ()
+            if slurm is not None:  # Slurm's band is the one before this round's promotion
+                slurm.service_before = {job.job_id: served for job, served in promoted}
             if protects:
                 end_protection()
             if places is not None:
@@ -363,6 +408,7 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
             cluster.expect(plan)
             signalled: set[str] = set()
             stopped: list[JobState] = []
+            started: list[JobState] = []
             for action in plan.actions:
                 job = jobs[index_of[action.job_id]]
                 if action.kind == "preempt":
@@ -371,15 +417,20 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
                         places.drop(job.index)
                         cluster.signal(job, now)
                         signalled.add(job.job_id)
+                        if slurm is not None:
+                            slurm.ended(job)
                     else:
                         cluster.stop(job, now)
                         waiting_jobs += 1
+                        if slurm is not None:
+                            slurm.ended(job)
                         if promoting:
                             stopped.append(job)
                 elif handoff and not cluster.fits(action.placement):
                     continue  # planned onto a victim's GPUs still in its grace period: waits
                 else:
                     start(job, action.placement)
+                    started.append(job)
                     if not policy.discretized:  # no places: a started job joins the running list
                         book.remove(job)
                         book.add_running(job, 0)
@@ -396,6 +447,10 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
             for job, (level, (within, group, entry)) in aside_places:  # back where they were
                 book.add_waiting(job, level, group, entry, within)
                 places.set(job.index, job.queue_entry)
+            if slurm is not None:
+                slurm.promoted()
+                if policy.discretized:
+                    settle_slurm_starts(book, started)
             for job in stopped:  # waits at its level (the plan's place): its promotion moment
                 starts_waiting(job)
             cluster.judge_handoffs()

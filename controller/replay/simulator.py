@@ -4,7 +4,8 @@ The simulator is an executor: it builds a Snapshot, asks ``Engine.step`` for a
 plan, and applies its Start / Preempt / Promote actions to the simulated cluster
 (controller.replay.cluster.SimCluster), exactly as the Slurm backend does. This
 module is the generic loop; MLFQ and fixed-order policies replay through the
-incremental one (controller.replay.mlfq_replay) when they can, on the same cluster. Time advances from event to event (arrival, completion, MLFQ
+incremental one (controller.replay.mlfq_replay) when they can, on the same cluster (with
+Slurm's start order too; slurmctld's own preemption only here). Time advances from event to event (arrival, completion, MLFQ
 demotion, starvation promotion, or the quantum of a continuously drifting
 priority); with ``round_interval_s`` rounds happen only on that fixed grid, as in
 the real controller, while completions still happen at their exact times.
@@ -81,8 +82,10 @@ class Simulation:
         self.run_state = [RunState() for _ in jobs]
         engine_cfg = cfg.engine
         policy = self.engine.policy
+        # Slurm's starts (SlurmOrder) replay on the incremental loop too; slurmctld's own
+        # preemption (SlurmPreempts) only on the generic one, which hands it every job
         if cfg.incremental and (policy.discretized or policy.static_order) and cfg.round_interval_s is None \
-                and not cfg.slurm_starts:
+                and not isinstance(self.engine, SlurmPreempts):
             return mlfq_replay.run_mlfq(cfg, self.engine, self.run_state, jobs, dropped, self.progress, self.watch)
         return self._loop(jobs, dropped)
 
