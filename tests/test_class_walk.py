@@ -49,9 +49,9 @@ def test_the_class_walk_decides_as_the_size_walk(policy, seed, monkeypatch):
         calls["class"] += 1
         return by_class(self, *args)
 
-    def counting_admits(self, job):
+    def counting_admits(self, job, key=None):
         calls["asked"] += 1
-        return admits(self, job)
+        return admits(self, job, key)
 
     monkeypatch.setattr(QueueBook, "_take_by_class", counting_take)
     monkeypatch.setattr(OwnNodesReach, "admits", counting_admits)
@@ -318,5 +318,53 @@ def test_the_choice_check_fails_off_by_one(monkeypatch):
     place = QueueBook.place_in_order
     monkeypatch.setattr(QueueBook, "place_in_order", lambda self, job, spans: place(self, job, spans) + 1)
     _choices_checked(monkeypatch)
+    with pytest.raises(AssertionError):
+        outcomes(workload(1), "dlas")
+
+
+def _within_checked(monkeypatch) -> list:
+    """At every question the walk's reach asks itself (OwnNodesReach.admits), its kept
+    per-node sum (``within``) equals its free GPUs plus those below, node by node."""
+    admits = OwnNodesReach.admits
+    checked = []
+
+    def checking(self, job, key=None):
+        if self.started:
+            nodes = set(self.free) | set(self.below)
+            combined = {node: self.free.get(node, 0) + self.below.get(node, 0) for node in nodes}
+            assert {n: g for n, g in self.within.items() if g} == {n: g for n, g in combined.items() if g}
+            checked.append(1)
+        return admits(self, job, key)
+
+    monkeypatch.setattr(OwnNodesReach, "admits", checking)
+    return checked
+
+
+@pytest.mark.parametrize("policy", ["dlas", "dgittins"])
+@pytest.mark.parametrize("seed", [1, 2])
+def test_the_reachs_kept_sums_equal_free_and_below(policy, seed, monkeypatch):
+    """Through claims, levels entered and entered jobs kept (with protections that end)."""
+    checked = _within_checked(monkeypatch)
+    outcomes(workload(seed), policy)
+    config = SimConfig(nodes=8, gpus_per_node=4, node_kinds=KINDS,
+                       engine=EngineConfig(policy=policy, thresholds_gpu_s=(600.0, 6000.0),
+                                           preempt_min_runtime_s=300.0))
+    Simulation(config).run(workload(seed))
+    assert len(checked) > 100
+
+
+def test_the_reachs_sum_check_fails_off_by_one(monkeypatch):
+    """The check above fails when a claim takes one GPU too few off the kept sums."""
+    claim = OwnNodesReach._claim
+
+    def short_claim(self, nodes, need):
+        claim(self, nodes, need)
+        for node in sorted(self.within):
+            if self.within[node] > 0:
+                self.within[node] += 1
+                break
+
+    monkeypatch.setattr(OwnNodesReach, "_claim", short_claim)
+    _within_checked(monkeypatch)
     with pytest.raises(AssertionError):
         outcomes(workload(1), "dlas")

@@ -426,7 +426,7 @@ class QueueBook:
                         else len(items)
                     taken = False
                 else:
-                    taken = reach.admits(job)
+                    taken = reach.admits(job, key)
             if taken:
                 selected.append(job)
                 free -= size

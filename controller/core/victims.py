@@ -39,6 +39,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Callable, Iterable, Optional
 
 from controller.core.model import JobState
@@ -420,6 +421,7 @@ def _shortfall(job, order, rank, usable, free_by_node, leaving, starts, preempti
     return Shortfall(nodes, free, holders, spared)
 
 
+_ZEROS = repeat(0)  # the default of every node a sum over ``within`` asks
 PLAIN = "plain"  # OwnNodesReach.class_key of a job that may use every node (never refused)
 
 
@@ -483,11 +485,12 @@ class OwnNodesReach:
             return
         book = self.book
         if book.class_function is not None:  # the book keeps the level's movable GPUs per node
-            below, changed = self.below, False
+            below, within, changed = self.below, self.within, False
             for node, gpus in book.movable_on[level].items():
                 left = below.get(node, 0)
                 if left > 0:  # as _uncount job by job: each step subtracts and stops at 0
-                    below[node] = max(left - gpus, 0)
+                    below[node] = after = max(left - gpus, 0)
+                    within[node] -= left - after
                     changed = True
             if changed:
                 self.version += 1
@@ -502,11 +505,12 @@ class OwnNodesReach:
         else:
             self.kept_jobs.add(job.index)
 
-    def admits(self, job: JobState) -> bool:
-        """The walk may take waiting ``job`` (claimed on its nodes if so)."""
-        nodes = self.allowed(job)
-        if nodes is None and not job.spec.constrained:  # plain(): the walk's count stands for it
-            return True
+    def admits(self, job: JobState, key=None) -> bool:
+        """The walk may take waiting ``job`` (claimed on its nodes if so); ``key``: its
+        ``class_key`` where the walk knows it (None: asked here)."""
+        nodes = self.allowed(job) if key is None else key
+        if key is PLAIN or (key is None and nodes is None and not job.spec.constrained):
+            return True  # plain(): the walk's count stands for it
         need = job.num_gpus
         if not self.started:
             self._start()
@@ -516,10 +520,9 @@ class OwnNodesReach:
             return False
         cached = self.sums.get(nodes)
         if cached is None or cached[0] != self.version:
-            free, below = self.free, self.below
-            reach = (sum(free.values()) + sum(below.values()) if nodes is None
-                     else sum(free.get(node, 0) + below.get(node, 0) for node in nodes))
-            cached = self.sums[nodes] = (self.version, reach)
+            within = self.within
+            cached = self.sums[nodes] = (self.version, sum(within.values()) if nodes is None
+                                         else sum(map(within.get, nodes, _ZEROS)))
         if cached[1] < need:
             if self.lists_refused:
                 self.refused.append(job)
@@ -548,6 +551,11 @@ class OwnNodesReach:
         for job in book.entered.values():
             if job.index not in self.kept_jobs:
                 self._count(job)
+        # per node its free GPUs and those below together: what a node set's reach sums
+        # (kept with every change to either, tests/test_class_walk.py checks it)
+        within = self.within = dict(self.free)
+        for node, gpus in self.below.items():
+            within[node] = within.get(node, 0) + gpus
         self.started = True
 
     def _count(self, job: JobState) -> None:
@@ -559,11 +567,12 @@ class OwnNodesReach:
 
     def _uncount(self, job: JobState) -> None:
         if may_preempt(job, True):
-            below, changed = self.below, False
+            below, within, changed = self.below, self.within, False
             for node, gpus in job.placement:
                 left = below.get(node, 0)
                 if left > 0:  # what a claim took there first went to lower candidates
-                    below[node] = max(left - gpus, 0)
+                    below[node] = after = max(left - gpus, 0)
+                    within[node] -= left - after
                     changed = True
             if changed:
                 self.version += 1
@@ -575,6 +584,7 @@ class OwnNodesReach:
             ordered = self.sorted_nodes.get(nodes)
             if ordered is None:
                 ordered = self.sorted_nodes[nodes] = tuple(sorted(nodes))
+        within = self.within
         for pool in (self.free, self.below):
             for node in ordered:
                 if need <= 0:
@@ -583,5 +593,6 @@ class OwnNodesReach:
                 if have > 0:
                     taken = min(have, need)
                     pool[node] = have - taken
+                    within[node] -= taken
                     need -= taken
         self.version += 1
