@@ -368,3 +368,44 @@ def test_the_reachs_sum_check_fails_off_by_one(monkeypatch):
     _within_checked(monkeypatch)
     with pytest.raises(AssertionError):
         outcomes(workload(1), "dlas")
+
+
+def _after_checked(monkeypatch) -> list:
+    """Every time the victim choice asks the book for the running jobs after a place
+    (QueueBook.running_places with ``after``), they are those of the whole list placed
+    after it, for that place and the ones around it."""
+    places = QueueBook.running_places
+    checked = []
+
+    def checking(self, after=-1, parts=None):
+        fast = places(self, after, parts)
+        full = places(self)[0]
+        for other in (after - 1, after, after + 1):
+            assert places(self, other)[0] == [item for item in full if item[0] > other]
+        checked.append(len(fast[0]))
+        return fast
+
+    monkeypatch.setattr(QueueBook, "running_places", checking)
+    return checked
+
+
+@pytest.mark.parametrize("policy", ["dlas", "dgittins"])
+@pytest.mark.parametrize("seed", [1, 2])
+def test_the_running_jobs_after_a_place_are_those_of_the_whole_list(policy, seed, monkeypatch):
+    checked = _after_checked(monkeypatch)
+    outcomes(workload(seed), policy)
+    assert len(checked) > 50 and sum(checked) > 0
+
+
+def test_the_running_after_check_fails_off_by_one(monkeypatch):
+    """The check above fails when a running list is cut one place late."""
+    places = QueueBook.running_places
+
+    def late(self, after=-1, parts=None):
+        listed, spans = places(self, after, parts)
+        return (listed[1:] if after >= 0 else listed), spans
+
+    monkeypatch.setattr(QueueBook, "running_places", late)
+    _after_checked(monkeypatch)
+    with pytest.raises(AssertionError):
+        outcomes(workload(1), "dlas")

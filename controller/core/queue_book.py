@@ -33,6 +33,10 @@ from controller.core.model import JobState
 from controller.core.protection import pinned
 from controller.core.queues import ENTERED, SETTLED_RUNNING, SETTLED_WAITING
 
+def _place(item: tuple) -> int:
+    return item[0]
+
+
 _RUNNING = None  # marker of a job in a level's running list (it has no waiting key)
 
 
@@ -513,14 +517,22 @@ class QueueBook:
             return None
         return spans[2 * level + 1][0] + bisect.bisect_left(self.merged[level], (key, job.index))
 
-    def running_places(self) -> tuple[list[tuple[int, JobState]], list]:
-        """(place in ``order()``, job) of every listed job that runs, in walk order, and
-        order_parts' spans (only with the class lists kept)."""
-        spans, still = self.order_parts()
-        listed = [(first + at, job) for first, running in spans[0::2] for at, job in enumerate(running)]
+    def running_places(self, after: int = -1, parts=None) -> tuple[list[tuple[int, JobState]], list]:
+        """(place in ``order()``, job) of every listed job that runs placed after ``after``
+        (-1: all), in walk order, and order_parts' spans (only with the class lists kept;
+        ``parts``: order_parts' answer where the caller has it). A running list before
+        ``after`` is passed whole."""
+        spans, still = parts if parts is not None else self.order_parts()
+        listed: list[tuple[int, JobState]] = []
+        begin = after + 1
+        for first, running in spans[0::2]:
+            end = first + len(running)
+            if end > begin:
+                listed += zip(range(first, end), running) if first >= begin else \
+                    zip(range(begin, end), running[begin - first:])
         if still:  # entered jobs that still run, at their places among the waiting items
-            listed += still
-            listed.sort(key=lambda item: item[0])
+            listed += [item for item in still if item[0] > after]
+            listed.sort(key=_place)
         return listed, spans
 
     def level_order(self, level: int) -> Iterator[JobState]:

@@ -125,12 +125,13 @@ def choose_victims(newcomers: list[JobState], walk_victims: list[JobState],
     from_book = book is not None and not explain
     if from_book:
         order = ()  # read only to explain
-        running, spans = book.running_places()
-        rank = {job.index: book.place_in_order(job, spans) for job in newcomers}
+        parts = book.order_parts()
+        rank = {job.index: book.place_in_order(job, parts[0]) for job in newcomers}
         first = min(rank.values())
-        placed = [(place, job) for place, job in running if place > first and may_preempt(job, preemptive)]
-        candidates = [job for _, job in placed]
-        candidate_ranks = [place for place, _ in placed]
+        # the running jobs after the first newcomer that may_preempt lets go (inlined)
+        placed = [(place, job) for place, job in book.running_places(first, parts)[0]
+                  if job.running and not job.keeps_gpus and job.spec.preemptable] if preemptive else []
+        candidates, candidate_ranks = [job for _, job in placed], [place for place, _ in placed]
     else:
         order = list(order())
         rank = {job.index: position for position, job in enumerate(order)}
@@ -169,8 +170,9 @@ def choose_victims(newcomers: list[JobState], walk_victims: list[JobState],
         lower: list[JobState] = []
         reachable = known is None or job.num_gpus < known[0] or own_rank < known[1]
         if reachable:
-            lower = [candidates[i] for i in range(bisect_right(candidate_ranks, own_rank), len(candidates))
-                     if candidates[i].index not in leaving]
+            lower = candidates[bisect_right(candidate_ranks, own_rank):]
+            if leaving:
+                lower = [victim for victim in lower if victim.index not in leaving]
             # out of reach: neither place (its GPUs must be free there) nor victims_for can hold it
             reachable = _within_reach(job, nodes, free_gpus, lower)
             if not reachable and (known is None or job.num_gpus < known[0]):
