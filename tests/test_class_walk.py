@@ -208,8 +208,29 @@ def _pieces_checked(monkeypatch) -> list:
             checked.append(len(full[0]))
         return fast
 
+    view = SimCluster.audit_view
+
+    def drained(candidates) -> tuple:
+        return (candidates.lowest, {n: g for n, g in candidates.within_reach.items() if g},
+                [(rank, job.index) for rank, job in zip(_ranks(candidates), candidates.rest())])
+
+    def checking_view(self, order, now, book=None):
+        if book is not None:  # the lazy view (or walk_pieces' from the book) against the full order's
+            fast, full = view(self, order, now, book), view(self, order, now)
+            assert drained(fast[0]) == drained(full[0])
+            assert not_running(fast[1]) == not_running(full[1])
+            checked.append(len(drained(full[0])[2]))
+        return view(self, order, now, book)
+
     monkeypatch.setattr(SimCluster, "walk_pieces", checking)
+    monkeypatch.setattr(SimCluster, "audit_view", checking_view)
     return checked
+
+
+def _ranks(candidates) -> list:
+    """The places of a wait_audit.Candidates' unpassed candidates (read through ``rest``)."""
+    candidates.rest()
+    return [rank for rank, _ in candidates._read[candidates._at:]]
 
 
 @pytest.mark.parametrize("policy", ["dlas", "dgittins"])

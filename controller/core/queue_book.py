@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+from itertools import count
 from typing import Iterator, Optional
 
 from controller.core.model import JobState
@@ -534,6 +535,37 @@ class QueueBook:
             listed += [item for item in still if item[0] > after]
             listed.sort(key=_place)
         return listed, spans
+
+    def running_in_order(self, parts, keep) -> Iterator[tuple[int, JobState]]:
+        """Lazily, (place in ``order()``, job) of every listed job that runs and that
+        ``keep(job)`` lets through, in walk order (``parts``: order_parts'; equal to
+        ``running_places()`` so filtered, tests/test_wait_audit.py checks it)."""
+        spans, still = parts
+        still = sorted(still, key=_place)
+        at = 0
+        for first, running in spans[0::2]:
+            while at < len(still) and still[at][0] < first:
+                if keep(still[at][1]):
+                    yield still[at]
+                at += 1
+            for item in zip(count(first), running):
+                if keep(item[1]):
+                    yield item
+        for item in still[at:]:
+            if keep(item[1]):
+                yield item
+
+    def last_running(self, parts, keep) -> int:
+        """The place of the last job ``running_in_order`` yields (-1: none), read from the end."""
+        spans, still = parts
+        last = max((place for place, job in still if keep(job)), default=-1)
+        for first, running in reversed(spans[0::2]):
+            for at in range(len(running) - 1, -1, -1):
+                if first + at <= last:
+                    return last
+                if keep(running[at]):
+                    return first + at
+        return last
 
     def level_order(self, level: int) -> Iterator[JobState]:
         yield from self.running[level].values()
