@@ -173,7 +173,9 @@ def test_the_kept_movable_gpus_count_as_the_running_jobs_do(seed, monkeypatch):
                 if copy.get(node, 0) > 0:
                     copy[node] = max(copy[node] - gpus, 0)
             enter(self, level)
-            assert self.below == copy
+            # every value checked; a node at 0 and one left out count alike (read with .get(node, 0))
+            assert {n: g for n, g in self.below.items() if g} == {n: g for n, g in copy.items() if g}
+            assert all(g >= 0 for g in self.below.values())
         else:
             enter(self, level)
 
@@ -343,50 +345,53 @@ def test_the_choice_check_fails_off_by_one(monkeypatch):
         outcomes(workload(1), "dlas")
 
 
-def _within_checked(monkeypatch) -> list:
-    """At every question the walk's reach asks itself (OwnNodesReach.admits), its kept
-    per-node sum (``within``) equals its free GPUs plus those below, node by node."""
-    admits = OwnNodesReach.admits
+def _movable_below_checked(monkeypatch) -> list:
+    """At every level the walk's reach enters, the book's kept sums below each level
+    (QueueBook.movable_below) equal movable_on summed over the levels after it."""
+    enter = OwnNodesReach.enter
     checked = []
 
-    def checking(self, job, key=None):
-        if self.started:
-            nodes = set(self.free) | set(self.below)
-            combined = {node: self.free.get(node, 0) + self.below.get(node, 0) for node in nodes}
-            assert {n: g for n, g in self.within.items() if g} == {n: g for n, g in combined.items() if g}
-            checked.append(1)
-        return admits(self, job, key)
+    def checking(self, level):
+        book = self.book
+        for at in range(book.num_levels):
+            summed: dict = {}
+            for on in book.movable_on[at + 1:]:
+                for node, gpus in on.items():
+                    summed[node] = summed.get(node, 0) + gpus
+            assert book.movable_below[at] == summed
+        checked.append(level)
+        return enter(self, level)
 
-    monkeypatch.setattr(OwnNodesReach, "admits", checking)
+    monkeypatch.setattr(OwnNodesReach, "enter", checking)
     return checked
 
 
 @pytest.mark.parametrize("policy", ["dlas", "dgittins"])
 @pytest.mark.parametrize("seed", [1, 2])
-def test_the_reachs_kept_sums_equal_free_and_below(policy, seed, monkeypatch):
-    """Through claims, levels entered and entered jobs kept (with protections that end)."""
-    checked = _within_checked(monkeypatch)
+def test_the_books_movable_sums_below_each_level_equal_the_levels_after_it(policy, seed, monkeypatch):
+    """Through starts, preemptions, demotions and protections that end (repin)."""
+    checked = _movable_below_checked(monkeypatch)
     outcomes(workload(seed), policy)
     config = SimConfig(nodes=8, gpus_per_node=4, node_kinds=KINDS,
                        engine=EngineConfig(policy=policy, thresholds_gpu_s=(600.0, 6000.0),
                                            preempt_min_runtime_s=300.0))
     Simulation(config).run(workload(seed))
-    assert len(checked) > 100
+    assert len(checked) > 100 and max(checked) == 2
 
 
-def test_the_reachs_sum_check_fails_off_by_one(monkeypatch):
-    """The check above fails when a claim takes one GPU too few off the kept sums."""
-    claim = OwnNodesReach._claim
+def test_the_movable_sums_check_fails_off_by_one(monkeypatch):
+    """The check above fails when a job's GPUs are kept below its own level too."""
+    movable = QueueBook._movable
 
-    def short_claim(self, nodes, need):
-        claim(self, nodes, need)
-        for node in sorted(self.within):
-            if self.within[node] > 0:
-                self.within[node] += 1
-                break
+    def one_level_too_far(self, index, level, placement):
+        movable(self, index, level, placement)
+        if level + 1 < self.num_levels:
+            on = self.movable_below[level]
+            for node, gpus in placement:
+                on[node] = on.get(node, 0) + gpus
 
-    monkeypatch.setattr(OwnNodesReach, "_claim", short_claim)
-    _within_checked(monkeypatch)
+    monkeypatch.setattr(QueueBook, "_movable", one_level_too_far)
+    _movable_below_checked(monkeypatch)
     with pytest.raises(AssertionError):
         outcomes(workload(1), "dlas")
 

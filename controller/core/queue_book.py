@@ -73,6 +73,9 @@ class QueueBook:
         # pinned), for OwnNodesReach's counts; job.index -> (level, placement) counted
         self.movable_on: list[dict[str, int]] = [{} for _ in range(num_levels)]
         self.movable_of: dict[int, tuple] = {}
+        # per level the sum of movable_on over the levels after it (what OwnNodesReach
+        # counts below the walk's level; tests/test_class_walk.py checks it)
+        self.movable_below: list[dict[str, int]] = [{} for _ in range(num_levels)]
         self.top = 0.0  # above every place in use: where tails start
         self.bottom = 0.0  # below every place in use: where heads end
 
@@ -217,19 +220,19 @@ class QueueBook:
 
     def _movable(self, index: int, level: int, placement: tuple) -> None:
         self.movable_of[index] = (level, placement)
-        on = self.movable_on[level]
-        for node, gpus in placement:
-            on[node] = on.get(node, 0) + gpus
+        for on in [self.movable_on[level]] + self.movable_below[:level]:
+            for node, gpus in placement:
+                on[node] = on.get(node, 0) + gpus
 
     def _unmovable(self, index: int) -> None:
         level, placement = self.movable_of.pop(index)
-        on = self.movable_on[level]
-        for node, gpus in placement:
-            left = on[node] - gpus
-            if left:
-                on[node] = left
-            else:
-                del on[node]
+        for on in [self.movable_on[level]] + self.movable_below[:level]:
+            for node, gpus in placement:
+                left = on[node] - gpus
+                if left:
+                    on[node] = left
+                else:
+                    del on[node]
 
     def apply_positions(self, positions: dict, jobs_by_id) -> None:
         """Put each job whose place changed where the plan says (after the plan's

@@ -423,7 +423,7 @@ def _shortfall(job, order, rank, usable, free_by_node, leaving, starts, preempti
     return Shortfall(nodes, free, holders, spared)
 
 
-_ZEROS = repeat(0)  # the default of every node a sum over ``within`` asks
+_ZEROS = repeat(0)  # the default of every node a reach's sum asks
 PLAIN = "plain"  # OwnNodesReach.class_key of a job that may use every node (never refused)
 
 
@@ -487,14 +487,14 @@ class OwnNodesReach:
             return
         book = self.book
         if book.class_function is not None:  # the book keeps the level's movable GPUs per node
-            below, within, changed = self.below, self.within, False
-            for node, gpus in book.movable_on[level].items():
-                left = below.get(node, 0)
-                if left > 0:  # as _uncount job by job: each step subtracts and stops at 0
-                    below[node] = after = max(left - gpus, 0)
-                    within[node] -= left - after
-                    changed = True
-            if changed:
+            on = book.movable_on[level]
+            if on:  # as _uncount job by job, each step subtracting and stopping at 0: on a node
+                # no claim or entered job touched that leaves the book's sum below ``level``
+                below, dirty = self.below, self.dirty
+                self.below = fresh = self._below(level)
+                for node in dirty:
+                    left = below.get(node, 0)
+                    fresh[node] = max(left - on.get(node, 0), 0) if left > 0 else left
                 self.version += 1
         else:
             for job in book.running[level].values():
@@ -522,9 +522,9 @@ class OwnNodesReach:
             return False
         cached = self.sums.get(nodes)
         if cached is None or cached[0] != self.version:
-            within = self.within
-            cached = self.sums[nodes] = (self.version, sum(within.values()) if nodes is None
-                                         else sum(map(within.get, nodes, _ZEROS)))
+            free, below = self.free, self.below
+            cached = self.sums[nodes] = (self.version, sum(free.values()) + sum(below.values()) if nodes is None
+                                         else sum(map(free.get, nodes, _ZEROS)) + sum(map(below.get, nodes, _ZEROS)))
         if cached[1] < need:
             if self.lists_refused:
                 self.refused.append(job)
@@ -539,26 +539,23 @@ class OwnNodesReach:
         running jobs it has not kept)."""
         book = self.book
         self.free = {node: gpus for node, gpus in self.free_by_node.items() if gpus > 0}
-        self.below: dict[str, int] = {}
-        if book.class_function is not None:  # the book keeps each level's movable GPUs per node
-            below, free = self.below, self.free_by_node
-            for level in range(self.level + 1, book.num_levels):
-                for node, gpus in book.movable_on[level].items():
-                    if node in free:
-                        below[node] = below.get(node, 0) + gpus
+        self.dirty: set[str] = set()  # nodes where ``below`` is not the book's movable_below
+        if book.class_function is not None:  # the book keeps the movable GPUs per node below each level
+            self.below = self._below(self.level)
         else:
+            self.below = {}
             for level in range(self.level + 1, book.num_levels):
                 for job in book.running[level].values():
                     self._count(job)
         for job in book.entered.values():
             if job.index not in self.kept_jobs:
                 self._count(job)
-        # per node its free GPUs and those below together: what a node set's reach sums
-        # (kept with every change to either, tests/test_class_walk.py checks it)
-        within = self.within = dict(self.free)
-        for node, gpus in self.below.items():
-            within[node] = within.get(node, 0) + gpus
         self.started = True
+
+    def _below(self, level: int) -> dict[str, int]:
+        """The book's movable GPUs per node below ``level``, on the round's nodes."""
+        below, free = self.book.movable_below[level], self.free_by_node
+        return dict(below) if below.keys() <= free.keys() else {n: g for n, g in below.items() if n in free}
 
     def _count(self, job: JobState) -> None:
         if may_preempt(job, True):
@@ -566,15 +563,16 @@ class OwnNodesReach:
             for node, gpus in job.placement:
                 if node in free:
                     below[node] = below.get(node, 0) + gpus
+                    self.dirty.add(node)
 
     def _uncount(self, job: JobState) -> None:
         if may_preempt(job, True):
-            below, within, changed = self.below, self.within, False
+            below, changed = self.below, False
             for node, gpus in job.placement:
                 left = below.get(node, 0)
                 if left > 0:  # what a claim took there first went to lower candidates
-                    below[node] = after = max(left - gpus, 0)
-                    within[node] -= left - after
+                    below[node] = max(left - gpus, 0)
+                    self.dirty.add(node)
                     changed = True
             if changed:
                 self.version += 1
@@ -586,7 +584,6 @@ class OwnNodesReach:
             ordered = self.sorted_nodes.get(nodes)
             if ordered is None:
                 ordered = self.sorted_nodes[nodes] = tuple(sorted(nodes))
-        within = self.within
         for pool in (self.free, self.below):
             for node in ordered:
                 if need <= 0:
@@ -595,6 +592,7 @@ class OwnNodesReach:
                 if have > 0:
                     taken = min(have, need)
                     pool[node] = have - taken
-                    within[node] -= taken
                     need -= taken
+                    if pool is self.below:
+                        self.dirty.add(node)
         self.version += 1
