@@ -23,7 +23,7 @@ from typing import Callable, Iterable, Optional
 from controller.core.conditioned import ConditionedDistributions
 from controller.core.gittins import LearnedDistribution
 from controller.core.model import JobState, Node
-from controller.core.placement import COUNT_NODE, Eligibility, is_spread, place, place_constrained
+from controller.core.placement import COUNT_NODE, Eligibility, hand_over, is_spread, place, place_constrained
 from controller.core.protection import protection
 from controller.core.victims import victims_for
 from controller.replay.wait_audit import Candidates, from_book
@@ -511,12 +511,8 @@ class SimCluster:
                     if found is None:
                         continue
                     victims, slots = found
-                    for victim in victims:
-                        claimed.add(victim.index)
-                        for node, gpus in victim.placement:
-                            free[node] += gpus
+                    hand_over(free, victims, slots, claimed)
                     for node, gpus in slots:
-                        free[node] -= gpus
                         within_reach[node] -= gpus
                     version += 1
                     if victims:
