@@ -230,9 +230,8 @@ def _pieces_checked(monkeypatch) -> list:
 
 
 def _ranks(candidates) -> list:
-    """The places of a wait_audit.Candidates' unpassed candidates (read through ``rest``)."""
-    candidates.rest()
-    return [rank for rank, _ in candidates._read[candidates._at:]]
+    """The places of a wait_audit.Candidates' unpassed candidates."""
+    return [rank for rank, _ in candidates.remaining()]
 
 
 @pytest.mark.parametrize("policy", ["dlas", "dgittins"])

@@ -46,9 +46,15 @@ def _compare(rng, book, free) -> int:
     assert fast.within_reach == full.within_reach
     if full.lowest is None:
         return 0
+    every = [(place, job.index) for place, job in full.remaining()]
+    before = -1
     for rank in sorted(rng.sample(range(full.lowest + 1), min(3, full.lowest + 1))):
-        assert [job.index for job in fast.passed_before(rank)] == [job.index for job in full.passed_before(rank)]
-    assert [job.index for job in fast.rest()] == [job.index for job in full.rest()]
+        expected = [index for place, index in every if before <= place < rank]
+        assert [job.index for job in fast.passed_before(rank)] == expected
+        assert [job.index for job in full.passed_before(rank)] == expected
+        before = rank
+    expected = [index for place, index in every if place >= before]
+    assert [job.index for job in fast.rest()] == expected == [job.index for job in full.rest()]
     return 1
 
 

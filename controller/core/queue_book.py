@@ -33,11 +33,13 @@ from typing import Iterator, Optional
 from controller.core.model import JobState
 from controller.core.protection import pinned
 from controller.core.queues import ENTERED, SETTLED_RUNNING, SETTLED_WAITING
+from controller.core.victims import PLAIN
 
 def _place(item: tuple) -> int:
     return item[0]
 
 
+_UNASKED = object()  # the class walk's marker of a class whose reach key it has not asked
 _RUNNING = None  # marker of a job in a level's running list (it has no waiting key)
 
 
@@ -408,16 +410,19 @@ class QueueBook:
         if min(self.waiting[level]) > free:
             return free
         lists = self.by_class[level]
-        heap = [(items[0], 0, size, kind) for (size, kind), items in lists.items() if size <= free]
+        # (head item, its place, gang, class, the list): items are unique, so the heap
+        # never compares past the first field
+        heap = [(items[0], 0, size, kind, items) for (size, kind), items in lists.items() if size <= free]
         heapq.heapify(heap)
         keys: dict = {}  # class -> its reach key (reach.class_key of one of its jobs)
+        short = reach.short  # reach.out_of_reach, inlined
         running_at = None  # (size, class) -> sorted positions of the running jobs listed there
         while heap:
-            item, at, size, kind = heap[0]
+            item, at, size, kind, items = heap[0]
             if size > free:  # only a take lowers what fits
                 heapq.heappop(heap)
                 continue
-            job, items = item[2], lists[(size, kind)]
+            job = item[2]
             step = at + 1
             if skip_pinned and pinned(job):  # a pinned entered job keeps its GPUs (already set aside)
                 taken = False
@@ -425,8 +430,10 @@ class QueueBook:
                 reach.kept(job)
                 taken = True
             else:
-                key = keys[kind] if kind in keys else keys.setdefault(kind, reach.class_key(job))
-                if reach.out_of_reach(key, size):
+                key = keys.get(kind, _UNASKED)
+                if key is _UNASKED:
+                    key = keys[kind] = reach.class_key(job)
+                if key is not PLAIN and size >= short.get(key, size + 1):
                     if running_at is None:
                         running_at = self._running_positions(level)
                     positions = running_at.get((size, kind), ())
@@ -439,7 +446,7 @@ class QueueBook:
                 selected.append(job)
                 free -= size
             if step < len(items):
-                heapq.heapreplace(heap, (items[step], step, size, kind))
+                heapq.heapreplace(heap, (items[step], step, size, kind, items))
             else:
                 heapq.heappop(heap)
             if free <= 0:

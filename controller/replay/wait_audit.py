@@ -27,31 +27,30 @@ class Candidates:
 
     def __init__(self, items: Iterator[tuple[int, JobState]], lowest: Optional[int], within_reach: dict[str, int]):
         self._items = items
-        self._read: list[tuple[int, JobState]] = []  # read from items, from ``_at`` on not passed yet
-        self._at = 0
+        self._head = next(items, None)  # the first candidate not passed yet (None: none left)
         self.lowest = lowest
         self.within_reach = within_reach
 
-    def _more(self) -> bool:
-        item = next(self._items, None)
-        if item is None:
-            return False
-        self._read.append(item)
-        return True
-
     def passed_before(self, rank: int) -> list[JobState]:
         """The candidates placed before ``rank`` not passed yet: now passed."""
-        read, passed = self._read, []
-        while (self._at < len(read) or self._more()) and read[self._at][0] < rank:
-            passed.append(read[self._at][1])
-            self._at += 1
+        head, items, passed = self._head, self._items, []
+        while head is not None and head[0] < rank:
+            passed.append(head[1])
+            head = next(items, None)
+        self._head = head
         return passed
+
+    def remaining(self) -> list[tuple[int, JobState]]:
+        """(place, job) of the candidates not passed yet, in walk order."""
+        if self._head is None:
+            return []
+        left = [self._head, *self._items]
+        self._items = iter(left[1:])
+        return left
 
     def rest(self) -> list[JobState]:
         """The candidates not passed yet, in walk order."""
-        while self._more():
-            pass
-        return [job for _, job in self._read[self._at:]]
+        return [job for _, job in self.remaining()]
 
 
 def listed(candidates: list[tuple[int, JobState]], free_by_node: dict[str, int]) -> Candidates:
