@@ -33,7 +33,7 @@ from typing import Iterator, Optional
 from controller.core.model import JobState
 from controller.core.protection import pinned
 from controller.core.queues import ENTERED, SETTLED_RUNNING, SETTLED_WAITING
-from controller.core.victims import PLAIN
+from controller.core.reach import PLAIN
 
 def _place(item: tuple) -> int:
     return item[0]
@@ -287,7 +287,7 @@ class QueueBook:
         Returns (preempted: settled running jobs that no longer fit, selected: jobs
         from the waiting lists that get their gang), both in walk order. Settled
         running jobs that keep their GPUs are not listed. ``reach``: where jobs may use
-        only some nodes, a controller.core.victims.OwnNodesReach; a waiting job it does
+        only some nodes, a controller.core.reach.OwnNodesReach; a waiting job it does
         not admit (too few GPUs within its reach on its own nodes) is passed, and its
         share of the count stays for the jobs after it.
         """
