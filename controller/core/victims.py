@@ -128,10 +128,10 @@ def choose_victims(newcomers: list[JobState], walk_victims: list[JobState],
         parts = book.order_parts()
         rank = {job.index: book.place_in_order(job, parts[0]) for job in newcomers}
         first = min(rank.values())
-        # the running jobs after the first newcomer that may_preempt lets go (inlined)
-        placed = [(place, job) for place, job in book.running_places(first, parts)[0]
-                  if job.running and not job.keeps_gpus and job.spec.preemptable] if preemptive else []
-        candidates, candidate_ranks = [job for _, job in placed], [place for place, _ in placed]
+        # the candidates are listed at the first victim search (most rounds place their
+        # newcomers on free GPUs); before it nobody leaves, and the book's kept sums give
+        # each newcomer's reach
+        placed, candidates, candidate_ranks = [], None, []
     else:
         order = list(order())
         rank = {job.index: position for position, job in enumerate(order)}
@@ -170,17 +170,27 @@ def choose_victims(newcomers: list[JobState], walk_victims: list[JobState],
         lower: list[JobState] = []
         reachable = known is None or job.num_gpus < known[0] or own_rank < known[1]
         if reachable:
-            lower = candidates[bisect_right(candidate_ranks, own_rank):]
-            if leaving:
-                lower = [victim for victim in lower if victim.index not in leaving]
-            # out of reach: neither place (its GPUs must be free there) nor victims_for can hold it
-            reachable = _within_reach(job, nodes, free_gpus, lower)
+            if candidates is None:
+                reachable = _book_reach(book, job, own_rank, nodes, free_gpus, parts[1], preemptive) >= job.num_gpus
+            else:
+                lower = candidates[bisect_right(candidate_ranks, own_rank):]
+                if leaving:
+                    lower = [victim for victim in lower if victim.index not in leaving]
+                # out of reach: neither place (its GPUs must be free there) nor victims_for can hold it
+                reachable = _within_reach(job, nodes, free_gpus, lower)
             if not reachable and (known is None or job.num_gpus < known[0]):
                 out_of_reach[nodes] = (job.num_gpus, own_rank)
         slots = place(job, free_gpus) if reachable else None
         if slots is None:
             found = None
             if reachable:
+                if candidates is None:  # the first search: nobody leaves yet
+                    # the running jobs after the first newcomer that may_preempt lets go (inlined)
+                    placed = [(place, other) for place, other in book.running_places(first, parts)[0]
+                              if other.running and not other.keeps_gpus and other.spec.preemptable] \
+                        if preemptive else []
+                    candidates, candidate_ranks = [other for _, other in placed], [place for place, _ in placed]
+                    lower = candidates[bisect_right(candidate_ranks, own_rank):]
                 found = victims_for(job, reversed(lower), free_gpus.free, _usable(job, allowed, free_gpus.free), fit,
                                     node_room)
             if found is None:
@@ -374,6 +384,26 @@ def _within_reach(job: JobState, nodes: Optional[frozenset], free_gpus: FreeGpus
             if node in nodes and node in free:
                 reach += gpus
     return reach >= job.num_gpus
+
+
+def _book_reach(book, job: JobState, own_rank: int, nodes: Optional[frozenset], free_gpus: FreeGpus, still,
+                preemptive: bool) -> int:
+    """_within_reach's sum before anybody leaves, from the book's pieces: the GPUs free
+    on ``nodes`` (None: every node) and held there by the candidates after ``own_rank``
+    (the job's place in the walk): the book's movable GPUs below its level (the running
+    lists after its own) and the entered jobs that still run placed after it (``still``:
+    order_parts'). tests/test_choice_reach.py checks it against the candidates' sum."""
+    free = free_gpus.free
+    nodes = free if nodes is None else nodes
+    reach = free_gpus.free_on(nodes)
+    if not preemptive:
+        return reach
+    below = book.movable_below[book.level_of(job)]
+    reach += sum(below[node] for node in nodes if node in below and node in free)
+    for place, other in still:
+        if place > own_rank and other.running and not other.keeps_gpus and other.spec.preemptable:
+            reach += sum(gpus for node, gpus in other.placement if node in nodes and node in free)
+    return reach
 
 
 def _has_own_nodes(job: JobState, allowed, room: Optional[NodeRoom] = None) -> bool:
