@@ -434,3 +434,56 @@ def test_the_running_after_check_fails_off_by_one(monkeypatch):
     _after_checked(monkeypatch)
     with pytest.raises(AssertionError):
         outcomes(workload(1), "dlas")
+
+
+def _keys_checked(monkeypatch) -> list:
+    """Every key the class walk hands the reach (kept per node class for the round,
+    OwnNodesReach.class_keys) is the job's own class_key, and after every class walk each
+    kept key is the key of every waiting job of its class."""
+    take, admits = QueueBook._take_by_class, OwnNodesReach.admits
+    checked = []
+
+    def checking(self, level, free, selected, skip_pinned, reach):
+        left = take(self, level, free, selected, skip_pinned, reach)
+        for walked in range(level + 1):
+            for (_, kind), items in self.by_class[walked].items():
+                if kind in reach.class_keys:
+                    assert all(reach.class_key(job) == reach.class_keys[kind] for _, _, job in items)
+        return left
+
+    def checking_admits(self, job, key=None):
+        if key is not None:
+            assert key == self.class_key(job)
+            checked.append(job.spec.partitions)
+        return admits(self, job, key)
+
+    monkeypatch.setattr(QueueBook, "_take_by_class", checking)
+    monkeypatch.setattr(OwnNodesReach, "admits", checking_admits)
+    return checked
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_the_kept_class_keys_are_the_jobs_keys(seed, monkeypatch):
+    checked = _keys_checked(monkeypatch)
+    outcomes(workload(seed), "dlas")
+    assert len(set(checked)) == 4  # every partition's class asked with its key
+
+
+class _OneKey(dict):
+    """A key memo that mixes the classes up: every class reads the first key kept."""
+
+    def get(self, kind, default=None):
+        return next(iter(self.values())) if self else default
+
+
+def test_the_class_keys_check_fails_with_the_classes_mixed_up(monkeypatch):
+    init = OwnNodesReach.__init__
+
+    def mixing(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        self.class_keys = _OneKey()
+
+    monkeypatch.setattr(OwnNodesReach, "__init__", mixing)
+    _keys_checked(monkeypatch)
+    with pytest.raises(AssertionError):
+        outcomes(workload(1), "dlas")

@@ -414,7 +414,7 @@ class QueueBook:
         # never compares past the first field
         heap = [(items[0], 0, size, kind, items) for (size, kind), items in lists.items() if size <= free]
         heapq.heapify(heap)
-        keys: dict = {}  # class -> its reach key (reach.class_key of one of its jobs)
+        keys = reach.class_keys  # class -> its reach key (reach.class_key of one of its jobs)
         short = reach.short  # reach.out_of_reach, inlined
         running_at = None  # (size, class) -> sorted positions of the running jobs listed there
         while heap:

@@ -51,6 +51,9 @@ class OwnNodesReach:
         # many is refused without summing its nodes again
         self.short: dict[Optional[frozenset], int] = {}
         self.sorted_nodes: dict[frozenset, tuple[str, ...]] = {}
+        # node class (QueueBook.class_function) -> class_key, kept by the class walk for
+        # the round: the nodes a class may use do not change within it
+        self.class_keys: dict = {}
 
     def class_key(self, job: JobState):
         """What ``admits`` judges ``job`` by besides its GPUs: its nodes, or PLAIN."""
