@@ -546,19 +546,22 @@ class QueueBook:
             listed.sort(key=_place)
         return listed, spans
 
-    def running_in_order(self, parts, keep) -> Iterator[tuple[int, JobState]]:
-        """Lazily, (place in ``order()``, job) of every listed job that runs and that
-        ``keep(job)`` lets through, in walk order (``parts``: order_parts'; equal to
-        ``running_places()`` so filtered, tests/test_wait_audit.py checks it)."""
+    def running_in_order(self, parts, keep, after: int = -1) -> Iterator[tuple[int, JobState]]:
+        """Lazily, (place in ``order()``, job) of every listed job placed after ``after``
+        that runs and that ``keep(job)`` lets through, in walk order (``parts``:
+        order_parts'; equal to ``running_places()`` so filtered, tests/test_wait_audit.py
+        checks it)."""
         spans, still = parts
-        still = sorted(still, key=_place)
-        at = 0
+        still = sorted((item for item in still if item[0] > after), key=_place)
+        at, begin = 0, after + 1
         for first, running in spans[0::2]:
+            if first + len(running) <= begin:
+                continue  # wholly before ``after``
             while at < len(still) and still[at][0] < first:
                 if keep(still[at][1]):
                     yield still[at]
                 at += 1
-            for item in zip(count(first), running):
+            for item in zip(count(max(first, begin)), running[max(begin - first, 0):]):
                 if keep(item[1]):
                     yield item
         for item in still[at:]:

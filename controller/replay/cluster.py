@@ -461,8 +461,6 @@ class SimCluster:
             lowest = candidates.lowest
             promised = {b for _, _, beneficiaries in self._open.values() for b in beneficiaries}
             free = dict(self.free_by_node)
-            # per node: the free GPUs and those of the candidates after the walk's place
-            within_reach = candidates.within_reach
             version, sums = 0, {}
             # node set -> the fewest GPUs refused there: within_reach only shrinks in this
             # walk, so a later job of that set asking as many is refused without a sum
@@ -485,13 +483,10 @@ class SimCluster:
                     allowed = allowed_of[job.index]
                     if job.num_gpus >= short.get(allowed, job.num_gpus + 1):
                         continue
-                    gone = candidates.passed_before(rank)  # they leave the reach (lowest > rank)
-                    if gone:
-                        for victim in gone:
-                            if victim.index not in claimed:
-                                for node, gpus in victim.placement:
-                                    within_reach[node] -= gpus
+                    if candidates.pass_before(rank, claimed):  # those before leave the reach (lowest > rank)
                         version += 1
+                    # per node: the free GPUs and those of the candidates after the walk's place
+                    within_reach = candidates.within_reach
                     cached = sums.get(allowed)
                     if cached is None or cached[0] != version:
                         cached = (version, sum(within_reach.values()) if allowed is None
