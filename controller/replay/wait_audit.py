@@ -9,10 +9,11 @@ has passed the others) and the candidates themselves, handed out in walk order a
 walk passes them (``passed_before``) or as a victim search needs the rest (``rest``).
 
 Built from a list of every candidate (``listed``), or from the simulator's queue book
-(``from_book``): then the sums come from the book's kept preemptable GPUs per node
-(QueueBook.movable_on) and the candidates are read lazily from its pieces, so a round
-costs what the walk visits, not every running job (tests/test_wait_audit.py checks the
-two equal, round after round).
+(``from_book``): then the view begins at the walk's first pass, its sums from the book's
+kept preemptable GPUs per node below that place's level (QueueBook.movable_below), and
+the candidates are read lazily from its pieces from that place on, so a round costs what
+the walk visits, not every running job (tests/test_wait_audit.py checks the two equal on
+random books; tests/test_class_walk.py every audited replay round).
 """
 from __future__ import annotations
 
