@@ -6,7 +6,7 @@ The audit walks the waiting jobs in walk order; a running job the victim rule le
 holds the place of the last candidate (the walk stops there), the GPUs per node free
 or held by candidates (``within_reach``: those after the walk's place, once the walk
 has passed the others) and the candidates themselves, handed out in walk order as the
-walk passes them (``passed_before``) or as a victim search needs the rest (``rest``).
+walk passes them (``pass_before``) or as a victim search needs the rest (``rest``).
 
 Built from a list of every candidate (``listed``), or from the simulator's queue book
 (``from_book``): then the view begins at the walk's first pass, its sums from the book's
