@@ -80,29 +80,13 @@ def test_the_books_reach_equals_the_candidates_sum_on_random_books(seed):
     """On books built at random (running jobs at every level, entered jobs that still
     run before and after the waiting jobs), for every waiting job and node set."""
     from controller.core.placement import FreeGpus
-    from controller.core.queues import ENTERED, SETTLED_WAITING
-    from tests.test_wait_audit import NODES, _book_and_jobs, _place
+    from tests.test_wait_audit import NODES, _book_and_jobs, random_step
     rng, book, jobs = _book_and_jobs(seed)
     free_gpus = FreeGpus({node: rng.randrange(3) for node in NODES})
     listed: set[int] = set()
     asked = before = 0
     for step in range(600):
-        job = rng.choice(jobs)
-        if job.index in listed:
-            book.remove(job)
-            listed.discard(job.index)
-            job.running, job.placement = False, ()
-        else:
-            level, kind = rng.randrange(3), rng.random()
-            if kind < 0.4:
-                _place(rng, job)
-                book.add_running(job, level)
-            elif kind < 0.6:
-                _place(rng, job)
-                book.add_waiting(job, level, ENTERED, float(rng.randrange(50)))
-            else:
-                book.add_waiting(job, level, rng.choice([SETTLED_WAITING, ENTERED]), float(rng.randrange(50)))
-            listed.add(job.index)
+        random_step(rng, book, jobs, listed)
         if step % 20 != 19:
             continue
         ordered = book.order()

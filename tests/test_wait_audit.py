@@ -34,6 +34,28 @@ def _place(rng, job: JobState) -> None:
     job.running = True
 
 
+def random_step(rng, book, jobs, listed: set[int]) -> None:
+    """One random change to ``book``: a listed job leaves, or another comes in as a
+    settled running job, an entered job that still runs (demoted this round) or a
+    waiting one, at a random level."""
+    job = rng.choice(jobs)
+    if job.index in listed:
+        book.remove(job)
+        listed.discard(job.index)
+        job.running, job.placement = False, ()
+        return
+    level, kind = rng.randrange(3), rng.random()
+    if kind < 0.4:
+        _place(rng, job)
+        book.add_running(job, level)
+    elif kind < 0.6:
+        _place(rng, job)
+        book.add_waiting(job, level, ENTERED, float(rng.randrange(50)))
+    else:
+        book.add_waiting(job, level, rng.choice([SETTLED_WAITING, ENTERED]), float(rng.randrange(50)))
+    listed.add(job.index)
+
+
 def _straight(book, free) -> tuple:
     """The candidates from the whole walk order, as the audit took them before."""
     return wait_audit.listed([(place, job) for place, job in enumerate(book.order()) if wait_audit.is_candidate(job)],
@@ -81,22 +103,7 @@ def test_the_lazy_candidates_equal_those_of_the_walk_order(seed):
     listed: set[int] = set()
     compared = entered_running = 0
     for step in range(800):
-        job = rng.choice(jobs)
-        if job.index in listed:
-            book.remove(job)
-            listed.discard(job.index)
-            job.running, job.placement = False, ()
-        else:
-            level, kind = rng.randrange(3), rng.random()
-            if kind < 0.4:  # a settled running job
-                _place(rng, job)
-                book.add_running(job, level)
-            elif kind < 0.6:  # an entered job that still runs (demoted this round)
-                _place(rng, job)
-                book.add_waiting(job, level, ENTERED, float(rng.randrange(50)))
-            else:
-                book.add_waiting(job, level, rng.choice([SETTLED_WAITING, ENTERED]), float(rng.randrange(50)))
-            listed.add(job.index)
+        random_step(rng, book, jobs, listed)
         if step % 100 == 99:
             book.rekey(lambda level, items: [rng.choice([0.0, -1.0]) for _ in items], range(3))
         if step % 10 == 9:
