@@ -49,9 +49,9 @@ def test_the_class_walk_decides_as_the_size_walk(policy, seed, monkeypatch):
         calls["class"] += 1
         return by_class(self, *args)
 
-    def counting_admits(self, job):
+    def counting_admits(self, job, key=None):
         calls["asked"] += 1
-        return admits(self, job)
+        return admits(self, job, key)
 
     monkeypatch.setattr(QueueBook, "_take_by_class", counting_take)
     monkeypatch.setattr(OwnNodesReach, "admits", counting_admits)
@@ -173,7 +173,9 @@ def test_the_kept_movable_gpus_count_as_the_running_jobs_do(seed, monkeypatch):
                 if copy.get(node, 0) > 0:
                     copy[node] = max(copy[node] - gpus, 0)
             enter(self, level)
-            assert self.below == copy
+            # every value checked; a node at 0 and one left out count alike (read with .get(node, 0))
+            assert {n: g for n, g in self.below.items() if g} == {n: g for n, g in copy.items() if g}
+            assert all(g >= 0 for g in self.below.values())
         else:
             enter(self, level)
 
@@ -208,8 +210,31 @@ def _pieces_checked(monkeypatch) -> list:
             checked.append(len(full[0]))
         return fast
 
+    view = SimCluster.audit_view
+
+    def drained(candidates, rank) -> tuple:
+        """What the audit reads from its first pass on (at ``rank``, a waiting job's place)."""
+        candidates.pass_before(rank, set())
+        return (candidates.lowest, {n: g for n, g in candidates.within_reach.items() if g},
+                [(place, job.index) for place, job in candidates.remaining()])
+
+    def checking_view(self, order, now, book=None):
+        if book is not None:  # the lazy view (or walk_pieces' from the book) against the full order's
+            fast, full = view(self, order, now, book), view(self, order, now)
+            assert fast[0].lowest == full[0].lowest
+            assert not_running(fast[1]) == not_running(full[1])
+            first = next((rank for rank, index in not_running(full[1])
+                          if full[0].lowest is not None and rank < full[0].lowest), None)
+            if first is not None:
+                assert drained(fast[0], first) == drained(full[0], first)
+                checked.append(len(drained(view(self, order, now)[0], first)[2]))
+        return view(self, order, now, book)
+
     monkeypatch.setattr(SimCluster, "walk_pieces", checking)
+    monkeypatch.setattr(SimCluster, "audit_view", checking_view)
     return checked
+
+
 
 
 @pytest.mark.parametrize("policy", ["dlas", "dgittins"])
@@ -318,5 +343,150 @@ def test_the_choice_check_fails_off_by_one(monkeypatch):
     place = QueueBook.place_in_order
     monkeypatch.setattr(QueueBook, "place_in_order", lambda self, job, spans: place(self, job, spans) + 1)
     _choices_checked(monkeypatch)
+    with pytest.raises(AssertionError):
+        outcomes(workload(1), "dlas")
+
+
+def _movable_below_checked(monkeypatch) -> list:
+    """At every level the walk's reach enters, the book's kept sums below each level
+    (QueueBook.movable_below) equal movable_on summed over the levels after it."""
+    enter = OwnNodesReach.enter
+    checked = []
+
+    def checking(self, level):
+        book = self.book
+        for at in range(book.num_levels):
+            summed: dict = {}
+            for on in book.movable_on[at + 1:]:
+                for node, gpus in on.items():
+                    summed[node] = summed.get(node, 0) + gpus
+            assert book.movable_below[at] == summed
+        checked.append(level)
+        return enter(self, level)
+
+    monkeypatch.setattr(OwnNodesReach, "enter", checking)
+    return checked
+
+
+@pytest.mark.parametrize("policy", ["dlas", "dgittins"])
+@pytest.mark.parametrize("seed", [1, 2])
+def test_the_books_movable_sums_below_each_level_equal_the_levels_after_it(policy, seed, monkeypatch):
+    """Through starts, preemptions, demotions and protections that end (repin)."""
+    checked = _movable_below_checked(monkeypatch)
+    outcomes(workload(seed), policy)
+    config = SimConfig(nodes=8, gpus_per_node=4, node_kinds=KINDS,
+                       engine=EngineConfig(policy=policy, thresholds_gpu_s=(600.0, 6000.0),
+                                           preempt_min_runtime_s=300.0))
+    Simulation(config).run(workload(seed))
+    assert len(checked) > 100 and max(checked) == 2
+
+
+def test_the_movable_sums_check_fails_off_by_one(monkeypatch):
+    """The check above fails when a job's GPUs are kept below its own level too."""
+    movable = QueueBook._movable
+
+    def one_level_too_far(self, index, level, placement):
+        movable(self, index, level, placement)
+        if level + 1 < self.num_levels:
+            on = self.movable_below[level]
+            for node, gpus in placement:
+                on[node] = on.get(node, 0) + gpus
+
+    monkeypatch.setattr(QueueBook, "_movable", one_level_too_far)
+    _movable_below_checked(monkeypatch)
+    with pytest.raises(AssertionError):
+        outcomes(workload(1), "dlas")
+
+
+def _after_checked(monkeypatch) -> list:
+    """Every time the victim choice asks the book for the running jobs after a place
+    (QueueBook.running_places with ``after``), they are those of the whole list placed
+    after it, for that place and the ones around it."""
+    places = QueueBook.running_places
+    checked = []
+
+    def checking(self, after=-1, parts=None):
+        fast = places(self, after, parts)
+        full = places(self)[0]
+        for other in (after - 1, after, after + 1):
+            assert places(self, other)[0] == [item for item in full if item[0] > other]
+        checked.append(len(fast[0]))
+        return fast
+
+    monkeypatch.setattr(QueueBook, "running_places", checking)
+    return checked
+
+
+@pytest.mark.parametrize("policy", ["dlas", "dgittins"])
+@pytest.mark.parametrize("seed", [1, 2])
+def test_the_running_jobs_after_a_place_are_those_of_the_whole_list(policy, seed, monkeypatch):
+    checked = _after_checked(monkeypatch)
+    outcomes(workload(seed), policy)
+    assert len(checked) > 50 and sum(checked) > 0
+
+
+def test_the_running_after_check_fails_off_by_one(monkeypatch):
+    """The check above fails when a running list is cut one place late."""
+    places = QueueBook.running_places
+
+    def late(self, after=-1, parts=None):
+        listed, spans = places(self, after, parts)
+        return (listed[1:] if after >= 0 else listed), spans
+
+    monkeypatch.setattr(QueueBook, "running_places", late)
+    _after_checked(monkeypatch)
+    with pytest.raises(AssertionError):
+        outcomes(workload(1), "dlas")
+
+
+def _keys_checked(monkeypatch) -> list:
+    """Every key the class walk hands the reach (kept per node class for the round,
+    OwnNodesReach.class_keys) is the job's own class_key, and after every class walk each
+    kept key is the key of every waiting job of its class."""
+    take, admits = QueueBook._take_by_class, OwnNodesReach.admits
+    checked = []
+
+    def checking(self, level, free, selected, skip_pinned, reach):
+        left = take(self, level, free, selected, skip_pinned, reach)
+        for walked in range(level + 1):
+            for (_, kind), items in self.by_class[walked].items():
+                if kind in reach.class_keys:
+                    assert all(reach.class_key(job) == reach.class_keys[kind] for _, _, job in items)
+        return left
+
+    def checking_admits(self, job, key=None):
+        if key is not None:
+            assert key == self.class_key(job)
+            checked.append(job.spec.partitions)
+        return admits(self, job, key)
+
+    monkeypatch.setattr(QueueBook, "_take_by_class", checking)
+    monkeypatch.setattr(OwnNodesReach, "admits", checking_admits)
+    return checked
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_the_kept_class_keys_are_the_jobs_keys(seed, monkeypatch):
+    checked = _keys_checked(monkeypatch)
+    outcomes(workload(seed), "dlas")
+    assert len(set(checked)) == 4  # every partition's class asked with its key
+
+
+class _OneKey(dict):
+    """A key memo that mixes the classes up: every class reads the first key kept."""
+
+    def get(self, kind, default=None):
+        return next(iter(self.values())) if self else default
+
+
+def test_the_class_keys_check_fails_with_the_classes_mixed_up(monkeypatch):
+    init = OwnNodesReach.__init__
+
+    def mixing(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        self.class_keys = _OneKey()
+
+    monkeypatch.setattr(OwnNodesReach, "__init__", mixing)
+    _keys_checked(monkeypatch)
     with pytest.raises(AssertionError):
         outcomes(workload(1), "dlas")

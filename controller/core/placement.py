@@ -446,6 +446,18 @@ def describe_constraints(spec: JobSpec, kinds: bool = False) -> str:
     return " ".join(parts)
 
 
+def hand_over(free_by_node: dict[str, int], victims, slots, taken: set[int]) -> None:
+    """A job takes ``slots`` once its ``victims`` leave, on a plain per-node dict (the
+    replay's wait audit, Slurm's preemption in the replay): the victims' GPUs free again,
+    the slots taken, the victims' indices added to ``taken``."""
+    for victim in victims:
+        taken.add(victim.index)
+        for node, gpus in victim.placement:
+            free_by_node[node] += gpus
+    for node, gpus in slots:
+        free_by_node[node] -= gpus
+
+
 def is_spread(placement: tuple[tuple[str, int], ...], num_gpus: int, max_gpus_per_node: int) -> bool:
     """True when a gang spans more nodes than it needs (a sensitive job then runs slower)."""
     if not placement or placement[0][0] == COUNT_NODE:

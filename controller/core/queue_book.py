@@ -27,12 +27,19 @@ from __future__ import annotations
 
 import bisect
 import heapq
+from itertools import count
 from typing import Iterator, Optional
 
 from controller.core.model import JobState
 from controller.core.protection import pinned
 from controller.core.queues import ENTERED, SETTLED_RUNNING, SETTLED_WAITING
+from controller.core.reach import PLAIN
 
+def _place(item: tuple) -> int:
+    return item[0]
+
+
+_UNASKED = object()  # the class walk's marker of a class whose reach key it has not asked
 _RUNNING = None  # marker of a job in a level's running list (it has no waiting key)
 
 
@@ -68,6 +75,9 @@ class QueueBook:
         # pinned), for OwnNodesReach's counts; job.index -> (level, placement) counted
         self.movable_on: list[dict[str, int]] = [{} for _ in range(num_levels)]
         self.movable_of: dict[int, tuple] = {}
+        # per level the sum of movable_on over the levels after it (what OwnNodesReach
+        # counts below the walk's level; tests/test_class_walk.py checks it)
+        self.movable_below: list[dict[str, int]] = [{} for _ in range(num_levels)]
         self.top = 0.0  # above every place in use: where tails start
         self.bottom = 0.0  # below every place in use: where heads end
 
@@ -212,19 +222,19 @@ class QueueBook:
 
     def _movable(self, index: int, level: int, placement: tuple) -> None:
         self.movable_of[index] = (level, placement)
-        on = self.movable_on[level]
-        for node, gpus in placement:
-            on[node] = on.get(node, 0) + gpus
+        for on in [self.movable_on[level]] + self.movable_below[:level]:
+            for node, gpus in placement:
+                on[node] = on.get(node, 0) + gpus
 
     def _unmovable(self, index: int) -> None:
         level, placement = self.movable_of.pop(index)
-        on = self.movable_on[level]
-        for node, gpus in placement:
-            left = on[node] - gpus
-            if left:
-                on[node] = left
-            else:
-                del on[node]
+        for on in [self.movable_on[level]] + self.movable_below[:level]:
+            for node, gpus in placement:
+                left = on[node] - gpus
+                if left:
+                    on[node] = left
+                else:
+                    del on[node]
 
     def apply_positions(self, positions: dict, jobs_by_id) -> None:
         """Put each job whose place changed where the plan says (after the plan's
@@ -277,7 +287,7 @@ class QueueBook:
         Returns (preempted: settled running jobs that no longer fit, selected: jobs
         from the waiting lists that get their gang), both in walk order. Settled
         running jobs that keep their GPUs are not listed. ``reach``: where jobs may use
-        only some nodes, a controller.core.victims.OwnNodesReach; a waiting job it does
+        only some nodes, a controller.core.reach.OwnNodesReach; a waiting job it does
         not admit (too few GPUs within its reach on its own nodes) is passed, and its
         share of the count stays for the jobs after it.
         """
@@ -400,16 +410,19 @@ class QueueBook:
         if min(self.waiting[level]) > free:
             return free
         lists = self.by_class[level]
-        heap = [(items[0], 0, size, kind) for (size, kind), items in lists.items() if size <= free]
+        # (head item, its place, gang, class, the list): items are unique, so the heap
+        # never compares past the first field
+        heap = [(items[0], 0, size, kind, items) for (size, kind), items in lists.items() if size <= free]
         heapq.heapify(heap)
-        keys: dict = {}  # class -> its reach key (reach.class_key of one of its jobs)
+        keys = reach.class_keys  # class -> its reach key (reach.class_key of one of its jobs)
+        short = reach.short  # reach.out_of_reach, inlined
         running_at = None  # (size, class) -> sorted positions of the running jobs listed there
         while heap:
-            item, at, size, kind = heap[0]
+            item, at, size, kind, items = heap[0]
             if size > free:  # only a take lowers what fits
                 heapq.heappop(heap)
                 continue
-            job, items = item[2], lists[(size, kind)]
+            job = item[2]
             step = at + 1
             if skip_pinned and pinned(job):  # a pinned entered job keeps its GPUs (already set aside)
                 taken = False
@@ -417,8 +430,10 @@ class QueueBook:
                 reach.kept(job)
                 taken = True
             else:
-                key = keys[kind] if kind in keys else keys.setdefault(kind, reach.class_key(job))
-                if reach.out_of_reach(key, size):
+                key = keys.get(kind, _UNASKED)
+                if key is _UNASKED:
+                    key = keys[kind] = reach.class_key(job)
+                if key is not PLAIN and size >= short.get(key, size + 1):
                     if running_at is None:
                         running_at = self._running_positions(level)
                     positions = running_at.get((size, kind), ())
@@ -426,12 +441,12 @@ class QueueBook:
                         else len(items)
                     taken = False
                 else:
-                    taken = reach.admits(job)
+                    taken = reach.admits(job, key)
             if taken:
                 selected.append(job)
                 free -= size
             if step < len(items):
-                heapq.heapreplace(heap, (items[step], step, size, kind))
+                heapq.heapreplace(heap, (items[step], step, size, kind, items))
             else:
                 heapq.heappop(heap)
             if free <= 0:
@@ -513,15 +528,57 @@ class QueueBook:
             return None
         return spans[2 * level + 1][0] + bisect.bisect_left(self.merged[level], (key, job.index))
 
-    def running_places(self) -> tuple[list[tuple[int, JobState]], list]:
-        """(place in ``order()``, job) of every listed job that runs, in walk order, and
-        order_parts' spans (only with the class lists kept)."""
-        spans, still = self.order_parts()
-        listed = [(first + at, job) for first, running in spans[0::2] for at, job in enumerate(running)]
+    def running_places(self, after: int = -1, parts=None) -> tuple[list[tuple[int, JobState]], list]:
+        """(place in ``order()``, job) of every listed job that runs placed after ``after``
+        (-1: all), in walk order, and order_parts' spans (only with the class lists kept;
+        ``parts``: order_parts' answer where the caller has it). A running list before
+        ``after`` is passed whole."""
+        spans, still = parts if parts is not None else self.order_parts()
+        listed: list[tuple[int, JobState]] = []
+        begin = after + 1
+        for first, running in spans[0::2]:
+            end = first + len(running)
+            if end > begin:
+                listed += zip(range(first, end), running) if first >= begin else \
+                    zip(range(begin, end), running[begin - first:])
         if still:  # entered jobs that still run, at their places among the waiting items
-            listed += still
-            listed.sort(key=lambda item: item[0])
+            listed += [item for item in still if item[0] > after]
+            listed.sort(key=_place)
         return listed, spans
+
+    def running_in_order(self, parts, keep, after: int = -1) -> Iterator[tuple[int, JobState]]:
+        """Lazily, (place in ``order()``, job) of every listed job placed after ``after``
+        that runs and that ``keep(job)`` lets through, in walk order (``parts``:
+        order_parts'; equal to ``running_places()`` so filtered, tests/test_wait_audit.py
+        checks it)."""
+        spans, still = parts
+        still = sorted((item for item in still if item[0] > after), key=_place)
+        at, begin = 0, after + 1
+        for first, running in spans[0::2]:
+            if first + len(running) <= begin:
+                continue  # wholly before ``after``
+            while at < len(still) and still[at][0] < first:
+                if keep(still[at][1]):
+                    yield still[at]
+                at += 1
+            for item in zip(count(max(first, begin)), running[max(begin - first, 0):]):
+                if keep(item[1]):
+                    yield item
+        for item in still[at:]:
+            if keep(item[1]):
+                yield item
+
+    def last_running(self, parts, keep) -> int:
+        """The place of the last job ``running_in_order`` yields (-1: none), read from the end."""
+        spans, still = parts
+        last = max((place for place, job in still if keep(job)), default=-1)
+        for first, running in reversed(spans[0::2]):
+            for at in range(len(running) - 1, -1, -1):
+                if first + at <= last:
+                    return last
+                if keep(running[at]):
+                    return first + at
+        return last
 
     def level_order(self, level: int) -> Iterator[JobState]:
         yield from self.running[level].values()

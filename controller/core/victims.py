@@ -44,6 +44,7 @@ from typing import Callable, Iterable, Optional
 from controller.core.model import JobState
 from controller.core.placement import FreeGpus, NodeRoom
 from controller.core.protection import may_preempt, needed_victims, pinned
+from controller.core.reach import PLAIN, OwnNodesReach  # noqa: F401 (the walk's reach: callers import it here)
 
 Slots = tuple[tuple[str, int], ...]
 
@@ -124,12 +125,13 @@ def choose_victims(newcomers: list[JobState], walk_victims: list[JobState],
     from_book = book is not None and not explain
     if from_book:
         order = ()  # read only to explain
-        running, spans = book.running_places()
-        rank = {job.index: book.place_in_order(job, spans) for job in newcomers}
+        parts = book.order_parts()
+        rank = {job.index: book.place_in_order(job, parts[0]) for job in newcomers}
         first = min(rank.values())
-        placed = [(place, job) for place, job in running if place > first and may_preempt(job, preemptive)]
-        candidates = [job for _, job in placed]
-        candidate_ranks = [place for place, _ in placed]
+        # the candidates are listed at the first victim search (most rounds place their
+        # newcomers on free GPUs); before it nobody leaves, and the book's kept sums give
+        # each newcomer's reach
+        placed, candidates, candidate_ranks = [], None, []
     else:
         order = list(order())
         rank = {job.index: position for position, job in enumerate(order)}
@@ -168,16 +170,27 @@ def choose_victims(newcomers: list[JobState], walk_victims: list[JobState],
         lower: list[JobState] = []
         reachable = known is None or job.num_gpus < known[0] or own_rank < known[1]
         if reachable:
-            lower = [candidates[i] for i in range(bisect_right(candidate_ranks, own_rank), len(candidates))
-                     if candidates[i].index not in leaving]
-            # out of reach: neither place (its GPUs must be free there) nor victims_for can hold it
-            reachable = _within_reach(job, nodes, free_gpus, lower)
+            if candidates is None:
+                reachable = _book_reach(book, job, own_rank, nodes, free_gpus, parts[1], preemptive) >= job.num_gpus
+            else:
+                lower = candidates[bisect_right(candidate_ranks, own_rank):]
+                if leaving:
+                    lower = [victim for victim in lower if victim.index not in leaving]
+                # out of reach: neither place (its GPUs must be free there) nor victims_for can hold it
+                reachable = _within_reach(job, nodes, free_gpus, lower)
             if not reachable and (known is None or job.num_gpus < known[0]):
                 out_of_reach[nodes] = (job.num_gpus, own_rank)
         slots = place(job, free_gpus) if reachable else None
         if slots is None:
             found = None
             if reachable:
+                if candidates is None:  # the first search: nobody leaves yet
+                    # the running jobs after the first newcomer that may_preempt lets go (inlined)
+                    placed = [(place, other) for place, other in book.running_places(first, parts)[0]
+                              if other.running and not other.keeps_gpus and other.spec.preemptable] \
+                        if preemptive else []
+                    candidates, candidate_ranks = [other for _, other in placed], [place for place, _ in placed]
+                    lower = candidates[bisect_right(candidate_ranks, own_rank):]
                 found = victims_for(job, reversed(lower), free_gpus.free, _usable(job, allowed, free_gpus.free), fit,
                                     node_room)
             if found is None:
@@ -373,6 +386,26 @@ def _within_reach(job: JobState, nodes: Optional[frozenset], free_gpus: FreeGpus
     return reach >= job.num_gpus
 
 
+def _book_reach(book, job: JobState, own_rank: int, nodes: Optional[frozenset], free_gpus: FreeGpus, still,
+                preemptive: bool) -> int:
+    """_within_reach's sum before anybody leaves, from the book's pieces: the GPUs free
+    on ``nodes`` (None: every node) and held there by the candidates after ``own_rank``
+    (the job's place in the walk): the book's movable GPUs below its level (the running
+    lists after its own) and the entered jobs that still run placed after it (``still``:
+    order_parts'). tests/test_choice_reach.py checks it against the candidates' sum."""
+    free = free_gpus.free
+    nodes = free if nodes is None else nodes
+    reach = free_gpus.free_on(nodes)
+    if not preemptive:
+        return reach
+    below = book.movable_below[book.level_of(job)]
+    reach += sum(below[node] for node in nodes if node in below and node in free)
+    for place, other in still:
+        if place > own_rank and other.running and not other.keeps_gpus and other.spec.preemptable:
+            reach += sum(gpus for node, gpus in other.placement if node in nodes and node in free)
+    return reach
+
+
 def _has_own_nodes(job: JobState, allowed, room: Optional[NodeRoom] = None) -> bool:
     """The job may use only some of the round's nodes (its constraints, or the CPUs,
     memory or --exclusive some node lacks)."""
@@ -418,170 +451,3 @@ def _shortfall(job, order, rank, usable, free_by_node, leaving, starts, preempti
         if any(usable(node) for node, _ in slots):
             holders.append((other, STARTING))
     return Shortfall(nodes, free, holders, spared)
-
-
-PLAIN = "plain"  # OwnNodesReach.class_key of a job that may use every node (never refused)
-
-
-class OwnNodesReach:
-    """What the walk (controller.core.queue_book.QueueBook.walk) may hand a waiting
-    job that may use only some nodes (its partitions, GPU type, reservation, node
-    constraints): the GPUs within its reach on those nodes, free or held by running
-    jobs after it in the walk that the victim rule lets go (protection.may_preempt),
-    less what the jobs the walk took before it claimed there (issue 28: a queue-1 job
-    of a partition whose only nodes run queue-2 jobs waited while hundreds of queue-1
-    jobs of another, full partition used up the walk's cluster-wide count). A job short
-    of its need is passed (``admits`` False: it waits, and its share of the count stays
-    for the jobs after it); the rule is controller.replay.cluster.SimCluster.audit_waits'.
-
-    A bound, not a placement (controller.core.victims.choose_victims places): a job the
-    walk takes claims its GPUs on its nodes' free GPUs first, then on the candidates'
-    (those of the lowest priority, so the walk passing a higher one takes its GPUs off
-    what is left); a job that may use every node claims none and is never passed, so
-    where every job may use every node the walk is its cluster-wide count, unchanged.
-    Nothing is counted until the first job with its own nodes asks (``admits``), so a
-    round without one costs a lookup per job it takes."""
-
-    def __init__(self, book, free_by_node: dict[str, int], allowed: Callable[[JobState], Optional[frozenset]],
-                 lists_refused: bool = True):
-        self.book = book
-        # False: ``refused`` is left empty, and the walk may pass a node set's waiting jobs
-        # without asking (QueueBook._take_by_class) once one was refused
-        self.lists_refused = lists_refused
-        self.free_by_node = free_by_node
-        self.allowed = allowed
-        self.level = 0
-        self.started = False
-        self.kept_jobs: set[int] = set()  # entered running jobs the walk kept before the count began
-        self.refused: list[JobState] = []  # the waiting jobs passed, walk order (with lists_refused)
-        self.version = 0
-        self.sums: dict[Optional[frozenset], tuple[int, int]] = {}
-        # node set -> the fewest GPUs a job of it was refused: once counting starts a
-        # reach only shrinks (claims, uncounts), so a later job of that set asking as
-        # many is refused without summing its nodes again
-        self.short: dict[Optional[frozenset], int] = {}
-        self.sorted_nodes: dict[frozenset, tuple[str, ...]] = {}
-
-    def class_key(self, job: JobState):
-        """What ``admits`` judges ``job`` by besides its GPUs: its nodes, or PLAIN."""
-        nodes = self.allowed(job)
-        return PLAIN if nodes is None and not job.spec.constrained else nodes
-
-    def out_of_reach(self, key, need: int) -> bool:
-        """A job of ``class_key`` ``key`` asking ``need`` GPUs would be refused now, as one
-        of that key asking no more was (nothing counted: False)."""
-        return key is not PLAIN and need >= self.short.get(key, need + 1)
-
-    def plain(self, job: JobState) -> bool:
-        """The job may use every node: the walk's count stands for it."""
-        return not job.spec.constrained and self.allowed(job) is None
-
-    def enter(self, level: int) -> None:
-        """The walk reached ``level``: its running jobs are no longer below the jobs it takes."""
-        self.level = level
-        if not self.started:
-            return
-        book = self.book
-        if book.class_function is not None:  # the book keeps the level's movable GPUs per node
-            below, changed = self.below, False
-            for node, gpus in book.movable_on[level].items():
-                left = below.get(node, 0)
-                if left > 0:  # as _uncount job by job: each step subtracts and stops at 0
-                    below[node] = max(left - gpus, 0)
-                    changed = True
-            if changed:
-                self.version += 1
-        else:
-            for job in book.running[level].values():
-                self._uncount(job)
-
-    def kept(self, job: JobState) -> None:
-        """The walk keeps an entered running job: its GPUs are no victim's."""
-        if self.started:
-            self._uncount(job)
-        else:
-            self.kept_jobs.add(job.index)
-
-    def admits(self, job: JobState) -> bool:
-        """The walk may take waiting ``job`` (claimed on its nodes if so)."""
-        nodes = self.allowed(job)
-        if nodes is None and not job.spec.constrained:  # plain(): the walk's count stands for it
-            return True
-        need = job.num_gpus
-        if not self.started:
-            self._start()
-        elif need >= self.short.get(nodes, need + 1):
-            if self.lists_refused:
-                self.refused.append(job)
-            return False
-        cached = self.sums.get(nodes)
-        if cached is None or cached[0] != self.version:
-            free, below = self.free, self.below
-            reach = (sum(free.values()) + sum(below.values()) if nodes is None
-                     else sum(free.get(node, 0) + below.get(node, 0) for node in nodes))
-            cached = self.sums[nodes] = (self.version, reach)
-        if cached[1] < need:
-            if self.lists_refused:
-                self.refused.append(job)
-            if need < self.short.get(nodes, need + 1):
-                self.short[nodes] = need
-            return False
-        self._claim(nodes, need)
-        return True
-
-    def _start(self) -> None:
-        """Count the free GPUs and the candidates below the walk's level (and the entered
-        running jobs it has not kept)."""
-        book = self.book
-        self.free = {node: gpus for node, gpus in self.free_by_node.items() if gpus > 0}
-        self.below: dict[str, int] = {}
-        if book.class_function is not None:  # the book keeps each level's movable GPUs per node
-            below, free = self.below, self.free_by_node
-            for level in range(self.level + 1, book.num_levels):
-                for node, gpus in book.movable_on[level].items():
-                    if node in free:
-                        below[node] = below.get(node, 0) + gpus
-        else:
-            for level in range(self.level + 1, book.num_levels):
-                for job in book.running[level].values():
-                    self._count(job)
-        for job in book.entered.values():
-            if job.index not in self.kept_jobs:
-                self._count(job)
-        self.started = True
-
-    def _count(self, job: JobState) -> None:
-        if may_preempt(job, True):
-            below, free = self.below, self.free_by_node
-            for node, gpus in job.placement:
-                if node in free:
-                    below[node] = below.get(node, 0) + gpus
-
-    def _uncount(self, job: JobState) -> None:
-        if may_preempt(job, True):
-            below, changed = self.below, False
-            for node, gpus in job.placement:
-                left = below.get(node, 0)
-                if left > 0:  # what a claim took there first went to lower candidates
-                    below[node] = max(left - gpus, 0)
-                    changed = True
-            if changed:
-                self.version += 1
-
-    def _claim(self, nodes: Optional[frozenset], need: int) -> None:
-        if nodes is None:
-            ordered = tuple(sorted(self.free_by_node))
-        else:
-            ordered = self.sorted_nodes.get(nodes)
-            if ordered is None:
-                ordered = self.sorted_nodes[nodes] = tuple(sorted(nodes))
-        for pool in (self.free, self.below):
-            for node in ordered:
-                if need <= 0:
-                    break
-                have = pool.get(node, 0)
-                if have > 0:
-                    taken = min(have, need)
-                    pool[node] = have - taken
-                    need -= taken
-        self.version += 1

@@ -23,9 +23,11 @@ from typing import Callable, Iterable, Optional
 from controller.core.conditioned import ConditionedDistributions
 from controller.core.gittins import LearnedDistribution
 from controller.core.model import JobState, Node
-from controller.core.placement import COUNT_NODE, Eligibility, is_spread, place, place_constrained
+from controller.core.placement import COUNT_NODE, Eligibility, hand_over, is_spread, place, place_constrained
 from controller.core.protection import protection
 from controller.core.victims import victims_for
+from controller.replay.wait_audit import Candidates, from_book
+from controller.replay.wait_audit import listed as every_candidate
 from controller.replay.run_config import (BEHIND_VICTIM_ROUNDS, EPS, EXAMPLES_KEPT, JobOutcome, SimConfig,
                                           SimResult, outcome_of)
 
@@ -406,6 +408,16 @@ class SimCluster:
             candidates = [(rank, job) for rank, job in listed if job.running and job.spec.preemptable]
         return candidates, spans, lists
 
+    def audit_view(self, order, now: float, book=None) -> tuple[Candidates, list[tuple[int, list]], Optional[list]]:
+        """walk_pieces' answer with its candidates as a wait_audit.Candidates: read lazily
+        from ``book`` where it keeps its class lists and no protection rule beyond
+        JobSpec.preemptable is on (its kept movable GPUs are the candidates')."""
+        if book is not None and book.class_function is not None and not self.cfg.engine.protects_victims:
+            candidates, levels = from_book(book, self.free_by_node)
+            return candidates, levels[1::2], book.by_class
+        listed, spans, lists = self.walk_pieces(order, now, book)
+        return every_candidate(listed, self.free_by_node), spans, lists
+
     def _smallest_gangs(self, lists: dict) -> dict:
         """Node set -> the smallest gang among a level's class lists ((gang, class) ->
         items): every job of a class may use the same nodes (its class is their key)."""
@@ -443,24 +455,17 @@ class SimCluster:
         every job."""
         if not preemptive or self._waits_exact:
             return
-        candidates, spans, lists = self.walk_pieces(order, now, book)
+        candidates, spans, lists = self.audit_view(order, now, book)
         behind: dict[int, tuple[int, float]] = {}
-        if candidates:
-            ranks = [rank for rank, _ in candidates]
-            lowest = ranks[-1]
+        if candidates.lowest is not None:
+            lowest = candidates.lowest
             promised = {b for _, _, beneficiaries in self._open.values() for b in beneficiaries}
             free = dict(self.free_by_node)
-            # per node: the free GPUs and those of the candidates after the walk's place
-            within_reach = dict(free)
-            for _, victim in candidates:
-                for node, gpus in victim.placement:
-                    within_reach[node] += gpus
             version, sums = 0, {}
             # node set -> the fewest GPUs refused there: within_reach only shrinks in this
             # walk, so a later job of that set asking as many is refused without a sum
             short = _refusals()
             claimed: set[int] = set()
-            passed = 0  # candidates (ranks[:passed]) before the walk's place, out of within_reach
             allowed_of, fit = self._allowed, self.fit  # the nodes each job may use: fixed for the replay
             for number, (first, listed) in enumerate(spans):
                 if first >= lowest:
@@ -478,14 +483,10 @@ class SimCluster:
                     allowed = allowed_of[job.index]
                     if job.num_gpus >= short.get(allowed, job.num_gpus + 1):
                         continue
-                    if ranks[passed] < rank:  # the candidates passed since leave the reach (ranks[-1] > rank)
-                        while ranks[passed] < rank:
-                            victim = candidates[passed][1]
-                            passed += 1
-                            if victim.index not in claimed:
-                                for node, gpus in victim.placement:
-                                    within_reach[node] -= gpus
+                    if candidates.pass_before(rank, claimed):  # those before leave the reach (lowest > rank)
                         version += 1
+                    # per node: the free GPUs and those of the candidates after the walk's place
+                    within_reach = candidates.within_reach
                     cached = sums.get(allowed)
                     if cached is None or cached[0] != version:
                         cached = (version, sum(within_reach.values()) if allowed is None
@@ -499,18 +500,14 @@ class SimCluster:
                             if not _open_sets(smallest, short):
                                 break
                         continue
-                    lower = [victim for _, victim in candidates[passed:] if victim.index not in claimed]
+                    lower = [victim for victim in candidates.rest() if victim.index not in claimed]
                     usable = (lambda node: True) if allowed is None else allowed.__contains__
                     found = victims_for(job, reversed(lower), free, usable, fit)
                     if found is None:
                         continue
                     victims, slots = found
-                    for victim in victims:
-                        claimed.add(victim.index)
-                        for node, gpus in victim.placement:
-                            free[node] += gpus
+                    hand_over(free, victims, slots, claimed)
                     for node, gpus in slots:
-                        free[node] -= gpus
                         within_reach[node] -= gpus
                     version += 1
                     if victims:

@@ -92,7 +92,7 @@ from typing import Callable, Container, Hashable, Iterable, Mapping, Optional, T
 
 from controller.core.levers.target import LeverTarget
 from controller.core.model import InputError, JobState, Node
-from controller.core.placement import node_fits
+from controller.core.placement import hand_over, node_fits
 from controller.replay.cluster import SimCluster
 from controller.replay.run_config import EPS
 
@@ -487,12 +487,7 @@ def preempt_walk(pending: Iterable[JobState], level: Callable[[JobState], int], 
         if not where:
             return []
         victims, slots = where
-        for victim in victims:
-            taken.add(victim.index)
-            for node, gpus in victim.placement:
-                free[node] += gpus
-        for node, gpus in slots:
-            free[node] -= gpus
+        hand_over(free, victims, slots, taken)
         found.append((job, victims, slots))
         return [node for node, _ in slots]
 
