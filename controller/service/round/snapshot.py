@@ -117,8 +117,10 @@ class RoundInput:
         # shows them Priority until its scheduler judges the limit
         qos_waits, qos_unmodelled = self._qos_verdicts(snapshot, observed, leaving, now)
         if qos_waits:
-            held_back = [job for job in snapshot.jobs if job.spec.job_id in qos_waits]
-            snapshot.jobs[:] = [job for job in snapshot.jobs if job.spec.job_id not in qos_waits]
+            kept, held_back = [], []
+            for job in snapshot.jobs:  # (one pass: the plan's jobs are most of the round's)
+                (held_back if job.job_id in qos_waits else kept).append(job)
+            snapshot.jobs[:] = kept
             waiting = sorted(waiting + held_back, key=lambda job: job.index)
             reasons.update((job_id, "") for job_id in qos_waits)
         # pending jobs asking for what the plan's model cannot express (GPUs of several
