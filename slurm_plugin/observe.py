@@ -150,8 +150,8 @@ class SlurmObserver:
         # 26.05's JSON does not say --exclusive: `scontrol show job -o` does, read when a
         # pending job shows up whose mode is not known yet (as sprio above)
         if not self._sharing_in_json:
-            self._learn_sharing({j.job_id: j.submit_time for j in jobs
-                                 if j.state == "PENDING" and self._in_scope(j.partitions)}, skipped)
+            # (``jobs`` holds the configured partitions' jobs only, filtered above)
+            self._learn_sharing({j.job_id: j.submit_time for j in jobs if j.state == "PENDING"}, skipped)
 
         # the partitions' OverSubscribe (EXCLUSIVE: whole nodes, FORCE: shared cores), for the
         # pending jobs whose own record leaves it open; a change re-reads every record
