@@ -73,6 +73,42 @@ def test_the_end_of_a_protected_run_ends_the_plan():
     assert kinds(step(config, later(jobs, 50.0), NOW + 50.0)) == [("preempt", "j1"), ("start", "j2")]
 
 
+def test_the_end_of_a_run_protection_that_no_victim_rule_would_lift_does_not_end_the_plan():
+    # j1 has no checkpoint contract and j3 was preempted preempt_max_per_job times: each
+    # keeps its GPUs before and after its first 60 s, so the plan stands past them (to
+    # j1's threshold crossing); planning again after their protection ended gives it again
+    import dataclasses
+    config = EngineConfig(policy="dlas", thresholds_gpu_s=(3600.0,), preempt_min_runtime_s=60.0,
+                          preempt_max_per_job=1)
+
+    def on_two_nodes(jobs, at):
+        return Engine(config).step(Snapshot(at, jobs, [Node("n0", 2, 0), Node("n1", 2, 0)]))
+
+    def moved(jobs, seconds):  # (as later(), keeping each job's contract and count)
+        return [dataclasses.replace(j, queue_service_gpu_s=m.queue_service_gpu_s, attained_gpu_s=m.attained_gpu_s,
+                                    executed_since_promotion_s=m.executed_since_promotion_s,
+                                    waited_since_promotion_s=m.waited_since_promotion_s)
+                for j, m in zip(jobs, later(jobs, seconds))]
+    j1 = job("j1", 2, served=1000.0, running=True, level=0, run_start=NOW - 10.0)
+    j2 = job("j2", 2, served=0.0, running=False, level=0)
+    j3 = job("j3", 2, served=50_000.0, running=True, level=1, run_start=NOW - 20.0, node="n1")
+    protected = [dataclasses.replace(j1, spec=dataclasses.replace(j1.spec, preemptable=False)), j2,
+                 dataclasses.replace(j3, preemptions=1)]
+    plan = on_two_nodes(protected, NOW)
+    assert not plan.actions and not plan.positions
+    crossing = NOW + (3600.0 - LEVEL_TOLERANCE_GPU_S - 1000.0) / 2
+    assert math.isclose(plan.stands_until_s, crossing)  # not NOW + 40 / NOW + 50: their protections' ends
+    for seconds in (41.0, 51.0, 600.0):  # past both ends: the same plan
+        again = on_two_nodes(moved(protected, seconds), NOW + seconds)
+        assert not again.actions and not again.positions and again.order == plan.order
+    # with a contract and no count spent, j3's protection end is the plan's end: it is preempted then
+    free = [j1, j2, j3]
+    plan = on_two_nodes(free, NOW)
+    assert plan.stands_until_s == NOW + 40.0
+    assert not on_two_nodes(moved(free, 39.0), NOW + 39.0).actions
+    assert kinds(on_two_nodes(moved(free, 40.0), NOW + 40.0)) == [("preempt", "j3"), ("start", "j2")]
+
+
 def test_a_plan_that_acts_or_drifts_does_not_stand():
     config = EngineConfig(policy="dlas", thresholds_gpu_s=(3600.0,))
     starts = step(config, [job("j2", 2, served=0.0, running=False, level=0)], NOW, gpus_free=2)

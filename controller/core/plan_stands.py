@@ -24,9 +24,15 @@ from controller.core.protection import run_time_over_s
 
 
 def stands_until(plan: Plan, jobs: Iterable[JobState], policy: Policy, thresholds_gpu_s: tuple[float, ...],
-                 promote_knob: float, min_runtime_s: float) -> float:
+                 promote_knob: float, min_runtime_s: float, max_per_job: Optional[int] = None) -> float:
     """The earliest time (epoch s) at which planning ``jobs`` again could give another
-    plan than ``plan``; ``plan.now_s`` when it must be planned again at once."""
+    plan than ``plan``; ``plan.now_s`` when it must be planned again at once.
+
+    The end of a run's protection (``min_runtime_s``) counts only for a job the walk may
+    preempt once it is over: one without a checkpoint contract, or already preempted
+    ``max_per_job`` times, keeps its GPUs before and after (controller.core.protection),
+    so its plan is the same (at 55,000 jobs the runs Slurm starts each round made the
+    plan stand 0 s on a site whose running jobs were all protected by their count)."""
     now = plan.now_s
     if not policy.discretized or plan.actions or plan.positions:
         return now
@@ -37,7 +43,8 @@ def stands_until(plan: Plan, jobs: Iterable[JobState], policy: Policy, threshold
             crossing = next_threshold_gpu_s(thresholds_gpu_s, job.queue_service_gpu_s)
             if crossing is not None:
                 until = min(until, now + (crossing - job.queue_service_gpu_s) / job.num_gpus)
-            if min_runtime_s > 0 and job.run_start_s is not None and now - job.run_start_s < min_runtime_s:
+            if (min_runtime_s > 0 and job.run_start_s is not None and now - job.run_start_s < min_runtime_s
+                    and job.spec.preemptable and (max_per_job is None or job.preemptions < max_per_job)):
                 until = min(until, run_time_over_s(job.run_start_s, min_runtime_s))
         elif promotes and plan.levels.get(job.spec.job_id, 0) > 0:
             # promoted once waited + tolerance >= knob x executed (RoundWriter.promotion_context)
