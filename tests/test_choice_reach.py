@@ -9,11 +9,8 @@ from __future__ import annotations
 import pytest
 
 from controller.core import victims
-from controller.core.engine import EngineConfig
 from controller.core.protection import may_preempt
-from controller.replay.run_config import SimConfig
-from controller.replay.simulator import Simulation
-from tests.test_class_walk import KINDS, outcomes, workload
+from tests.test_class_walk import outcomes, replay_protected, workload
 
 
 def _checked(monkeypatch) -> list:
@@ -42,10 +39,7 @@ def _checked(monkeypatch) -> list:
 def test_the_books_reach_equals_the_candidates_sum(policy, seed, monkeypatch):
     checked = _checked(monkeypatch)
     outcomes(workload(seed), policy)
-    config = SimConfig(nodes=8, gpus_per_node=4, node_kinds=KINDS,  # protections that end (repin)
-                       engine=EngineConfig(policy=policy, thresholds_gpu_s=(600.0, 6000.0),
-                                           preempt_min_runtime_s=300.0, preempt_max_per_job=2))
-    Simulation(config).run(workload(seed))
+    replay_protected(seed, policy, max_per_job=2)  # protections that end (repin)
     assert len(checked) > 50 and sum(1 for held in checked if held) > 10  # candidates held GPUs there
 
 

@@ -38,6 +38,15 @@ def outcomes(specs, policy: str):
     return [(o.job_id, o.start_s, o.end_s) for o in result.outcomes], result.preemptions, result.rounds
 
 
+def replay_protected(seed: int, policy: str = "dlas", max_per_job=None) -> None:
+    """The workload replayed with runs protected for their first 300 s (protections that
+    end: the book repins), and at most ``max_per_job`` preemptions a job."""
+    config = SimConfig(nodes=8, gpus_per_node=4, node_kinds=KINDS,
+                       engine=EngineConfig(policy=policy, thresholds_gpu_s=(600.0, 6000.0),
+                                           preempt_min_runtime_s=300.0, preempt_max_per_job=max_per_job))
+    Simulation(config).run(workload(seed))
+
+
 @pytest.mark.parametrize("policy", ["dlas", "dgittins"])
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_the_class_walk_decides_as_the_size_walk(policy, seed, monkeypatch):
@@ -182,10 +191,7 @@ def test_the_kept_movable_gpus_count_as_the_running_jobs_do(seed, monkeypatch):
     monkeypatch.setattr(OwnNodesReach, "_start", checking_start)
     monkeypatch.setattr(OwnNodesReach, "enter", checking_enter)
     outcomes(workload(seed), "dlas")
-    config = SimConfig(nodes=8, gpus_per_node=4, node_kinds=KINDS,
-                       engine=EngineConfig(policy="dlas", thresholds_gpu_s=(600.0, 6000.0),
-                                           preempt_min_runtime_s=300.0))
-    Simulation(config).run(workload(seed))  # protections that end (repin)
+    replay_protected(seed)
     assert checked
 
 
@@ -235,19 +241,14 @@ def _pieces_checked(monkeypatch) -> list:
     return checked
 
 
-
-
 @pytest.mark.parametrize("policy", ["dlas", "dgittins"])
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_the_audits_pieces_of_the_book_equal_the_walk_order(policy, seed, monkeypatch):
     checked = _pieces_checked(monkeypatch)
     outcomes(workload(seed), policy)
     assert len(checked) > 50 and sum(checked) > 0  # many rounds, with candidates
-    config = SimConfig(nodes=8, gpus_per_node=4, node_kinds=KINDS,  # protections that end
-                       engine=EngineConfig(policy=policy, thresholds_gpu_s=(600.0, 6000.0),
-                                           preempt_min_runtime_s=300.0, preempt_max_per_job=2))
     before = len(checked)
-    Simulation(config).run(workload(seed))
+    replay_protected(seed, policy, max_per_job=2)
     assert len(checked) > before + 50
 
 
@@ -374,10 +375,7 @@ def test_the_books_movable_sums_below_each_level_equal_the_levels_after_it(polic
     """Through starts, preemptions, demotions and protections that end (repin)."""
     checked = _movable_below_checked(monkeypatch)
     outcomes(workload(seed), policy)
-    config = SimConfig(nodes=8, gpus_per_node=4, node_kinds=KINDS,
-                       engine=EngineConfig(policy=policy, thresholds_gpu_s=(600.0, 6000.0),
-                                           preempt_min_runtime_s=300.0))
-    Simulation(config).run(workload(seed))
+    replay_protected(seed, policy)
     assert len(checked) > 100 and max(checked) == 2
 
 
