@@ -100,9 +100,10 @@ class SlurmBackend(SlurmObserver, SlurmCommands, Backend):
         # changed records are parsed again (slurm_plugin.record_cache).
         self._squeue_records: RecordCache[SlurmJob] = RecordCache("jobs", parse_squeue_record, "job_id")
         self._sinfo_records: RecordCache[SlurmNode] = RecordCache("nodes", parse_sinfo_record, "name")
-        # id(SlurmJob) -> (that job, its site factor, its SlurmObservedJob, the 26.05
-        # --exclusive entry of _sharing it was made with), of the last observe()
-        self._observed: dict[int, tuple[SlurmJob, Optional[int], SlurmObservedJob, object]] = {}
+        # job id -> (its SlurmJob, its site factor, its SlurmObservedJob, the 26.05
+        # --exclusive entry of _sharing it was made with), of the last observe(): reused
+        # only for the very same SlurmJob (a record listed twice under one id is built again)
+        self._observed: dict[str, tuple[SlurmJob, Optional[int], SlurmObservedJob, object]] = {}
         # ArrayJobIds of the pending array records last observed: only a SiteFactor goes
         # to one (the tasks in the record share it: slurm_plugin.arrays); any other
         # lever would act on every task of the array. And per ArrayJobId, the ids of its

@@ -197,7 +197,7 @@ class SlurmObserver:
             # be learned (or forgotten) after its record was first observed: the ObservedJob
             # is kept while the mode it was made with is still the one known
             mode = None if self._sharing_in_json or job.state != "PENDING" else sharing.get(job_id)
-            kept = last.get(id(job))
+            kept = last.get(job_id)
             if kept is not None and kept[0] is job and kept[1] == site_factor and kept[3] == mode:
                 observed = kept[2]  # the same record as last time: the same ObservedJob
             else:
@@ -207,7 +207,7 @@ class SlurmObserver:
                     skipped.append(f"squeue job {job_id}: {one_line(str(exc))}")
                     withheld.ids.add(job.het_job_id or job_id)
                     continue
-            kept_now[id(job)] = (job, site_factor, observed, mode)
+            kept_now[job_id] = (job, site_factor, observed, mode)
             observed_jobs.append(observed)
             if site_factor is not None:
                 observed_factors[job_id] = site_factor

@@ -223,7 +223,7 @@ def test_kept_observed_jobs_equal_ones_made_again(release):
         backend.observe()
         for job, site_factor, observed, _ in backend._observed.values():
             assert observed == backend._observed_job(job, site_factor)
-            last = before.get(id(job))
+            last = before.get(job.job_id)
             kept_pending += last is not None and last[2] is observed and job.state == "PENDING"
     assert kept_pending > 0
     if release == "26.05":
