@@ -133,13 +133,15 @@ class RoundWriter:
         """Each victim yields its GPUs to the round's newcomers (named in the reason), or,
         where the victim rule chose it for one newcomer (``beneficiary``: victim's index
         -> that newcomer, controller.core.victims), to that one, on the nodes it may use."""
-        names = ", ".join(job.job_id for job in newcomers[:3]) + (" ..." if len(newcomers) > 3 else "")
+        names = None  # the newcomers named, at the first victim that yields to them all
         for job in victims:
             target = beneficiary.get(job.index) if beneficiary else None
             if target is not None:
                 reason = (f"yields {job.num_gpus} GPUs: lower priority than {target.job_id}, on nodes it may use"
                           f" (queue {level_of(job) + 1})")
             else:
+                if names is None:
+                    names = ", ".join(job.job_id for job in newcomers[:3]) + (" ..." if len(newcomers) > 3 else "")
                 reason = (f"yields {job.num_gpus} GPUs: lower priority than {names or 'higher-priority jobs'}"
                           f" (queue {level_of(job) + 1})")
             self.plan.actions.append(Preempt(self.decision_id(), job.job_id, reason))
