@@ -94,7 +94,7 @@ class Engine:
     # -- the round ---------------------------------------------------------
     def step(self, snapshot: Snapshot) -> Plan:
         plan = Plan(round_id=snapshot.round_id, now_s=snapshot.now_s)
-        if self.config.protects_victims and snapshot.queue_book is None:
+        if snapshot.queue_book is None and self.config.protects_victims:
             # (a kept book's owner, the fast replay loop, marks protection itself and
             # recounts its pinned GPUs in place: QueueBook.repin)
             cfg = self.config

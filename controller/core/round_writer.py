@@ -32,6 +32,7 @@ class RoundWriter:
         self.plan = plan
         self.policy = policy
         self.placement = placement
+        self.count_mode = placement == "count"  # the placement mode is count (read per start)
         self.pack_limit = pack_limit
         self.thresholds_gpu_s = thresholds_gpu_s
         self.promote_knob = promote_knob
@@ -46,10 +47,6 @@ class RoundWriter:
     def node_room(self) -> Optional[NodeRoom]:
         """The round's CPUs and memory free per node (None: the nodes report neither)."""
         return None if self.eligible is None else self.eligible.room()
-
-    @property
-    def count_mode(self) -> bool:
-        return self.placement == "count"
 
     def decision_id(self) -> str:
         """The id of the next action: ``r<round>.<n>``."""
@@ -126,7 +123,8 @@ class RoundWriter:
         return place(job.num_gpus, free_by_node, consolidate=consolidate, max_gpus_per_node=max_per_node)
 
     def start(self, job: JobState, slots: Slots, reason: str) -> None:
-        self.plan.actions.append(Start(self.decision_id(), job.job_id, slots, reason))
+        actions = self.plan.actions
+        actions.append(Start(decision_id(self.plan.round_id, "engine", len(actions) + 1), job.job_id, slots, reason))
 
     def preempt(self, victims: Iterable[JobState], newcomers: list[JobState],
                 level_of: Callable[[JobState], int], beneficiary: Optional[dict] = None) -> None:
