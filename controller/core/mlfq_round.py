@@ -14,7 +14,7 @@ reasons and decision ids.
 from __future__ import annotations
 
 from controller.core.model import JobState, Snapshot
-from controller.core.placement import FreeGpus, NodeTotals, nodes_are_real
+from controller.core.placement import FreeGpus, NodeTotals
 from controller.core.plan import Plan
 from controller.core.policies import Policy, PolicyContext
 from controller.core.protection import may_preempt
@@ -46,7 +46,7 @@ def mlfq_step(writer: RoundWriter, snapshot: Snapshot) -> Plan:
     capacity = snapshot.total_gpus
     count_mode = writer.count_mode
     # real nodes (every mode but the replay's count on its pseudo-node): victims per node
-    on_nodes = not count_mode or nodes_are_real(snapshot.nodes)
+    on_nodes = not count_mode or writer.on_real_nodes(snapshot.nodes)
     # placement modes: a job that may use only some nodes is taken only if its own nodes
     # hold what it needs, free or held by lower-priority preemptable jobs (OwnNodesReach)
     free_by_node = snapshot.free_gpus_by_node() if on_nodes else None

@@ -13,7 +13,8 @@ from typing import Callable, Iterable, Optional
 
 from controller.core.model import JobState, Snapshot
 from controller.core.placement import (COUNT_NODE, Eligibility, NodeRoom, describe_constraints,
-                                       describe_resources, minimum_nodes, place, place_constrained)
+                                       describe_resources, minimum_nodes, nodes_are_real, place,
+                                       place_constrained)
 from controller.core.plan import Plan, Preempt, Promote, Start
 from controller.core.policies import Policy, PolicyContext
 from controller.core.policies.base import STARVATION_TOLERANCE_S
@@ -39,10 +40,18 @@ class RoundWriter:
         # the round's nodes per job kind (partitions, GPU type, reservation); set by
         # the engine from the snapshot, None = every node fits every job
         self.eligible: Optional[Eligibility] = None
+        # the round's nodes are a cluster's, not count mode's pseudo-node
+        # (placement.nodes_are_real); set by the engine, which keeps it while the nodes
+        # stay the same; None: asked of the nodes (on_real_nodes)
+        self.real_nodes: Optional[bool] = None
 
     def allowed(self, job: JobState) -> Optional[frozenset]:
         """The nodes ``job`` may use this round, None = all (controller.core.placement)."""
         return None if self.eligible is None else self.eligible.allowed(job.spec)
+
+    def on_real_nodes(self, nodes) -> bool:
+        """The round's ``nodes`` are a cluster's (placement.nodes_are_real)."""
+        return nodes_are_real(nodes) if self.real_nodes is None else self.real_nodes
 
     def node_room(self) -> Optional[NodeRoom]:
         """The round's CPUs and memory free per node (None: the nodes report neither)."""
@@ -139,7 +148,7 @@ class RoundWriter:
                           f" (queue {level_of(job) + 1})")
             else:
                 if names is None:
-                    names = ", ".join(job.job_id for job in newcomers[:3]) + (" ..." if len(newcomers) > 3 else "")
+                    names = ", ".join([job.job_id for job in newcomers[:3]]) + (" ..." if len(newcomers) > 3 else "")
                 reason = (f"yields {job.num_gpus} GPUs: lower priority than {names or 'higher-priority jobs'}"
                           f" (queue {level_of(job) + 1})")
             self.plan.actions.append(Preempt(self.decision_id(), job.job_id, reason))
