@@ -54,10 +54,11 @@ def mlfq_step(writer: RoundWriter, snapshot: Snapshot) -> Plan:
     preempted, selected = book.walk(capacity, reach)
     if not preempted and not selected and not book.entered and not snapshot.detailed:
         return plan  # nothing moves (a simulator round while every GPU stays where it is)
-    chosen = {job.index for job in selected}
-    # entered jobs still holding GPUs (demoted since the last round) that the walk passed over
     where = book.where
     entered = book.entered
+    # the walk's jobs: read for the entered jobs it passed over and by backfill (never in count mode)
+    chosen = {job.index for job in selected} if entered or not count_mode else None
+    # entered jobs still holding GPUs (demoted since the last round) that the walk passed over
     passed_over = sorted([(*where[index], index, job) for index, job in entered.items()
                           if index not in chosen]) if entered else []
     leaving = preempted + [item[3] for item in passed_over if may_preempt(item[3], True)] if passed_over else preempted
@@ -82,10 +83,11 @@ def mlfq_step(writer: RoundWriter, snapshot: Snapshot) -> Plan:
         if count_mode:
             free_gpus = NodeTotals(snapshot.nodes)
             starts, unplaced = count_starts(writer, newcomers, free_gpus, max_per_node)
-    started = [job for job, _, _ in starts]
     if leaving:
         writer.preempt(leaving, newcomers, book.level_of, beneficiary)
+    started = set()  # their indices
     for job, slots, rank in starts:
+        started.add(job.index)
         writer.start(job, slots, f"queue {where[job.index][0] + 1}: {job.num_gpus} GPUs free at"
                                  f" priority position {rank + 1} among waiting jobs")
     backfilled = _backfill(writer, book, chosen, free_gpus, max_per_node) if unplaced and not count_mode else []
@@ -150,14 +152,14 @@ def static_order_step(writer: RoundWriter, snapshot: Snapshot) -> Plan:
     return writer.plan
 
 
-def _next_positions(book: QueueBook, selected, started, backfilled, preempted, passed_over) -> dict:
-    """Running jobs new to the running lists join their tails in walk order; settled
-    running jobs that lost their GPUs go to the heads of the waiting lists in walk
-    order; entered jobs left waiting join the tails of the waiting lists."""
+def _next_positions(book: QueueBook, selected, started_ids: set, backfilled, preempted, passed_over) -> dict:
+    """Running jobs new to the running lists (``started_ids``: the indices of the jobs
+    the round starts) join their tails in walk order; settled running jobs that lost
+    their GPUs go to the heads of the waiting lists in walk order; entered jobs left
+    waiting join the tails of the waiting lists."""
     changes: dict[str, tuple[int, float]] = {}
     tail = book.top
-    where = book.where  # job index -> (level, key): book.level_of, group_of inlined (every round)
-    started_ids = {job.index for job in started}
+    where = book.where  # job index -> (level, key): book.level_of inlined (every round)
     for job in selected:
         if job.running or job.index in started_ids:
             changes[job.job_id] = (where[job.index][0], tail)
