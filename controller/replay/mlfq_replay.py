@@ -172,7 +172,8 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
     # some nodes
     reach = cluster.reach_matters
     places = _Places() if handoff or reach else None
-    knob = engine_cfg.promote_knob if policy.discretized else math.inf
+    discretized = policy.discretized
+    knob = engine_cfg.promote_knob if discretized else math.inf
     promoting = math.isfinite(knob)
     # (when it has waited long enough, index, version): waiting jobs below Q_1
     promotion_due: list[tuple[float, int, int]] = []
@@ -437,7 +438,7 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
                 else:
                     start(job, action.placement)
                     started.append(job)
-                    if not policy.discretized:  # no places: a started job joins the running list
+                    if not discretized:  # no places: a started job joins the running list
                         book.remove(job)
                         book.add_running(job, 0)
             positions = plan.positions
@@ -455,7 +456,7 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
                 places.set(job.index, job.queue_entry)
             if slurm is not None:
                 slurm.promoted()
-                if policy.discretized:
+                if discretized:
                     settle_slurm_starts(book, started)
             for job in stopped:  # waits at its level (the plan's place): its promotion moment
                 starts_waiting(job)
@@ -466,11 +467,14 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
             if progress is not None and rounds % 2000 == 0:
                 progress(len(cluster.outcomes) / max(total, 1))
         # 3. the next moment something changes
-        t_next = min(cluster.next_completion_s(), cluster.next_handoff_s())
-        if next_arrival < total:
-            t_next = min(t_next, jobs[next_arrival].spec.submit_time_s)
-        if current(demotions):
-            t_next = min(t_next, demotions[0][0])
+        t_next = cluster.next_completion_s()
+        t_handoff = cluster.next_handoff_s()
+        if t_handoff < t_next:
+            t_next = t_handoff
+        if next_arrival < total and jobs[next_arrival].spec.submit_time_s < t_next:
+            t_next = jobs[next_arrival].spec.submit_time_s
+        if current(demotions) and demotions[0][0] < t_next:
+            t_next = demotions[0][0]
         if waiting_jobs and protects and min_runtime > 0:  # a running job's protection ends
             t_next = min(t_next, next_run_end())
         if waiting_jobs and promoting and valid_due(promotion_wakeups):
