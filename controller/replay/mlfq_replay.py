@@ -188,7 +188,8 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
     def waiting_value(job: JobState, level: int, served_gpu_s: float) -> float:
         return policy.waiting_value(service, thresholds, level, served_gpu_s, job.spec) if ordered_waiting else 0.0
 
-    book.within_function = lambda job, level: waiting_value(job, level, job.queue_service_gpu_s)
+    if ordered_waiting:  # else the book's own within value, 0.0 (as waiting_value's)
+        book.within_function = lambda job, level: waiting_value(job, level, job.queue_service_gpu_s)
     if cluster.reach_matters:  # waiting lists per node class too: the walk passes a class out of reach whole
         book.class_function = _node_class
 
@@ -373,9 +374,15 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
             if slurm is not None:
                 slurm.arrived(job)
         round_now = waiting_jobs and (policy.preemptive or cluster.busy < capacity)
-        while current(demotions) and demotions[0][0] <= now + EPS:
-            t_cross, index, _ = heapq.heappop(demotions)
+        while demotions:  # current(demotions), inlined: the loop's most frequent test
+            t_cross, index, version = demotions[0]
             job = jobs[index]
+            if private[index].version != version or not job.running:  # stale: the job stopped or restarted
+                heapq.heappop(demotions)
+                continue
+            if t_cross > now + EPS:
+                break
+            heapq.heappop(demotions)
             level = book.level_of(job) + 1
             book.remove(job)
             # the engine's entry for a job demoted while running is "the round's time -
