@@ -141,6 +141,7 @@ class RoundWriter:
         where the victim rule chose it for one newcomer (``beneficiary``: victim's index
         -> that newcomer, controller.core.victims), to that one, on the nodes it may use."""
         names = None  # the newcomers named, at the first victim that yields to them all
+        actions, round_id = self.plan.actions, self.plan.round_id
         for job in victims:
             target = beneficiary.get(job.index) if beneficiary else None
             if target is not None:
@@ -148,10 +149,11 @@ class RoundWriter:
                           f" (queue {level_of(job) + 1})")
             else:
                 if names is None:
-                    names = ", ".join([job.job_id for job in newcomers[:3]]) + (" ..." if len(newcomers) > 3 else "")
+                    names = ", ".join([other.job_id for other in newcomers[:3]]) + (
+                        " ..." if len(newcomers) > 3 else "")
                 reason = (f"yields {job.num_gpus} GPUs: lower priority than {names or 'higher-priority jobs'}"
                           f" (queue {level_of(job) + 1})")
-            self.plan.actions.append(Preempt(self.decision_id(), job.job_id, reason))
+            actions.append(Preempt(decision_id(round_id, "engine", len(actions) + 1), job.job_id, reason))
 
     def backfill(self, walk_order: Iterable[JobState], passed: Callable[[JobState], bool], free_gpus,
                  free_total: int, max_per_node: int) -> tuple[list[JobState], int]:
