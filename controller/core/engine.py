@@ -85,6 +85,10 @@ class Engine:
         self.config = config
         self.policy = policy or get_policy(config.policy, config.priority_expression)
         self._eligible: Optional[Eligibility] = None
+        # the nodes the last Eligibility was made for, and whether they are real ones
+        # (placement.nodes_are_real): kept while the nodes are the same
+        self._nodes: Optional[tuple] = None
+        self._real_nodes = True
 
     def writer(self, plan: Plan) -> RoundWriter:
         """The round writer of ``plan`` with this engine's policy and settings."""
@@ -94,14 +98,14 @@ class Engine:
     # -- the round ---------------------------------------------------------
     def step(self, snapshot: Snapshot) -> Plan:
         plan = Plan(round_id=snapshot.round_id, now_s=snapshot.now_s)
-        if self.config.protects_victims and snapshot.queue_book is None:
+        if snapshot.queue_book is None and self.config.protects_victims:
             # (a kept book's owner, the fast replay loop, marks protection itself and
             # recounts its pinned GPUs in place: QueueBook.repin)
             cfg = self.config
             mark_protected(snapshot.jobs, snapshot.now_s, cfg.preempt_min_runtime_s, cfg.preempt_max_per_job)
         writer = self.writer(plan)
-        # the last round's answers stand while the nodes are the same (a replay's always are)
-        writer.eligible = self._eligible = Eligibility(snapshot.nodes, self._eligible)
+        writer.eligible = self.eligibility(snapshot.nodes)
+        writer.real_nodes = self._real_nodes
         if self.policy.discretized:
             plan = mlfq_step(writer, snapshot)
             if snapshot.queue_book is None:  # the controller's round (a replay loop keeps its own clock)
@@ -128,6 +132,20 @@ class Engine:
             plan.levels = {job_id: level(job, ctx) for job_id, job in zip(plan.order, ordered)}
             plan.keys = {job_id: display(key, job, ctx) for job_id, (key, job) in zip(plan.order, keyed)}
         return plan
+
+    def eligibility(self, nodes) -> Eligibility:
+        """The round's Eligibility. The last round's answers stand while the nodes are the
+        same (a replay's always are): where no node reports CPUs or memory (nothing in it
+        changes within a round: no NodeRoom) the last one itself, else a new one that
+        keeps its answers."""
+        key = tuple(nodes)
+        last = self._eligible
+        if last is not None and key == self._nodes and last.room() is None:
+            return last
+        self._eligible = Eligibility(nodes, last)
+        if key != self._nodes:
+            self._nodes, self._real_nodes = key, nodes_are_real(key)
+        return self._eligible
 
     def _capacity(self, snapshot: Snapshot) -> int:
         return snapshot.total_gpus

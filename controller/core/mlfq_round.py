@@ -14,7 +14,7 @@ reasons and decision ids.
 from __future__ import annotations
 
 from controller.core.model import JobState, Snapshot
-from controller.core.placement import FreeGpus, NodeTotals, nodes_are_real
+from controller.core.placement import FreeGpus, NodeTotals
 from controller.core.plan import Plan
 from controller.core.policies import Policy, PolicyContext
 from controller.core.protection import may_preempt
@@ -42,12 +42,11 @@ def mlfq_step(writer: RoundWriter, snapshot: Snapshot) -> Plan:
         ctx = writer.promotion_context(snapshot)  # starvation promotions first
         book = build_book(writer.policy, snapshot.jobs, ctx)
     else:
-        ctx = PolicyContext(now_s=snapshot.now_s, thresholds_gpu_s=writer.thresholds_gpu_s,
-                            service=snapshot.service)
+        ctx = None  # read only by a detailed round's description (_describe): built there
     capacity = snapshot.total_gpus
     count_mode = writer.count_mode
     # real nodes (every mode but the replay's count on its pseudo-node): victims per node
-    on_nodes = not count_mode or nodes_are_real(snapshot.nodes)
+    on_nodes = not count_mode or writer.on_real_nodes(snapshot.nodes)
     # placement modes: a job that may use only some nodes is taken only if its own nodes
     # hold what it needs, free or held by lower-priority preemptable jobs (OwnNodesReach)
     free_by_node = snapshot.free_gpus_by_node() if on_nodes else None
@@ -55,11 +54,14 @@ def mlfq_step(writer: RoundWriter, snapshot: Snapshot) -> Plan:
     preempted, selected = book.walk(capacity, reach)
     if not preempted and not selected and not book.entered and not snapshot.detailed:
         return plan  # nothing moves (a simulator round while every GPU stays where it is)
-    chosen = {job.index for job in selected}
-    # entered jobs still holding GPUs (demoted since the last round) that the walk passed over
     where = book.where
-    passed_over = sorted([(*where[index], index, job) for index, job in book.entered.items() if index not in chosen])
-    leaving = preempted + [item[3] for item in passed_over if may_preempt(item[3], True)]
+    entered = book.entered
+    # the walk's jobs: read for the entered jobs it passed over and by backfill (never in count mode)
+    chosen = {job.index for job in selected} if entered or not count_mode else None
+    # entered jobs still holding GPUs (demoted since the last round) that the walk passed over
+    passed_over = sorted([(*where[index], index, job) for index, job in entered.items()
+                          if index not in chosen]) if entered else []
+    leaving = preempted + [item[3] for item in passed_over if may_preempt(item[3], True)] if passed_over else preempted
     newcomers = [job for job in selected if not job.running]
     max_per_node = snapshot.max_gpus_per_node
     beneficiary = None
@@ -81,16 +83,21 @@ def mlfq_step(writer: RoundWriter, snapshot: Snapshot) -> Plan:
         if count_mode:
             free_gpus = NodeTotals(snapshot.nodes)
             starts, unplaced = count_starts(writer, newcomers, free_gpus, max_per_node)
-    started = [job for job, _, _ in starts]
-    writer.preempt(leaving, newcomers, book.level_of, beneficiary)
+    if leaving:
+        writer.preempt(leaving, newcomers, book.level_of, beneficiary)
+    started = set()  # their indices
     for job, slots, rank in starts:
-        writer.start(job, slots, f"queue {book.level_of(job) + 1}: {job.num_gpus} GPUs free at"
+        started.add(job.index)
+        writer.start(job, slots, f"queue {where[job.index][0] + 1}: {job.num_gpus} GPUs free at"
                                  f" priority position {rank + 1} among waiting jobs")
     backfilled = _backfill(writer, book, chosen, free_gpus, max_per_node) if unplaced and not count_mode else []
     plan.positions = _next_positions(book, selected, started, backfilled, preempted, passed_over)
     if snapshot.detailed:
         # a job the walk passed waits as one no preemption could place (its shortfall)
         waiting_on_nodes = unplaced + reach.refused if reach is not None else unplaced
+        if ctx is None:
+            ctx = PolicyContext(now_s=snapshot.now_s, thresholds_gpu_s=writer.thresholds_gpu_s,
+                                service=snapshot.service)
         _describe(writer, book, ctx, selected, waiting_on_nodes, snapshot, shortfalls)
     return plan
 
@@ -145,27 +152,28 @@ def static_order_step(writer: RoundWriter, snapshot: Snapshot) -> Plan:
     return writer.plan
 
 
-def _next_positions(book: QueueBook, selected, started, backfilled, preempted, passed_over) -> dict:
-    """Running jobs new to the running lists join their tails in walk order; settled
-    running jobs that lost their GPUs go to the heads of the waiting lists in walk
-    order; entered jobs left waiting join the tails of the waiting lists."""
+def _next_positions(book: QueueBook, selected, started_ids: set, backfilled, preempted, passed_over) -> dict:
+    """Running jobs new to the running lists (``started_ids``: the indices of the jobs
+    the round starts) join their tails in walk order; settled running jobs that lost
+    their GPUs go to the heads of the waiting lists in walk order; entered jobs left
+    waiting join the tails of the waiting lists."""
     changes: dict[str, tuple[int, float]] = {}
     tail = book.top
-    started_ids = {job.index for job in started}
+    where = book.where  # job index -> (level, key): book.level_of inlined (every round)
     for job in selected:
         if job.running or job.index in started_ids:
-            changes[job.job_id] = (book.level_of(job), tail)
+            changes[job.job_id] = (where[job.index][0], tail)
             tail += 1.0
         elif book.group_of(job) == ENTERED:  # selected but not placed: waits at the tail
-            changes[job.job_id] = (book.level_of(job), tail)
+            changes[job.job_id] = (where[job.index][0], tail)
             tail += 1.0
     for job in backfilled:
-        changes[job.job_id] = (book.level_of(job), tail)
+        changes[job.job_id] = (where[job.index][0], tail)
         tail += 1.0
     head = book.bottom - len(preempted)
     for job in preempted:
         head += 1.0
-        changes[job.job_id] = (book.level_of(job), head)
+        changes[job.job_id] = (where[job.index][0], head)
     for level, _, _, job in passed_over:  # tails: running ones (pinned) or waiting ones
         if job.job_id not in changes:
             changes[job.job_id] = (level, tail)

@@ -12,7 +12,12 @@ from dataclasses import dataclass, field
 from typing import Union
 
 
-@dataclass(frozen=True)
+# Start and Preempt: frozen dataclasses (equality, hash, repr, no assignment) whose
+# __init__ fills the instance dict directly: a frozen dataclass's own __init__ sets each
+# field through object.__setattr__, which doubled the cost of the replay's most frequent
+# objects (one per start and preemption). tests/test_plan_actions.py checks they equal
+# the plain frozen dataclasses field for field.
+@dataclass(frozen=True, init=False)
 class Start:
     """Run a pending job on these (node, gpus) slots."""
 
@@ -22,8 +27,17 @@ class Start:
     reason: str
     kind: str = "start"
 
+    def __init__(self, decision_id: str, job_id: str, placement: tuple[tuple[str, int], ...], reason: str,
+                 kind: str = "start"):
+        fields = self.__dict__
+        fields["decision_id"] = decision_id
+        fields["job_id"] = job_id
+        fields["placement"] = placement
+        fields["reason"] = reason
+        fields["kind"] = kind
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, init=False)
 class Preempt:
     """A running job must yield its GPUs (checkpoint, then requeue)."""
 
@@ -31,6 +45,13 @@ class Preempt:
     job_id: str
     reason: str
     kind: str = "preempt"
+
+    def __init__(self, decision_id: str, job_id: str, reason: str, kind: str = "preempt"):
+        fields = self.__dict__
+        fields["decision_id"] = decision_id
+        fields["job_id"] = job_id
+        fields["reason"] = reason
+        fields["kind"] = kind
 
 
 @dataclass(frozen=True)

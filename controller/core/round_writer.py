@@ -13,7 +13,8 @@ from typing import Callable, Iterable, Optional
 
 from controller.core.model import JobState, Snapshot
 from controller.core.placement import (COUNT_NODE, Eligibility, NodeRoom, describe_constraints,
-                                       describe_resources, minimum_nodes, place, place_constrained)
+                                       describe_resources, minimum_nodes, nodes_are_real, place,
+                                       place_constrained)
 from controller.core.plan import Plan, Preempt, Promote, Start
 from controller.core.policies import Policy, PolicyContext
 from controller.core.policies.base import STARVATION_TOLERANCE_S
@@ -32,24 +33,29 @@ class RoundWriter:
         self.plan = plan
         self.policy = policy
         self.placement = placement
+        self.count_mode = placement == "count"  # the placement mode is count (read per start)
         self.pack_limit = pack_limit
         self.thresholds_gpu_s = thresholds_gpu_s
         self.promote_knob = promote_knob
         # the round's nodes per job kind (partitions, GPU type, reservation); set by
         # the engine from the snapshot, None = every node fits every job
         self.eligible: Optional[Eligibility] = None
+        # the round's nodes are a cluster's, not count mode's pseudo-node
+        # (placement.nodes_are_real); set by the engine, which keeps it while the nodes
+        # stay the same; None: asked of the nodes (on_real_nodes)
+        self.real_nodes: Optional[bool] = None
 
     def allowed(self, job: JobState) -> Optional[frozenset]:
         """The nodes ``job`` may use this round, None = all (controller.core.placement)."""
         return None if self.eligible is None else self.eligible.allowed(job.spec)
 
+    def on_real_nodes(self, nodes) -> bool:
+        """The round's ``nodes`` are a cluster's (placement.nodes_are_real)."""
+        return nodes_are_real(nodes) if self.real_nodes is None else self.real_nodes
+
     def node_room(self) -> Optional[NodeRoom]:
         """The round's CPUs and memory free per node (None: the nodes report neither)."""
         return None if self.eligible is None else self.eligible.room()
-
-    @property
-    def count_mode(self) -> bool:
-        return self.placement == "count"
 
     def decision_id(self) -> str:
         """The id of the next action: ``r<round>.<n>``."""
@@ -126,23 +132,28 @@ class RoundWriter:
         return place(job.num_gpus, free_by_node, consolidate=consolidate, max_gpus_per_node=max_per_node)
 
     def start(self, job: JobState, slots: Slots, reason: str) -> None:
-        self.plan.actions.append(Start(self.decision_id(), job.job_id, slots, reason))
+        actions = self.plan.actions
+        actions.append(Start(decision_id(self.plan.round_id, "engine", len(actions) + 1), job.job_id, slots, reason))
 
     def preempt(self, victims: Iterable[JobState], newcomers: list[JobState],
                 level_of: Callable[[JobState], int], beneficiary: Optional[dict] = None) -> None:
         """Each victim yields its GPUs to the round's newcomers (named in the reason), or,
         where the victim rule chose it for one newcomer (``beneficiary``: victim's index
         -> that newcomer, controller.core.victims), to that one, on the nodes it may use."""
-        names = ", ".join(job.job_id for job in newcomers[:3]) + (" ..." if len(newcomers) > 3 else "")
+        names = None  # the newcomers named, at the first victim that yields to them all
+        actions, round_id = self.plan.actions, self.plan.round_id
         for job in victims:
             target = beneficiary.get(job.index) if beneficiary else None
             if target is not None:
                 reason = (f"yields {job.num_gpus} GPUs: lower priority than {target.job_id}, on nodes it may use"
                           f" (queue {level_of(job) + 1})")
             else:
+                if names is None:
+                    names = ", ".join([other.job_id for other in newcomers[:3]]) + (
+                        " ..." if len(newcomers) > 3 else "")
                 reason = (f"yields {job.num_gpus} GPUs: lower priority than {names or 'higher-priority jobs'}"
                           f" (queue {level_of(job) + 1})")
-            self.plan.actions.append(Preempt(self.decision_id(), job.job_id, reason))
+            actions.append(Preempt(decision_id(round_id, "engine", len(actions) + 1), job.job_id, reason))
 
     def backfill(self, walk_order: Iterable[JobState], passed: Callable[[JobState], bool], free_gpus,
                  free_total: int, max_per_node: int) -> tuple[list[JobState], int]:

@@ -158,7 +158,7 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
     seen_version = learned.version if learned is not None else 0
     cluster = SimCluster(cfg, jobs, private, learned)
     service = cfg.service
-    index_of = {job.job_id: job.index for job in jobs}
+    job_of = {job.job_id: job for job in jobs}.__getitem__  # a plan's job id -> its job
     book = QueueBook(num_levels)
     ordered_waiting = policy.uses_service_distribution  # waiting order depends on the distribution
     # the controller's preemption costs (as in the generic loop)
@@ -172,7 +172,8 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
     # some nodes
     reach = cluster.reach_matters
     places = _Places() if handoff or reach else None
-    knob = engine_cfg.promote_knob if policy.discretized else math.inf
+    discretized = policy.discretized
+    knob = engine_cfg.promote_knob if discretized else math.inf
     promoting = math.isfinite(knob)
     # (when it has waited long enough, index, version): waiting jobs below Q_1
     promotion_due: list[tuple[float, int, int]] = []
@@ -182,12 +183,13 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
     # Slurm's (controller.replay.slurm_order), which keeps the pending jobs from the events
     slurm = engine if isinstance(engine, SlurmOrder) else None
     if slurm is not None:
-        slurm.track(lambda job_id: jobs[index_of[job_id]], cluster.nodes)
+        slurm.track(job_of, cluster.nodes)
 
     def waiting_value(job: JobState, level: int, served_gpu_s: float) -> float:
         return policy.waiting_value(service, thresholds, level, served_gpu_s, job.spec) if ordered_waiting else 0.0
 
-    book.within_function = lambda job, level: waiting_value(job, level, job.queue_service_gpu_s)
+    if ordered_waiting:  # else the book's own within value, 0.0 (as waiting_value's)
+        book.within_function = lambda job, level: waiting_value(job, level, job.queue_service_gpu_s)
     if cluster.reach_matters:  # waiting lists per node class too: the walk passes a class out of reach whole
         book.class_function = _node_class
 
@@ -346,17 +348,22 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
         if watch is not None and passes % WATCH_EVERY == 0:
             watch(len(cluster.outcomes) / max(total, 1))
         # 1. everything that happens at this moment: completions, requeues, arrivals, crossings
-        for job in cluster.finish_due(now):
-            book.remove(job)
-            if slurm is not None:
-                slurm.ended(job)
-            if places is not None:
-                places.drop(job.index)
-            events += 1
-        events += cluster.release_due(now)
-        for job in cluster.settled_due(now):
-            requeued(job)
-            events += 1
+        # (each heap's head read here first: most passes have none of some kinds due)
+        completions = cluster.completions
+        if completions and completions[0][0] <= now + EPS:
+            for job in cluster.finish_due(now):
+                book.remove(job)
+                if slurm is not None:
+                    slurm.ended(job)
+                if places is not None:
+                    places.drop(job.index)
+                events += 1
+        if cluster.leaving:
+            events += cluster.release_due(now)
+        if cluster.settling:
+            for job in cluster.settled_due(now):
+                requeued(job)
+                events += 1
         while next_arrival < total and jobs[next_arrival].spec.submit_time_s <= now + EPS:
             job = jobs[next_arrival]
             private[job.index].last_sync_s = job.spec.submit_time_s
@@ -367,9 +374,15 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
             if slurm is not None:
                 slurm.arrived(job)
         round_now = waiting_jobs and (policy.preemptive or cluster.busy < capacity)
-        while current(demotions) and demotions[0][0] <= now + EPS:
-            t_cross, index, _ = heapq.heappop(demotions)
+        while demotions:  # current(demotions), inlined: the loop's most frequent test
+            t_cross, index, version = demotions[0]
             job = jobs[index]
+            if private[index].version != version or not job.running:  # stale: the job stopped or restarted
+                heapq.heappop(demotions)
+                continue
+            if t_cross > now + EPS:
+                break
+            heapq.heappop(demotions)
             level = book.level_of(job) + 1
             book.remove(job)
             # the engine's entry for a job demoted while running is "the round's time -
@@ -387,12 +400,13 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
                     rekey_waiting()
             rounds += 1
             free_now = cluster.plannable_free()
-            aside = (beyond_reach(list(book.jobs()), cluster.nodes, free_now, cluster.eligible)
-                     if reach and cluster.reach_binds() else [])
-            aside_places = [(job, book.where[job.index]) for job in aside]
-            for job in aside:  # out of the book for this round's walk, as out of the controller's snapshot
-                book.remove(job)
-                places.drop(job.index)
+            aside_places = ()
+            if reach and cluster.reach_binds():
+                aside = beyond_reach(list(book.jobs()), cluster.nodes, free_now, cluster.eligible)
+                aside_places = [(job, book.where[job.index]) for job in aside]
+                for job in aside:  # out of the book for this round's walk, as out of the controller's snapshot
+                    book.remove(job)
+                    places.drop(job.index)
             promoted = promote_due() if promoting else ()
             if slurm is not None:  # Slurm's band is the one before this round's promotion
                 slurm.service_before = {job.job_id: served for job, served in promoted}
@@ -410,7 +424,7 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
             stopped: list[JobState] = []
             started: list[JobState] = []
             for action in plan.actions:
-                job = jobs[index_of[action.job_id]]
+                job = job_of(action.job_id)
                 if action.kind == "preempt":
                     if handoff:  # out of the book, keeps its GPUs until released
                         book.remove(job)
@@ -431,25 +445,25 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
                 else:
                     start(job, action.placement)
                     started.append(job)
-                    if not policy.discretized:  # no places: a started job joins the running list
+                    if not discretized:  # no places: a started job joins the running list
                         book.remove(job)
                         book.add_running(job, 0)
             positions = plan.positions
             for job_id, (level, entry) in positions.items():
-                job = jobs[index_of[job_id]]
+                job = job_of(job_id)
                 job.queue_level = level
                 job.queue_entry = entry
                 if places is not None and job.job_id not in signalled:
                     places.set(job.index, entry)
             if signalled:  # out of the book until requeued; their places wait on the job
                 positions = {job_id: place for job_id, place in positions.items() if job_id not in signalled}
-            book.apply_positions(positions, lambda job_id: jobs[index_of[job_id]])
+            book.apply_positions(positions, job_of)
             for job, (level, (within, group, entry)) in aside_places:  # back where they were
                 book.add_waiting(job, level, group, entry, within)
                 places.set(job.index, job.queue_entry)
             if slurm is not None:
                 slurm.promoted()
-                if policy.discretized:
+                if discretized:
                     settle_slurm_starts(book, started)
             for job in stopped:  # waits at its level (the plan's place): its promotion moment
                 starts_waiting(job)
@@ -460,11 +474,14 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
             if progress is not None and rounds % 2000 == 0:
                 progress(len(cluster.outcomes) / max(total, 1))
         # 3. the next moment something changes
-        t_next = min(cluster.next_completion_s(), cluster.next_handoff_s())
-        if next_arrival < total:
-            t_next = min(t_next, jobs[next_arrival].spec.submit_time_s)
-        if current(demotions):
-            t_next = min(t_next, demotions[0][0])
+        t_next = cluster.next_completion_s()
+        t_handoff = cluster.next_handoff_s()
+        if t_handoff < t_next:
+            t_next = t_handoff
+        if next_arrival < total and jobs[next_arrival].spec.submit_time_s < t_next:
+            t_next = jobs[next_arrival].spec.submit_time_s
+        if current(demotions) and demotions[0][0] < t_next:
+            t_next = demotions[0][0]
         if waiting_jobs and protects and min_runtime > 0:  # a running job's protection ends
             t_next = min(t_next, next_run_end())
         if waiting_jobs and promoting and valid_due(promotion_wakeups):
