@@ -119,6 +119,7 @@ class CommentBook:
         self.hold: set[str] = set()  # job ids no line is written to this round (the controller's)
         self._written: dict[str, _Written] = {}
         self._keys: dict[tuple, tuple] = {}  # the urgent keys (level, running) written: each one object
+        self._due_at: tuple[float, float] = (math.nan, math.nan)  # (now, now + refresh_s) of the last write
         self._due: list[tuple[float, str]] = []  # heap of (written at + refresh_s, job id); stale rows skipped
         self._positions: tuple[object, dict[str, int]] = (None, {})  # (plan, job id -> place): per plan
         self.backlog = False  # the last round left lines to write (over max_per_round or the budget)
@@ -231,9 +232,11 @@ class CommentBook:
         return self._due[0][0] if self._due else math.inf
 
     def written(self, job_id: str, key: tuple, now: float) -> None:
-        # (the few distinct keys held once, not a tuple a job)
+        # (the few distinct keys held once, not a tuple a job; one due time a round)
         self._written[job_id] = _Written(now, self._keys.setdefault(key, key))
-        heapq.heappush(self._due, (now + self.refresh_s, job_id))
+        if self._due_at[0] != now:
+            self._due_at = (now, now + self.refresh_s)
+        heapq.heappush(self._due, (self._due_at[1], job_id))
 
     def forget(self, job_id: str) -> None:
         self._written.pop(job_id, None)

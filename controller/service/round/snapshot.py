@@ -54,7 +54,7 @@ class RoundInput:
         self.strategy = strategy_for(config.preemption)  # who carries out the plan's victims
         self.engine = engine
         self._log_once = log_once
-        self.specs: dict[str, tuple] = {}  # job id -> (ObservedJob, account key, JobSpec) of the last snapshot
+        self.specs: dict[str, tuple] = {}  # job id -> (ObservedJob, pinned, JobSpec) of the last snapshot
         # A full round (Controller._begin_full_round): every JobSpec is built again, and
         # the ids of those that differ from the one the last round reused for an equal
         # ObservedJob and key are listed (a key missing a field the spec reads)
@@ -256,17 +256,19 @@ class RoundInput:
                 if job_id not in last_specs:
                     arrived.append(job_id)
             record = records[job_id]
-            # the JobSpec of the last round while the same ObservedJob has the same account
-            # fields and pin (see _job_spec, which builds it otherwise)
-            key = (record.submit_time_s, record.skew, preemptable, job_id in pins)
+            # the JobSpec of the last round while the same ObservedJob has the same pin and
+            # the spec the same account fields (see _job_spec, which builds it otherwise)
+            pinned = job_id in pins
             kept = last_specs.get(job_id)
-            if kept is not None and kept[0] is job and kept[1] == key and not verify:
+            if (kept is not None and kept[0] is job and kept[1] == pinned and not verify
+                    and _same_account_fields(kept[2], record, preemptable)):
                 specs[job_id] = kept
                 spec = kept[2]
             else:
-                spec = self._job_spec(job, record, key, specs)
+                spec = self._job_spec(job, record, preemptable, pinned, specs)
                 # (a full round: the spec the last round would have reused, for an equal job)
-                if verify and kept is not None and kept[1] == key and kept[2] != spec and kept[0] == job:
+                if (verify and kept is not None and kept[1] == pinned and kept[2] != spec and kept[0] == job
+                        and _same_account_fields(kept[2], record, preemptable)):
                     self.reuse_mismatches.append(job_id)
             if reason:
                 reasons[job_id] = reason
@@ -291,18 +293,19 @@ class RoundInput:
         return Snapshot(now_s=now, jobs=jobs, nodes=nodes, service=service, round_id=round_id,
                         capacity_gpus=max(capacity, 0), explain=explain, free_by_node=free_by_node), waiting, reasons
 
-    def _job_spec(self, job: ObservedJob, record, key: tuple, specs: dict[str, tuple]) -> JobSpec:
-        """The engine's JobSpec of ``job``, kept in ``specs`` with ``key`` (submit time,
-        skew, preemptable, pinned): _snapshot takes the one of the last round while the
-        same ObservedJob (the backend keeps it while Slurm's record is unchanged) has
-        the same key (building 12,000 specs was a third of a round).
+    def _job_spec(self, job: ObservedJob, record, preemptable: bool, pinned: bool,
+                  specs: dict[str, tuple]) -> JobSpec:
+        """The engine's JobSpec of ``job``, kept in ``specs`` with ``pinned``: snapshot()
+        takes the one of the last round while the same ObservedJob (the backend keeps it
+        while Slurm's record is unchanged) has the same pin, and the spec the record's
+        submit time and skew and the job's preemptability (building 12,000 specs was a
+        third of a round; a key tuple kept beside each was 0.07 KB a job).
 
         A pending job carries its own --nodelist / --exclude / -N, which the plan's
         placement honours. A node list this controller wrote (a pin, kept in
         Levers.pins) is not the job's own. Constraints Slurm would not hold together
         are left out (logged once): the job is then planned as any other, never the
         round lost."""
-        preemptable, pinned = key[2], key[3]
         spec = None
         # where Slurm may run it: its partitions (a pending job may list several), its
         # GPU type, its reservation (controller.core.placement.Eligibility)
@@ -326,7 +329,7 @@ class RoundInput:
             spec = JobSpec(job.job_id, job.gpus, record.submit_time_s, None, skew=record.skew,
                            partition=job.partition, user=job.user, preemptable=preemptable,
                            account=job.account, job_name=job.name, time_limit_s=job.time_limit_s, **kind)
-        specs[job.job_id] = (job, key, spec)
+        specs[job.job_id] = (job, pinned, spec)
         return spec
 
     def spec_of(self, job_id: str) -> Optional[JobSpec]:
@@ -370,6 +373,12 @@ def lever_view(now: float, observed: Mapping[str, ObservedJob], accounts, *,
                      begin_time_ours=lambda job: job.waits_for == "begin_time_after_requeue", stopped_at=accounts.stopped_at, rpc_budgeted=acting,
                      attained_gpu_s=lambda job_id: records[job_id].attained_gpu_s,
                      preemptable=preemptable or (lambda job: False))
+
+
+def _same_account_fields(spec: JobSpec, record, preemptable: bool) -> bool:
+    """The kept ``spec`` has the account fields it would be built with now (_job_spec)."""
+    return (spec.submit_time_s == record.submit_time_s and spec.skew == record.skew
+            and spec.preemptable == preemptable)
 
 
 # JobState's leading fields as RoundInput.snapshot passes them, by position: checked here, so a
