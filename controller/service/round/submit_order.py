@@ -24,7 +24,11 @@ SORTED_AGAIN_ABOVE = 256  # more new jobs in a round than this: all sorted again
 class SubmitOrder:
     def __init__(self):
         self._ids: list[str] = []
-        self._keys: dict[str, tuple] = {}  # job id -> (submit time, numeric id)
+        self._keys: dict[str, float] = {}  # job id -> its first-sight submit time
+
+    def _key(self, job_id: str) -> tuple:
+        # (submit time, numeric id): the tuple is made when sorting, not kept a job
+        return self._keys[job_id], numeric_id(job_id)
 
     def ids(self, observed: Mapping[str, object], submit_time_s: Callable[[str], float],
             active: Callable[[str], bool]) -> list[str]:
@@ -34,13 +38,13 @@ class SubmitOrder:
         keys = self._keys
         new = [job_id for job_id in observed.keys() - keys.keys() if active(job_id)]
         if len(new) > SORTED_AGAIN_ABOVE:
-            keys.update((job_id, (submit_time_s(job_id), numeric_id(job_id))) for job_id in new)
+            keys.update((job_id, submit_time_s(job_id)) for job_id in new)
             self._ids += new
-            self._ids.sort(key=keys.__getitem__)
+            self._ids.sort(key=self._key)
         else:
             for job_id in new:
-                keys[job_id] = (submit_time_s(job_id), numeric_id(job_id))
-                bisect.insort(self._ids, job_id, key=keys.__getitem__)
+                keys[job_id] = submit_time_s(job_id)
+                bisect.insort(self._ids, job_id, key=self._key)
         return self._ids
 
     def forget(self, job_ids: Iterable[str]) -> None:
