@@ -98,7 +98,8 @@ class SlurmBackend(SlurmObserver, SlurmCommands, Backend):
         self._partition_nodes: Optional[dict[str, list[str]]] = None
         # squeue --json records parsed at the last observe(), by their text: only new or
         # changed records are parsed again (slurm_plugin.record_cache).
-        self._squeue_records: RecordCache[SlurmJob] = RecordCache("jobs", parse_squeue_record, "job_id")
+        self._squeue_records: RecordCache[SlurmJob] = RecordCache("jobs", parse_squeue_record, "job_id",
+                                                                  id_of=lambda job: job.job_id)
         self._sinfo_records: RecordCache[SlurmNode] = RecordCache("nodes", parse_sinfo_record, "name")
         # job id -> (its SlurmJob, its site factor, its SlurmObservedJob, the 26.05
         # --exclusive entry of _sharing it was made with), of the last observe(): reused

@@ -96,8 +96,12 @@ class RecordCache(Generic[T]):
     for a bad one); ``load(text)`` decodes and checks the document without its records
     (raising what its caller wants raised for a document that is no answer at all)."""
 
-    def __init__(self, key: str, parse_one: Callable[[dict], T], id_field: str):
+    def __init__(self, key: str, parse_one: Callable[[dict], T], id_field: str,
+                 id_of: Optional[Callable[[T], str]] = None):
         self.key = key
+        # the parsed value's own id: kept as the record's id text where the two are equal
+        # (a job's "12345": one string a record, not two)
+        self.id_of = id_of
         self.parse_one = parse_one
         # A record is looked up by the text after its first '"<id_field>": ' (the job id,
         # the node name) and kept when its whole text has the same length and hash as at
@@ -138,6 +142,7 @@ class RecordCache(Generic[T]):
         out, kept_order, fresh = [], [], []
         marker, skip, find, same, step = self._id_marker, len(self._id_marker), text.find, text.startswith, \
             len(separator)
+        id_of = self.id_of
         following = 0  # where in the last read's order the record after the previous one was
         index = -1
         while True:
@@ -193,6 +198,8 @@ class RecordCache(Generic[T]):
                     errors.append(exc)
                     value = None  # not kept: a bad record is parsed (and reported) every read
             if value is not None:
+                if entry is None and id_of is not None and id_of(value) == ident:
+                    ident = id_of(value)
                 kept_order.append(entry if entry is not None else (ident, stop - at, digest, value))
                 out.append(value)
             if cut < 0:
