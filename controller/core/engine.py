@@ -110,9 +110,9 @@ class Engine:
             plan = mlfq_step(writer, snapshot)
             if snapshot.queue_book is None:  # the controller's round (a replay loop keeps its own clock)
                 cfg = self.config
-                plan.stands_until_s = stands_until(plan, snapshot.jobs, self.policy, cfg.thresholds_gpu_s,
-                                                   cfg.promote_knob, cfg.preempt_min_runtime_s,
-                                                   cfg.preempt_max_per_job)
+                plan.stands_until_s, plan.acts_until_s = stands_until(
+                    plan, snapshot.jobs, self.policy, cfg.thresholds_gpu_s, cfg.promote_knob,
+                    cfg.preempt_min_runtime_s, cfg.preempt_max_per_job)
             return plan
         if snapshot.queue_book is not None:
             return static_order_step(writer, snapshot)

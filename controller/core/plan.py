@@ -92,6 +92,9 @@ class Plan:
     # Until when planning the same jobs again gives this plan (controller.core.plan_stands);
     # -inf: plan again every round.
     stands_until_s: float = -math.inf
+    # The same but for the threshold crossings of running jobs no victim rule may preempt,
+    # which move only their own queue, no action and no band: until then the plan acts the same.
+    acts_until_s: float = -math.inf
 
     def of_kind(self, kind: str) -> list[Action]:
         return [a for a in self.actions if a.kind == kind]

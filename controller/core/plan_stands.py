@@ -10,6 +10,12 @@ already made, so the controller (controller.service.round.daemon) does not plan 
 (most of a round's cost when nothing changed). A plan that moves anything (an
 action, a new queue place: ``Plan.positions``) does not stand: the next round sees
 its effect. A continuous policy's order drifts every second: its plans never stand.
+
+A running job no victim rule may preempt (no checkpoint contract, or preempt_max_per_job
+spent) keeps its GPUs whatever its queue (controller.core.protection.pinned): its
+crossing changes its own queue (its AdminComment line, the store, explain) and no
+action and no pending job's band. ``Plan.acts_until_s`` leaves such crossings out, so
+that the service may let the shown queue lag (controller.service.round.daemon).
 """
 from __future__ import annotations
 
@@ -24,9 +30,11 @@ from controller.core.protection import run_time_over_s
 
 
 def stands_until(plan: Plan, jobs: Iterable[JobState], policy: Policy, thresholds_gpu_s: tuple[float, ...],
-                 promote_knob: float, min_runtime_s: float, max_per_job: Optional[int] = None) -> float:
-    """The earliest time (epoch s) at which planning ``jobs`` again could give another
-    plan than ``plan``; ``plan.now_s`` when it must be planned again at once.
+                 promote_knob: float, min_runtime_s: float, max_per_job: Optional[int] = None) -> tuple[float, float]:
+    """(the earliest time (epoch s) at which planning ``jobs`` again could give another
+    plan than ``plan``, the earliest at which it could give other actions or bands: the
+    first without the threshold crossings of runs no victim rule may preempt); ``plan.now_s``
+    for both when it must be planned again at once.
 
     The end of a run's protection (``min_runtime_s``) counts only for a job the walk may
     preempt once it is over: one without a checkpoint contract, or already preempted
@@ -35,24 +43,28 @@ def stands_until(plan: Plan, jobs: Iterable[JobState], policy: Policy, threshold
     plan stand 0 s on a site whose running jobs were all protected by their count)."""
     now = plan.now_s
     if not policy.discretized or plan.actions or plan.positions:
-        return now
-    until = math.inf
+        return now, now
+    until = acts_until = math.inf  # acts_until: every event but the pinned runs' crossings
     promotes = math.isfinite(promote_knob)
     for job in jobs:
         if job.running:
+            victim_later = job.spec.preemptable and (max_per_job is None or job.preemptions < max_per_job)
             crossing = next_threshold_gpu_s(thresholds_gpu_s, job.queue_service_gpu_s)
             if crossing is not None:
-                until = min(until, now + (crossing - job.queue_service_gpu_s) / job.num_gpus)
-            if (min_runtime_s > 0 and job.run_start_s is not None and now - job.run_start_s < min_runtime_s
-                    and job.spec.preemptable and (max_per_job is None or job.preemptions < max_per_job)):
-                until = min(until, run_time_over_s(job.run_start_s, min_runtime_s))
+                at = now + (crossing - job.queue_service_gpu_s) / job.num_gpus
+                until = min(until, at)
+                if victim_later:
+                    acts_until = min(acts_until, at)
+            if (victim_later and min_runtime_s > 0 and job.run_start_s is not None
+                    and now - job.run_start_s < min_runtime_s):
+                acts_until = min(acts_until, run_time_over_s(job.run_start_s, min_runtime_s))
         elif promotes and plan.levels.get(job.spec.job_id, 0) > 0:
             # promoted once waited + tolerance >= knob x executed (RoundWriter.promotion_context)
-            until = min(until, now + promote_knob * job.executed_since_promotion_s - STARVATION_TOLERANCE_S
-                        - job.waited_since_promotion_s)
-        if until <= now:
-            return now
-    return until
+            acts_until = min(acts_until, now + promote_knob * job.executed_since_promotion_s - STARVATION_TOLERANCE_S
+                             - job.waited_since_promotion_s)
+        if acts_until <= now:
+            return now, now
+    return min(until, acts_until), acts_until
 
 
 def next_threshold_gpu_s(thresholds_gpu_s, served_gpu_s: float) -> Optional[float]:

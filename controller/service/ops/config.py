@@ -145,7 +145,9 @@ SCHEMA: tuple[Setting, ...] = (
             "preemptable) into each GPU job's AdminComment, after any text the site keeps there (enforce mode "
             "only)"),
     Setting("admin_comment_refresh_s", "float", 300.0, "rewrite a job's AdminComment for changed service or "
-            "position at most this often; a queue change is written at once", minimum=0.0),
+            "position at most this often; a queue change is written at once, but a running job's that no "
+            "victim rule may preempt (no checkpoint contract, preempt_max_per_job spent) within this time",
+            minimum=0.0),
     Setting("admin_comment_max_per_round", "int", 50, "at most this many AdminComment writes (one scontrol "
             "each) per round", minimum=0),
     Setting("slurm_rpc_per_s", "float", 1.0, "RPCs a second the bulk levers may cost (SiteFactor bands, "

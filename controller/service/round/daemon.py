@@ -28,6 +28,7 @@ from controller.core.actions import SetBand
 from controller.core.engine import Engine
 from controller.core.conditioned import learn_conditioned
 from controller.core.gittins import ServiceDistribution
+from controller.core.levers.preemption import strategy_for
 from controller.core.inputs import shorten
 from controller.core.plan import Plan
 from controller.service.round.accounting import Accounts
@@ -490,12 +491,21 @@ class Controller:
         Slurm's RPC budget held back), and
         the layers planned from the clock (partition moves, GPU sharing) do not
         stand. (A failed lever makes the backend observe in full: no repeat.) The
-        AdminComment lines are written in quiet rounds too, when due."""
+        AdminComment lines are written in quiet rounds too, when due.
+
+        A running job no victim rule may preempt changes only its own queue when it
+        crosses a threshold (Plan.acts_until_s): that queue, shown in its line, the store
+        and explain, may lag the crossing by up to admin_comment_refresh_s, as the rest of
+        its line does, so that a site with thousands of such runs still has quiet rounds
+        (at 55,000 jobs one of them crossed every few seconds). Not under ``preemption:
+        slurm``, where a running job's band is its queue's (running_site_factors)."""
         cfg = self.config
         if (report.applied or leaving or self.handoffs.watching or self.levers.bands_waiting
                 or self.contract.reads_left <= 0 or cfg.partition_moves or cfg.gpu_sharing):
             return -math.inf
         until = plan.stands_until_s
+        if not strategy_for(cfg.preemption).running_banded:
+            until = max(until, min(plan.acts_until_s, until + cfg.admin_comment_refresh_s))
         pins = self.levers.pins
         if pins:
             until = min(until, min(pins.values()))
