@@ -1,6 +1,7 @@
 """How long a plan stands (controller.core.plan_stands): each time-driven change the
 engine's plan reports (a threshold crossed, a starvation promotion, a protection
 that ends) is the first instant at which planning the same jobs again differs."""
+import dataclasses
 import math
 
 from controller.core.engine import Engine, EngineConfig
@@ -34,6 +35,14 @@ def later(jobs, seconds: float):
                        executed=j.executed_since_promotion_s + (seconds if j.running else 0.0),
                        run_start=j.run_start_s))
     return out
+
+
+def moved(jobs, seconds):
+    """later(), keeping each job's contract, count and queue place."""
+    return [dataclasses.replace(j, queue_service_gpu_s=m.queue_service_gpu_s, attained_gpu_s=m.attained_gpu_s,
+                                executed_since_promotion_s=m.executed_since_promotion_s,
+                                waited_since_promotion_s=m.waited_since_promotion_s)
+            for j, m in zip(jobs, later(jobs, seconds))]
 
 
 def kinds(plan):
@@ -77,18 +86,12 @@ def test_the_end_of_a_run_protection_that_no_victim_rule_would_lift_does_not_end
     # j1 has no checkpoint contract and j3 was preempted preempt_max_per_job times: each
     # keeps its GPUs before and after its first 60 s, so the plan stands past them (to
     # j1's threshold crossing); planning again after their protection ended gives it again
-    import dataclasses
     config = EngineConfig(policy="dlas", thresholds_gpu_s=(3600.0,), preempt_min_runtime_s=60.0,
                           preempt_max_per_job=1)
 
     def on_two_nodes(jobs, at):
         return Engine(config).step(Snapshot(at, jobs, [Node("n0", 2, 0), Node("n1", 2, 0)]))
 
-    def moved(jobs, seconds):  # (as later(), keeping each job's contract and count)
-        return [dataclasses.replace(j, queue_service_gpu_s=m.queue_service_gpu_s, attained_gpu_s=m.attained_gpu_s,
-                                    executed_since_promotion_s=m.executed_since_promotion_s,
-                                    waited_since_promotion_s=m.waited_since_promotion_s)
-                for j, m in zip(jobs, later(jobs, seconds))]
     j1 = job("j1", 2, served=1000.0, running=True, level=0, run_start=NOW - 10.0)
     j2 = job("j2", 2, served=0.0, running=False, level=0)
     j3 = job("j3", 2, served=50_000.0, running=True, level=1, run_start=NOW - 20.0, node="n1")
@@ -107,6 +110,25 @@ def test_the_end_of_a_run_protection_that_no_victim_rule_would_lift_does_not_end
     assert plan.stands_until_s == NOW + 40.0
     assert not on_two_nodes(moved(free, 39.0), NOW + 39.0).actions
     assert kinds(on_two_nodes(moved(free, 40.0), NOW + 40.0)) == [("preempt", "j3"), ("start", "j2")]
+
+
+def test_a_plan_that_only_places_jobs_in_their_queues_stands():
+    # r1 crossed 3,600 GPU-s since the last plan (no contract: it keeps its GPUs) and w2
+    # is new: the plan places both (positions) and acts on nothing; the round stores
+    # those places, and planning the settled jobs again gives the same plan, no places
+    config = EngineConfig(policy="dlas", thresholds_gpu_s=(3600.0, 36_000.0))
+    r1 = job("r1", 2, served=5000.0, running=True, level=0, run_start=0.0)
+    r1 = dataclasses.replace(r1, spec=dataclasses.replace(r1.spec, preemptable=False))
+    w2 = dataclasses.replace(job("w2", 2, served=0.0, running=False, level=0), queue_entry=None)
+    plan = step(config, [r1, w2], NOW)
+    assert not plan.actions and set(plan.positions) == {"r1", "w2"} and plan.levels["r1"] == 1
+    assert math.isclose(plan.stands_until_s, NOW + (36_000.0 - LEVEL_TOLERANCE_GPU_S - 5000.0) / 2)
+    settled = [dataclasses.replace(j, queue_level=plan.positions[j.spec.job_id][0],
+                                   queue_entry=plan.positions[j.spec.job_id][1]) for j in (r1, w2)]
+    for moved_on in (1.0, 600.0):
+        again = step(config, moved(settled, moved_on), NOW + moved_on)
+        assert not again.actions and not again.positions
+        assert again.order == plan.order and again.levels == plan.levels
 
 
 def test_a_plan_that_acts_or_drifts_does_not_stand():

@@ -7,9 +7,13 @@ queue's threshold (it enters the next queue and is judged there), a waiting
 job's wait reaches its starvation promotion, a running job outgrows
 preempt_min_runtime_s. Until the first of them, planning again yields the plan
 already made, so the controller (controller.service.round.daemon) does not plan again
-(most of a round's cost when nothing changed). A plan that moves anything (an
-action, a new queue place: ``Plan.positions``) does not stand: the next round sees
-its effect. A continuous policy's order drifts every second: its plans never stand.
+(most of a round's cost when nothing changed). A plan that acts does not stand: the
+next round sees its effect. A plan whose only moves are new queue places
+(``Plan.positions``: jobs that entered a queue, started or crossed a threshold since the
+last plan) stands: the round stores them (Accounts.place) before the next one, which
+finds every job settled where this plan put it and plans the same (at 55,000 jobs
+some running job had crossed since the last plan in every round, so no plan stood).
+A continuous policy's order drifts every second: its plans never stand.
 
 A running job no victim rule may preempt (no checkpoint contract, or preempt_max_per_job
 spent) keeps its GPUs whatever its queue (controller.core.protection.pinned): its
@@ -42,7 +46,7 @@ def stands_until(plan: Plan, jobs: Iterable[JobState], policy: Policy, threshold
     so its plan is the same (at 55,000 jobs the runs Slurm starts each round made the
     plan stand 0 s on a site whose running jobs were all protected by their count)."""
     now = plan.now_s
-    if not policy.discretized or plan.actions or plan.positions:
+    if not policy.discretized or plan.actions:
         return now, now
     until = acts_until = math.inf  # acts_until: every event but the pinned runs' crossings
     promotes = math.isfinite(promote_knob)
