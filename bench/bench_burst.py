@@ -142,7 +142,8 @@ def main() -> int:
                 per = got["per_round"]
                 banded = (f"every band after {got['rounds']} rounds, {got['seconds']:,.0f} s"
                           if got["rounds"] else "bands not all set")
-                print(f"  {name:38s} {banded}; AdminComments left then {got['comments_waiting']:,}; RPCs per round: "
+                left = "-" if got["comments_waiting"] is None else f"{got['comments_waiting']:,}"
+                print(f"  {name:38s} {banded}; AdminComments left then {left}; RPCs per round: "
                       f"first {per[0]:,}, max {max(per):,}, median {sorted(per)[len(per) // 2]:,}; longest command "
                       f"{got['longest_s']:.1f} s, longest wait in a round {got['round_wait_s']:,.0f} s; "
                       f"commands over command_timeout_s: {got['timeouts']}")

@@ -4,6 +4,8 @@ budget's worth a round, in commands that fit command_timeout_s, what waits is a
 metric, and every band is set in the rounds the budget allows."""
 from __future__ import annotations
 
+import pytest
+
 from bench.scripted_slurm import ScriptedSlurm, VirtualTime
 from controller.service.ops.config import from_mapping
 from controller.service.round.daemon import Controller
@@ -14,11 +16,11 @@ from slurm_plugin.backend import SlurmBackend
 T0 = 1_000_000
 
 
-def burst(tmp_path, jobs: int, **settings):
+def burst(tmp_path, jobs: int, admin_comment: bool = False, **settings):
     slurm = ScriptedSlurm(pending=0, running=0, nodes=2, gpus_per_node=8, now=T0)
     clock = VirtualTime(float(T0))
-    config = from_mapping({"mode": "enforce", "policy": "dlas", "queues_gpu_s": [3600.0], "admin_comment": False,
-                           "usage_spool_dir": str(tmp_path / "none"), **settings})
+    config = from_mapping({"mode": "enforce", "policy": "dlas", "queues_gpu_s": [3600.0],
+                           "admin_comment": admin_comment, "usage_spool_dir": str(tmp_path / "none"), **settings})
     store = Store(f"sqlite:///{tmp_path}/budget.db")
     metrics = Metrics(mode="enforce")
     controller = Controller(config, SlurmBackend(runner=slurm, clock=clock), store, clock=clock, metrics=metrics)
@@ -31,8 +33,12 @@ def waiting(metrics: Metrics, lever: str) -> float:
     return metrics.registry.get_sample_value("tiresias_slurm_updates_waiting", {"mode": "enforce", "lever": lever})
 
 
-def test_a_burst_goes_a_budget_a_round_in_commands_that_fit_the_time_out(tmp_path):
-    slurm, clock, controller, metrics, store = burst(tmp_path, 200)
+@pytest.mark.parametrize("admin_comment", [False, True])
+def test_a_burst_goes_a_budget_a_round_in_commands_that_fit_the_time_out(tmp_path, admin_comment):
+    # with the AdminComment lines on, they get what the bands leave, and the bands held
+    # back keep every round planned (their settling once zeroed the count: rounds went
+    # quiet and the bands went only with the full observation every minute)
+    slurm, clock, controller, metrics, store = burst(tmp_path, 200, admin_comment)
     with store:
         sent = []
         for k in range(12):
