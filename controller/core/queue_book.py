@@ -410,13 +410,29 @@ class QueueBook:
         if min(self.waiting[level]) > free:
             return free
         lists = self.by_class[level]
-        # (head item, its place, gang, class, the list): items are unique, so the heap
-        # never compares past the first field
-        heap = [(items[0], 0, size, kind, items) for (size, kind), items in lists.items() if size <= free]
-        heapq.heapify(heap)
         keys = reach.class_keys  # class -> its reach key (reach.class_key of one of its jobs)
         short = reach.short  # reach.out_of_reach, inlined
         running_at = None  # (size, class) -> sorted positions of the running jobs listed there
+        # (head item, its place, gang, class, the list): items are unique, so the heap
+        # never compares past the first field. A list whose gang is beyond its class's
+        # reach already is passed whole before the merge (most are, most rounds: each
+        # would cost a refusal and heap steps), but for its entered jobs that still run
+        heap = []
+        for (size, kind), items in lists.items():
+            if size > free:
+                continue
+            key = keys.get(kind, _UNASKED)
+            if key is _UNASKED:
+                key = keys[kind] = reach.class_key(items[0][2])
+            if key is not PLAIN and size > reach.within(key):
+                if running_at is None:
+                    running_at = self._running_positions(level)
+                positions = running_at.get((size, kind))
+                if positions:
+                    heap.append((items[positions[0]], positions[0], size, kind, items))
+            else:
+                heap.append((items[0], 0, size, kind, items))
+        heapq.heapify(heap)
         while heap:
             item, at, size, kind, items = heap[0]
             if size > free:  # only a take lowers what fits
