@@ -418,13 +418,14 @@ class QueueBook:
         # reach already is passed whole before the merge (most are, most rounds: each
         # would cost a refusal and heap steps), but for its entered jobs that still run
         heap = []
+        sums = reach.sums  # reach.within's kept sums, read here first (most lists share one)
         for (size, kind), items in lists.items():
             if size > free:
                 continue
             key = keys.get(kind, _UNASKED)
             if key is _UNASKED:
                 key = keys[kind] = reach.class_key(items[0][2])
-            if key is not PLAIN and size > reach.within(key):
+            if key is not PLAIN and size > (sums.get(key) if key in sums else reach.within(key)):
                 if running_at is None:
                     running_at = self._running_positions(level)
                 positions = running_at.get((size, kind))

@@ -136,7 +136,11 @@ class OwnNodesReach:
         """Count the free GPUs and the candidates below the walk's level (and the entered
         running jobs it has not kept)."""
         book = self.book
-        self.free = {node: gpus for node, gpus in self.free_by_node.items() if gpus > 0}
+        # a node with no free GPU counts none either way (every sum and claim reads it as
+        # 0), so the copy keeps it; only a node reported below zero must go
+        self.free = free = dict(self.free_by_node)
+        if free and min(free.values()) < 0:
+            self.free = {node: gpus for node, gpus in free.items() if gpus > 0}
         self.dirty: set[str] = set()  # nodes where ``below`` is not the book's movable_below
         if book.class_function is not None:  # the book keeps the movable GPUs per node below each level
             self.below = self._below(self.level)

@@ -399,7 +399,7 @@ def _book_reach(book, job: JobState, own_rank: int, nodes: Optional[frozenset], 
     if not preemptive:
         return reach
     below = book.movable_below[book.level_of(job)]
-    reach += sum(below[node] for node in nodes if node in below and node in free)
+    reach += sum(map(below.__getitem__, below.keys() & nodes & free.keys()))
     for place, other in still:
         if place > own_rank and other.running and not other.keeps_gpus and other.spec.preemptable:
             reach += sum(gpus for node, gpus in other.placement if node in nodes and node in free)
@@ -420,7 +420,8 @@ def _usable(job: JobState, allowed, free_by_node: dict[str, int]) -> Callable[[s
         return free_by_node.__contains__
     if nodes is None:
         return lambda node: node in free_by_node and node not in excluded
-    return lambda node: node in nodes and node not in excluded
+    # a set's own test (no Python call a node: victims_for asks it of every candidate's nodes)
+    return (nodes - excluded if excluded else nodes).__contains__
 
 
 def _shortfall(job, order, rank, usable, free_by_node, leaving, starts, preemptive) -> Shortfall:
