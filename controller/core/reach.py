@@ -127,8 +127,13 @@ class OwnNodesReach:
         gpus = self.sums.get(key)
         if gpus is None:
             free, below = self.free, self.below
-            gpus = self.sums[key] = sum(free.values()) + sum(below.values()) if key is None \
-                else sum(map(free.get, key, _ZEROS)) + sum(map(below.get, key, _ZEROS))
+            if key is None:
+                gpus = sum(free.values()) + sum(below.values())
+            else:
+                gpus = sum(map(free.get, key, _ZEROS))
+                if below:  # none at the last level but the entered jobs': often empty there
+                    gpus += sum(map(below.get, key, _ZEROS))
+            self.sums[key] = gpus
             self.short[key] = min(self.short.get(key, gpus + 1), gpus + 1)
         return gpus
 
