@@ -241,11 +241,19 @@ def victims_for(job: JobState, lowest_first: Iterable[JobState], free_by_node: d
         return _ResourceTrial(job, room, free_by_node, usable).victims(lowest_first, fit)
     trial = {node: free for node, free in free_by_node.items() if free > 0 and usable(node)}
     total = sum(trial.values())
+    # the candidates are every running job after the job in the walk, most of them on
+    # other nodes: each is tested against this set, a one-node job without a list built
+    on = {node for node in free_by_node if usable(node)}
     gains: list[tuple[JobState, list[tuple[str, int]]]] = []
     for victim in lowest_first:
-        gain = [(node, gpus) for node, gpus in victim.placement if node in free_by_node and usable(node)]
-        if gain:
-            gains.append((victim, gain))
+        placement = victim.placement
+        if len(placement) == 1:
+            if placement[0][0] in on:
+                gains.append((victim, list(placement)))
+        else:
+            gain = [slot for slot in placement if slot[0] in on]
+            if gain:
+                gains.append((victim, gain))
     if total + sum(gpus for _, gain in gains for _, gpus in gain) < job.num_gpus:
         return None
     everything = dict(trial)
