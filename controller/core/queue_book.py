@@ -304,13 +304,16 @@ class QueueBook:
                     free -= movable
                 else:
                     pinned_here = self.pinned_running_gpus[level] > 0
-                    for job in running.values():
+                    jobs = iter(running.values())
+                    for job in jobs:
                         if pinned_here and pinned(job):
                             continue
                         if job.num_gpus <= free:
                             free -= job.num_gpus
                         else:
                             preempted.append(job)
+                        if not free:  # every later job with GPUs loses them: listed in one pass
+                            preempted += [job for job in jobs if job.num_gpus and not (pinned_here and pinned(job))]
             if free > 0 and self.waiting_count and self.waiting[level]:
                 if reach is not None and self.class_function is not None and not reach.lists_refused:
                     free = self._take_by_class(level, free, selected, self.pinned_gpus > 0, reach)
