@@ -29,8 +29,9 @@ class OwnNodesReach:
     (those of the lowest priority, so the walk passing a higher one takes its GPUs off
     what is left); a job that may use every node claims none and is never passed, so
     where every job may use every node the walk is its cluster-wide count, unchanged.
-    Nothing is counted until the first job with its own nodes asks (``admits``), so a
-    round without one costs a lookup per job it takes."""
+    Nothing is counted until the first job with its own nodes asks (``admits``, or the
+    class walk's ``within`` for a level's lists of such jobs), so a round without one
+    costs a lookup per job it takes."""
 
     def __init__(self, book, free_by_node: dict[str, int], allowed: Callable[[JobState], Optional[frozenset]],
                  lists_refused: bool = True):
