@@ -488,3 +488,58 @@ def test_the_class_keys_check_fails_with_the_classes_mixed_up(monkeypatch):
     _keys_checked(monkeypatch)
     with pytest.raises(AssertionError):
         outcomes(workload(1), "dlas")
+
+
+def _sums_checked(monkeypatch) -> list:
+    """Every time the walk asks a reach for a node set's GPUs (OwnNodesReach.within, kept
+    per node set until a claim or uncount touches one of its nodes or the walk enters a
+    level), each kept sum equals its nodes' free and candidates' GPUs summed now, and the
+    refusal bound kept with it (``short``) is one more: a gang of that many is refused."""
+    within = OwnNodesReach.within
+    checked = []
+
+    def checking(self, key):
+        gpus = within(self, key)
+        for kept, summed in self.sums.items():
+            nodes = self.free.keys() | self.below.keys() if kept is None else kept
+            fresh = sum(self.free.get(node, 0) + self.below.get(node, 0) for node in nodes)
+            assert summed == fresh
+            assert self.short[kept] == fresh + 1
+        checked.append(gpus)
+        return gpus
+
+    monkeypatch.setattr(OwnNodesReach, "within", checking)
+    return checked
+
+
+@pytest.mark.parametrize("policy", ["dlas", "dgittins"])
+@pytest.mark.parametrize("seed", [1, 2])
+def test_the_reachs_kept_sums_equal_its_nodes_summed(policy, seed, monkeypatch):
+    """Through claims, kept entered jobs, levels entered, protections that end."""
+    checked = _sums_checked(monkeypatch)
+    outcomes(workload(seed), policy)
+    replay_protected(seed, policy)
+    assert len(checked) > 100 and min(checked) == 0 and max(checked) > 8
+
+
+def test_the_kept_sums_check_fails_when_a_claim_leaves_them(monkeypatch):
+    """The check above fails when a claim does not drop the sums of its nodes."""
+    monkeypatch.setattr(OwnNodesReach, "_touched", lambda self, nodes: None)
+    _sums_checked(monkeypatch)
+    with pytest.raises(AssertionError):
+        outcomes(workload(1), "dlas")
+
+
+def test_the_kept_sums_check_fails_off_by_one(monkeypatch):
+    """The check above fails when the refusal bound is one GPU too high."""
+    within = OwnNodesReach.within
+
+    def lax(self, key):
+        gpus = within(self, key)
+        self.short[key] = gpus + 2
+        return gpus
+
+    monkeypatch.setattr(OwnNodesReach, "within", lax)
+    _sums_checked(monkeypatch)
+    with pytest.raises(AssertionError):
+        outcomes(workload(1), "dlas")

@@ -90,7 +90,9 @@ def needed_victims(victims: list[JobState], placements, base_free: dict[str, int
         need[node] = max(0, need[node] - base_free.get(node, 0))
     needed: list[JobState] = []
     for job in victims:
-        if any(need.get(node, 0) > 0 for node, _ in job.placement):
+        placement = job.placement  # most hold one node: asked without a generator
+        if (need.get(placement[0][0], 0) > 0 if len(placement) == 1
+                else any(need.get(node, 0) > 0 for node, _ in placement)):
             needed.append(job)
             for node, gpus in job.placement:
                 if node in need:

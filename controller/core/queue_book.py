@@ -304,13 +304,16 @@ class QueueBook:
                     free -= movable
                 else:
                     pinned_here = self.pinned_running_gpus[level] > 0
-                    for job in running.values():
+                    jobs = iter(running.values())
+                    for job in jobs:
                         if pinned_here and pinned(job):
                             continue
                         if job.num_gpus <= free:
                             free -= job.num_gpus
                         else:
                             preempted.append(job)
+                        if not free:  # every later job with GPUs loses them: listed in one pass
+                            preempted += [job for job in jobs if job.num_gpus and not (pinned_here and pinned(job))]
             if free > 0 and self.waiting_count and self.waiting[level]:
                 if reach is not None and self.class_function is not None and not reach.lists_refused:
                     free = self._take_by_class(level, free, selected, self.pinned_gpus > 0, reach)
@@ -402,21 +405,36 @@ class QueueBook:
 
     def _take_by_class(self, level: int, free: int, selected: list, skip_pinned: bool, reach) -> int:
         """``_take_waiting`` over the level's per-class lists (one heap merge, the same
-        order and takes), where a class that ``reach`` has refused a gang of is passed
-        whole for that gang and larger ones: a reach only shrinks during the walk, so
-        every waiting job there would be refused too (not listed: ``reach.lists_refused``
-        is off). Its entered jobs that still run are visited all the same (the walk keeps
-        them)."""
+        order and takes), where a list whose gang is beyond its class's reach (at the
+        level's entry: ``reach.within``; or once a gang as large was refused) is passed
+        whole: a reach only shrinks during the walk, so every waiting job there would be
+        refused too (not listed: ``reach.lists_refused`` is off). Its entered jobs that
+        still run are visited all the same (the walk keeps them)."""
         if min(self.waiting[level]) > free:
             return free
         lists = self.by_class[level]
-        # (head item, its place, gang, class, the list): items are unique, so the heap
-        # never compares past the first field
-        heap = [(items[0], 0, size, kind, items) for (size, kind), items in lists.items() if size <= free]
-        heapq.heapify(heap)
         keys = reach.class_keys  # class -> its reach key (reach.class_key of one of its jobs)
         short = reach.short  # reach.out_of_reach, inlined
         running_at = None  # (size, class) -> sorted positions of the running jobs listed there
+        # (head item, its place, gang, class, the list): items are unique, so the heap
+        # never compares past the first field. Most lists are beyond reach at the entry,
+        # most rounds: passed before the merge (each cost a refusal and heap steps there)
+        heap, sums = [], reach.sums  # within's kept sums, read first: most lists share one
+        for (size, kind), items in lists.items():
+            if size > free:
+                continue
+            key = keys.get(kind, _UNASKED)
+            if key is _UNASKED:
+                key = keys[kind] = reach.class_key(items[0][2])
+            if key is not PLAIN and size > (sums.get(key) if key in sums else reach.within(key)):
+                if running_at is None:
+                    running_at = self._running_positions(level)
+                positions = running_at.get((size, kind))
+                if positions:
+                    heap.append((items[positions[0]], positions[0], size, kind, items))
+            else:
+                heap.append((items[0], 0, size, kind, items))
+        heapq.heapify(heap)
         while heap:
             item, at, size, kind, items = heap[0]
             if size > free:  # only a take lowers what fits
@@ -430,9 +448,7 @@ class QueueBook:
                 reach.kept(job)
                 taken = True
             else:
-                key = keys.get(kind, _UNASKED)
-                if key is _UNASKED:
-                    key = keys[kind] = reach.class_key(job)
+                key = keys.get(kind)  # asked at the entry for every list merged
                 if key is not PLAIN and size >= short.get(key, size + 1):
                     if running_at is None:
                         running_at = self._running_positions(level)
@@ -493,7 +509,7 @@ class QueueBook:
         if self._order is None or self._order[0] != self._version:
             ordered: list[JobState] = []
             kept = self.class_function is not None  # self.merged is kept
-            for level in range(self.num_levels):  # level_order's, without a generator step per job
+            for level in range(self.num_levels):  # its running jobs, then its waiting items
                 ordered.extend(self.running[level].values())
                 ordered.extend(self.merged_jobs[level] if kept else [job for _, _, job in sorted(
                     item for items in self.waiting[level].values() for item in items)])
@@ -579,10 +595,4 @@ class QueueBook:
                 if keep(running[at]):
                     return first + at
         return last
-
-    def level_order(self, level: int) -> Iterator[JobState]:
-        yield from self.running[level].values()
-        merged = sorted(item for items in self.waiting[level].values() for item in items)
-        for _, _, job in merged:
-            yield job
 

@@ -29,8 +29,9 @@ class OwnNodesReach:
     (those of the lowest priority, so the walk passing a higher one takes its GPUs off
     what is left); a job that may use every node claims none and is never passed, so
     where every job may use every node the walk is its cluster-wide count, unchanged.
-    Nothing is counted until the first job with its own nodes asks (``admits``), so a
-    round without one costs a lookup per job it takes."""
+    Nothing is counted until the first job with its own nodes asks (``admits``, or the
+    class walk's ``within`` for a level's lists of such jobs), so a round without one
+    costs a lookup per job it takes."""
 
     def __init__(self, book, free_by_node: dict[str, int], allowed: Callable[[JobState], Optional[frozenset]],
                  lists_refused: bool = True):
@@ -44,11 +45,12 @@ class OwnNodesReach:
         self.started = False
         self.kept_jobs: set[int] = set()  # entered running jobs the walk kept before the count began
         self.refused: list[JobState] = []  # the waiting jobs passed, walk order (with lists_refused)
-        self.version = 0
-        self.sums: dict[Optional[frozenset], tuple[int, int]] = {}
-        # node set -> the fewest GPUs a job of it was refused: once counting starts a
-        # reach only shrinks (claims, uncounts), so a later job of that set asking as
-        # many is refused without summing its nodes again
+        # node set -> its GPUs within reach now (``within``), dropped when a claim or an
+        # uncount touches one of its nodes (``_touched``) and all at a level's entry
+        self.sums: dict[Optional[frozenset], int] = {}
+        # node set -> the fewest GPUs a job of it would be refused (one more than its
+        # last sum): once counting starts a reach only shrinks (claims, uncounts), so a
+        # later job of that set asking as many is refused without summing its nodes again
         self.short: dict[Optional[frozenset], int] = {}
         self.sorted_nodes: dict[frozenset, tuple[str, ...]] = {}
         # node class (QueueBook.class_function) -> class_key, kept by the class walk for
@@ -84,7 +86,7 @@ class OwnNodesReach:
                 for node in dirty:
                     left = below.get(node, 0)
                     fresh[node] = max(left - on.get(node, 0), 0) if left > 0 else left
-                self.version += 1
+                self.sums.clear()
         else:
             for job in book.running[level].values():
                 self._uncount(job)
@@ -109,25 +111,42 @@ class OwnNodesReach:
             if self.lists_refused:
                 self.refused.append(job)
             return False
-        cached = self.sums.get(nodes)
-        if cached is None or cached[0] != self.version:
-            free, below = self.free, self.below
-            cached = self.sums[nodes] = (self.version, sum(free.values()) + sum(below.values()) if nodes is None
-                                         else sum(map(free.get, nodes, _ZEROS)) + sum(map(below.get, nodes, _ZEROS)))
-        if cached[1] < need:
+        if self.within(nodes) < need:
             if self.lists_refused:
                 self.refused.append(job)
-            if need < self.short.get(nodes, need + 1):
-                self.short[nodes] = need
             return False
         self._claim(nodes, need)
         return True
+
+    def within(self, key) -> int:
+        """The GPUs a job of ``class_key`` ``key`` (not PLAIN) could be handed now on its
+        nodes, free or a candidate's (the count starts here if it had not). A reach only
+        shrinks during the walk, so every gang above it is refused from now on: ``short``
+        records that, and larger gangs of ``key`` are passed without summing again."""
+        if not self.started:
+            self._start()
+        gpus = self.sums.get(key)
+        if gpus is None:
+            free, below = self.free, self.below
+            if key is None:
+                gpus = sum(free.values()) + sum(below.values())
+            else:
+                gpus = sum(map(free.get, key, _ZEROS))
+                if below:  # none at the last level but the entered jobs': often empty there
+                    gpus += sum(map(below.get, key, _ZEROS))
+            self.sums[key] = gpus
+            self.short[key] = min(self.short.get(key, gpus + 1), gpus + 1)
+        return gpus
 
     def _start(self) -> None:
         """Count the free GPUs and the candidates below the walk's level (and the entered
         running jobs it has not kept)."""
         book = self.book
-        self.free = {node: gpus for node, gpus in self.free_by_node.items() if gpus > 0}
+        # a node with no free GPU counts none either way (every sum and claim reads it as
+        # 0), so the copy keeps it; only a node reported below zero must go
+        self.free = free = dict(self.free_by_node)
+        if free and min(free.values()) < 0:
+            self.free = {node: gpus for node, gpus in free.items() if gpus > 0}
         self.dirty: set[str] = set()  # nodes where ``below`` is not the book's movable_below
         if book.class_function is not None:  # the book keeps the movable GPUs per node below each level
             self.below = self._below(self.level)
@@ -156,15 +175,15 @@ class OwnNodesReach:
 
     def _uncount(self, job: JobState) -> None:
         if may_preempt(job, True):
-            below, changed = self.below, False
+            below, changed = self.below, []
             for node, gpus in job.placement:
                 left = below.get(node, 0)
                 if left > 0:  # what a claim took there first went to lower candidates
                     below[node] = max(left - gpus, 0)
                     self.dirty.add(node)
-                    changed = True
+                    changed.append(node)
             if changed:
-                self.version += 1
+                self._touched(changed)
 
     def _claim(self, nodes: Optional[frozenset], need: int) -> None:
         if nodes is None:
@@ -184,4 +203,13 @@ class OwnNodesReach:
                     need -= taken
                     if pool is self.below:
                         self.dirty.add(node)
-        self.version += 1
+        self._touched(nodes)
+
+    def _touched(self, nodes) -> None:
+        """Drop the kept sums of the node sets that share a node with ``nodes`` (None: every node)."""
+        sums = self.sums
+        if nodes is None:
+            sums.clear()
+            return
+        for key in [key for key in sums if key is None or not key.isdisjoint(nodes)]:
+            del sums[key]

@@ -241,11 +241,19 @@ def victims_for(job: JobState, lowest_first: Iterable[JobState], free_by_node: d
         return _ResourceTrial(job, room, free_by_node, usable).victims(lowest_first, fit)
     trial = {node: free for node, free in free_by_node.items() if free > 0 and usable(node)}
     total = sum(trial.values())
+    # the candidates are every running job after the job in the walk, most of them on
+    # other nodes: each is tested against this set, a one-node job without a list built
+    on = {node for node in free_by_node if usable(node)}
     gains: list[tuple[JobState, list[tuple[str, int]]]] = []
     for victim in lowest_first:
-        gain = [(node, gpus) for node, gpus in victim.placement if node in free_by_node and usable(node)]
-        if gain:
-            gains.append((victim, gain))
+        placement = victim.placement
+        if len(placement) == 1:
+            if placement[0][0] in on:
+                gains.append((victim, list(placement)))
+        else:
+            gain = [slot for slot in placement if slot[0] in on]
+            if gain:
+                gains.append((victim, gain))
     if total + sum(gpus for _, gain in gains for _, gpus in gain) < job.num_gpus:
         return None
     everything = dict(trial)
@@ -399,7 +407,7 @@ def _book_reach(book, job: JobState, own_rank: int, nodes: Optional[frozenset], 
     if not preemptive:
         return reach
     below = book.movable_below[book.level_of(job)]
-    reach += sum(below[node] for node in nodes if node in below and node in free)
+    reach += sum(map(below.__getitem__, below.keys() & nodes & free.keys()))
     for place, other in still:
         if place > own_rank and other.running and not other.keeps_gpus and other.spec.preemptable:
             reach += sum(gpus for node, gpus in other.placement if node in nodes and node in free)
@@ -420,7 +428,8 @@ def _usable(job: JobState, allowed, free_by_node: dict[str, int]) -> Callable[[s
         return free_by_node.__contains__
     if nodes is None:
         return lambda node: node in free_by_node and node not in excluded
-    return lambda node: node in nodes and node not in excluded
+    # a set's own test (no Python call a node: victims_for asks it of every candidate's nodes)
+    return (nodes - excluded if excluded else nodes).__contains__
 
 
 def _shortfall(job, order, rank, usable, free_by_node, leaving, starts, preemptive) -> Shortfall:
