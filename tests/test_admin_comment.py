@@ -179,3 +179,42 @@ def test_a_round_looks_at_changed_records_and_due_refreshes_only_within_the_rpc_
     assert looked == []
     round_at(300)
     assert 0 < len(looked) <= 20 + 10  # the due ones, first the 20 written at 0, then what the budget allows
+
+
+def test_due_refreshes_over_the_cap_are_neither_looked_at_nor_lost():
+    """Issue 37 (110,000 jobs): a round makes the due lines it can write, oldest first, and
+    leaves the rest in the heap unlooked-at; they are counted as waiting and written in the
+    rounds after, none skipped."""
+    comments = AdminComments(refresh_s=300, max_per_round=10)
+    observed = {str(j): _job(str(j)) for j in range(100)}
+    plan = _Plan({j: 0 for j in observed})
+    looked: list[str] = []
+
+    def attained(job_id):
+        looked.append(job_id)
+        return 0.0
+
+    executor = _Executor()
+
+    def round_at(now):
+        looked.clear()
+        executor.texts.clear()
+        written = comments.apply(plan, observed, attained, 2, lambda job: False, executor, now)
+        for job_id, text in executor.texts.items():  # Slurm shows what was written: a new record
+            observed[job_id] = dataclasses.replace(observed[job_id], admin_comment=text)
+        return written
+
+    for now in range(0, 10):  # every first line, ten a round
+        assert round_at(now) == 10
+    assert comments.waiting == 0 and not comments.backlog
+    plan = _Plan({j: 0 for j in reversed(observed)})  # every position changes: due at 300 to 309
+    assert round_at(305) == 10 and len(looked) == 10  # of the 60 rows due by 305, the 10 it writes
+    assert comments.waiting == 50 and comments.backlog
+    first = set(executor.texts)
+    assert first == {str(j) for j in range(10)}  # oldest first: the lines written at 0
+    seen = set(first)
+    for now in range(306, 320):
+        round_at(now)
+        assert len(looked) == len(executor.texts) <= 10  # a line made only for a line written
+        seen |= set(executor.texts)
+    assert seen == set(observed) and comments.waiting == 0 and not comments.backlog
