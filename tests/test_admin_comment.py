@@ -218,3 +218,43 @@ def test_due_refreshes_over_the_cap_are_neither_looked_at_nor_lost():
         assert len(looked) == len(executor.texts) <= 10  # a line made only for a line written
         seen |= set(executor.texts)
     assert seen == set(observed) and comments.waiting == 0 and not comments.backlog
+
+
+def test_a_quiet_pass_writes_what_a_full_one_would_looking_only_at_what_the_last_left():
+    """Issue 37 (a quiet round at 110,000 jobs looked at every job for its lines): with the
+    records of the last pass shown again (our own writes laid over) and the same plan, a
+    quiet pass looks only at the jobs the last pass left wanting a line, and writes the
+    very lines, in the very order, a full pass writes; a failed write is looked at again."""
+    from controller.core.levers.comments import CommentBook
+
+    class Counting(dict):
+        looks = 0
+
+        def get(self, key, default=None):
+            Counting.looks += 1
+            return super().get(key, default)
+
+    plan = _Plan({str(j): j % 2 for j in range(40)})
+    shown = {str(j): _job(str(j), "site" if j % 3 else "", "RUNNING" if j % 5 == 0 else "PENDING")
+             for j in range(40)}
+    books = {"full": CommentBook(refresh_s=300, max_per_round=6), "quiet": CommentBook(refresh_s=300, max_per_round=6)}
+    views = {name: dict(shown) for name in books}
+    fails = {"7"}  # its first write fails in both: looked at again, not lost
+    for now in range(10):
+        writes = {}
+        for name, book in books.items():
+            observed = Counting(views[name])
+            before = Counting.looks
+            actions, keys, due = book.plan(plan, observed, lambda job_id: 100.0 * int(job_id), 2,
+                                           lambda job: True, float(now), quiet=name == "quiet" and now > 0)
+            book.settle(actions, keys, due, lambda action: action.job_id not in fails, float(now))
+            for action in actions:  # Slurm shows what was written (repeat_observation lays it over)
+                if action.job_id not in fails:
+                    views[name][action.job_id] = dataclasses.replace(views[name][action.job_id],
+                                                                     admin_comment=action.text)
+            writes[name] = ([(a.job_id, a.text) for a in actions], Counting.looks - before)
+        fails = set()
+        assert writes["quiet"][0] == writes["full"][0]
+        if now > 0:
+            assert writes["quiet"][1] < writes["full"][1] == 40
+    assert views["quiet"] == views["full"] and all("[tiresias: " in job.admin_comment for job in views["full"].values())

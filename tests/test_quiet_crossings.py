@@ -126,3 +126,32 @@ def test_without_a_lag_or_with_running_bands_the_crossing_is_planned_at_once(tmp
     rounds, crossing = lines_over_time(tmp_path, refresh_s, preemption)
     planned_after = [t for t, planned, _ in rounds if planned and t > crossing]
     assert planned_after and planned_after[0] <= crossing + 10.0
+
+
+def test_quiet_rounds_write_a_backlog_of_lines_once_each(tmp_path):
+    """More first lines than admin_comment_max_per_round: the quiet rounds that follow
+    the plan write the rest, each job's line once (a quiet pass looks only at the jobs
+    the last pass left wanting a line, CommentBook.plan), none rewritten, none skipped."""
+    slurm = ScriptedSlurm(pending=0, running=0, nodes=1)
+    slurm.submit(1, 8, requeue=False)
+    slurm.schedule()
+    for job_id in range(2, 32):  # 30 jobs waiting behind it
+        slurm.submit(job_id, 8)
+    clock = VirtualTime(float(slurm.now))
+    store = Store(f"sqlite:///{tmp_path}/backlog.db")
+    config = from_mapping({"mode": "enforce", "policy": "dlas", "queues_gpu_s": [1800.0, 18000.0],
+                           "admin_comment_max_per_round": 4, "full_observe_s": 3600.0,
+                           "usage_spool_dir": f"{tmp_path}/none", "slurm_rpc_per_s": 0.0})
+    backend = SlurmBackend(runner=slurm, clock=clock)
+    controller = Controller(config, backend, store, clock=clock)
+    quiet = 0
+    try:
+        for _ in range(12):
+            clock.now_s += 10.0
+            slurm.advance(int(clock.now_s))
+            quiet += bool(controller.run_round(controller.observe(backend.poll())).skipped_reason)
+    finally:
+        store.close()
+    assert quiet >= 6
+    assert all("[tiresias: " in slurm.jobs[job_id]["admin_comment"] for job_id in range(1, 32))
+    assert slurm.calls["scontrol update AdminComment"] == 31  # each line written once

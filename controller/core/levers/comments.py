@@ -125,6 +125,10 @@ class CommentBook:
         self.backlog = False  # the last round left lines to write (over max_per_round or the budget)
         self._waiting = 0  # urgent lines the last round left to write (see waiting)
         self._unlooked_at = math.nan  # now of the last plan, whose due rows not looked at wait too
+        # The last pass's plan and the jobs its look at records and levels left wanting a
+        # line (the cap, the budget, a failed write): all a quiet pass looks at (see plan)
+        self._passed: object = None
+        self._left: dict[str, None] = {}  # (in the plan's order, as the full look wants them)
 
     def updates(self, wanted: dict[str, tuple[Optional[str], tuple]], observed: dict[str, JobFacts],
                 now: float, limit: Optional[float] = None,
@@ -182,20 +186,30 @@ class CommentBook:
         return self._positions[1]
 
     def plan(self, plan, observed: dict[str, JobFacts], attained_gpu_s: Callable[[str], float], queues: int,
-             preemptable, now: float, limit: Optional[float] = None, hold=None) -> tuple[list, dict, list]:
+             preemptable, now: float, limit: Optional[float] = None, hold=None,
+             quiet: bool = False) -> tuple[list, dict, list]:
         """This round's AdminComment changes: (SetAdminComment actions, ids
         ``r<round>.c<n>``; job id -> its urgent key; the due refresh rows to settle).
         ``queues``: K, or 0 for a policy without queues; ``attained_gpu_s(job_id)``: its
         service; ``preemptable(job) -> bool`` for running jobs; ``limit``: the RPCs the
-        budget leaves (one a line); ``hold``: jobs no line is written to this round."""
+        budget leaves (one a line); ``hold``: jobs no line is written to this round.
+        ``quiet``: ``observed`` shows the records of the last pass, but for the levers this
+        controller set since (a quiet round: the observation repeated, the plan the same),
+        so only the jobs that pass left wanting a line are looked at again, not every job
+        of the plan (the same writes: the others were found up to date, or written, then)."""
         wanted, written = {}, self._written
         hold = self.hold if hold is None else hold
+        levels = plan.levels
+        looked_at = (((job_id, levels.get(job_id)) for job_id in self._left) if quiet and plan is self._passed
+                     else levels.items())
 
         def line_of(job_id: str, job: JobFacts, level: int, running: bool) -> str:
             return our_line(level, queues, attained_gpu_s(job_id), self._position(plan).get(job_id), running,
                             running and preemptable(job))
 
-        for job_id, level in plan.levels.items():
+        for job_id, level in looked_at:
+            if level is None:
+                continue
             job = observed.get(job_id)
             if job is None or not job.lever_id:  # a write naming the task would split it off its array
                 continue
@@ -224,6 +238,7 @@ class CommentBook:
             elif last is None:  # Slurm shows our line already (written by a run before this one)
                 self.written(job_id, (level, running), now)
                 written[job_id].checked = job
+        self._passed, self._left = plan, dict.fromkeys(wanted)  # (settle() takes out those written)
         due: list[tuple[float, str]] = []
         rested: list[tuple[float, str]] = []  # looked at, line unchanged: due a refresh later
         # the routine refreshes now due, oldest first (the order updates() writes them), and
@@ -264,6 +279,7 @@ class CommentBook:
         for action in actions:
             if applied(action):
                 self.written(action.job_id, keys[action.job_id], now)
+                self._left.pop(action.job_id, None)
                 count += 1
         written = self._written
         for row in due:  # due and not written (the cap, the budget): due still, next round
