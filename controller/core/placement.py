@@ -99,11 +99,18 @@ class FreeGpus:
 
     def _index(self) -> dict[int, list[str]]:
         if self._by_count is None:
-            self._by_count = {}
-            for name in sorted(self.free):
-                if self.free[name] > 0:
-                    self._by_count.setdefault(self.free[name], []).append(name)
-            self._counts = sorted(self._by_count)
+            by_count: dict[int, list[str]] = {}
+            free = self.free
+            # only the nodes with GPUs free are sorted: on a busy cluster (every round
+            # that preempts) they are few of its nodes
+            for name in sorted([name for name, gpus in free.items() if gpus > 0]):
+                names = by_count.get(free[name])
+                if names is None:
+                    by_count[free[name]] = [name]
+                else:
+                    names.append(name)
+            self._by_count = by_count
+            self._counts = sorted(by_count)
         return self._by_count
 
     def take(self, name: str, gpus: int) -> None:
