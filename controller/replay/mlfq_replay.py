@@ -273,7 +273,7 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
     def drop_wakeups(limit: float) -> None:
         """This round handled every wake-up up to ``limit``: a stale one left would wake
         the loop again at once, forever."""
-        while valid_due(promotion_wakeups) and promotion_wakeups[0][0] <= limit:
+        while promotion_wakeups and promotion_wakeups[0][0] <= limit:  # stale or not
             heapq.heappop(promotion_wakeups)
 
     def promote_due() -> None:
@@ -283,7 +283,7 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
         nonlocal promotions
         # the engine's test has a tolerance: a moment that far ahead is due now too
         limit = now + STARVATION_TOLERANCE_S + EPS
-        if not valid_due() or promotion_due[0][0] > limit:  # most rounds: nobody is due
+        if not promotion_due or promotion_due[0][0] > limit:  # most rounds: nobody is due (stale items wait)
             drop_wakeups(limit)
             return ()
         due_now, not_yet, deferred = [], [], []
