@@ -95,16 +95,20 @@ def needed_victims(victims: list[JobState], placements, base_free: dict[str, int
             need[node] = left
     needed: list[JobState] = []
     for job in victims:
-        placement = job.placement  # most hold one node: asked without a generator
-        if (placement[0][0] in need if len(placement) == 1 else any(node in need for node, _ in placement)):
+        # one pass: the victim is needed at its first node with a need, and its GPUs
+        # cover the needs there and on its later nodes (its earlier nodes have none)
+        placement = job.placement
+        used_here = False
+        for node, gpus in placement:
+            left = need.get(node)
+            if left is not None:
+                used_here = True
+                if left > gpus:
+                    need[node] = left - gpus
+                else:
+                    del need[node]
+        if used_here:
             needed.append(job)
-            for node, gpus in placement:
-                left = need.get(node)
-                if left is not None:
-                    if left > gpus:
-                        need[node] = left - gpus
-                    else:
-                        del need[node]
         else:
             for node, gpus in placement:
                 if node in free_gpus.free:

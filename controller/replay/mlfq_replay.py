@@ -284,7 +284,8 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
         # the engine's test has a tolerance: a moment that far ahead is due now too
         limit = now + STARVATION_TOLERANCE_S + EPS
         if not promotion_due or promotion_due[0][0] > limit:  # most rounds: nobody is due (stale items wait)
-            drop_wakeups(limit)
+            if promotion_wakeups and promotion_wakeups[0][0] <= limit:
+                drop_wakeups(limit)
             return ()
         due_now, not_yet, deferred = [], [], []
         while valid_due() and promotion_due[0][0] <= limit:
