@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import bisect
 import math
-from typing import Optional
+from itertools import compress
+from typing import Iterable, Optional
 
 from controller.core.model import ALL_MEMORY, MIXED_TYPES, InputError, JobSpec, Node
 
@@ -80,6 +81,9 @@ def place(num_gpus: int, free_by_node: dict[str, int], *, consolidate: bool,
     return tuple(sorted(slots))
 
 
+_POSITIVE = (0).__lt__  # count -> count > 0, without a Python call a node
+
+
 class FreeGpus:
     """Free GPUs per node for the many placements of one round.
 
@@ -89,9 +93,15 @@ class FreeGpus:
     thousands of placements on a thousand nodes stay in the millisecond range.
     """
 
-    def __init__(self, free_by_node: dict[str, int]):
-        self.free = dict(free_by_node)
-        self.total = sum(self.free.values())
+    def __init__(self, free_by_node: dict[str, int], released: Iterable[tuple[tuple[str, int], ...]] = ()):
+        """``released``: placements whose GPUs count as free too (a round's victims: on
+        the nodes of ``free_by_node`` only)."""
+        free = self.free = dict(free_by_node)
+        for slots in released:
+            for name, gpus in slots:
+                if name in free:
+                    free[name] += gpus
+        self.total = sum(free.values())
         # the index, built at the first ``place`` (jobs with their own node sets never ask:
         # a round of them only reads ``free``)
         self._by_count: Optional[dict[int, list[str]]] = None
@@ -99,11 +109,18 @@ class FreeGpus:
 
     def _index(self) -> dict[int, list[str]]:
         if self._by_count is None:
-            self._by_count = {}
-            for name in sorted(self.free):
-                if self.free[name] > 0:
-                    self._by_count.setdefault(self.free[name], []).append(name)
-            self._counts = sorted(self._by_count)
+            by_count: dict[int, list[str]] = {}
+            free = self.free
+            # only the nodes with GPUs free are sorted: on a busy cluster (every round
+            # that preempts) they are few of its nodes
+            for name in sorted(compress(free, map(_POSITIVE, free.values()))):
+                names = by_count.get(free[name])
+                if names is None:
+                    by_count[free[name]] = [name]
+                else:
+                    names.append(name)
+            self._by_count = by_count
+            self._counts = sorted(by_count)
         return self._by_count
 
     def take(self, name: str, gpus: int) -> None:

@@ -82,23 +82,35 @@ def needed_victims(victims: list[JobState], placements, base_free: dict[str, int
     need is covered. A kept victim's GPUs are taken back out of ``free_gpus`` (a
     FreeGpus: they were counted free; the need shows they are not used), so backfill
     cannot use them either."""
-    need: dict[str, int] = {}
+    used: dict[str, int] = {}
     for slots in placements:
         for node, gpus in slots:
-            need[node] = need.get(node, 0) + gpus
-    for node in need:
-        need[node] = max(0, need[node] - base_free.get(node, 0))
+            used[node] = used.get(node, 0) + gpus
+    # only the nodes with a need are kept (a need covered leaves): a victim is needed
+    # when it holds one of them
+    need: dict[str, int] = {}
+    for node, gpus in used.items():
+        left = gpus - base_free.get(node, 0)
+        if left > 0:
+            need[node] = left
     needed: list[JobState] = []
     for job in victims:
-        placement = job.placement  # most hold one node: asked without a generator
-        if (need.get(placement[0][0], 0) > 0 if len(placement) == 1
-                else any(need.get(node, 0) > 0 for node, _ in placement)):
+        # one pass: the victim is needed at its first node with a need, and its GPUs
+        # cover the needs there and on its later nodes (its earlier nodes have none)
+        placement = job.placement
+        used_here = False
+        for node, gpus in placement:
+            left = need.get(node)
+            if left is not None:
+                used_here = True
+                if left > gpus:
+                    need[node] = left - gpus
+                else:
+                    del need[node]
+        if used_here:
             needed.append(job)
-            for node, gpus in job.placement:
-                if node in need:
-                    need[node] = max(0, need[node] - gpus)
         else:
-            for node, gpus in job.placement:
+            for node, gpus in placement:
                 if node in free_gpus.free:
                     free_gpus.take(node, gpus)
     return needed

@@ -359,12 +359,7 @@ class _ResourceTrial:
 
 def _walk_victims_stand(newcomers, walk_victims, free_by_node, place) -> VictimChoice:
     """Every newcomer may use every node: the walk's victims, less those no placement uses."""
-    released = dict(free_by_node)
-    for job in walk_victims:
-        for node, gpus in job.placement:
-            if node in released:
-                released[node] += gpus
-    free_gpus = FreeGpus(released)
+    free_gpus = FreeGpus(free_by_node, [job.placement for job in walk_victims])
     starts, unplaced = [], []
     for position, job in enumerate(newcomers):
         slots = place(job, free_gpus)

@@ -26,6 +26,7 @@ from controller.core.model import JobState, Node
 from controller.core.placement import COUNT_NODE, Eligibility, hand_over, is_spread, place, place_constrained
 from controller.core.protection import protection
 from controller.core.victims import victims_for
+from controller.replay.stale_heap import StaleHeap
 from controller.replay.wait_audit import Candidates, from_book
 from controller.replay.wait_audit import listed as every_candidate
 from controller.replay.run_config import (BEHIND_VICTIM_ROUNDS, EPS, EXAMPLES_KEPT, JobOutcome, SimConfig,
@@ -113,6 +114,9 @@ class SimCluster:
         self.overhead_total_s = 0.0
         self.outcomes: list[JobOutcome] = []
         self.completions: list[tuple[float, int, int]] = []  # (time, index, version)
+        # a stopped job's completion stays behind, stale (controller.replay.stale_heap)
+        self._completions = StaleHeap(self.completions, lambda item: run_state[item[1]].version == item[2]
+                                      and jobs[item[1]].running)
         # (grace over, index, signalled at, would finish at): signalled, holds its GPUs
         self.leaving: list[tuple[float, int, float, float]] = []
         self.settling: list[tuple[float, int]] = []  # (may start again, index): requeued, not yet eligible
@@ -230,7 +234,7 @@ class SimCluster:
         sensitive = not self.count_mode and job.spec.skew > cfg.engine.pack_limit
         p.speed = cfg.spread_speed if sensitive and is_spread(placement, job.num_gpus, cfg.gpus_per_node) else 1.0
         p.version += 1
-        heapq.heappush(self.completions, (self.completion_time(job), job.index, p.version))
+        self._completions.push((self.completion_time(job), job.index, p.version))
 
     def _free(self, job: JobState) -> None:
         free_by_node = self.free_by_node

@@ -72,6 +72,7 @@ from controller.core.policies.base import STARVATION_TOLERANCE_S
 from controller.replay.cluster import learner_for, RunState, SimCluster
 from controller.replay.run_config import EPS, SimConfig, SimResult, WATCH_EVERY
 from controller.replay.slurm_order import SlurmOrder
+from controller.replay.stale_heap import StaleHeap
 
 
 class _Places:
@@ -178,6 +179,14 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
     # (when it has waited long enough, index, version): waiting jobs below Q_1
     promotion_due: list[tuple[float, int, int]] = []
     promotion_wakeups: list[tuple[float, int, int]] = []  # those the loop wakes for
+
+    def waits_still(item) -> bool:  # valid_due's test: a job that starts or is promoted bumps its version
+        return private[item[1]].version == item[2] and not jobs[item[1]].running
+
+    # every preemption pushes a moment that its job's next start makes stale, mostly far
+    # ahead: the heaps are pruned as they grow (controller.replay.stale_heap)
+    due_push = StaleHeap(promotion_due, waits_still).push
+    wakeup_push = StaleHeap(promotion_wakeups, waits_still).push
     promotions = 0
     # Slurm starts the jobs (SimConfig.slurm_starts): the plan's starts are replaced by
     # Slurm's (controller.replay.slurm_order), which keeps the pending jobs from the events
@@ -194,6 +203,9 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
         book.class_function = _node_class
 
     demotions: list[tuple[float, int, int]] = []  # (crossing time, index, version)
+    # a preempted job's crossing stays behind, stale (current()'s test)
+    demotion_push = StaleHeap(demotions, lambda item: private[item[1]].version == item[2]
+                              and jobs[item[1]].running).push
     timeline: list[tuple[float, int, int]] = []
     waiting_jobs = 0  # jobs without GPUs (the book also lists entered jobs that still run)
     rounds = events = 0
@@ -205,7 +217,7 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
         level = bisect.bisect_right(thresholds, served_gpu_s + LEVEL_TOLERANCE_GPU_S)
         if level < len(thresholds):
             p = private[job.index]
-            heapq.heappush(demotions, (t + (thresholds[level] - served_gpu_s) / job.num_gpus, job.index, p.version))
+            demotion_push((t + (thresholds[level] - served_gpu_s) / job.num_gpus, job.index, p.version))
 
     def start(job: JobState, placement) -> None:
         nonlocal waiting_jobs
@@ -245,12 +257,12 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
             return
         p = private[job.index]
         due = p.last_sync_s + knob * job.executed_since_promotion_s - job.waited_since_promotion_s
-        heapq.heappush(promotion_due, (due, job.index, p.version))
+        due_push((due, job.index, p.version))
         # The generic loop wakes for it only if its service reached the first threshold
         # exactly (not just within the level's tolerance); otherwise the next round that
         # happens anyway promotes it, here as there.
         if job.queue_service_gpu_s >= thresholds[0]:
-            heapq.heappush(promotion_wakeups, (due, job.index, p.version))
+            wakeup_push((due, job.index, p.version))
 
     def valid_due(heap=promotion_due) -> bool:
         """Drop stale promotion moments (the job started, or was promoted, since)."""
@@ -258,14 +270,25 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
             heapq.heappop(heap)
         return bool(heap)
 
+    def drop_wakeups(limit: float) -> None:
+        """This round handled every wake-up up to ``limit``: a stale one left would wake
+        the loop again at once, forever."""
+        while promotion_wakeups and promotion_wakeups[0][0] <= limit:  # stale or not
+            heapq.heappop(promotion_wakeups)
+
     def promote_due() -> None:
         """Starvation promotions at this round, as the engine makes them: every job
         below Q_1 that has waited PROMOTEKNOB x its execution goes to the tail of Q_1
         (entered now) with its counters reset. Returns (job, its queue service before)."""
         nonlocal promotions
-        due_now, not_yet, deferred = [], [], []
         # the engine's test has a tolerance: a moment that far ahead is due now too
-        while valid_due() and promotion_due[0][0] <= now + STARVATION_TOLERANCE_S + EPS:
+        limit = now + STARVATION_TOLERANCE_S + EPS
+        if not promotion_due or promotion_due[0][0] > limit:  # most rounds: nobody is due (stale items wait)
+            if promotion_wakeups and promotion_wakeups[0][0] <= limit:
+                drop_wakeups(limit)
+            return ()
+        due_now, not_yet, deferred = [], [], []
+        while valid_due() and promotion_due[0][0] <= limit:
             item = heapq.heappop(promotion_due)
             job, p = jobs[item[1]], private[item[1]]
             if job.index not in book.where:  # set aside this round: promoted at the next round it is not
@@ -278,19 +301,16 @@ def run_mlfq(cfg: SimConfig, engine: Engine, private: list[RunState], jobs: list
                 not_yet.append(item)  # the moment's float rounding: the engine's test says later
                 continue
             due_now.append(job)
-        # this round handled every wake-up up to now: a stale one left would wake the loop
-        # again at once, forever
-        while valid_due(promotion_wakeups) and promotion_wakeups[0][0] <= now + STARVATION_TOLERANCE_S + EPS:
-            heapq.heappop(promotion_wakeups)
+        drop_wakeups(limit)
         for item in deferred:
-            heapq.heappush(promotion_due, item)
+            due_push(item)
         for item in not_yet:
             job = jobs[item[1]]
             waited = job.waited_since_promotion_s + (now - private[item[1]].last_sync_s)
             later = (now + knob * job.executed_since_promotion_s - waited, item[1], item[2])
-            heapq.heappush(promotion_due, later)
+            due_push(later)
             if job.queue_service_gpu_s >= thresholds[0]:
-                heapq.heappush(promotion_wakeups, later)
+                wakeup_push(later)
         promoted = []
         for job in sorted(due_now, key=lambda j: j.index):
             book.remove(job)
