@@ -21,6 +21,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+import operator
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -125,10 +126,13 @@ class CommentBook:
         self.backlog = False  # the last round left lines to write (over max_per_round or the budget)
         self._waiting = 0  # urgent lines the last round left to write (see waiting)
         self._unlooked_at = math.nan  # now of the last plan, whose due rows not looked at wait too
-        # The last pass's plan and the jobs its look at records and levels left wanting a
-        # line (the cap, the budget, a failed write): all a quiet pass looks at (see plan)
+        # What the last pass looked at (see plan): its plan, its jobs (job id -> the JobFacts
+        # object), the jobs it held and those it left wanting a line (the cap, the budget, a
+        # failed write). None: the next pass looks at every job.
         self._passed: object = None
-        self._left: dict[str, None] = {}  # (in the plan's order, as the full look wants them)
+        self._shown: Optional[dict[str, JobFacts]] = None
+        self._held: set[str] = set()
+        self._left: set[str] = set()
 
     def updates(self, wanted: dict[str, tuple[Optional[str], tuple]], observed: dict[str, JobFacts],
                 now: float, limit: Optional[float] = None,
@@ -186,34 +190,45 @@ class CommentBook:
         return self._positions[1]
 
     def plan(self, plan, observed: dict[str, JobFacts], attained_gpu_s: Callable[[str], float], queues: int,
-             preemptable, now: float, limit: Optional[float] = None, hold=None,
-             quiet: bool = False) -> tuple[list, dict, list]:
+             preemptable, now: float, limit: Optional[float] = None, hold=None) -> tuple[list, dict, list]:
         """This round's AdminComment changes: (SetAdminComment actions, ids
         ``r<round>.c<n>``; job id -> its urgent key; the due refresh rows to settle).
         ``queues``: K, or 0 for a policy without queues; ``attained_gpu_s(job_id)``: its
         service; ``preemptable(job) -> bool`` for running jobs; ``limit``: the RPCs the
         budget leaves (one a line); ``hold``: jobs no line is written to this round.
-        ``quiet``: ``observed`` shows the records of the last pass, but for the levers this
-        controller set since (a quiet round: the observation repeated, the plan the same),
-        so only the jobs that pass left wanting a line are looked at again, not every job
-        of the plan (the same writes: the others were found up to date, or written, then)."""
+
+        The jobs looked at are those whose record (JobFacts object) or level changed since
+        the last pass, with those it held or left wanting a line; the others were found up
+        to date or written then, and looking again would skip them (their refreshes come
+        from the heap). Looked at in the plan's order, they make the writes a look at every
+        job makes. (At 110,000 jobs the look at every job was 0.18 s of a round; the
+        changes are found by identity tests in C.)"""
         wanted, written = {}, self._written
         hold = self.hold if hold is None else hold
         levels = plan.levels
-        looked_at = (((job_id, levels.get(job_id)) for job_id in self._left) if quiet and plan is self._passed
-                     else levels.items())
+        shown, last_plan = self._shown, self._passed
+        if shown is None or last_plan is None:
+            looked_at = levels.items()
+        else:
+            changed = set(itertools.compress(observed, map(operator.is_not, observed.values(),
+                                                           map(shown.get, observed))))
+            if last_plan is not plan:  # (a quiet round's pass has the plan of the last)
+                changed.update(job_id for job_id, _ in levels.items() - last_plan.levels.items())
+            changed |= self._held
+            changed |= self._left
+            looked_at = ((job_id, levels[job_id]) for job_id in filter(changed.__contains__, levels))
+        held: set[str] = set()
 
         def line_of(job_id: str, job: JobFacts, level: int, running: bool) -> str:
             return our_line(level, queues, attained_gpu_s(job_id), self._position(plan).get(job_id), running,
                             running and preemptable(job))
 
         for job_id, level in looked_at:
-            if level is None:
-                continue
             job = observed.get(job_id)
             if job is None or not job.lever_id:  # a write naming the task would split it off its array
                 continue
             if job_id in hold:  # first seen unjudged: Slurm's judgement first (RoundInput.first_seen_unjudged)
+                held.add(job_id)
                 continue
             last = written.get(job_id)
             if last is not None and last.checked is job and last.urgent_key[0] == level:
@@ -238,7 +253,8 @@ class CommentBook:
             elif last is None:  # Slurm shows our line already (written by a run before this one)
                 self.written(job_id, (level, running), now)
                 written[job_id].checked = job
-        self._passed, self._left = plan, dict.fromkeys(wanted)  # (settle() takes out those written)
+        # (settle() takes out of _left the lines written)
+        self._passed, self._shown, self._held, self._left = plan, dict(observed), held, set(wanted)
         due: list[tuple[float, str]] = []
         rested: list[tuple[float, str]] = []  # looked at, line unchanged: due a refresh later
         # the routine refreshes now due, oldest first (the order updates() writes them), and
@@ -279,7 +295,7 @@ class CommentBook:
         for action in actions:
             if applied(action):
                 self.written(action.job_id, keys[action.job_id], now)
-                self._left.pop(action.job_id, None)
+                self._left.discard(action.job_id)
                 count += 1
         written = self._written
         for row in due:  # due and not written (the cap, the budget): due still, next round
@@ -302,3 +318,7 @@ class CommentBook:
 
     def forget(self, job_id: str) -> None:
         self._written.pop(job_id, None)
+
+    def look_at_all(self) -> None:
+        """The next pass looks at every job (a full round; a test comparing the two)."""
+        self._shown = None

@@ -138,19 +138,18 @@ class LeverPlanner:
             out.table_levers.extend(lever.plan(plan, view, book, cfg, plan.round_id))
         return out
 
-    def comments(self, plan: Optional[Plan], view: LeverView, book: LeverBook, quiet: bool = False) -> LeverPlan:
+    def comments(self, plan: Optional[Plan], view: LeverView, book: LeverBook, ids=None) -> LeverPlan:
         """The AdminComment lines due this round (controller.core.levers.comments), within
         what Slurm's RPC budget leaves after the bands (one RPC a line); ``view.unjudged``
         gets none this round. Information, not a decision: the service plans them only
-        when its levers reach Slurm. ``quiet``: the view shows the records of the last
-        pass, with only this controller's levers since laid over (CommentBook.plan)."""
+        when its levers reach Slurm."""
         # the bands the budget held back stay as the round's bands left them (settled with
         # these lines, a 0 here made the round stand and later rounds quiet while bands
         # waited: a burst of 1,000 jobs took 3.7x the bucket's time to be banded)
         out = LeverPlan(plan.round_id, now=view.now, bands_waiting=book.bands_waiting)
         out.comments, out.comment_keys, out.comment_due = book.comments.plan(
             plan, view.gpu, view.attained_gpu_s, self.config.comment_queues, view.preemptable, view.now,
-            book.rpc.allowance(view.now), hold=view.unjudged, quiet=quiet)
+            book.rpc.allowance(view.now), hold=view.unjudged)
         out.rpc_spent = len(out.comments)
         return out
 

@@ -529,9 +529,7 @@ class Controller:
         comments = self.admin_comments
         if comments.backlog or now >= comments.next_refresh_s():  # lines due: as a planned round writes them
             self.executor.begin_round()
-            # the observation repeated, with only our own levers since laid over: the pass
-            # looks again at the jobs the last one left wanting a line, not at every job
-            self.levers.comment(self.last_plan, observed, now, quiet=True)
+            self.levers.comment(self.last_plan, observed, now)
             report.levers = self.executor.end_round(round_id)
             self.inputs.note_updates(report.levers, observed, self.executor.sends(SetBand))
         self._prune_decisions(now)

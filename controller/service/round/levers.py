@@ -122,11 +122,11 @@ class Levers:
         share(planner, self.sharing, observation, report)
         self.comment(plan, observed, now)
 
-    def comment(self, plan: Plan, observed: dict[str, ObservedJob], now: float, quiet: bool = False) -> None:
+    def comment(self, plan: Plan, observed: dict[str, ObservedJob], now: float) -> None:
         """The AdminComment lines due. Information, not a decision: a read-only executor
-        (observe, shadow) skips it. ``quiet``: a quiet round's (LeverPlanner.comments)."""
+        (observe, shadow) skips it."""
         if self.config.admin_comment and not self.executor.skips(SetAdminComment):
-            self.write_comments(plan, observed, now, lambda job: not self.preemptions.protected(job, now), quiet)
+            self.write_comments(plan, observed, now, lambda job: not self.preemptions.protected(job, now))
 
     @property
     def pins(self) -> dict[str, float]:
@@ -172,13 +172,13 @@ class Levers:
         return levers
 
     def write_comments(self, plan: Plan, observed: dict[str, ObservedJob], now: float,
-                       preemptable: Callable[[ObservedJob], bool], quiet: bool = False) -> int:
+                       preemptable: Callable[[ObservedJob], bool]) -> int:
         """This round's AdminComment lines (LeverPlanner.comments), carried out; returns
         the lines written. Information, not a decision: the caller asks only when the
         executor pulls levers."""
         view = lever_view(now, observed, self.accounts, unjudged=self.hold, acting=self.executor.sends(SetBand),
                           preemptable=preemptable)
-        levers = self.planner.comments(plan, view, self.book, quiet)
+        levers = self.planner.comments(plan, view, self.book)
         done = self.carry_out(levers)
         return sum(1 for action in levers.comments if getattr(done.of(action), "applied", False))
 
