@@ -151,3 +151,68 @@ def test_the_jobs_that_ever_ran_are_known_across_a_requeue_a_reload_and_their_en
     accounts.finish_gone(observed, observation, backend.now)
     accounts.forget_finished()
     assert accounts.started_once == set()
+
+
+def test_reading_only_the_changed_jobs_keeps_the_records_a_read_of_every_job_keeps(tmp_path):
+    """Issue 37: advance finds the jobs whose ObservedJob changed by identity and keeps the
+    pending ones across calls; over rounds of starts, requeues, ends, transient states,
+    new jobs and a forgotten record, its records equal those of accounts that read every
+    job whole every round."""
+    import random
+
+    from controller.service.acting.backend import ObservedJob
+    from controller.service.state.store import JOB_FIELDS, Store
+
+    clocks = {"attained_gpu_s", "queue_service_gpu_s", "executed_s", "executed_since_promotion_s",
+              "waited_since_promotion_s", "last_observed_s"}
+
+    rng = random.Random(3)
+    jobs: dict[str, ObservedJob] = {}
+
+    def job(job_id, state, now, restarts=0):
+        running = state == "RUNNING"
+        return ObservedJob(job_id=job_id, user="alice", partition="batch", state=state, reason="Priority",
+                           gpus=1 + int(job_id) % 3, gpus_by_node=((f"gpu{job_id}", 1 + int(job_id) % 3),) if running else (),
+                           submit_time_s=900.0, start_time_s=now - rng.choice((0, 3)) if running else None,
+                           restart_count=restarts)
+
+    for n in range(30):
+        jobs[str(n)] = job(str(n), "RUNNING" if n % 3 == 0 else "PENDING", 1000.0)
+    stores = [Store(f"sqlite:///{tmp_path}/{name}.db") for name in ("changed", "every")]
+    changed, every = (Accounts(s, "default") for s in stores)
+    try:
+        for round_number in range(1, 40):
+            now = 1000.0 + 7 * round_number
+            for job_id in rng.sample(sorted(jobs), 4):
+                old = jobs[job_id]
+                if rng.random() < 0.2:
+                    del jobs[job_id]  # gone from squeue at once (purged)
+                elif old.state == "PENDING":
+                    jobs[job_id] = job(job_id, "RUNNING", now, old.restart_count)
+                elif old.state == "RUNNING":
+                    jobs[job_id] = job(job_id, rng.choice(("PENDING", "COMPLETING", "COMPLETED")), now,
+                                       old.restart_count + 1)
+                else:
+                    del jobs[job_id]  # gone from squeue
+            jobs[str(100 + round_number)] = job(str(100 + round_number), "PENDING", now)
+            observed = dict(jobs)
+            every.forget_reuse()
+            for accounts in (changed, every):
+                accounts.advance(observed, now)
+                observation = Observation(now, list(observed.values()), [])
+                with accounts.store.transaction():
+                    accounts.finish_gone(observed, observation, now)
+                    accounts.save()
+                accounts.forget_finished()
+            assert changed.records == every.records, round_number
+            assert changed.stopped_at == every.stopped_at
+            # what save wrote: every fact, and a running job's clocks (a pending job's lag, CLOCKS_EVERY_ROUNDS)
+            stored = changed.store.load_jobs("default", include_finished=False)
+            assert stored.keys() == changed.records.keys()
+            for job_id, record in changed.records.items():
+                for name in JOB_FIELDS:
+                    if name not in clocks or record.last_running:
+                        assert getattr(stored[job_id], name) == getattr(record, name), (round_number, job_id, name)
+    finally:
+        for s in stores:
+            s.close()
