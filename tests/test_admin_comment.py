@@ -137,6 +137,19 @@ class _Executor:
         return dataclasses.make_dataclass("Outcome", ["applied"])(True)
 
 
+def _hundred_pending():
+    """100 pending jobs in queue 1, their plan, the jobs whose line was made (attained
+    service asked: a line made) and an executor that applies every write."""
+    observed = {str(j): _job(str(j)) for j in range(100)}
+    looked: list[str] = []
+
+    def attained(job_id):
+        looked.append(job_id)
+        return 0.0
+
+    return observed, _Plan({j: 0 for j in observed}), looked, attained, _Executor()
+
+
 def test_a_round_looks_at_changed_records_and_due_refreshes_only_within_the_rpc_budget():
     """Issue 37: the pass touches the jobs whose record or level changed and the
     refreshes a heap says are due, and writes no more than the RPC budget the bands
@@ -144,15 +157,7 @@ def test_a_round_looks_at_changed_records_and_due_refreshes_only_within_the_rpc_
     from controller.core.levers.bands import RpcBudget
     budget = RpcBudget(per_s=1.0, burst=20)
     comments = AdminComments(refresh_s=300, max_per_round=50, budget=budget)
-    observed = {str(j): _job(str(j)) for j in range(100)}
-    plan = _Plan({j: 0 for j in observed})
-    looked: list[str] = []
-
-    def attained(job_id):
-        looked.append(job_id)
-        return 0.0
-
-    executor = _Executor()
+    observed, plan, looked, attained, executor = _hundred_pending()
 
     def round_at(now):
         looked.clear()
@@ -186,15 +191,7 @@ def test_due_refreshes_over_the_cap_are_neither_looked_at_nor_lost():
     leaves the rest in the heap unlooked-at; they are counted as waiting and written in the
     rounds after, none skipped."""
     comments = AdminComments(refresh_s=300, max_per_round=10)
-    observed = {str(j): _job(str(j)) for j in range(100)}
-    plan = _Plan({j: 0 for j in observed})
-    looked: list[str] = []
-
-    def attained(job_id):
-        looked.append(job_id)
-        return 0.0
-
-    executor = _Executor()
+    observed, plan, looked, attained, executor = _hundred_pending()
 
     def round_at(now):
         looked.clear()
