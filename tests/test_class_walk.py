@@ -106,6 +106,10 @@ def test_the_class_lists_follow_the_size_lists():
             for item in items:
                 split.setdefault((size, item[2].spec.partitions), []).append(item)
         assert split == book.by_class[level]
+        sizes: dict = {}  # the class walk's gang sizes per class, ascending
+        for size, kind in sorted(split):
+            sizes.setdefault(kind, []).append(size)
+        assert book.class_sizes[level] == sizes
         for items in book.by_class[level].values():
             assert items == sorted(items)
         assert book.merged[level] == sorted(item for items in book.waiting[level].values() for item in items)
