@@ -547,3 +547,14 @@ def test_the_kept_sums_check_fails_off_by_one(monkeypatch):
     _sums_checked(monkeypatch)
     with pytest.raises(AssertionError):
         outcomes(workload(1), "dlas")
+
+
+def test_the_reach_keys_are_kept_only_while_the_eligibility_is_the_same():
+    """QueueBook.reach_keys: one dict across rounds with the same Eligibility (the
+    engine's while the nodes stay the same), a fresh one with another."""
+    book, first, second = QueueBook(2), object(), object()
+    kept = book.reach_keys(first)
+    kept["class"] = "nodes"
+    assert book.reach_keys(first) is kept
+    assert book.reach_keys(second) == {}
+    assert book.reach_keys(first) == {}  # back to the first: asked anew, nothing assumed

@@ -467,6 +467,16 @@ class QueueBook:
             self._order = (self._version, ordered)
         return self._order[1]
 
+    def reach_keys(self, eligible) -> dict:
+        """The class walk's reach key per class (OwnNodesReach.class_keys), kept across
+        rounds while the round's Eligibility is the same one (the engine keeps it while
+        the nodes are: the same answers, so the same keys); a new one starts them anew."""
+        if self._keys_for is not eligible or self._class_keys is None:
+            self._keys_for, self._class_keys = eligible, {}
+        return self._class_keys
+
+    _keys_for = _class_keys = None
+
     _order = None
     _version = 0
 
