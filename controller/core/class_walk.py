@@ -49,7 +49,7 @@ def take_by_class(book, level: int, free: int, selected: list, skip_pinned: bool
             items = lists[size, kind]
             heap.append((items[0], 0, size, kind, items))
     if held_of is not None:  # a passed list's first entered job that still runs is walked
-        running_at = book._running_positions(level)
+        running_at = book.running_positions(level)
         for (size, kind), positions in running_at.items():
             if held_of.get(kind, free) < size <= free:
                 items = lists[size, kind]
@@ -71,7 +71,7 @@ def take_by_class(book, level: int, free: int, selected: list, skip_pinned: bool
             key = keys.get(kind)  # asked at the entry for every list merged
             if key is not PLAIN and size >= short.get(key, size + 1):
                 if running_at is None:
-                    running_at = book._running_positions(level)
+                    running_at = book.running_positions(level)
                 positions = running_at.get((size, kind), ())
                 step = positions[bisect.bisect_right(positions, at)] if positions and positions[-1] > at \
                     else len(items)

@@ -420,7 +420,7 @@ class QueueBook:
         """The walk over the level's class lists (controller.core.class_walk)."""
         return take_by_class(self, level, free, selected, skip_pinned, reach)
 
-    def _running_positions(self, level: int) -> dict[tuple, list[int]]:
+    def running_positions(self, level: int) -> dict[tuple, list[int]]:
         """(size, class) -> sorted positions in the level's class lists of the entered jobs
         that still run."""
         positions: dict[tuple, list[int]] = {}
