@@ -106,6 +106,10 @@ def test_the_class_lists_follow_the_size_lists():
             for item in items:
                 split.setdefault((size, item[2].spec.partitions), []).append(item)
         assert split == book.by_class[level]
+        sizes: dict = {}  # the class walk's gang sizes per class, ascending
+        for size, kind in sorted(split):
+            sizes.setdefault(kind, []).append(size)
+        assert book.class_sizes[level] == sizes
         for items in book.by_class[level].values():
             assert items == sorted(items)
         assert book.merged[level] == sorted(item for items in book.waiting[level].values() for item in items)
@@ -543,3 +547,14 @@ def test_the_kept_sums_check_fails_off_by_one(monkeypatch):
     _sums_checked(monkeypatch)
     with pytest.raises(AssertionError):
         outcomes(workload(1), "dlas")
+
+
+def test_the_reach_keys_are_kept_only_while_the_eligibility_is_the_same():
+    """QueueBook.reach_keys: one dict across rounds with the same Eligibility (the
+    engine's while the nodes stay the same), a fresh one with another."""
+    book, first, second = QueueBook(2), object(), object()
+    kept = book.reach_keys(first)
+    kept["class"] = "nodes"
+    assert book.reach_keys(first) is kept
+    assert book.reach_keys(second) == {}
+    assert book.reach_keys(first) == {}  # back to the first: asked anew, nothing assumed

@@ -124,3 +124,38 @@ def test_the_lazy_candidates_check_fails_off_by_one(monkeypatch):
     with pytest.raises(AssertionError):
         for seed in (1, 2, 3):
             test_the_lazy_candidates_equal_those_of_the_walk_order(seed)
+
+
+def _audited(walked, short: dict, refuse_every: int) -> list:
+    """The (place, job) an audit-like walk visits: it passes a job its class refused as
+    many GPUs, and refuses (its gang, its class) at every ``refuse_every``-th visit (the
+    audit's refusals only grow stricter)."""
+    seen = []
+    for place, job in walked:
+        if job.num_gpus >= short.get(job.spec.partitions, job.num_gpus + 1):
+            continue
+        seen.append((place, job.job_id))
+        if len(seen) % refuse_every == 0:
+            short[job.spec.partitions] = job.num_gpus
+    return seen
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_open_items_visit_what_the_walk_order_visits(seed):
+    """wait_audit.open_items (a long span read through its class lists, each passed whole
+    once its head is refused) visits the jobs the walk over every item visits, in order,
+    at the same places."""
+    rng = random.Random(seed)
+    book = QueueBook(1)
+    book.class_function = lambda job: job.spec.partitions
+    for i in range(300):
+        job = JobState(spec=JobSpec(f"j{i}", rng.choice([1, 2, 4, 8]), 0.0, 10.0, partitions=(rng.choice("xyzw"),)),
+                       index=i)
+        book.add_waiting(job, 0, rng.choice([SETTLED_WAITING, ENTERED]), float(rng.randrange(100)))
+    first, every = 17, rng.choice([2, 3, 5])
+    by_walk = _audited(enumerate(book.merged_jobs[0], first), {}, every)
+    short: dict = {}
+    by_lists = _audited(wait_audit.open_items(book.by_class[0], book.merged[0], first,
+                                              lambda job: job.num_gpus >= short.get(job.spec.partitions,
+                                                                                    job.num_gpus + 1)), short, every)
+    assert by_lists == by_walk and len(by_walk) < 300

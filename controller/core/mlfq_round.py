@@ -50,7 +50,8 @@ def mlfq_step(writer: RoundWriter, snapshot: Snapshot) -> Plan:
     # placement modes: a job that may use only some nodes is taken only if its own nodes
     # hold what it needs, free or held by lower-priority preemptable jobs (OwnNodesReach)
     free_by_node = snapshot.free_gpus_by_node() if on_nodes else None
-    reach = None if count_mode else OwnNodesReach(book, free_by_node, writer.allowed, lists_refused=snapshot.detailed)
+    reach = None if count_mode else OwnNodesReach(book, free_by_node, writer.allowed, lists_refused=snapshot.detailed,
+                                                  class_keys=book.reach_keys(writer.eligible))
     preempted, selected = book.walk(capacity, reach)
     if not preempted and not selected and not book.entered and not snapshot.detailed:
         return plan  # nothing moves (a simulator round while every GPU stays where it is)

@@ -26,20 +26,18 @@ waiting, 2 = entered, ``entry`` the place (settled) or the entering time (entere
 from __future__ import annotations
 
 import bisect
-import heapq
 from itertools import count
 from typing import Iterator, Optional
 
 from controller.core.model import JobState
+from controller.core.class_walk import take_by_class
 from controller.core.protection import pinned
 from controller.core.queues import ENTERED, SETTLED_RUNNING, SETTLED_WAITING
-from controller.core.reach import PLAIN
 
 def _place(item: tuple) -> int:
     return item[0]
 
 
-_UNASKED = object()  # the class walk's marker of a class whose reach key it has not asked
 _RUNNING = None  # marker of a job in a level's running list (it has no waiting key)
 
 
@@ -68,6 +66,9 @@ class QueueBook:
         # items, so the walk passes a class whose nodes hold nothing within reach whole
         self.by_class: list[dict[tuple, list]] = [{} for _ in range(num_levels)]
         self.class_of: dict[int, object] = {}  # job.index -> its class (waiting jobs)
+        # level -> class -> the gang sizes of its lists, ascending: the class walk asks a
+        # class's reach once and takes the prefix of its lists that reach holds
+        self.class_sizes: list[dict[object, list[int]]] = [{} for _ in range(num_levels)]
         # with them, per level every waiting item in key order: ``order`` reads it unsorted
         self.merged: list[list] = [[] for _ in range(num_levels)]
         self.merged_jobs: list[list[JobState]] = [[] for _ in range(num_levels)]  # their jobs, same order
@@ -150,7 +151,11 @@ class QueueBook:
         bisect.insort(self.waiting[level].setdefault(job.num_gpus, []), (key, job.index, job))
         if self.class_function is not None:
             kind = self.class_of[job.index] = self.class_function(job)
-            bisect.insort(self.by_class[level].setdefault((job.num_gpus, kind), []), (key, job.index, job))
+            lists, place = self.by_class[level], (job.num_gpus, kind)
+            if place not in lists:
+                lists[place] = []
+                bisect.insort(self.class_sizes[level].setdefault(kind, []), job.num_gpus)
+            bisect.insort(lists[place], (key, job.index, job))
             merged, item = self.merged[level], (key, job.index, job)
             at = bisect.bisect_right(merged, item)
             merged.insert(at, item)
@@ -192,6 +197,10 @@ class QueueBook:
             del items[bisect.bisect_left(items, (key, job.index))]
             if not items:
                 del kinds[place]
+                sizes = self.class_sizes[level][place[1]]
+                sizes.remove(place[0])
+                if not sizes:
+                    del self.class_sizes[level][place[1]]
             merged = self.merged[level]
             at = bisect.bisect_left(merged, (key, job.index))
             del merged[at]
@@ -271,6 +280,10 @@ class QueueBook:
                     for item in items:  # in order: each class's list stays sorted
                         kinds.setdefault((size, self.class_of[item[1]]), []).append(item)
                 self.by_class[level] = kinds
+                sizes: dict[object, list[int]] = {}
+                for size, kind in sorted(kinds, key=lambda place: place[0]):
+                    sizes.setdefault(kind, []).append(size)
+                self.class_sizes[level] = sizes
                 self.merged[level] = sorted(item for items in kinds.values() for item in items)
                 self.merged_jobs[level] = [job for _, _, job in self.merged[level]]
 
@@ -404,72 +417,10 @@ class QueueBook:
         return free
 
     def _take_by_class(self, level: int, free: int, selected: list, skip_pinned: bool, reach) -> int:
-        """``_take_waiting`` over the level's per-class lists (one heap merge, the same
-        order and takes), where a list whose gang is beyond its class's reach (at the
-        level's entry: ``reach.within``; or once a gang as large was refused) is passed
-        whole: a reach only shrinks during the walk, so every waiting job there would be
-        refused too (not listed: ``reach.lists_refused`` is off). Its entered jobs that
-        still run are visited all the same (the walk keeps them)."""
-        if min(self.waiting[level]) > free:
-            return free
-        lists = self.by_class[level]
-        keys = reach.class_keys  # class -> its reach key (reach.class_key of one of its jobs)
-        short = reach.short  # reach.out_of_reach, inlined
-        running_at = None  # (size, class) -> sorted positions of the running jobs listed there
-        # (head item, its place, gang, class, the list): items are unique, so the heap
-        # never compares past the first field. Most lists are beyond reach at the entry,
-        # most rounds: passed before the merge (each cost a refusal and heap steps there)
-        heap, sums = [], reach.sums  # within's kept sums, read first: most lists share one
-        for (size, kind), items in lists.items():
-            if size > free:
-                continue
-            key = keys.get(kind, _UNASKED)
-            if key is _UNASKED:
-                key = keys[kind] = reach.class_key(items[0][2])
-            if key is not PLAIN and size > (sums.get(key) if key in sums else reach.within(key)):
-                if running_at is None:
-                    running_at = self._running_positions(level)
-                positions = running_at.get((size, kind))
-                if positions:
-                    heap.append((items[positions[0]], positions[0], size, kind, items))
-            else:
-                heap.append((items[0], 0, size, kind, items))
-        heapq.heapify(heap)
-        while heap:
-            item, at, size, kind, items = heap[0]
-            if size > free:  # only a take lowers what fits
-                heapq.heappop(heap)
-                continue
-            job = item[2]
-            step = at + 1
-            if skip_pinned and pinned(job):  # a pinned entered job keeps its GPUs (already set aside)
-                taken = False
-            elif job.running:
-                reach.kept(job)
-                taken = True
-            else:
-                key = keys.get(kind)  # asked at the entry for every list merged
-                if key is not PLAIN and size >= short.get(key, size + 1):
-                    if running_at is None:
-                        running_at = self._running_positions(level)
-                    positions = running_at.get((size, kind), ())
-                    step = positions[bisect.bisect_right(positions, at)] if positions and positions[-1] > at \
-                        else len(items)
-                    taken = False
-                else:
-                    taken = reach.admits(job, key)
-            if taken:
-                selected.append(job)
-                free -= size
-            if step < len(items):
-                heapq.heapreplace(heap, (items[step], step, size, kind, items))
-            else:
-                heapq.heappop(heap)
-            if free <= 0:
-                break
-        return free
+        """The walk over the level's class lists (controller.core.class_walk)."""
+        return take_by_class(self, level, free, selected, skip_pinned, reach)
 
-    def _running_positions(self, level: int) -> dict[tuple, list[int]]:
+    def running_positions(self, level: int) -> dict[tuple, list[int]]:
         """(size, class) -> sorted positions in the level's class lists of the entered jobs
         that still run."""
         positions: dict[tuple, list[int]] = {}
@@ -515,6 +466,16 @@ class QueueBook:
                     item for items in self.waiting[level].values() for item in items)])
             self._order = (self._version, ordered)
         return self._order[1]
+
+    def reach_keys(self, eligible) -> dict:
+        """The class walk's reach key per class (OwnNodesReach.class_keys), kept across
+        rounds while the round's Eligibility is the same one (the engine keeps it while
+        the nodes are: the same answers, so the same keys); a new one starts them anew."""
+        if self._keys_for is not eligible or self._class_keys is None:
+            self._keys_for, self._class_keys = eligible, {}
+        return self._class_keys
+
+    _keys_for = _class_keys = None
 
     _order = None
     _version = 0

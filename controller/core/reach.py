@@ -34,7 +34,7 @@ class OwnNodesReach:
     costs a lookup per job it takes."""
 
     def __init__(self, book, free_by_node: dict[str, int], allowed: Callable[[JobState], Optional[frozenset]],
-                 lists_refused: bool = True):
+                 lists_refused: bool = True, class_keys: Optional[dict] = None):
         self.book = book
         # False: ``refused`` is left empty, and the walk may pass a node set's waiting jobs
         # without asking (QueueBook._take_by_class) once one was refused
@@ -53,9 +53,10 @@ class OwnNodesReach:
         # later job of that set asking as many is refused without summing its nodes again
         self.short: dict[Optional[frozenset], int] = {}
         self.sorted_nodes: dict[frozenset, tuple[str, ...]] = {}
-        # node class (QueueBook.class_function) -> class_key, kept by the class walk for
-        # the round: the nodes a class may use do not change within it
-        self.class_keys: dict = {}
+        # node class (QueueBook.class_function) -> class_key, kept by the class walk: the
+        # nodes a class may use do not change within the round (``class_keys``: the
+        # caller's, kept across rounds while ``allowed`` answers alike, QueueBook.reach_keys)
+        self.class_keys: dict = {} if class_keys is None else class_keys
 
     def class_key(self, job: JobState):
         """What ``admits`` judges ``job`` by besides its GPUs: its nodes, or PLAIN."""

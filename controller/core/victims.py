@@ -216,9 +216,10 @@ def choose_victims(newcomers: list[JobState], walk_victims: list[JobState],
         starts.append((job, slots, position))
     if explain:
         describe_passed(len(order))
-    if leaving and from_book:  # the victims' places, for their order (from the book's pieces)
-        rank.update((job.index, place) for place, job in placed)
-    victims = sorted(leaving.values(), key=lambda victim: rank[victim.index])
+    if leaving and from_book:  # every victim is one of ``placed``'s candidates, listed in walk order
+        victims = [job for _, job in placed if job.index in leaving]
+    else:
+        victims = sorted(leaving.values(), key=lambda victim: rank[victim.index])
     return VictimChoice(starts, victims, unplaced, free_gpus, True, beneficiary, shortfalls)
 
 
@@ -245,16 +246,19 @@ def victims_for(job: JobState, lowest_first: Iterable[JobState], free_by_node: d
     # other nodes: each is tested against this set, a one-node job without a list built
     on = {node for node in free_by_node if usable(node)}
     gains: list[tuple[JobState, list[tuple[str, int]]]] = []
+    gained = 0  # their GPUs there, summed as they are listed
     for victim in lowest_first:
         placement = victim.placement
         if len(placement) == 1:
             if placement[0][0] in on:
                 gains.append((victim, list(placement)))
+                gained += placement[0][1]
         else:
             gain = [slot for slot in placement if slot[0] in on]
             if gain:
                 gains.append((victim, gain))
-    if total + sum(gpus for _, gain in gains for _, gpus in gain) < job.num_gpus:
+                gained += sum(gpus for _, gpus in gain)
+    if total + gained < job.num_gpus:
         return None
     everything = dict(trial)
     for _, gain in gains:

@@ -27,7 +27,7 @@ from controller.core.placement import COUNT_NODE, Eligibility, hand_over, is_spr
 from controller.core.protection import protection
 from controller.core.victims import victims_for
 from controller.replay.stale_heap import StaleHeap
-from controller.replay.wait_audit import Candidates, from_book
+from controller.replay.wait_audit import Candidates, from_book, open_items
 from controller.replay.wait_audit import listed as every_candidate
 from controller.replay.run_config import (BEHIND_VICTIM_ROUNDS, EPS, EXAMPLES_KEPT, JobOutcome, SimConfig,
                                           SimResult, outcome_of)
@@ -471,6 +471,9 @@ class SimCluster:
             short = _refusals()
             claimed: set[int] = set()
             allowed_of, fit = self._allowed, self.fit  # the nodes each job may use: fixed for the replay
+
+            def refused(job: JobState) -> bool:
+                return job.num_gpus >= short.get(allowed_of[job.index], job.num_gpus + 1)
             for number, (first, listed) in enumerate(spans):
                 if first >= lowest:
                     break
@@ -479,7 +482,10 @@ class SimCluster:
                 smallest = None if lists is None or not short else self._smallest_gangs(lists[number])
                 if smallest is not None and not _open_sets(smallest, short):
                     continue
-                for rank, job in enumerate(listed, first):
+                # a span much longer than its class lists: read through them (open_items)
+                walked = enumerate(listed, first) if lists is None or len(listed) <= 4 * len(lists[number]) \
+                    else open_items(lists[number], book.merged[number], first, refused)
+                for rank, job in walked:
                     if rank >= lowest:
                         break
                     if job.running or job.index in promised:

@@ -17,7 +17,9 @@ random books; tests/test_class_walk.py every audited replay round).
 """
 from __future__ import annotations
 
-from typing import Iterator, Optional
+import bisect
+import heapq
+from typing import Callable, Iterator, Optional
 
 from controller.core.model import JobState
 
@@ -115,3 +117,26 @@ def from_book(book, free_by_node: dict[str, int]) -> tuple[Candidates, list]:
     parts = book.order_parts()
     last = book.last_running(parts, is_candidate)
     return _FromBook(book, parts, free_by_node, last if last >= 0 else None), parts[0]
+
+
+def open_items(lists: dict, merged: list, first: int, refused: Callable[[JobState], bool]
+               ) -> Iterator[tuple[int, JobState]]:
+    """Lazily, (place, job) of a span's waiting items in walk order (``merged``: them all,
+    sorted; ``first``: the span's first place), from its class lists ((gang, class) ->
+    items), passing a list whole once its head is ``refused`` at its turn: a class's jobs
+    may use the same nodes, and the audit's refusals only grow stricter as it walks, so
+    the rest of that list would be refused too. Equal to ``enumerate(jobs, first)`` less
+    jobs the audit would refuse; the audit of a long queue of full partitions visits its
+    open classes' jobs, not every job waiting there."""
+    heap = [(items[0], 0, items) for items in lists.values()]  # items are unique: never compared past them
+    heapq.heapify(heap)
+    while heap:
+        item, at, items = heap[0]
+        if refused(item[2]):
+            heapq.heappop(heap)
+            continue
+        yield first + bisect.bisect_left(merged, (item[0], item[1])), item[2]
+        if at + 1 < len(items):
+            heapq.heapreplace(heap, (items[at + 1], at + 1, items))
+        else:
+            heapq.heappop(heap)
