@@ -267,3 +267,28 @@ def test_a_pass_looks_only_at_what_changed_and_writes_what_a_look_at_every_job_w
         assert writes["changed"] == writes["all"], now
     assert views["changed"] == views["all"] and all("[tiresias: " in job.admin_comment for job in views["all"].values())
     assert looks["changed"] < looks["all"] / 2
+
+
+def test_the_unlooked_refreshes_are_counted_at_most_once_a_minute():
+    """The due refreshes a backlog leaves unlooked-at are counted from the heap (a pass
+    over every row) at most every WAITING_COUNTED_EVERY_S; the urgent lines every round."""
+    from controller.core.levers.comments import WAITING_COUNTED_EVERY_S
+    comments = AdminComments(refresh_s=100, max_per_round=10)
+    observed, _, _, attained, executor = _hundred_pending()
+    plan = _Plan({j: 0 for j in observed})
+
+    def round_at(now):
+        executor.texts.clear()
+        comments.apply(plan, observed, attained, 2, lambda job: False, executor, now)
+        for job_id, text in executor.texts.items():
+            observed[job_id] = dataclasses.replace(observed[job_id], admin_comment=text)
+
+    for now in range(10):  # every first line, ten a round
+        round_at(now)
+    plan = _Plan({j: 0 for j in reversed(observed)})  # every line changes: due at 100 to 109
+    round_at(110)
+    assert comments.waiting == 90
+    round_at(111)
+    assert comments.waiting == 90  # counted at 110, not again yet
+    round_at(110 + WAITING_COUNTED_EVERY_S)
+    assert comments.waiting == 100 - 10 * 3  # counted again: 30 written since
