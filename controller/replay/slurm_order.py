@@ -79,7 +79,7 @@ class SlurmOrder:
         # node -> GPUs asked -> (its free GPUs, available_at): with fewer free than asked,
         # available_at reads only the free GPUs and the ends, so it stands until they change
         self._available: dict[str, dict[int, tuple[int, float]]] = {}
-        self._as_set: dict[tuple, frozenset] = {}  # class nodes -> the same as a set
+        self._as_set: dict[tuple, frozenset | None] = {}  # class nodes -> the same as a set (None: every node)
         self._per_node = max(node.gpus_total for node in nodes)
         self.tracked = True
 
@@ -148,7 +148,7 @@ class SlurmOrder:
         plan = self.inner.step(snapshot)
         nodes = tuple(snapshot.nodes)
         if nodes != self._nodes:
-            self._nodes, self._class_nodes = nodes, {}
+            self._nodes, self._class_nodes, self._as_set = nodes, {}, {}
         if self.tracked:
             return self._tracked_step(snapshot, plan)
         planned = [a for a in plan.actions if a.kind == "start"]
@@ -254,6 +254,10 @@ class SlurmOrder:
         ends, fresh = self._ends, {}  # running jobs' ends per node; this walk's starts'
         free = snapshot.free_gpus_by_node()
         room = {node for node, gpus in free.items() if gpus > 0}  # free GPUs, not reserved
+        # the free GPUs of the nodes with room, most first, as the walk begins: starts only
+        # take GPUs and reservations only take nodes, so a gang whose count-th node here is
+        # short of its GPUs per node fits nowhere for the whole walk (no nodes looked at)
+        most = sorted(map(free.__getitem__, room), reverse=True)
         per_node = self._per_node
         failed: set[tuple] = set()
         soonest: dict[tuple, list] = {}
@@ -293,12 +297,13 @@ class SlurmOrder:
             job = members[k][2]
             names, gpus, count = group
             where = None
-            if group not in failed:
+            if group not in failed and count <= len(most) and most[count - 1] >= gpus:
                 # the nodes with room are those with free GPUs not reserved: the few to look at
-                inside = as_set.get(names)
-                if inside is None:
-                    inside = as_set[names] = frozenset(names)
-                where = pick_nodes(free, (node for node in room if node in inside), gpus, count)
+                inside = as_set.get(names, False)
+                if inside is False:  # None: the class may use every node (no filter)
+                    inside = as_set[names] = None if len(names) == len(self._nodes) else frozenset(names)
+                where = pick_nodes(free, room if inside is None else (node for node in room if node in inside),
+                                   gpus, count)
             if where is not None:
                 for node in where:
                     free[node] -= gpus
