@@ -288,7 +288,11 @@ class SlurmOrder:
             order.sort()
             return order
 
-        heads = [(members[0][0], group) for group, members in groups.items()]
+        if backfill:
+            heads = [(members[0][0], group) for group, members in groups.items()]
+        else:  # a job that cannot start reserves nothing: only the groups that may fit are walked
+            heads = [(members[0][0], group) for group, members in groups.items()
+                     if group[2] <= len(most) and most[group[2] - 1] >= group[1]]
         heapq.heapify(heads)
         at = dict.fromkeys(groups, 0)
         while heads and room:
