@@ -253,11 +253,11 @@ class SlurmOrder:
         now, limit = snapshot.now_s, self.limit_s or 0.0
         ends, fresh = self._ends, {}  # running jobs' ends per node; this walk's starts'
         free = snapshot.free_gpus_by_node()
-        room = {node for node, gpus in free.items() if gpus > 0}  # free GPUs, not reserved
-        # the free GPUs of the nodes with room, most first, as the walk begins: starts only
-        # take GPUs and reservations only take nodes, so a gang whose count-th node here is
-        # short of its GPUs per node fits nowhere for the whole walk (no nodes looked at)
-        most = sorted(map(free.__getitem__, room), reverse=True)
+        # the free GPUs of the nodes with room (free GPUs, not reserved), most first, as the
+        # walk begins: starts only take GPUs and reservations only take nodes, so a gang
+        # whose count-th node here is short of its GPUs per node fits nowhere for the whole
+        # walk (no nodes looked at)
+        most = sorted([gpus for gpus in free.values() if gpus > 0], reverse=True)
         per_node = self._per_node
         failed: set[tuple] = set()
         soonest: dict[tuple, list] = {}
@@ -294,10 +294,12 @@ class SlurmOrder:
             heads = [(members[0][0], group) for group, members in groups.items()
                      if group[2] <= len(most) and most[group[2] - 1] >= group[1]]
         heapq.heapify(heads)
-        at = dict.fromkeys(groups, 0)
+        # the nodes with room (most rounds of a busy cluster walk no group: none listed)
+        room = {node for node, gpus in free.items() if gpus > 0} if heads else set()
+        at: dict[tuple, int] = {}  # group -> its next member, where the walk passed its head
         while heads and room:
             group = heads[0][1]
-            members, k = groups[group], at[group]
+            members, k = groups[group], at.get(group, 0)
             job = members[k][2]
             names, gpus, count = group
             where = None
