@@ -157,7 +157,7 @@ class FreeGpus:
         """Same contract as :func:`place`; does not take the GPUs (call ``take``)."""
         if num_gpus <= 0:
             return ()
-        by_count = self._index()
+        by_count = self._by_count if self._by_count is not None else self._index()
         counts = self._counts
         fit = bisect.bisect_left(counts, num_gpus)
         if fit < len(counts):  # best fit: the fullest node that holds the gang, lowest name
