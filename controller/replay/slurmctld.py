@@ -125,12 +125,9 @@ def pick_nodes(free: Mapping[str, int], allowed: Iterable[str], gpus: int, count
     """Where a job of ``count`` x ``gpus`` GPUs starts among the ``allowed`` nodes: the
     ``count`` nodes with the fewest free GPUs it fits on, listed by name; None when
     fewer fit."""
-    fits = [(have, node) for node in allowed if (have := free.get(node, 0)) >= gpus]
+    fits = sorted([(have, node) for node in allowed if (have := free.get(node, 0)) >= gpus])
     if len(fits) < count:
         return None
-    if count == 1:  # most jobs: the least free node, no sort (names are unique: min is the sort's first)
-        return (min(fits)[1],)
-    fits.sort()
     return tuple(sorted(node for _, node in fits[:count]))
 
 
