@@ -253,11 +253,11 @@ class SlurmOrder:
         now, limit = snapshot.now_s, self.limit_s or 0.0
         ends, fresh = self._ends, {}  # running jobs' ends per node; this walk's starts'
         free = snapshot.free_gpus_by_node()
-        # the free GPUs of the nodes with room (free GPUs, not reserved), most first, as the
-        # walk begins: starts only take GPUs and reservations only take nodes, so a gang
-        # whose count-th node here is short of its GPUs per node fits nowhere for the whole
-        # walk (no nodes looked at)
-        most = sorted([gpus for gpus in free.values() if gpus > 0], reverse=True)
+        # the nodes' free GPUs, most first, as the walk begins: starts only take GPUs and
+        # reservations only take nodes, so a gang whose count-th node here is short of its
+        # GPUs per node fits nowhere for the whole walk (no nodes looked at; the full nodes
+        # listed last fail every gang as the nodes without room would)
+        most = sorted(free.values(), reverse=True)
         per_node = self._per_node
         failed: set[tuple] = set()
         soonest: dict[tuple, list] = {}
