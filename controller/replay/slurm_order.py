@@ -47,7 +47,10 @@ class SlurmOrder:
     starts, not once per waiting job. On the incremental loop (``track``) the pending jobs
     are kept between rounds, grouped by class and gang in Slurm's order, and the walk
     merges the groups, passing a group whole once its later jobs could neither start nor
-    reserve; a job is placed among the nodes with room only; a node's availability for
+    reserve; a group whose gang the round's free GPUs per node could not hold at the walk's
+    start is not looked for (without backfill not walked at all: issue 37's plan picks that
+    Slurm's order does not start leave many such rounds); a job is placed among the nodes
+    with room only; a node's availability for
     backfill is kept while its free GPUs and running jobs stand."""
 
     def __init__(self, engine, limit_s: float | None):
