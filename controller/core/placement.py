@@ -125,22 +125,25 @@ class FreeGpus:
 
     def take(self, name: str, gpus: int) -> None:
         """``gpus`` of node ``name`` are no longer free."""
-        before = self.free[name]
+        free = self.free
+        before = free[name]
         after = before - gpus
-        self.free[name] = after
+        free[name] = after
         self.total -= gpus
-        if self._by_count is None:
+        by_count = self._by_count
+        if by_count is None:
             return  # no index yet: it is built from ``free`` when asked
         if before > 0:
-            names = self._by_count[before]
-            del names[bisect.bisect_left(names, name)]
-            if not names:
-                del self._by_count[before]
+            names = by_count[before]
+            if len(names) == 1:
+                del by_count[before]
                 del self._counts[bisect.bisect_left(self._counts, before)]
+            else:
+                del names[bisect.bisect_left(names, name)]
         if after > 0:
-            names = self._by_count.get(after)
+            names = by_count.get(after)
             if names is None:
-                self._by_count[after] = [name]
+                by_count[after] = [name]
                 bisect.insort(self._counts, after)
             else:
                 bisect.insort(names, name)
@@ -154,27 +157,41 @@ class FreeGpus:
         """Same contract as :func:`place`; does not take the GPUs (call ``take``)."""
         if num_gpus <= 0:
             return ()
-        by_count = self._index()
-        fit = bisect.bisect_left(self._counts, num_gpus)
-        if fit < len(self._counts):  # best fit: the fullest node that holds the gang, lowest name
-            return ((by_count[self._counts[fit]][0], num_gpus),)
+        by_count = self._by_count if self._by_count is not None else self._index()
+        counts = self._counts
+        fit = bisect.bisect_left(counts, num_gpus)
+        if fit < len(counts):  # best fit: the fullest node that holds the gang, lowest name
+            return ((by_count[counts[fit]][0], num_gpus),)
         if self.total < num_gpus:
             return None
-        limit = minimum_nodes(num_gpus, max_gpus_per_node)
         slots: list[tuple[str, int]] = []
         needed = num_gpus
-        for count in (reversed(self._counts) if consolidate else self._counts):
+        if not consolidate:
+            # fill the fullest nodes first; every node holds fewer than the gang and the
+            # free total holds it, so the fill ends with the gang whole (a replay with
+            # Slurm's start order places many such gangs a round: its loop kept lean)
+            for count in counts:
+                for name in by_count[count]:
+                    if count >= needed:
+                        slots.append((name, needed))
+                        return tuple(sorted(slots))
+                    slots.append((name, count))
+                    needed -= count
+            return tuple(sorted(slots))
+        # consolidated: the emptiest nodes first, on no more nodes than the gang needs
+        limit = minimum_nodes(num_gpus, max_gpus_per_node)
+        for count in reversed(counts):
             for name in by_count[count]:
                 take = min(count, needed)
                 slots.append((name, take))
                 needed -= take
                 if needed == 0:
                     break
-                if consolidate and len(slots) >= limit:
+                if len(slots) >= limit:
                     return None  # would span more nodes than it needs
             if needed == 0:
                 break
-        if consolidate and len(slots) > limit:
+        if len(slots) > limit:
             return None
         return tuple(sorted(slots))
 

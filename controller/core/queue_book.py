@@ -249,13 +249,31 @@ class QueueBook:
         """Put each job whose place changed where the plan says (after the plan's
         actions are applied: ``job.running`` tells its group). ``positions`` must be in
         the order the plan assigned them (tails in walk order)."""
+        where, pinned_ones, by_class = self.where, self.pinned, self.class_function is not None
         for job_id, (level, entry) in positions.items():
             job = jobs_by_id(job_id)
-            self.remove(job)
-            if job.running:
-                self.add_running(job, level)
+            was_level, was_key = where[job.index]
+            items = None
+            if (was_level == level and was_key is not _RUNNING and was_key[1] == SETTLED_WAITING and not job.running
+                    and not by_class and job.index not in pinned_ones):
+                items = self.waiting[level][job.num_gpus]
+            if items is not None and len(items) > 1:
+                # settled waiting before and after, at its level, not alone in its list: its
+                # item moves inside the list and nothing else of remove + add_waiting changes,
+                # dict orders included (the plan's picks that Slurm did not start move every
+                # round: SimConfig.slurm_starts)
+                del items[bisect.bisect_left(items, (was_key, job.index))]
+                key = (self._within_of(job, level), SETTLED_WAITING, entry)
+                bisect.insort(items, (key, job.index, job))
+                del where[job.index]
+                where[job.index] = (level, key)
+                self._version += 1
             else:
-                self.add_waiting(job, level, SETTLED_WAITING, entry, self._within_of(job, level))
+                self.remove(job)
+                if job.running:
+                    self.add_running(job, level)
+                else:
+                    self.add_waiting(job, level, SETTLED_WAITING, entry, self._within_of(job, level))
             if entry >= self.top:
                 self.top = entry + 1.0
             if entry <= self.bottom:

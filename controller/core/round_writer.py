@@ -101,9 +101,9 @@ class RoundWriter:
         """``place`` on the round's real nodes, whatever the mode (count mode: as spread,
         where the victim rule places a newcomer, controller.core.victims)."""
         spec = job.spec
-        allowed = self.allowed(job)
+        eligible = self.eligible  # allowed() and node_room() read here once (a replay places often)
+        allowed, room = (None, None) if eligible is None else (eligible.allowed(spec), eligible.room())
         consolidate = self.consolidates(job)
-        room = self.node_room()
         if room is not None and room.checks(spec):  # only the nodes with its CPUs, memory free (--exclusive)
             allowed = room.nodes_fitting(spec, free.free if allowed is None else allowed)
             slots = free.place_constrained(spec, consolidate=consolidate, max_gpus_per_node=max_per_node,

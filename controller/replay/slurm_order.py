@@ -47,7 +47,10 @@ class SlurmOrder:
     starts, not once per waiting job. On the incremental loop (``track``) the pending jobs
     are kept between rounds, grouped by class and gang in Slurm's order, and the walk
     merges the groups, passing a group whole once its later jobs could neither start nor
-    reserve; a job is placed among the nodes with room only; a node's availability for
+    reserve; a group whose gang the round's free GPUs per node could not hold at the walk's
+    start is not looked for (without backfill not walked at all: issue 37's plan picks that
+    Slurm's order does not start leave many such rounds); a job is placed among the nodes
+    with room only; a node's availability for
     backfill is kept while its free GPUs and running jobs stand."""
 
     def __init__(self, engine, limit_s: float | None):
@@ -79,7 +82,7 @@ class SlurmOrder:
         # node -> GPUs asked -> (its free GPUs, available_at): with fewer free than asked,
         # available_at reads only the free GPUs and the ends, so it stands until they change
         self._available: dict[str, dict[int, tuple[int, float]]] = {}
-        self._as_set: dict[tuple, frozenset] = {}  # class nodes -> the same as a set
+        self._as_set: dict[tuple, frozenset | None] = {}  # class nodes -> the same as a set (None: every node)
         self._per_node = max(node.gpus_total for node in nodes)
         self.tracked = True
 
@@ -148,7 +151,7 @@ class SlurmOrder:
         plan = self.inner.step(snapshot)
         nodes = tuple(snapshot.nodes)
         if nodes != self._nodes:
-            self._nodes, self._class_nodes = nodes, {}
+            self._nodes, self._class_nodes, self._as_set = nodes, {}, {}
         if self.tracked:
             return self._tracked_step(snapshot, plan)
         planned = [a for a in plan.actions if a.kind == "start"]
@@ -253,7 +256,11 @@ class SlurmOrder:
         now, limit = snapshot.now_s, self.limit_s or 0.0
         ends, fresh = self._ends, {}  # running jobs' ends per node; this walk's starts'
         free = snapshot.free_gpus_by_node()
-        room = {node for node, gpus in free.items() if gpus > 0}  # free GPUs, not reserved
+        # the nodes' free GPUs, most first, as the walk begins: starts only take GPUs and
+        # reservations only take nodes, so a gang whose count-th node here is short of its
+        # GPUs per node fits nowhere for the whole walk (no nodes looked at; the full nodes
+        # listed last fail every gang as the nodes without room would)
+        most = sorted(free.values(), reverse=True)
         per_node = self._per_node
         failed: set[tuple] = set()
         soonest: dict[tuple, list] = {}
@@ -284,21 +291,28 @@ class SlurmOrder:
             order.sort()
             return order
 
-        heads = [(members[0][0], group) for group, members in groups.items()]
+        if backfill:
+            heads = [(members[0][0], group) for group, members in groups.items()]
+        else:  # a job that cannot start reserves nothing: only the groups that may fit are walked
+            heads = [(members[0][0], group) for group, members in groups.items()
+                     if group[2] <= len(most) and most[group[2] - 1] >= group[1]]
         heapq.heapify(heads)
-        at = dict.fromkeys(groups, 0)
+        # the nodes with room (most rounds of a busy cluster walk no group: none listed)
+        room = {node for node, gpus in free.items() if gpus > 0} if heads else set()
+        at: dict[tuple, int] = {}  # group -> its next member, where the walk passed its head
         while heads and room:
             group = heads[0][1]
-            members, k = groups[group], at[group]
+            members, k = groups[group], at.get(group, 0)
             job = members[k][2]
             names, gpus, count = group
             where = None
-            if group not in failed:
+            if group not in failed and count <= len(most) and most[count - 1] >= gpus:
                 # the nodes with room are those with free GPUs not reserved: the few to look at
-                inside = as_set.get(names)
-                if inside is None:
-                    inside = as_set[names] = frozenset(names)
-                where = pick_nodes(free, (node for node in room if node in inside), gpus, count)
+                inside = as_set.get(names, False)
+                if inside is False:  # None: the class may use every node (no filter)
+                    inside = as_set[names] = None if len(names) == len(self._nodes) else frozenset(names)
+                where = pick_nodes(free, room if inside is None else (node for node in room if node in inside),
+                                   gpus, count)
             if where is not None:
                 for node in where:
                     free[node] -= gpus

@@ -125,7 +125,7 @@ def pick_nodes(free: Mapping[str, int], allowed: Iterable[str], gpus: int, count
     """Where a job of ``count`` x ``gpus`` GPUs starts among the ``allowed`` nodes: the
     ``count`` nodes with the fewest free GPUs it fits on, listed by name; None when
     fewer fit."""
-    fits = sorted((free.get(node, 0), node) for node in allowed if free.get(node, 0) >= gpus)
+    fits = sorted([(have, node) for node in allowed if (have := free.get(node, 0)) >= gpus])
     if len(fits) < count:
         return None
     return tuple(sorted(node for _, node in fits[:count]))
