@@ -176,8 +176,8 @@ class CommentBook:
         """Lines the last round left to write: the urgent ones over the cap, and the routine
         refreshes due that it did not look at (some of them may find their line unchanged
         when looked at). Those are counted from the heap at most every WAITING_COUNTED_EVERY_S
-        of the rounds' clock (a pass over every row: 30 ms at 110,000 jobs, asked by the
-        metric every round)."""
+        of the rounds' clock (a Python pass over every row, while the metric asks every
+        round)."""
         if math.isnan(self._unlooked_at):
             return self._waiting
         now = self._unlooked_at

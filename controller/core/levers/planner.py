@@ -138,7 +138,7 @@ class LeverPlanner:
             out.table_levers.extend(lever.plan(plan, view, book, cfg, plan.round_id))
         return out
 
-    def comments(self, plan: Optional[Plan], view: LeverView, book: LeverBook, ids=None) -> LeverPlan:
+    def comments(self, plan: Optional[Plan], view: LeverView, book: LeverBook) -> LeverPlan:
         """The AdminComment lines due this round (controller.core.levers.comments), within
         what Slurm's RPC budget leaves after the bands (one RPC a line); ``view.unjudged``
         gets none this round. Information, not a decision: the service plans them only
