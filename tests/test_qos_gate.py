@@ -284,3 +284,37 @@ def test_many_jobs_judged_together_get_the_verdicts_each_gets_alone():
         alone.update(gate.judge([one], running, lambda job_id: job_id == "r1"))
     assert together == alone
     assert sum(1 for v in together.values() if v.wait) >= 5  # the limits do bite here
+
+
+def test_silent_for_the_jobs_pairs_exactly_when_judge_has_nothing_to_say():
+    """The round skips judge() when silent_for says every GPU job's (partition, QOS)
+    pair has no GPU limit: for each pair alone, a silent pair's requests all get an
+    empty verdict, and every pair a limit or an unknown QOS bites in each of its
+    partitions is not silent; an unread or failed read is never silent."""
+    limits = "\n".join([qos_row("normal"), qos_row("gpu4user", MaxTRESPerUser="gres/gpu=1"),
+                        qos_row("free"), qos_row("typed", MaxTRES="gres/gpu:a100=2")]) + "\n"
+    gate = QosGate(lambda: limits, lambda: PARTITIONS)
+    assert not gate.silent_for({("batch", "normal")})  # not read yet: unknown, not silent
+    gate.refresh(0.0)
+    backend = ScriptedBackend()
+    backend.add("r", 1, state="RUNNING", nodes=(("gpu1", 1),))
+    job(backend, "r", partition="qlim", qos="normal")
+    pairs = list(itertools.product(("batch", "qlim", "batch,qlim"), ("normal", "free", "gpu4user", "typed", "nosuch")))
+    silent = {pair for pair in pairs if gate.silent_for({pair})}
+    assert ("batch", "normal") in silent and ("batch", "free") in silent
+    assert ("qlim", "normal") not in silent  # the partition's QOS limits it
+    for k, (partition, qos) in enumerate(pairs):
+        requests = []
+        for gpus in (1, 2, 3):
+            backend.add(f"{k}-{gpus}", gpus)
+            job(backend, f"{k}-{gpus}", partition=partition, qos=qos, user="bob")
+            requests.append(backend.jobs[f"{k}-{gpus}"])
+        verdicts = gate.judge(requests, [backend.jobs["r"]], lambda job_id: False)
+        if (partition, qos) in silent:
+            assert verdicts == {}, (partition, qos, verdicts)
+        elif partition != "batch,qlim" or qos in ("gpu4user", "typed", "nosuch"):
+            assert verdicts, (partition, qos)  # (in batch, only the job's own QOS applies)
+    assert not gate.silent_for(set(pairs)) and gate.silent_for(silent)
+    down = QosGate(lambda: (_ for _ in ()).throw(BackendUnavailable("sacctmgr down")), lambda: PARTITIONS)
+    down.refresh(0.0)
+    assert not down.silent_for({("batch", "normal")})

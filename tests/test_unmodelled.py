@@ -176,3 +176,58 @@ def test_explain_names_the_reason_text_and_code(tmp_path, monkeypatch, capsys):
             "of another kind) (reason mixed_gpu_types, cpus): no job is preempted for it") in out
     assert main(["explain", "4", "--config", str(config_file)]) == 0
     assert "not modelled" not in capsys.readouterr().out
+
+
+def test_census_of_many_jobs_finds_what_a_look_at_each_job_finds():
+    """Over random jobs and nodes that report or leave out CPUs, memory and features,
+    census() finds exactly the codes and texts of a reference written from its
+    docstring, job by job."""
+    import random
+
+    from controller.core.model import Node
+    from controller.service.acting.backend import ObservedJob
+    from controller.service.ops.unmodelled import census
+
+    def reference(jobs, nodes):
+        available = [n for n in nodes if n.available]
+        unknown = {"CPUs": all(n.cpus_free is None or n.cpus_total is None for n in available),
+                   "memory": all(n.mem_free_mb is None for n in available),
+                   "features": all(n.features is None for n in available)}
+        out = {}
+        for job in jobs:
+            codes, texts = [], []
+            if job.gpu_type == MIXED_TYPES:
+                codes.append("mixed_gpu_types")
+                texts.append(f"GPUs of several types ({', '.join(job.gpu_types)}; {job.gpus} in all)")
+            if job.unmodelled:
+                codes += job.unmodelled_reasons or ("other",)
+                texts.append(job.unmodelled)
+            else:
+                asked = {"CPUs": job.cpus_per_node or job.exclusive, "memory": job.mem_per_node_mb,
+                         "features": job.features}
+                missing = [what for what in ("CPUs", "memory", "features") if asked[what] and unknown[what]]
+                if missing:
+                    codes.append("unreported_nodes")
+                    texts.append(f"its {' and '.join(missing)}, which no node reports")
+            if codes:
+                out[job.job_id] = (tuple(dict.fromkeys(codes)), "; ".join(texts))
+        return out
+
+    rng = random.Random(7)
+    codes_seen = set()
+    for trial in range(60):
+        nodes = [Node(f"n{k}", 8, rng.randint(0, 8), available=rng.random() < 0.8,
+                      cpus_total=rng.choice([None, 64]), cpus_free=rng.choice([None, 32]),
+                      mem_free_mb=rng.choice([None, 1000]), features=rng.choice([None, (), ("ib",)]))
+                 for k in range(rng.randint(0, 3))]
+        jobs = [ObservedJob(str(k), "bob", "batch", "PENDING", "Priority", rng.randint(1, 8),
+                            gpu_type=rng.choice(["", "a100", MIXED_TYPES]), gpu_types=("a100", "v100"),
+                            unmodelled=rng.choice(["", "", "an OR constraint"]),
+                            unmodelled_reasons=rng.choice([(), ("or_constraint",)]),
+                            cpus_per_node=rng.choice([0, 0, 4]), mem_per_node_mb=rng.choice([0, 0, 100]),
+                            features=rng.choice([(), (), ("ib",)]), exclusive=rng.random() < 0.2)
+                for k in range(rng.randint(0, 40))]
+        found = census(iter(jobs), nodes)
+        assert found.pending == len(jobs) and found.jobs == reference(jobs, nodes), trial
+        codes_seen.update(code for codes, _ in found.jobs.values() for code in codes)
+    assert {"mixed_gpu_types", "or_constraint", "other", "unreported_nodes"} <= codes_seen

@@ -153,6 +153,19 @@ class QosGate:
             pairs.append(("", qos))
         return pairs
 
+    def _silent(self, pairs: list[tuple[str, str]]) -> bool:
+        """Every QOS of these (partition, QOS) pairs is known and sets no GPU limit (or
+        none applies): a job under them gets an empty verdict."""
+        return not pairs or (self.partitions is not None and self.qos is not None
+                             and all(q in self.qos and not self.qos[q].unmodelled and not self.qos[q].limits
+                                     for _, q in pairs))
+
+    def silent_for(self, partitions_and_qos: Iterable[tuple[str, str]]) -> bool:
+        """judge() has nothing to say of any job whose (partition, qos) is one of these:
+        the round asks it of every job's pair at once (a set made in C), and skips the
+        per-job passes when the site's QOSes set no GPU limit."""
+        return not self.on or all(self._silent(self._applying(*key)) for key in partitions_and_qos)
+
     def judge(self, pending: Iterable[ObservedJob], running: Iterable[ObservedJob],
               preemptable: Callable[[str], bool]) -> dict[str, Verdict]:
         """Per pending job under some QOS, its verdict (jobs with nothing to say left
@@ -178,10 +191,7 @@ class QosGate:
             key = (job.partition, job.qos)
             quiet = silent.get(key)
             if quiet is None:
-                pairs = pairs_of(job)
-                quiet = silent[key] = not pairs or (
-                    self.partitions is not None and self.qos is not None
-                    and all(q in self.qos and not self.qos[q].unmodelled and not self.qos[q].limits for _, q in pairs))
+                quiet = silent[key] = self._silent(pairs_of(job))
             return not quiet
 
         pending = [job for job in pending if says_something(job)]  # (a silent pair's verdict is always empty)

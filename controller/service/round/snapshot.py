@@ -8,6 +8,7 @@ jobs Slurm could start, with the jobs that wait on Slurm after them) and
 """
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, fields, replace
 from typing import Callable, Container, Mapping, Optional
 
@@ -165,6 +166,11 @@ class RoundInput:
         if not gate.on:
             return {}, {}
         gate.refresh(now)
+        # the distinct (partition, QOS) pairs of every GPU job, running ones too (a superset
+        # of the pending ones'), made in C: where none has a GPU limit, no verdict is possible
+        # (the passes below were 40 ms of a round at 55,000 jobs, 250 ms at 220,000)
+        if gate.silent_for(set(map(_PARTITION_AND_QOS, observed.values()))):
+            return {}, {}
         pending = [observed[job.spec.job_id] for job in snapshot.jobs if not job.running]
         if not pending:
             return {}, {}
@@ -373,6 +379,9 @@ def lever_view(now: float, observed: Mapping[str, ObservedJob], accounts, *,
                      begin_time_ours=lambda job: job.waits_for == "begin_time_after_requeue", stopped_at=accounts.stopped_at, rpc_budgeted=acting,
                      attained_gpu_s=lambda job_id: records[job_id].attained_gpu_s,
                      preemptable=preemptable or (lambda job: False))
+
+
+_PARTITION_AND_QOS = operator.attrgetter("partition", "qos")
 
 
 def _same_account_fields(spec: JobSpec, record, preemptable: bool) -> bool:
