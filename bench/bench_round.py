@@ -343,6 +343,11 @@ def main() -> int:
             print(f"slope of the changing round, {small:,} -> {large:,} jobs: {slope:.2f}{target}")
             if small >= 55_000:
                 verdicts.append(slope <= TARGET_SLOPE)
+        ends = [(total, median_s) for total, median_s in medians if total >= 55_000]
+        if len(ends) > 2:  # over the whole range too (each step above is a verdict of its own)
+            (small, small_s), (large, large_s) = ends[0], ends[-1]
+            print(f"slope of the changing round, {small:,} -> {large:,} jobs, end to end: "
+                  f"{math.log(large_s / small_s) / math.log(large / small):.2f}")
         verdicts = [v for v in verdicts if v is not None]
     print(f"targets met: {sum(verdicts)} of {len(verdicts)}")
     return 0
