@@ -86,6 +86,8 @@ def test_a_job_beyond_its_partition_qos_per_user_limit_preempts_nobody(store):
     reason = report.plan.wait_reasons["10"]
     assert "QOS gpu4user MaxTRESPerUser gres/gpu=4" in reason and "user alice would hold 6 GPUs" in reason
     assert "(partition qlim)" in reason
+    # it waits on Slurm, so the census of the jobs the plan weighs leaves it out
+    assert c.inputs.unmodelled.pending == 0 and not c.inputs.unmodelled.jobs
     # control: a 1-GPU job of the same partition is within the limit and gets one victim
     backend.add("11", 1)
     job(backend, "11", partition="qlim")

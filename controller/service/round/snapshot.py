@@ -112,12 +112,14 @@ class RoundInput:
         """The engine's plan of the jobs Slurm could start, with the jobs that wait on
         Slurm (controller.service.round.startable) added after them: ordered and banded,
         never a reason to preempt."""
-        snapshot, waiting, reasons = self.snapshot(observed, observation, now, round_id, leaving, service, explain=explain)
+        snapshot, waiting, reasons, pending = self.snapshot(observed, observation, now, round_id, leaving, service,
+                                                            explain=explain)
         # pending jobs a QOS GPU limit keeps from starting even after every preemption the
         # plan could make under that QOS wait on Slurm (controller.service.ops.qos_gate): Slurm
         # shows them Priority until its scheduler judges the limit
-        qos_waits, qos_unmodelled = self._qos_verdicts(snapshot, observed, leaving, now)
+        qos_waits, qos_unmodelled = self._qos_verdicts(snapshot, pending, observed, leaving, now)
         if qos_waits:
+            pending = [job for job in pending if job.job_id not in qos_waits]
             kept, held_back = [], []
             for job in snapshot.jobs:  # (one pass: the plan's jobs are most of the round's)
                 (held_back if job.job_id in qos_waits else kept).append(job)
@@ -128,7 +130,7 @@ class RoundInput:
         # types, an OR constraint, --exclusive=user, a count the release or the nodes do
         # not report): they wait, banded; the plan never guesses where Slurm would start
         # them. Counted per reason (metrics, the census log line, explain).
-        self.unmodelled = _inexpressible(snapshot, observed, qos_unmodelled)
+        self.unmodelled = _inexpressible(pending, snapshot.nodes, qos_unmodelled)
         unmodelled = set(self.unmodelled.jobs)
         # jobs whose own nodes (partitions, GPU type, reservation, features) no preemption can free wait
         # too: the core's selection, the one every replay loop makes (controller.core.placement.set_aside)
@@ -156,10 +158,10 @@ class RoundInput:
                                                  " it, no job is preempted for it")
         return plan
 
-    def _qos_verdicts(self, snapshot: Snapshot, observed: dict[str, ObservedJob], leaving: set[str],
-                      now: float) -> tuple[dict[str, str], dict[str, ObservedJob]]:
-        """The QOS gate's verdicts on the plan's pending jobs: job id -> the limit it waits
-        on, and job id -> the job with the ``qos_limits`` reason added (a QOS the gate
+    def _qos_verdicts(self, snapshot: Snapshot, pending: list[ObservedJob], observed: dict[str, ObservedJob],
+                      leaving: set[str], now: float) -> tuple[dict[str, str], dict[str, ObservedJob]]:
+        """The QOS gate's verdicts on the plan's pending jobs (``pending``, as observed):
+        job id -> the limit it waits on, and job id -> the job with the ``qos_limits`` reason added (a QOS the gate
         cannot judge). Running jobs being preempted are not counted (their GPUs leave the
         QOS's totals); those the plan may preempt are counted as freeable."""
         gate = self.qos_gate
@@ -171,7 +173,6 @@ class RoundInput:
         # (the passes below were 40 ms of a round at 55,000 jobs, 250 ms at 220,000)
         if gate.silent_for(set(map(_PARTITION_AND_QOS, observed.values()))):
             return {}, {}
-        pending = [observed[job.spec.job_id] for job in snapshot.jobs if not job.running]
         if not pending:
             return {}, {}
         preemptable = {job.spec.job_id for job in snapshot.jobs if job.running and job.spec.preemptable}
@@ -190,7 +191,8 @@ class RoundInput:
         return waits, unmodelled
 
     def snapshot(self, observed: dict[str, ObservedJob], observation: Observation, now: float, round_id: int,
-                 leaving: set[str], service=None, explain: bool = False) -> tuple[Snapshot, list[JobState], dict[str, str]]:
+                 leaving: set[str], service=None, explain: bool = False
+                 ) -> tuple[Snapshot, list[JobState], dict[str, str], list[ObservedJob]]:
         """The engine's input: active GPU jobs in submit order with their accounts, and
         the capacity (available nodes' GPUs); and, apart, the pending jobs that wait on
         Slurm (held, dependent, limited, ...: controller.service.round.startable) with
@@ -205,7 +207,11 @@ class RoundInput:
         Running jobs on unavailable (drained, down) nodes are left out: their GPUs are
         busy capacity that no plan can hand out, not demand that could push another
         running job out. Running jobs outside the preemption contract keep their GPUs
-        (JobSpec.preemptable=False)."""
+        (JobSpec.preemptable=False).
+
+        Returned last: the ObservedJobs of the snapshot's pending jobs, in its order (the
+        QOS gate and the census read them: looked up again by id, 48,000 of them cost
+        more than the census itself)."""
         jobs: list[JobState] = []
         waiting: list[JobState] = []
         reasons: dict[str, str] = {}
@@ -221,6 +227,7 @@ class RoundInput:
         unjudged = self.first_seen_unjudged
         unjudged.clear()
         arrived: list[str] = []  # pending jobs first seen this round
+        pending: list[ObservedJob] = []  # the ObservedJobs of ``jobs``' pending ones
         # preemption: slurm: slurmctld's requeues count against preempt_max_per_job too
         # (Slurm's restart count; Preemptions.protected)
         counted = self.strategy.counted_preemptions
@@ -278,6 +285,8 @@ class RoundInput:
                     self.reuse_mismatches.append(job_id)
             if reason:
                 reasons[job_id] = reason
+            elif not running:
+                pending.append(job)
             # by position, in _JOB_STATE_FIELDS order (a keyword call cost twice as much)
             (waiting if reason else jobs).append(JobState(
                 spec, index, record.attained_gpu_s, record.queue_service_gpu_s, record.executed_s,
@@ -297,7 +306,8 @@ class RoundInput:
         nodes = _with_released(observation.nodes, released) if released else observation.nodes
         capacity = sum(n.gpus_total for n in nodes if n.available) - held_gpus
         return Snapshot(now_s=now, jobs=jobs, nodes=nodes, service=service, round_id=round_id,
-                        capacity_gpus=max(capacity, 0), explain=explain, free_by_node=free_by_node), waiting, reasons
+                        capacity_gpus=max(capacity, 0), explain=explain, free_by_node=free_by_node), waiting, reasons, \
+            pending
 
     def _job_spec(self, job: ObservedJob, record, preemptable: bool, pinned: bool,
                   specs: dict[str, tuple]) -> JobSpec:
@@ -401,15 +411,14 @@ if tuple(f.name for f in fields(JobState))[:len(_JOB_STATE_FIELDS)] != _JOB_STAT
                       "update RoundInput.snapshot's positional JobState call")
 
 
-def _inexpressible(snapshot: Snapshot, observed: dict[str, ObservedJob],
-                   amended: Optional[Mapping[str, ObservedJob]] = None) -> Census:
+def _inexpressible(pending: list[ObservedJob], nodes, amended: Optional[Mapping[str, ObservedJob]] = None) -> Census:
     """The pending jobs of the plan whose request its model cannot express, with their
     reason codes and texts (controller.service.ops.unmodelled.census); ``pending``: the
-    pending jobs the plan weighs (not those waiting on Slurm). ``amended``: jobs with
-    reasons the round added (a QOS it cannot judge)."""
-    amended = amended or {}
-    return census(((amended.get(job.job_id) or observed[job.job_id]) for job in snapshot.jobs if not job.running),
-                  snapshot.nodes)
+    pending jobs the plan weighs (not those waiting on Slurm), as observed. ``amended``:
+    jobs with reasons the round added (a QOS it cannot judge)."""
+    if amended:
+        pending = [amended.get(job.job_id) or job for job in pending]
+    return census(pending, nodes)
 
 
 def _with_released(nodes, released) -> list:
