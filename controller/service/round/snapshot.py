@@ -161,9 +161,10 @@ class RoundInput:
     def _qos_verdicts(self, snapshot: Snapshot, pending: list[ObservedJob], observed: dict[str, ObservedJob],
                       leaving: set[str], now: float) -> tuple[dict[str, str], dict[str, ObservedJob]]:
         """The QOS gate's verdicts on the plan's pending jobs (``pending``, as observed):
-        job id -> the limit it waits on, and job id -> the job with the ``qos_limits`` reason added (a QOS the gate
-        cannot judge). Running jobs being preempted are not counted (their GPUs leave the
-        QOS's totals); those the plan may preempt are counted as freeable."""
+        job id -> the limit it waits on, and job id -> the job with the ``qos_limits``
+        reason added (a QOS the gate cannot judge). Running jobs being preempted are not
+        counted (their GPUs leave the QOS's totals); those the plan may preempt are
+        counted as freeable."""
         gate = self.qos_gate
         if not gate.on:
             return {}, {}
