@@ -511,7 +511,8 @@ class ScriptedSlurm:
             value = int(argv[-1].split("=", 1)[1])
             self.ids_per_update.append(len(argv[2].split("=", 1)[1].split(",")))
             for text in argv[2].split("=", 1)[1].split(","):
-                if "_" not in text and int(text) in self.array_ids and self.records_of(int(text)):  # a whole array: every record of it
+                # a whole array: every record of it
+                if "_" not in text and int(text) in self.array_ids and self.records_of(int(text)):
                     targets = list(self.records_of(int(text)))
                 else:
                     job_id = self._record(text)
