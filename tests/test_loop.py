@@ -96,3 +96,20 @@ def test_a_backend_without_poll_is_observed_every_poll_s(store):  # noqa: F811
     rounds = run_for(c, backend, 20.0, change=finish)
     assert len(observations) == 10
     assert [t - start for t in rounds] == [0.0, 10.0, 14.0]
+
+
+def test_a_clean_stop_writes_every_clock_row_that_lags(store):  # noqa: F811
+    """Clock rows are written an eighth of the rounds (accounting.CLOCKS_EVERY_ROUNDS):
+    when the loop stops, every active job's row holds what memory holds."""
+    backend = PollingBackend()
+    for i in range(16):
+        backend.add(f"r{i}", 1, "RUNNING", start=1000.0, nodes=[(f"gpu{i % 4 + 1}", 1)])
+    for i in range(16):
+        backend.add(f"p{i}", 2)
+    c = controller(store, backend, poll_s=2.0, interval_s=10.0)
+    rounds = run_for(c, backend, 35.0)
+    assert len(rounds) >= 3
+    stored = store.load_jobs("default", include_finished=False)
+    assert stored.keys() == c.records.keys()
+    assert all(stored[job_id] == record for job_id, record in c.records.items())
+    assert {r.last_observed_s for r in stored.values()} == {rounds[-1]}

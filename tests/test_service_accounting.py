@@ -98,9 +98,9 @@ def test_numeric_id_orders_by_number_then_array_task():
 
 def test_what_save_writes_is_what_memory_holds_though_unchanged_jobs_are_not_read_again(store):
     """advance reads whole only the jobs whose ObservedJob changed, and save writes only
-    those, the running ones and an eighth of the pending ones: after each round the
-    store holds every record's facts and every running job's clocks as memory does,
-    and a pending job's clocks at most CLOCKS_EVERY_ROUNDS rounds behind."""
+    those and an eighth of the others: after each round the
+    store holds every record's facts as memory does, and its clocks at most
+    CLOCKS_EVERY_ROUNDS rounds behind."""
     from controller.service.round.accounting import CLOCKS_EVERY_ROUNDS
     from controller.service.state.store import JOB_FIELDS
     clocks = {"attained_gpu_s", "queue_service_gpu_s", "executed_s", "executed_since_promotion_s",
@@ -126,7 +126,7 @@ def test_what_save_writes_is_what_memory_holds_though_unchanged_jobs_are_not_rea
         for job_id, record in accounts.records.items():
             row = stored[job_id]
             for name in JOB_FIELDS:
-                if name not in clocks or record.last_running:
+                if name not in clocks:
                     assert getattr(row, name) == getattr(record, name), (round_number, job_id, name)
             assert backend.now - row.last_observed_s <= 10 * CLOCKS_EVERY_ROUNDS
     assert accounts.records["1"].state == "RUNNING" and accounts.records["1"].attained_gpu_s == pytest.approx(
@@ -206,12 +206,12 @@ def test_reading_only_the_changed_jobs_keeps_the_records_a_read_of_every_job_kee
                 accounts.forget_finished()
             assert changed.records == every.records, round_number
             assert changed.stopped_at == every.stopped_at
-            # what save wrote: every fact, and a running job's clocks (a pending job's lag, CLOCKS_EVERY_ROUNDS)
+            # what save wrote: every fact (the clocks lag, CLOCKS_EVERY_ROUNDS)
             stored = changed.store.load_jobs("default", include_finished=False)
             assert stored.keys() == changed.records.keys()
             for job_id, record in changed.records.items():
                 for name in JOB_FIELDS:
-                    if name not in clocks or record.last_running:
+                    if name not in clocks:
                         assert getattr(stored[job_id], name) == getattr(record, name), (round_number, job_id, name)
     finally:
         for s in stores:

@@ -25,15 +25,17 @@ log = logging.getLogger("tiresias.controller")
 COMPLETE_SAMPLE_STATES = {"COMPLETED", "FAILED"}
 CENSORED_SAMPLE_STATES = {"CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "DEADLINE", "OUT_OF_MEMORY",
                           "BOOT_FAIL", "GONE"}
-# A pending job whose record only moved its clocks (its wait since the last promotion,
-# last_observed_s: Accounts._advance_clocks) is written every
-# CLOCKS_EVERY_ROUNDS rounds, an eighth of the pending jobs each round: writing all
-# 10,000 pending rows every round was a third of a round. The row then lags at most
-# that many rounds, which a reload catches up (advance counts a job still pending as
-# waiting since its stored last_observed_s); a job that started or ended while the
-# controller was down loses the lag from its starvation wait clock only (attained
-# service is not a pending job's). Running jobs are written every round: one that
-# ended unseen is credited at most gone_credit_s from its stored time.
+# A job whose record only moved its clocks (a running job's service, a pending job's
+# wait since the last promotion, last_observed_s: Accounts._advance_clocks) is written
+# every CLOCKS_EVERY_ROUNDS rounds, an eighth of the jobs each round: writing every
+# running and pending row every round was a third of a round (at 55,000 jobs the
+# running rows alone were a third of the store's 120 ms). A row then lags at most that
+# many rounds, which a reload catches up: advance counts a job still pending as waiting,
+# and one still running in the same run as running, since its stored last_observed_s.
+# Only a job that ended, or was requeued, while the controller was down loses the lag:
+# its end is credited from the stored time (at most gone_credit_s when Slurm forgot
+# it), so the loss is at most CLOCKS_EVERY_ROUNDS rounds of its service. A clean stop
+# writes every row (Accounts.save_all).
 CLOCKS_EVERY_ROUNDS = 8
 _NOT_ENDED = frozenset(ACTIVE_STATES | TRANSIENT_STATES)
 # Which pending jobs Slurm would start (the rest wait in the plan): controller.service.round.startable.
@@ -366,19 +368,24 @@ class Accounts:
         self.touched.add(job_id)
 
     def save(self, quiet: bool = False) -> None:
-        """Write the records that changed since the last save: the running jobs' (their
-        service moved), this round's eighth of the pending ones (see
-        CLOCKS_EVERY_ROUNDS), and those advance() read whole, finish_gone() closed or
-        the methods below touched; the other records are not even compared. ``quiet``:
-        after a quiet advance, which reads none whole."""
+        """Write the records that changed since the last save: this round's eighth of
+        the running and pending ones, whose clocks moved (see CLOCKS_EVERY_ROUNDS), and
+        those advance() read whole, finish_gone() closed or the methods below touched;
+        the other records are not even compared. ``quiet``: after a quiet advance, which
+        reads none whole."""
         phase = self.rounds % CLOCKS_EVERY_ROUNDS
         records = self.records
-        rows = [record for record, _, _ in self._running]
+        rows = [record for record, _, _ in self._running if hash(record.job_id) % CLOCKS_EVERY_ROUNDS == phase]
         rows += [record for record in self._pending.values() if hash(record.job_id) % CLOCKS_EVERY_ROUNDS == phase]
         rows += self._changed
         rows += [records[job_id] for job_id in self.done if job_id in records]
         rows += [records[job_id] for job_id in self.touched if job_id in records]
         self.store.save_jobs(self.cluster, rows)
+        self._changed, self.touched = [], set()
+
+    def save_all(self) -> None:
+        """Write every active record whose row differs (a clean stop: no clock row lags)."""
+        self.store.save_jobs(self.cluster, list(self.records.values()))
         self._changed, self.touched = [], set()
 
     def save_touched(self) -> None:
