@@ -27,16 +27,19 @@ CENSORED_SAMPLE_STATES = {"CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "DEA
                           "BOOT_FAIL", "GONE"}
 # A job whose record only moved its clocks (a running job's service, a pending job's
 # wait since the last promotion, last_observed_s: Accounts._advance_clocks) is written
-# every CLOCKS_EVERY_ROUNDS rounds, an eighth of the jobs each round: writing every
-# running and pending row every round was a third of a round (at 55,000 jobs the
-# running rows alone were a third of the store's 120 ms). A row then lags at most that
-# many rounds, which a reload catches up: advance counts a job still pending as waiting,
-# and one still running in the same run as running, since its stored last_observed_s.
-# Only a job that ended, or was requeued, while the controller was down loses the lag:
-# its end is credited from the stored time (at most gone_credit_s when Slurm forgot
-# it), so the loss is at most CLOCKS_EVERY_ROUNDS rounds of its service. A clean stop
-# writes every row (Accounts.save_all).
+# every CLOCKS_EVERY_ROUNDS rounds when running, an eighth of them each round, and
+# every PENDING_CLOCKS_EVERY_ROUNDS rounds when pending: writing every such row every
+# round was a third of a round (at 55,000 jobs, 13,000 rows and 120 ms a round; 2,400
+# rows now). A row then lags at most that many rounds, which a reload catches up:
+# advance counts a job still pending as waiting, and one still running in the same run
+# as running, since its stored last_observed_s. Only a job that started, ended or was
+# requeued while the controller was down loses the lag: a running one at most
+# CLOCKS_EVERY_ROUNDS rounds of its attained service (its end is credited from the
+# stored time; at most gone_credit_s when Slurm forgot it), a pending one at most
+# PENDING_CLOCKS_EVERY_ROUNDS rounds of its starvation wait clock, which only a
+# finite promote_knob reads. A clean stop writes every row (Accounts.save_all).
 CLOCKS_EVERY_ROUNDS = 8
+PENDING_CLOCKS_EVERY_ROUNDS = 32
 _NOT_ENDED = frozenset(ACTIVE_STATES | TRANSIENT_STATES)
 # Which pending jobs Slurm would start (the rest wait in the plan): controller.service.round.startable.
 
@@ -368,15 +371,16 @@ class Accounts:
         self.touched.add(job_id)
 
     def save(self, quiet: bool = False) -> None:
-        """Write the records that changed since the last save: this round's eighth of
+        """Write the records that changed since the last save: this round's share of
         the running and pending ones, whose clocks moved (see CLOCKS_EVERY_ROUNDS), and
         those advance() read whole, finish_gone() closed or the methods below touched;
         the other records are not even compared. ``quiet``: after a quiet advance, which
         reads none whole."""
-        phase = self.rounds % CLOCKS_EVERY_ROUNDS
+        phase, pending_phase = self.rounds % CLOCKS_EVERY_ROUNDS, self.rounds % PENDING_CLOCKS_EVERY_ROUNDS
         records = self.records
         rows = [record for record, _, _ in self._running if hash(record.job_id) % CLOCKS_EVERY_ROUNDS == phase]
-        rows += [record for record in self._pending.values() if hash(record.job_id) % CLOCKS_EVERY_ROUNDS == phase]
+        rows += [record for record in self._pending.values()
+                 if hash(record.job_id) % PENDING_CLOCKS_EVERY_ROUNDS == pending_phase]
         rows += self._changed
         rows += [records[job_id] for job_id in self.done if job_id in records]
         rows += [records[job_id] for job_id in self.touched if job_id in records]
