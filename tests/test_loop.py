@@ -99,8 +99,9 @@ def test_a_backend_without_poll_is_observed_every_poll_s(store):  # noqa: F811
 
 
 def test_a_clean_stop_writes_every_clock_row_that_lags(store):  # noqa: F811
-    """Clock rows are written an eighth of the rounds (accounting.CLOCKS_EVERY_ROUNDS):
-    when the loop stops, every active job's row holds what memory holds."""
+    """A pending job's clock row is written every few rounds
+    (accounting.PENDING_CLOCKS_EVERY_ROUNDS): when the loop stops, every active job's
+    row holds what memory holds."""
     backend = PollingBackend()
     for i in range(16):
         backend.add(f"r{i}", 1, "RUNNING", start=1000.0, nodes=[(f"gpu{i % 4 + 1}", 1)])

@@ -15,7 +15,7 @@ from typing import Callable, Optional
 from controller.core.hints import parse_skew_hint  # the one hint grammar (controller.core.hints)
 from controller.partitions.moves import allowed_after_observation
 from controller.service.acting.backend import ACTIVE_STATES, TRANSIENT_STATES, Observation, ObservedJob, numeric_id
-from controller.service.state.store import JobRecord, Store
+from controller.service.state.store import JobRecord, Store, StoreError
 
 log = logging.getLogger("tiresias.controller")
 
@@ -25,20 +25,17 @@ log = logging.getLogger("tiresias.controller")
 COMPLETE_SAMPLE_STATES = {"COMPLETED", "FAILED"}
 CENSORED_SAMPLE_STATES = {"CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "DEADLINE", "OUT_OF_MEMORY",
                           "BOOT_FAIL", "GONE"}
-# A job whose record only moved its clocks (a running job's service, a pending job's
-# wait since the last promotion, last_observed_s: Accounts._advance_clocks) is written
-# every CLOCKS_EVERY_ROUNDS rounds when running, an eighth of them each round, and
-# every PENDING_CLOCKS_EVERY_ROUNDS rounds when pending: writing every such row every
-# round was a third of a round (at 55,000 jobs, 13,000 rows and 120 ms a round; 2,400
-# rows now). A row then lags at most that many rounds, which a reload catches up:
-# advance counts a job still pending as waiting, and one still running in the same run
-# as running, since its stored last_observed_s. Only a job that started, ended or was
-# requeued while the controller was down loses the lag: a running one at most
-# CLOCKS_EVERY_ROUNDS rounds of its attained service (its end is credited from the
-# stored time; at most gone_credit_s when Slurm forgot it), a pending one at most
-# PENDING_CLOCKS_EVERY_ROUNDS rounds of its starvation wait clock, which only a
-# finite promote_knob reads. A clean stop writes every row (Accounts.save_all).
-CLOCKS_EVERY_ROUNDS = 8
+# A pending job whose record only moved its clocks (its wait since the last promotion,
+# last_observed_s: Accounts._advance_clocks) is written every
+# PENDING_CLOCKS_EVERY_ROUNDS rounds, a share of the pending jobs each round: writing
+# every pending row every round was a third of a round (48,000 rows of the 55,000-job
+# round; 1,500 now). The row then lags at most that many rounds, which a reload catches
+# up (advance counts a job still pending as waiting since its stored last_observed_s);
+# only a job that started while the controller was down loses the lag, from its
+# starvation wait clock (read only by a finite promote_knob). A clean stop writes every
+# row (Accounts.save_all). Running jobs are written every round: their attained service
+# is what the policy ranks by, and one that ends while the controller is down is
+# credited from its stored time (at most gone_credit_s more when Slurm forgot it).
 PENDING_CLOCKS_EVERY_ROUNDS = 32
 _NOT_ENDED = frozenset(ACTIVE_STATES | TRANSIENT_STATES)
 # Which pending jobs Slurm would start (the rest wait in the plan): controller.service.round.startable.
@@ -61,7 +58,7 @@ class Accounts:
         self.records: dict[str, JobRecord] = store.load_jobs(cluster, include_finished=False)
         self.closed: set[str] = set()  # ended jobs Slurm still lists that the store already holds
         self.stopped_at: dict[str, float] = {}
-        self.rounds = 0  # advance() calls: which eighth of the clocks is written (see CLOCKS_EVERY_ROUNDS)
+        self.rounds = 0  # advance() calls: which share of the clocks is written (PENDING_CLOCKS_EVERY_ROUNDS)
         # Records changed through the methods below since the last save(): what
         # save_touched() writes (the next save() compares every record anyway).
         self.touched: set[str] = set()
@@ -371,16 +368,15 @@ class Accounts:
         self.touched.add(job_id)
 
     def save(self, quiet: bool = False) -> None:
-        """Write the records that changed since the last save: this round's share of
-        the running and pending ones, whose clocks moved (see CLOCKS_EVERY_ROUNDS), and
-        those advance() read whole, finish_gone() closed or the methods below touched;
-        the other records are not even compared. ``quiet``: after a quiet advance, which
-        reads none whole."""
-        phase, pending_phase = self.rounds % CLOCKS_EVERY_ROUNDS, self.rounds % PENDING_CLOCKS_EVERY_ROUNDS
+        """Write the records that changed since the last save: the running jobs' (their
+        service moved), this round's share of the pending ones (see
+        PENDING_CLOCKS_EVERY_ROUNDS), and those advance() read whole, finish_gone()
+        closed or the methods below touched; the other records are not even compared.
+        ``quiet``: after a quiet advance, which reads none whole."""
+        phase = self.rounds % PENDING_CLOCKS_EVERY_ROUNDS
         records = self.records
-        rows = [record for record, _, _ in self._running if hash(record.job_id) % CLOCKS_EVERY_ROUNDS == phase]
-        rows += [record for record in self._pending.values()
-                 if hash(record.job_id) % PENDING_CLOCKS_EVERY_ROUNDS == pending_phase]
+        rows = [record for record, _, _ in self._running]
+        rows += [record for record in self._pending.values() if hash(record.job_id) % PENDING_CLOCKS_EVERY_ROUNDS == phase]
         rows += self._changed
         rows += [records[job_id] for job_id in self.done if job_id in records]
         rows += [records[job_id] for job_id in self.touched if job_id in records]
@@ -388,8 +384,17 @@ class Accounts:
         self._changed, self.touched = [], set()
 
     def save_all(self) -> None:
-        """Write every active record whose row differs (a clean stop: no clock row lags)."""
-        self.store.save_jobs(self.cluster, list(self.records.values()))
+        """At a clean stop: write every active record whose row differs (no pending
+        job's clock row lags behind, PENDING_CLOCKS_EVERY_ROUNDS). Nothing before the
+        first advance (the records are the store's own)."""
+        if self.rounds == 0:
+            return
+        try:
+            with self.store.transaction():
+                self.store.save_jobs(self.cluster, list(self.records.values()))
+        except StoreError as err:
+            log.error("clock rows not written at stop (a restart counts from their last write): %s", err)
+            return
         self._changed, self.touched = [], set()
 
     def save_touched(self) -> None:

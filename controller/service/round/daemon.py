@@ -228,7 +228,8 @@ class Controller:
                     # (the config was checked at start; a bad one never gets here)
                     self._round_failed("round", err)
             stop.wait(max(0.0, self.config.poll_s - (self.clock() - started)))
-        self._save_on_stop()
+        if not self._stale and (self.lease is None or self.lease.hold()):  # (a standby's are the holder's rows)
+            self.accounts.save_all()  # the clock rows that lag
         if self.config.restore_on_stop and not self.preflight_refused:  # refused at start, it would not either
             self._restore_on_stop()
         if self.lease is not None:
@@ -261,18 +262,6 @@ class Controller:
             self.preflight = None
             self.preflight_refused = not outcome
         return not self.preflight_refused
-
-    def _save_on_stop(self) -> None:
-        """A clean stop writes the clock rows that lag (accounting.CLOCKS_EVERY_ROUNDS), so
-        a restart loses none of them. Not a standby's accounts (the holder's rows are
-        newer), nor those a failed round left to be reloaded, nor before any round."""
-        if self._stale or self.accounts.rounds == 0 or (self.lease is not None and not self.lease.hold()):
-            return
-        try:
-            with self.store.transaction():
-                self.accounts.save_all()
-        except StoreError as err:
-            log.error("clocks not written at stop (a restart counts from the rows' last write): %s", _one_line(err))
 
     def _restore_on_stop(self) -> None:
         """restore_on_stop: a clean stop (SIGTERM, the stop event) leaves Slurm's own
