@@ -35,6 +35,7 @@ reads; the controller reads only the port's neutral ``shared_band_id`` and ``gan
 from __future__ import annotations
 
 import dataclasses
+import operator
 import re
 from dataclasses import dataclass, field
 from typing import Iterable
@@ -47,6 +48,8 @@ __all__ = ["MAX_LISTED_TASKS", "PlanView", "SlurmObservedJob", "Withheld", "plan
 MAX_LISTED_TASKS = 1000
 MAX_TASK_ID = 4_000_000  # Slurm's MaxArraySize is at most 4,000,001
 _ITEM_RE = re.compile(r"([0-9]{1,7})(?:-([0-9]{1,7})(?::([0-9]{1,7}))?)?", re.ASCII)
+_HET_JOB_ID = operator.attrgetter("het_job_id")
+_ARRAY_TASKS = operator.attrgetter("array_tasks")
 _HOLDS_GPUS = {"RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "SIGNALING", "RESIZING", "STAGE_OUT"}
 
 
@@ -210,7 +213,9 @@ def plan_view(records: Iterable[SlurmObservedJob], withheld: Withheld | None = N
     records = list(records)
     running: dict[str, int] = {}
     own_pending: dict[str, list[tuple[int, SlurmObservedJob]]] = {}  # ArrayJobId -> its pending task records
-    for job in records:
+    # (the passes below look at a record's fields only where they can matter: at 55,000
+    # records, splitting every id and testing every record twice was 30 ms a round)
+    for job in [job for job in records if "_" in job.job_id]:  # the array tasks' own records
         head, _, task = job.job_id.partition("_")
         if task and job.state in _HOLDS_GPUS:
             running[head] = running.get(head, 0) + 1
@@ -225,8 +230,10 @@ def plan_view(records: Iterable[SlurmObservedJob], withheld: Withheld | None = N
         left_out.update(job.job_id for _, job in tasks[room:])
         taken[head] = taken.get(head, 0) + min(room, len(tasks))
     withheld.ids |= left_out
-    jobs: list[ObservedJob] = []
     problems: list[str] = []
+    if not left_out and not any(map(_HET_JOB_ID, records)) and not any(map(_ARRAY_TASKS, records)):
+        return PlanView(records, withheld, problems)  # every record is planned as it is
+    jobs: list[ObservedJob] = []
     hets: dict[str, list[SlurmObservedJob]] = {}
     for job in records:
         if job.het_job_id:
