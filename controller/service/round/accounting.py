@@ -28,8 +28,9 @@ CENSORED_SAMPLE_STATES = {"CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "DEA
 # A pending job whose record only moved its clocks (its wait since the last promotion,
 # last_observed_s: Accounts._advance_clocks) is written every
 # PENDING_CLOCKS_EVERY_ROUNDS rounds, a share of the pending jobs each round: writing
-# every pending row every round was a third of a round (48,000 rows of the 55,000-job
-# round; 1,500 now). The row then lags at most that many rounds, which a reload catches
+# every pending row every round was a third of a round, and an eighth of them still
+# 6,000 rows of the 55,000-job round (its store 120 ms; 85 ms with a 32nd,
+# bench/bench_round.py). The row then lags at most that many rounds, which a reload catches
 # up (advance counts a job still pending as waiting since its stored last_observed_s);
 # only a job that started while the controller was down loses the lag, from its
 # starvation wait clock (read only by a finite promote_knob). A clean stop writes every
