@@ -108,3 +108,23 @@ def test_no_collection_inside_a_round_and_the_collector_back_on_after_one_that_f
     finally:
         gc.callbacks.pop()
         gc.unfreeze()
+
+
+def test_a_full_observation_runs_with_the_collector_off(store):
+    """Controller.observe reads Slurm with the collector paused (what it parses lives
+    into the round: Heap.paused), and leaves it as it was."""
+    backend = _pending_backend(4)
+    seen = []
+    real = backend.observe
+    backend.observe = lambda: seen.append(gc.isenabled()) or real()
+    c = controller(store, backend)
+    assert gc.isenabled()
+    c.run_round(c.observe())
+    assert seen == [False] and gc.isenabled()
+    gc.disable()
+    try:
+        c.observe()
+        assert seen == [False, False] and not gc.isenabled()  # left off, as it was
+    finally:
+        gc.enable()
+        gc.unfreeze()

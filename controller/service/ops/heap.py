@@ -11,10 +11,10 @@ in reference cycles among frozen objects waits for the hourly full collection
 (``gc.unfreeze`` + ``gc.collect``), which bounds that memory and costs one round
 about the ~85 ms every round paid before.
 
-During a round the collector is off (``round()``): a round's objects (parsed
-records, plan inputs) live until it ends, so every collection during it found
-nothing: about 250 collections a round at 12,000 jobs (~25 ms), 19 larger ones at
-55,000 (~270 ms). Reference counting still frees what a round drops; garbage in
+During a round, and the full observation before it, the collector is off
+(``round()``, ``paused()``): a round's objects (parsed records, plan inputs) live
+until it ends, so every collection during it found nothing: about 250 collections a
+round at 12,000 jobs (~25 ms), 19 larger ones at 55,000 (~270 ms). Reference counting still frees what a round drops; garbage in
 cycles waits for a collection between rounds (the youngest generation every
 YOUNG_THRESHOLD allocations, not 700) or the hourly full one.
 """
@@ -41,6 +41,17 @@ class Heap:
     def round(self, now_s: float) -> Iterator[None]:
         """The collector off while the block runs; after it (even when it raised) on
         again and ``after_round``."""
+        try:
+            with self.paused():
+                yield
+        finally:
+            self.after_round(now_s)
+
+    @staticmethod
+    @contextmanager
+    def paused() -> Iterator[None]:
+        """The collector off while the block runs, as it was after it: a full
+        observation, whose parsed records and kept entries live into the round."""
         enabled = gc.isenabled()
         gc.disable()
         try:
@@ -48,7 +59,6 @@ class Heap:
         finally:
             if enabled:
                 gc.enable()
-            self.after_round(now_s)
 
     def after_round(self, now_s: float) -> None:
         """Freeze what the round left; first a full collection when one is due."""

@@ -308,7 +308,8 @@ class Controller:
                 observation = self.slurm_clock.localize(observation, fresh=False)
                 self._repeated = observation
                 return observation
-        observation = self._observe()
+        with self.heap.paused():  # (what it parses lives into the round: a collection would find nothing)
+            observation = self._observe()
         self._full_signature, self._full_nodes, self._full_at = digest(signature), nodes, now
         return observation
 
