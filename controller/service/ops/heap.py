@@ -14,9 +14,10 @@ about the ~85 ms every round paid before.
 During a round, and the full observation before it, the collector is off
 (``round()``, ``paused()``): a round's objects (parsed records, plan inputs) live
 until it ends, so every collection during it found nothing: about 250 collections a
-round at 12,000 jobs (~25 ms), 19 larger ones at 55,000 (~270 ms). Reference counting still frees what a round drops; garbage in
-cycles waits for a collection between rounds (the youngest generation every
-YOUNG_THRESHOLD allocations, not 700) or the hourly full one.
+round at 12,000 jobs (~25 ms), 19 larger ones at 55,000 (~270 ms). Reference
+counting still frees what a round drops; garbage in cycles waits for a collection
+between rounds (the youngest generation every YOUNG_THRESHOLD allocations, not 700)
+or the hourly full one.
 """
 from __future__ import annotations
 

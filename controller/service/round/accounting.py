@@ -30,13 +30,14 @@ CENSORED_SAMPLE_STATES = {"CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "DEA
 # PENDING_CLOCKS_EVERY_ROUNDS rounds, a share of the pending jobs each round: writing
 # every pending row every round was a third of a round, and an eighth of them still
 # 6,000 rows of the 55,000-job round (its store 120 ms; 85 ms with a 32nd,
-# bench/bench_round.py). The row then lags at most that many rounds, which a reload catches
-# up (advance counts a job still pending as waiting since its stored last_observed_s);
-# only a job that started while the controller was down loses the lag, from its
-# starvation wait clock (read only by a finite promote_knob). A clean stop writes every
-# row (Accounts.save_all). Running jobs are written every round: their attained service
-# is what the policy ranks by, and one that ends while the controller is down is
-# credited from its stored time (at most gone_credit_s more when Slurm forgot it).
+# bench/bench_round.py). The row then lags at most that many rounds, which a reload
+# catches up (advance counts a job still pending as waiting since its stored
+# last_observed_s); only a job that started while the controller was down loses the
+# lag, from its starvation wait clock (read only by a finite promote_knob). A clean
+# stop writes every row (Accounts.save_all). Running jobs are written every round:
+# their attained service is what the policy ranks by, and one that ends while the
+# controller is down is credited from its stored time (at most gone_credit_s more
+# when Slurm forgot it).
 PENDING_CLOCKS_EVERY_ROUNDS = 32
 _NOT_ENDED = frozenset(ACTIVE_STATES | TRANSIENT_STATES)
 # Which pending jobs Slurm would start (the rest wait in the plan): controller.service.round.startable.
@@ -377,7 +378,8 @@ class Accounts:
         phase = self.rounds % PENDING_CLOCKS_EVERY_ROUNDS
         records = self.records
         rows = [record for record, _, _ in self._running]
-        rows += [record for record in self._pending.values() if hash(record.job_id) % PENDING_CLOCKS_EVERY_ROUNDS == phase]
+        rows += [record for record in self._pending.values()
+                 if hash(record.job_id) % PENDING_CLOCKS_EVERY_ROUNDS == phase]
         rows += self._changed
         rows += [records[job_id] for job_id in self.done if job_id in records]
         rows += [records[job_id] for job_id in self.touched if job_id in records]
