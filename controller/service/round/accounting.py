@@ -15,7 +15,7 @@ from typing import Callable, Optional
 from controller.core.hints import parse_skew_hint  # the one hint grammar (controller.core.hints)
 from controller.partitions.moves import allowed_after_observation
 from controller.service.acting.backend import ACTIVE_STATES, TRANSIENT_STATES, Observation, ObservedJob, numeric_id
-from controller.service.state.store import JobRecord, Store, StoreError
+from controller.service.state.store import JobRecord, Store
 
 log = logging.getLogger("tiresias.controller")
 
@@ -395,7 +395,7 @@ class Accounts:
         try:
             with self.store.transaction():
                 self.store.save_jobs(self.cluster, list(self.records.values()))
-        except StoreError as err:
+        except Exception as err:  # noqa: BLE001 - store down, lease lost, a bug: the stop (restore, release) goes on
             log.error("clock rows not written at stop (a restart counts from their last write): %s", err)
             return
         self._changed, self.touched = [], set()
