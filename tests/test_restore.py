@@ -285,6 +285,27 @@ def test_restore_on_stop(store):
     assert backend.levers("11")[0] == 200000
 
 
+def test_restore_on_stop_goes_on_when_the_stops_row_write_fails(store, caplog):
+    """The stop writes the clock rows that lag (Accounts.save_all) before restoring:
+    when that write fails (here the store refuses job rows from then on), it is logged
+    and the levers are still restored."""
+    backend = LeverBackend()
+    backend.add("11", 8, comment="tiresias:skew=0.7")
+    c = Controller(config(restore_on_stop=True), backend, store, clock=lambda: backend.now)
+    write_at_stop = c.accounts.save_all
+
+    def failing(cluster, records):
+        raise RuntimeError("disk I/O error")
+
+    def store_down_then_write():
+        store.save_jobs = failing
+        write_at_stop()
+    c.accounts.save_all = store_down_then_write
+    run_for(c, backend, 2)
+    assert any("clock rows not written at stop" in r.getMessage() for r in caplog.records)
+    assert backend.levers("11") == (0, (), "") and store.levers("default") == {}
+
+
 def test_restore_on_stop_is_a_checked_bool():
     with pytest.raises(InputError, match="key 'restore_on_stop' value 'yes' is not a valid bool"):
         from_mapping({"restore_on_stop": "yes"})
