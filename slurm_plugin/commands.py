@@ -67,8 +67,11 @@ Runner = Callable[[Sequence[str], float, Optional[Mapping[str, str]]], object]
 
 def subprocess_runner(argv: Sequence[str], timeout_s: float,
                       env: Optional[Mapping[str, str]] = None) -> CommandResult:
-    """Run one command (argument list, no shell) and capture its text output."""
-    proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout_s,
+    """Run one command (argument list, no shell) and capture its text output. Bytes that
+    are not UTF-8 (a job name or comment written in another encoding, which squeue
+    prints as it is) become U+FFFD: decoding strictly raised in every round while such a
+    job was in the queue, and the controller observed nothing."""
+    proc = subprocess.run(list(argv), capture_output=True, encoding="utf-8", errors="replace", timeout=timeout_s,
                           env=dict(env) if env is not None else None, stdin=subprocess.DEVNULL)
     return CommandResult(proc.returncode, proc.stdout, proc.stderr)
 

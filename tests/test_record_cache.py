@@ -254,3 +254,22 @@ def test_scripted_slurmctld_answers_the_same_jobs_in_both_shapes():
     assert len(read["22.05"]) == len(read["26.05"]) > 26
     for old, new in zip(read["22.05"], read["26.05"]):
         assert {**old, "mem_by_node_mb": (), "shared": ""} == {**new, "mem_by_node_mb": (), "shared": ""}
+
+
+def test_an_answer_not_in_utf8_is_read_with_its_bytes_replaced(tmp_path):
+    """squeue writes a job name in another encoding (Latin-1 here) as its bytes are:
+    the runner reads the answer with U+FFFD in their place, and observe() reads every
+    job (decoding strictly raised in every round: no observation while the job was queued)."""
+    from slurm_plugin.commands import subprocess_runner
+
+    doc = json.loads(_text("22.05", "squeue.json"))
+    doc["jobs"][1]["name"] = "caf\u00e9"
+    answer = tmp_path / "squeue.json"
+    answer.write_bytes(json.dumps(doc, indent=2, ensure_ascii=False).encode("latin-1"))
+    read = subprocess_runner(["cat", str(answer)], 5, None)
+    assert read.returncode == 0 and "caf\ufffd" in read.stdout
+    texts = {"squeue": read.stdout, "sinfo": _text("22.05", "sinfo.json"), "sprio": "", "scontrol": ""}
+    backend = SlurmBackend(runner=lambda argv, timeout_s, env: CommandResult(0, texts[argv[0]], ""))
+    jobs = {j.job_id: j for j in backend.observe().jobs}
+    assert jobs[str(doc["jobs"][1]["job_id"])].name == "caf\ufffd"
+    assert jobs.keys() == {j.job_id for j in backend.observe().jobs} and len(jobs) > 2
