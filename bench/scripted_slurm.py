@@ -72,18 +72,22 @@ class ScriptedSlurm:
         # squeue --json in 26.05's (tests/fixtures/slurm/26.05: numbers as {set, infinite,
         # number}, job_state a list, job_resources.nodes.allocation, data_parser v0.0.45
         # whose records say no --exclusive: the backend asks `scontrol show job -o ID`,
-        # answered here). sinfo stays in 22.05's shape on every release.
+        # answered here); sinfo --json -N one "sinfo" entry per node (_sinfo26_text).
         if release not in ("22.05", "26.05"):
             raise ValueError(f"release {release!r}: 22.05 or 26.05")
         self.release = release
         if release == "26.05":
             squeue26 = json.loads((FIXTURES.parent / "26.05" / "squeue.json").read_text())
             self.meta26 = {k: v for k, v in squeue26.items() if k != "jobs"}
+            sinfo26 = json.loads((FIXTURES.parent / "26.05" / "sinfo.json").read_text())
+            self.sinfo26_template = next(e for e in sinfo26["sinfo"] if e["nodes"]["nodes"] == ["gpu1"])
+            self.sinfo26_meta = {k: v for k, v in sinfo26.items() if k != "sinfo"}
             self.templates26 = {state: next(j for j in squeue26["jobs"] if str(j["job_id"]) == job_id)
                                 for state, job_id in (("RUNNING", "5"), ("PENDING", "10"))}
         # job id -> (the record's compact 22.05 JSON, its text as rendered in the document):
         # a record unchanged since the last answer is not rendered again
         self._pieces: dict[int, tuple[str, str]] = {}
+        self._node_pieces: dict[str, tuple[tuple, str]] = {}  # (26.05's sinfo, as _pieces)
         self.gpus_per_node = gpus_per_node
         # slurmdbd's QOS table under preemption: slurm (docs/slurm-preemption.md): the
         # declared (--requeue) jobs run in ``preempt_qos`` (cli_filter.lua gives them
@@ -607,6 +611,9 @@ class ScriptedSlurm:
                         state_reason="JobArrayTaskLimit" if self._throttled(self.jobs[array_id]) else "Priority")
                 self._texts[which] = self._squeue_text()
                 return self._texts[which]
+            elif self.release == "26.05":
+                self._texts[which] = self._sinfo26_text()
+                return self._texts[which]
             else:
                 doc = {**self.sinfo_meta, "nodes": [
                     dict(self.node_template, name=name, **self._gres(used),
@@ -616,6 +623,37 @@ class ScriptedSlurm:
             self._texts[which] = json.dumps(doc, indent=2)  # laid out as slurmctld prints it
         return self._texts[which]
 
+
+    def _sinfo26_text(self) -> str:
+        """``sinfo --json -N`` as 26.05 writes it: one ``sinfo`` entry per node (each node is
+        in one partition here), the recorded entry (tests/fixtures/slurm/26.05, its
+        partition's whole description in each) with this node's name, state, partition and
+        gres laid over, and the 22.05 template's CPUs and memory. Each entry rendered once
+        per change of it, as squeue's records are."""
+        template, base = self.sinfo26_template, self.node_template
+        pieces, last, now = [], self._node_pieces, {}
+        for name, used in self.nodes.items():
+            gres = self._gres(used)
+            key = (used, gres["gres"], self._node_state(name), tuple(self.node_flags.get(name, ())),
+                   self.node_partitions.get(name, "batch"))
+            kept = last.get(name)
+            if kept is None or kept[0] != key:
+                cpus = base["cpus"]
+                entry = dict(template, node={"state": [key[2].upper(), *key[3]]},
+                             nodes=dict(template["nodes"], nodes=[name]),
+                             cpus=dict(template["cpus"], allocated=base["alloc_cpus"], idle=cpus - base["alloc_cpus"],
+                                       total=cpus, minimum=cpus, maximum=cpus),
+                             memory=dict(template["memory"], minimum=base["real_memory"],
+                                         maximum=base["real_memory"], allocated=base["alloc_memory"]),
+                             gres={"total": gres["gres"], "used": gres["gres_used"]},
+                             partition=dict(template["partition"], name=key[4]))
+                kept = (key, "    " + json.dumps(entry, indent=2).replace("\n", "\n    "))
+            now[name] = kept
+            pieces.append(kept[1])
+        self._node_pieces = now
+        marker = '"@@NODES@@"'
+        return json.dumps({"sinfo": ["@@NODES@@"], **self.sinfo26_meta}, indent=2).replace(
+            "    " + marker, ",\n".join(pieces), 1)
 
     def _squeue_text(self) -> str:
         """``squeue --json`` of the current jobs, laid out as ``json.dumps(doc, indent=2)``

@@ -34,7 +34,7 @@ from typing import Callable, Mapping, Optional
 
 from controller.service.acting.backend import Backend, Observation
 from slurm_plugin.parse_jobs import parse_squeue_record
-from slurm_plugin.parse_nodes import parse_sinfo_record
+from slurm_plugin.parse_nodes import parse_sinfo_group, parse_sinfo_record
 from slurm_plugin.records import SlurmJob, SlurmNode
 from slurm_plugin.arrays import SlurmObservedJob
 from slurm_plugin.record_cache import RecordCache
@@ -96,11 +96,7 @@ class SlurmBackend(SlurmObserver, SlurmCommands, Backend):
         self._sharing_tried: set[str] = set()  # asked and not answered: after the others next time
         # Partition -> node names from the last ``sinfo --json`` read by observe().
         self._partition_nodes: Optional[dict[str, list[str]]] = None
-        # squeue --json records parsed at the last observe(), by their text: only new or
-        # changed records are parsed again (slurm_plugin.record_cache).
-        self._squeue_records: RecordCache[SlurmJob] = RecordCache("jobs", parse_squeue_record, "job_id",
-                                                                  id_of=lambda job: job.job_id)
-        self._sinfo_records: RecordCache[SlurmNode] = RecordCache("nodes", parse_sinfo_record, "name")
+        self._new_record_caches()
         # job id -> (its SlurmJob, its site factor, its SlurmObservedJob, the 26.05
         # --exclusive entry of _sharing it was made with), of the last observe(): reused
         # only for the very same SlurmJob (a record listed twice under one id is built again)
@@ -134,10 +130,21 @@ class SlurmBackend(SlurmObserver, SlurmCommands, Backend):
     def forget_reuse(self) -> None:
         """The next observe() parses every record and builds every job anew (the
         controller's periodic full round), and no observation is repeated before it."""
-        self._squeue_records = RecordCache("jobs", parse_squeue_record, "job_id")
-        self._sinfo_records = RecordCache("nodes", parse_sinfo_record, "name")
+        self._new_record_caches()
         self._observed = {}
         self._last_observation = None
+
+    def _new_record_caches(self) -> None:
+        """The squeue and sinfo --json records parsed at the last observe(), by their text:
+        only new or changed records are parsed again (slurm_plugin.record_cache). sinfo's
+        are 22.05's ``nodes``, or 23.11+'s ``sinfo`` entries (one per node and partition
+        with -N: 4-5 KB each, the partition's whole description in every one; read whole,
+        they were ~290 ms of every round at 2,500 nodes)."""
+        self._squeue_records: RecordCache[SlurmJob] = RecordCache("jobs", parse_squeue_record, "job_id",
+                                                                  id_of=lambda job: job.job_id)
+        self._sinfo_records: RecordCache[SlurmNode] = RecordCache("nodes", parse_sinfo_record, "name")
+        self._sinfo_groups: RecordCache[tuple[SlurmNode, ...]] = RecordCache("sinfo", parse_sinfo_group, "nodes",
+                                                                           id_marker='"nodes": [')
 
     def memory_allocated(self) -> bool:
         """Slurm allocates memory to jobs (SelectTypeParameters CR_*_Memory), as the

@@ -16,7 +16,8 @@ from controller.core.model import Node
 from slurm_plugin.arrays import SlurmObservedJob, Withheld, plan_view
 from slurm_plugin.grammar import SlurmParseError, gres_counts
 from slurm_plugin.parse_jobs import json_says_sharing, parse_show_job_sharing, parse_squeue_json, squeue_clock
-from slurm_plugin.parse_nodes import parse_partition_sharing, parse_reservations, parse_sinfo_json
+from slurm_plugin.parse_nodes import (merge_sinfo_groups, parse_partition_sharing, parse_reservations,
+                                      parse_sinfo_json)
 from slurm_plugin.reasons import judged
 from slurm_plugin.records import SlurmJob, SlurmNode
 from slurm_plugin.commands import JOB_ID_RE, one_line
@@ -98,16 +99,22 @@ class SlurmObserver:
             self._slurm_now = squeue_clock(doc)
             self._sharing_in_json = json_says_sharing(doc)
             return doc
+
+        def load_sinfo(text: str) -> dict:
+            return self._load(text, "sinfo --json")
         try:
             jobs = self._squeue_records.read(squeue_text, load_squeue, job_errors)
             fresh = self._squeue_records.fresh
             if jobs is None:  # not cut into records: read whole
                 job_errors.clear()
                 jobs = fresh = parse_squeue_json(load_squeue(squeue_text), errors=job_errors)
-            nodes = self._sinfo_records.read(sinfo_text, lambda rest: self._load(rest, "sinfo --json"), node_errors)
-            if nodes is None:  # e.g. 23.11+'s grouped sinfo entries
+            nodes = self._sinfo_records.read(sinfo_text, load_sinfo, node_errors)
+            if nodes is None:  # 23.11+'s sinfo entries (node_errors: none yet, no record was cut)
+                groups = self._sinfo_groups.read(sinfo_text, load_sinfo, node_errors)
+                nodes = merge_sinfo_groups(groups) if groups is not None else None
+            if nodes is None:  # not cut into records: read whole
                 node_errors.clear()
-                nodes = parse_sinfo_json(self._load(sinfo_text, "sinfo --json"), errors=node_errors)
+                nodes = parse_sinfo_json(load_sinfo(sinfo_text), errors=node_errors)
         except SlurmParseError as exc:  # not a document at all: act on nothing
             raise BackendUnavailable(f"unreadable Slurm output: {exc}") from None
         try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import replace
 from typing import Any
 
 from controller.core.model import MIXED_TYPES
@@ -250,49 +251,62 @@ def _group_per_node(group: dict, key: str, count: int) -> tuple[int | None, int 
 def _sinfo_groups(records: list, errors: list | None) -> list[SlurmNode]:
     # 23.11+ `sinfo --json`: one entry per (partition, state, ...) group with
     # node names under nodes.nodes. GPU counts are per node in gres.total/used.
-    by_name: dict[str, SlurmNode] = {}
-    order: list[str] = []
-    for index, g in enumerate(records):
+    groups = []
+    for index, group in enumerate(records):
         try:
-            if not isinstance(g, dict):
-                raise SlurmParseError(f"sinfo[{index}]: expected an object")
-            names = (g.get("nodes") or {}).get("nodes") or []
-            if isinstance(names, str):
-                names = expand_hostlist(names)
-            state, flags = _node_state(g.get("node") or {})
-            gres = g.get("gres") or {}
-            part = ((g.get("partition") or {}).get("name")) or ""
-            # a group's CPU and memory counts are its nodes' sums: per node only where they say
-            count = sum(len(expand_hostlist(name)) for name in names)
-            cpus_total, cpus_alloc = _group_per_node(g, "cpus", count)
-            mem_total, mem_alloc = _group_per_node(g, "memory", count)
-            features = g.get("features")
-            for name in names:
-                for n in expand_hostlist(name):
-                    prev = by_name.get(n)
-                    parts = (prev.partitions if prev else []) + ([part] if part and (not prev or part not in prev.partitions) else [])
-                    total = _gpu_count(gres.get("total"), None, "gres.total")
-                    used, mps_only = _gpus_held(gres.get("total"), gres.get("used"), total,
-                                                _gpu_count(gres.get("used"), None, "gres.used"))
-                    by_name[n] = SlurmNode(
-                        cpus_total=cpus_total, cpus_alloc=cpus_alloc, mem_total_mb=mem_total, mem_alloc_mb=mem_alloc,
-                        features=(_feature_list(features.get("active"), "features.active")
-                                  if isinstance(features, dict) and "active" in features else None),
-                        name=n, state=state, flags=flags, gpu_type=_gpu_type_of_node(gres.get("total")),
-                        gpus_total=total, gpus_used=used, gpus_mps=mps_only,
-                        partitions=parts,
-                        # 26.05 moved reason.user to reason_set_by_user; the description stays
-                        reason=str_value((g.get("reason") or {}).get("description")
-                                    if isinstance(g.get("reason"), dict) else g.get("reason"), "reason"),
-                        available=state not in NODE_UNAVAILABLE_STATES and not (flags & NODE_UNAVAILABLE_FLAGS),
-                    )
-                    if prev is None:
-                        order.append(n)
+            groups.append(parse_sinfo_group(group, index))
         except SlurmParseError as exc:
             exc.record_index = index
             if errors is not None:
                 errors.append(exc)
-    return [by_name[n] for n in order]
+    return merge_sinfo_groups(groups)
+
+
+def parse_sinfo_group(g: Any, index: int = 0) -> tuple[SlurmNode, ...]:
+    """The nodes of one 23.11+ ``sinfo`` entry (one node each with ``-N``), each with the
+    entry's partition only (merge_sinfo_groups gathers a node's partitions); for
+    slurm_plugin.record_cache, which keeps an entry's nodes while its text is the same."""
+    if not isinstance(g, dict):
+        raise SlurmParseError(f"sinfo[{index}]: expected an object")
+    names = (g.get("nodes") or {}).get("nodes") or []
+    if isinstance(names, str):
+        names = expand_hostlist(names)
+    state, flags = _node_state(g.get("node") or {})
+    gres = g.get("gres") or {}
+    part = ((g.get("partition") or {}).get("name")) or ""
+    # a group's CPU and memory counts are its nodes' sums: per node only where they say
+    count = sum(len(expand_hostlist(name)) for name in names)
+    cpus_total, cpus_alloc = _group_per_node(g, "cpus", count)
+    mem_total, mem_alloc = _group_per_node(g, "memory", count)
+    features = g.get("features")
+    total = _gpu_count(gres.get("total"), None, "gres.total")
+    used, mps_only = _gpus_held(gres.get("total"), gres.get("used"), total,
+                                _gpu_count(gres.get("used"), None, "gres.used"))
+    fields = dict(
+        cpus_total=cpus_total, cpus_alloc=cpus_alloc, mem_total_mb=mem_total, mem_alloc_mb=mem_alloc,
+        features=(_feature_list(features.get("active"), "features.active")
+                  if isinstance(features, dict) and "active" in features else None),
+        state=state, flags=flags, gpu_type=_gpu_type_of_node(gres.get("total")),
+        gpus_total=total, gpus_used=used, gpus_mps=mps_only, partitions=[part] if part else [],
+        # 26.05 moved reason.user to reason_set_by_user; the description stays
+        reason=str_value((g.get("reason") or {}).get("description")
+                         if isinstance(g.get("reason"), dict) else g.get("reason"), "reason"),
+        available=state not in NODE_UNAVAILABLE_STATES and not (flags & NODE_UNAVAILABLE_FLAGS))
+    return tuple(SlurmNode(name=n, **fields) for name in names for n in expand_hostlist(name))
+
+
+def merge_sinfo_groups(groups: list[tuple[SlurmNode, ...]]) -> list[SlurmNode]:
+    """One SlurmNode per node, in the order nodes first appear: a node listed by several
+    entries (one per partition) has every entry's partition, the rest from its last entry."""
+    by_name: dict[str, SlurmNode] = {}
+    for nodes in groups:
+        for node in nodes:
+            prev = by_name.get(node.name)
+            if prev is not None:  # (a key set again keeps its first place)
+                node = replace(node, partitions=prev.partitions + [p for p in node.partitions
+                                                                   if p not in prev.partitions])
+            by_name[node.name] = node
+    return list(by_name.values())
 
 
 # --------------------------------------------------------------------------

@@ -97,7 +97,7 @@ class RecordCache(Generic[T]):
     (raising what its caller wants raised for a document that is no answer at all)."""
 
     def __init__(self, key: str, parse_one: Callable[[dict], T], id_field: str,
-                 id_of: Optional[Callable[[T], str]] = None):
+                 id_of: Optional[Callable[[T], str]] = None, id_marker: Optional[str] = None):
         self.key = key
         # the parsed value's own id: kept as the record's id text where the two are equal
         # (a job's "12345": one string a record, not two)
@@ -110,7 +110,9 @@ class RecordCache(Generic[T]):
         # 26.05's). hash() of a str is 64-bit SipHash, salted per process and stable
         # within it, where the cache lives: a changed record of the same length is taken
         # for the old one once in 2**64.
-        self._id_marker = f'"{id_field}": '
+        # (``id_marker``: the text the id follows, where the field's first occurrence is
+        # not the id: a 23.11+ sinfo entry's node list, '"nodes": [', after a "nodes" object)
+        self._id_marker = id_marker or f'"{id_field}": '
         # The last read's kept records in document order, (id text, text length, text
         # hash, parsed value) each, and each id text's place in it: the walk predicts the
         # next record from them, and finds a moved one by its id.

@@ -13,7 +13,7 @@ from slurm_plugin.backend import SlurmBackend
 from slurm_plugin.commands import CommandResult
 from slurm_plugin.grammar import SlurmParseError
 from slurm_plugin.parse_jobs import parse_squeue_json, parse_squeue_record
-from slurm_plugin.parse_nodes import parse_sinfo_json, parse_sinfo_record
+from slurm_plugin.parse_nodes import merge_sinfo_groups, parse_sinfo_group, parse_sinfo_json, parse_sinfo_record
 from slurm_plugin.record_cache import RecordCache, split_records
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "slurm"
@@ -43,8 +43,14 @@ def test_cut_records_read_as_the_whole_document(version):
     nodes = RecordCache("nodes", parse_sinfo_record, "name").read(_text(version, "sinfo.json"), _load, errors)
     if version == "22.05":
         assert nodes == parse_sinfo_json(_text(version, "sinfo.json")) and errors == []
-    else:  # 24.11's and 26.05's `sinfo --json` group nodes by partition and state ("sinfo"): read whole
+    else:  # 24.11's and 26.05's `sinfo --json -N`: one "sinfo" entry per node and partition
         assert nodes is None and errors == []
+        groups = RecordCache("sinfo", parse_sinfo_group, "nodes", id_marker='"nodes": [')
+        entries = groups.read(_text(version, "sinfo.json"), _load, errors)
+        assert len(entries) == len(json.loads(_text(version, "sinfo.json"))["sinfo"]) and errors == []
+        merged = merge_sinfo_groups(entries)
+        assert merged == parse_sinfo_json(_text(version, "sinfo.json"))
+        assert any(len(node.partitions) > 1 for node in merged)  # a node in several partitions: its entries merged
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -273,3 +279,38 @@ def test_an_answer_not_in_utf8_is_read_with_its_bytes_replaced(tmp_path):
     jobs = {j.job_id: j for j in backend.observe().jobs}
     assert jobs[str(doc["jobs"][1]["job_id"])].name == "caf\ufffd"
     assert jobs.keys() == {j.job_id for j in backend.observe().jobs} and len(jobs) > 2
+
+
+def test_sinfo_entries_read_round_after_round_as_the_whole_document():
+    """26.05's `sinfo --json -N` (one "sinfo" entry per node and partition, 4-5 KB each) as
+    bench/scripted_slurm.py writes it: the nodes read as its 22.05 `nodes` list reads,
+    and over rounds in which jobs start and end and a node drains, the backend's cached
+    read gives what a whole parse gives, parsing only the entries whose text changed."""
+    from bench.scripted_slurm import ScriptedSlurm
+
+    shapes = {}
+    for release in ("22.05", "26.05"):
+        slurm = ScriptedSlurm(pending=30, running=8, nodes=6, release=release)
+        slurm.node_partitions["n0003"] = "urgent"
+        slurm.node_flags["n0004"] = ["DRAIN"]
+        shapes[release] = parse_sinfo_json(slurm._text("sinfo"))
+    assert shapes["26.05"] == shapes["22.05"] and len(shapes["26.05"]) == 6
+    assert "sinfo" in json.loads(slurm._text("sinfo"))  # (the 26.05 one: entries, not "nodes")
+    backend = SlurmBackend(runner=slurm)
+    for round_no in range(5):
+        if round_no:
+            slurm.finish_one()
+            slurm.schedule()
+            slurm.node_flags["n0005"] = ["DRAIN"] if round_no % 2 else []
+            slurm._texts.clear()
+        before = slurm._text("sinfo")
+        observed = {node.name: node for node in backend.observe().nodes}
+        whole = {node.name: node for node in parse_sinfo_json(before)}
+        assert observed.keys() == whole.keys()
+        assert all((observed[n].gpus_free, observed[n].available, observed[n].partitions)
+                   == (whole[n].gpus_total - whole[n].gpus_used, whole[n].available, tuple(whole[n].partitions))
+                   for n in whole)
+        changed = {n for n in whole if last.get(n) != whole[n]} if round_no else set(whole)
+        assert {node.name for nodes in backend._sinfo_groups.fresh for node in nodes} == changed
+        last = whole
+    assert 0 < len(changed) < len(whole)  # the last round changed some entries, not all
