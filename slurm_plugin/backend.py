@@ -145,6 +145,7 @@ class SlurmBackend(SlurmObserver, SlurmCommands, Backend):
         self._sinfo_records: RecordCache[SlurmNode] = RecordCache("nodes", parse_sinfo_record, "name")
         self._sinfo_groups: RecordCache[tuple[SlurmNode, ...]] = RecordCache("sinfo", parse_sinfo_group, "nodes",
                                                                            id_marker='"nodes": [')
+        self._sinfo_grouped = False  # the last sinfo answer had 23.11+'s entries
 
     def memory_allocated(self) -> bool:
         """Slurm allocates memory to jobs (SelectTypeParameters CR_*_Memory), as the

@@ -15,28 +15,18 @@ from controller.service.acting.backend import BackendUnavailable, Observation, O
 from controller.core.model import Node
 from slurm_plugin.arrays import SlurmObservedJob, Withheld, plan_view
 from slurm_plugin.grammar import SlurmParseError, gres_counts
-from slurm_plugin.parse_jobs import json_says_sharing, parse_show_job_sharing, parse_squeue_json, squeue_clock
+from slurm_plugin.parse_jobs import json_says_sharing, parse_squeue_json, squeue_clock
 from slurm_plugin.parse_nodes import (merge_sinfo_groups, parse_partition_sharing, parse_reservations,
                                       parse_sinfo_json)
 from slurm_plugin.reasons import judged
 from slurm_plugin.records import SlurmJob, SlurmNode
 from slurm_plugin.commands import JOB_ID_RE, one_line
+from slurm_plugin.exclusive_modes import ExclusiveModes
 from slurm_plugin.job_request import asked_per_node, held_by_node
 
 log = logging.getLogger(__name__)
 RESERVATIONS_EVERY_S = 60.0  # how stale the reservations may be when no job names a new one
 PARTITIONS_EVERY_S = 60.0  # how stale the partitions' OverSubscribe may be when no job names a new partition
-# 26.05+: `scontrol show job -o ID` (one id a call: 22.05 prints nothing for "1,2") for at
-# most this many pending jobs of unknown --exclusive mode per observation, the rest at the
-# next; each call waits at most SHOW_JOB_TIMEOUT_S (capped by command_timeout_s), and the
-# first that fails to answer ends this observation's reads: a slow slurmctld costs one wait.
-MAX_SHOW_JOB_IDS = 20
-SHOW_JOB_TIMEOUT_S = 5.0
-# ... unless the unknown are many, and at least this share of the pending jobs (a controller
-# just started, or a submit burst): then one `scontrol show job -o` of every job (one RPC,
-# parsed once) reads them all. Twenty a round, a fresh controller at 10,000 pending jobs
-# took 500 rounds to learn them, and no job could cause a preemption meanwhile.
-SHOW_ALL_JOBS_SHARE = 0.10
 # The fields a SlurmObservedJob takes from the SlurmJob as they are (same name, same
 # value); _observed_job names the ones it renames or converts.
 _AS_REPORTED = ("job_id", "user", "partition", "state", "reason", "gpus", "time_limit_s", "restart_count", "batch",
@@ -75,7 +65,7 @@ def _held_on_nodes(jobs: list[SlurmJob]) -> dict[str, tuple[int | None, int | No
     return held
 
 
-class SlurmObserver:
+class SlurmObserver(ExclusiveModes):
     """SlurmBackend's reads: squeue, sinfo, sprio and scontrol show, the record caches and
     what an observation keeps for the next (state set up by SlurmBackend.__init__)."""
 
@@ -108,10 +98,15 @@ class SlurmObserver:
             if jobs is None:  # not cut into records: read whole
                 job_errors.clear()
                 jobs = fresh = parse_squeue_json(load_squeue(squeue_text), errors=job_errors)
-            nodes = self._sinfo_records.read(sinfo_text, load_sinfo, node_errors)
-            if nodes is None:  # 23.11+'s sinfo entries (node_errors: none yet, no record was cut)
-                groups = self._sinfo_groups.read(sinfo_text, load_sinfo, node_errors)
-                nodes = merge_sinfo_groups(groups) if groups is not None else None
+            # 22.05's nodes, or 23.11+'s sinfo entries (node_errors: none yet where no record
+            # was cut), the shape of the last read first (looking for the other scans the text)
+            nodes = None
+            caches = ((self._sinfo_records, False), (self._sinfo_groups, True))
+            for cache, grouped in reversed(caches) if self._sinfo_grouped else caches:
+                read = cache.read(sinfo_text, load_sinfo, node_errors)
+                if read is not None:
+                    nodes, self._sinfo_grouped = merge_sinfo_groups(read) if grouped else read, grouped
+                    break
             if nodes is None:  # not cut into records: read whole
                 node_errors.clear()
                 nodes = parse_sinfo_json(load_sinfo(sinfo_text), errors=node_errors)
@@ -155,10 +150,16 @@ class SlurmObserver:
                     and self._in_scope(j.partitions) for j in fresh)
         sprio = self._read_sprio_site_factors(skipped) if asked else {}
         # 26.05's JSON does not say --exclusive: `scontrol show job -o` does, read when a
-        # pending job shows up whose mode is not known yet (as sprio above)
-        if not self._sharing_in_json:
-            # (``jobs`` holds the configured partitions' jobs only, filtered above)
-            self._learn_sharing({j.job_id: j.submit_time for j in jobs if j.state == "PENDING"}, skipped)
+        # pending job shows up whose mode is not known yet (as sprio above), after the pass
+        # below, which lists those jobs (_learn_sharing). A mode stands for the job's submit
+        # time: a requeued job's is read again (only a record parsed by this read can be one).
+        learning = not self._sharing_in_json
+        sharing = self._sharing
+        if learning:
+            for job in fresh:
+                entry = sharing.get(job.job_id)
+                if entry is not None and entry[0] != job.submit_time:
+                    del sharing[job.job_id]
 
         # the partitions' OverSubscribe (EXCLUSIVE: whole nodes, FORCE: shared cores), for the
         # pending jobs whose own record leaves it open; a change re-reads every record
@@ -182,7 +183,7 @@ class SlurmObserver:
         last, self._observed = self._observed, {}
         kept_now = self._observed
         self._site_factors = observed_factors = {}
-        sharing = self._sharing
+        unknown: list[tuple[str, int, SlurmJob, Optional[int]]] = []  # 26.05: pending, mode not known
         for job in jobs:
             job_id = job.job_id
             site_factor = job.site_factor
@@ -218,7 +219,26 @@ class SlurmObserver:
             observed_jobs.append(observed)
             if site_factor is not None:
                 observed_factors[job_id] = site_factor
+            if mode is None and learning and job.state == "PENDING":
+                unknown.append((job_id, len(observed_jobs) - 1, job, site_factor))
         self._site_factor_known = pending if asked else known_ids & pending
+        if learning:  # the modes learned now: those jobs made again with them
+            self._learn_sharing(pending, [(job_id, job.submit_time) for job_id, _, job, _ in unknown], skipped)
+            for job_id, at, job, site_factor in unknown:
+                mode = sharing.get(job_id)
+                if mode is None:
+                    continue
+                try:
+                    observed_jobs[at] = self._observed_job(job, site_factor)
+                except (SlurmParseError, TypeError, ValueError) as exc:
+                    skipped.append(f"squeue job {job_id}: {one_line(str(exc))}")
+                    withheld.ids.add(job.het_job_id or job_id)
+                    observed_jobs[at] = None
+                    del kept_now[job_id]
+                    continue
+                kept_now[job_id] = (job, site_factor, observed_jobs[at], mode)
+            if None in observed_jobs:
+                observed_jobs = [job for job in observed_jobs if job is not None]
 
         reserved = self._reservations(named, nodes, observed_at_s)
 
@@ -481,87 +501,6 @@ class SlurmObserver:
             return tuple((n, 0) for n in names)
         share, extra = divmod(job.gpus, len(names))
         return tuple((n, share + (1 if i < extra else 0)) for i, n in enumerate(names))
-
-    def _learn_sharing(self, pending: dict[str, Optional[float]], skipped: list[str]) -> None:
-        """Read the --exclusive mode of the pending jobs (id -> submit time) not known yet,
-        at most MAX_SHOW_JOB_IDS of them (never asked first), and forget the jobs that left
-        the queue or came back under a new submit time. Modes not read stay unknown: such a
-        job is never a reason to preempt (its request unreported) until a later read."""
-        sharing, tried = self._sharing, self._sharing_tried
-        for job_id in [k for k, (submitted, _) in sharing.items() if pending.get(k, -1.0) != submitted]:
-            del sharing[job_id]
-        tried.intersection_update(pending)
-        unknown = [job_id for job_id in pending if job_id not in sharing]
-        if not unknown:
-            return
-        # (only the never-asked count: jobs a dump did not answer go by their ids, not
-        # into another dump of every job each round)
-        never_asked = sum(1 for job_id in unknown if job_id not in tried)
-        if never_asked > MAX_SHOW_JOB_IDS and never_asked >= SHOW_ALL_JOBS_SHARE * len(pending):
-            modes = self._read_all_sharing(skipped)  # None (no answer): all unknown this round, one wait
-            for job_id in unknown if modes is not None else ():
-                if job_id in modes:
-                    sharing[job_id] = (pending[job_id], modes[job_id])
-                    tried.discard(job_id)
-                else:
-                    tried.add(job_id)
-            return
-        unknown.sort(key=lambda job_id: job_id in tried)  # stable: squeue's order within each
-        asked = unknown[:MAX_SHOW_JOB_IDS]
-        modes, reached = self._read_sharing(asked, skipped)
-        for job_id in asked[:reached]:
-            if job_id in modes:
-                sharing[job_id] = (pending[job_id], modes[job_id])
-                tried.discard(job_id)
-            else:
-                tried.add(job_id)
-        if len(unknown) > len(asked):
-            skipped.append(f"scontrol show job: {len(unknown) - len(asked)} pending jobs' --exclusive "
-                           f"left for the next observations (at most {MAX_SHOW_JOB_IDS} read each)")
-
-    def _read_all_sharing(self, skipped: list[str]) -> Optional[dict[str, str]]:
-        """Every job's --exclusive mode from one `scontrol show job -o` (keyed as planned:
-        parse_show_job_sharing); None when slurmctld did not answer (those modes stay
-        unknown this round, the observation stands)."""
-        try:
-            result = self._run(["scontrol", "show", "job", "-o"], self.command_timeout_s)
-        except BackendUnavailable as exc:
-            skipped.append(f"scontrol show job: {one_line(str(exc))}; --exclusive of the new pending jobs "
-                           "unknown this round")
-            return None
-        if result.returncode != 0:
-            skipped.append(f"scontrol show job: exited {result.returncode}: {one_line(result.stderr)}; "
-                           "--exclusive of the new pending jobs unknown this round")
-            return None
-        return parse_show_job_sharing(result.stdout)
-
-    def _read_sharing(self, job_ids: list[str], skipped: list[str]) -> tuple[dict[str, str], int]:
-        """The --exclusive/--oversubscribe mode of each of ``job_ids`` (planned ids) that
-        `scontrol show job -o ID` answers (parse_show_job_sharing keys a task's line
-        "ARRAYID_TASKID" as it was asked), and how many of them were asked. A job that has
-        ended answers nothing; a call that times out or cannot reach slurmctld ends the
-        reads (the rest stay unknown, not asked), never the observation."""
-        modes: dict[str, str] = {}
-        timeout_s = min(self.command_timeout_s, SHOW_JOB_TIMEOUT_S)
-        reached = 0
-        for job_id in job_ids:
-            reached += 1
-            try:
-                result = self._run(["scontrol", "show", "job", "-o", job_id], timeout_s)
-            except BackendUnavailable as exc:
-                skipped.append(f"scontrol show job {job_id}: {one_line(str(exc))}; --exclusive of "
-                               f"{len(job_ids) - len(modes)} pending jobs unknown this round")
-                break
-            if result.returncode != 0:
-                if self._unreachable(result):
-                    skipped.append(f"scontrol show job {job_id}: slurmctld unreachable: "
-                                   f"{one_line(result.stderr)}; --exclusive unknown this round")
-                    break
-                continue  # ended since squeue read it ("Invalid job id specified")
-            answer = parse_show_job_sharing(result.stdout)
-            if job_id in answer:
-                modes[job_id] = answer[job_id]
-        return modes, reached
 
     def _observed_job(self, job: SlurmJob, site_factor: int | None) -> SlurmObservedJob:
         if job.state == "PENDING" and not self._sharing_in_json:

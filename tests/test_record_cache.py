@@ -212,7 +212,7 @@ def test_kept_observed_jobs_equal_ones_made_again(release):
     modes are learned a few at a time (MAX_SHOW_JOB_IDS), every kept one equals the one
     made again from what is known now, and on 26.05 a pending job's is kept."""
     from bench.scripted_slurm import ScriptedSlurm
-    from slurm_plugin import observe
+    from slurm_plugin import exclusive_modes
 
     slurm = ScriptedSlurm(pending=40, running=6, nodes=4, release=release)
     for job_id, record in slurm.jobs.items():
@@ -233,7 +233,7 @@ def test_kept_observed_jobs_equal_ones_made_again(release):
             kept_pending += last is not None and last[2] is observed and job.state == "PENDING"
     assert kept_pending > 0
     if release == "26.05":
-        assert len(backend._sharing) > observe.MAX_SHOW_JOB_IDS  # learned over several rounds
+        assert len(backend._sharing) > exclusive_modes.MAX_SHOW_JOB_IDS  # learned over several rounds
 
 
 def test_scripted_slurmctld_answers_the_same_jobs_in_both_shapes():

@@ -11,7 +11,7 @@ parser) counts the calls and their arguments."""
 import json
 import subprocess
 
-from slurm_plugin import observe as observe_module
+from slurm_plugin import exclusive_modes
 from slurm_plugin.backend import SlurmBackend
 from slurm_plugin.commands import CommandResult
 from tests.test_resources_model import FIXTURES, number, pending_record, recorded
@@ -92,12 +92,12 @@ def test_an_exclusive_task_and_an_array_record_are_keyed_as_planned():
 
 def test_at_most_twenty_new_ids_per_observation_the_rest_next_round(monkeypatch):
     # (a few new jobs among many known ones: here the whole-dump share set out of reach)
-    monkeypatch.setattr(observe_module, "SHOW_ALL_JOBS_SHARE", 2.0)
+    monkeypatch.setattr(exclusive_modes, "SHOW_ALL_JOBS_SHARE", 2.0)
     records = [plain(100 + i, submit=1000 + i) for i in range(30)]
     slurm = ShowJobSlurm(records, {str(100 + i): (show_line(100 + i), None) for i in range(30)})
     backend = SlurmBackend(runner=slurm)
     first = backend.observe()
-    assert slurm.asked() == [[str(100 + i)] for i in range(observe_module.MAX_SHOW_JOB_IDS)]
+    assert slurm.asked() == [[str(100 + i)] for i in range(exclusive_modes.MAX_SHOW_JOB_IDS)]
     unknown = [j.job_id for j in first.jobs if j.unmodelled]
     assert unknown == [str(100 + i) for i in range(20, 30)]  # not read yet: never preempted for
     assert all("unreported_request" in by_id(first)[i].unmodelled_reasons for i in unknown)
@@ -149,6 +149,10 @@ def test_a_job_that_left_and_came_back_under_a_new_submit_time_is_asked_again():
     slurm.lines["100"] = (show_line(100, "NO"), None)
     assert not by_id(backend.observe())["100"].exclusive
     assert slurm.asked() == [["100"]]
+    assert backend._sharing["100"][1] == ""
+    slurm.records.clear()  # it left the queue: its mode is forgotten
+    backend.observe()
+    assert "100" not in backend._sharing
 
 
 def test_many_unknown_modes_are_read_in_one_dump_a_few_by_their_ids():
