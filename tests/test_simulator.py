@@ -136,23 +136,3 @@ def test_round_interval_delays_starts_to_the_grid():
 def test_bad_cluster_config(kwargs, field):
     with pytest.raises(InputError, match=field):
         SimConfig(**kwargs)
-
-
-def test_with_partitions_equals_replace():
-    """The node-kinds replay's fast copy of a spec (simulator.with_partitions) is
-    dataclasses.replace: every field kept, constraints checked and flagged alike."""
-    import dataclasses
-
-    from controller.replay.simulator import with_partitions
-
-    spec = JobSpec(job_id="7", num_gpus=4, submit_time_s=3.0, duration_s=60.0, skew=0.5, user_priority=2,
-                   partition="a,b", user="u", model_name="m", account="acct", job_name="n", time_limit_s=600.0,
-                   preemptable=False, required_nodes=("n1",), excluded_nodes=("n2",), min_nodes=1, max_nodes=2,
-                   gpu_type="a100", reservation="r", cpus_per_node=8, mem_per_node_mb=1024, features=("ib",),
-                   exclusive=True, held_by_node=(("n1", 8, 1024),))
-    for given_spec in (spec, JobSpec(job_id="8", num_gpus=1, submit_time_s=0.0, duration_s=1.0, partition="a")):
-        fast = with_partitions(given_spec, ("a", "b"))
-        slow = dataclasses.replace(given_spec, partitions=("a", "b"))
-        assert fast == slow
-        assert [getattr(fast, f.name) for f in dataclasses.fields(JobSpec)] == \
-            [getattr(slow, f.name) for f in dataclasses.fields(JobSpec)]

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import operator
 from typing import Callable, Iterable, Optional
 
 from controller.core.engine import Engine
@@ -33,22 +32,6 @@ from controller.replay.slurmctld import SlurmQos
 from controller.replay import mlfq_replay
 from controller.replay.cluster import learner_for, RunState, SimCluster  # noqa: F401
 from controller.replay.run_config import EPS, JobOutcome, ReplayCut, SimConfig, SimResult, WATCH_EVERY  # noqa: F401
-
-
-_SPEC_FIELDS = tuple(field.name for field in dataclasses.fields(JobSpec) if field.init)
-_spec_values = operator.attrgetter(*_SPEC_FIELDS)
-_PARTITIONS_AT = _SPEC_FIELDS.index("partitions")
-
-
-def with_partitions(spec: JobSpec, partitions: tuple[str, ...]) -> JobSpec:
-    """``dataclasses.replace(spec, partitions=partitions)``, built from its fields read
-    at once: a node-kinds replay gives every job its partitions, and replace's own
-    field-by-field walk cost a few percent of a 10k-job replay (bench_replay_cost.py)."""
-    if type(spec) is not JobSpec:  # a subclass: its own fields
-        return dataclasses.replace(spec, partitions=partitions)
-    values = list(_spec_values(spec))
-    values[_PARTITIONS_AT] = partitions
-    return JobSpec(*values)
 
 
 class Simulation:
@@ -82,7 +65,7 @@ class Simulation:
             if eligible is None and (spec.gpu_type or spec.reservation):
                 spec = dataclasses.replace(spec, gpu_type="", reservation="")  # one type: every node's
             if eligible is not None and not spec.partitions and spec.partition != "default":
-                spec = with_partitions(spec, tuple(p for p in spec.partition.split(",") if p))
+                spec = dataclasses.replace(spec, partitions=tuple(p for p in spec.partition.split(",") if p))
             if eligible is not None and eligible.allowed(spec) == frozenset():
                 raise InputError(f"job {spec.job_id}: no node of partitions {','.join(spec.partitions) or 'any'}"
                                  f" with GPU type {spec.gpu_type or 'any'} in --node-kinds")
