@@ -138,8 +138,8 @@ class SlurmBackend(SlurmObserver, SlurmCommands, Backend):
         """The squeue and sinfo --json records parsed at the last observe(), by their text:
         only new or changed records are parsed again (slurm_plugin.record_cache). sinfo's
         are 22.05's ``nodes``, or 23.11+'s ``sinfo`` entries (one per node and partition
-        with -N: 4-5 KB each, the partition's whole description in every one; read whole,
-        they were ~150 ms of bench_round's 26.05 round at 2,500 nodes)."""
+        with -N: 4-5 KB each, the partition's whole description in every one, which a
+        whole read decoded and parsed every round)."""
         self._squeue_records: RecordCache[SlurmJob] = RecordCache("jobs", parse_squeue_record, "job_id",
                                                                   id_of=lambda job: job.job_id)
         self._sinfo_records: RecordCache[SlurmNode] = RecordCache("nodes", parse_sinfo_record, "name")

@@ -29,20 +29,19 @@ class ExclusiveModes:
     submit time, its mode)) and ``_sharing_tried`` (asked, not answered), set up by
     SlurmBackend.__init__."""
 
-    def _learn_sharing(self, pending: set[str], unknown: list[tuple[str, Optional[float]]],
+    def _learn_sharing(self, pending: set[str], submitted: dict[str, Optional[float]],
                        skipped: list[str]) -> None:
         """Forget the --exclusive modes of jobs no longer ``pending`` (in the configured
-        partitions), and read those of ``unknown`` (pending jobs whose mode is not known,
-        each with its submit time, in squeue's order), at most MAX_SHOW_JOB_IDS of them
+        partitions), and read those of ``submitted`` (pending jobs whose mode is not known,
+        id -> submit time, in squeue's order), at most MAX_SHOW_JOB_IDS of them
         (never asked first). Modes not read stay unknown: such a job is never a reason to
         preempt (its request unreported) until a later read."""
         sharing, tried = self._sharing, self._sharing_tried
         for job_id in sharing.keys() - pending:
             del sharing[job_id]
         tried.intersection_update(pending)
-        if not unknown:
+        if not submitted:
             return
-        submitted = dict(unknown)
         # (only the never-asked count: jobs a dump did not answer go by their ids, not
         # into another dump of every job each round)
         never_asked = sum(1 for job_id in submitted if job_id not in tried)

@@ -223,7 +223,7 @@ class SlurmObserver(ExclusiveModes):
                 unknown.append((job_id, len(observed_jobs) - 1, job, site_factor))
         self._site_factor_known = pending if asked else known_ids & pending
         if learning:  # the modes learned now: those jobs made again with them
-            self._learn_sharing(pending, [(job_id, job.submit_time) for job_id, _, job, _ in unknown], skipped)
+            self._learn_sharing(pending, {job_id: job.submit_time for job_id, _, job, _ in unknown}, skipped)
             for job_id, at, job, site_factor in unknown:
                 mode = sharing.get(job_id)
                 if mode is None:

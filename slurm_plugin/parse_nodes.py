@@ -254,7 +254,7 @@ def _sinfo_groups(records: list, errors: list | None) -> list[SlurmNode]:
     groups = []
     for index, group in enumerate(records):
         try:
-            groups.append(parse_sinfo_group(group, index))
+            groups.append(parse_sinfo_group(group))
         except SlurmParseError as exc:
             exc.record_index = index
             if errors is not None:
@@ -262,12 +262,12 @@ def _sinfo_groups(records: list, errors: list | None) -> list[SlurmNode]:
     return merge_sinfo_groups(groups)
 
 
-def parse_sinfo_group(g: Any, index: int = 0) -> tuple[SlurmNode, ...]:
+def parse_sinfo_group(g: Any) -> tuple[SlurmNode, ...]:
     """The nodes of one 23.11+ ``sinfo`` entry (one node each with ``-N``), each with the
     entry's partition only (merge_sinfo_groups gathers a node's partitions); for
     slurm_plugin.record_cache, which keeps an entry's nodes while its text is the same."""
     if not isinstance(g, dict):
-        raise SlurmParseError(f"sinfo[{index}]: expected an object")
+        raise SlurmParseError("sinfo entry: expected an object")  # (its index: the caller's record_index)
     names = (g.get("nodes") or {}).get("nodes") or []
     if isinstance(names, str):
         names = expand_hostlist(names)

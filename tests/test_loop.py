@@ -114,4 +114,3 @@ def test_a_clean_stop_writes_every_clock_row_that_lags(store):  # noqa: F811
     assert stored.keys() == c.records.keys()
     assert all(stored[job_id] == record for job_id, record in c.records.items())
     assert {r.last_observed_s for r in stored.values()} == {rounds[-1]}
-
